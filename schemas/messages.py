@@ -1,0 +1,262 @@
+"""The wire contract: every message driftbus puts on NATS (DESIGN §4–7).
+
+Each message type is a msgspec Struct tagged with its schema and version in the ``schema`` field
+(``"driftbus.bundle/v1"``). Decoding checks the tag, so a message of another version or type is
+refused with an error naming the field instead of being misread. JSON Schema files generated
+from these Structs live in ``schemas/json/`` for non-Python publishers; a test keeps them equal.
+
+SHAs travel as lower-case hex; raw Kubernetes objects travel as JSON objects exactly as given.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+from typing import Annotated, Any, Final
+
+import msgspec
+from msgspec import Meta
+
+from schemas.subjects import ObjectKey
+
+Sha = Annotated[str, Meta(pattern="^[0-9a-f]{64}$", description="SHA-256, lower-case hex")]
+Name = Annotated[str, Meta(min_length=1, max_length=253)]
+RawObject = Annotated[
+    dict[str, Any], Meta(description="a Kubernetes object as raw JSON (apiVersion, kind, ...)")
+]
+
+
+def _tag(name: str, version: int = 1) -> str:
+    return f"driftbus.{name}/v{version}"
+
+
+class _Message(msgspec.Struct, frozen=True, forbid_unknown_fields=False, tag_field="schema"):
+    """Base of all messages. Unknown fields are ignored so a newer minor writer stays readable."""
+
+
+# --- bundles (user → driftbus.bundle.<cluster>.<bundle>) -------------------------------------
+
+
+class BundleOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    prune: bool = True
+    """Delete objects that left the bundle (only if they still carry its ownership label)."""
+    force: bool = False
+    """Server-side apply with force=true: take ownership of fields other managers hold."""
+    allow_replace: bool = False
+    """Delete and recreate an object when an immutable field changed."""
+
+
+class ObjectStoreRef(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Manifests too large for one message live in the Object Store; this points at them."""
+
+    bucket: Name
+    name: Annotated[str, Meta(min_length=1)]
+    sha: Sha
+    """SHA-256 of the stored bytes (a JSON array of objects); checked on read."""
+    size: Annotated[int, Meta(ge=0)]
+    count: Annotated[int, Meta(ge=0)]
+
+
+class Bundle(_Message, frozen=True, tag=_tag("bundle")):
+    cluster: Name
+    bundle: Name
+    revision: Annotated[str, Meta(min_length=1, max_length=256)]
+    options: BundleOptions = BundleOptions()
+    manifests: list[RawObject] = []
+    manifests_ref: ObjectStoreRef | None = None
+    """Set instead of ``manifests`` when the bundle is over the payload limit."""
+    published_at: dt.datetime | None = None
+    source: str = ""
+    """Where the manifests came from (path, git URL@commit), for humans."""
+
+
+# --- watcher → driftbus.server.<cluster>.<key> --------------------------------------------------
+
+
+class Health(enum.StrEnum):
+    READY = "Ready"
+    IN_PROGRESS = "InProgress"
+    FAILED = "Failed"
+    UNKNOWN = "Unknown"
+
+
+class ServerEvent(_Message, frozen=True, tag=_tag("server")):
+    """The latest state of an owned object as the watcher saw it, or its tombstone."""
+
+    cluster: Name
+    key: ObjectKey
+    resource_version: str
+    """resourceVersion of the event (of the list that noticed a deletion, for a tombstone)."""
+    server_sha: Sha | None
+    """None exactly when ``deleted`` is true."""
+    deleted: bool = False
+    health: Health = Health.UNKNOWN
+    health_message: str = ""
+    api_version: str = ""
+    bundle: str = ""
+    """The bundle named by the object's ownership label, if any."""
+    observed_at: dt.datetime | None = None
+    watcher: str = ""
+
+
+# --- applier → driftbus.applied.<cluster>.<key> -------------------------------------------------
+
+
+class AppliedEvent(_Message, frozen=True, tag=_tag("applied")):
+    """The result of a successful server-side apply (or delete) of one object."""
+
+    cluster: Name
+    key: ObjectKey
+    bundle: Name
+    revision: str
+    manifest_sha: Sha
+    """The desired manifestSHA this apply carried out (may be stale: the planner checks)."""
+    apply_sha: Sha | None
+    """SHA of the pruned SSA response; None for a delete."""
+    resource_version: str
+    deleted: bool = False
+    applied_at: dt.datetime | None = None
+    applier: str = ""
+
+
+# --- planner → driftbus.intent.<cluster>.<key> --------------------------------------------------
+
+
+class ApplyIntent(_Message, frozen=True, tag=_tag("apply-intent")):
+    cluster: Name
+    key: ObjectKey
+    bundle: Name
+    revision: str
+    manifest_sha: Sha
+    """Desired manifestSHA; an applier drops the intent if it is no longer the desired one."""
+    manifest: RawObject
+    reason: str
+    force: bool = False
+    allow_replace: bool = False
+    issued_at: dt.datetime | None = None
+    planner: str = ""
+    fencing_token: int = 0
+    """Revision of the planner's claim on the cluster; appliers drop intents of deposed planners."""
+
+
+class DeleteIntent(_Message, frozen=True, tag=_tag("delete-intent")):
+    cluster: Name
+    key: ObjectKey
+    api_version: str
+    bundle: Name
+    revision: str
+    """The bundle revision that no longer contains the object."""
+    reason: str = "pruned"
+    issued_at: dt.datetime | None = None
+    planner: str = ""
+    fencing_token: int = 0
+
+
+Intent = ApplyIntent | DeleteIntent
+
+
+# --- applier/planner → driftbus.status.<cluster>.<bundle>.… ------------------------------------
+
+
+class ObjectPhase(enum.StrEnum):
+    PENDING = "Pending"
+    APPLIED = "Applied"
+    FAILED = "Failed"
+    CONFLICT = "Conflict"
+    PRUNED = "Pruned"
+    DRIFTED = "Drifted"
+
+
+class ObjectStatus(_Message, frozen=True, tag=_tag("object-status")):
+    cluster: Name
+    bundle: Name
+    revision: str
+    key: ObjectKey
+    phase: ObjectPhase
+    health: Health = Health.UNKNOWN
+    message: str = ""
+    """Human-readable reason; API error text is scrubbed of Secret values before it lands here."""
+    apply_sha: Sha | None = None
+    attempts: int = 0
+    at: dt.datetime | None = None
+    trace_id: str = ""
+
+
+class BundlePhase(enum.StrEnum):
+    RECONCILING = "Reconciling"
+    READY = "Ready"
+    DEGRADED = "Degraded"
+    FAILED = "Failed"
+
+
+class BundleCounts(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    total: Annotated[int, Meta(ge=0)] = 0
+    applied: Annotated[int, Meta(ge=0)] = 0
+    failed: Annotated[int, Meta(ge=0)] = 0
+    ready: Annotated[int, Meta(ge=0)] = 0
+
+
+class BundleStatus(_Message, frozen=True, tag=_tag("bundle-status")):
+    cluster: Name
+    bundle: Name
+    revision: str
+    phase: BundlePhase
+    counts: BundleCounts
+    message: str = ""
+    failed_objects: list[str] = []
+    """``Kind/ns/name: reason`` of failed objects, bounded by the publisher."""
+    at: dt.datetime | None = None
+
+
+# --- planner → driftbus.decision.<cluster>.<key> ------------------------------------------------
+
+
+class DecisionAction(enum.StrEnum):
+    HIT = "hit"
+    APPLY = "apply"
+    DELETE = "delete"
+    KEEP = "keep"
+    """An object left its bundle but prune=false (or it is not ours): left in place."""
+
+
+class DecisionReason(enum.StrEnum):
+    HIT = "hit"
+    NEW = "new"
+    MANIFEST = "manifest"
+    DRIFT = "drift"
+    DELETED = "deleted"
+    RETRY = "retry"
+    PRUNE = "prune"
+    NOT_OWNED = "not-owned"
+    PRUNE_DISABLED = "prune-disabled"
+
+
+class DecisionRecord(_Message, frozen=True, tag=_tag("decision")):
+    """One planner decision, appended to the audit log so any write can be explained by replay."""
+
+    cluster: Name
+    key: ObjectKey
+    bundle: str
+    revision: str
+    action: DecisionAction
+    reason: DecisionReason
+    manifest_sha: Sha | None = None
+    last_applied_manifest_sha: Sha | None = None
+    apply_sha: Sha | None = None
+    server_sha: Sha | None = None
+    at: dt.datetime | None = None
+    planner: str = ""
+
+
+# --- registry -----------------------------------------------------------------------------------
+
+MESSAGE_TYPES: Final[dict[str, type[_Message]]] = {
+    "bundle": Bundle,
+    "server-event": ServerEvent,
+    "applied-event": AppliedEvent,
+    "apply-intent": ApplyIntent,
+    "delete-intent": DeleteIntent,
+    "object-status": ObjectStatus,
+    "bundle-status": BundleStatus,
+    "decision": DecisionRecord,
+}

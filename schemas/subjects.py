@@ -1,0 +1,182 @@
+"""Object keys and the one reversible encoding of them into NATS subject tokens and KV keys.
+
+A subject token may not contain ``.``, ``*``, ``>`` or whitespace, and a KV key may only contain
+``[-/_=.A-Za-z0-9]``. Kubernetes values break both: API groups are dotted, RBAC names contain
+``:`` (``system:aggregate-to-admin``), the core group and cluster-scoped namespaces are empty.
+
+Encoding, per value: ``A-Z a-z 0-9 - _`` pass through; every other byte of the UTF-8 form becomes
+``=XX`` (upper-case hex). An empty value is the single token ``=``, which no non-empty value can
+encode to (escapes always carry two hex digits). The mapping is injective, so distinct keys never
+collide, and ``decode_token(encode_token(v)) == v`` for every string.
+
+Subject layout (the contract; ``<key>`` is four tokens ``group.kind.namespace.name``):
+
+    driftbus.bundle.<cluster>.<bundle>
+    driftbus.server.<cluster>.<key>
+    driftbus.applied.<cluster>.<key>
+    driftbus.intent.<cluster>.<key>
+    driftbus.status.<cluster>.<bundle>.object.<key>
+    driftbus.status.<cluster>.<bundle>.bundle
+    driftbus.decision.<cluster>.<key>
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+import msgspec
+
+PREFIX: Final = "driftbus"
+# nats-server refuses a protocol line over max_control_line (4 KiB by default); HPUB lines carry
+# the subject plus a reply subject and sizes, so keep subjects well below it.
+MAX_SUBJECT_LEN: Final = 3072
+
+_SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+_ESCAPE: Final = [chr(b) if b in _SAFE else f"={b:02X}" for b in range(256)]
+_EMPTY: Final = "="
+_TOKEN_RE: Final = re.compile(r"(?:[A-Za-z0-9_-]|=[0-9A-F]{2})+")
+
+
+class SubjectError(ValueError):
+    """A value or subject cannot be encoded or decoded; the message says which and why."""
+
+
+class ObjectKey(msgspec.Struct, frozen=True, order=True, forbid_unknown_fields=True):
+    """Identity of an object in a cluster. The API version is not part of it (DESIGN §2)."""
+
+    group: str
+    kind: str
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        # Kind/ns/name: how every message about an object starts (STYLE.md).
+        gk = f"{self.kind}.{self.group}" if self.group else self.kind
+        return f"{gk}/{self.namespace}/{self.name}" if self.namespace else f"{gk}/{self.name}"
+
+    @classmethod
+    def of(cls, obj: dict[str, object]) -> ObjectKey:
+        """Key of a raw object; raises SubjectError when apiVersion, kind or name is missing."""
+        api_version, kind = obj.get("apiVersion"), obj.get("kind")
+        meta = obj.get("metadata")
+        name = meta.get("name") if isinstance(meta, dict) else None
+        namespace = (meta.get("namespace") if isinstance(meta, dict) else None) or ""
+        if not isinstance(api_version, str) or not api_version:
+            raise SubjectError(f"{kind or '?'}/{name or '?'}: apiVersion is missing")
+        if not isinstance(kind, str) or not kind:
+            raise SubjectError(f"?/{name or '?'}: kind is missing")
+        if not isinstance(name, str) or not name:
+            raise SubjectError(f"{kind}/?: metadata.name is missing")
+        if not isinstance(namespace, str):
+            raise SubjectError(f"{kind}/{name}: metadata.namespace is not a string")
+        group = api_version.rpartition("/")[0]
+        return cls(group=group, kind=kind, namespace=namespace, name=name)
+
+
+def encode_token(value: str) -> str:
+    if not value:
+        return _EMPTY
+    return "".join([_ESCAPE[b] for b in value.encode("utf-8")])
+
+
+def decode_token(token: str) -> str:
+    if token == _EMPTY:
+        return ""
+    if not _TOKEN_RE.fullmatch(token):
+        raise SubjectError(f"not an encoded subject token: {token!r}")
+    out = bytearray()
+    i = 0
+    while i < len(token):
+        if token[i] == "=":
+            out.append(int(token[i + 1 : i + 3], 16))
+            i += 3
+        else:
+            out.append(ord(token[i]))
+            i += 1
+    try:
+        return out.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SubjectError(f"encoded subject token is not UTF-8: {token!r}") from None
+
+
+def key_tokens(key: ObjectKey) -> str:
+    return ".".join(
+        (
+            encode_token(key.group),
+            encode_token(key.kind),
+            encode_token(key.namespace),
+            encode_token(key.name),
+        )
+    )
+
+
+def parse_key_tokens(tokens: list[str]) -> ObjectKey:
+    if len(tokens) != 4:
+        raise SubjectError(f"an object key is 4 tokens, got {len(tokens)}: {'.'.join(tokens)!r}")
+    group, kind, namespace, name = (decode_token(t) for t in tokens)
+    return ObjectKey(group=group, kind=kind, namespace=namespace, name=name)
+
+
+def _checked(subject: str) -> str:
+    if len(subject) > MAX_SUBJECT_LEN:
+        raise SubjectError(
+            f"subject of {len(subject)} characters exceeds {MAX_SUBJECT_LEN}: {subject[:80]}…"
+        )
+    return subject
+
+
+def bundle_subject(cluster: str, bundle: str) -> str:
+    return _checked(f"{PREFIX}.bundle.{encode_token(cluster)}.{encode_token(bundle)}")
+
+
+def object_subject(kind: str, cluster: str, key: ObjectKey) -> str:
+    """``driftbus.<kind>.<cluster>.<key>`` for the per-object streams (server, applied, ...)."""
+    if kind not in _OBJECT_STREAMS:
+        raise SubjectError(f"no per-object subject family {kind!r}")
+    return _checked(f"{PREFIX}.{kind}.{encode_token(cluster)}.{key_tokens(key)}")
+
+
+def object_status_subject(cluster: str, bundle: str, key: ObjectKey) -> str:
+    return _checked(
+        f"{PREFIX}.status.{encode_token(cluster)}.{encode_token(bundle)}.object.{key_tokens(key)}"
+    )
+
+
+def bundle_status_subject(cluster: str, bundle: str) -> str:
+    return _checked(f"{PREFIX}.status.{encode_token(cluster)}.{encode_token(bundle)}.bundle")
+
+
+def cluster_filter(kind: str, cluster: str) -> str:
+    """Wildcard subject selecting one cluster's messages of a family, e.g. its intents."""
+    return f"{PREFIX}.{kind}.{encode_token(cluster)}.>"
+
+
+_OBJECT_STREAMS: Final = frozenset(("server", "applied", "intent", "decision"))
+
+
+class ParsedSubject(msgspec.Struct, frozen=True):
+    family: str
+    cluster: str
+    bundle: str | None = None
+    key: ObjectKey | None = None
+
+
+def parse_subject(subject: str) -> ParsedSubject:
+    """Inverse of every ``*_subject`` function above."""
+    parts = subject.split(".")
+    if len(parts) < 4 or parts[0] != PREFIX:
+        raise SubjectError(f"not a driftbus subject: {subject!r}")
+    family, cluster = parts[1], decode_token(parts[2])
+    rest = parts[3:]
+    if family == "bundle" and len(rest) == 1:
+        return ParsedSubject(family, cluster, bundle=decode_token(rest[0]))
+    if family in _OBJECT_STREAMS:
+        return ParsedSubject(family, cluster, key=parse_key_tokens(rest))
+    if family == "status" and rest[1:] == ["bundle"]:
+        return ParsedSubject("status.bundle", cluster, bundle=decode_token(rest[0]))
+    if family == "status" and len(rest) == 6 and rest[1] == "object":
+        return ParsedSubject(
+            "status.object", cluster, bundle=decode_token(rest[0]), key=parse_key_tokens(rest[2:])
+        )
+    raise SubjectError(f"unknown driftbus subject layout: {subject!r}")

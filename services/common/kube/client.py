@@ -1,0 +1,258 @@
+"""The one choke point for Kubernetes HTTP: auth, TLS, timeouts, status → typed error.
+
+Verb helpers (apply, get, delete, list, watch) are thin wrappers over ``request``. Credentials
+come from kubernetes-asyncio's loaders (kubeconfig, exec plugins, in-cluster service account),
+which we use only for that: the HTTP is ours, so list/watch/apply behave predictably
+(TESTENV.md lists the library pitfalls this avoids).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import ssl
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import aiohttp
+import orjson
+from kubernetes_asyncio.client import Configuration
+from kubernetes_asyncio.config import load_incluster_config, load_kube_config
+
+from services.common.kube.discovery import Discovery, Resource
+from services.common.kube.errors import Gone, KubeError, Retryable, error_for
+
+APPLY_PATCH = "application/apply-patch+yaml"
+# A single watch line holds a whole object; CRDs with big schemas exceed aiohttp's 64 KiB default.
+_READ_BUFFER = 16 * 1024 * 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class WatchEvent:
+    type: str  # ADDED, MODIFIED, DELETED, BOOKMARK
+    object: dict[str, Any]
+
+    @property
+    def resource_version(self) -> str:
+        rv: str = self.object.get("metadata", {}).get("resourceVersion", "")
+        return rv
+
+
+class KubeClient:
+    """Async client of one cluster. Create with ``from_kubeconfig`` or ``in_cluster``."""
+
+    def __init__(self, config: Configuration, *, timeout: float = 30.0) -> None:
+        self._config = config
+        self.host: str = config.host.rstrip("/")
+        self._timeout = timeout
+        self._session: aiohttp.ClientSession | None = None
+        self.discovery = Discovery(self.get_path)
+
+    @classmethod
+    async def from_kubeconfig(cls, path: str | None = None, context: str | None = None,
+                              **kwargs: Any) -> KubeClient:
+        config = Configuration()
+        await load_kube_config(config_file=path, context=context, client_configuration=config,
+                               persist_config=False)
+        return cls(config, **kwargs)
+
+    @classmethod
+    def in_cluster(cls, **kwargs: Any) -> KubeClient:
+        config = Configuration()
+        load_incluster_config(client_configuration=config)
+        return cls(config, **kwargs)
+
+    def _ssl(self) -> ssl.SSLContext | bool:
+        c = self._config
+        if not c.verify_ssl:
+            return False
+        ctx = ssl.create_default_context(cafile=c.ssl_ca_cert or None)
+        if c.cert_file:
+            ctx.load_cert_chain(c.cert_file, c.key_file)
+        return ctx
+
+    async def _client(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(ssl=self._ssl(), limit=64)
+            self._session = aiohttp.ClientSession(
+                connector=connector, read_bufsize=_READ_BUFFER, json_serialize=_dumps_str,
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def __aenter__(self) -> KubeClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _headers(self, content_type: str | None) -> dict[str, str]:
+        headers = {"Accept": "application/json"}
+        token = await self._config.get_api_key_with_prefix("BearerToken")
+        if token:
+            headers["Authorization"] = token if token.startswith("Bearer ") else f"Bearer {token}"
+        if content_type:
+            headers["Content-Type"] = content_type
+        return headers
+
+    async def request(self, method: str, path: str, *, subject: str = "",
+                      params: Mapping[str, str] | None = None, body: bytes | None = None,
+                      content_type: str | None = None,
+                      timeout: float | None = None) -> dict[str, Any]:
+        """One API call; returns the decoded JSON body or raises a typed ``KubeError``.
+
+        ``subject`` names what the call is about (``ConfigMap/ns/name``) and starts every error.
+        """
+        session = await self._client()
+        subject = subject or f"{method} {path}"
+        try:
+            async with session.request(
+                method, self.host + path, params=params, data=body,
+                headers=await self._headers(content_type),
+                timeout=aiohttp.ClientTimeout(total=timeout or self._timeout),
+            ) as resp:
+                raw = await resp.read()
+                if resp.status >= 400:
+                    raise error_for(subject, resp.status, _loads_or_none(raw),
+                                    _retry_after(resp.headers.get("Retry-After")))
+        except KubeError:
+            raise
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise Retryable(subject, 0, type(exc).__name__, str(exc) or "connection failed") \
+                from None
+        decoded = _loads_or_none(raw)
+        if decoded is None:
+            raise KubeError(subject, resp.status, "BadResponse", "response is not a JSON object")
+        return decoded
+
+    async def get_path(self, path: str) -> dict[str, Any]:
+        return await self.request("GET", path)
+
+    async def resource_for(self, obj: Mapping[str, Any]) -> Resource:
+        return await self.discovery.resource(str(obj.get("apiVersion", "")),
+                                             str(obj.get("kind", "")))
+
+    # --- verbs ----------------------------------------------------------------------------
+
+    async def apply(self, obj: Mapping[str, Any], *, field_manager: str = "driftbus",
+                    force: bool = False, dry_run: bool = False,
+                    resource: Resource | None = None) -> dict[str, Any]:
+        """Server-side apply of a raw object; returns the object the server stored."""
+        res = resource or await self.resource_for(obj)
+        meta = obj.get("metadata", {})
+        params = {"fieldManager": field_manager, "force": "true" if force else "false"}
+        if dry_run:
+            params["dryRun"] = "All"
+        return await self.request(
+            "PATCH", res.path(meta.get("namespace", ""), meta["name"]),
+            subject=_subject(obj), params=params, body=orjson.dumps(obj),
+            content_type=APPLY_PATCH,
+        )
+
+    async def get(self, res: Resource, name: str, namespace: str = "") -> dict[str, Any]:
+        return await self.request("GET", res.path(namespace, name),
+                                  subject=f"{res.kind}/{namespace + '/' if namespace else ''}{name}")
+
+    async def delete(self, res: Resource, name: str, namespace: str = "",
+                     *, resource_version: str | None = None) -> dict[str, Any]:
+        body = None
+        if resource_version:
+            body = orjson.dumps({"apiVersion": "v1", "kind": "DeleteOptions",
+                                 "preconditions": {"resourceVersion": resource_version}})
+        return await self.request(
+            "DELETE", res.path(namespace, name), body=body,
+            content_type="application/json" if body else None,
+            subject=f"{res.kind}/{namespace + '/' if namespace else ''}{name}",
+        )
+
+    async def list(self, res: Resource, *, namespace: str = "", label_selector: str = "",
+                   limit: int = 500) -> tuple[list[dict[str, Any]], str]:
+        """Paginated list; returns (items, the list's resourceVersion to watch from)."""
+        items: list[dict[str, Any]] = []
+        cont = ""
+        while True:
+            params = {"limit": str(limit)}
+            if label_selector:
+                params["labelSelector"] = label_selector
+            if cont:
+                params["continue"] = cont
+            page = await self.request("GET", res.path(namespace), params=params,
+                                      subject=f"list {res}")
+            # List items omit apiVersion/kind; restore them so items hash like watch objects.
+            for item in page.get("items", []):
+                item.setdefault("apiVersion", res.api_version)
+                item.setdefault("kind", res.kind)
+                items.append(item)
+            meta = page.get("metadata", {})
+            cont = meta.get("continue", "")
+            if not cont:
+                return items, str(meta.get("resourceVersion", ""))
+
+    async def watch(self, res: Resource, *, resource_version: str, namespace: str = "",
+                    label_selector: str = "", timeout_seconds: int = 300,
+                    ) -> AsyncIterator[WatchEvent]:
+        """Watch from ``resource_version`` with bookmarks, one event per line.
+
+        Raises ``Gone`` when the version was compacted away (the caller relists); ends normally
+        when the server closes the stream (the caller resumes from the last version it saw).
+        """
+        params = {"watch": "true", "allowWatchBookmarks": "true",
+                  "resourceVersion": resource_version, "timeoutSeconds": str(timeout_seconds)}
+        if label_selector:
+            params["labelSelector"] = label_selector
+        session = await self._client()
+        subject = f"watch {res}"
+        try:
+            async with session.get(
+                self.host + res.path(namespace), params=params,
+                headers=await self._headers(None),
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=self._timeout,
+                                              sock_read=timeout_seconds + 30),
+            ) as resp:
+                if resp.status >= 400:
+                    raise error_for(subject, resp.status, _loads_or_none(await resp.read()))
+                while True:
+                    line = await resp.content.readline()
+                    if not line:
+                        return
+                    if not line.strip():
+                        continue
+                    event = orjson.loads(line)
+                    obj = event.get("object") or {}
+                    if event.get("type") == "ERROR":
+                        code = int(obj.get("code") or 500)
+                        raise error_for(subject, code, obj)
+                    yield WatchEvent(str(event.get("type")), obj)
+        except (KubeError, Gone):
+            raise
+        except (aiohttp.ClientError, TimeoutError, OSError, asyncio.IncompleteReadError) as exc:
+            raise Retryable(subject, 0, type(exc).__name__, str(exc) or "stream broken") \
+                from None
+
+
+def _subject(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    ns = meta.get("namespace")
+    return f"{obj.get('kind')}/{ns + '/' if ns else ''}{meta.get('name')}"
+
+
+def _loads_or_none(raw: bytes) -> dict[str, Any] | None:
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _dumps_str(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+def _retry_after(value: str | None) -> float | None:
+    try:
+        return float(value) if value else None
+    except ValueError:
+        return None

@@ -1,0 +1,78 @@
+"""The one SHA function: raw Kubernetes object → pruned canonical bytes → SHA-256.
+
+manifestSHA, applySHA and serverSHA (DESIGN §2) are all this function applied to different
+objects. Pruning keeps what a user or another controller can *intend* and drops what the server
+maintains, so an object untouched since our apply hashes the same in the apply response and in
+every later watch event, even though the server added defaults, a uid and a resourceVersion.
+
+Objects stay raw dicts decoded straight from JSON. Typed client models drop unknown fields and
+reformat timestamps, which would change the hash.
+
+Speed matters (the watcher hashes every event): the pruned form is built as a new shallow dict
+that shares all sub-structures with the input — nothing is deep-copied — and orjson sorts keys
+at every depth while it serializes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any, Final
+
+import orjson
+
+# metadata fields that belong to the intent of an object; everything else in metadata
+# (resourceVersion, uid, generation, managedFields, creationTimestamp, ownerReferences
+# set by controllers, selfLink, ...) is maintained by the server.
+_KEPT_METADATA: Final = ("name", "namespace", "labels", "annotations", "deletionTimestamp")
+# A missing, null or empty value of these is the same thing: the server omits empty maps and the
+# namespace of cluster-scoped objects, while manifests often spell them out.
+_EMPTY_IS_MISSING: Final = frozenset(("namespace", "labels", "annotations"))
+_DROPPED_TOP_LEVEL: Final = frozenset(("metadata", "status"))
+
+_DUMP_OPTIONS: Final = orjson.OPT_SORT_KEYS
+
+
+class HashError(ValueError):
+    """An object cannot be hashed; the message names the object and the reason."""
+
+
+def prune(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """Return the pruned form of ``obj`` (shares sub-structures with ``obj``; do not mutate)."""
+    pruned = {k: v for k, v in obj.items() if k not in _DROPPED_TOP_LEVEL}
+    meta = obj.get("metadata")
+    if isinstance(meta, Mapping):
+        kept = {}
+        for field in _KEPT_METADATA:
+            value = meta.get(field)
+            if value is None or (field in _EMPTY_IS_MISSING and not value):
+                continue
+            kept[field] = value
+        pruned["metadata"] = kept
+    elif meta is not None:
+        raise HashError(f"{describe(obj)}: metadata is {type(meta).__name__}, not an object")
+    return pruned
+
+
+def canonical_bytes(obj: Mapping[str, Any]) -> bytes:
+    """The pruned form as JSON with sorted keys and no insignificant whitespace."""
+    try:
+        return orjson.dumps(prune(obj), option=_DUMP_OPTIONS)
+    except orjson.JSONEncodeError as exc:
+        raise HashError(f"{describe(obj)}: cannot be serialized canonically: {exc}") from None
+
+
+def object_sha(obj: Mapping[str, Any]) -> bytes:
+    """SHA-256 (32 raw bytes) of the pruned canonical form of a raw object."""
+    return hashlib.sha256(canonical_bytes(obj)).digest()
+
+
+def describe(obj: Mapping[str, Any]) -> str:
+    """``Kind/namespace/name`` (or ``Kind/name``) for error messages; never raises."""
+    kind = obj.get("kind") if isinstance(obj.get("kind"), str) else "?"
+    meta = obj.get("metadata")
+    name = ns = None
+    if isinstance(meta, Mapping):
+        name, ns = meta.get("name"), meta.get("namespace")
+    name = name if isinstance(name, str) and name else "?"
+    return f"{kind}/{ns}/{name}" if isinstance(ns, str) and ns else f"{kind}/{name}"

@@ -1,0 +1,151 @@
+"""Fixtures wiring the real servers into tests.
+
+* ``stack`` (session): nats-server with JetStream + etcd + kube-apiserver on loopback ports.
+* ``kube`` (session): a KubeClient of the stack's cluster, admin identity.
+* ``namespace`` (per test): a fresh namespace with a unique name.
+* ``second_cluster`` (session, on demand): another independent etcd + kube-apiserver pair.
+* ``nc`` / ``js`` (per test): a NATS connection and its JetStream context.
+
+Server logs are attached to the report of every failing test that used them, and the session
+fails if any server process outlives it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
+
+from services.common.kube import KubeClient
+from services.controlplane import assets, servers
+
+_SESSION_ROOT_KEY = pytest.StashKey[Path]()
+_LOGS_KEY = pytest.StashKey[dict[str, Path]]()
+_counter = itertools.count()
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    lines = []
+    for name in ("nats-server", "etcd", "kube-apiserver"):
+        path = assets.find(name)
+        version = assets.version_of(name, path) if path else "missing (run: make assets)"
+        lines.append(f"{name}: {version} ({path})")
+    return lines
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[_LOGS_KEY] = {}
+
+
+_SERVER_FIXTURES = {"stack", "kube", "namespace", "second_cluster", "nc", "js", "nats_url"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if _SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if report.failed and _SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+        for name, path in item.config.stash[_LOGS_KEY].items():
+            report.sections.append((f"server log: {name} ({path})", servers.log_tail(path, 40)))
+    return report
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    # Every fixture is torn down by now: any server still alive is an orphan, and a defect.
+    root = session.config.stash.get(_SESSION_ROOT_KEY, None)
+    left = sorted(set(servers.still_running()) | set(servers.orphans(str(root)) if root else set()))
+    if left:
+        for line in left:
+            pid = int(line.split()[0])
+            try:
+                os.kill(pid, 9)
+            except OSError:
+                pass
+        tr = session.config.pluginmanager.get_plugin("terminalreporter")
+        msg = "orphan server processes left behind (killed now):\n  " + "\n  ".join(left)
+        if tr is not None:
+            tr.write_line(msg, red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory,
+          pytestconfig: pytest.Config) -> Iterator[servers.Stack]:
+    pytestconfig.stash[_SESSION_ROOT_KEY] = tmp_path_factory.getbasetemp()
+    root = tmp_path_factory.mktemp("stack")
+    st = servers.Stack.start(root, cluster_name="test")
+    pytestconfig.stash[_LOGS_KEY].update(st.logs())
+    try:
+        yield st
+    finally:
+        st.stop()
+
+
+@pytest.fixture(scope="session")
+def second_cluster(tmp_path_factory: pytest.TempPathFactory,
+                   pytestconfig: pytest.Config) -> Iterator[servers.Cluster]:
+    pytestconfig.stash[_SESSION_ROOT_KEY] = tmp_path_factory.getbasetemp()
+    root = tmp_path_factory.mktemp("second")
+    cluster = servers.Cluster.start("second", root)
+    pytestconfig.stash[_LOGS_KEY].update({f"second/{k}": v for k, v in cluster.logs().items()})
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+async def kube(stack: servers.Stack) -> AsyncIterator[KubeClient]:
+    client = await KubeClient.from_kubeconfig(str(stack.cluster.kubeconfig))
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+def unique_name(prefix: str) -> str:
+    """A DNS-label-safe name unique within the session (tests isolate by name, like envtest)."""
+    return f"{prefix}-{next(_counter)}-{uuid.uuid4().hex[:6]}"
+
+
+@pytest.fixture
+async def namespace(kube: KubeClient, request: pytest.FixtureRequest) -> str:
+    base = request.node.name.lower().replace("_", "-")
+    name = unique_name("".join(c for c in base if c.isalnum() or c == "-")[:30].strip("-") or "t")
+    await kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
+                     field_manager="driftbus-tests")
+    # No namespace controller runs, so deleting would leave it Terminating forever; unique
+    # names keep tests apart instead.
+    return name
+
+
+@pytest.fixture
+def nats_url(stack: servers.Stack) -> str:
+    return stack.nats.client_url
+
+
+@pytest.fixture
+async def nc(nats_url: str) -> AsyncIterator[NATS]:
+    client = await nats.connect(nats_url, max_reconnect_attempts=2, connect_timeout=5)
+    try:
+        yield client
+    finally:
+        await client.drain()
+
+
+@pytest.fixture
+def js(nc: NATS) -> JetStreamContext:
+    return nc.jetstream()
