@@ -18,7 +18,7 @@ $(UV):
 	.tools/uv/bin/pip install --quiet --disable-pip-version-check "uv==$(UV_VERSION)"
 
 $(VENV)/.synced: $(UV) pyproject.toml uv.lock
-	$(UV) sync --frozen --quiet
+	$(UV) sync --locked --quiet
 	@touch $@
 
 deps: $(VENV)/.synced

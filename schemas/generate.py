@@ -1,7 +1,7 @@
 """Generate the committed JSON Schema files from the msgspec Structs.
 
-    python -m schemas.generate          # rewrite schemas/json/
-    python -m schemas.generate --check  # exit 1 if the committed files differ
+python -m schemas.generate          # rewrite schemas/json/
+python -m schemas.generate --check  # exit 1 if the committed files differ
 """
 
 from __future__ import annotations

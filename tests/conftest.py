@@ -12,6 +12,7 @@ fails if any server process outlives it.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import uuid
@@ -70,10 +71,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if left:
         for line in left:
             pid = int(line.split()[0])
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(pid, 9)
-            except OSError:
-                pass
         tr = session.config.pluginmanager.get_plugin("terminalreporter")
         msg = "orphan server processes left behind (killed now):\n  " + "\n  ".join(left)
         if tr is not None:
@@ -82,8 +81,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 @pytest.fixture(scope="session")
-def stack(tmp_path_factory: pytest.TempPathFactory,
-          pytestconfig: pytest.Config) -> Iterator[servers.Stack]:
+def stack(
+    tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
+) -> Iterator[servers.Stack]:
     pytestconfig.stash[_SESSION_ROOT_KEY] = tmp_path_factory.getbasetemp()
     root = tmp_path_factory.mktemp("stack")
     st = servers.Stack.start(root, cluster_name="test")
@@ -95,8 +95,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory,
 
 
 @pytest.fixture(scope="session")
-def second_cluster(tmp_path_factory: pytest.TempPathFactory,
-                   pytestconfig: pytest.Config) -> Iterator[servers.Cluster]:
+def second_cluster(
+    tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
+) -> Iterator[servers.Cluster]:
     pytestconfig.stash[_SESSION_ROOT_KEY] = tmp_path_factory.getbasetemp()
     root = tmp_path_factory.mktemp("second")
     cluster = servers.Cluster.start("second", root)
@@ -125,8 +126,10 @@ def unique_name(prefix: str) -> str:
 async def namespace(kube: KubeClient, request: pytest.FixtureRequest) -> str:
     base = request.node.name.lower().replace("_", "-")
     name = unique_name("".join(c for c in base if c.isalnum() or c == "-")[:30].strip("-") or "t")
-    await kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
-                     field_manager="driftbus-tests")
+    await kube.apply(
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
+        field_manager="driftbus-tests",
+    )
     # No namespace controller runs, so deleting would leave it Terminating forever; unique
     # names keep tests apart instead.
     return name

@@ -17,6 +17,7 @@ Standard library only: this runs before the project's Python dependencies exist.
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
 import os
 import re
@@ -106,7 +107,7 @@ def find(name: str) -> Path | None:
     return cached if os.access(cached, os.X_OK) else None
 
 
-def ensure(name: str, *, out: "_Progress | None" = None) -> Path:
+def ensure(name: str, *, out: _Progress | None = None) -> Path:
     """Return a binary for ``name``, building it into the cache if nothing else provides it."""
     found = find(name)
     if found is not None:
@@ -129,7 +130,7 @@ def _go_env() -> dict[str, str]:
     return env
 
 
-def build(asset: Asset, *, out: "_Progress") -> Path:
+def build(asset: Asset, *, out: _Progress) -> Path:
     if shutil.which("go") is None:
         raise AssetError(
             f"{asset.name}: not found via {asset.env_var}, KUBEBUILDER_ASSETS or PATH, and no Go"
@@ -139,7 +140,9 @@ def build(asset: Asset, *, out: "_Progress") -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     mod = TOOLS_DIR / asset.module_dir
     env = _go_env()
-    out.line(f"building {asset.name} {asset.version} from {asset.package} (cached in {target.parent})")
+    out.line(
+        f"building {asset.name} {asset.version} from {asset.package} (cached in {target.parent})"
+    )
     started = time.monotonic()
     deps = subprocess.run(
         ["go", "list", "-deps", asset.package],
@@ -159,12 +162,10 @@ def build(asset: Asset, *, out: "_Progress") -> Path:
         cmd, cwd=mod, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     assert proc.stdout is not None
-    done = 0
-    tail: list[str] = []
-    for line in proc.stdout:
-        # `go build -v` prints each package as it compiles it (cached ones are not printed).
-        done += 1
-        tail = (tail + [line.rstrip()])[-40:]
+    tail: collections.deque[str] = collections.deque(maxlen=40)
+    # `go build -v` prints each package as it compiles it (cached ones are not printed).
+    for done, line in enumerate(proc.stdout, start=1):
+        tail.append(line.rstrip())
         out.progress(asset.name, done, total, time.monotonic() - started)
     rc = proc.wait()
     out.end_progress()
@@ -178,7 +179,7 @@ def build(asset: Asset, *, out: "_Progress") -> Path:
 class _Progress:
     """Progress lines for a long build: a bar on a terminal, a line every 10 % otherwise."""
 
-    def __init__(self, stream: "object") -> None:
+    def __init__(self, stream: object) -> None:
         self.stream = stream
         self.tty = bool(getattr(stream, "isatty", lambda: False)())
         self._last_decile = -1

@@ -89,7 +89,7 @@ class Process:
                 stdin=subprocess.DEVNULL,
                 cwd=self.workdir,
                 env=self.env,
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 - needed for PDEATHSIG
+                preexec_fn=_die_with_parent,
             )
         finally:
             log.close()
@@ -125,26 +125,32 @@ class Process:
             RUNNING.pop(self.proc.pid, None)
 
     def failure(self, why: str) -> ServerError:
-        return ServerError(f"{self.name}: {why}\n--- last lines of {self.log_path} ---\n"
-                           f"{log_tail(self.log_path)}")
+        return ServerError(
+            f"{self.name}: {why}\n--- last lines of {self.log_path} ---\n{log_tail(self.log_path)}"
+        )
 
 
-def _wait_until(
-    proc: Process, ready: Callable[[], bool], *, timeout: float, what: str
-) -> None:
+def _wait_until(proc: Process, ready: Callable[[], bool], *, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not proc.alive():
-            raise proc.failure(f"exited with code {proc.proc.returncode if proc.proc else '?'}"
-                               f" before it was {what}")
+            raise proc.failure(
+                f"exited with code {proc.proc.returncode if proc.proc else '?'}"
+                f" before it was {what}"
+            )
         if ready():
             return
         time.sleep(0.1)
     raise proc.failure(f"not {what} after {timeout:.0f}s")
 
 
-def _http_ok(url: str, *, headers: dict[str, str] | None = None,
-             context: ssl.SSLContext | None = None, expect: bytes | None = None) -> bool:
+def _http_ok(
+    url: str,
+    *,
+    headers: dict[str, str] | None = None,
+    context: ssl.SSLContext | None = None,
+    expect: bytes | None = None,
+) -> bool:
     req = urllib.request.Request(url, headers=headers or {})  # noqa: S310 - loopback URLs we built
     try:
         with urllib.request.urlopen(req, timeout=2, context=context) as resp:  # noqa: S310
@@ -186,8 +192,9 @@ class Etcd:
             *self.extra_args,
         ], self.workdir)  # fmt: skip
         self.process.start()
-        _wait_until(self.process, lambda: _http_ok(f"{self.url}/health"),
-                    timeout=timeout, what="healthy")
+        _wait_until(
+            self.process, lambda: _http_ok(f"{self.url}/health"), timeout=timeout, what="healthy"
+        )
 
     def stop(self) -> None:
         if self.process:
@@ -264,25 +271,36 @@ class KubeAPIServer:
         # The serving certificate is written during start-up; until then there is nothing to trust.
         _wait_until(self.process, self.ca_path.exists, timeout=timeout, what="serving TLS")
         ctx = self.ssl_context()
-        _wait_until(self.process,
-                    lambda: _http_ok(f"{self.url}/readyz", headers=auth, context=ctx,
-                                     expect=b"ok"),
-                    timeout=timeout, what="ready (/readyz)")
-        _wait_until(self.process,
-                    lambda: _http_ok(f"{self.url}/api/v1/namespaces/default", headers=auth,
-                                     context=ctx),
-                    timeout=timeout, what="serving namespace default")
+        _wait_until(
+            self.process,
+            lambda: _http_ok(f"{self.url}/readyz", headers=auth, context=ctx, expect=b"ok"),
+            timeout=timeout,
+            what="ready (/readyz)",
+        )
+        _wait_until(
+            self.process,
+            lambda: _http_ok(f"{self.url}/api/v1/namespaces/default", headers=auth, context=ctx),
+            timeout=timeout,
+            what="serving namespace default",
+        )
 
-    def write_kubeconfig(self, path: Path, *, token: str | None = None,
-                         user: str = "admin", context: str = "driftbus-test") -> Path:
+    def write_kubeconfig(
+        self,
+        path: Path,
+        *,
+        token: str | None = None,
+        user: str = "admin",
+        context: str = "driftbus-test",
+    ) -> Path:
         import base64
 
         ca = base64.b64encode(self.ca_path.read_bytes()).decode()
         config = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": context, "cluster": {
-                "server": self.url, "certificate-authority-data": ca}}],
+            "clusters": [
+                {"name": context, "cluster": {"server": self.url, "certificate-authority-data": ca}}
+            ],
             "users": [{"name": user, "user": {"token": token or self.admin_token}}],
             "contexts": [{"name": context, "context": {"cluster": context, "user": user}}],
             "current-context": context,
@@ -295,7 +313,8 @@ class KubeAPIServer:
     def metrics(self) -> str:
         """The API server's own /metrics text (request counters are the honest write count)."""
         req = urllib.request.Request(  # noqa: S310
-            f"{self.url}/metrics", headers={"Authorization": f"Bearer {self.admin_token}"})
+            f"{self.url}/metrics", headers={"Authorization": f"Bearer {self.admin_token}"}
+        )
         with urllib.request.urlopen(req, timeout=10, context=self.ssl_context()) as resp:  # noqa: S310
             text: str = resp.read().decode()
             return text
@@ -312,11 +331,13 @@ def _write_sa_key(path: Path) -> None:
     from cryptography.hazmat.primitives.asymmetric import ec
 
     key = ec.generate_private_key(ec.SECP256R1())
-    path.write_bytes(key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.TraditionalOpenSSL,  # PKCS8 is refused as a public key file
-        serialization.NoEncryption(),
-    ))
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.TraditionalOpenSSL,  # PKCS8 is refused as a public key file
+            serialization.NoEncryption(),
+        )
+    )
     path.chmod(0o600)
 
 
@@ -352,9 +373,12 @@ class NatsServer:
         ports = json.loads(ports_file.read_text())
         self.client_url = ports["nats"][0]
         self.monitor_url = ports["monitoring"][0]
-        _wait_until(self.process,
-                    lambda: _http_ok(f"{self.monitor_url}/healthz?js-enabled-only=true"),
-                    timeout=timeout, what="JetStream-ready")
+        _wait_until(
+            self.process,
+            lambda: _http_ok(f"{self.monitor_url}/healthz?js-enabled-only=true"),
+            timeout=timeout,
+            what="JetStream-ready",
+        )
 
     def stop(self) -> None:
         if self.process:
@@ -379,12 +403,20 @@ class Cluster:
     kubeconfig: Path
 
     @classmethod
-    def start(cls, name: str, workdir: Path, *, apiserver_args: list[str] | None = None,
-              etcd_args: list[str] | None = None, users: list[User] | None = None) -> Cluster:
+    def start(
+        cls,
+        name: str,
+        workdir: Path,
+        *,
+        apiserver_args: list[str] | None = None,
+        etcd_args: list[str] | None = None,
+        users: list[User] | None = None,
+    ) -> Cluster:
         etcd = Etcd(workdir / "etcd", extra_args=etcd_args or [])
         etcd.start()
-        api = KubeAPIServer(workdir / "apiserver", etcd.url, extra_args=apiserver_args or [],
-                            users=users or [])
+        api = KubeAPIServer(
+            workdir / "apiserver", etcd.url, extra_args=apiserver_args or [], users=users or []
+        )
         try:
             api.start()
         except BaseException:

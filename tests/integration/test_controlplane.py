@@ -26,14 +26,16 @@ async def test_jetstream_is_enabled_and_persists(js: JetStreamContext) -> None:
     name = unique_name("probe").replace("-", "_").upper()
     await js.add_stream(name=name, subjects=[f"probe.{name}.>"])
     ack = await js.publish(f"probe.{name}.x", b"hello")
-    assert ack.stream == name and ack.seq == 1
+    assert ack.stream == name
+    assert ack.seq == 1
     msg = await js.get_msg(name, 1)
     assert msg.data == b"hello"
     await js.delete_stream(name)
 
 
-async def test_second_cluster_is_independent(kube: KubeClient,
-                                             second_cluster: servers.Cluster) -> None:
+async def test_second_cluster_is_independent(
+    kube: KubeClient, second_cluster: servers.Cluster
+) -> None:
     assert second_cluster.apiserver.url != kube.host
     name = unique_name("only-here")
     async with await KubeClient.from_kubeconfig(str(second_cluster.kubeconfig)) as other:
@@ -44,12 +46,16 @@ async def test_second_cluster_is_independent(kube: KubeClient,
         await kube.get(ns, name)
 
 
-def test_stack_can_be_started_and_stopped_without_orphans(tmp_path_factory:
-                                                          pytest.TempPathFactory) -> None:
+def test_stack_can_be_started_and_stopped_without_orphans(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
     root = tmp_path_factory.mktemp("standalone")
     stack = servers.Stack.start(root, cluster_name="standalone")
-    pids = [p.pid for p in (stack.nats.process, stack.cluster.etcd.process,
-                            stack.cluster.apiserver.process) if p]
+    pids = [
+        p.pid
+        for p in (stack.nats.process, stack.cluster.etcd.process, stack.cluster.apiserver.process)
+        if p
+    ]
     assert len(pids) == 3
     assert stack.cluster.kubeconfig.exists()
     stack.stop()

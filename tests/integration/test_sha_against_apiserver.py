@@ -22,37 +22,71 @@ LABELS = {"driftbus.dev/bundle": "sha-test"}
 
 
 def configmap(ns: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": "settings", "namespace": ns, "labels": LABELS},
-            "data": {"mode": "fast", "unicode": "grüße ✓"}}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "settings", "namespace": ns, "labels": LABELS},
+        "data": {"mode": "fast", "unicode": "grüße ✓"},
+    }
 
 
 def deployment(ns: str) -> dict[str, Any]:
-    return {"apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": "web", "namespace": ns, "labels": LABELS},
-            "spec": {"selector": {"matchLabels": {"app": "web"}},
-                     "template": {"metadata": {"labels": {"app": "web"}},
-                                  "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]}}}}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": ns, "labels": LABELS},
+        "spec": {
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]},
+            },
+        },
+    }
 
 
 def service(ns: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": "web", "namespace": ns, "labels": LABELS},
-            "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "web", "namespace": ns, "labels": LABELS},
+        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]},
+    }
 
 
 async def install_crd(kube: KubeClient) -> str:
     group = f"{unique_name('sha')}.driftbus.test"
     crd = {
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
         "metadata": {"name": f"widgets.{group}"},
-        "spec": {"group": group, "scope": "Namespaced",
-                 "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
-                 "versions": [{"name": "v1", "served": True, "storage": True,
-                               "schema": {"openAPIV3Schema": {"type": "object", "properties": {
-                                   "spec": {"type": "object", "properties": {
-                                       "size": {"type": "integer", "default": 3},
-                                       "color": {"type": "string"}}}}}}}]}}
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "properties": {
+                                "spec": {
+                                    "type": "object",
+                                    "properties": {
+                                        "size": {"type": "integer", "default": 3},
+                                        "color": {"type": "string"},
+                                    },
+                                }
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
     await kube.apply(crd)
     crd_res = await kube.discovery.resource("apiextensions.k8s.io/v1", "CustomResourceDefinition")
     for _ in range(300):
@@ -64,28 +98,36 @@ async def install_crd(kube: KubeClient) -> str:
     raise AssertionError(f"CRD widgets.{group} never became Established")
 
 
-async def watched_object(kube: KubeClient, res: Resource, ns: str, name: str,
-                         since: str, want_rv: str) -> dict[str, Any]:
+async def watched_object(
+    kube: KubeClient, res: Resource, ns: str, name: str, since: str, want_rv: str
+) -> dict[str, Any]:
     async def first_match() -> dict[str, Any]:
-        async for ev in kube.watch(res, resource_version=since, namespace=ns,
-                                   label_selector="driftbus.dev/bundle=sha-test"):
+        async for ev in kube.watch(
+            res, resource_version=since, namespace=ns, label_selector="driftbus.dev/bundle=sha-test"
+        ):
             if ev.object["metadata"].get("name") == name and ev.resource_version == want_rv:
                 return ev.object
         raise AssertionError("watch ended before the applied resourceVersion arrived")
+
     return await asyncio.wait_for(first_match(), timeout=30)
 
 
 @pytest.mark.parametrize("kind", ["ConfigMap", "Deployment", "Service", "CustomResource"])
-async def test_apply_response_sha_equals_watch_event_sha(kube: KubeClient, namespace: str,
-                                                         kind: str) -> None:
+async def test_apply_response_sha_equals_watch_event_sha(
+    kube: KubeClient, namespace: str, kind: str
+) -> None:
     if kind == "CustomResource":
         group = await install_crd(kube)
-        obj = {"apiVersion": f"{group}/v1", "kind": "Widget",
-               "metadata": {"name": "w1", "namespace": namespace, "labels": LABELS},
-               "spec": {"color": "blue"}}
+        obj = {
+            "apiVersion": f"{group}/v1",
+            "kind": "Widget",
+            "metadata": {"name": "w1", "namespace": namespace, "labels": LABELS},
+            "spec": {"color": "blue"},
+        }
     else:
         obj = {"ConfigMap": configmap, "Deployment": deployment, "Service": service}[kind](
-            namespace)
+            namespace
+        )
     res = await kube.resource_for(obj)
     _, before = await kube.list(res, namespace=namespace)
 
@@ -119,6 +161,7 @@ async def test_reapplying_the_same_manifest_keeps_the_sha(kube: KubeClient, name
 async def test_out_of_band_change_changes_the_server_sha(kube: KubeClient, namespace: str) -> None:
     obj = configmap(namespace)
     applied = await kube.apply(obj)
-    drifted = await kube.apply({**obj, "data": {"mode": "slow"}}, field_manager="someone-else",
-                               force=True)
+    drifted = await kube.apply(
+        {**obj, "data": {"mode": "slow"}}, field_manager="someone-else", force=True
+    )
     assert object_sha(drifted) != object_sha(applied)

@@ -31,13 +31,18 @@ def test_every_message_type_has_a_versioned_schema_tag() -> None:
     for name, kind in MESSAGE_TYPES.items():
         tag = kind.__struct_config__.tag
         assert isinstance(tag, str)
-        assert tag.startswith("driftbus.") and tag.endswith("/v1"), name
+        assert tag.startswith("driftbus."), name
+        assert tag.endswith("/v1"), name
 
 
 def test_bundle_round_trip() -> None:
-    b = Bundle(cluster="c1", bundle="shop", revision="abc123",
-               manifests=[{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}],
-               published_at=dt.datetime(2026, 11, 22, tzinfo=dt.UTC))
+    b = Bundle(
+        cluster="c1",
+        bundle="shop",
+        revision="abc123",
+        manifests=[{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}],
+        published_at=dt.datetime(2026, 11, 22, tzinfo=dt.UTC),
+    )
     wire = encode(b)
     assert b'"schema":"driftbus.bundle/v1"' in wire
     assert decode(wire, Bundle) == b
@@ -49,10 +54,18 @@ def test_tombstone_round_trip() -> None:
 
 
 def test_intent_union_decodes_by_tag() -> None:
-    apply = ApplyIntent(cluster="c1", key=KEY, bundle="shop", revision="r1", manifest_sha=SHA,
-                        manifest={"apiVersion": "apps/v1"}, reason="new")
-    delete = DeleteIntent(cluster="c1", key=KEY, api_version="apps/v1", bundle="shop",
-                          revision="r2")
+    apply = ApplyIntent(
+        cluster="c1",
+        key=KEY,
+        bundle="shop",
+        revision="r1",
+        manifest_sha=SHA,
+        manifest={"apiVersion": "apps/v1"},
+        reason="new",
+    )
+    delete = DeleteIntent(
+        cluster="c1", key=KEY, api_version="apps/v1", bundle="shop", revision="r2"
+    )
     assert decode(encode(apply), Intent) == apply  # type: ignore[arg-type]
     assert decode(encode(delete), Intent) == delete  # type: ignore[arg-type]
 
@@ -60,15 +73,24 @@ def test_intent_union_decodes_by_tag() -> None:
 @pytest.mark.parametrize(
     ("wire", "kind", "reason"),
     [
-        (b'{"schema":"driftbus.bundle/v2","cluster":"c","bundle":"b","revision":"r"}', Bundle,
-         "schema"),
+        (
+            b'{"schema":"driftbus.bundle/v2","cluster":"c","bundle":"b","revision":"r"}',
+            Bundle,
+            "schema",
+        ),
         (b'{"schema":"driftbus.server/v1","cluster":"c"}', Bundle, "schema"),
         (b"\x00\xffgarbage", Bundle, "malformed|invalid"),
-        (b'{"schema":"driftbus.bundle/v1","cluster":"","bundle":"b","revision":"r"}', Bundle,
-         "cluster"),
-        (b'{"schema":"driftbus.server/v1","cluster":"c","key":{"group":"","kind":"K",'
-         b'"namespace":"","name":"n"},"resource_version":"1","server_sha":"XYZ"}', ServerEvent,
-         "server_sha"),
+        (
+            b'{"schema":"driftbus.bundle/v1","cluster":"","bundle":"b","revision":"r"}',
+            Bundle,
+            "cluster",
+        ),
+        (
+            b'{"schema":"driftbus.server/v1","cluster":"c","key":{"group":"","kind":"K",'
+            b'"namespace":"","name":"n"},"resource_version":"1","server_sha":"XYZ"}',
+            ServerEvent,
+            "server_sha",
+        ),
         (b"[]", ServerEvent, "Expected `object`"),
     ],
     ids=["wrong-version", "wrong-type", "binary-garbage", "empty-cluster", "bad-sha", "array"],

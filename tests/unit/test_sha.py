@@ -37,7 +37,10 @@ def base() -> dict[str, Any]:
             "creationTimestamp": "2026-01-01T00:00:00Z",
             "managedFields": [{"manager": "driftbus", "operation": "Apply"}],
         },
-        "spec": {"replicas": 2, "template": {"spec": {"containers": [{"name": "w", "image": "a"}]}}},
+        "spec": {
+            "replicas": 2,
+            "template": {"spec": {"containers": [{"name": "w", "image": "a"}]}},
+        },
         "status": {"readyReplicas": 2, "observedGeneration": 3},
     }
 
@@ -51,6 +54,7 @@ def _set(path: str, value: Any) -> Any:
             obj.pop(leaf, None)
         else:
             obj[leaf] = value
+
     return edit
 
 
@@ -131,14 +135,22 @@ def test_cluster_scoped_empty_namespace_equals_missing() -> None:
 
 
 def test_unicode_is_hashed_as_utf8() -> None:
-    obj = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "u"},
-           "data": {"greeting": "こんにちは 🌍"}}
+    obj = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "u"},
+        "data": {"greeting": "こんにちは 🌍"},
+    }
     assert "こんにちは 🌍".encode() in canonical_bytes(obj)
 
 
 def test_large_object_one_byte_change_is_detected() -> None:
-    big = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "big"},
-           "data": {f"k{i}": "x" * 1000 for i in range(1000)}}
+    big = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "big"},
+        "data": {f"k{i}": "x" * 1000 for i in range(1000)},
+    }
     changed = copy.deepcopy(big)
     changed["data"]["k500"] = "x" * 999 + "y"
     assert len(canonical_bytes(big)) > 1_000_000

@@ -108,13 +108,10 @@ def test_subject_over_the_limit_is_refused_with_a_reason() -> None:
         object_subject("server", "c", huge)
 
 
-@pytest.mark.parametrize("bad", ["", "a.b", "=4", "=zz", "a b", "=FF", "*", ">"])
+@pytest.mark.parametrize("bad", ["a=", "a.b", "=4", "=zz", "a b", "=FF", "*", ">"])
 def test_malformed_tokens_are_refused(bad: str) -> None:
-    if bad == "":
-        pytest.raises(SubjectError, decode_token, "a=")
-    else:
-        with pytest.raises(SubjectError):
-            decode_token(bad)
+    with pytest.raises(SubjectError):
+        decode_token(bad)
 
 
 @pytest.mark.parametrize(
@@ -129,10 +126,14 @@ def test_foreign_subjects_are_refused(subject: str) -> None:
 @pytest.mark.parametrize(
     ("obj", "expected"),
     [
-        ({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "n"}},
-         ObjectKey("", "ConfigMap", "n", "a")),
-        ({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "w"}},
-         ObjectKey("apps", "Deployment", "", "w")),
+        (
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "n"}},
+            ObjectKey("", "ConfigMap", "n", "a"),
+        ),
+        (
+            {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "w"}},
+            ObjectKey("apps", "Deployment", "", "w"),
+        ),
     ],
     ids=["core", "grouped-no-namespace"],
 )
@@ -145,13 +146,16 @@ def test_key_of_raw_object(obj: dict[str, object], expected: ObjectKey) -> None:
     [
         ({"kind": "ConfigMap", "metadata": {"name": "a"}}, "ConfigMap/a: apiVersion is missing"),
         ({"apiVersion": "v1", "metadata": {"name": "a"}}, r"\?/a: kind is missing"),
-        ({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {}},
-         r"ConfigMap/\?: metadata.name is missing"),
+        (
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {}},
+            r"ConfigMap/\?: metadata.name is missing",
+        ),
         ({"apiVersion": "v1", "kind": "ConfigMap"}, r"ConfigMap/\?: metadata.name is missing"),
     ],
     ids=["no-apiVersion", "no-kind", "no-name", "no-metadata"],
 )
-def test_key_of_incomplete_object_names_what_is_missing(obj: dict[str, object],
-                                                        reason: str) -> None:
+def test_key_of_incomplete_object_names_what_is_missing(
+    obj: dict[str, object], reason: str
+) -> None:
     with pytest.raises(SubjectError, match=reason):
         ObjectKey.of(obj)

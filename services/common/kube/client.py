@@ -43,23 +43,25 @@ class KubeClient:
 
     def __init__(self, config: Configuration, *, timeout: float = 30.0) -> None:
         self._config = config
-        self.host: str = config.host.rstrip("/")
+        self.host: str = str(config.host or "").rstrip("/")
         self._timeout = timeout
         self._session: aiohttp.ClientSession | None = None
         self.discovery = Discovery(self.get_path)
 
     @classmethod
-    async def from_kubeconfig(cls, path: str | None = None, context: str | None = None,
-                              **kwargs: Any) -> KubeClient:
+    async def from_kubeconfig(
+        cls, path: str | None = None, context: str | None = None, **kwargs: Any
+    ) -> KubeClient:
         config = Configuration()
-        await load_kube_config(config_file=path, context=context, client_configuration=config,
-                               persist_config=False)
+        await load_kube_config(
+            config_file=path, context=context, client_configuration=config, persist_config=False
+        )
         return cls(config, **kwargs)
 
     @classmethod
     def in_cluster(cls, **kwargs: Any) -> KubeClient:
         config = Configuration()
-        load_incluster_config(client_configuration=config)
+        load_incluster_config(client_configuration=config)  # type: ignore[no-untyped-call]
         return cls(config, **kwargs)
 
     def _ssl(self) -> ssl.SSLContext | bool:
@@ -75,7 +77,9 @@ class KubeClient:
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(ssl=self._ssl(), limit=64)
             self._session = aiohttp.ClientSession(
-                connector=connector, read_bufsize=_READ_BUFFER, json_serialize=_dumps_str,
+                connector=connector,
+                read_bufsize=_READ_BUFFER,
+                json_serialize=_dumps_str,
             )
         return self._session
 
@@ -98,10 +102,17 @@ class KubeClient:
             headers["Content-Type"] = content_type
         return headers
 
-    async def request(self, method: str, path: str, *, subject: str = "",
-                      params: Mapping[str, str] | None = None, body: bytes | None = None,
-                      content_type: str | None = None,
-                      timeout: float | None = None) -> dict[str, Any]:
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        subject: str = "",
+        params: Mapping[str, str] | None = None,
+        body: bytes | None = None,
+        content_type: str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - a per-request HTTP timeout, passed on
+    ) -> dict[str, Any]:
         """One API call; returns the decoded JSON body or raises a typed ``KubeError``.
 
         ``subject`` names what the call is about (``ConfigMap/ns/name``) and starts every error.
@@ -110,19 +121,27 @@ class KubeClient:
         subject = subject or f"{method} {path}"
         try:
             async with session.request(
-                method, self.host + path, params=params, data=body,
+                method,
+                self.host + path,
+                params=params,
+                data=body,
                 headers=await self._headers(content_type),
                 timeout=aiohttp.ClientTimeout(total=timeout or self._timeout),
             ) as resp:
                 raw = await resp.read()
                 if resp.status >= 400:
-                    raise error_for(subject, resp.status, _loads_or_none(raw),
-                                    _retry_after(resp.headers.get("Retry-After")))
+                    raise error_for(
+                        subject,
+                        resp.status,
+                        _loads_or_none(raw),
+                        _retry_after(resp.headers.get("Retry-After")),
+                    )
         except KubeError:
             raise
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            raise Retryable(subject, 0, type(exc).__name__, str(exc) or "connection failed") \
-                from None
+            raise Retryable(
+                subject, 0, type(exc).__name__, str(exc) or "connection failed"
+            ) from None
         decoded = _loads_or_none(raw)
         if decoded is None:
             raise KubeError(subject, resp.status, "BadResponse", "response is not a JSON object")
@@ -132,14 +151,21 @@ class KubeClient:
         return await self.request("GET", path)
 
     async def resource_for(self, obj: Mapping[str, Any]) -> Resource:
-        return await self.discovery.resource(str(obj.get("apiVersion", "")),
-                                             str(obj.get("kind", "")))
+        return await self.discovery.resource(
+            str(obj.get("apiVersion", "")), str(obj.get("kind", ""))
+        )
 
     # --- verbs ----------------------------------------------------------------------------
 
-    async def apply(self, obj: Mapping[str, Any], *, field_manager: str = "driftbus",
-                    force: bool = False, dry_run: bool = False,
-                    resource: Resource | None = None) -> dict[str, Any]:
+    async def apply(
+        self,
+        obj: Mapping[str, Any],
+        *,
+        field_manager: str = "driftbus",
+        force: bool = False,
+        dry_run: bool = False,
+        resource: Resource | None = None,
+    ) -> dict[str, Any]:
         """Server-side apply of a raw object; returns the object the server stored."""
         res = resource or await self.resource_for(obj)
         meta = obj.get("metadata", {})
@@ -147,29 +173,44 @@ class KubeClient:
         if dry_run:
             params["dryRun"] = "All"
         return await self.request(
-            "PATCH", res.path(meta.get("namespace", ""), meta["name"]),
-            subject=_subject(obj), params=params, body=orjson.dumps(obj),
+            "PATCH",
+            res.path(meta.get("namespace", ""), meta["name"]),
+            subject=_subject(obj),
+            params=params,
+            body=orjson.dumps(obj),
             content_type=APPLY_PATCH,
         )
 
     async def get(self, res: Resource, name: str, namespace: str = "") -> dict[str, Any]:
-        return await self.request("GET", res.path(namespace, name),
-                                  subject=f"{res.kind}/{namespace + '/' if namespace else ''}{name}")
+        return await self.request(
+            "GET",
+            res.path(namespace, name),
+            subject=f"{res.kind}/{namespace + '/' if namespace else ''}{name}",
+        )
 
-    async def delete(self, res: Resource, name: str, namespace: str = "",
-                     *, resource_version: str | None = None) -> dict[str, Any]:
+    async def delete(
+        self, res: Resource, name: str, namespace: str = "", *, resource_version: str | None = None
+    ) -> dict[str, Any]:
         body = None
         if resource_version:
-            body = orjson.dumps({"apiVersion": "v1", "kind": "DeleteOptions",
-                                 "preconditions": {"resourceVersion": resource_version}})
+            body = orjson.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "DeleteOptions",
+                    "preconditions": {"resourceVersion": resource_version},
+                }
+            )
         return await self.request(
-            "DELETE", res.path(namespace, name), body=body,
+            "DELETE",
+            res.path(namespace, name),
+            body=body,
             content_type="application/json" if body else None,
             subject=f"{res.kind}/{namespace + '/' if namespace else ''}{name}",
         )
 
-    async def list(self, res: Resource, *, namespace: str = "", label_selector: str = "",
-                   limit: int = 500) -> tuple[list[dict[str, Any]], str]:
+    async def list(
+        self, res: Resource, *, namespace: str = "", label_selector: str = "", limit: int = 500
+    ) -> tuple[list[dict[str, Any]], str]:
         """Paginated list; returns (items, the list's resourceVersion to watch from)."""
         items: list[dict[str, Any]] = []
         cont = ""
@@ -179,8 +220,9 @@ class KubeClient:
                 params["labelSelector"] = label_selector
             if cont:
                 params["continue"] = cont
-            page = await self.request("GET", res.path(namespace), params=params,
-                                      subject=f"list {res}")
+            page = await self.request(
+                "GET", res.path(namespace), params=params, subject=f"list {res}"
+            )
             # List items omit apiVersion/kind; restore them so items hash like watch objects.
             for item in page.get("items", []):
                 item.setdefault("apiVersion", res.api_version)
@@ -191,26 +233,38 @@ class KubeClient:
             if not cont:
                 return items, str(meta.get("resourceVersion", ""))
 
-    async def watch(self, res: Resource, *, resource_version: str, namespace: str = "",
-                    label_selector: str = "", timeout_seconds: int = 300,
-                    ) -> AsyncIterator[WatchEvent]:
+    async def watch(
+        self,
+        res: Resource,
+        *,
+        resource_version: str,
+        namespace: str = "",
+        label_selector: str = "",
+        timeout_seconds: int = 300,
+    ) -> AsyncIterator[WatchEvent]:
         """Watch from ``resource_version`` with bookmarks, one event per line.
 
         Raises ``Gone`` when the version was compacted away (the caller relists); ends normally
         when the server closes the stream (the caller resumes from the last version it saw).
         """
-        params = {"watch": "true", "allowWatchBookmarks": "true",
-                  "resourceVersion": resource_version, "timeoutSeconds": str(timeout_seconds)}
+        params = {
+            "watch": "true",
+            "allowWatchBookmarks": "true",
+            "resourceVersion": resource_version,
+            "timeoutSeconds": str(timeout_seconds),
+        }
         if label_selector:
             params["labelSelector"] = label_selector
         session = await self._client()
         subject = f"watch {res}"
         try:
             async with session.get(
-                self.host + res.path(namespace), params=params,
+                self.host + res.path(namespace),
+                params=params,
                 headers=await self._headers(None),
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=self._timeout,
-                                              sock_read=timeout_seconds + 30),
+                timeout=aiohttp.ClientTimeout(
+                    total=None, sock_connect=self._timeout, sock_read=timeout_seconds + 30
+                ),
             ) as resp:
                 if resp.status >= 400:
                     raise error_for(subject, resp.status, _loads_or_none(await resp.read()))
@@ -229,8 +283,7 @@ class KubeClient:
         except (KubeError, Gone):
             raise
         except (aiohttp.ClientError, TimeoutError, OSError, asyncio.IncompleteReadError) as exc:
-            raise Retryable(subject, 0, type(exc).__name__, str(exc) or "stream broken") \
-                from None
+            raise Retryable(subject, 0, type(exc).__name__, str(exc) or "stream broken") from None
 
 
 def _subject(obj: Mapping[str, Any]) -> str:

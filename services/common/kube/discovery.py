@@ -39,8 +39,11 @@ class Resource:
         return "/".join(parts)
 
     def __str__(self) -> str:
-        return f"{self.plural}.{self.group}/{self.version}" if self.group else \
-            f"{self.plural}/{self.version}"
+        return (
+            f"{self.plural}.{self.group}/{self.version}"
+            if self.group
+            else f"{self.plural}/{self.version}"
+        )
 
 
 Fetch = Callable[[str], Awaitable[dict[str, Any]]]
@@ -59,8 +62,12 @@ class Discovery:
             return cached
         kinds = await self.refresh(api_version)
         if kind not in kinds:
-            raise NotFound(f"{kind} ({api_version})", 404, "NotFound",
-                           f"the server does not serve kind {kind} in {api_version}")
+            raise NotFound(
+                f"{kind} ({api_version})",
+                404,
+                "NotFound",
+                f"the server does not serve kind {kind} in {api_version}",
+            )
         return kinds[kind]
 
     async def refresh(self, api_version: str) -> dict[str, Resource]:

@@ -17,8 +17,16 @@ class KubeError(Exception):
 
     retryable = False
 
-    def __init__(self, subject: str, status: int, reason: str, message: str,
-                 *, details: dict[str, Any] | None = None, retry_after: float | None = None):
+    def __init__(
+        self,
+        subject: str,
+        status: int,
+        reason: str,
+        message: str,
+        *,
+        details: dict[str, Any] | None = None,
+        retry_after: float | None = None,
+    ):
         self.subject = subject
         self.status = status
         self.reason = reason
@@ -63,13 +71,20 @@ class Retryable(KubeError):
 
 
 _BY_STATUS: dict[int, type[KubeError]] = {
-    400: BadRequest, 401: Unauthorized, 403: Forbidden, 404: NotFound, 409: Conflict,
-    410: Gone, 422: Invalid, 429: Retryable,
+    400: BadRequest,
+    401: Unauthorized,
+    403: Forbidden,
+    404: NotFound,
+    409: Conflict,
+    410: Gone,
+    422: Invalid,
+    429: Retryable,
 }
 
 
-def error_for(subject: str, status: int, body: dict[str, Any] | None,
-              retry_after: float | None = None) -> KubeError:
+def error_for(
+    subject: str, status: int, body: dict[str, Any] | None, retry_after: float | None = None
+) -> KubeError:
     """Map an HTTP status and a Kubernetes ``Status`` body to a typed error."""
     body = body or {}
     reason = str(body.get("reason") or f"HTTP {status}")

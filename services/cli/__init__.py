@@ -1,0 +1,1 @@
+"""The ``driftbus`` command line."""
