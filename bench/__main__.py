@@ -1,0 +1,40 @@
+"""``python -m bench [SCENARIO ...]`` (``make bench SCENARIOS=...``): run benchmarks, print a
+table, write ``bench/results/<scenario>.json``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from bench import hashing, report
+
+SCENARIOS = {"hashing": hashing.run}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench")
+    parser.add_argument(
+        "scenarios",
+        nargs="*",
+        choices=[*SCENARIOS, []],
+        metavar="SCENARIO",
+        help=f"default: all ({', '.join(SCENARIOS)})",
+    )
+    parser.add_argument("--repetitions", type=int, default=5)
+    parser.add_argument("--objects", type=int, default=None)
+    args = parser.parse_args(argv)
+    results = []
+    for name in args.scenarios or list(SCENARIOS):
+        kwargs = {"repetitions": args.repetitions}
+        if args.objects:
+            kwargs["objects"] = args.objects
+        print(f"running {name} …", file=sys.stderr, flush=True)
+        got = SCENARIOS[name](**kwargs)
+        print(f"wrote {report.write(got, stem=name)}", file=sys.stderr)
+        results += got
+    print(report.table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
