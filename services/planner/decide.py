@@ -1,0 +1,234 @@
+"""The planner's decision rule (DESIGN §3) as a pure state machine per object.
+
+``step(entry, event) -> (entry, Decision | None)`` folds one fact into the planner's view of one
+object and says what, if anything, to send to the cluster. The NATS shell feeds it the three
+compacted streams and publishes what it returns; nothing here does I/O, reads a clock, or keeps
+hidden state, so every behaviour is a table row or a property test.
+
+Rules, in order, for an object in the current revision of its bundle:
+
+1. no applySHA is known                         → apply, reason ``new``
+2. manifestSHA != last applied manifestSHA      → apply, reason ``manifest``
+3. the live object was deleted out of band      → apply, reason ``deleted``
+   applySHA != serverSHA                        → apply, reason ``drift``
+otherwise it is a cache hit. There is no time-based expiry.
+
+Level-triggered safeguards instead of locks:
+
+* **In flight.** After an intent for manifestSHA M is emitted, no other intent for M is emitted
+  until an applied event or a failure for M arrives, so a new object is applied exactly once
+  (the watch event of our own apply often arrives before the applied event).
+* **Stale facts.** A server event older than the last applied resourceVersion (or than the last
+  server event: active-active watchers may deliver out of order) is ignored; an applied event
+  for an older manifest leaves the newer intent in flight.
+* **Failures** are reported, not retried in a loop: a failed manifest is retried only when the
+  bundle is published again (reason ``retry``) or the manifest changes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+from schemas.messages import DecisionAction, DecisionReason
+from schemas.subjects import ObjectKey
+
+Sha = bytes  # 32 raw bytes in memory; hex only on the wire
+
+
+class Trigger(enum.Enum):
+    """What caused a step: bundle publishes record hits; events record only misses."""
+
+    BUNDLE = "bundle"
+    SERVER = "server"
+    APPLIED = "applied"
+    FAILED = "failed"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Desired:
+    """The object is in revision ``revision`` of ``bundle`` with this manifestSHA."""
+
+    bundle: str
+    revision: str
+    manifest_sha: Sha
+    prune: bool = True
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Removed:
+    """The object left ``bundle`` in ``revision`` (it was in the previous revision)."""
+
+    bundle: str
+    revision: str
+    prune: bool = True
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Observed:
+    """A server event from the watcher (``server_sha=None`` with ``deleted`` for a tombstone)."""
+
+    resource_version: int
+    server_sha: Sha | None
+    deleted: bool = False
+    owner_bundle: str = ""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Applied:
+    """An applier applied ``manifest_sha`` (or deleted the object) and saw ``apply_sha``."""
+
+    manifest_sha: Sha
+    apply_sha: Sha | None
+    resource_version: int
+    deleted: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Failed:
+    """An applier gave up on ``manifest_sha`` (invalid, conflict, ... : reported, not looped)."""
+
+    manifest_sha: Sha
+
+
+Event = Desired | Removed | Observed | Applied | Failed
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Entry:
+    """Everything the planner knows about one object. Immutable: ``step`` returns a new one."""
+
+    key: ObjectKey
+    # desired (from BUNDLES)
+    bundle: str = ""
+    revision: str = ""
+    manifest_sha: Sha | None = None
+    prune: bool = True
+    # last apply (from APPLIED)
+    applied_manifest_sha: Sha | None = None
+    apply_sha: Sha | None = None
+    applied_rv: int = 0
+    # live object (from SERVER)
+    server_sha: Sha | None = None
+    server_deleted: bool = False
+    server_rv: int = 0
+    owner_bundle: str = ""
+    # bookkeeping
+    inflight: Sha | None = None
+    """manifestSHA of the apply intent sent and not yet answered; ``DELETE_INFLIGHT`` for a
+    delete."""
+    failed: Sha | None = None
+    """manifestSHA whose apply failed; not retried until republished or changed."""
+
+
+DELETE_INFLIGHT: Sha = b"\0" * 32
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Decision:
+    action: DecisionAction
+    reason: DecisionReason
+
+    @property
+    def writes(self) -> bool:
+        return self.action in (DecisionAction.APPLY, DecisionAction.DELETE)
+
+
+HIT = Decision(DecisionAction.HIT, DecisionReason.HIT)
+
+
+def _apply(reason: DecisionReason) -> Decision:
+    return Decision(DecisionAction.APPLY, reason)
+
+
+def evaluate(e: Entry, *, republished: bool = False) -> Decision | None:
+    """The rule itself, on a settled entry: an intent to send, a hit, or None (waiting)."""
+    if e.manifest_sha is None:
+        return None
+    if e.inflight is not None:
+        if e.inflight == e.manifest_sha:
+            return None  # our intent for exactly this manifest is still on its way
+        # a newer manifest supersedes the one in flight (the applier drops the old intent)
+        return _apply(DecisionReason.MANIFEST)
+    if e.failed is not None and e.failed == e.manifest_sha:
+        return _apply(DecisionReason.RETRY) if republished else None
+    if e.apply_sha is None:
+        return _apply(DecisionReason.NEW)
+    if e.applied_manifest_sha != e.manifest_sha:
+        return _apply(DecisionReason.MANIFEST)
+    if e.server_rv >= e.applied_rv and e.server_rv > 0:
+        if e.server_deleted:
+            return _apply(DecisionReason.DELETED)
+        if e.server_sha != e.apply_sha:
+            return _apply(DecisionReason.DRIFT)
+    return HIT
+
+
+def step(e: Entry, event: Event) -> tuple[Entry, Decision | None]:
+    """Fold one event into ``e``; return the new entry and the decision to publish, if any.
+
+    Intents go out for every returned decision that ``writes``; a HIT is returned (and recorded)
+    only when a bundle publish asked, so the audit log holds one row per object per publish.
+    """
+    match event:
+        case Desired():
+            republished = e.manifest_sha == event.manifest_sha
+            e = dataclasses.replace(e, bundle=event.bundle, revision=event.revision,
+                                    manifest_sha=event.manifest_sha, prune=event.prune)  # fmt: skip
+            return _emit(e, evaluate(e, republished=republished), Trigger.BUNDLE)
+        case Removed():
+            return _removed(e, event)
+        case Observed():
+            if event.resource_version < max(e.applied_rv, e.server_rv):
+                return e, None  # older than our last apply or the last event: a stale fact
+            e = dataclasses.replace(e, server_sha=event.server_sha, server_deleted=event.deleted,
+                                    server_rv=event.resource_version,
+                                    owner_bundle=event.owner_bundle or e.owner_bundle)  # fmt: skip
+            return _emit(e, evaluate(e), Trigger.SERVER)
+        case Applied():
+            return _applied(e, event)
+        case Failed():
+            if e.inflight == event.manifest_sha:
+                e = dataclasses.replace(e, inflight=None, failed=event.manifest_sha)
+            return _emit(e, evaluate(e), Trigger.FAILED)
+    raise TypeError(f"{e.key}: unknown event {event!r}")  # pragma: no cover
+
+
+def _emit(e: Entry, d: Decision | None, trigger: Trigger) -> tuple[Entry, Decision | None]:
+    if d is None:
+        return e, None
+    if d.writes:
+        return dataclasses.replace(e, inflight=e.manifest_sha, failed=None), d
+    return e, (d if trigger is Trigger.BUNDLE else None)
+
+
+def _applied(e: Entry, ev: Applied) -> tuple[Entry, Decision | None]:
+    if ev.deleted:
+        if e.inflight == DELETE_INFLIGHT:
+            # pruned: forget the applied state, keep desired (none) and the tombstone
+            e = dataclasses.replace(e, inflight=None, applied_manifest_sha=None, apply_sha=None,
+                                    applied_rv=ev.resource_version)  # fmt: skip
+        return e, None
+    # The result answers the intent for its manifest whatever order results arrive in (two
+    # appliers may finish in reverse), but only the newest result is the applied state.
+    inflight = None if e.inflight == ev.manifest_sha else e.inflight
+    if ev.resource_version >= e.applied_rv:
+        e = dataclasses.replace(e, applied_manifest_sha=ev.manifest_sha, apply_sha=ev.apply_sha,
+                                applied_rv=ev.resource_version)  # fmt: skip
+    e = dataclasses.replace(e, inflight=inflight)
+    return _emit(e, evaluate(e), Trigger.APPLIED)
+
+
+def _removed(e: Entry, ev: Removed) -> tuple[Entry, Decision | None]:
+    if e.bundle and e.bundle != ev.bundle:
+        return e, None  # the object moved to another bundle meanwhile: not ours to prune
+    e = dataclasses.replace(e, bundle="", revision=ev.revision, manifest_sha=None, prune=ev.prune)
+    live = e.server_rv > 0 and not e.server_deleted
+    if not live or e.owner_bundle != ev.bundle:
+        return e, Decision(DecisionAction.KEEP, DecisionReason.NOT_OWNED)
+    if not ev.prune:
+        return e, Decision(DecisionAction.KEEP, DecisionReason.PRUNE_DISABLED)
+    if e.inflight == DELETE_INFLIGHT:
+        return e, None
+    return (dataclasses.replace(e, inflight=DELETE_INFLIGHT),
+            Decision(DecisionAction.DELETE, DecisionReason.PRUNE))  # fmt: skip
