@@ -177,6 +177,8 @@ class ObjectStatus(_Message, frozen=True, tag=_tag("object-status")):
     message: str = ""
     """Human-readable reason; API error text is scrubbed of Secret values before it lands here."""
     apply_sha: Sha | None = None
+    manifest_sha: Sha | None = None
+    """The desired manifestSHA this status is about (a failure is for one manifest only)."""
     attempts: int = 0
     at: dt.datetime | None = None
     trace_id: str = ""

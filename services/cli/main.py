@@ -5,12 +5,15 @@ Subcommands so far:
 * ``driftbus up`` — start the local stack (nats-server with JetStream, etcd, kube-apiserver),
   print how to reach it, and keep it running until Ctrl-C. The watcher, planner and appliers
   join it when the reconcile pipeline lands.
+* ``driftbus watcher|planner|applier`` — run one service (settings: ``--help`` of each).
 * ``driftbus assets`` — show or build the server binaries.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import json
 import signal
 import sys
@@ -18,8 +21,50 @@ import tempfile
 import threading
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
+from services.applier import service as applier
+from services.common import logs, settings
 from services.controlplane import assets, servers
+from services.planner import service as planner
+from services.watcher import service as watcher
+
+SERVICES: dict[str, tuple[Any, type[Any], str]] = {
+    "watcher": (watcher.run, watcher.WatcherSettings, "list+watch a cluster, publish SHAs"),
+    "planner": (planner.run, planner.PlannerSettings, "decide what to apply"),
+    "applier": (applier.run, applier.ApplierSettings, "server-side apply intents"),
+}
+
+
+def cmd_service(args: argparse.Namespace) -> int:
+    run, model, _ = SERVICES[args.command]
+    try:
+        config = settings.load(model, args)
+    except settings.SettingsError as exc:
+        print(f"driftbus {args.command}: {exc}", file=sys.stderr)
+        return 2
+    logs.configure(args.command)
+    return asyncio.run(_until_signal(args.command, run, config))
+
+
+async def _until_signal(name: str, run: Any, config: Any) -> int:
+    """Run a service until SIGTERM/SIGINT. The applier gets a stop event so it can finish the
+    intents it started; the others are cancelled (everything they hold is in the streams)."""
+    loop = asyncio.get_running_loop()
+    stopping = asyncio.Event()
+    kwargs = {"stopping": stopping} if name == "applier" else {}
+    task = asyncio.create_task(run(config, **kwargs))
+
+    def stop() -> None:
+        stopping.set()
+        if name != "applier":
+            task.cancel()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop)
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    return 0
 
 
 def _color(text: str, code: str) -> str:
@@ -56,11 +101,16 @@ def cmd_up(args: argparse.Namespace) -> int:
             print(f"  export NATS_URL={info['nats_url']}")
             print("\nCtrl-C stops everything.", flush=True)
         while not stopping.wait(0.5):
-            for proc in (stack.nats.process, stack.cluster.etcd.process,
-                         stack.cluster.apiserver.process):  # fmt: skip
+            for proc in (
+                stack.nats.process,
+                stack.cluster.etcd.process,
+                stack.cluster.apiserver.process,
+            ):
                 if proc is not None and not proc.alive():
-                    print(f"driftbus up: {proc.name} exited; its log: {proc.log_path}",
-                          file=sys.stderr)  # fmt: skip
+                    print(
+                        f"driftbus up: {proc.name} exited; its log: {proc.log_path}",
+                        file=sys.stderr,
+                    )
                     print(servers.log_tail(proc.log_path, 20), file=sys.stderr)
                     return 1
     finally:
@@ -86,6 +136,11 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--workdir", help="keep data and logs here (default: a new temp dir)")
     up.add_argument("-o", "--output", choices=["table", "json"], default="table")
     up.set_defaults(func=cmd_up)
+
+    for name, (_, model, help_text) in SERVICES.items():
+        p = sub.add_parser(name, help=help_text)
+        settings.add_arguments(p, model)
+        p.set_defaults(func=cmd_service)
 
     a = sub.add_parser("assets", help="show (or --build) the server binaries tests use")
     a.add_argument("--build", action="store_true", help="build whatever is missing")

@@ -156,8 +156,16 @@ def build(asset: Asset, *, out: _Progress) -> Path:
     total = sum(1 for line in deps.stdout.splitlines() if line.strip())
     tmp = target.with_suffix(".partial")
     cmd = [
-        "go", "build", "-v", "-trimpath", "-ldflags", asset.ldflags, "-o", str(tmp), asset.package,
-    ]  # fmt: skip
+        "go",
+        "build",
+        "-v",
+        "-trimpath",
+        "-ldflags",
+        asset.ldflags,
+        "-o",
+        str(tmp),
+        asset.package,
+    ]
     proc = subprocess.Popen(
         cmd, cwd=mod, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )

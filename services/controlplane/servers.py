@@ -178,19 +178,31 @@ class Etcd:
         self.client_port = self.client_port or free_port()
         peer = f"http://{LOOPBACK}:{free_port()}"
         binary = assets.ensure("etcd")
-        self.process = Process("etcd", [
-            str(binary),
-            "--name", "driftbus-test",
-            "--data-dir", str(self.workdir / "data"),
-            "--listen-client-urls", self.url,
-            "--advertise-client-urls", self.url,
-            "--listen-peer-urls", peer,
-            "--initial-advertise-peer-urls", peer,
-            "--initial-cluster", f"driftbus-test={peer}",
-            "--unsafe-no-fsync",
-            "--log-level", "warn",
-            *self.extra_args,
-        ], self.workdir)  # fmt: skip
+        self.process = Process(
+            "etcd",
+            [
+                str(binary),
+                "--name",
+                "driftbus-test",
+                "--data-dir",
+                str(self.workdir / "data"),
+                "--listen-client-urls",
+                self.url,
+                "--advertise-client-urls",
+                self.url,
+                "--listen-peer-urls",
+                peer,
+                "--initial-advertise-peer-urls",
+                peer,
+                "--initial-cluster",
+                f"driftbus-test={peer}",
+                "--unsafe-no-fsync",
+                "--log-level",
+                "warn",
+                *self.extra_args,
+            ],
+            self.workdir,
+        )
         self.process.start()
         _wait_until(
             self.process, lambda: _http_ok(f"{self.url}/health"), timeout=timeout, what="healthy"
@@ -245,27 +257,31 @@ class KubeAPIServer:
         tokens.write_text("\n".join(rows) + "\n")
         tokens.chmod(0o600)
         binary = assets.ensure("kube-apiserver")
-        self.process = Process("kube-apiserver", [
-            str(binary),
-            f"--etcd-servers={self.etcd_url}",
-            f"--bind-address={LOOPBACK}",
-            f"--advertise-address={LOOPBACK}",
-            f"--secure-port={self.port}",
-            f"--cert-dir={certs}",
-            f"--token-auth-file={tokens}",
-            "--authorization-mode=RBAC",
-            "--service-cluster-ip-range=10.0.0.0/24",
-            "--allow-privileged=true",
-            "--disable-admission-plugins=ServiceAccount",
-            f"--service-account-issuer=https://{LOOPBACK}:{self.port}",
-            f"--service-account-key-file={certs / 'sa.key'}",
-            f"--service-account-signing-key-file={certs / 'sa.key'}",
-            "--v=0",
-            # No kubelet or controllers: loopback endpoints for the kubernetes Service are refused
-            # every 10 s otherwise (envtest does the same).
-            "--endpoint-reconciler-type=none",
-            *self.extra_args,
-        ], self.workdir)  # fmt: skip
+        self.process = Process(
+            "kube-apiserver",
+            [
+                str(binary),
+                f"--etcd-servers={self.etcd_url}",
+                f"--bind-address={LOOPBACK}",
+                f"--advertise-address={LOOPBACK}",
+                f"--secure-port={self.port}",
+                f"--cert-dir={certs}",
+                f"--token-auth-file={tokens}",
+                "--authorization-mode=RBAC",
+                "--service-cluster-ip-range=10.0.0.0/24",
+                "--allow-privileged=true",
+                "--disable-admission-plugins=ServiceAccount",
+                f"--service-account-issuer=https://{LOOPBACK}:{self.port}",
+                f"--service-account-key-file={certs / 'sa.key'}",
+                f"--service-account-signing-key-file={certs / 'sa.key'}",
+                "--v=0",
+                # No kubelet or controllers: loopback endpoints for the kubernetes Service
+                # are refused every 10 s otherwise (envtest does the same).
+                "--endpoint-reconciler-type=none",
+                *self.extra_args,
+            ],
+            self.workdir,
+        )
         self.process.start()
         auth = {"Authorization": f"Bearer {self.admin_token}"}
         # The serving certificate is written during start-up; until then there is nothing to trust.
@@ -362,11 +378,25 @@ class NatsServer:
         ports_dir.mkdir(parents=True, exist_ok=True)
         for old in ports_dir.glob("*.ports"):
             old.unlink()
-        self.process = Process("nats-server", [
-            str(binary), "-a", LOOPBACK, "-p", "-1", "-m", "-1", "-js",
-            "-sd", str(self.store_dir), "--ports_file_dir", str(ports_dir),
-            *self.extra_args,
-        ], self.workdir)  # fmt: skip
+        self.process = Process(
+            "nats-server",
+            [
+                str(binary),
+                "-a",
+                LOOPBACK,
+                "-p",
+                "-1",
+                "-m",
+                "-1",
+                "-js",
+                "-sd",
+                str(self.store_dir),
+                "--ports_file_dir",
+                str(ports_dir),
+                *self.extra_args,
+            ],
+            self.workdir,
+        )
         self.process.start()
         ports_file = ports_dir / f"nats-server_{self.process.pid}.ports"
         _wait_until(self.process, ports_file.exists, timeout=timeout, what="listening")
@@ -483,9 +513,9 @@ def orphans(marker: str) -> list[str]:
     session or stack puts all its servers under — whoever their parent is now. ``pid cmdline``
     strings; empty when all is clean."""
     found = []
-    me = os.getpid()
+    mine = _ancestors(os.getpid())  # our own command line (or a wrapper's) may name the marker
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == me:
+        if not entry.name.isdigit() or int(entry.name) in mine:
             continue
         try:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
@@ -494,6 +524,18 @@ def orphans(marker: str) -> list[str]:
         if marker in cmdline and _pid_alive(int(entry.name)):
             found.append(f"{entry.name} {cmdline[:160]}")
     return found
+
+
+def _ancestors(pid: int) -> set[int]:
+    chain = set()
+    while pid > 1 and pid not in chain:
+        chain.add(pid)
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            break
+    return chain
 
 
 def still_running() -> list[str]:

@@ -62,8 +62,13 @@ def _deployment(obj: Mapping[str, Any], status: Mapping[str, Any]) -> Result:
     if progressing is not None and progressing.get("reason") == "ProgressDeadlineExceeded":
         return Health.FAILED, _why(progressing) or "progress deadline exceeded"
     want = _int(obj.get("spec", {}).get("replicas"), 1)
-    waiting = _replicas(want, status, updated="updatedReplicas", ready="readyReplicas",
-                        available="availableReplicas")  # fmt: skip
+    waiting = _replicas(
+        want,
+        status,
+        updated="updatedReplicas",
+        ready="readyReplicas",
+        available="availableReplicas",
+    )
     if waiting:
         return waiting
     if _int(status.get("replicas")) > want:
@@ -85,8 +90,13 @@ def _daemonset(obj: Mapping[str, Any], status: Mapping[str, Any]) -> Result:
     want = _int(status.get("desiredNumberScheduled"))
     if "desiredNumberScheduled" not in status:
         return Health.IN_PROGRESS, "not yet scheduled"
-    waiting = _replicas(want, status, updated="updatedNumberScheduled",
-                        available="numberAvailable", ready="numberReady")  # fmt: skip
+    waiting = _replicas(
+        want,
+        status,
+        updated="updatedNumberScheduled",
+        available="numberAvailable",
+        ready="numberReady",
+    )
     return waiting or READY
 
 

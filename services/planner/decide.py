@@ -150,7 +150,8 @@ def evaluate(e: Entry, *, republished: bool = False) -> Decision | None:
             return None  # our intent for exactly this manifest is still on its way
         # a newer manifest supersedes the one in flight (the applier drops the old intent)
         return _apply(DecisionReason.MANIFEST)
-    if e.failed is not None and e.failed == e.manifest_sha:
+    if e.failed == e.manifest_sha and e.applied_manifest_sha != e.manifest_sha:
+        # failed and never applied since: report, do not loop (a republish retries)
         return _apply(DecisionReason.RETRY) if republished else None
     if e.apply_sha is None:
         return _apply(DecisionReason.NEW)
@@ -173,17 +174,26 @@ def step(e: Entry, event: Event) -> tuple[Entry, Decision | None]:
     match event:
         case Desired():
             republished = e.manifest_sha == event.manifest_sha
-            e = dataclasses.replace(e, bundle=event.bundle, revision=event.revision,
-                                    manifest_sha=event.manifest_sha, prune=event.prune)  # fmt: skip
+            e = dataclasses.replace(
+                e,
+                bundle=event.bundle,
+                revision=event.revision,
+                manifest_sha=event.manifest_sha,
+                prune=event.prune,
+            )
             return _emit(e, evaluate(e, republished=republished), Trigger.BUNDLE)
         case Removed():
             return _removed(e, event)
         case Observed():
             if event.resource_version < max(e.applied_rv, e.server_rv):
                 return e, None  # older than our last apply or the last event: a stale fact
-            e = dataclasses.replace(e, server_sha=event.server_sha, server_deleted=event.deleted,
-                                    server_rv=event.resource_version,
-                                    owner_bundle=event.owner_bundle or e.owner_bundle)  # fmt: skip
+            e = dataclasses.replace(
+                e,
+                server_sha=event.server_sha,
+                server_deleted=event.deleted,
+                server_rv=event.resource_version,
+                owner_bundle=event.owner_bundle or e.owner_bundle,
+            )
             return _emit(e, evaluate(e), Trigger.SERVER)
         case Applied():
             return _applied(e, event)
@@ -192,6 +202,45 @@ def step(e: Entry, event: Event) -> tuple[Entry, Decision | None]:
                 e = dataclasses.replace(e, inflight=None, failed=event.manifest_sha)
             return _emit(e, evaluate(e), Trigger.FAILED)
     raise TypeError(f"{e.key}: unknown event {event!r}")  # pragma: no cover
+
+
+def restore(e: Entry, event: Event) -> Entry:
+    """Fold a replayed fact into ``e`` without deciding (the planner's start-up rebuild).
+
+    Unlike ``step`` it never marks anything in flight: after the rebuild the planner evaluates
+    every entry once, which is when intents go out.
+    """
+    match event:
+        case Desired():
+            return dataclasses.replace(
+                e,
+                bundle=event.bundle,
+                revision=event.revision,
+                manifest_sha=event.manifest_sha,
+                prune=event.prune,
+            )
+        case Observed() if event.resource_version >= e.server_rv:
+            return dataclasses.replace(
+                e,
+                server_sha=event.server_sha,
+                server_deleted=event.deleted,
+                server_rv=event.resource_version,
+                owner_bundle=event.owner_bundle or e.owner_bundle,
+            )
+        case Applied() if event.resource_version >= e.applied_rv:
+            if event.deleted:
+                return dataclasses.replace(
+                    e, applied_manifest_sha=None, apply_sha=None, applied_rv=event.resource_version
+                )
+            return dataclasses.replace(
+                e,
+                applied_manifest_sha=event.manifest_sha,
+                apply_sha=event.apply_sha,
+                applied_rv=event.resource_version,
+            )
+        case Failed():
+            return dataclasses.replace(e, failed=event.manifest_sha)
+    return e
 
 
 def _emit(e: Entry, d: Decision | None, trigger: Trigger) -> tuple[Entry, Decision | None]:
@@ -206,15 +255,24 @@ def _applied(e: Entry, ev: Applied) -> tuple[Entry, Decision | None]:
     if ev.deleted:
         if e.inflight == DELETE_INFLIGHT:
             # pruned: forget the applied state, keep desired (none) and the tombstone
-            e = dataclasses.replace(e, inflight=None, applied_manifest_sha=None, apply_sha=None,
-                                    applied_rv=ev.resource_version)  # fmt: skip
+            e = dataclasses.replace(
+                e,
+                inflight=None,
+                applied_manifest_sha=None,
+                apply_sha=None,
+                applied_rv=ev.resource_version,
+            )
         return e, None
     # The result answers the intent for its manifest whatever order results arrive in (two
     # appliers may finish in reverse), but only the newest result is the applied state.
     inflight = None if e.inflight == ev.manifest_sha else e.inflight
     if ev.resource_version >= e.applied_rv:
-        e = dataclasses.replace(e, applied_manifest_sha=ev.manifest_sha, apply_sha=ev.apply_sha,
-                                applied_rv=ev.resource_version)  # fmt: skip
+        e = dataclasses.replace(
+            e,
+            applied_manifest_sha=ev.manifest_sha,
+            apply_sha=ev.apply_sha,
+            applied_rv=ev.resource_version,
+        )
     e = dataclasses.replace(e, inflight=inflight)
     return _emit(e, evaluate(e), Trigger.APPLIED)
 
@@ -230,5 +288,7 @@ def _removed(e: Entry, ev: Removed) -> tuple[Entry, Decision | None]:
         return e, Decision(DecisionAction.KEEP, DecisionReason.PRUNE_DISABLED)
     if e.inflight == DELETE_INFLIGHT:
         return e, None
-    return (dataclasses.replace(e, inflight=DELETE_INFLIGHT),
-            Decision(DecisionAction.DELETE, DecisionReason.PRUNE))  # fmt: skip
+    return (
+        dataclasses.replace(e, inflight=DELETE_INFLIGHT),
+        Decision(DecisionAction.DELETE, DecisionReason.PRUNE),
+    )

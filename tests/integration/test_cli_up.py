@@ -17,10 +17,17 @@ from services.controlplane import servers
 async def test_up_prints_how_to_reach_the_stack_and_stops_cleanly(tmp_path: Path) -> None:
     workdir = tmp_path / "up"
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "services.cli.main", "up", "--workdir", str(workdir), "-o", "json",
+        sys.executable,
+        "-m",
+        "services.cli.main",
+        "up",
+        "--workdir",
+        str(workdir),
+        "-o",
+        "json",
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
+    )
     try:
         assert proc.stdout is not None
         info = json.loads(await asyncio.wait_for(proc.stdout.readline(), timeout=180))

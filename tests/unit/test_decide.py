@@ -23,6 +23,8 @@ from services.planner.decide import (
     Failed,
     Observed,
     Removed,
+    evaluate,
+    restore,
     step,
 )
 
@@ -191,6 +193,42 @@ CASES: list[tuple[str, list[Event], list[Decision | None]]] = [
 def test_decisions(case: str, events: list[Event], expected: list[Decision | None]) -> None:
     _, got = run(events)
     assert got == expected
+
+
+def test_an_old_failure_does_not_stop_drift_correction() -> None:
+    _, got = run(
+        [
+            Desired("b", "r1", M1),
+            Failed(M1),
+            Desired("b", "r1", M1),
+            Applied(M1, S1, 10),
+            Observed(11, FOREIGN),
+        ]
+    )
+    assert got == [apply(R.NEW), None, apply(R.RETRY), None, apply(R.DRIFT)]
+
+
+@pytest.mark.parametrize("order", ["bundle-first", "events-first"])
+def test_restore_rebuilds_without_deciding_in_any_order(order: str) -> None:
+    facts: list[Event] = [
+        Desired("b", "r1", M1),
+        Applied(M1, S1, 10),
+        Observed(10, S1, owner_bundle="b"),
+    ]
+    if order == "events-first":
+        facts = facts[::-1]
+    e = Entry(KEY)
+    for f in facts:
+        e = restore(e, f)
+    assert e.inflight is None
+    assert step(e, Desired("b", "r1", M1))[1] == HIT
+
+
+def test_restore_then_evaluate_finds_what_changed_while_down() -> None:
+    e = Entry(KEY)
+    for f in [Desired("b", "r1", M1), Applied(M1, S1, 10), Observed(12, FOREIGN)]:
+        e = restore(e, f)
+    assert evaluate(e) == apply(R.DRIFT)
 
 
 def test_new_object_is_applied_exactly_once_before_its_first_hit() -> None:

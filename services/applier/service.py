@@ -1,0 +1,343 @@
+"""The applier process: server-side apply of intents from the cluster's shared durable consumer.
+
+Any number of replicas bind the same pull consumer; JetStream hands each intent to one of them
+and redelivers it if that replica dies before acking, so adding or killing replicas loses
+nothing. Per intent:
+
+1. drop it if superseded (a newer intent for the object replaced it on the subject);
+2. server-side apply (``fieldManager=driftbus``) or delete;
+3. publish the applied event (applySHA of the response + the manifestSHA it applied) and the
+   object status, *then* ack — a crash in between redelivers, and the repeated apply is a no-op.
+
+A custom resource whose kind is not served yet, or an object whose namespace does not exist yet,
+waits (delayed redelivery) up to ``wait_budget`` and then fails naming what is missing. Errors
+are classified (invalid, conflict, immutable, retryable, unknown kind) and every message is
+scrubbed of Secret values before it leaves this process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as dt
+import logging
+import os
+import socket
+from typing import Any
+
+from nats.aio.msg import Msg
+from nats.errors import TimeoutError as NatsTimeout
+from nats.js import JetStreamContext
+
+from schemas.codec import WireError, decode, encode
+from schemas.messages import (
+    AppliedEvent,
+    ApplyIntent,
+    DeleteIntent,
+    Intent,
+    ObjectPhase,
+    ObjectStatus,
+)
+from schemas.subjects import (
+    ObjectKey,
+    SubjectError,
+    object_status_subject,
+    object_subject,
+    parse_subject,
+)
+from services.common import bus
+from services.common.kube import (
+    Conflict,
+    Invalid,
+    KubeClient,
+    KubeError,
+    NotFound,
+)
+from services.common.settings import setting
+from services.core.manifest import FIELD_MANAGER
+from services.core.scrub import scrub_for
+from services.core.sha import object_sha
+
+log = logging.getLogger("driftbus.applier")
+DELETED_SHA = "0" * 64
+
+
+@dataclasses.dataclass(frozen=True)
+class ApplierSettings:
+    cluster: str = setting("", "name of the cluster this applier writes to (required)")
+    kubeconfig: str | None = setting(
+        None, "kubeconfig path (in-cluster config when unset)", env="KUBECONFIG"
+    )
+    context: str | None = setting(None, "kubeconfig context (current context when unset)")
+    nats_url: str = setting("nats://127.0.0.1:4222", "NATS server URL", env="NATS_URL")
+    applier_id: str = setting(
+        f"{socket.gethostname()}-{os.getpid()}", "name of this replica in applied events"
+    )
+    concurrency: int = setting(16, "intents applied at the same time by this replica")
+    wait_budget: float = setting(
+        120.0, "seconds an object waits for its CRD or namespace before it is Failed"
+    )
+    ack_wait: float = setting(
+        60.0,
+        "seconds before an unacked intent is redelivered "
+        "(another replica takes it when this one died)",
+    )
+    max_deliver: int = setting(20, "deliveries of one intent before it is given up")
+
+
+class Wait(Exception):
+    """A prerequisite is missing; redeliver later (or fail once the budget is spent)."""
+
+
+@dataclasses.dataclass
+class Outcome:
+    phase: ObjectPhase
+    message: str
+    applied: AppliedEvent | None = None
+
+
+class Applier:
+    def __init__(
+        self,
+        *,
+        settings: ApplierSettings,
+        js: JetStreamContext,
+        kube: KubeClient,
+        publisher: bus.Publisher,
+    ) -> None:
+        self.s = settings
+        self.js = js
+        self.kube = kube
+        self.pub = publisher
+        self.stopping = asyncio.Event()
+        self.applied = 0
+        self.superseded = 0
+        self.failed = 0
+        self._inflight: set[asyncio.Task[None]] = set()
+
+    async def run(self) -> None:
+        consumer = await bus.ensure_intent_consumer(
+            self.js,
+            self.s.cluster,
+            bus.IntentConsumerSettings(ack_wait=self.s.ack_wait, max_deliver=self.s.max_deliver),
+        )
+        sub = await self.js.pull_subscribe_bind(consumer, stream=bus.INTENTS)
+        slots = asyncio.Semaphore(self.s.concurrency)
+        while not self.stopping.is_set():
+            free = max(1, slots._value)  # fetch only what we can start now
+            try:
+                msgs = await sub.fetch(batch=free, timeout=1.0)
+            except NatsTimeout:
+                continue
+            for msg in msgs:
+                await slots.acquire()
+                task = asyncio.create_task(self._handle(msg))
+                self._inflight.add(task)
+                task.add_done_callback(self._inflight.discard)
+                task.add_done_callback(lambda _: slots.release())
+        # SIGTERM: finish what was started; anything not started stays in the stream.
+        if self._inflight:
+            await asyncio.wait(self._inflight, timeout=self.s.ack_wait / 2)
+
+    async def _handle(self, msg: Msg) -> None:
+        try:
+            intent: ApplyIntent | DeleteIntent = decode(msg.data, Intent)  # type: ignore[arg-type]
+        except WireError as exc:
+            await self._refuse(msg, str(exc))
+            return
+        try:
+            last = await bus.last_message(self.js, bus.INTENTS, msg.subject)
+            if last is None or last.seq != msg.metadata.sequence.stream:
+                self.superseded += 1
+                await msg.ack()
+                return
+            if isinstance(intent, ApplyIntent):
+                outcome = await self._apply(intent, msg)
+            else:
+                outcome = await self._delete(intent)
+        except Wait as exc:
+            await self._wait(intent, msg, str(exc))
+            return
+        except KubeError as exc:
+            if exc.retryable and msg.metadata.num_delivered < self.s.max_deliver:
+                await msg.nak(delay=min(2.0 * msg.metadata.num_delivered, 30.0))
+                return
+            outcome = Outcome(ObjectPhase.FAILED, self._scrub(intent, str(exc)))
+        await self._report(intent, msg, outcome)
+
+    async def _apply(self, intent: ApplyIntent, msg: Msg) -> Outcome:
+        m = intent.manifest
+        try:
+            res = await self.kube.resource_for(m)
+        except NotFound:
+            raise Wait(
+                f"kind {m.get('kind')} ({m.get('apiVersion')}) is not served by the "
+                "cluster (is its CustomResourceDefinition installed and Established?)"
+            ) from None
+        try:
+            live = await self.kube.apply(
+                m, field_manager=FIELD_MANAGER, force=intent.force, resource=res
+            )
+        except NotFound as exc:
+            if exc.details.get("kind") == "namespaces":
+                raise Wait(f"namespace {m['metadata'].get('namespace')} does not exist") from None
+            raise
+        except Conflict as exc:
+            return Outcome(
+                ObjectPhase.CONFLICT,
+                self._scrub(intent, exc.message)
+                + ("" if intent.force else " (publish with force to take these fields over)"),
+            )
+        except Invalid as exc:
+            if "immutable" not in exc.message:
+                return Outcome(ObjectPhase.FAILED, self._scrub(intent, str(exc)))
+            if not intent.allow_replace:
+                return Outcome(
+                    ObjectPhase.FAILED,
+                    self._scrub(intent, str(exc))
+                    + " (publish with allow-replace to delete and recreate it)",
+                )
+            await self.kube.delete(res, m["metadata"]["name"], m["metadata"].get("namespace", ""))
+            live = await self.kube.apply(
+                m, field_manager=FIELD_MANAGER, force=intent.force, resource=res
+            )
+        rv = live.get("metadata", {}).get("resourceVersion", "")
+        applied = AppliedEvent(
+            cluster=intent.cluster,
+            key=intent.key,
+            bundle=intent.bundle,
+            revision=intent.revision,
+            manifest_sha=intent.manifest_sha,
+            apply_sha=object_sha(live).hex(),
+            resource_version=rv,
+            applied_at=_now(),
+            applier=self.s.applier_id,
+        )
+        return Outcome(ObjectPhase.APPLIED, f"applied ({intent.reason})", applied)
+
+    async def _delete(self, intent: DeleteIntent) -> Outcome:
+        key = intent.key
+        try:
+            res = await self.kube.discovery.resource(intent.api_version, key.kind)
+            gone = await self.kube.delete(res, key.name, key.namespace)
+            rv = str(gone.get("metadata", {}).get("resourceVersion", ""))
+        except NotFound:
+            rv = ""
+        applied = AppliedEvent(
+            cluster=intent.cluster,
+            key=key,
+            bundle=intent.bundle or "?",
+            revision=intent.revision,
+            manifest_sha=DELETED_SHA,
+            apply_sha=None,
+            resource_version=rv,
+            deleted=True,
+            applied_at=_now(),
+            applier=self.s.applier_id,
+        )
+        return Outcome(ObjectPhase.PRUNED, f"pruned: not in revision {intent.revision}", applied)
+
+    async def _wait(self, intent: ApplyIntent | DeleteIntent, msg: Msg, why: str) -> None:
+        issued = intent.issued_at or _now()
+        waited = (_now() - issued).total_seconds()
+        if waited < self.s.wait_budget and msg.metadata.num_delivered < self.s.max_deliver:
+            await msg.nak(delay=min(2.0 * msg.metadata.num_delivered, 15.0))
+            return
+        await self._report(
+            intent,
+            msg,
+            Outcome(ObjectPhase.FAILED, f"gave up after {waited:.0f}s: {self._scrub(intent, why)}"),
+        )
+
+    async def _report(self, intent: ApplyIntent | DeleteIntent, msg: Msg, o: Outcome) -> None:
+        key = intent.key
+        tasks = []
+        if o.applied is not None:
+            tasks.append(
+                await self.pub.publish(
+                    object_subject("applied", intent.cluster, key),
+                    encode(o.applied),
+                    msg_id=f"applied:{msg.metadata.sequence.stream}",
+                )
+            )
+            self.applied += 1
+        else:
+            self.failed += 1
+            log.warning("%s %s: %s", key, o.phase, o.message)
+        status = ObjectStatus(
+            cluster=intent.cluster,
+            bundle=intent.bundle or "?",
+            revision=intent.revision,
+            key=key,
+            phase=o.phase,
+            message=o.message,
+            apply_sha=o.applied.apply_sha if o.applied else None,
+            manifest_sha=intent.manifest_sha if isinstance(intent, ApplyIntent) else None,
+            attempts=msg.metadata.num_delivered,
+            at=_now(),
+        )
+        subject = object_status_subject(intent.cluster, intent.bundle or "?", key)
+        tasks.append(
+            await self.pub.publish(
+                subject, encode(status), msg_id=f"status:{msg.metadata.sequence.stream}"
+            )
+        )
+        await asyncio.gather(*tasks)  # facts are durable before the intent is acked
+        await msg.ack_sync()
+
+    async def _refuse(self, msg: Msg, why: str) -> None:
+        """An intent we cannot read: terminate it (redelivery cannot fix it) and say so."""
+        log.error("refusing intent on %s: %s", msg.subject, why)
+        self.failed += 1
+        await msg.term()
+        try:
+            where = parse_subject(msg.subject)
+        except SubjectError:
+            return
+        if where.key is not None:
+            status = ObjectStatus(
+                cluster=where.cluster,
+                bundle="?",
+                revision="?",
+                key=where.key,
+                phase=ObjectPhase.FAILED,
+                message=f"unreadable intent: {why}",
+                at=_now(),
+            )
+            subject = object_status_subject(where.cluster, "?", where.key)
+            await self.pub.publish(subject, encode(status), msg_id=f"refused:{msg.subject}")
+
+    @staticmethod
+    def _scrub(intent: ApplyIntent | DeleteIntent, text: str) -> str:
+        manifest: dict[str, Any] = intent.manifest if isinstance(intent, ApplyIntent) else {}
+        return scrub_for(manifest, text)
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+async def run(settings: ApplierSettings, *, stopping: asyncio.Event | None = None) -> None:
+    if not settings.cluster:
+        raise SystemExit("driftbus applier: --cluster (or DRIFTBUS_CLUSTER) is required")
+    nc = await bus.connect(settings.nats_url, name=f"driftbus-applier-{settings.cluster}")
+    js = nc.jetstream()
+    await bus.ensure_streams(js)
+    kube = (
+        await KubeClient.from_kubeconfig(settings.kubeconfig, settings.context)
+        if settings.kubeconfig
+        else KubeClient.in_cluster()
+    )
+    publisher = bus.Publisher(js)
+    applier = Applier(settings=settings, js=js, kube=kube, publisher=publisher)
+    if stopping is not None:
+        applier.stopping = stopping
+    try:
+        await applier.run()
+    finally:
+        await publisher.flush()
+        await kube.close()
+        await nc.drain()
+
+
+__all__ = ["Applier", "ApplierSettings", "ObjectKey", "run"]

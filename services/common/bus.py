@@ -1,0 +1,318 @@
+"""JetStream plumbing shared by the services: streams, the intent consumer, publishing, replay.
+
+Streams (DESIGN §4) are created idempotently at start-up with every limit spelled out, so nothing
+depends on a server default by accident. Publishing goes through ``Publisher``: bounded in-flight
+``publish_async`` with a ``Nats-Msg-Id`` on every message (a retried publish is deduplicated) and
+a timeout on every ack (nats-py's futures have none). ``Follower`` replays a compacted view
+(deliver-last-per-subject) and then keeps delivering live messages, telling when it caught up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import nats
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.errors import TimeoutError as NatsTimeout
+from nats.js import JetStreamContext
+from nats.js import api as js_api
+from nats.js.errors import BadRequestError, NotFoundError
+
+from schemas.subjects import PREFIX, encode_token
+
+log = logging.getLogger("driftbus.bus")
+
+BUNDLES, SERVER, APPLIED, INTENTS, STATUS, DECISIONS = (
+    "DRIFTBUS_BUNDLES",
+    "DRIFTBUS_SERVER",
+    "DRIFTBUS_APPLIED",
+    "DRIFTBUS_INTENTS",
+    "DRIFTBUS_STATUS",
+    "DRIFTBUS_DECISIONS",
+)
+OBJECT_STORE_BUCKET = "driftbus-bundles"
+DAY = 24 * 3600.0
+DEDUPE_WINDOW = 120.0
+"""Seconds during which a repeated Nats-Msg-Id is dropped: covers publish retries across a
+reconnect and a restarted planner re-emitting the intents it had in flight."""
+
+
+class BusError(RuntimeError):
+    """A JetStream operation failed; the message says which and why."""
+
+
+def stream_configs(*, replicas: int = 1) -> list[js_api.StreamConfig]:
+    common: dict[str, Any] = {
+        "storage": js_api.StorageType.FILE,
+        "num_replicas": replicas,
+        "discard": js_api.DiscardPolicy.OLD,
+        "duplicate_window": DEDUPE_WINDOW,
+        "max_msg_size": -1,  # bounded by the server's max_payload
+        "allow_direct": True,  # get-last-by-subject without a consumer
+        "max_consumers": -1,
+    }
+
+    def cfg(name: str, family: str, description: str, **limits: Any) -> js_api.StreamConfig:
+        values = {
+            "retention": js_api.RetentionPolicy.LIMITS,
+            "max_msgs": -1,
+            "max_bytes": -1,
+            "max_age": 0.0,
+            "max_msgs_per_subject": -1,
+            **common,
+            **limits,
+        }
+        return js_api.StreamConfig(
+            name=name, subjects=[f"{PREFIX}.{family}.>"], description=description, **values
+        )
+
+    return [
+        cfg(
+            BUNDLES,
+            "bundle",
+            "desired state: the last revisions of every bundle",
+            max_msgs_per_subject=5,
+        ),
+        cfg(
+            SERVER,
+            "server",
+            "compacted: latest serverSHA/health per live object",
+            max_msgs_per_subject=1,
+        ),
+        cfg(
+            APPLIED,
+            "applied",
+            "compacted: latest applySHA + applied manifestSHA per object",
+            max_msgs_per_subject=1,
+        ),
+        cfg(
+            INTENTS,
+            "intent",
+            "work queue of apply/delete intents; a newer intent for an "
+            "object replaces the pending one",
+            retention=js_api.RetentionPolicy.WORK_QUEUE,
+            max_msgs_per_subject=1,
+        ),
+        cfg(
+            STATUS,
+            "status",
+            "per-object and per-bundle status for users",
+            max_age=7 * DAY,
+            max_msgs_per_subject=20,
+        ),
+        cfg(
+            DECISIONS,
+            "decision",
+            "audit log of every planner decision",
+            max_age=14 * DAY,
+            max_bytes=2 * 1024**3,
+        ),
+    ]
+
+
+async def connect(url: str, *, name: str, **kwargs: Any) -> NATS:
+    async def on_error(exc: Exception) -> None:
+        log.warning("nats connection error", extra={"error": str(exc)})
+
+    return await nats.connect(
+        url,
+        name=name,
+        max_reconnect_attempts=-1,
+        reconnect_time_wait=0.5,
+        error_cb=on_error,
+        **kwargs,
+    )
+
+
+async def ensure_streams(js: JetStreamContext, *, replicas: int = 1) -> None:
+    """Create or update every stream to exactly our configuration."""
+    for config in stream_configs(replicas=replicas):
+        try:
+            await js.add_stream(config=config)
+        except BadRequestError:
+            # exists with another configuration (older driftbus): bring it to ours
+            await js.update_stream(config=config)
+
+
+@dataclasses.dataclass(frozen=True)
+class IntentConsumerSettings:
+    ack_wait: float = 60.0
+    max_deliver: int = 20
+    backoff: tuple[float, ...] = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0)
+    max_ack_pending: int = 4096
+
+
+def intent_consumer_name(cluster: str) -> str:
+    # consumer names may not contain '.', '*', '>' — the token encoding guarantees that
+    return "appliers-" + encode_token(cluster).replace("=", "_")
+
+
+async def ensure_intent_consumer(
+    js: JetStreamContext, cluster: str, s: IntentConsumerSettings
+) -> str:
+    """The one durable pull consumer per cluster that every applier replica shares."""
+    name = intent_consumer_name(cluster)
+    config = js_api.ConsumerConfig(
+        durable_name=name,
+        description=f"appliers of cluster {cluster}",
+        filter_subject=f"{PREFIX}.intent.{encode_token(cluster)}.>",
+        ack_policy=js_api.AckPolicy.EXPLICIT,
+        deliver_policy=js_api.DeliverPolicy.ALL,
+        ack_wait=s.ack_wait,
+        max_deliver=s.max_deliver,
+        # backoff overrides ack_wait for redeliveries after an ack timeout
+        backoff=list(s.backoff),
+        max_ack_pending=s.max_ack_pending,
+        max_waiting=512,
+        replay_policy=js_api.ReplayPolicy.INSTANT,
+    )
+    try:
+        await js.add_consumer(INTENTS, config=config)
+    except BadRequestError:
+        await js.update_consumer(INTENTS, config=config)  # type: ignore[attr-defined]
+    return name
+
+
+class Publisher:
+    """Bounded, deduplicated, timed JetStream publishing."""
+
+    def __init__(
+        self,
+        js: JetStreamContext,
+        *,
+        max_inflight: int = 512,
+        ack_timeout: float = 10.0,
+        retries: int = 5,
+    ) -> None:
+        self._js = js
+        self._slots = asyncio.Semaphore(max_inflight)
+        self._timeout = ack_timeout
+        self._retries = retries
+        self._pending: set[asyncio.Task[js_api.PubAck]] = set()
+        self.errors = 0
+
+    async def publish(
+        self, subject: str, data: bytes, *, msg_id: str, headers: dict[str, str] | None = None
+    ) -> asyncio.Task[js_api.PubAck]:
+        """Queue a publish; returns a task resolving to the ack (retried with the same id)."""
+        await self._slots.acquire()
+        task = asyncio.create_task(self._publish(subject, data, msg_id, headers))
+        self._pending.add(task)
+        task.add_done_callback(self._done)
+        return task
+
+    def _done(self, task: asyncio.Task[js_api.PubAck]) -> None:
+        self._pending.discard(task)
+        self._slots.release()
+        if not task.cancelled() and task.exception() is not None:
+            self.errors += 1
+
+    async def _publish(
+        self, subject: str, data: bytes, msg_id: str, headers: dict[str, str] | None
+    ) -> js_api.PubAck:
+        hdrs = {"Nats-Msg-Id": msg_id, **(headers or {})}
+        delay = 0.2
+        for attempt in range(self._retries + 1):
+            try:
+                return await self._js.publish(subject, data, headers=hdrs, timeout=self._timeout)
+            except (
+                NatsTimeout,
+                nats.errors.ConnectionClosedError,
+                nats.errors.NoRespondersError,
+                TimeoutError,
+            ) as exc:
+                # Unknown outcome: retrying with the same Nats-Msg-Id cannot duplicate it.
+                if attempt == self._retries:
+                    raise BusError(
+                        f"publish to {subject} failed after {attempt + 1} tries: "
+                        f"{type(exc).__name__}"
+                    ) from None
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def flush(self) -> None:
+        """Wait for every queued publish; raises the first failure."""
+        while self._pending:
+            done = await asyncio.gather(*list(self._pending), return_exceptions=True)
+            for result in done:
+                if isinstance(result, BaseException):
+                    raise result
+
+
+class Follower:
+    """Replay the last message per subject of a filter, then follow live messages.
+
+    ``caught_up`` is set once everything that existed at subscription time was delivered, which
+    is when a service may start deciding (the planner) or publishing (the watcher).
+    """
+
+    def __init__(
+        self, js: JetStreamContext, stream: str, subject: str, *, last_per_subject: bool = True
+    ) -> None:
+        self._js = js
+        self._stream = stream
+        self._subject = subject
+        self._policy = (
+            js_api.DeliverPolicy.LAST_PER_SUBJECT if last_per_subject else js_api.DeliverPolicy.NEW
+        )
+        self.caught_up = asyncio.Event()
+        self._sub: Any = None
+
+    async def _subscribe(self) -> Any:
+        return await self._js.subscribe(
+            self._subject,
+            stream=self._stream,
+            ordered_consumer=True,
+            deliver_policy=self._policy,
+            idle_heartbeat=2.0,
+            pending_msgs_limit=1_000_000,
+            pending_bytes_limit=1024**3,
+        )
+
+    async def messages(self) -> AsyncIterator[Msg]:
+        """The current view, then live messages, forever; ``caught_up`` marks the boundary."""
+        sub = await self._subscribe()
+        try:
+            if (await sub.consumer_info()).num_pending == 0:
+                self.caught_up.set()
+            while True:
+                try:
+                    msg = await sub.next_msg(timeout=1.0)
+                except NatsTimeout:
+                    continue
+                yield msg
+                if not self.caught_up.is_set() and msg.metadata.num_pending == 0:
+                    self.caught_up.set()
+        finally:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
+    async def snapshot(self, *, timeout: float = 30.0) -> AsyncIterator[Msg]:  # noqa: ASYNC109
+        """Only the current view (last message per subject), then stop."""
+        sub = await self._subscribe()
+        try:
+            pending = (await sub.consumer_info()).num_pending
+            while pending > 0:
+                msg = await sub.next_msg(timeout=timeout)
+                yield msg
+                pending = msg.metadata.num_pending
+            self.caught_up.set()
+        finally:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
+
+async def last_message(
+    js: JetStreamContext, stream: str, subject: str
+) -> js_api.RawStreamMsg | None:
+    try:
+        return await js.get_last_msg(stream, subject, direct=True)
+    except NotFoundError:
+        return None

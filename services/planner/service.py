@@ -1,0 +1,521 @@
+"""The planner process: the decision rule over BUNDLES, SERVER, APPLIED and failure statuses.
+
+Start-up rebuilds every entry from the compacted streams with ``restore`` (no decision before the
+rebuild completes), then evaluates each desired object once: with nothing changed that is all
+hits and zero intents. Live, each fact goes through ``step``; what it returns is published as an
+intent (with the desired manifest and manifestSHA) and as a decision record. Bundle status is a
+projection of the same entries, published when it changes.
+
+Intent ids are derived from the state that caused them (bundle sequence, applied and server
+resourceVersions), so a restarted planner re-emitting an intent it already sent is deduplicated
+by JetStream, while a new cause always gets through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import datetime as dt
+import logging
+import os
+import socket
+from typing import Any
+
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+
+from schemas.codec import WireError, decode, encode
+from schemas.messages import (
+    AppliedEvent,
+    ApplyIntent,
+    Bundle,
+    BundleCounts,
+    BundlePhase,
+    BundleStatus,
+    DecisionAction,
+    DecisionReason,
+    DecisionRecord,
+    DeleteIntent,
+    Health,
+    ObjectPhase,
+    ObjectStatus,
+    ServerEvent,
+)
+from schemas.subjects import (
+    ObjectKey,
+    SubjectError,
+    bundle_status_subject,
+    key_tokens,
+    object_status_subject,
+    object_subject,
+    parse_subject,
+)
+from services.common import bus
+from services.common.bundles import BundleError, load_manifests
+from services.common.settings import setting
+from services.core.manifest import ManifestError, apply_order, check_bundle_name, key_of, owned
+from services.core.sha import HashError, object_sha
+from services.planner.decide import (
+    Applied,
+    Decision,
+    Desired,
+    Entry,
+    Event,
+    Failed,
+    Observed,
+    Removed,
+    evaluate,
+    restore,
+    step,
+)
+
+log = logging.getLogger("driftbus.planner")
+MAX_LISTED_FAILURES = 50
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannerSettings:
+    nats_url: str = setting("nats://127.0.0.1:4222", "NATS server URL", env="NATS_URL")
+    planner_id: str = setting(
+        f"{socket.gethostname()}-{os.getpid()}", "name of this replica in intents and decisions"
+    )
+    status_interval: float = setting(
+        0.2, "seconds between bundle status recomputations; changes are coalesced within it"
+    )
+    stream_replicas: int = setting(1, "replicas of the JetStream streams (3 on a NATS cluster)")
+
+
+def _hex(sha: bytes | None) -> str | None:
+    return sha.hex() if sha is not None else None
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def _rv(text: str) -> int:
+    return int(text) if text.isdigit() else 0
+
+
+@dataclasses.dataclass
+class BundleView:
+    cluster: str
+    name: str
+    revision: str
+    seq: int
+    prune: bool
+    force: bool
+    allow_replace: bool
+    keys: set[ObjectKey]
+    errors: list[str]
+    """Objects of this revision refused before planning (invalid manifests, duplicates)."""
+
+
+Slot = tuple[str, ObjectKey]  # (cluster, key)
+
+
+class Planner:
+    def __init__(
+        self, *, settings: PlannerSettings, js: JetStreamContext, publisher: bus.Publisher
+    ) -> None:
+        self.s = settings
+        self.js = js
+        self.pub = publisher
+        self.entries: dict[Slot, Entry] = {}
+        self.manifests: dict[Slot, dict[str, Any]] = {}
+        self.health: dict[Slot, tuple[Health, str]] = {}
+        self.failures: dict[Slot, str] = {}
+        self.bundles: dict[tuple[str, str], BundleView] = {}
+        self.counters: collections.Counter[str] = collections.Counter()
+        self.live = False
+        self.ready = asyncio.Event()
+        self._dirty: set[tuple[str, str]] = set()
+        self._last_status: dict[tuple[str, str], tuple[Any, ...]] = {}
+
+    # --- the run loop ---------------------------------------------------------------------
+
+    async def run(self) -> None:
+        queue: asyncio.Queue[tuple[str, Msg]] = asyncio.Queue(maxsize=10_000)
+        followers = {
+            "bundle": bus.Follower(self.js, bus.BUNDLES, "driftbus.bundle.>"),
+            "server": bus.Follower(self.js, bus.SERVER, "driftbus.server.>"),
+            "applied": bus.Follower(self.js, bus.APPLIED, "driftbus.applied.>"),
+            "status": bus.Follower(self.js, bus.STATUS, "driftbus.status.*.*.object.>"),
+        }
+
+        async def pump(kind: str, f: bus.Follower) -> None:
+            async for msg in f.messages():
+                await queue.put((kind, msg))
+
+        tasks = [asyncio.create_task(pump(k, f), name=f"follow {k}") for k, f in followers.items()]
+        tasks.append(asyncio.create_task(self._status_loop(), name="bundle status"))
+        try:
+            while True:
+                if (
+                    not self.live
+                    and queue.empty()
+                    and all(f.caught_up.is_set() for f in followers.values())
+                ):
+                    await self._go_live()
+                try:
+                    kind, msg = await asyncio.wait_for(queue.get(), timeout=0.2)
+                except TimeoutError:
+                    continue
+                await self._handle(kind, msg)
+        finally:
+            for t in tasks:
+                t.cancel()
+
+    async def _go_live(self) -> None:
+        """The rebuild is complete: evaluate every desired object once, then prune."""
+        self.live = True
+        slots = sorted(
+            (s for s, e in self.entries.items() if e.manifest_sha is not None),
+            key=lambda s: (s[0], apply_order(s[1])),
+        )
+        for slot in slots:
+            await self._publish_decision(
+                slot, evaluate(self.entries[slot], republished=False), after_rebuild=True
+            )
+        for view in list(self.bundles.values()):
+            await self._prune(view)
+        self._dirty.update(self.bundles)
+        log.info("rebuilt %d objects in %d bundles; live", len(self.entries), len(self.bundles))
+        self.ready.set()
+
+    async def _handle(self, kind: str, msg: Msg) -> None:
+        try:
+            if kind == "bundle":
+                await self._on_bundle(msg)
+            elif kind == "server":
+                ev = decode(msg.data, ServerEvent)
+                sha = bytes.fromhex(ev.server_sha) if ev.server_sha else None
+                slot = (ev.cluster, ev.key)
+                if ev.deleted:
+                    self.health.pop(slot, None)
+                else:
+                    self.health[slot] = (ev.health, ev.health_message)
+                await self._fold(
+                    slot, Observed(_rv(ev.resource_version), sha, ev.deleted, ev.bundle)
+                )
+            elif kind == "applied":
+                ap = decode(msg.data, AppliedEvent)
+                await self._fold(
+                    (ap.cluster, ap.key),
+                    Applied(
+                        bytes.fromhex(ap.manifest_sha),
+                        bytes.fromhex(ap.apply_sha) if ap.apply_sha else None,
+                        _rv(ap.resource_version),
+                        ap.deleted,
+                    ),
+                )
+                self.failures.pop((ap.cluster, ap.key), None)
+            elif kind == "status":
+                st = decode(msg.data, ObjectStatus)
+                if st.phase in (ObjectPhase.FAILED, ObjectPhase.CONFLICT) and st.manifest_sha:
+                    self.failures[(st.cluster, st.key)] = f"{st.phase}: {st.message}"
+                    await self._fold((st.cluster, st.key), Failed(bytes.fromhex(st.manifest_sha)))
+        except (WireError, ValueError) as exc:
+            # Bad input never stops the planner: report and carry on.
+            log.error("ignoring message on %s: %s", msg.subject, exc)
+            self.counters["bad_messages"] += 1
+
+    async def _fold(self, slot: Slot, event: Event) -> None:
+        entry = self.entries.get(slot) or Entry(slot[1])
+        if not self.live:
+            self.entries[slot] = restore(entry, event)
+            return
+        entry, decision = step(entry, event)
+        self.entries[slot] = entry
+        if entry.bundle:
+            self._dirty.add((slot[0], entry.bundle))
+        if decision is not None:
+            await self._publish_decision(slot, decision)
+
+    # --- bundles --------------------------------------------------------------------------
+
+    async def _on_bundle(self, msg: Msg) -> None:
+        try:
+            where = parse_subject(msg.subject)
+        except SubjectError as exc:
+            log.error("bundle on a malformed subject: %s", exc)
+            return
+        cluster, name = where.cluster, where.bundle or ""
+        try:
+            bundle = decode(msg.data, Bundle)
+            if (bundle.cluster, bundle.bundle) != (cluster, name):
+                raise ManifestError(
+                    f"message names {bundle.cluster}/{bundle.bundle} but was "
+                    f"published to the subject of {cluster}/{name}"
+                )
+            check_bundle_name(bundle.bundle)
+            manifests = await load_manifests(self.js, bundle)
+        except (WireError, BundleError, ManifestError) as exc:
+            await self._bundle_refused(cluster, name, str(exc))
+            return
+        seq = msg.metadata.sequence.stream
+        view = BundleView(
+            cluster,
+            name,
+            bundle.revision,
+            seq,
+            bundle.options.prune,
+            bundle.options.force,
+            bundle.options.allow_replace,
+            set(),
+            [],
+        )
+        previous = self.bundles.get((cluster, name))
+        desired: list[tuple[Slot, dict[str, Any], bytes]] = []
+        seen: dict[ObjectKey, int] = {}
+        for i, raw in enumerate(manifests):
+            where_i = f"{name}: manifests[{i}]"
+            try:
+                key = key_of(raw, where_i)
+                if key in seen:
+                    raise ManifestError(f"{where_i}: {key} duplicates manifests[{seen[key]}]")
+                manifest = owned(raw, name)
+                sha = object_sha(manifest)
+            except (ManifestError, HashError) as exc:
+                view.errors.append(str(exc))
+                continue
+            seen[key] = i
+            view.keys.add(key)
+            desired.append(((cluster, key), manifest, sha))
+        self.bundles[(cluster, name)] = view
+        self._dirty.add((cluster, name))
+        desired.sort(key=lambda d: apply_order(d[0][1]))
+        for slot, manifest, sha in desired:
+            self.manifests[slot] = manifest
+            await self._fold(slot, Desired(name, bundle.revision, sha, bundle.options.prune))
+        if previous is not None:
+            for key in previous.keys - view.keys:
+                self.manifests.pop((cluster, key), None)
+                if self.live:
+                    await self._fold(
+                        (cluster, key), Removed(name, bundle.revision, bundle.options.prune)
+                    )
+        if self.live:
+            await self._prune(view)
+        for err in view.errors:
+            log.warning("bundle %s/%s@%s: %s", cluster, name, bundle.revision, err)
+
+    async def _prune(self, view: BundleView) -> None:
+        """Level-triggered prune: live objects carrying this bundle's label, not in its revision.
+
+        Covers revisions that changed while the planner was down: nothing relies on having seen
+        the previous revision.
+        """
+        for slot, entry in list(self.entries.items()):
+            if slot[0] != view.cluster or slot[1] in view.keys or entry.inflight is not None:
+                continue
+            if (
+                entry.owner_bundle == view.name
+                and entry.manifest_sha is None
+                and entry.server_rv > 0
+                and not entry.server_deleted
+                and entry.bundle in ("", view.name)
+            ):
+                await self._fold(slot, Removed(view.name, view.revision, view.prune))
+
+    async def _bundle_refused(self, cluster: str, name: str, reason: str) -> None:
+        log.error("bundle %s/%s refused: %s", cluster, name, reason)
+        self.counters["bundles_refused"] += 1
+        if not name:
+            return
+        status = BundleStatus(
+            cluster=cluster or "?",
+            bundle=name,
+            revision="?",
+            phase=BundlePhase.FAILED,
+            counts=BundleCounts(),
+            message=f"bundle refused: {reason}",
+            at=_now(),
+        )
+        try:
+            subject = bundle_status_subject(cluster, name)
+        except SubjectError:
+            return
+        await self.pub.publish(subject, encode(status), msg_id=f"refused:{subject}:{_now()}")
+
+    # --- decisions and intents ------------------------------------------------------------
+
+    async def _publish_decision(
+        self, slot: Slot, d: Decision | None, *, after_rebuild: bool = False
+    ) -> None:
+        if d is None:
+            return
+        cluster, key = slot
+        e = self.entries[slot]
+        view = self.bundles.get((cluster, e.bundle)) if e.bundle else None
+        self.counters[f"{d.action}:{d.reason}"] += 1
+        revision = e.revision or (view.revision if view else "")
+        if d.action is DecisionAction.APPLY:
+            manifest = self.manifests.get(slot)
+            if manifest is None or e.manifest_sha is None or view is None:
+                log.error("%s: decided %s but its manifest is unknown", key, d.reason)
+                return
+            cause = f"{view.seq}.{e.applied_rv}.{e.server_rv}"
+            intent: ApplyIntent | DeleteIntent = ApplyIntent(
+                cluster=cluster,
+                key=key,
+                bundle=e.bundle,
+                revision=revision,
+                manifest_sha=e.manifest_sha.hex(),
+                manifest=manifest,
+                reason=str(d.reason),
+                force=view.force,
+                allow_replace=view.allow_replace,
+                issued_at=_now(),
+                planner=self.s.planner_id,
+            )
+            msg_id = f"{key_tokens(key)}|{e.manifest_sha.hex()[:16]}|{d.reason}|{cause}"
+        elif d.action is DecisionAction.DELETE:
+            api_version = str((self.manifests.get(slot) or {}).get("apiVersion", ""))
+            intent = DeleteIntent(
+                cluster=cluster,
+                key=key,
+                api_version=api_version,
+                bundle=e.owner_bundle,
+                revision=revision,
+                issued_at=_now(),
+                planner=self.s.planner_id,
+            )
+            msg_id = f"{key_tokens(key)}|delete|{e.server_rv}"
+        else:
+            intent = None  # type: ignore[assignment]
+            msg_id = ""
+        if intent is not None:
+            await self.pub.publish(
+                object_subject("intent", cluster, key), encode(intent), msg_id=msg_id
+            )
+            if d.action is DecisionAction.APPLY and e.bundle:
+                phase = (
+                    ObjectPhase.DRIFTED
+                    if d.reason in (DecisionReason.DRIFT, DecisionReason.DELETED)
+                    else ObjectPhase.PENDING
+                )
+                await self._object_status(slot, phase, f"{d.action} ({d.reason})")
+        record = DecisionRecord(
+            cluster=cluster,
+            key=key,
+            bundle=e.bundle or e.owner_bundle,
+            revision=revision,
+            action=d.action,
+            reason=d.reason,
+            manifest_sha=_hex(e.manifest_sha),
+            last_applied_manifest_sha=_hex(e.applied_manifest_sha),
+            apply_sha=_hex(e.apply_sha),
+            server_sha=_hex(e.server_sha),
+            at=_now(),
+            planner=self.s.planner_id,
+        )
+        await self.pub.publish(
+            object_subject("decision", cluster, key),
+            encode(record),
+            msg_id=f"decision:{self.s.planner_id}:{id(record)}:{_now()}",
+        )
+
+    async def _object_status(self, slot: Slot, phase: ObjectPhase, message: str) -> None:
+        cluster, key = slot
+        e = self.entries[slot]
+        h = self.health.get(slot, (Health.UNKNOWN, ""))[0]
+        st = ObjectStatus(
+            cluster=cluster,
+            bundle=e.bundle,
+            revision=e.revision,
+            key=key,
+            phase=phase,
+            health=h,
+            message=message,
+            apply_sha=_hex(e.apply_sha),
+            manifest_sha=_hex(e.manifest_sha),
+            at=_now(),
+        )
+        subject = object_status_subject(cluster, e.bundle, key)
+        await self.pub.publish(subject, encode(st), msg_id=f"{subject}:{phase}:{_now()}")
+
+    # --- bundle status --------------------------------------------------------------------
+
+    def bundle_status(self, view: BundleView) -> BundleStatus:
+        applied = ready = failed = 0
+        degraded = []
+        failures = list(view.errors)
+        for key in sorted(view.keys, key=apply_order):
+            slot = (view.cluster, key)
+            e = self.entries.get(slot)
+            if e is None or e.manifest_sha is None:
+                continue
+            is_applied = e.applied_manifest_sha == e.manifest_sha and e.inflight is None
+            if e.failed == e.manifest_sha and not is_applied:
+                failed += 1
+                failures.append(f"{key}: {self.failures.get(slot, 'failed')}")
+                continue
+            if is_applied:
+                applied += 1
+                h, why = self.health.get(slot, (Health.UNKNOWN, ""))
+                if h is Health.READY and e.server_rv >= e.applied_rv:
+                    ready += 1
+                elif h is Health.FAILED:
+                    degraded.append(f"{key}: unhealthy: {why}")
+        total = len(view.keys) + len(view.errors)
+        failed += len(view.errors)
+        if failed:
+            phase = BundlePhase.FAILED
+        elif degraded:
+            phase = BundlePhase.DEGRADED
+        elif applied == ready == total:
+            phase = BundlePhase.READY
+        else:
+            phase = BundlePhase.RECONCILING
+        listed = (failures + degraded)[:MAX_LISTED_FAILURES]
+        message = {
+            BundlePhase.READY: f"revision {view.revision} applied and ready",
+            BundlePhase.FAILED: f"{failed} of {total} objects failed",
+            BundlePhase.DEGRADED: f"{len(degraded)} objects unhealthy",
+            BundlePhase.RECONCILING: f"{applied}/{total} applied, {ready}/{total} ready",
+        }[phase]
+        return BundleStatus(
+            cluster=view.cluster,
+            bundle=view.name,
+            revision=view.revision,
+            phase=phase,
+            counts=BundleCounts(total=total, applied=applied, failed=failed, ready=ready),
+            message=message,
+            failed_objects=listed,
+            at=_now(),
+        )
+
+    async def _status_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.s.status_interval)
+            if not self.live:
+                continue
+            dirty, self._dirty = self._dirty, set()
+            for ident in dirty:
+                view = self.bundles.get(ident)
+                if view is None:
+                    continue
+                st = self.bundle_status(view)
+                fingerprint = (st.revision, st.phase, st.counts, tuple(st.failed_objects))
+                if self._last_status.get(ident) == fingerprint:
+                    continue
+                self._last_status[ident] = fingerprint
+                subject = bundle_status_subject(view.cluster, view.name)
+                await self.pub.publish(
+                    subject, encode(st), msg_id=f"{subject}:{hash(fingerprint)}:{_now()}"
+                )
+
+
+async def run(settings: PlannerSettings) -> None:
+    nc = await bus.connect(settings.nats_url, name="driftbus-planner")
+    js = nc.jetstream()
+    await bus.ensure_streams(js, replicas=settings.stream_replicas)
+    publisher = bus.Publisher(js)
+    planner = Planner(settings=settings, js=js, publisher=publisher)
+    try:
+        await planner.run()
+    finally:
+        await publisher.flush()
+        await nc.drain()

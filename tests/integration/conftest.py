@@ -1,0 +1,46 @@
+"""Fixtures for pipeline tests: a private nats-server and the services as real processes."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+from nats.aio.client import Client as NATS
+
+from services.controlplane import servers
+
+from ..conftest import unique_name
+from .pipeline import Pipeline
+
+
+@pytest.fixture
+async def pipeline(stack: servers.Stack, tmp_path: Path) -> AsyncIterator[Pipeline]:
+    nats_server = servers.NatsServer(tmp_path / "nats")
+    nats_server.start()
+    p = Pipeline(stack=stack, nats=nats_server, cluster=unique_name("c"), workdir=tmp_path)
+    try:
+        yield p
+    finally:
+        p.stop_all()
+        nats_server.stop()
+
+
+@pytest.fixture
+async def pnc(pipeline: Pipeline) -> AsyncIterator[NATS]:
+    nc = await nats.connect(pipeline.nats.client_url)
+    try:
+        yield nc
+    finally:
+        await nc.drain()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Any:
+    report = yield
+    p = getattr(item, "funcargs", {}).get("pipeline")
+    if report.failed and isinstance(p, Pipeline):
+        report.sections.append(("driftbus service logs", p.logs()))
+    return report

@@ -1,0 +1,205 @@
+"""Running the real pipeline in tests: services as subprocesses, bundles, status, write counts.
+
+Each test gets its own nats-server (streams start empty) and shares the session's API server.
+Services run as real ``driftbus watcher|planner|applier`` processes so tests can SIGKILL them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import os
+import re
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
+
+from schemas.codec import decode, encode
+from schemas.messages import Bundle, BundleOptions, BundlePhase, BundleStatus, ObjectStatus
+from schemas.subjects import bundle_subject
+from services.common import bus
+from services.common.bundles import store_manifests
+from services.controlplane import servers
+
+REPO = Path(__file__).resolve().parents[2]
+# Writes the API server makes to itself (leases, APF config) are not driftbus's.
+_SYSTEM_RESOURCES = {"leases", "flowschemas", "prioritylevelconfigurations", "events"}
+_WRITE_VERBS = {"POST", "PUT", "PATCH", "DELETE", "APPLY", "DELETECOLLECTION"}
+_METRIC = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>[0-9.e+]+)$")
+INLINE_LIMIT = 512 * 1024
+
+
+def write_counts(api: servers.KubeAPIServer) -> collections.Counter[tuple[str, str]]:
+    """(verb, resource) → count of write requests the API server served so far."""
+    counts: collections.Counter[tuple[str, str]] = collections.Counter()
+    for line in api.metrics().splitlines():
+        m = _METRIC.match(line)
+        if not m:
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m["labels"]))
+        if labels.get("verb") in _WRITE_VERBS and labels.get("resource") not in _SYSTEM_RESOURCES:
+            if labels.get("dry_run"):
+                continue
+            counts[(labels["verb"], labels.get("resource", ""))] += int(float(m["value"]))
+    return counts
+
+
+def writes_since(api: servers.KubeAPIServer, before: collections.Counter[Any]) -> int:
+    return sum((write_counts(api) - before).values())
+
+
+class Pipeline:
+    def __init__(
+        self, *, stack: servers.Stack, nats: servers.NatsServer, cluster: str, workdir: Path
+    ) -> None:
+        self.stack = stack
+        self.nats = nats
+        self.cluster = cluster
+        self.workdir = workdir
+        self.procs: dict[str, servers.Process] = {}
+
+    @property
+    def api(self) -> servers.KubeAPIServer:
+        return self.stack.cluster.apiserver
+
+    def env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "NATS_URL": self.nats.client_url,
+            "KUBECONFIG": str(self.stack.cluster.kubeconfig),
+            "DRIFTBUS_LOG_LEVEL": "DEBUG",
+            "PYTHONUNBUFFERED": "1",
+        }
+
+    def start(self, role: str, name: str | None = None, *args: str) -> servers.Process:
+        name = name or role
+        argv = [sys.executable, "-m", "services.cli.main", role, *args]
+        if role in ("watcher", "applier"):
+            argv += ["--cluster", self.cluster]
+        proc = servers.Process(name, argv, self.workdir, env=self.env())
+        proc.start()
+        self.procs[name] = proc
+        return proc
+
+    def start_all(self, appliers: int = 1) -> None:
+        self.start("watcher")
+        self.start("planner")
+        for i in range(appliers):
+            self.start("applier", f"applier-{i}")
+
+    def kill(self, name: str) -> None:
+        self.procs[name].kill()
+
+    def stop_all(self) -> None:
+        for p in self.procs.values():
+            p.stop(timeout=10)
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"--- {n} ---\n{servers.log_tail(p.log_path, 30)}" for n, p in self.procs.items()
+        )
+
+    def all_logs_text(self) -> str:
+        return "\n".join(
+            p.log_path.read_text(errors="replace")
+            for p in self.procs.values()
+            if p.log_path.exists()
+        )
+
+    async def publish(
+        self,
+        js: JetStreamContext,
+        bundle: str,
+        manifests: list[dict[str, Any]],
+        *,
+        revision: str = "r1",
+        **options: bool,
+    ) -> None:
+        await bus.ensure_streams(js)  # idempotent, as every publisher does
+        msg = Bundle(
+            cluster=self.cluster,
+            bundle=bundle,
+            revision=revision,
+            options=BundleOptions(**options),
+            manifests=manifests,
+        )
+        data = encode(msg)
+        if len(data) > INLINE_LIMIT:
+            ref = await store_manifests(js, self.cluster, bundle, revision, manifests)
+            msg = Bundle(
+                cluster=self.cluster,
+                bundle=bundle,
+                revision=revision,
+                options=BundleOptions(**options),
+                manifests_ref=ref,
+            )
+            data = encode(msg)
+        await js.publish(
+            bundle_subject(self.cluster, bundle),
+            data,
+            headers={"Nats-Msg-Id": f"{bundle}@{revision}@{time.time_ns()}"},
+        )
+
+
+class StatusWatch:
+    """Collects every status event of one bundle (object and bundle) as a user would see them."""
+
+    def __init__(self) -> None:
+        self.objects: list[ObjectStatus] = []
+        self.bundles: list[BundleStatus] = []
+        self._changed = asyncio.Event()
+
+    async def start(self, nc: NATS, cluster: str, bundle: str) -> None:
+        from schemas.subjects import encode_token
+
+        async def on_msg(msg: Any) -> None:
+            if msg.subject.endswith(".bundle"):
+                self.bundles.append(decode(msg.data, BundleStatus))
+            else:
+                self.objects.append(decode(msg.data, ObjectStatus))
+            self._changed.set()
+
+        await nc.subscribe(
+            f"driftbus.status.{encode_token(cluster)}.{encode_token(bundle)}.>", cb=on_msg
+        )
+
+    async def until(
+        self,
+        pred: Callable[[BundleStatus], bool],
+        timeout: float,
+        logs: Callable[[], str] = lambda: "",
+    ) -> BundleStatus:
+        deadline = time.monotonic() + timeout
+        while True:
+            for st in reversed(self.bundles[-1:]):
+                if pred(st):
+                    return st
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                last = self.bundles[-1] if self.bundles else None
+                raise AssertionError(f"bundle status never matched; last: {last}\n{logs()}")
+            self._changed.clear()
+            try:
+                await asyncio.wait_for(self._changed.wait(), timeout=min(remaining, 1.0))
+            except TimeoutError:
+                pass
+
+    async def ready(
+        self, revision: str, timeout: float = 60.0, logs: Callable[[], str] = lambda: ""
+    ) -> BundleStatus:
+        return await self.until(
+            lambda s: s.revision == revision and s.phase is BundlePhase.READY, timeout, logs
+        )
+
+
+async def settle(seconds: float = 1.5) -> None:
+    """Let in-flight events drain (used only before counting writes that must stay zero)."""
+    await asyncio.sleep(seconds)
+
+
+__all__ = ["Pipeline", "StatusWatch", "bus", "settle", "write_counts", "writes_since"]
