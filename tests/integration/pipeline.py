@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import os
 import re
 import sys
@@ -171,10 +172,10 @@ class StatusWatch:
     async def until(
         self,
         pred: Callable[[BundleStatus], bool],
-        timeout: float,
+        within: float,
         logs: Callable[[], str] = lambda: "",
     ) -> BundleStatus:
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + within
         while True:
             for st in reversed(self.bundles[-1:]):
                 if pred(st):
@@ -184,16 +185,14 @@ class StatusWatch:
                 last = self.bundles[-1] if self.bundles else None
                 raise AssertionError(f"bundle status never matched; last: {last}\n{logs()}")
             self._changed.clear()
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), timeout=min(remaining, 1.0))
-            except TimeoutError:
-                pass
 
     async def ready(
-        self, revision: str, timeout: float = 60.0, logs: Callable[[], str] = lambda: ""
+        self, revision: str, within: float = 60.0, logs: Callable[[], str] = lambda: ""
     ) -> BundleStatus:
         return await self.until(
-            lambda s: s.revision == revision and s.phase is BundlePhase.READY, timeout, logs
+            lambda s: s.revision == revision and s.phase is BundlePhase.READY, within, logs
         )
 
 
