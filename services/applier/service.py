@@ -127,7 +127,11 @@ class Applier:
             free = max(1, slots._value)  # fetch only what we can start now
             try:
                 msgs = await sub.fetch(batch=free, timeout=1.0)
-            except NatsTimeout:
+            except (NatsTimeout, TimeoutError):  # nats-py raises either when nothing is pending
+                continue
+            except Exception:  # a broken connection must not end the replica: log, retry
+                log.exception("fetching intents failed; retrying")
+                await asyncio.sleep(1.0)
                 continue
             for msg in msgs:
                 await slots.acquire()
@@ -217,8 +221,9 @@ class Applier:
 
     async def _delete(self, intent: DeleteIntent) -> Outcome:
         key = intent.key
+        # An unknown kind is an error (NotFound from discovery), not an already deleted object.
+        res = await self.kube.discovery.resource(intent.api_version, key.kind)
         try:
-            res = await self.kube.discovery.resource(intent.api_version, key.kind)
             gone = await self.kube.delete(res, key.name, key.namespace)
             rv = str(gone.get("metadata", {}).get("resourceVersion", ""))
         except NotFound:

@@ -285,7 +285,7 @@ class Follower:
             while True:
                 try:
                     msg = await sub.next_msg(timeout=1.0)
-                except NatsTimeout:
+                except (NatsTimeout, TimeoutError):
                     continue
                 yield msg
                 if not self.caught_up.is_set() and msg.metadata.num_pending == 0:

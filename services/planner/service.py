@@ -291,13 +291,16 @@ class Planner:
             await self._fold(slot, Desired(name, bundle.revision, sha, bundle.options.prune))
         if previous is not None:
             for key in previous.keys - view.keys:
-                self.manifests.pop((cluster, key), None)
                 if self.live:
                     await self._fold(
                         (cluster, key), Removed(name, bundle.revision, bundle.options.prune)
                     )
         if self.live:
             await self._prune(view)
+        if previous is not None:
+            # after the prune decisions, which need the apiVersion of what they delete
+            for key in previous.keys - view.keys:
+                self.manifests.pop((cluster, key), None)
         for err in view.errors:
             log.warning("bundle %s/%s@%s: %s", cluster, name, bundle.revision, err)
 

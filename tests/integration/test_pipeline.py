@@ -198,3 +198,132 @@ async def test_steady_state_causes_zero_writes(
     pipeline.start("watcher")
     await settle(5)
     assert writes_since(pipeline.api, before) == 0, "a restarted watcher caused writes"
+
+
+class DecisionLog:
+    """Every decision record of a cluster, as `driftbus why` would read them."""
+
+    def __init__(self) -> None:
+        self.records: list[Any] = []
+
+    async def start(self, nc: NATS, cluster: str) -> None:
+        from schemas.codec import decode
+        from schemas.messages import DecisionRecord
+        from schemas.subjects import encode_token
+
+        async def on_msg(msg: Any) -> None:
+            self.records.append(decode(msg.data, DecisionRecord))
+
+        await nc.subscribe(f"driftbus.decision.{encode_token(cluster)}.>", cb=on_msg)
+
+    def reasons(self, name: str) -> list[str]:
+        return [f"{r.action}:{r.reason}" for r in self.records if r.key.name == name]
+
+
+async def test_new_revision_applies_and_prunes_exactly_what_changed(
+    pipeline: Pipeline, pnc: NATS, kube: KubeClient, namespace: str
+) -> None:
+    manifests = [cm(namespace, f"cm-{i}") for i in range(50)]
+    watch = StatusWatch()
+    await watch.start(pnc, pipeline.cluster, "fifty")
+    pipeline.start_all()
+    js = pnc.jetstream()
+    # An object that merely looks like one of ours but lacks the ownership label.
+    cm_res = await kube.discovery.resource("v1", "ConfigMap")
+    await kube.apply(cm(namespace, "not-ours"), field_manager="someone-else")
+    await pipeline.publish(js, "fifty", manifests)
+    await watch.ready("r1", 60, pipeline.logs)
+    await settle()
+
+    before = write_counts(pipeline.api)
+    changed = [dict(m) for m in manifests]
+    for i in (3, 17, 42):
+        changed[i] = cm(namespace, f"cm-{i}", k="changed")
+    await pipeline.publish(js, "fifty", changed, revision="r2")
+    await watch.ready("r2", 60, pipeline.logs)
+    await settle()
+    assert writes_since(pipeline.api, before) == 3
+    assert (await kube.get(cm_res, "cm-17", namespace))["data"] == {"k": "changed"}
+
+    before = write_counts(pipeline.api)
+    kept = [m for m in changed if m["metadata"]["name"] not in ("cm-5", "cm-6")]
+    await pipeline.publish(js, "fifty", kept, revision="r3")
+    await watch.ready("r3", 60, pipeline.logs)
+    await settle()
+    assert writes_since(pipeline.api, before) == 2
+    names = {i["metadata"]["name"] for i in (await kube.list(cm_res, namespace=namespace))[0]}
+    assert "cm-5" not in names
+    assert "cm-6" not in names
+    assert "not-ours" in names
+    assert len(names) == 49  # 48 kept + the unlabelled one
+
+    before = write_counts(pipeline.api)
+    await pipeline.publish(js, "fifty", kept[:10], revision="r4", prune=False)
+    await watch.ready("r4", 60, pipeline.logs)
+    await settle()
+    assert writes_since(pipeline.api, before) == 0, "prune=false must keep removed objects"
+
+
+async def test_drift_and_out_of_band_deletes_are_restored(
+    pipeline: Pipeline, pnc: NATS, kube: KubeClient, namespace: str
+) -> None:
+    import statistics
+    import time
+
+    trials = 20
+    manifests = [cm(namespace, f"drift-{i}", mode="fast") for i in range(trials)]
+    watch = StatusWatch()
+    await watch.start(pnc, pipeline.cluster, "drift")
+    decisions = DecisionLog()
+    await decisions.start(pnc, pipeline.cluster)
+    pipeline.start_all()
+    # force: the intruder takes field ownership; taking it back is what force means
+    await pipeline.publish(pnc.jetstream(), "drift", manifests, force=True)
+    await watch.ready("r1", 60, pipeline.logs)
+    await settle()
+    res = await kube.discovery.resource("v1", "ConfigMap")
+
+    async def until(pred: Any, what: str) -> float:
+        start = time.monotonic()
+        while time.monotonic() - start < 30:
+            if await pred():
+                return time.monotonic() - start
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"{what} never happened\n{pipeline.logs()}")
+
+    before = write_counts(pipeline.api)
+    drift_times = []
+    for i in range(trials):
+        name = f"drift-{i}"
+        await kube.apply({**cm(namespace, name, mode="slow")}, field_manager="intruder", force=True)
+
+        async def restored(name: str = name) -> bool:
+            return (await kube.get(res, name, namespace))["data"].get("mode") == "fast"
+
+        drift_times.append(await until(restored, f"{name} restored"))
+    await settle()
+    # one write by the intruder and one correction by driftbus per trial, nothing else
+    assert writes_since(pipeline.api, before) == 2 * trials
+
+    delete_times = []
+    for i in range(5):
+        name = f"drift-{i}"
+        await kube.delete(res, name, namespace)
+
+        async def recreated(name: str = name) -> bool:
+            try:
+                await kube.get(res, name, namespace)
+                return True
+            except Exception:  # noqa: BLE001 - NotFound until it is back
+                return False
+
+        delete_times.append(await until(recreated, f"{name} recreated"))
+    await settle()
+    assert "apply:drift" in decisions.reasons("drift-7")
+    assert "apply:deleted" in decisions.reasons("drift-2")
+    q = statistics.quantiles(drift_times, n=100)
+    print(
+        f"\ntime-to-correct drift over {trials} trials: p50={statistics.median(drift_times):.3f}s "
+        f"p99={q[98]:.3f}s max={max(drift_times):.3f}s; "
+        f"deleted: p50={statistics.median(delete_times):.3f}s max={max(delete_times):.3f}s"
+    )
