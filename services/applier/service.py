@@ -52,6 +52,7 @@ from services.common.kube import (
     KubeClient,
     KubeError,
     NotFound,
+    Resource,
 )
 from services.common.settings import setting
 from services.core.manifest import FIELD_MANAGER
@@ -135,9 +136,10 @@ class Applier:
                 continue
             for msg in msgs:
                 await slots.acquire()
-                task = asyncio.create_task(self._handle(msg))
+                task = asyncio.create_task(self._handle(msg), name=msg.subject)
                 self._inflight.add(task)
                 task.add_done_callback(self._inflight.discard)
+                task.add_done_callback(_log_failure)
                 task.add_done_callback(lambda _: slots.release())
         # SIGTERM: finish what was started; anything not started stays in the stream.
         if self._inflight:
@@ -152,6 +154,12 @@ class Applier:
         try:
             last = await bus.last_message(self.js, bus.INTENTS, msg.subject)
             if last is None or last.seq != msg.metadata.sequence.stream:
+                log.debug(
+                    "%s: intent %d superseded by %s",
+                    intent.key,
+                    msg.metadata.sequence.stream,
+                    last.seq if last else "none",
+                )
                 self.superseded += 1
                 await msg.ack()
                 return
@@ -201,7 +209,9 @@ class Applier:
                     self._scrub(intent, str(exc))
                     + " (publish with allow-replace to delete and recreate it)",
                 )
-            await self.kube.delete(res, m["metadata"]["name"], m["metadata"].get("namespace", ""))
+            await self._replace_delete(
+                res, m["metadata"]["name"], m["metadata"].get("namespace", "")
+            )
             live = await self.kube.apply(
                 m, field_manager=FIELD_MANAGER, force=intent.force, resource=res
             )
@@ -218,6 +228,18 @@ class Applier:
             applier=self.s.applier_id,
         )
         return Outcome(ObjectPhase.APPLIED, f"applied ({intent.reason})", applied)
+
+    async def _replace_delete(self, res: Resource, name: str, namespace: str) -> None:
+        """Delete for allow-replace and wait until it is gone (Background: no finalizer that
+        only a garbage collector would remove), so the re-create does not meet the old object."""
+        await self.kube.delete(res, name, namespace, propagation="Background")
+        for _ in range(300):
+            try:
+                await self.kube.get(res, name, namespace)
+            except NotFound:
+                return
+            await asyncio.sleep(0.1)
+        raise Wait(f"{res.kind}/{namespace}/{name} is still being deleted for replacement")
 
     async def _delete(self, intent: DeleteIntent) -> Outcome:
         key = intent.key
@@ -256,6 +278,7 @@ class Applier:
 
     async def _report(self, intent: ApplyIntent | DeleteIntent, msg: Msg, o: Outcome) -> None:
         key = intent.key
+        log.debug("%s: %s (%s)", key, o.phase, o.message)
         tasks = []
         if o.applied is not None:
             tasks.append(
@@ -316,6 +339,12 @@ class Applier:
     def _scrub(intent: ApplyIntent | DeleteIntent, text: str) -> str:
         manifest: dict[str, Any] = intent.manifest if isinstance(intent, ApplyIntent) else {}
         return scrub_for(manifest, text)
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    """An intent whose handling crashed stays unacked (it is redelivered); never silent."""
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        log.error("handling intent %s failed: %s: %s", task.get_name(), type(exc).__name__, exc)
 
 
 def _now() -> dt.datetime:

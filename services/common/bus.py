@@ -144,7 +144,6 @@ async def ensure_streams(js: JetStreamContext, *, replicas: int = 1) -> None:
 class IntentConsumerSettings:
     ack_wait: float = 60.0
     max_deliver: int = 20
-    backoff: tuple[float, ...] = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0)
     max_ack_pending: int = 4096
 
 
@@ -166,8 +165,8 @@ async def ensure_intent_consumer(
         deliver_policy=js_api.DeliverPolicy.ALL,
         ack_wait=s.ack_wait,
         max_deliver=s.max_deliver,
-        # backoff overrides ack_wait for redeliveries after an ack timeout
-        backoff=list(s.backoff),
+        # No consumer backoff: NATS would use its first step as the ack deadline of the first
+        # delivery, redelivering any apply slower than that. Appliers nak with their own delay.
         max_ack_pending=s.max_ack_pending,
         max_waiting=512,
         replay_policy=js_api.ReplayPolicy.INSTANT,
@@ -210,8 +209,10 @@ class Publisher:
     def _done(self, task: asyncio.Task[js_api.PubAck]) -> None:
         self._pending.discard(task)
         self._slots.release()
-        if not task.cancelled() and task.exception() is not None:
+        if not task.cancelled() and (exc := task.exception()) is not None:
             self.errors += 1
+            # Never silent: a lost publish is a lost fact (the caller may also await the task).
+            log.error("publish failed: %s: %s", type(exc).__name__, exc)
 
     async def _publish(
         self, subject: str, data: bytes, msg_id: str, headers: dict[str, str] | None

@@ -199,9 +199,16 @@ def step(e: Entry, event: Event) -> tuple[Entry, Decision | None]:
             return _applied(e, event)
         case Failed():
             if e.inflight == event.manifest_sha:
-                e = dataclasses.replace(e, inflight=None, failed=event.manifest_sha)
+                e = dataclasses.replace(e, inflight=None)
+            if event.manifest_sha == e.manifest_sha:
+                e = dataclasses.replace(e, failed=event.manifest_sha)
             return _emit(e, evaluate(e), Trigger.FAILED)
     raise TypeError(f"{e.key}: unknown event {event!r}")  # pragma: no cover
+
+
+def reevaluate(e: Entry) -> tuple[Entry, Decision | None]:
+    """Decide on a restored entry (after the rebuild), marking what it sends as in flight."""
+    return _emit(e, evaluate(e), Trigger.BUNDLE)
 
 
 def restore(e: Entry, event: Event) -> Entry:

@@ -34,7 +34,6 @@ from schemas.messages import (
     BundlePhase,
     BundleStatus,
     DecisionAction,
-    DecisionReason,
     DecisionRecord,
     DeleteIntent,
     Health,
@@ -47,7 +46,6 @@ from schemas.subjects import (
     SubjectError,
     bundle_status_subject,
     key_tokens,
-    object_status_subject,
     object_subject,
     parse_subject,
 )
@@ -65,7 +63,7 @@ from services.planner.decide import (
     Failed,
     Observed,
     Removed,
-    evaluate,
+    reevaluate,
     restore,
     step,
 )
@@ -175,9 +173,8 @@ class Planner:
             key=lambda s: (s[0], apply_order(s[1])),
         )
         for slot in slots:
-            await self._publish_decision(
-                slot, evaluate(self.entries[slot], republished=False), after_rebuild=True
-            )
+            self.entries[slot], decision = reevaluate(self.entries[slot])
+            await self._publish_decision(slot, decision, after_rebuild=True)
         for view in list(self.bundles.values()):
             await self._prune(view)
         self._dirty.update(self.bundles)
@@ -213,6 +210,9 @@ class Planner:
                 self.failures.pop((ap.cluster, ap.key), None)
             elif kind == "status":
                 st = decode(msg.data, ObjectStatus)
+                log.debug(
+                    "%s: status %s for manifest %s", st.key, st.phase, (st.manifest_sha or "-")[:12]
+                )
                 if st.phase in (ObjectPhase.FAILED, ObjectPhase.CONFLICT) and st.manifest_sha:
                     self.failures[(st.cluster, st.key)] = f"{st.phase}: {st.message}"
                     await self._fold((st.cluster, st.key), Failed(bytes.fromhex(st.manifest_sha)))
@@ -353,6 +353,9 @@ class Planner:
         e = self.entries[slot]
         view = self.bundles.get((cluster, e.bundle)) if e.bundle else None
         self.counters[f"{d.action}:{d.reason}"] += 1
+        log.debug(
+            "%s: %s (%s)%s", key, d.action, d.reason, " after rebuild" if after_rebuild else ""
+        )
         revision = e.revision or (view.revision if view else "")
         if d.action is DecisionAction.APPLY:
             manifest = self.manifests.get(slot)
@@ -393,13 +396,6 @@ class Planner:
             await self.pub.publish(
                 object_subject("intent", cluster, key), encode(intent), msg_id=msg_id
             )
-            if d.action is DecisionAction.APPLY and e.bundle:
-                phase = (
-                    ObjectPhase.DRIFTED
-                    if d.reason in (DecisionReason.DRIFT, DecisionReason.DELETED)
-                    else ObjectPhase.PENDING
-                )
-                await self._object_status(slot, phase, f"{d.action} ({d.reason})")
         record = DecisionRecord(
             cluster=cluster,
             key=key,
@@ -419,25 +415,6 @@ class Planner:
             encode(record),
             msg_id=f"decision:{self.s.planner_id}:{id(record)}:{_now()}",
         )
-
-    async def _object_status(self, slot: Slot, phase: ObjectPhase, message: str) -> None:
-        cluster, key = slot
-        e = self.entries[slot]
-        h = self.health.get(slot, (Health.UNKNOWN, ""))[0]
-        st = ObjectStatus(
-            cluster=cluster,
-            bundle=e.bundle,
-            revision=e.revision,
-            key=key,
-            phase=phase,
-            health=h,
-            message=message,
-            apply_sha=_hex(e.apply_sha),
-            manifest_sha=_hex(e.manifest_sha),
-            at=_now(),
-        )
-        subject = object_status_subject(cluster, e.bundle, key)
-        await self.pub.publish(subject, encode(st), msg_id=f"{subject}:{phase}:{_now()}")
 
     # --- bundle status --------------------------------------------------------------------
 

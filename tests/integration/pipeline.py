@@ -183,7 +183,11 @@ class StatusWatch:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 last = self.bundles[-1] if self.bundles else None
-                raise AssertionError(f"bundle status never matched; last: {last}\n{logs()}")
+                latest = {str(o.key): f"{o.phase} {o.message}" for o in self.objects}
+                lines = "\n".join(f"  {k}: {v}" for k, v in sorted(latest.items()))
+                raise AssertionError(
+                    f"bundle status never matched; last: {last}\nobjects:\n{lines}\n{logs()}"
+                )
             self._changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), timeout=min(remaining, 1.0))

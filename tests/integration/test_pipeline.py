@@ -327,3 +327,111 @@ async def test_drift_and_out_of_band_deletes_are_restored(
         f"p99={q[98]:.3f}s max={max(drift_times):.3f}s; "
         f"deleted: p50={statistics.median(delete_times):.3f}s max={max(delete_times):.3f}s"
     )
+
+
+async def test_errors_are_classified_reported_and_never_leak_secrets(
+    pipeline: Pipeline, pnc: NATS, kube: KubeClient, namespace: str
+) -> None:
+    planted = "s3cr3t-" + unique_name("planted")
+    cm_res = await kube.discovery.resource("v1", "ConfigMap")
+    # A field owned by another manager: applying over it without force is a conflict.
+    await kube.apply(cm(namespace, "contested", mode="theirs"), field_manager="other-team")
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "once", "namespace": namespace},
+        "spec": {
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "c", "image": "busybox:1"}],
+                }
+            }
+        },
+    }
+    manifests = [
+        cm(namespace, "fine"),
+        cm(namespace, "contested", mode="ours"),
+        # invalid: a Secret whose data is not base64 -> 422 that must not echo the value
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "bad", "namespace": namespace},
+            "data": {"token": planted + "!!notbase64"},
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "good", "namespace": namespace},
+            "stringData": {"password": planted},
+        },
+        {
+            "apiVersion": "never.driftbus.test/v1",
+            "kind": "Ghost",
+            "metadata": {"name": "g", "namespace": namespace},
+        },
+        job,
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"namespace": namespace}},  # no name
+    ]
+    watch = StatusWatch()
+    await watch.start(pnc, pipeline.cluster, "errs")
+    decisions = DecisionLog()
+    await decisions.start(pnc, pipeline.cluster)
+    pipeline.start_all()
+    # the wait budget for missing kinds is shortened so the test does not wait 2 minutes
+    pipeline.procs["applier-0"].stop()
+    pipeline.start("applier", "applier-0", "--wait-budget", "4")
+    js = pnc.jetstream()
+    await pipeline.publish(js, "errs", manifests)
+    status = await watch.until(
+        lambda s: s.counts.failed == 4 and s.counts.applied == 3, 60, pipeline.logs
+    )
+    failures = "\n".join(status.failed_objects)
+    assert "manifests[6]: ConfigMap/?: metadata.name is missing" in failures
+    assert 'conflict with "other-team"' in failures
+    assert "/bad: " in failures
+    assert "illegal base64" in failures  # the server's reason, value not echoed
+    assert "Ghost" in failures
+    assert "not served" in failures
+    assert (await kube.get(cm_res, "fine", namespace))["data"] == {"k": "fine"}
+
+    # immutable field: Failed unless the bundle allows replace
+    job2 = {
+        **job,
+        "spec": {
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "c", "image": "busybox:2"}],
+                }
+            }
+        },
+    }
+    await pipeline.publish(js, "errs", [cm(namespace, "fine"), job2], revision="r2")
+    status = await watch.until(
+        lambda s: s.revision == "r2" and s.counts.failed == 1, 60, pipeline.logs
+    )
+    assert "immutable" in status.failed_objects[0]
+    assert "allow-replace" in status.failed_objects[0]
+    await pipeline.publish(
+        js, "errs", [cm(namespace, "fine"), job2], revision="r3", allow_replace=True
+    )
+    await watch.until(lambda s: s.revision == "r3" and s.counts.applied == 2, 60, pipeline.logs)
+    job_res = await kube.discovery.resource("batch/v1", "Job")
+    live = await kube.get(job_res, "once", namespace)
+    assert live["spec"]["template"]["spec"]["containers"][0]["image"] == "busybox:2"
+
+    # the planted value appears nowhere a user or operator reads
+    await settle()
+    everything = "\n".join(
+        [
+            repr(watch.objects),
+            repr(watch.bundles),
+            repr(decisions.records),
+            pipeline.all_logs_text(),
+        ]
+    )
+    assert planted not in everything
+    import base64
+
+    assert base64.b64encode(planted.encode()).decode() not in everything

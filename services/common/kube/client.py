@@ -189,17 +189,22 @@ class KubeClient:
         )
 
     async def delete(
-        self, res: Resource, name: str, namespace: str = "", *, resource_version: str | None = None
+        self,
+        res: Resource,
+        name: str,
+        namespace: str = "",
+        *,
+        resource_version: str | None = None,
+        propagation: str | None = None,
     ) -> dict[str, Any]:
-        body = None
+        options: dict[str, Any] = {}
         if resource_version:
-            body = orjson.dumps(
-                {
-                    "apiVersion": "v1",
-                    "kind": "DeleteOptions",
-                    "preconditions": {"resourceVersion": resource_version},
-                }
-            )
+            options["preconditions"] = {"resourceVersion": resource_version}
+        if propagation:
+            options["propagationPolicy"] = propagation
+        body = None
+        if options:
+            body = orjson.dumps({"apiVersion": "v1", "kind": "DeleteOptions", **options})
         return await self.request(
             "DELETE",
             res.path(namespace, name),

@@ -12,6 +12,14 @@ from typing import Any
 _MAX_MESSAGE = 1024
 
 
+def _trim(message: str) -> str:
+    """Keep the start (what) and the end (why: "field is immutable") of a long message."""
+    if len(message) <= _MAX_MESSAGE:
+        return message
+    half = _MAX_MESSAGE // 2
+    return f"{message[:half]} … {message[-half:]}"
+
+
 class KubeError(Exception):
     """An API call failed. ``status`` is the HTTP code (0 for transport errors)."""
 
@@ -30,7 +38,7 @@ class KubeError(Exception):
         self.subject = subject
         self.status = status
         self.reason = reason
-        self.message = message[:_MAX_MESSAGE]
+        self.message = _trim(message)
         self.details = details or {}
         self.retry_after = retry_after
         super().__init__(f"{subject}: {reason} ({status}): {self.message}")
@@ -82,6 +90,9 @@ _BY_STATUS: dict[int, type[KubeError]] = {
 }
 
 
+_DETERMINISTIC_500 = ("failed to convert", "unable to convert", "error decoding")
+
+
 def error_for(
     subject: str, status: int, body: dict[str, Any] | None, retry_after: float | None = None
 ) -> KubeError:
@@ -91,4 +102,8 @@ def error_for(
     message = str(body.get("message") or "")
     details = body.get("details") if isinstance(body.get("details"), dict) else None
     cls = _BY_STATUS.get(status, Retryable if status >= 500 else KubeError)
+    if status == 500 and any(m in message for m in _DETERMINISTIC_500):
+        # The API server reports some invalid objects as 500 (e.g. a Secret whose data is not
+        # base64); retrying them cannot help.
+        cls = Invalid
     return cls(subject, status, reason, message, details=details, retry_after=retry_after)
