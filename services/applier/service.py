@@ -79,7 +79,7 @@ class ApplierSettings:
         120.0, "seconds an object waits for its CRD or namespace before it is Failed"
     )
     ack_wait: float = setting(
-        60.0,
+        30.0,
         "seconds before an unacked intent is redelivered "
         "(another replica takes it when this one died)",
     )
