@@ -53,6 +53,7 @@ fmt: deps
 
 schemas: deps
 	$(BIN)/python -m schemas.generate
+	$(BIN)/python -m services.cli.docs
 
 clean:
 	rm -rf $(VENV) .tools .pytest_cache .mypy_cache .ruff_cache

@@ -21,8 +21,6 @@ import asyncio
 import dataclasses
 import datetime as dt
 import logging
-import os
-import socket
 from typing import Any
 
 from nats.aio.msg import Msg
@@ -54,7 +52,7 @@ from services.common.kube import (
     NotFound,
     Resource,
 )
-from services.common.settings import setting
+from services.common.settings import replica_id, setting
 from services.core.manifest import FIELD_MANAGER
 from services.core.scrub import scrub_for
 from services.core.sha import object_sha
@@ -72,7 +70,7 @@ class ApplierSettings:
     context: str | None = setting(None, "kubeconfig context (current context when unset)")
     nats_url: str = setting("nats://127.0.0.1:4222", "NATS server URL", env="NATS_URL")
     applier_id: str = setting(
-        f"{socket.gethostname()}-{os.getpid()}", "name of this replica in applied events"
+        "", "name of this replica in applied events (default: <hostname>-<pid>)"
     )
     concurrency: int = setting(16, "intents applied at the same time by this replica")
     wait_budget: float = setting(
@@ -352,6 +350,7 @@ def _now() -> dt.datetime:
 
 
 async def run(settings: ApplierSettings, *, stopping: asyncio.Event | None = None) -> None:
+    settings = dataclasses.replace(settings, applier_id=settings.applier_id or replica_id())
     if not settings.cluster:
         raise SystemExit("driftbus applier: --cluster (or DRIFTBUS_CLUSTER) is required")
     nc = await bus.connect(settings.nats_url, name=f"driftbus-applier-{settings.cluster}")

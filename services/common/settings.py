@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import socket
 import types
 import typing
 from collections.abc import Mapping
@@ -21,6 +22,11 @@ T = TypeVar("T")
 
 class SettingsError(ValueError):
     """A setting has a value that cannot be used; the message names it."""
+
+
+def replica_id() -> str:
+    """Default name of a service replica: unique per process, readable in events and logs."""
+    return f"{socket.gethostname()}-{os.getpid()}"
 
 
 def setting(default: Any, doc: str, *, env: str | None = None, flag: str | None = None) -> Any:

@@ -18,8 +18,6 @@ import collections
 import dataclasses
 import datetime as dt
 import logging
-import os
-import socket
 from typing import Any
 
 from nats.aio.msg import Msg
@@ -51,7 +49,7 @@ from schemas.subjects import (
 )
 from services.common import bus
 from services.common.bundles import BundleError, load_manifests
-from services.common.settings import setting
+from services.common.settings import replica_id, setting
 from services.core.manifest import ManifestError, apply_order, check_bundle_name, key_of, owned
 from services.core.sha import HashError, object_sha
 from services.planner.decide import (
@@ -76,10 +74,13 @@ MAX_LISTED_FAILURES = 50
 class PlannerSettings:
     nats_url: str = setting("nats://127.0.0.1:4222", "NATS server URL", env="NATS_URL")
     planner_id: str = setting(
-        f"{socket.gethostname()}-{os.getpid()}", "name of this replica in intents and decisions"
+        "", "name of this replica in intents and decisions (default: <hostname>-<pid>)"
     )
     status_interval: float = setting(
         0.2, "seconds between bundle status recomputations; changes are coalesced within it"
+    )
+    stats_interval: float = setting(
+        30.0, "seconds between log lines with hit/miss counts by reason (only when changed)"
     )
     stream_replicas: int = setting(1, "replicas of the JetStream streams (3 on a NATS cluster)")
 
@@ -467,11 +468,37 @@ class Planner:
             at=_now(),
         )
 
+    def cache_stats(self) -> dict[str, Any]:
+        """Hits and misses by reason since start: what explains the hit ratio."""
+        hits = self.counters.get("hit:hit", 0)
+        misses = {
+            k.split(":", 1)[1]: v
+            for k, v in self.counters.items()
+            if k.startswith(("apply:", "delete:"))
+        }
+        total = hits + sum(misses.values())
+        return {
+            "hits": hits,
+            "misses": misses,
+            "hit_ratio": round(hits / total, 4) if total else None,
+            "objects": len(self.entries),
+            "bad_messages": self.counters["bad_messages"],
+        }
+
     async def _status_loop(self) -> None:
+        last_stats: dict[str, Any] = {}
+        next_stats = 0.0
+        loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(self.s.status_interval)
             if not self.live:
                 continue
+            if loop.time() >= next_stats:
+                stats = self.cache_stats()
+                if stats != last_stats:
+                    log.info("cache: %s", stats)
+                    last_stats = stats
+                next_stats = loop.time() + self.s.stats_interval
             dirty, self._dirty = self._dirty, set()
             for ident in dirty:
                 view = self.bundles.get(ident)
@@ -489,6 +516,7 @@ class Planner:
 
 
 async def run(settings: PlannerSettings) -> None:
+    settings = dataclasses.replace(settings, planner_id=settings.planner_id or replica_id())
     nc = await bus.connect(settings.nats_url, name="driftbus-planner")
     js = nc.jetstream()
     await bus.ensure_streams(js, replicas=settings.stream_replicas)

@@ -12,8 +12,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import os
-import socket
 from typing import Any
 
 from nats.js import JetStreamContext
@@ -30,7 +28,7 @@ from schemas.subjects import (
 from services.common import bus
 from services.common.bundles import BundleError, load_manifests
 from services.common.kube import Gone, KubeClient, KubeError, NotFound, Resource
-from services.common.settings import setting
+from services.common.settings import replica_id, setting
 from services.core.health import health
 from services.core.manifest import OWNER_LABEL
 from services.core.sha import HashError, object_sha
@@ -47,7 +45,7 @@ class WatcherSettings:
     context: str | None = setting(None, "kubeconfig context (current context when unset)")
     nats_url: str = setting("nats://127.0.0.1:4222", "NATS server URL", env="NATS_URL")
     watcher_id: str = setting(
-        f"{socket.gethostname()}-{os.getpid()}", "name of this replica in server events"
+        "", "name of this replica in server events (default: <hostname>-<pid>)"
     )
     extra_kinds: tuple[str, ...] = setting(
         (), "apiVersion/Kind list to watch besides the kinds in bundles, comma-separated"
@@ -248,6 +246,7 @@ class Watcher:
 
 
 async def run(settings: WatcherSettings) -> None:
+    settings = dataclasses.replace(settings, watcher_id=settings.watcher_id or replica_id())
     if not settings.cluster:
         raise SystemExit("driftbus watcher: --cluster (or DRIFTBUS_CLUSTER) is required")
     nc = await bus.connect(settings.nats_url, name=f"driftbus-watcher-{settings.cluster}")

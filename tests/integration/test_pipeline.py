@@ -13,7 +13,7 @@ from typing import Any
 from nats.aio.client import Client as NATS
 
 from schemas.messages import ObjectPhase
-from services.common.kube import KubeClient
+from services.common.kube import KubeClient, NotFound
 
 from ..conftest import unique_name
 from .pipeline import Pipeline, StatusWatch, settle, write_counts, writes_since
@@ -372,6 +372,8 @@ async def test_errors_are_classified_reported_and_never_leak_secrets(
         },
         job,
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"namespace": namespace}},  # no name
+        cm(namespace, "Not_A_DNS_Name"),  # 422 from the API server
+        cm("no-such-namespace-" + namespace[-6:], "orphan"),  # waits, then fails
     ]
     watch = StatusWatch()
     await watch.start(pnc, pipeline.cluster, "errs")
@@ -384,7 +386,7 @@ async def test_errors_are_classified_reported_and_never_leak_secrets(
     js = pnc.jetstream()
     await pipeline.publish(js, "errs", manifests)
     status = await watch.until(
-        lambda s: s.counts.failed == 4 and s.counts.applied == 3, 60, pipeline.logs
+        lambda s: s.counts.failed == 6 and s.counts.applied == 3, 60, pipeline.logs
     )
     failures = "\n".join(status.failed_objects)
     assert "manifests[6]: ConfigMap/?: metadata.name is missing" in failures
@@ -393,6 +395,10 @@ async def test_errors_are_classified_reported_and_never_leak_secrets(
     assert "illegal base64" in failures  # the server's reason, value not echoed
     assert "Ghost" in failures
     assert "not served" in failures
+    assert "Not_A_DNS_Name: Failed" in failures
+    assert "Invalid (422)" in failures
+    assert "namespace no-such-namespace-" in failures
+    assert "does not exist" in failures
     assert (await kube.get(cm_res, "fine", namespace))["data"] == {"k": "fine"}
 
     # immutable field: Failed unless the bundle allows replace
@@ -435,3 +441,65 @@ async def test_errors_are_classified_reported_and_never_leak_secrets(
     import base64
 
     assert base64.b64encode(planted.encode()).decode() not in everything
+
+
+async def test_changes_made_while_the_watcher_is_down_are_corrected(
+    pipeline: Pipeline, pnc: NATS, kube: KubeClient, namespace: str
+) -> None:
+    manifests = [cm(namespace, f"w-{i}", mode="fast") for i in range(10)]
+    watch = StatusWatch()
+    await watch.start(pnc, pipeline.cluster, "down")
+    decisions = DecisionLog()
+    await decisions.start(pnc, pipeline.cluster)
+    pipeline.start_all()
+    await pipeline.publish(pnc.jetstream(), "down", manifests, force=True)
+    await watch.ready("r1", 60, pipeline.logs)
+    await settle()
+
+    pipeline.kill("watcher")
+    res = await kube.discovery.resource("v1", "ConfigMap")
+    await kube.delete(res, "w-1", namespace)
+    await kube.apply(cm(namespace, "w-2", mode="slow"), field_manager="intruder", force=True)
+    before = write_counts(pipeline.api)
+    pipeline.start("watcher")  # seeded from SERVER, then the list shows what changed meanwhile
+
+    for _ in range(300):
+        try:
+            restored = (
+                await kube.get(res, "w-1", namespace),
+                await kube.get(res, "w-2", namespace),
+            )
+            if restored[1]["data"]["mode"] == "fast":
+                break
+        except NotFound:  # w-1 until it is recreated
+            pass
+        await asyncio.sleep(0.1)
+    else:
+        raise AssertionError(f"not restored after the watcher came back\n{pipeline.logs()}")
+    await settle()
+    assert writes_since(pipeline.api, before) == 2
+    assert "apply:deleted" in decisions.reasons("w-1")
+    assert "apply:drift" in decisions.reasons("w-2")
+
+
+async def test_sigterm_lets_an_applier_finish_and_hand_back_its_work(
+    pipeline: Pipeline, pnc: NATS, kube: KubeClient, namespace: str
+) -> None:
+    n = 600
+    watch = StatusWatch()
+    await watch.start(pnc, pipeline.cluster, "term")
+    pipeline.start("watcher")
+    pipeline.start("planner")
+    pipeline.start("applier", "applier-0", "--concurrency", "4")
+    await pipeline.publish(pnc.jetstream(), "term", [cm(namespace, f"t-{i}") for i in range(n)])
+    await watch.until(lambda s: s.counts.applied >= 50, 60, pipeline.logs)
+    pipeline.start("applier", "applier-1", "--concurrency", "4")
+    term = pipeline.procs["applier-0"]
+    assert term.proc is not None
+    term.proc.terminate()
+    assert term.proc.wait(timeout=20) == 0, "SIGTERM should end the applier cleanly"
+    assert watch.bundles[-1].counts.applied < n, "the run ended before SIGTERM: not a test"
+    status = await watch.ready("r1", 120, pipeline.logs)
+    assert status.counts.applied == n
+    res = await kube.discovery.resource("v1", "ConfigMap")
+    assert len((await kube.list(res, namespace=namespace))[0]) == n
