@@ -42,8 +42,30 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return lines
 
 
+_MEASURED_KEY = pytest.StashKey[list[str]]()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[_LOGS_KEY] = {}
+    config.stash[_MEASURED_KEY] = []
+
+
+@pytest.fixture
+def measured(pytestconfig: pytest.Config) -> Any:
+    """Record a figure a test measured; all of them are printed at the end of the run."""
+
+    def record(text: str) -> None:
+        pytestconfig.stash[_MEASURED_KEY].append(text)
+
+    return record
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    lines = config.stash.get(_MEASURED_KEY, [])
+    if lines:
+        terminalreporter.section("driftbus measurements")
+        for line in lines:
+            terminalreporter.write_line(line)
 
 
 _SERVER_FIXTURES = {"stack", "kube", "namespace", "second_cluster", "nc", "js", "nats_url"}

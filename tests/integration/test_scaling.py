@@ -44,7 +44,7 @@ async def applied_by(nc: NATS, cluster: str) -> collections.Counter[str]:
 
 @pytest.mark.parametrize("appliers", [1, 4])
 async def test_time_to_apply_2000_objects(
-    pipeline: Pipeline, pnc: NATS, namespace: str, appliers: int
+    pipeline: Pipeline, pnc: NATS, namespace: str, appliers: int, measured: Any
 ) -> None:
     watch = StatusWatch()
     await watch.start(pnc, pipeline.cluster, "big")
@@ -54,11 +54,14 @@ async def test_time_to_apply_2000_objects(
     await pipeline.publish(pnc.jetstream(), "big", configmaps(namespace, N))
     await watch.ready("r1", 300, pipeline.logs)
     took = time.monotonic() - start
-    print(f"\n{N} objects with {appliers} applier(s): {took:.1f}s ({N / took:.0f} objects/s)")
+    measured(
+        f"{N}-object bundle with {appliers} applier(s): ready in {took:.1f}s "
+        f"({N / took:.0f} objects/s)"
+    )
 
 
 async def test_appliers_added_and_killed_mid_run_lose_nothing(
-    pipeline: Pipeline, pnc: NATS, kube: KubeClient, namespace: str
+    pipeline: Pipeline, pnc: NATS, kube: KubeClient, namespace: str, measured: Any
 ) -> None:
     watch = StatusWatch()
     await watch.start(pnc, pipeline.cluster, "big")
@@ -84,11 +87,14 @@ async def test_appliers_added_and_killed_mid_run_lose_nothing(
     res = await kube.discovery.resource("v1", "ConfigMap")
     items, _ = await kube.list(res, namespace=namespace)
     assert sorted(int(i["data"]["i"]) for i in items) == list(range(N))
-    print(f"\napplied per replica: {dict(by_applier)}; applier-2 killed at {killed_at}/{N}")
+    measured(
+        f"replicas added mid-run: applied per replica {sorted(by_applier.values())}; "
+        f"one SIGKILLed at {killed_at}/{N}; all {N} applied"
+    )
 
 
 async def test_5000_object_bundle_goes_through_the_object_store(
-    pipeline: Pipeline, pnc: NATS, kube: KubeClient, namespace: str
+    pipeline: Pipeline, pnc: NATS, kube: KubeClient, namespace: str, measured: Any
 ) -> None:
     from schemas.messages import Bundle
     from schemas.subjects import bundle_subject
@@ -110,4 +116,4 @@ async def test_5000_object_bundle_goes_through_the_object_store(
     res = await kube.discovery.resource("v1", "ConfigMap")
     items, _ = await kube.list(res, namespace=namespace)
     assert len(items) == n
-    print(f"\n{n}-object bundle via the Object Store ready in {time.monotonic() - start:.1f}s")
+    measured(f"{n}-object bundle via the Object Store: ready in {time.monotonic() - start:.1f}s")
