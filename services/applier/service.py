@@ -52,6 +52,7 @@ from services.common.kube import (
     NotFound,
     Resource,
 )
+from services.common.runtime import connections
 from services.common.settings import replica_id, setting
 from services.core.manifest import FIELD_MANAGER
 from services.core.scrub import scrub_for
@@ -353,24 +354,18 @@ async def run(settings: ApplierSettings, *, stopping: asyncio.Event | None = Non
     settings = dataclasses.replace(settings, applier_id=settings.applier_id or replica_id())
     if not settings.cluster:
         raise SystemExit("driftbus applier: --cluster (or DRIFTBUS_CLUSTER) is required")
-    nc = await bus.connect(settings.nats_url, name=f"driftbus-applier-{settings.cluster}")
-    js = nc.jetstream()
-    await bus.ensure_streams(js)
-    kube = (
-        await KubeClient.from_kubeconfig(settings.kubeconfig, settings.context)
-        if settings.kubeconfig
-        else KubeClient.in_cluster()
-    )
-    publisher = bus.Publisher(js)
-    applier = Applier(settings=settings, js=js, kube=kube, publisher=publisher)
-    if stopping is not None:
-        applier.stopping = stopping
-    try:
+    async with connections(
+        name=f"driftbus-applier-{settings.cluster}",
+        nats_url=settings.nats_url,
+        kubeconfig=settings.kubeconfig,
+        context=settings.context,
+        with_kube=True,
+    ) as c:
+        assert c.kube is not None
+        applier = Applier(settings=settings, js=c.js, kube=c.kube, publisher=c.publisher)
+        if stopping is not None:
+            applier.stopping = stopping
         await applier.run()
-    finally:
-        await publisher.flush()
-        await kube.close()
-        await nc.drain()
 
 
 __all__ = ["Applier", "ApplierSettings", "ObjectKey", "run"]

@@ -49,6 +49,7 @@ from schemas.subjects import (
 )
 from services.common import bus
 from services.common.bundles import BundleError, load_manifests
+from services.common.runtime import connections
 from services.common.settings import replica_id, setting
 from services.core.manifest import ManifestError, apply_order, check_bundle_name, key_of, owned
 from services.core.sha import HashError, object_sha
@@ -517,13 +518,9 @@ class Planner:
 
 async def run(settings: PlannerSettings) -> None:
     settings = dataclasses.replace(settings, planner_id=settings.planner_id or replica_id())
-    nc = await bus.connect(settings.nats_url, name="driftbus-planner")
-    js = nc.jetstream()
-    await bus.ensure_streams(js, replicas=settings.stream_replicas)
-    publisher = bus.Publisher(js)
-    planner = Planner(settings=settings, js=js, publisher=publisher)
-    try:
-        await planner.run()
-    finally:
-        await publisher.flush()
-        await nc.drain()
+    async with connections(
+        name="driftbus-planner",
+        nats_url=settings.nats_url,
+        stream_replicas=settings.stream_replicas,
+    ) as c:
+        await Planner(settings=settings, js=c.js, publisher=c.publisher).run()

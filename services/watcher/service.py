@@ -28,6 +28,7 @@ from schemas.subjects import (
 from services.common import bus
 from services.common.bundles import BundleError, load_manifests
 from services.common.kube import Gone, KubeClient, KubeError, NotFound, Resource
+from services.common.runtime import connections
 from services.common.settings import replica_id, setting
 from services.core.health import health
 from services.core.manifest import OWNER_LABEL
@@ -249,21 +250,17 @@ async def run(settings: WatcherSettings) -> None:
     settings = dataclasses.replace(settings, watcher_id=settings.watcher_id or replica_id())
     if not settings.cluster:
         raise SystemExit("driftbus watcher: --cluster (or DRIFTBUS_CLUSTER) is required")
-    nc = await bus.connect(settings.nats_url, name=f"driftbus-watcher-{settings.cluster}")
-    js = nc.jetstream()
-    await bus.ensure_streams(js)
-    kube = (
-        await KubeClient.from_kubeconfig(settings.kubeconfig, settings.context)
-        if settings.kubeconfig
-        else KubeClient.in_cluster()
-    )
-    publisher = bus.Publisher(js)
-    watcher = Watcher(settings=settings, js=js, kube=kube, publisher=publisher)
-    try:
-        await watcher.run()
-    finally:
-        for task in watcher.watches.values():
-            task.cancel()
-        await publisher.flush()
-        await kube.close()
-        await nc.drain()
+    async with connections(
+        name=f"driftbus-watcher-{settings.cluster}",
+        nats_url=settings.nats_url,
+        kubeconfig=settings.kubeconfig,
+        context=settings.context,
+        with_kube=True,
+    ) as c:
+        assert c.kube is not None
+        watcher = Watcher(settings=settings, js=c.js, kube=c.kube, publisher=c.publisher)
+        try:
+            await watcher.run()
+        finally:
+            for task in watcher.watches.values():
+                task.cancel()

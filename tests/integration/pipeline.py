@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
@@ -132,14 +133,7 @@ class Pipeline:
         data = encode(msg)
         if len(data) > INLINE_LIMIT:
             ref = await store_manifests(js, self.cluster, bundle, revision, manifests)
-            msg = Bundle(
-                cluster=self.cluster,
-                bundle=bundle,
-                revision=revision,
-                options=BundleOptions(**options),
-                manifests_ref=ref,
-            )
-            data = encode(msg)
+            data = encode(msgspec.structs.replace(msg, manifests=[], manifests_ref=ref))
         await js.publish(
             bundle_subject(self.cluster, bundle),
             data,
