@@ -6,6 +6,9 @@ Subcommands so far:
   print how to reach it, and keep it running until Ctrl-C. The watcher, planner and appliers
   join it when the reconcile pipeline lands.
 * ``driftbus watcher|planner|applier`` — run one service (settings: ``--help`` of each).
+* ``driftbus publish PATH... --cluster C --bundle B [--wait]`` — publish manifests as a bundle.
+* ``driftbus status [--cluster C] [--bundle B] [-o json]`` — current state of bundles/objects.
+* ``driftbus why KIND/NAMESPACE/NAME --cluster C`` — the decision history of one object.
 * ``driftbus assets`` — show or build the server binaries.
 """
 
@@ -15,6 +18,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import signal
 import sys
 import tempfile
@@ -119,6 +123,185 @@ def cmd_up(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fail(command: str, exc: Exception) -> int:
+    print(f"driftbus {command}: {exc}", file=sys.stderr)
+    return 1
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    from services.cli import load, user
+    from services.core.manifest import ManifestError
+
+    try:
+        if args.git:
+            loaded = load.load_git(args.git, args.ref, args.path or "")
+        elif args.paths:
+            loaded = load.load_paths(args.paths)
+        else:
+            raise load.InputError("nothing to publish: give PATH... or --git REPO --ref REF")
+        revision = args.revision or loaded.revision or user.content_revision(loaded)
+        options = user.BundleOptions(
+            prune=not args.no_prune, force=args.force, allow_replace=args.allow_replace
+        )
+    except (load.InputError, ManifestError) as exc:
+        return _fail("publish", exc)
+
+    async def run() -> int:
+        nc = await _connect(args.nats_url)
+        js = nc.jetstream()
+        try:
+            waiter = user.BundleWait(nc, args.cluster, args.bundle)
+            if args.wait:
+                await waiter.start()
+            await user.publish(
+                js,
+                cluster=args.cluster,
+                bundle=args.bundle,
+                loaded=loaded,
+                revision=revision,
+                options=options,
+            )
+            print(
+                f"published {args.bundle}@{revision} to cluster {args.cluster}: "
+                f"{len(loaded.manifests)} objects",
+                file=sys.stderr,
+            )
+            if not args.wait:
+                return 0
+            st = await waiter.wait(revision, within=args.timeout, progress=sys.stderr.isatty())
+        finally:
+            await nc.drain()
+        if st is None:
+            print(
+                f"driftbus publish: no status for {revision} within {args.timeout:.0f}s "
+                "(is a planner running?)",
+                file=sys.stderr,
+            )
+            return 2
+        if st.phase is user.BundlePhase.READY:
+            print(f"{colour_phase(st.phase)}: {st.message}")
+            return 0
+        print(f"{colour_phase(st.phase)}: {st.message}")
+        for line in st.failed_objects:
+            print(f"  {line}")
+        return 1
+
+    return asyncio.run(run())
+
+
+def colour_phase(phase: object) -> str:
+    from services.cli.table import colour
+
+    return colour(str(phase))
+
+
+async def _connect(url: str) -> Any:
+    import nats
+
+    return await nats.connect(url, connect_timeout=5, max_reconnect_attempts=3)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from services.cli import table, user
+
+    async def run() -> int:
+        nc = await _connect(args.nats_url)
+        js = nc.jetstream()
+        try:
+            if args.bundle:
+                rows = await user.object_rows(js, args.cluster, args.bundle)
+                bundles = await user.bundle_statuses(js, args.cluster, args.bundle)
+                if args.output == "json":
+                    table.emit(
+                        [{"bundle": [msgspec_to_builtins(b) for b in bundles], "objects": rows}],
+                        [],
+                        "json",
+                    )
+                    return 0
+                for b in bundles:
+                    c = b.counts
+                    print(
+                        f"{b.bundle}@{b.revision}: {table.colour(str(b.phase))} — {b.message} "
+                        f"(applied {c.applied}/{c.total}, ready {c.ready}/{c.total})"
+                    )
+                table.emit(
+                    rows, ["kind", "namespace", "name", "phase", "health", "message"], "table"
+                )
+                return 0
+            statuses = await user.bundle_statuses(js, args.cluster)
+            rows = [
+                {
+                    "bundle": b.bundle,
+                    "revision": b.revision,
+                    "phase": str(b.phase),
+                    "applied": f"{b.counts.applied}/{b.counts.total}",
+                    "ready": f"{b.counts.ready}/{b.counts.total}",
+                    "failed": b.counts.failed,
+                    "message": b.message,
+                }
+                for b in statuses
+            ]
+            table.emit(
+                rows,
+                ["bundle", "revision", "phase", "applied", "ready", "failed", "message"],
+                args.output,
+            )
+            return 0
+        finally:
+            await nc.drain()
+
+    return asyncio.run(run())
+
+
+def msgspec_to_builtins(value: object) -> Any:
+    import msgspec
+
+    return msgspec.to_builtins(value)
+
+
+def cmd_why(args: argparse.Namespace) -> int:
+    from schemas.subjects import ObjectKey
+    from services.cli import table, user
+
+    parts = args.object.split("/")
+    if len(parts) not in (2, 3):
+        return _fail("why", ValueError("give KIND[.GROUP]/NAMESPACE/NAME or KIND[.GROUP]/NAME"))
+    kind, _, group = parts[0].partition(".")
+    key = ObjectKey(
+        group=group, kind=kind, namespace=parts[1] if len(parts) == 3 else "", name=parts[-1]
+    )
+
+    async def run() -> int:
+        nc = await _connect(args.nats_url)
+        try:
+            records = await user.decisions(nc.jetstream(), args.cluster, key)
+        finally:
+            await nc.drain()
+        rows = [
+            {
+                "at": r.at.isoformat(timespec="milliseconds") if r.at else "",
+                "bundle": r.bundle,
+                "revision": r.revision,
+                "action": str(r.action),
+                "reason": str(r.reason),
+                "manifest": (r.manifest_sha or "")[:12],
+                "applied": (r.apply_sha or "")[:12],
+                "live": (r.server_sha or "")[:12],
+            }
+            for r in records
+        ]
+        if args.output == "table":
+            print(f"decisions for {key} in cluster {args.cluster}:")
+        table.emit(
+            rows,
+            ["at", "bundle", "revision", "action", "reason", "manifest", "applied", "live"],
+            args.output,
+        )
+        return 0 if records else 1
+
+    return asyncio.run(run())
+
+
 def cmd_assets(args: argparse.Namespace) -> int:
     argv = ["ensure", *args.names] if args.build else ["show"]
     return assets.main(argv)
@@ -141,6 +324,46 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text)
         settings.add_arguments(p, model)
         p.set_defaults(func=cmd_service)
+
+    nats_default = os.environ.get("NATS_URL", "nats://127.0.0.1:4222")
+    pub = sub.add_parser("publish", help="publish manifests as a bundle")
+    pub.add_argument(
+        "paths",
+        nargs="*",
+        metavar="PATH",
+        help="directories (recursive), YAML/JSON files, .tar.gz tarballs",
+    )
+    pub.add_argument("--cluster", required=True)
+    pub.add_argument("--bundle", required=True)
+    pub.add_argument("--revision", help="default: the Git commit, or a digest of the content")
+    pub.add_argument("--git", metavar="REPO", help="read the manifests from a Git repository")
+    pub.add_argument("--ref", default="HEAD", help="Git ref to read (with --git)")
+    pub.add_argument("--path", help="directory inside the repository (with --git)")
+    pub.add_argument("--no-prune", action="store_true", help="keep objects that leave the bundle")
+    pub.add_argument("--force", action="store_true", help="take over fields other managers own")
+    pub.add_argument(
+        "--allow-replace",
+        action="store_true",
+        help="delete and recreate objects whose immutable fields changed",
+    )
+    pub.add_argument("--wait", action="store_true", help="follow status until Ready or failed")
+    pub.add_argument("--timeout", type=float, default=300.0, help="seconds to --wait")
+    pub.add_argument("--nats-url", default=nats_default)
+    pub.set_defaults(func=cmd_publish)
+
+    st = sub.add_parser("status", help="current state of bundles (and objects with --bundle)")
+    st.add_argument("--cluster", required=True)
+    st.add_argument("--bundle")
+    st.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    st.add_argument("--nats-url", default=nats_default)
+    st.set_defaults(func=cmd_status)
+
+    why = sub.add_parser("why", help="decision history of one object")
+    why.add_argument("object", metavar="KIND[.GROUP]/NAMESPACE/NAME")
+    why.add_argument("--cluster", required=True)
+    why.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    why.add_argument("--nats-url", default=nats_default)
+    why.set_defaults(func=cmd_why)
 
     a = sub.add_parser("assets", help="show (or --build) the server binaries tests use")
     a.add_argument("--build", action="store_true", help="build whatever is missing")

@@ -287,6 +287,8 @@ class Planner:
             desired.append(((cluster, key), manifest, sha))
         self.bundles[(cluster, name)] = view
         self._dirty.add((cluster, name))
+        # Every publish gets an answer, even when nothing changed (a waiting `publish --wait`).
+        self._last_status.pop((cluster, name), None)
         desired.sort(key=lambda d: apply_order(d[0][1]))
         for slot, manifest, sha in desired:
             self.manifests[slot] = manifest

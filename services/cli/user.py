@@ -1,0 +1,225 @@
+"""The user's commands: ``publish``, ``status`` and ``why``.
+
+They read the same compacted streams the services use, so a late subscriber sees current state
+(last status per object and per bundle, live health from SERVER), not only new events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import hashlib
+import sys
+import time
+from typing import Any
+
+import msgspec
+import orjson
+from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
+from nats.js.api import DeliverPolicy
+
+from schemas.codec import WireError, decode, encode
+from schemas.messages import (
+    Bundle,
+    BundleOptions,
+    BundlePhase,
+    BundleStatus,
+    DecisionRecord,
+    ObjectStatus,
+    ServerEvent,
+)
+from schemas.subjects import (
+    ObjectKey,
+    bundle_status_subject,
+    bundle_subject,
+    encode_token,
+    key_tokens,
+)
+from services.cli.load import Loaded
+from services.common import bus
+from services.common.bundles import store_manifests
+from services.core.manifest import check_bundle_name
+
+INLINE_LIMIT = 768 * 1024  # below NATS's default 1 MiB max payload, with room for headers
+
+
+def content_revision(loaded: Loaded) -> str:
+    """Same manifests, same revision: republishing unchanged content is recognisably the same."""
+    digest = hashlib.sha256(
+        orjson.dumps([m.obj for m in loaded.manifests], option=orjson.OPT_SORT_KEYS)
+    )
+    return "sha256:" + digest.hexdigest()[:16]
+
+
+async def publish(
+    js: JetStreamContext,
+    *,
+    cluster: str,
+    bundle: str,
+    loaded: Loaded,
+    revision: str,
+    options: BundleOptions,
+) -> Bundle:
+    check_bundle_name(bundle)
+    await bus.ensure_streams(js)
+    msg = Bundle(
+        cluster=cluster,
+        bundle=bundle,
+        revision=revision,
+        options=options,
+        manifests=[m.obj for m in loaded.manifests],
+        published_at=dt.datetime.now(dt.UTC),
+        source=loaded.source,
+    )
+    data = encode(msg)
+    if len(data) > INLINE_LIMIT:
+        ref = await store_manifests(js, cluster, bundle, revision, msg.manifests)
+        msg = msgspec.structs.replace(msg, manifests=[], manifests_ref=ref)
+        data = encode(msg)
+    await js.publish(
+        bundle_subject(cluster, bundle),
+        data,
+        headers={"Nats-Msg-Id": f"{cluster}/{bundle}@{revision}/{time.time_ns()}"},
+    )
+    return msg
+
+
+async def _snapshot(js: JetStreamContext, stream: str, subject: str) -> list[Any]:
+    return [m async for m in bus.Follower(js, stream, subject).snapshot()]
+
+
+async def bundle_statuses(
+    js: JetStreamContext, cluster: str, bundle: str | None = None
+) -> list[BundleStatus]:
+    subject = (
+        bundle_status_subject(cluster, bundle)
+        if bundle
+        else f"driftbus.status.{encode_token(cluster)}.*.bundle"
+    )
+    out = []
+    for m in await _snapshot(js, bus.STATUS, subject):
+        try:
+            out.append(decode(m.data, BundleStatus))
+        except WireError:
+            continue
+    return sorted(out, key=lambda s: s.bundle)
+
+
+async def object_rows(js: JetStreamContext, cluster: str, bundle: str) -> list[dict[str, Any]]:
+    statuses: dict[ObjectKey, ObjectStatus] = {}
+    subject = f"driftbus.status.{encode_token(cluster)}.{encode_token(bundle)}.object.>"
+    for m in await _snapshot(js, bus.STATUS, subject):
+        try:
+            st = decode(m.data, ObjectStatus)
+        except WireError:
+            continue
+        statuses[st.key] = st
+    health: dict[ObjectKey, ServerEvent] = {}
+    for m in await _snapshot(js, bus.SERVER, f"driftbus.server.{encode_token(cluster)}.>"):
+        try:
+            ev = decode(m.data, ServerEvent)
+        except WireError:
+            continue
+        if ev.key in statuses:
+            health[ev.key] = ev
+    rows = []
+    for key, st in sorted(statuses.items()):
+        found = health.get(key)
+        rows.append(
+            {
+                "kind": key.kind,
+                "namespace": key.namespace,
+                "name": key.name,
+                "phase": str(st.phase),
+                "health": "Deleted"
+                if found and found.deleted
+                else str(found.health if found else st.health),
+                "message": found.health_message if found and found.health_message else st.message,
+                "revision": st.revision,
+                "at": st.at.isoformat() if st.at else "",
+            }
+        )
+    return rows
+
+
+async def decisions(js: JetStreamContext, cluster: str, key: ObjectKey) -> list[DecisionRecord]:
+    subject = f"driftbus.decision.{encode_token(cluster)}.{key_tokens(key)}"
+    out = []
+    sub = await js.subscribe(
+        subject,
+        stream=bus.DECISIONS,
+        ordered_consumer=True,
+        deliver_policy=DeliverPolicy.ALL,
+    )
+    try:
+        pending = (await sub.consumer_info()).num_pending or 0
+        while pending > 0:
+            m = await sub.next_msg(timeout=10)
+            pending = m.metadata.num_pending or 0
+            try:
+                out.append(decode(m.data, DecisionRecord))
+            except WireError:
+                continue
+    finally:
+        await sub.unsubscribe()
+    return out
+
+
+class BundleWait:
+    """Follow one bundle's status until a revision is Ready, Failed or Degraded. Start it before
+    publishing so no status is missed."""
+
+    def __init__(self, nc: NATS, cluster: str, bundle: str) -> None:
+        self.nc, self.cluster, self.bundle = nc, cluster, bundle
+        self.queue: asyncio.Queue[BundleStatus] = asyncio.Queue()
+        self._sub: Any = None
+
+    async def start(self) -> None:
+        async def on_msg(msg: Any) -> None:
+            with contextlib.suppress(WireError):
+                await self.queue.put(decode(msg.data, BundleStatus))
+
+        self._sub = await self.nc.subscribe(
+            bundle_status_subject(self.cluster, self.bundle), cb=on_msg
+        )
+
+    async def wait(self, revision: str, *, within: float, progress: bool) -> BundleStatus | None:
+        deadline = time.monotonic() + within
+        last: BundleStatus | None = None
+        try:
+            while (remaining := deadline - time.monotonic()) > 0:
+                try:
+                    st = await asyncio.wait_for(self.queue.get(), timeout=min(remaining, 1.0))
+                except TimeoutError:
+                    continue
+                if st.revision != revision:
+                    continue
+                last = st
+                if progress:
+                    c = st.counts
+                    sys.stderr.write(
+                        f"\r{self.bundle}@{revision[:23]}: {st.phase:<11} applied {c.applied}/"
+                        f"{c.total}  ready {c.ready}/{c.total}  failed {c.failed}   "
+                    )
+                    sys.stderr.flush()
+                if st.phase in (BundlePhase.READY, BundlePhase.FAILED, BundlePhase.DEGRADED):
+                    break
+        finally:
+            if progress:
+                sys.stderr.write("\n")
+            await self._sub.unsubscribe()
+        return last
+
+
+__all__ = [
+    "BundleOptions",
+    "BundlePhase",
+    "BundleWait",
+    "bundle_statuses",
+    "content_revision",
+    "decisions",
+    "object_rows",
+    "publish",
+]
