@@ -2,9 +2,7 @@
 
 Subcommands so far:
 
-* ``driftbus up`` — start the local stack (nats-server with JetStream, etcd, kube-apiserver),
-  print how to reach it, and keep it running until Ctrl-C. The watcher, planner and appliers
-  join it when the reconcile pipeline lands.
+* ``driftbus up [--detach]`` / ``driftbus down`` — the whole stack locally (``services/cli/up.py``).
 * ``driftbus watcher|planner|applier`` — run one service (settings: ``--help`` of each).
 * ``driftbus publish PATH... --cluster C --bundle B [--wait]`` — publish manifests as a bundle.
 * ``driftbus status [--cluster C] [--bundle B] [-o json]`` — current state of bundles/objects.
@@ -17,19 +15,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import signal
 import sys
-import tempfile
-import threading
-from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from services.applier import service as applier
+from services.cli import up as up_cmd
 from services.common import logs, settings
-from services.controlplane import assets, servers
+from services.controlplane import assets
 from services.planner import service as planner
 from services.watcher import service as watcher
 
@@ -73,54 +67,6 @@ async def _until_signal(name: str, run: Any, config: Any) -> int:
 
 def _color(text: str, code: str) -> str:
     return f"\033[{code}m{text}\033[0m" if sys.stdout.isatty() else text
-
-
-def cmd_up(args: argparse.Namespace) -> int:
-    workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="driftbus-up-"))
-    print(_color("starting local stack", "1") + f" in {workdir} …", file=sys.stderr)
-    try:
-        assets.ensure_all(["nats-server", "etcd", "kube-apiserver"])
-        stack = servers.Stack.start(workdir, cluster_name=args.cluster)
-    except (assets.AssetError, servers.ServerError) as exc:
-        print(f"driftbus up: {exc}", file=sys.stderr)
-        return 1
-    stopping = threading.Event()
-
-    def _stop(signum: int, frame: FrameType | None) -> None:
-        stopping.set()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-    info = {"cluster": args.cluster, **stack.describe()}
-    (workdir / "stack.json").write_text(json.dumps(info, indent=2))
-    try:
-        if args.output == "json":
-            print(json.dumps(info), flush=True)
-        else:
-            width = max(len(k) for k in info)
-            print(_color("driftbus local stack is up", "32;1"))
-            for k, v in info.items():
-                print(f"  {k:<{width}}  {v}")
-            print(f"\n  export KUBECONFIG={info['kubeconfig']}")
-            print(f"  export NATS_URL={info['nats_url']}")
-            print("\nCtrl-C stops everything.", flush=True)
-        while not stopping.wait(0.5):
-            for proc in (
-                stack.nats.process,
-                stack.cluster.etcd.process,
-                stack.cluster.apiserver.process,
-            ):
-                if proc is not None and not proc.alive():
-                    print(
-                        f"driftbus up: {proc.name} exited; its log: {proc.log_path}",
-                        file=sys.stderr,
-                    )
-                    print(servers.log_tail(proc.log_path, 20), file=sys.stderr)
-                    return 1
-    finally:
-        print("stopping local stack …", file=sys.stderr)
-        stack.stop()
-    return 0
 
 
 def _fail(command: str, exc: Exception) -> int:
@@ -314,11 +260,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    up = sub.add_parser("up", help="run the local stack (NATS + kube-apiserver + etcd)")
-    up.add_argument("--cluster", default="local", help="name of the local cluster")
-    up.add_argument("--workdir", help="keep data and logs here (default: a new temp dir)")
+    up = sub.add_parser("up", help="run driftbus locally: NATS, a control plane, all services")
+    up.add_argument("--cluster", default="local", help="name of the cluster")
+    up.add_argument("--kubeconfig", help="use this cluster instead of starting a local one")
+    up.add_argument("--context", help="kubeconfig context (with --kubeconfig)")
+    up.add_argument("--appliers", type=int, default=2, help="applier replicas to run")
+    up.add_argument("--workdir", help="data and logs (default: ~/.cache/driftbus/up)")
+    up.add_argument("--detach", action="store_true", help="leave it running in the background")
+    up.add_argument("--no-example", action="store_true", help="do not publish examples/hello")
+    up.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the example")
     up.add_argument("-o", "--output", choices=["table", "json"], default="table")
-    up.set_defaults(func=cmd_up)
+    up.set_defaults(func=up_cmd.cmd_up)
+
+    down = sub.add_parser("down", help="stop a stack started with `driftbus up --detach`")
+    down.add_argument("--workdir", help="as given to `driftbus up`")
+    down.set_defaults(func=up_cmd.cmd_down)
 
     for name, (_, model, help_text) in SERVICES.items():
         p = sub.add_parser(name, help=help_text)

@@ -18,7 +18,6 @@ import msgspec
 import orjson
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
-from nats.js.api import DeliverPolicy
 
 from schemas.codec import WireError, decode, encode
 from schemas.messages import (
@@ -145,25 +144,12 @@ async def object_rows(js: JetStreamContext, cluster: str, bundle: str) -> list[d
 
 
 async def decisions(js: JetStreamContext, cluster: str, key: ObjectKey) -> list[DecisionRecord]:
+    """Every decision about one object, oldest first (the DECISIONS stream keeps history)."""
     subject = f"driftbus.decision.{encode_token(cluster)}.{key_tokens(key)}"
     out = []
-    sub = await js.subscribe(
-        subject,
-        stream=bus.DECISIONS,
-        ordered_consumer=True,
-        deliver_policy=DeliverPolicy.ALL,
-    )
-    try:
-        pending = (await sub.consumer_info()).num_pending or 0
-        while pending > 0:
-            m = await sub.next_msg(timeout=10)
-            pending = m.metadata.num_pending or 0
-            try:
-                out.append(decode(m.data, DecisionRecord))
-            except WireError:
-                continue
-    finally:
-        await sub.unsubscribe()
+    async for m in bus.Follower(js, bus.DECISIONS, subject, history=True).snapshot():
+        with contextlib.suppress(WireError):
+            out.append(decode(m.data, DecisionRecord))
     return out
 
 

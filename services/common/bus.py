@@ -255,13 +255,25 @@ class Follower:
     """
 
     def __init__(
-        self, js: JetStreamContext, stream: str, subject: str, *, last_per_subject: bool = True
+        self,
+        js: JetStreamContext,
+        stream: str,
+        subject: str,
+        *,
+        last_per_subject: bool = True,
+        history: bool = False,
     ) -> None:
         self._js = js
         self._stream = stream
         self._subject = subject
+        # history: every message (an audit log); otherwise the compacted view (last per subject)
+        # or, without last_per_subject, only new messages
         self._policy = (
-            js_api.DeliverPolicy.LAST_PER_SUBJECT if last_per_subject else js_api.DeliverPolicy.NEW
+            js_api.DeliverPolicy.ALL
+            if history
+            else js_api.DeliverPolicy.LAST_PER_SUBJECT
+            if last_per_subject
+            else js_api.DeliverPolicy.NEW
         )
         self.caught_up = asyncio.Event()
         self._sub: Any = None
@@ -277,11 +289,20 @@ class Follower:
             pending_bytes_limit=1024**3,
         )
 
+    @staticmethod
+    async def _empty(sub: Any) -> bool:
+        """True only if the view is empty. A push consumer starts delivering as soon as it
+        exists, so ``num_pending == 0`` alone may just mean "all already in our buffer"; the
+        view is empty only if nothing was delivered either. Otherwise the message whose own
+        metadata says ``num_pending == 0`` is the last one of the view."""
+        info = await sub.consumer_info()
+        return (info.num_pending or 0) == 0 and (info.delivered.consumer_seq or 0) == 0
+
     async def messages(self) -> AsyncIterator[Msg]:
         """The current view, then live messages, forever; ``caught_up`` marks the boundary."""
         sub = await self._subscribe()
         try:
-            if (await sub.consumer_info()).num_pending == 0:
+            if await self._empty(sub):
                 self.caught_up.set()
             while True:
                 try:
@@ -299,11 +320,12 @@ class Follower:
         """Only the current view (last message per subject), then stop."""
         sub = await self._subscribe()
         try:
-            pending = (await sub.consumer_info()).num_pending
-            while pending > 0:
-                msg = await sub.next_msg(timeout=timeout)
-                yield msg
-                pending = msg.metadata.num_pending
+            if not await self._empty(sub):
+                while True:
+                    msg = await sub.next_msg(timeout=timeout)
+                    yield msg
+                    if msg.metadata.num_pending == 0:
+                        break
             self.caught_up.set()
         finally:
             with contextlib.suppress(Exception):

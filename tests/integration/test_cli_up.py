@@ -1,4 +1,5 @@
-"""`driftbus up` (what `make up` runs) starts a reachable stack and Ctrl-C stops all of it."""
+"""`driftbus up` (what `make up` runs): the whole pipeline, the example bundle Ready, and
+Ctrl-C stopping every process it started."""
 
 from __future__ import annotations
 
@@ -10,36 +11,61 @@ from pathlib import Path
 
 import nats
 
+from services.cli import user
 from services.common.kube import KubeClient
 from services.controlplane import servers
 
 
-async def test_up_prints_how_to_reach_the_stack_and_stops_cleanly(tmp_path: Path) -> None:
+async def test_up_reconciles_the_example_and_stops_cleanly(tmp_path: Path) -> None:
     workdir = tmp_path / "up"
     proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "services.cli.main",
-        "up",
-        "--workdir",
-        str(workdir),
-        "-o",
-        "json",
+        sys.executable, "-m", "services.cli.main", "up", "--workdir", str(workdir), "-o", "json",
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
-    )
+    )  # fmt: skip
     try:
         assert proc.stdout is not None
-        info = json.loads(await asyncio.wait_for(proc.stdout.readline(), timeout=180))
-        async with await KubeClient.from_kubeconfig(info["kubeconfig"]) as kube:
-            ns = await kube.discovery.resource("v1", "Namespace")
-            assert (await kube.get(ns, "default"))["metadata"]["name"] == "default"
+        info = json.loads(await asyncio.wait_for(proc.stdout.readline(), timeout=240))
+        assert set(info["services"]) == {"watcher", "planner", "applier-0", "applier-1"}
         nc = await nats.connect(info["nats_url"])
-        account = await nc.jetstream().account_info()
-        assert account.limits is not None
-        await nc.close()
-        assert servers.orphans(str(workdir)) != []
+        try:
+            (hello,) = await user.bundle_statuses(nc.jetstream(), "local", "hello")
+            assert str(hello.phase) == "Ready"
+            assert hello.counts.ready == hello.counts.total == 9
+        finally:
+            await nc.close()
+        async with await KubeClient.from_kubeconfig(info["kubeconfig"]) as kube:
+            cr = await kube.discovery.resource("example.driftbus.dev/v1", "Greeting")
+            assert (await kube.get(cr, "world", "hello"))["spec"]["text"] == "hello, world"
+        pids = [info["pid"], *info["services"].values()]
+        assert all(servers._pid_alive(p) for p in pids)
     finally:
         proc.send_signal(signal.SIGINT)
-        assert await asyncio.wait_for(proc.wait(), timeout=30) == 0
+        assert await asyncio.wait_for(proc.wait(), timeout=60) == 0
+    assert servers.orphans(str(workdir)) == []
+    assert not [p for p in pids if servers._pid_alive(p)]
+
+
+async def test_detach_leaves_it_running_and_down_stops_it(tmp_path: Path) -> None:
+    workdir = tmp_path / "detached"
+
+    async def driftbus(*args: str) -> tuple[int, str]:
+        p = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "services.cli.main", *args, "--workdir", str(workdir),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)  # fmt: skip
+        out, _ = await asyncio.wait_for(p.communicate(), timeout=240)
+        assert p.returncode is not None
+        return p.returncode, out.decode()
+
+    code, out = await driftbus("up", "--detach", "--no-example", "-o", "json")
+    assert code == 0, out
+    info = json.loads(out.strip().splitlines()[-1])
+    pids = [info["pid"], *info["services"].values()]
+    assert all(servers._pid_alive(p) for p in pids)
+    code, out = await driftbus("up", "--detach", "--no-example")
+    assert code == 1
+    assert "already running" in out
+    code, out = await driftbus("down")
+    assert code == 0, out
+    assert not [p for p in pids if servers._pid_alive(p)]
     assert servers.orphans(str(workdir)) == []

@@ -1,0 +1,273 @@
+"""``driftbus up`` / ``driftbus down``: the whole thing, locally, in one command.
+
+``up`` starts nats-server (JetStream) and — unless ``--kubeconfig`` points at an existing
+cluster — the local control plane (etcd + kube-apiserver), then a watcher, the planner and
+``--appliers`` appliers as supervised child processes (restarted if they crash), publishes the
+example bundle with live progress, prints a status table and keeps running until Ctrl-C, which
+stops everything. ``--detach`` leaves it running in the background; ``driftbus down`` stops it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from services.controlplane import assets, servers
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "hello"
+MAX_RESTARTS = 5
+
+
+def default_workdir() -> Path:
+    return assets.cache_dir() / "up"
+
+
+def _say(text: str) -> None:
+    print(f"\033[1m{text}\033[0m" if sys.stderr.isatty() else text, file=sys.stderr, flush=True)
+
+
+def _service(
+    name: str, role: str, cluster: str, workdir: Path, env: dict[str, str], context: str | None
+) -> servers.Process:
+    argv = [sys.executable, "-m", "services.cli.main", role]
+    if role != "planner":
+        argv += ["--cluster", cluster]
+        if context:
+            argv += ["--context", context]
+    return servers.Process(name, argv, workdir / "services", env=env)
+
+
+async def _publish_example(nats_url: str, cluster: str, within: float) -> Any:
+    import nats
+
+    from services.cli import load, user
+
+    loaded = load.load_paths([str(EXAMPLE)])
+    revision = user.content_revision(loaded)
+    nc = await nats.connect(nats_url)
+    try:
+        waiter = user.BundleWait(nc, cluster, "hello")
+        await waiter.start()
+        await user.publish(
+            nc.jetstream(),
+            cluster=cluster,
+            bundle="hello",
+            loaded=loaded,
+            revision=revision,
+            options=user.BundleOptions(),
+        )
+        _say(f"published examples/hello ({len(loaded.manifests)} objects) as hello@{revision}")
+        status = await waiter.wait(revision, within=within, progress=sys.stderr.isatty())
+        rows = await user.object_rows(nc.jetstream(), cluster, "hello")
+    finally:
+        await nc.drain()
+    return status, rows
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    if args.detach:
+        return _detach(args)
+    workdir = Path(args.workdir) if args.workdir else default_workdir()
+    if workdir.exists() and not args.workdir:
+        shutil.rmtree(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    _say(f"starting driftbus in {workdir} …")
+    nats_server = servers.NatsServer(workdir / "nats")
+    cluster: servers.Cluster | None = None
+    procs: list[servers.Process] = []
+    stopping = threading.Event()
+
+    def _stop(signum: int, frame: FrameType | None) -> None:
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    try:
+        try:
+            assets.ensure_all(
+                ["nats-server"] if args.kubeconfig else ["nats-server", "etcd", "kube-apiserver"]
+            )
+            nats_server.start()
+            if args.kubeconfig:
+                kubeconfig = Path(args.kubeconfig)
+            else:
+                cluster = servers.Cluster.start(args.cluster, workdir / args.cluster)
+                kubeconfig = cluster.kubeconfig
+        except (assets.AssetError, servers.ServerError) as exc:
+            print(f"driftbus up: {exc}", file=sys.stderr)
+            return 1
+        env = {**os.environ, "NATS_URL": nats_server.client_url, "KUBECONFIG": str(kubeconfig)}
+        roles = [("watcher", "watcher"), ("planner", "planner")]
+        roles += [(f"applier-{i}", "applier") for i in range(args.appliers)]
+        procs = [_service(n, r, args.cluster, workdir, env, args.context) for n, r in roles]
+        for p in procs:
+            p.start()
+        _say(f"started {', '.join(p.name for p in procs)}")
+        info = {
+            "cluster": args.cluster,
+            "nats_url": nats_server.client_url,
+            "kubeconfig": str(kubeconfig),
+            "workdir": str(workdir),
+            "pid": os.getpid(),
+            "services": {p.name: p.pid for p in procs},
+            "logs": str(workdir / "services"),
+        }
+        if not args.no_example:
+            status, rows = asyncio.run(
+                _publish_example(nats_server.client_url, args.cluster, args.timeout)
+            )
+            _print_example(status, rows, args.output)
+        (workdir / "stack.json").write_text(json.dumps(info, indent=2))
+        _print_info(info, args.output)
+        return _supervise(procs, stopping)
+    finally:
+        _say("stopping driftbus …")
+        for p in reversed(procs):
+            p.stop(timeout=10)
+        if cluster is not None:
+            cluster.stop()
+        nats_server.stop()
+        (workdir / "stack.json").unlink(missing_ok=True)
+
+
+def _supervise(procs: list[servers.Process], stopping: threading.Event) -> int:
+    restarts: dict[str, list[float]] = {p.name: [] for p in procs}
+    while not stopping.wait(0.5):
+        for p in procs:
+            if p.alive():
+                continue
+            recent = [t for t in restarts[p.name] if time.monotonic() - t < 60]
+            if len(recent) >= MAX_RESTARTS:
+                print(
+                    f"driftbus up: {p.name} keeps crashing; last lines of {p.log_path}:\n"
+                    f"{servers.log_tail(p.log_path, 20)}",
+                    file=sys.stderr,
+                )
+                return 1
+            print(f"driftbus up: {p.name} exited; restarting (log: {p.log_path})", file=sys.stderr)
+            restarts[p.name] = [*recent, time.monotonic()]
+            p.start()
+    return 0
+
+
+def _print_example(status: Any, rows: list[dict[str, Any]], output: str) -> None:
+    from services.cli import table
+
+    if output == "json":
+        return
+    if status is None:
+        print("example bundle: no status yet (see the service logs)")
+    else:
+        print(f"hello@{status.revision}: {table.colour(str(status.phase))} — {status.message}")
+    print(table.render(rows, ["kind", "namespace", "name", "phase", "health", "message"]))
+
+
+def _print_info(info: dict[str, Any], output: str) -> None:
+    if output == "json":
+        print(json.dumps(info), flush=True)
+        return
+    width = max(len(k) for k in info)
+    print()
+    for k, v in info.items():
+        print(f"  {k:<{width}}  {v}")
+    print(f"\n  export KUBECONFIG={info['kubeconfig']} NATS_URL={info['nats_url']}")
+    print(f"  driftbus status --cluster {info['cluster']} --bundle hello")
+    print("\nCtrl-C stops everything.", flush=True)
+
+
+def _detach(args: argparse.Namespace) -> int:
+    """Run ``up`` in a new session and return once it is ready (its stack.json exists)."""
+    workdir = Path(args.workdir) if args.workdir else default_workdir()
+    if (workdir / "stack.json").exists():
+        print(
+            f"driftbus up: already running (see {workdir / 'stack.json'}; "
+            "`driftbus down` stops it)",
+            file=sys.stderr,
+        )
+        return 1
+    if workdir.exists() and not args.workdir:
+        shutil.rmtree(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    argv = [
+        sys.executable,
+        "-m",
+        "services.cli.main",
+        "up",
+        "--workdir",
+        str(workdir),
+        "--cluster",
+        args.cluster,
+        "--appliers",
+        str(args.appliers),
+        "-o",
+        "json",
+        "--timeout",
+        str(args.timeout),
+    ]
+    if args.kubeconfig:
+        argv += ["--kubeconfig", args.kubeconfig]
+    if args.context:
+        argv += ["--context", args.context]
+    if args.no_example:
+        argv.append("--no-example")
+    with (workdir / "up.log").open("ab") as log:
+        child = subprocess.Popen(
+            argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True
+        )
+    deadline = time.monotonic() + 60 + args.timeout
+    while time.monotonic() < deadline:
+        if (workdir / "stack.json").exists():
+            info = json.loads((workdir / "stack.json").read_text())
+            _print_info(info, args.output) if args.output == "json" else _print_detached(info)
+            return 0
+        if child.poll() is not None:
+            print(
+                f"driftbus up: failed; see {workdir / 'up.log'}\n"
+                f"{servers.log_tail(workdir / 'up.log', 20)}",
+                file=sys.stderr,
+            )
+            return 1
+        time.sleep(0.2)
+    print(f"driftbus up: not ready in time; see {workdir / 'up.log'}", file=sys.stderr)
+    return 1
+
+
+def _print_detached(info: dict[str, Any]) -> None:
+    print(f"driftbus is running in the background (pid {info['pid']})")
+    print(f"  NATS_URL={info['nats_url']}\n  KUBECONFIG={info['kubeconfig']}")
+    print("  `driftbus down` stops it.")
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    workdir = Path(args.workdir) if args.workdir else default_workdir()
+    state = workdir / "stack.json"
+    if not state.exists():
+        print(f"driftbus down: nothing running ({state} does not exist)", file=sys.stderr)
+        return 1
+    pid = int(json.loads(state.read_text())["pid"])
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        state.unlink(missing_ok=True)
+        print("driftbus down: it had already stopped", file=sys.stderr)
+        return 0
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if not servers._pid_alive(pid):  # gone, or a zombie awaiting its reaper
+            print("driftbus stopped", file=sys.stderr)
+            return 0
+        time.sleep(0.2)
+    print(f"driftbus down: pid {pid} did not stop within 60s", file=sys.stderr)
+    return 1

@@ -1,0 +1,89 @@
+"""JetStream plumbing against a real nats-server: streams, dedupe, compacted views."""
+
+from __future__ import annotations
+
+import asyncio
+
+from nats.js import JetStreamContext
+
+from services.common import bus
+
+from ..conftest import unique_name
+
+
+async def _fill(js: JetStreamContext, prefix: str, subjects: int, per_subject: int) -> None:
+    pub = bus.Publisher(js)
+    for round_ in range(per_subject):
+        for i in range(subjects):
+            await pub.publish(
+                f"{prefix}.{i}", f"{i}:{round_}".encode(), msg_id=f"{prefix}.{i}.{round_}"
+            )
+    await pub.flush()
+
+
+async def test_streams_are_created_idempotently_with_explicit_limits(js: JetStreamContext) -> None:
+    await bus.ensure_streams(js)
+    await bus.ensure_streams(js)  # again: no error, same configuration
+    server = await js.stream_info(bus.SERVER)
+    assert server.config.max_msgs_per_subject == 1
+    assert server.config.duplicate_window == bus.DEDUPE_WINDOW
+    intents = await js.stream_info(bus.INTENTS)
+    assert intents.config.retention == "workqueue"
+
+
+async def test_publisher_deduplicates_a_retried_message(js: JetStreamContext) -> None:
+    await bus.ensure_streams(js)
+    subject = f"driftbus.decision.{unique_name('dedupe')}.a.b.c.d"
+    pub = bus.Publisher(js)
+    first = await (await pub.publish(subject, b"x", msg_id="same"))
+    again = await (await pub.publish(subject, b"x", msg_id="same"))
+    assert not first.duplicate
+    assert again.duplicate
+
+
+async def test_snapshot_always_sees_the_whole_view(js: JetStreamContext) -> None:
+    # Regression: a push consumer delivers at once, so "nothing pending on the server" was
+    # mistaken for "nothing to read" and snapshots came back empty, depending on timing.
+    await bus.ensure_streams(js)
+    prefix = f"driftbus.status.{unique_name('snap')}.b.object.g.k.ns"
+    await _fill(js, prefix, subjects=50, per_subject=3)
+    for _ in range(10):
+        view = [m async for m in bus.Follower(js, bus.STATUS, f"{prefix}.>").snapshot()]
+        assert len(view) == 50
+        assert all(m.data.endswith(b":2") for m in view)  # the last message of each subject
+
+
+async def test_snapshot_of_an_empty_view_returns_at_once(js: JetStreamContext) -> None:
+    await bus.ensure_streams(js)
+    subject = f"driftbus.status.{unique_name('empty')}.>"
+    view = await asyncio.wait_for(_collect(bus.Follower(js, bus.STATUS, subject)), timeout=5)
+    assert view == []
+
+
+async def _collect(f: bus.Follower) -> list[bytes]:
+    return [m.data async for m in f.snapshot()]
+
+
+async def test_follower_marks_the_end_of_the_view_then_delivers_live(js: JetStreamContext) -> None:
+    await bus.ensure_streams(js)
+    prefix = f"driftbus.status.{unique_name('live')}.b.object.g.k.ns"
+    await _fill(js, prefix, subjects=20, per_subject=2)
+    follower = bus.Follower(js, bus.STATUS, f"{prefix}.>")
+    seen: list[bytes] = []
+    caught_up_before: list[bool] = []
+
+    async def consume() -> None:
+        async for m in follower.messages():
+            # Set once the last message of the view was handed over (the generator resumes):
+            # a consumer that queues messages has queued the whole view when it sees the flag.
+            caught_up_before.append(follower.caught_up.is_set())
+            seen.append(m.data)
+            if len(seen) == 21:
+                return
+
+    task = asyncio.create_task(consume())
+    await asyncio.wait_for(follower.caught_up.wait(), timeout=10)
+    await js.publish(f"{prefix}.new", b"live")
+    await asyncio.wait_for(task, timeout=10)
+    assert caught_up_before == [False] * 20 + [True]
+    assert seen[-1] == b"live"
