@@ -7,6 +7,7 @@ Subcommands so far:
 * ``driftbus publish PATH... --cluster C --bundle B [--wait]`` — publish manifests as a bundle.
 * ``driftbus status [--cluster C] [--bundle B] [-o json]`` — current state of bundles/objects.
 * ``driftbus why KIND/NAMESPACE/NAME --cluster C`` — the decision history of one object.
+* ``driftbus plan PATH... --cluster C --bundle B`` — what a publish would do, with diffs.
 * ``driftbus assets`` — show or build the server binaries.
 """
 
@@ -248,6 +249,69 @@ def cmd_why(args: argparse.Namespace) -> int:
     return asyncio.run(run())
 
 
+def cmd_plan(args: argparse.Namespace) -> int:
+    from services.cli import load, table
+    from services.cli.plan import plan
+    from services.common.kube import KubeClient
+    from services.core.manifest import ManifestError
+
+    try:
+        if args.git:
+            loaded = load.load_git(args.git, args.ref, args.path or "")
+        elif args.paths:
+            loaded = load.load_paths(args.paths)
+        else:
+            raise load.InputError("nothing to plan: give PATH... or --git REPO --ref REF")
+    except (load.InputError, ManifestError) as exc:
+        return _fail("plan", exc)
+
+    async def run() -> int:
+        nc = await _connect(args.nats_url)
+        kube = await KubeClient.from_kubeconfig(args.kubeconfig, args.context)
+        try:
+            rows = await plan(
+                nc.jetstream(),
+                kube,
+                cluster=args.cluster,
+                bundle=args.bundle,
+                loaded=loaded,
+                prune_removed=not args.no_prune,
+            )
+        finally:
+            await kube.close()
+            await nc.drain()
+        if args.output == "json":
+            table.emit([r.as_json() for r in rows], [], "json")
+            return 0
+        table.emit(
+            [
+                {
+                    "action": r.action,
+                    "reason": r.reason,
+                    "kind": r.key.kind,
+                    "namespace": r.key.namespace,
+                    "name": r.key.name,
+                    "changes": len(r.changes) or "",
+                }
+                for r in rows
+            ],
+            ["action", "reason", "kind", "namespace", "name", "changes"],
+            "table",
+        )
+        for r in rows:
+            if r.changes:
+                print(f"\n{r.key}:")
+                for c in r.changes:
+                    print(f"  {c}")
+        counts: dict[str, int] = {}
+        for r in rows:
+            counts[r.action] = counts.get(r.action, 0) + 1
+        print("\nplan: " + ", ".join(f"{n} {a}" for a, n in sorted(counts.items())))
+        return 0
+
+    return asyncio.run(run())
+
+
 def cmd_assets(args: argparse.Namespace) -> int:
     argv = ["ensure", *args.names] if args.build else ["show"]
     return assets.main(argv)
@@ -306,6 +370,20 @@ def build_parser() -> argparse.ArgumentParser:
     pub.add_argument("--timeout", type=float, default=300.0, help="seconds to --wait")
     pub.add_argument("--nats-url", default=nats_default)
     pub.set_defaults(func=cmd_publish)
+
+    pl = sub.add_parser("plan", help="what a publish would apply, delete or skip, and why")
+    pl.add_argument("paths", nargs="*", metavar="PATH")
+    pl.add_argument("--cluster", required=True)
+    pl.add_argument("--bundle", required=True)
+    pl.add_argument("--git", metavar="REPO")
+    pl.add_argument("--ref", default="HEAD")
+    pl.add_argument("--path")
+    pl.add_argument("--no-prune", action="store_true")
+    pl.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
+    pl.add_argument("--context")
+    pl.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    pl.add_argument("--nats-url", default=nats_default)
+    pl.set_defaults(func=cmd_plan)
 
     st = sub.add_parser("status", help="current state of bundles (and objects with --bundle)")
     st.add_argument("--cluster", required=True)

@@ -156,6 +156,9 @@ def _http_ok(
         with urllib.request.urlopen(req, timeout=2, context=context) as resp:  # noqa: S310
             body: bytes = resp.read()
             return resp.status == 200 and (expect is None or body.strip() == expect)
+    except urllib.error.HTTPError as exc:
+        exc.close()  # an HTTPError is an open response: close it or its socket leaks
+        return False
     except (urllib.error.URLError, OSError, ssl.SSLError):
         return False
 

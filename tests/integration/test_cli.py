@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import re
 import sys
@@ -13,7 +14,7 @@ from nats.aio.client import Client as NATS
 from schemas.subjects import bundle_subject
 from services.common import bus
 
-from .pipeline import Pipeline
+from .pipeline import Pipeline, write_counts, writes_since
 
 
 async def driftbus(pipeline: Pipeline, *args: str) -> tuple[int, str, str]:
@@ -117,3 +118,46 @@ async def test_bad_input_is_one_clear_line_and_nothing_is_published(
         bus.BUNDLES, subjects_filter=bundle_subject(pipeline.cluster, "bad")
     )
     assert info.state.messages == 0
+
+
+async def test_plan_explains_changes_with_diffs_and_writes_nothing(
+    pipeline: Pipeline, pnc: NATS, namespace: str, tmp_path: Path
+) -> None:
+    pipeline.start_all()
+    src = write_bundle(tmp_path / "v1", namespace)
+    (src / "secret.yaml").write_text(
+        f"apiVersion: v1\nkind: Secret\nmetadata:\n  name: creds\n  namespace: {namespace}\n"
+        "stringData:\n  password: old-pass-1234\n"
+    )
+    c = pipeline.cluster
+    code, out, err = await driftbus(
+        pipeline, "publish", str(src), "--cluster", c, "--bundle", "p", "--wait", "--timeout", "90"
+    )
+    assert code == 0, err + out
+    await asyncio.sleep(1.5)
+
+    v2 = write_bundle(tmp_path / "v2", namespace, n=6)  # cli-5 is new
+    text = (v2 / "configmaps.yaml").read_text().replace("i: '2'", "i: 'two'")  # cli-2 changes
+    docs = [d for d in text.split("---\n") if "cli-4" not in d]  # cli-4 leaves
+    (v2 / "configmaps.yaml").write_text("---\n".join(docs))
+    (v2 / "secret.yaml").write_text(
+        (src / "secret.yaml").read_text().replace("old-pass-1234", "new-pass-5678")
+    )
+    before = write_counts(pipeline.api)
+    code, out, err = await driftbus(
+        pipeline, "plan", str(v2), "--cluster", c, "--bundle", "p", "-o", "json"
+    )
+    assert code == 0, err + out
+    rows = {r["name"]: r for r in json.loads(out)}
+    assert rows["cli-2"]["action"] == "apply"
+    assert rows["cli-2"]["reason"] == "manifest"
+    assert rows["cli-2"]["changes"] == ["~ data.i: 2 → two"]
+    assert rows["cli-5"]["action"] == "apply"
+    assert rows["cli-5"]["reason"] == "new (create)"
+    assert rows["cli-4"]["action"] == "delete"
+    assert rows["cli-0"]["action"] == "unchanged"
+    assert rows["creds"]["changes"] == ["~ data.password: *** → ***"]
+    for value in ("old-pass-1234", "new-pass-5678"):
+        assert value not in out
+        assert base64.b64encode(value.encode()).decode() not in out
+    assert writes_since(pipeline.api, before) == 0  # dry-run only: nothing written

@@ -1,0 +1,141 @@
+"""``driftbus plan``: what a publish would do, and why, without writing anything.
+
+The decision for each object is the planner's own rule (``decide.evaluate``) over the state the
+streams hold (APPLIED, SERVER), so a plan cannot disagree with what the planner will do. For an
+object that would be applied, the server computes the result by server-side dry-run and the plan
+shows the field-level difference to the live object (Secret values masked). Objects that would
+leave the bundle are listed as deletes (or kept, with ``--no-prune`` or when not ours).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Any
+
+from nats.js import JetStreamContext
+
+from schemas.codec import WireError, decode
+from schemas.messages import AppliedEvent, DecisionAction, ServerEvent
+from schemas.subjects import ObjectKey, encode_token
+from services.cli.load import Loaded
+from services.common import bus
+from services.common.kube import KubeClient, KubeError, NotFound
+from services.core.diff import Change, diff, mask_secret
+from services.core.manifest import FIELD_MANAGER, apply_order, owned
+from services.core.scrub import scrub_for
+from services.core.sha import object_sha, prune
+from services.planner.decide import Applied, Desired, Entry, Observed, evaluate, restore
+
+
+@dataclasses.dataclass
+class PlanRow:
+    key: ObjectKey
+    action: str  # apply / delete / keep / unchanged / error
+    reason: str
+    changes: list[Change] = dataclasses.field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.key.kind,
+            "group": self.key.group,
+            "namespace": self.key.namespace,
+            "name": self.key.name,
+            "action": self.action,
+            "reason": self.reason,
+            "changes": [str(c) for c in self.changes],
+        }
+
+
+async def _state(
+    js: JetStreamContext, cluster: str
+) -> tuple[dict[ObjectKey, AppliedEvent], dict[ObjectKey, ServerEvent]]:
+    applied: dict[ObjectKey, AppliedEvent] = {}
+    server: dict[ObjectKey, ServerEvent] = {}
+    c = encode_token(cluster)
+    async for m in bus.Follower(js, bus.APPLIED, f"driftbus.applied.{c}.>").snapshot():
+        with contextlib.suppress(WireError):
+            ev = decode(m.data, AppliedEvent)
+            applied[ev.key] = ev
+    async for m in bus.Follower(js, bus.SERVER, f"driftbus.server.{c}.>").snapshot():
+        with contextlib.suppress(WireError):
+            sev = decode(m.data, ServerEvent)
+            server[sev.key] = sev
+    return applied, server
+
+
+def _rv(text: str) -> int:
+    return int(text) if text.isdigit() else 0
+
+
+async def plan(
+    js: JetStreamContext,
+    kube: KubeClient,
+    *,
+    cluster: str,
+    bundle: str,
+    loaded: Loaded,
+    prune_removed: bool = True,
+) -> list[PlanRow]:
+    applied, server = await _state(js, cluster)
+    rows: list[PlanRow] = []
+    desired: set[ObjectKey] = set()
+    for m in loaded.manifests:
+        manifest = owned(m.obj, bundle)
+        key = ObjectKey.of(manifest)
+        desired.add(key)
+        entry = Entry(key)
+        if (ap := applied.get(key)) is not None and not ap.deleted and ap.apply_sha:
+            entry = restore(
+                entry,
+                Applied(
+                    bytes.fromhex(ap.manifest_sha),
+                    bytes.fromhex(ap.apply_sha),
+                    _rv(ap.resource_version),
+                ),
+            )
+        if (sv := server.get(key)) is not None:
+            entry = restore(
+                entry,
+                Observed(
+                    _rv(sv.resource_version),
+                    bytes.fromhex(sv.server_sha) if sv.server_sha else None,
+                    sv.deleted,
+                    sv.bundle,
+                ),
+            )
+        entry = restore(entry, Desired(bundle, "plan", object_sha(manifest)))
+        decision = evaluate(entry, republished=True)
+        if decision is None or decision.action is DecisionAction.HIT:
+            rows.append(PlanRow(key, "unchanged", "hit"))
+            continue
+        rows.append(await _dry_run(kube, key, manifest, str(decision.reason)))
+    for key, sv in server.items():
+        if sv.bundle == bundle and key not in desired and not sv.deleted:
+            rows.append(
+                PlanRow(
+                    key,
+                    "delete" if prune_removed else "keep",
+                    "prune" if prune_removed else "prune-disabled",
+                )
+            )
+    return sorted(rows, key=lambda r: apply_order(r.key))
+
+
+async def _dry_run(
+    kube: KubeClient, key: ObjectKey, manifest: dict[str, Any], reason: str
+) -> PlanRow:
+    try:
+        res = await kube.resource_for(manifest)
+    except NotFound:
+        return PlanRow(key, "apply", f"{reason}; kind not served yet (its CRD is not installed)")
+    try:
+        live: dict[str, Any] = await kube.get(res, key.name, key.namespace)
+    except NotFound:
+        live = {}
+    try:
+        result = await kube.apply(manifest, field_manager=FIELD_MANAGER, dry_run=True, resource=res)
+    except KubeError as exc:
+        return PlanRow(key, "error", scrub_for(manifest, str(exc)))
+    changes = mask_secret(diff(prune(live) if live else {}, prune(result)), key.kind)
+    return PlanRow(key, "apply", reason if live else f"{reason} (create)", changes)
