@@ -19,6 +19,7 @@ import contextlib
 import os
 import signal
 import sys
+import time
 from typing import Any
 
 from services.applier import service as applier
@@ -174,7 +175,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                 table.emit(
                     rows, ["kind", "namespace", "name", "phase", "health", "message"], "table"
                 )
-                return 0
+                return await _follow(nc, args) if args.follow else 0
             statuses = await user.bundle_statuses(js, args.cluster)
             rows = [
                 {
@@ -193,11 +194,46 @@ def cmd_status(args: argparse.Namespace) -> int:
                 ["bundle", "revision", "phase", "applied", "ready", "failed", "message"],
                 args.output,
             )
-            return 0
+            return await _follow(nc, args) if args.follow else 0
         finally:
             await nc.drain()
 
     return asyncio.run(run())
+
+
+async def _follow(nc: Any, args: argparse.Namespace) -> int:
+    """After the current state, print each status event as it happens until Ctrl-C."""
+    from schemas.codec import WireError, decode
+    from schemas.messages import BundleStatus, ObjectStatus
+    from schemas.subjects import encode_token
+    from services.cli.table import colour
+
+    done = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, done.set)
+
+    async def on_msg(msg: Any) -> None:
+        try:
+            if msg.subject.endswith(".bundle"):
+                b = decode(msg.data, BundleStatus)
+                line = f"{b.bundle}@{b.revision}: {colour(str(b.phase))} {b.message}"
+            else:
+                o = decode(msg.data, ObjectStatus)
+                line = f"{o.key}: {colour(str(o.phase))} {o.message}"
+        except WireError:
+            return
+        if args.output == "json":
+            print(msg.data.decode(), flush=True)
+        else:
+            print(f"{time.strftime('%H:%M:%S')} {line}", flush=True)
+
+    bundle = encode_token(args.bundle) if args.bundle else "*"
+    await nc.subscribe(f"driftbus.status.{encode_token(args.cluster)}.{bundle}.>", cb=on_msg)
+    if args.bundle is None:
+        await nc.subscribe(f"driftbus.status.{encode_token(args.cluster)}.*.bundle", cb=on_msg)
+    await done.wait()
+    return 0
 
 
 def msgspec_to_builtins(value: object) -> Any:
@@ -389,6 +425,7 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--cluster", required=True)
     st.add_argument("--bundle")
     st.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    st.add_argument("--follow", "-f", action="store_true", help="then print changes as they come")
     st.add_argument("--nats-url", default=nats_default)
     st.set_defaults(func=cmd_status)
 

@@ -161,3 +161,47 @@ async def test_plan_explains_changes_with_diffs_and_writes_nothing(
         assert value not in out
         assert base64.b64encode(value.encode()).decode() not in out
     assert writes_since(pipeline.api, before) == 0  # dry-run only: nothing written
+
+
+async def test_status_follow_shows_current_state_then_live_changes(
+    pipeline: Pipeline, pnc: NATS, namespace: str, tmp_path: Path
+) -> None:
+    import signal
+
+    pipeline.start_all()
+    src = write_bundle(tmp_path / "src", namespace, n=2)
+    c = pipeline.cluster
+    code, out, err = await driftbus(
+        pipeline, "publish", str(src), "--cluster", c, "--bundle", "f", "--wait", "--timeout", "90"
+    )
+    assert code == 0, err + out
+    follow = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "services.cli.main",
+        "status",
+        "--cluster",
+        c,
+        "--bundle",
+        "f",
+        "--follow",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**pipeline.env(), "NATS_URL": pipeline.nats.client_url},
+    )
+    assert follow.stdout is not None
+    lines: list[str] = []
+
+    async def read_until(text: str) -> None:
+        while not any(text in line for line in lines):
+            lines.append((await follow.stdout.readline()).decode())  # type: ignore[union-attr]
+
+    await asyncio.wait_for(read_until("cli-1"), timeout=30)  # the current state first
+    (src / "configmaps.yaml").write_text(
+        (src / "configmaps.yaml").read_text().replace("i: '1'", "i: 'one'")
+    )
+    code, out, err = await driftbus(pipeline, "publish", str(src), "--cluster", c, "--bundle", "f")
+    assert code == 0, err
+    await asyncio.wait_for(read_until("cli-1: Applied applied (manifest)"), timeout=30)
+    follow.send_signal(signal.SIGINT)
+    assert await asyncio.wait_for(follow.wait(), timeout=10) == 0
