@@ -222,6 +222,45 @@ def _same_minor(asset: Asset, reported: str) -> bool:
     return bool(want and got and want.groups() == got.groups())
 
 
+# The Compose specification's JSON Schema, as shipped in the last Python docker-compose wheel
+# (pinned by digest). Tests validate compose.yaml against it; no Docker engine is needed.
+COMPOSE_WHEEL_URL = (
+    "https://files.pythonhosted.org/packages/f3/3e/ca05e486d44e38eb495ca60b8ca526b192071717387346"
+    "ed1031ecf78966/docker_compose-1.29.2-py2.py3-none-any.whl"
+)
+COMPOSE_WHEEL_SHA256 = "8d5589373b35c8d3b1c8c1182c6e4a4ff14bffa3dd0b605fcd08f73c94cef809"
+COMPOSE_SCHEMA_MEMBER = "compose/config/compose_spec.json"
+
+
+def compose_schema_path() -> Path:
+    return cache_dir() / "compose-spec" / COMPOSE_WHEEL_SHA256[:12] / "compose_spec.json"
+
+
+def ensure_compose_schema() -> Path:
+    import hashlib
+    import io
+    import urllib.request
+    import zipfile
+
+    target = compose_schema_path()
+    if target.exists():
+        return target
+    print(f"[driftbus assets] fetching the Compose schema ({COMPOSE_WHEEL_URL.rsplit('/', 1)[1]})",
+          file=sys.stderr)
+    try:
+        with urllib.request.urlopen(COMPOSE_WHEEL_URL, timeout=60) as resp:  # noqa: S310
+            data = resp.read()
+    except OSError as exc:
+        raise AssetError(f"compose schema: download failed: {exc}") from None
+    if hashlib.sha256(data).hexdigest() != COMPOSE_WHEEL_SHA256:
+        raise AssetError("compose schema: the downloaded wheel does not match its pinned digest")
+    with zipfile.ZipFile(io.BytesIO(data)) as wheel:
+        schema = wheel.read(COMPOSE_SCHEMA_MEMBER)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(schema)
+    return target
+
+
 def version_of(name: str, path: Path) -> str:
     """The version string a binary reports about itself (shown in the pytest header)."""
     args = {
@@ -252,6 +291,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "ensure":
             for name, path in ensure_all(args.names or None).items():
                 print(f"{name:<15} {path}")
+            if not args.names:
+                print(f"{'compose schema':<15} {ensure_compose_schema()}")
         else:
             for name in ASSETS:
                 found = find(name)
