@@ -173,7 +173,9 @@ def cmd_status(args: argparse.Namespace) -> int:
                         f"(applied {c.applied}/{c.total}, ready {c.ready}/{c.total})"
                     )
                 table.emit(
-                    rows, ["kind", "namespace", "name", "phase", "health", "message"], "table"
+                    rows,
+                    ["kind", "namespace", "name", "phase", "health", "message", "last_change"],
+                    "table",
                 )
                 return await _follow(nc, args) if args.follow else 0
             statuses = await user.bundle_statuses(js, args.cluster)

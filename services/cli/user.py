@@ -137,7 +137,7 @@ async def object_rows(js: JetStreamContext, cluster: str, bundle: str) -> list[d
                 else str(found.health if found else st.health),
                 "message": found.health_message if found and found.health_message else st.message,
                 "revision": st.revision,
-                "at": st.at.isoformat() if st.at else "",
+                "last_change": st.at.isoformat(timespec="seconds") if st.at else "",
             }
         )
     return rows

