@@ -66,7 +66,9 @@ async def _publish_example(nats_url: str, cluster: str, within: float) -> Any:
             bundle="hello",
             loaded=loaded,
             revision=revision,
-            options=user.BundleOptions(),
+            # force: a hand edit (kubectl edit/patch) makes kubectl a field manager; healing it
+            # means taking the field back. Without force driftbus reports a Conflict instead.
+            options=user.BundleOptions(force=True),
         )
         _say(f"published examples/hello ({len(loaded.manifests)} objects) as hello@{revision}")
         status = await waiter.wait(revision, within=within, progress=sys.stderr.isatty())

@@ -82,6 +82,8 @@ class Applied:
     apply_sha: Sha | None
     resource_version: int
     deleted: bool = False
+    at: float = 0.0
+    """When it was applied (seconds since the epoch): orders it against failures."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -89,6 +91,7 @@ class Failed:
     """An applier gave up on ``manifest_sha`` (invalid, conflict, ... : reported, not looped)."""
 
     manifest_sha: Sha
+    at: float = 0.0
 
 
 Event = Desired | Removed | Observed | Applied | Failed
@@ -119,6 +122,8 @@ class Entry:
     delete."""
     failed: Sha | None = None
     """manifestSHA whose apply failed; not retried until republished or changed."""
+    failed_at: float = 0.0
+    applied_at: float = 0.0
 
 
 DELETE_INFLIGHT: Sha = b"\0" * 32
@@ -150,8 +155,8 @@ def evaluate(e: Entry, *, republished: bool = False) -> Decision | None:
             return None  # our intent for exactly this manifest is still on its way
         # a newer manifest supersedes the one in flight (the applier drops the old intent)
         return _apply(DecisionReason.MANIFEST)
-    if e.failed == e.manifest_sha and e.applied_manifest_sha != e.manifest_sha:
-        # failed and never applied since: report, do not loop (a republish retries)
+    if e.failed == e.manifest_sha and e.failed_at >= e.applied_at:
+        # failed, and no successful apply since: report, do not loop (a republish retries)
         return _apply(DecisionReason.RETRY) if republished else None
     if e.apply_sha is None:
         return _apply(DecisionReason.NEW)
@@ -201,7 +206,7 @@ def step(e: Entry, event: Event) -> tuple[Entry, Decision | None]:
             if e.inflight == event.manifest_sha:
                 e = dataclasses.replace(e, inflight=None)
             if event.manifest_sha == e.manifest_sha:
-                e = dataclasses.replace(e, failed=event.manifest_sha)
+                e = dataclasses.replace(e, failed=event.manifest_sha, failed_at=event.at)
             return _emit(e, evaluate(e), Trigger.FAILED)
     raise TypeError(f"{e.key}: unknown event {event!r}")  # pragma: no cover
 
@@ -244,9 +249,10 @@ def restore(e: Entry, event: Event) -> Entry:
                 applied_manifest_sha=event.manifest_sha,
                 apply_sha=event.apply_sha,
                 applied_rv=event.resource_version,
+                applied_at=max(e.applied_at, event.at),
             )
-        case Failed():
-            return dataclasses.replace(e, failed=event.manifest_sha)
+        case Failed() if event.at >= e.failed_at:
+            return dataclasses.replace(e, failed=event.manifest_sha, failed_at=event.at)
     return e
 
 
@@ -279,6 +285,7 @@ def _applied(e: Entry, ev: Applied) -> tuple[Entry, Decision | None]:
             applied_manifest_sha=ev.manifest_sha,
             apply_sha=ev.apply_sha,
             applied_rv=ev.resource_version,
+            applied_at=max(e.applied_at, ev.at),
         )
     e = dataclasses.replace(e, inflight=inflight)
     return _emit(e, evaluate(e), Trigger.APPLIED)

@@ -207,6 +207,7 @@ class Planner:
                         bytes.fromhex(ap.apply_sha) if ap.apply_sha else None,
                         _rv(ap.resource_version),
                         ap.deleted,
+                        ap.applied_at.timestamp() if ap.applied_at else 0.0,
                     ),
                 )
                 self.failures.pop((ap.cluster, ap.key), None)
@@ -217,7 +218,10 @@ class Planner:
                 )
                 if st.phase in (ObjectPhase.FAILED, ObjectPhase.CONFLICT) and st.manifest_sha:
                     self.failures[(st.cluster, st.key)] = f"{st.phase}: {st.message}"
-                    await self._fold((st.cluster, st.key), Failed(bytes.fromhex(st.manifest_sha)))
+                    failed_at = st.at.timestamp() if st.at else 0.0
+                    await self._fold(
+                        (st.cluster, st.key), Failed(bytes.fromhex(st.manifest_sha), failed_at)
+                    )
         except (WireError, ValueError) as exc:
             # Bad input never stops the planner: report and carry on.
             log.error("ignoring message on %s: %s", msg.subject, exc)

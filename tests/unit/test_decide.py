@@ -195,13 +195,40 @@ def test_decisions(case: str, events: list[Event], expected: list[Decision | Non
     assert got == expected
 
 
+def test_a_failed_drift_correction_is_not_retried_in_a_loop() -> None:
+    # force=false and someone else took the field: the correction conflicts. Report it; do not
+    # re-apply on every event (a republish or a manifest change tries again).
+    e, got = run(
+        [
+            *BASE,
+            Observed(12, FOREIGN, owner_bundle="b"),
+            Failed(M1, at=5.0),
+            Observed(13, FOREIGN, owner_bundle="b"),
+        ],
+    )
+    assert got[3:] == [apply(R.DRIFT), None, None]
+    assert e.inflight is None
+    _, d = step(e, Desired("b", "r1", M1))
+    assert d == apply(R.RETRY)
+
+
+def test_restore_orders_failure_and_success_by_time() -> None:
+    base = Entry(KEY)
+    for f in [Desired("b", "r1", M1)]:
+        base = restore(base, f)
+    failed_then_applied = restore(restore(base, Failed(M1, at=1.0)), Applied(M1, S1, 10, at=2.0))
+    applied_then_failed = restore(restore(base, Applied(M1, S1, 10, at=1.0)), Failed(M1, at=2.0))
+    assert evaluate(failed_then_applied) == HIT  # no server event: the apply stands
+    assert evaluate(applied_then_failed) is None  # reported, waiting for a republish
+
+
 def test_an_old_failure_does_not_stop_drift_correction() -> None:
     _, got = run(
         [
             Desired("b", "r1", M1),
-            Failed(M1),
+            Failed(M1, at=1.0),
             Desired("b", "r1", M1),
-            Applied(M1, S1, 10),
+            Applied(M1, S1, 10, at=2.0),
             Observed(11, FOREIGN),
         ]
     )
