@@ -185,7 +185,8 @@ def _print_info(info: dict[str, Any], output: str) -> None:
     for k, v in info.items():
         print(f"  {k:<{width}}  {v}")
     print(f"\n  export KUBECONFIG={info['kubeconfig']} NATS_URL={info['nats_url']}")
-    print(f"  driftbus status --cluster {info['cluster']} --bundle hello")
+    exe = "driftbus" if shutil.which("driftbus") else str(Path(sys.executable).parent / "driftbus")
+    print(f"  {exe} status --cluster {info['cluster']} --bundle hello")
     print("\nCtrl-C stops everything.", flush=True)
 
 
