@@ -76,17 +76,23 @@ def _fail(command: str, exc: Exception) -> int:
     return 1
 
 
+def _load_manifests(args: argparse.Namespace) -> Any:
+    """The manifests named on the command line: PATH... or --git REPO --ref REF [--path DIR]."""
+    from services.cli import load
+
+    if args.git:
+        return load.load_git(args.git, args.ref, args.path or "")
+    if args.paths:
+        return load.load_paths(args.paths)
+    raise load.InputError(f"nothing to {args.command}: give PATH... or --git REPO --ref REF")
+
+
 def cmd_publish(args: argparse.Namespace) -> int:
     from services.cli import load, user
     from services.core.manifest import ManifestError
 
     try:
-        if args.git:
-            loaded = load.load_git(args.git, args.ref, args.path or "")
-        elif args.paths:
-            loaded = load.load_paths(args.paths)
-        else:
-            raise load.InputError("nothing to publish: give PATH... or --git REPO --ref REF")
+        loaded = _load_manifests(args)
         revision = args.revision or loaded.revision or user.content_revision(loaded)
         options = user.BundleOptions(
             prune=not args.no_prune, force=args.force, allow_replace=args.allow_replace
@@ -294,12 +300,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from services.core.manifest import ManifestError
 
     try:
-        if args.git:
-            loaded = load.load_git(args.git, args.ref, args.path or "")
-        elif args.paths:
-            loaded = load.load_paths(args.paths)
-        else:
-            raise load.InputError("nothing to plan: give PATH... or --git REPO --ref REF")
+        loaded = _load_manifests(args)
     except (load.InputError, ManifestError) as exc:
         return _fail("plan", exc)
 
