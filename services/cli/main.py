@@ -211,7 +211,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 async def _follow(nc: Any, args: argparse.Namespace) -> int:
     """After the current state, print each status event as it happens until Ctrl-C."""
-    from schemas.codec import WireError, decode
+    from schemas.codec import WireError, decode, encode
     from schemas.messages import BundleStatus, ObjectStatus
     from schemas.subjects import encode_token
     from services.cli.table import colour
@@ -222,17 +222,19 @@ async def _follow(nc: Any, args: argparse.Namespace) -> int:
         loop.add_signal_handler(sig, done.set)
 
     async def on_msg(msg: Any) -> None:
+        event: BundleStatus | ObjectStatus
         try:
             if msg.subject.endswith(".bundle"):
-                b = decode(msg.data, BundleStatus)
+                event = b = decode(msg.data, BundleStatus)
                 line = f"{b.bundle}@{b.revision}: {colour(str(b.phase))} {b.message}"
             else:
-                o = decode(msg.data, ObjectStatus)
+                event = o = decode(msg.data, ObjectStatus)
                 line = f"{o.key}: {colour(str(o.phase))} {o.message}"
         except WireError:
             return
         if args.output == "json":
-            print(msg.data.decode(), flush=True)
+            # re-encoded from the contract: only its fields, whatever else a publisher added
+            print(encode(event).decode(), flush=True)
         else:
             print(f"{time.strftime('%H:%M:%S')} {line}", flush=True)
 

@@ -186,7 +186,7 @@ async def test_status_follow_shows_current_state_then_live_changes(
         "f",
         "--follow",
         stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
         env={**pipeline.env(), "NATS_URL": pipeline.nats.client_url},
     )
     assert follow.stdout is not None
@@ -205,6 +205,7 @@ async def test_status_follow_shows_current_state_then_live_changes(
     await asyncio.wait_for(read_until("cli-1: Applied applied (manifest)"), timeout=30)
     follow.send_signal(signal.SIGINT)
     assert await asyncio.wait_for(follow.wait(), timeout=10) == 0
+    await follow.stdout.read()  # drain to EOF so the pipe transport closes now, not at GC
 
 
 async def test_publish_wait_fails_with_the_failed_objects_listed(
