@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench import hashing, report
+from bench import hashing, planner, report
 
-SCENARIOS = {"hashing": hashing.run}
+SCENARIOS = {"hashing": hashing.run, "planner": planner.run}
 
 
 def main(argv: list[str] | None = None) -> int:
