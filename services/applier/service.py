@@ -52,7 +52,7 @@ from services.common.kube import (
     NotFound,
     Resource,
 )
-from services.common.runtime import connections
+from services.common.runtime import cluster_connections
 from services.common.settings import replica_id, setting
 from services.core.manifest import FIELD_MANAGER
 from services.core.scrub import scrub_for
@@ -352,16 +352,7 @@ def _now() -> dt.datetime:
 
 async def run(settings: ApplierSettings, *, stopping: asyncio.Event | None = None) -> None:
     settings = dataclasses.replace(settings, applier_id=settings.applier_id or replica_id())
-    if not settings.cluster:
-        raise SystemExit("driftbus applier: --cluster (or DRIFTBUS_CLUSTER) is required")
-    async with connections(
-        name=f"driftbus-applier-{settings.cluster}",
-        nats_url=settings.nats_url,
-        kubeconfig=settings.kubeconfig,
-        context=settings.context,
-        with_kube=True,
-    ) as c:
-        assert c.kube is not None
+    async with cluster_connections("applier", settings) as c:
         applier = Applier(settings=settings, js=c.js, kube=c.kube, publisher=c.publisher)
         if stopping is not None:
             applier.stopping = stopping

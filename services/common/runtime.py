@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import AsyncIterator
+from typing import Protocol
 
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
@@ -51,3 +52,38 @@ async def connections(
         if kube is not None:
             await kube.close()
         await nc.drain()
+
+
+class ClusterSettings(Protocol):
+    """What the services bound to one cluster (watcher, applier) share in their settings."""
+
+    @property
+    def cluster(self) -> str: ...
+    @property
+    def nats_url(self) -> str: ...
+    @property
+    def kubeconfig(self) -> str | None: ...
+    @property
+    def context(self) -> str | None: ...
+
+
+@dataclasses.dataclass
+class ClusterConnections(Connections):
+    kube: KubeClient = dataclasses.field(default=None)  # type: ignore[assignment]
+
+
+@contextlib.asynccontextmanager
+async def cluster_connections(role: str, s: ClusterSettings) -> AsyncIterator[ClusterConnections]:
+    """``connections`` for a service bound to one cluster: the cluster is required and the
+    Kubernetes client is always there."""
+    if not s.cluster:
+        raise SystemExit(f"driftbus {role}: --cluster (or DRIFTBUS_CLUSTER) is required")
+    async with connections(
+        name=f"driftbus-{role}-{s.cluster}",
+        nats_url=s.nats_url,
+        kubeconfig=s.kubeconfig,
+        context=s.context,
+        with_kube=True,
+    ) as c:
+        assert c.kube is not None
+        yield ClusterConnections(c.nc, c.js, c.publisher, c.kube)

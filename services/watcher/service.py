@@ -28,7 +28,7 @@ from schemas.subjects import (
 from services.common import bus
 from services.common.bundles import BundleError, load_manifests
 from services.common.kube import Gone, KubeClient, KubeError, NotFound, Resource
-from services.common.runtime import connections
+from services.common.runtime import cluster_connections
 from services.common.settings import replica_id, setting
 from services.core.health import health
 from services.core.manifest import OWNER_LABEL
@@ -248,16 +248,7 @@ class Watcher:
 
 async def run(settings: WatcherSettings) -> None:
     settings = dataclasses.replace(settings, watcher_id=settings.watcher_id or replica_id())
-    if not settings.cluster:
-        raise SystemExit("driftbus watcher: --cluster (or DRIFTBUS_CLUSTER) is required")
-    async with connections(
-        name=f"driftbus-watcher-{settings.cluster}",
-        nats_url=settings.nats_url,
-        kubeconfig=settings.kubeconfig,
-        context=settings.context,
-        with_kube=True,
-    ) as c:
-        assert c.kube is not None
+    async with cluster_connections("watcher", settings) as c:
         watcher = Watcher(settings=settings, js=c.js, kube=c.kube, publisher=c.publisher)
         try:
             await watcher.run()

@@ -14,6 +14,7 @@ from nats.aio.client import Client as NATS
 from schemas.subjects import bundle_subject
 from services.common import bus
 
+from ..gitrepo import git
 from .pipeline import Pipeline, write_counts, writes_since
 
 
@@ -238,27 +239,17 @@ async def test_publish_wait_fails_with_the_failed_objects_listed(
 async def test_git_revisions_apply_only_what_changed(
     pipeline: Pipeline, pnc: NATS, namespace: str, tmp_path: Path
 ) -> None:
-    import subprocess
-
     repo = tmp_path / "repo"
     write_bundle(repo / "deploy", namespace, n=5)
 
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-
-    git("init", "-q")
-    git("add", ".")
-    git("commit", "-qm", "first")
-    first = git("rev-parse", "HEAD")
+    git(repo, "init", "-q")
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "first")
+    first = git(repo, "rev-parse", "HEAD")
     f = repo / "deploy" / "configmaps.yaml"
     f.write_text(f.read_text().replace("i: '3'", "i: 'three'"))
-    git("commit", "-qam", "second")
-    second = git("rev-parse", "HEAD")
+    git(repo, "commit", "-qam", "second")
+    second = git(repo, "rev-parse", "HEAD")
 
     pipeline.start_all()
     c = pipeline.cluster

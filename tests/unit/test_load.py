@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import io
-import subprocess
 import tarfile
 from pathlib import Path
 
 import pytest
 
 from services.cli.load import InputError, load_git, load_paths
+from tests.gitrepo import git
 
 CM = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  namespace: ns\n"
 
@@ -115,22 +115,14 @@ def test_git_reads_the_tree_at_the_ref_and_records_the_commit(tmp_path: Path) ->
     repo = tmp_path / "repo"
     repo.mkdir()
 
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-
-    git("init", "-q")
+    git(repo, "init", "-q")
     write(repo, "deploy/a.yaml", CM.format(name="first"))
     write(repo, "other/ignored.yaml", CM.format(name="elsewhere"))
-    git("add", ".")
-    git("commit", "-qm", "one")
-    first = git("rev-parse", "HEAD")
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "one")
+    first = git(repo, "rev-parse", "HEAD")
     write(repo, "deploy/a.yaml", CM.format(name="second"))
-    git("commit", "-qam", "two")
+    git(repo, "commit", "-qam", "two")
     loaded = load_git(str(repo), first, "deploy")
     assert loaded.revision == first
     assert [m.obj["metadata"]["name"] for m in loaded.manifests] == ["first"]
