@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench import hashing, planner, report
+from bench import cold, hashing, planner, report
 
-SCENARIOS = {"hashing": hashing.run, "planner": planner.run}
+SCENARIOS = {"hashing": hashing.run, "planner": planner.run, "cold": cold.run}
 
 
 def main(argv: list[str] | None = None) -> int:

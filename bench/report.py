@@ -90,23 +90,40 @@ def write(results: list[Result], *, stem: str) -> Path:
     return path
 
 
+def _num(v: float) -> str:
+    """Three significant digits, thousands separated: 0.268, 1.42, 34,140."""
+    if v != v or v in (float("inf"), float("-inf")):
+        return str(v)
+    if abs(v) >= 100:
+        return f"{v:,.0f}"
+    if abs(v) >= 10:
+        return f"{v:.1f}"
+    return f"{v:.3g}"
+
+
 def table(results: list[Result]) -> str:
-    bold = (lambda s: f"\033[1m{s}\033[0m") if sys.stdout.isatty() else (lambda s: s)
+
+    def bold(s: str) -> str:
+        return f"\033[1m{s}\033[0m" if sys.stdout.isatty() else s
+
     head = ["scenario", "driftbus", "peer", "peer value", "ratio", "spread (min-max)", "target"]
     rows = []
     for r in results:
         rows.append(
             [
                 r.name,
-                f"{r.driftbus:,.0f} {r.unit}",
+                f"{_num(r.driftbus)} {r.unit}",
                 r.peer_name,
-                f"{r.peer:,.0f} {r.unit}",
-                f"{r.ratio:.2f}×",
-                f"{min(r.driftbus_samples):,.0f}-{max(r.driftbus_samples):,.0f} vs "
-                f"{min(r.peer_samples):,.0f}-{max(r.peer_samples):,.0f}",
+                f"{_num(r.peer)} {r.unit}",
+                f"{r.ratio:.3g}×",
+                f"{_num(min(r.driftbus_samples))}-{_num(max(r.driftbus_samples))} vs "
+                f"{_num(min(r.peer_samples))}-{_num(max(r.peer_samples))}",
                 r.target,
             ]
         )
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=True)]
-    line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True))  # noqa: E731
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True))
+
     return "\n".join([bold(line(head)), line(["-" * w for w in widths]), *map(line, rows)])

@@ -20,6 +20,7 @@ import datetime as dt
 import logging
 from typing import Any
 
+import msgspec
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
@@ -66,6 +67,7 @@ from services.planner.decide import (
     restore,
     step,
 )
+from services.planner.store import EntryStore, Slot
 
 log = logging.getLogger("driftbus.planner")
 MAX_LISTED_FAILURES = 50
@@ -112,7 +114,7 @@ class BundleView:
     """Objects of this revision refused before planning (invalid manifests, duplicates)."""
 
 
-Slot = tuple[str, ObjectKey]  # (cluster, key)
+_manifest_json = msgspec.json.Encoder()
 
 
 class Planner:
@@ -122,8 +124,9 @@ class Planner:
         self.s = settings
         self.js = js
         self.pub = publisher
-        self.entries: dict[Slot, Entry] = {}
-        self.manifests: dict[Slot, dict[str, Any]] = {}
+        self.entries = EntryStore()  # the SHA cache, packed (≈ 220 bytes per object)
+        self.manifests: dict[Slot, bytes] = {}
+        """Desired manifests as compact JSON: decoded only for the rare intent (a miss)."""
         self.health: dict[Slot, tuple[Health, str]] = {}
         self.failures: dict[Slot, str] = {}
         self.bundles: dict[tuple[str, str], BundleView] = {}
@@ -295,7 +298,7 @@ class Planner:
         self._last_status.pop((cluster, name), None)
         desired.sort(key=lambda d: apply_order(d[0][1]))
         for slot, manifest, sha in desired:
-            self.manifests[slot] = manifest
+            self.manifests[slot] = _manifest_json.encode(manifest)
             await self._fold(slot, Desired(name, bundle.revision, sha, bundle.options.prune))
         if previous is not None:
             for key in previous.keys - view.keys:
@@ -318,8 +321,8 @@ class Planner:
         Covers revisions that changed while the planner was down: nothing relies on having seen
         the previous revision.
         """
-        for slot, entry in list(self.entries.items()):
-            if slot[0] != view.cluster or slot[1] in view.keys or entry.inflight is not None:
+        for slot, entry in list(self.entries.items(cluster=view.cluster)):
+            if slot[1] in view.keys or entry.inflight is not None:
                 continue
             if (
                 entry.owner_bundle == view.name
@@ -366,8 +369,8 @@ class Planner:
         )
         revision = e.revision or (view.revision if view else "")
         if d.action is DecisionAction.APPLY:
-            manifest = self.manifests.get(slot)
-            if manifest is None or e.manifest_sha is None or view is None:
+            encoded = self.manifests.get(slot)
+            if encoded is None or e.manifest_sha is None or view is None:
                 log.error("%s: decided %s but its manifest is unknown", key, d.reason)
                 return
             cause = f"{view.seq}.{e.applied_rv}.{e.server_rv}"
@@ -377,7 +380,7 @@ class Planner:
                 bundle=e.bundle,
                 revision=revision,
                 manifest_sha=e.manifest_sha.hex(),
-                manifest=manifest,
+                manifest=msgspec.json.decode(encoded),
                 reason=str(d.reason),
                 force=view.force,
                 allow_replace=view.allow_replace,
@@ -386,7 +389,9 @@ class Planner:
             )
             msg_id = f"{key_tokens(key)}|{e.manifest_sha.hex()[:16]}|{d.reason}|{cause}"
         elif d.action is DecisionAction.DELETE:
-            api_version = str((self.manifests.get(slot) or {}).get("apiVersion", ""))
+            encoded = self.manifests.get(slot)
+            manifest = msgspec.json.decode(encoded) if encoded else {}
+            api_version = str(manifest.get("apiVersion", ""))
             intent = DeleteIntent(
                 cluster=cluster,
                 key=key,

@@ -11,9 +11,9 @@ import pytest
 from nats.aio.client import Client as NATS
 
 from services.controlplane import servers
+from services.controlplane.pipeline import Pipeline
 
 from ..conftest import unique_name
-from .pipeline import Pipeline
 
 
 @pytest.fixture

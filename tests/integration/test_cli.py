@@ -13,9 +13,9 @@ from nats.aio.client import Client as NATS
 
 from schemas.subjects import bundle_subject
 from services.common import bus
+from services.controlplane.pipeline import Pipeline, write_counts, writes_since
 
 from ..gitrepo import git
-from .pipeline import Pipeline, write_counts, writes_since
 
 
 async def driftbus(pipeline: Pipeline, *args: str) -> tuple[int, str, str]:

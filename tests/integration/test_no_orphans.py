@@ -53,6 +53,11 @@ def test_orphan_check_finds_a_leftover_process(tmp_path: Path) -> None:
     marker = str(tmp_path / "leftover")
     sleeper = subprocess.Popen(["sh", "-c", f"sleep 60; : {marker}"])
     try:
+        # until the child has exec'd sh, its command line is still this Python's
+        deadline = time.monotonic() + 10
+        while marker not in Path(f"/proc/{sleeper.pid}/cmdline").read_text(errors="replace"):
+            assert time.monotonic() < deadline, "the sleeper never exec'd"
+            time.sleep(0.01)
         found = servers.orphans(marker)
         assert len(found) == 1
         assert found[0].startswith(f"{sleeper.pid} ")

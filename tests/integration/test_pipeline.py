@@ -14,9 +14,9 @@ from nats.aio.client import Client as NATS
 
 from schemas.messages import ObjectPhase
 from services.common.kube import KubeClient, NotFound
+from services.controlplane.pipeline import Pipeline, StatusWatch, settle, write_counts, writes_since
 
 from ..conftest import unique_name
-from .pipeline import Pipeline, StatusWatch, settle, write_counts, writes_since
 
 
 def cm(ns: str, name: str, **data: str) -> dict[str, Any]:

@@ -14,8 +14,7 @@ from schemas.codec import decode
 from schemas.messages import AppliedEvent
 from schemas.subjects import encode_token
 from services.common.kube import KubeClient
-
-from .pipeline import Pipeline, StatusWatch
+from services.controlplane.pipeline import Pipeline, StatusWatch
 
 N = 2000
 

@@ -1,4 +1,5 @@
-"""Running the real pipeline in tests: services as subprocesses, bundles, status, write counts.
+"""Running the real pipeline (tests and benchmarks): services as subprocesses, bundles, status,
+write counts.
 
 Each test gets its own nats-server (streams start empty) and shares the session's API server.
 Services run as real ``driftbus watcher|planner|applier`` processes so tests can SIGKILL them.
@@ -30,7 +31,13 @@ from services.controlplane import servers
 
 REPO = Path(__file__).resolve().parents[2]
 # Writes the API server makes to itself (leases, APF config) are not driftbus's.
-_SYSTEM_RESOURCES = {"leases", "flowschemas", "prioritylevelconfigurations", "events"}
+_SYSTEM_RESOURCES = {
+    "leases",
+    "flowschemas",
+    "prioritylevelconfigurations",
+    "events",
+    "ipaddresses",  # the Service ClusterIP allocator records each IP it hands out
+}
 _WRITE_VERBS = {"POST", "PUT", "PATCH", "DELETE", "APPLY", "DELETECOLLECTION"}
 _METRIC = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>[0-9.e+]+)$")
 INLINE_LIMIT = 512 * 1024
@@ -64,6 +71,7 @@ class Pipeline:
         self.cluster = cluster
         self.workdir = workdir
         self.procs: dict[str, servers.Process] = {}
+        self.log_level = "DEBUG"  # benchmarks run at INFO
 
     @property
     def api(self) -> servers.KubeAPIServer:
@@ -74,7 +82,7 @@ class Pipeline:
             **os.environ,
             "NATS_URL": self.nats.client_url,
             "KUBECONFIG": str(self.stack.cluster.kubeconfig),
-            "DRIFTBUS_LOG_LEVEL": "DEBUG",
+            "DRIFTBUS_LOG_LEVEL": self.log_level,
             "PYTHONUNBUFFERED": "1",
         }
 

@@ -1,0 +1,95 @@
+"""Scenario `cold`: N objects from nothing to applied (issue 5, item 1).
+
+Contenders, interleaved in every repetition against the same API server:
+
+* driftbus with 1 and with 4 appliers: publish → every object applied, as the bundle status
+  reports it (Deployments cannot become Ready: the bench stack has no controller-manager);
+* ``kubectl apply --server-side -f DIR``, kubectl from the same Kubernetes version;
+* the physical limit: raw server-side-apply PATCHes from one aiohttp client, 16 in flight.
+
+Namespaces and the CRD exist before anything is timed; every run creates the same objects.
+Targets: driftbus (4 appliers) ≤ 0.5 × kubectl and ≤ 1.5 × the raw limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import sys
+
+from bench.report import Result
+from bench.stack import BenchStack, Run, labelled, manifests, namespaces_for
+
+
+async def _main(objects: int, repetitions: int) -> list[Result]:
+    objs = manifests(objects)
+    peer_objs = labelled(objs)
+    runs: dict[str, list[Run]] = {"driftbus-1": [], "driftbus-4": [], "kubectl": [], "raw": []}
+    async with BenchStack.start(objects) as b:
+        directory = b.manifest_dir(peer_objs)
+        for rep in range(repetitions):
+            for appliers in (1, 4):
+                async with b.pipeline(appliers) as d:
+                    runs[f"driftbus-{appliers}"].append(await b.measured(d.cold_apply(objs)))
+                await b.cleanup(namespaces_for(objects))
+            runs["kubectl"].append(await b.measured(b.kubectl_apply(directory)))
+            await b.cleanup(namespaces_for(objects))
+            runs["raw"].append(await b.measured(b.raw_apply(peer_objs)))
+            await b.cleanup(namespaces_for(objects))
+            print(
+                f"  cold rep {rep + 1}/{repetitions}: "
+                + ", ".join(f"{k} {v[-1].seconds:.2f}s" for k, v in runs.items()),
+                file=sys.stderr,
+                flush=True,
+            )
+    for name, rs in runs.items():
+        wrote = {r.writes for r in rs}
+        # every contender must have created exactly the N objects, no more, no less
+        assert wrote == {objects}, f"{name} wrote {[r.writes_by for r in rs]} for {objects} objects"
+
+    def secs(name: str) -> list[float]:
+        return [r.seconds for r in runs[name]]
+
+    params = {
+        "objects": objects,
+        "mix": "35% ConfigMap, 15% Secret, 15% Service, 15% Deployment, 10% RBAC, 10% CR",
+        "apiserver_cpu_share": {
+            k: round(statistics.median(r.apiserver_cpu for r in v), 3) for k, v in runs.items()
+        },
+        "writes": {k: v[0].writes for k, v in runs.items()},
+    }
+    return [
+        Result(
+            "cold-apply-4-appliers-vs-kubectl",
+            "s",
+            secs("driftbus-4"),
+            "kubectl apply --server-side",
+            secs("kubectl"),
+            params,
+            higher_is_better=False,
+            target="ratio ≤ 0.5",
+        ),
+        Result(
+            "cold-apply-4-appliers-vs-raw-limit",
+            "s",
+            secs("driftbus-4"),
+            "raw SSA, 16 in flight",
+            secs("raw"),
+            params,
+            higher_is_better=False,
+            target="ratio ≤ 1.5",
+        ),
+        Result(
+            "cold-apply-1-applier-vs-kubectl",
+            "s",
+            secs("driftbus-1"),
+            "kubectl apply --server-side",
+            secs("kubectl"),
+            params,
+            higher_is_better=False,
+        ),
+    ]
+
+
+def run(*, objects: int = 1000, repetitions: int = 3) -> list[Result]:
+    return asyncio.run(_main(objects, repetitions))

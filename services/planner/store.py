@@ -1,0 +1,250 @@
+"""The planner's SHA cache, packed: one ``bytes`` record per object instead of an ``Entry``.
+
+A frozen dataclass per object with its key tuple, its ``ObjectKey`` and five 32-byte digest
+objects costs ~650 bytes; issue 5 budgets 300. ``EntryStore`` keeps, per object, only its name
+string and one record:
+
+    header  <H I I I q q d d   flags, bundle id, revision id, owner-bundle id,
+                               applied_rv, server_rv, failed_at, applied_at      (46 bytes)
+    tail    32-byte digests, only those not implied by the flags
+
+In steady state the applied manifest equals the desired one and the live object equals the
+applied one, so the tail holds two digests and a record is 110 bytes. Strings that repeat across
+objects (bundle names, revisions) are interned to small ids; ids no record uses any more are
+reclaimed by an occasional sweep, so publishing revision after revision does not grow the table.
+
+``decide`` keeps working on ``Entry`` values: ``get`` unpacks one, ``step`` folds into it, and
+the result is packed back. Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+
+from schemas.subjects import ObjectKey
+from services.planner.decide import DELETE_INFLIGHT, Entry, Sha
+
+Slot = tuple[str, ObjectKey]  # (cluster, key)
+
+_HEADER = struct.Struct("<HIIIqqdd")
+_SHA = 32
+
+# flag bits
+_MANIFEST = 1 << 0
+_PRUNE = 1 << 1
+_SERVER_DELETED = 1 << 2
+# two-bit fields: (shift, values)
+_APPLIED_MANIFEST = 3  # 0 none, 1 = manifest_sha, 2 in tail
+_APPLY = 5  # 0 none, 2 in tail
+_SERVER = 7  # 0 none, 1 = apply_sha, 2 in tail
+_INFLIGHT = 9  # 0 none, 1 = manifest_sha, 2 DELETE_INFLIGHT, 3 in tail
+_FAILED = 11  # 0 none, 1 = manifest_sha, 2 in tail
+_NONE, _SAME, _TAIL, _OTHER = 0, 1, 2, 3
+
+
+class _Strings:
+    """Interned strings as small ids; id 0 is the empty string."""
+
+    def __init__(self) -> None:
+        self.by_id: list[str] = [""]
+        self.ids: dict[str, int] = {"": 0}
+        self.free: list[int] = []
+
+    def id(self, s: str) -> int:
+        i = self.ids.get(s)
+        if i is None:
+            if self.free:
+                i = self.free.pop()
+                self.by_id[i] = s
+            else:
+                i = len(self.by_id)
+                self.by_id.append(s)
+            self.ids[s] = i
+        return i
+
+    def keep_only(self, used: set[int]) -> None:
+        for i, s in enumerate(self.by_id):
+            if i and i not in used and self.ids.get(s) == i:
+                del self.ids[s]
+                self.by_id[i] = ""
+                self.free.append(i)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def _sha_mode(value: Sha | None, same_as: Sha | None, tail: list[bytes]) -> int:
+    if value is None:
+        return _NONE
+    if value == same_as:
+        return _SAME
+    tail.append(value)
+    return _TAIL
+
+
+class EntryStore:
+    """``Slot -> Entry`` with the memory of a packed record per object (see the module doc)."""
+
+    def __init__(self) -> None:
+        # (cluster, group, kind, namespace) -> name -> record: the group tuple is shared by all
+        # the objects of one kind in one namespace, so each object pays only for its name.
+        self._groups: dict[tuple[str, str, str, str], dict[str, bytes]] = {}
+        self._strings = _Strings()
+        self._count = 0
+        self._sweep_at = 1024
+
+    # --- mapping interface ----------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __contains__(self, slot: Slot) -> bool:
+        cluster, k = slot
+        names = self._groups.get((cluster, k.group, k.kind, k.namespace))
+        return names is not None and k.name in names
+
+    def get(self, slot: Slot) -> Entry | None:
+        cluster, k = slot
+        names = self._groups.get((cluster, k.group, k.kind, k.namespace))
+        record = names.get(k.name) if names is not None else None
+        return None if record is None else self._unpack(k, record)
+
+    def __getitem__(self, slot: Slot) -> Entry:
+        entry = self.get(slot)
+        if entry is None:
+            raise KeyError(slot)
+        return entry
+
+    def __setitem__(self, slot: Slot, entry: Entry) -> None:
+        cluster, k = slot
+        group = (cluster, k.group, k.kind, k.namespace)
+        names = self._groups.get(group)
+        if names is None:
+            names = self._groups[group] = {}
+        if k.name not in names:
+            self._count += 1
+        names[k.name] = self._pack(entry)
+        if len(self._strings) > self._sweep_at:
+            self._sweep()
+
+    def __delitem__(self, slot: Slot) -> None:
+        cluster, k = slot
+        group = (cluster, k.group, k.kind, k.namespace)
+        del self._groups[group][k.name]
+        self._count -= 1
+        if not self._groups[group]:
+            del self._groups[group]
+
+    def slots(self) -> Iterator[Slot]:
+        for (cluster, group, kind, namespace), names in self._groups.items():
+            for name in names:
+                yield cluster, ObjectKey(group, kind, namespace, name)
+
+    def items(self, *, cluster: str | None = None) -> Iterator[tuple[Slot, Entry]]:
+        """Every (slot, entry), or those of one cluster."""
+        for (c, group, kind, namespace), names in self._groups.items():
+            if cluster is not None and c != cluster:
+                continue
+            for name, record in names.items():
+                key = ObjectKey(group, kind, namespace, name)
+                yield (c, key), self._unpack(key, record)
+
+    # --- packing --------------------------------------------------------------------------
+
+    def _pack(self, e: Entry) -> bytes:
+        tail: list[bytes] = []
+        flags = 0
+        if e.manifest_sha is not None:
+            flags |= _MANIFEST
+            tail.append(e.manifest_sha)
+        if e.prune:
+            flags |= _PRUNE
+        if e.server_deleted:
+            flags |= _SERVER_DELETED
+        flags |= _sha_mode(e.applied_manifest_sha, e.manifest_sha, tail) << _APPLIED_MANIFEST
+        if e.apply_sha is not None:
+            flags |= _TAIL << _APPLY
+            tail.append(e.apply_sha)
+        flags |= _sha_mode(e.server_sha, e.apply_sha, tail) << _SERVER
+        if e.inflight is None:
+            pass
+        elif e.inflight == e.manifest_sha:
+            flags |= _SAME << _INFLIGHT
+        elif e.inflight == DELETE_INFLIGHT:
+            flags |= _TAIL << _INFLIGHT
+        else:
+            flags |= _OTHER << _INFLIGHT
+            tail.append(e.inflight)
+        flags |= _sha_mode(e.failed, e.manifest_sha, tail) << _FAILED
+        strings = self._strings
+        header = _HEADER.pack(
+            flags,
+            strings.id(e.bundle),
+            strings.id(e.revision),
+            strings.id(e.owner_bundle),
+            e.applied_rv,
+            e.server_rv,
+            e.failed_at,
+            e.applied_at,
+        )
+        return header + b"".join(tail) if tail else header
+
+    def _unpack(self, key: ObjectKey, record: bytes) -> Entry:
+        flags, bundle, revision, owner, applied_rv, server_rv, failed_at, applied_at = (
+            _HEADER.unpack_from(record)
+        )
+        pos = _HEADER.size
+
+        def take() -> bytes:
+            nonlocal pos
+            pos += _SHA
+            return record[pos - _SHA : pos]
+
+        manifest = take() if flags & _MANIFEST else None
+        mode = (flags >> _APPLIED_MANIFEST) & 3
+        applied_manifest = manifest if mode == _SAME else take() if mode == _TAIL else None
+        apply = take() if (flags >> _APPLY) & 3 else None
+        mode = (flags >> _SERVER) & 3
+        server = apply if mode == _SAME else take() if mode == _TAIL else None
+        mode = (flags >> _INFLIGHT) & 3
+        inflight = (
+            None
+            if mode == _NONE
+            else manifest
+            if mode == _SAME
+            else DELETE_INFLIGHT
+            if mode == _TAIL
+            else take()
+        )
+        mode = (flags >> _FAILED) & 3
+        failed = manifest if mode == _SAME else take() if mode == _TAIL else None
+        by_id = self._strings.by_id
+        return Entry(
+            key,
+            bundle=by_id[bundle],
+            revision=by_id[revision],
+            manifest_sha=manifest,
+            prune=bool(flags & _PRUNE),
+            applied_manifest_sha=applied_manifest,
+            apply_sha=apply,
+            applied_rv=applied_rv,
+            server_sha=server,
+            server_deleted=bool(flags & _SERVER_DELETED),
+            server_rv=server_rv,
+            owner_bundle=by_id[owner],
+            inflight=inflight,
+            failed=failed,
+            failed_at=failed_at,
+            applied_at=applied_at,
+        )
+
+    def _sweep(self) -> None:
+        """Free the string ids no record uses (old revisions); amortised O(1) per write."""
+        used: set[int] = set()
+        for names in self._groups.values():
+            for record in names.values():
+                _, bundle, revision, owner, *_ = _HEADER.unpack_from(record)
+                used.update((bundle, revision, owner))
+        self._strings.keep_only(used)
+        self._sweep_at = max(1024, 2 * len(self._strings))

@@ -1,0 +1,118 @@
+"""The packed SHA cache gives back exactly the entries it was given, and reclaims old strings."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from schemas.subjects import ObjectKey
+from services.planner.decide import DELETE_INFLIGHT, Entry
+from services.planner.store import EntryStore
+
+KEY = ObjectKey("apps", "Deployment", "ns", "web")
+
+
+def sha(text: str) -> bytes:
+    return hashlib.sha256(text.encode()).digest()
+
+
+M, A, S, OTHER = sha("m"), sha("a"), sha("s"), sha("other")
+
+# the digests a field may hold: none, one equal to another field (packed as a flag), its own
+digests = st.sampled_from([None, M, A, S, OTHER])
+names = st.sampled_from(["", "b", "bundle-2"])
+entries = st.builds(
+    Entry,
+    key=st.just(KEY),
+    bundle=names,
+    revision=st.sampled_from(["", "r1", "0123456789abcdef0123456789abcdef01234567"]),
+    manifest_sha=digests,
+    prune=st.booleans(),
+    applied_manifest_sha=digests,
+    apply_sha=digests,
+    applied_rv=st.integers(0, 2**63 - 1),
+    server_sha=digests,
+    server_deleted=st.booleans(),
+    server_rv=st.integers(0, 2**63 - 1),
+    owner_bundle=names,
+    inflight=st.sampled_from([None, M, OTHER, DELETE_INFLIGHT]),
+    failed=digests,
+    failed_at=st.floats(0, 2e9),
+    applied_at=st.floats(0, 2e9),
+)
+
+
+@given(entries)
+def test_round_trip(entry: Entry) -> None:
+    store = EntryStore()
+    store["c", KEY] = entry
+    assert store["c", KEY] == entry
+    assert list(store.items()) == [(("c", KEY), entry)]
+
+
+@pytest.mark.parametrize(
+    ("label", "entry", "size"),
+    [
+        ("empty", Entry(KEY), 46),
+        ("desired only", Entry(KEY, manifest_sha=M), 46 + 32),
+        (
+            "steady state: applied = desired, live = applied",
+            Entry(KEY, manifest_sha=M, applied_manifest_sha=M, apply_sha=A, server_sha=A),
+            46 + 64,
+        ),
+        (
+            "drifted: the live digest differs",
+            Entry(KEY, manifest_sha=M, applied_manifest_sha=M, apply_sha=A, server_sha=S),
+            46 + 96,
+        ),
+        ("prune in flight", Entry(KEY, inflight=DELETE_INFLIGHT), 46),
+    ],
+)
+def test_record_sizes(label: str, entry: Entry, size: int) -> None:
+    store = EntryStore()
+    store["c", KEY] = entry
+    (record,) = store._groups["c", "apps", "Deployment", "ns"].values()
+    assert len(record) == size, label
+    assert store["c", KEY] == entry
+
+
+def test_mapping_behaviour() -> None:
+    store = EntryStore()
+    a, b = ObjectKey("", "ConfigMap", "ns", "a"), ObjectKey("", "ConfigMap", "ns", "b")
+    store["c1", a] = Entry(a, manifest_sha=M)
+    store["c2", a] = Entry(a, manifest_sha=A)
+    store["c1", b] = Entry(b)
+    store["c1", b] = Entry(b, bundle="x")  # replacing does not count twice
+    assert len(store) == 3
+    assert ("c1", a) in store
+    assert ("c3", a) not in store
+    assert store.get(("c3", a)) is None
+    with pytest.raises(KeyError):
+        store["c3", a]
+    assert store["c2", a].manifest_sha == A
+    assert sorted(store.slots()) == sorted([("c1", a), ("c2", a), ("c1", b)])
+    del store["c1", a]
+    assert len(store) == 2
+    assert ("c1", a) not in store
+
+
+def test_old_revisions_are_swept_from_the_string_table() -> None:
+    store = EntryStore()
+    keys = [ObjectKey("", "ConfigMap", "ns", f"cm-{i}") for i in range(10)]
+
+    for revision in range(3000):  # 3,000 publishes, each a new revision of the same 10 objects
+        for k in keys:
+            store["c", k] = Entry(k, bundle="b", revision=f"rev-{revision}", manifest_sha=M)
+    # 3,000 distinct revisions were interned; the automatic sweeps kept the table bounded
+    assert len(store._strings) <= 1025
+    assert all(store["c", k].revision == "rev-2999" for k in keys)
+    store._sweep()
+    assert len(store._strings) == 3  # "", "b", "rev-2999"
+    # freed ids are reused and still resolve to the right strings
+    store["c", keys[0]] = dataclasses.replace(store["c", keys[0]], revision="rev-3000")
+    assert store["c", keys[0]].revision == "rev-3000"
+    assert store["c", keys[1]].revision == "rev-2999"
