@@ -6,9 +6,17 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench import cold, hashing, planner, report
+from bench import cold, hashing, planner, report, scaling, steady, watcher
 
-SCENARIOS = {"hashing": hashing.run, "planner": planner.run, "cold": cold.run}
+SCENARIOS = {
+    "hashing": hashing.run,
+    "planner": planner.run,
+    "cold": cold.run,
+    "steady": steady.run_steady,
+    "drift": steady.run_drift,
+    "scaling": scaling.run,
+    "watcher": watcher.run,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,12 +28,16 @@ def main(argv: list[str] | None = None) -> int:
         metavar="SCENARIO",
         help=f"default: all ({', '.join(SCENARIOS)})",
     )
-    parser.add_argument("--repetitions", type=int, default=5)
+    parser.add_argument(
+        "--repetitions", type=int, default=None, help="default: each scenario's own (3 to 5)"
+    )
     parser.add_argument("--objects", type=int, default=None)
     args = parser.parse_args(argv)
     results = []
     for name in args.scenarios or list(SCENARIOS):
-        kwargs = {"repetitions": args.repetitions}
+        kwargs = {}
+        if args.repetitions:
+            kwargs["repetitions"] = args.repetitions
         if args.objects:
             kwargs["objects"] = args.objects
         print(f"running {name} …", file=sys.stderr, flush=True)

@@ -98,7 +98,7 @@ def _num(v: float) -> str:
         return f"{v:,.0f}"
     if abs(v) >= 10:
         return f"{v:.1f}"
-    return f"{v:.3g}"
+    return f"{v:.4g}"
 
 
 def table(results: list[Result]) -> str:

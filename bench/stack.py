@@ -342,8 +342,8 @@ class BenchStack:
             raise RuntimeError(f"kubectl apply failed ({proc.returncode}): {err[-2000:]!r}")
 
     @contextlib.asynccontextmanager
-    async def pipeline(self, appliers: int) -> AsyncIterator[DriftbusRun]:
-        """A fresh nats-server and the driftbus services, warmed up and idle."""
+    async def pipeline(self, appliers: int, *, start: bool = True) -> AsyncIterator[DriftbusRun]:
+        """A fresh nats-server and (unless ``start=False``) the services, warmed up and idle."""
         self.runs += 1
         workdir = self.workdir / f"run-{self.runs}"
         nats_server = servers.NatsServer(workdir / "nats")
@@ -354,7 +354,9 @@ class BenchStack:
         nc = await nats.connect(nats_server.client_url)
         try:
             run = DriftbusRun(p, nc, appliers)
-            await run.start()
+            await bus.ensure_streams(run.js)
+            if start:
+                await run.start()
             yield run
         finally:
             await nc.drain()
@@ -372,7 +374,6 @@ class DriftbusRun:
         self.revisions = 0
 
     async def start(self) -> None:
-        await bus.ensure_streams(self.js)
         await self.watch.start(self.nc, self.p.cluster, BUNDLE)
         self.p.start_all(appliers=self.appliers)
         # warm: every applier is waiting for intents and the planner is live
