@@ -19,7 +19,7 @@ from bench.stack import BenchStack, Run, labelled, manifests, namespaces_for
 APPLIERS = (1, 2, 4, 8)
 
 
-async def _main(objects: int, repetitions: int) -> list[Result]:
+async def _main(objects: int, repetitions: int, plot_to: Path) -> list[Result]:
     objs = manifests(objects)
     runs: dict[str, list[Run]] = {**{str(n): [] for n in APPLIERS}, "raw": []}
     async with BenchStack.start(objects) as b:
@@ -52,7 +52,7 @@ async def _main(objects: int, repetitions: int) -> list[Result]:
         }
         for k, v in runs.items()
     }
-    plot(curve, objects, RESULTS_DIR / "scaling.png")
+    plot(curve, objects, plot_to)
     params = {"objects": objects, "curve": curve, "cpus": _cpus()}
     return [
         Result(
@@ -120,5 +120,7 @@ def plot(curve: dict[str, dict[str, float]], objects: int, path: Path) -> None:
     plt.close(fig)
 
 
-def run(*, objects: int = 5000, repetitions: int = 3) -> list[Result]:
-    return asyncio.run(_main(objects, repetitions))
+def run(
+    *, objects: int = 5000, repetitions: int = 3, plot_to: Path = RESULTS_DIR / "scaling.png"
+) -> list[Result]:
+    return asyncio.run(_main(objects, repetitions, plot_to))

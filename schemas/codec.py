@@ -45,6 +45,8 @@ def decode(data: bytes, kind: type[T]) -> T:
         result: T = decoder.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise WireError(f"not a valid {_name(kind)} message: {exc}") from None
+    except UnicodeDecodeError as exc:  # msgspec lets invalid UTF-8 inside strings through as this
+        raise WireError(f"not a valid {_name(kind)} message: invalid UTF-8: {exc}") from None
     return result
 
 

@@ -1,0 +1,69 @@
+"""Every benchmark scenario runs end to end at tiny N (the real runs are `make bench`).
+
+Each end-to-end scenario starts its own etcd + kube-apiserver and nats-servers, like the real
+run; the checks inside the scenarios (exact write counts, every contender created every object)
+hold at any size, and these tests add the invariants each scenario exists to show.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from bench import cold, hashing, planner, scaling, steady, watcher
+from bench.report import Result, table
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _sane(results: list[Result]) -> dict[str, Result]:
+    for r in results:
+        assert r.driftbus_samples, r.name
+        assert all(math.isfinite(x) and x >= 0 for x in r.driftbus_samples + r.peer_samples)
+        assert r.as_json()["repetitions"] == len(r.driftbus_samples)
+    assert table(results)  # renders
+    return {r.name: r for r in results}
+
+
+def test_hashing_and_planner_smoke() -> None:
+    got = _sane(hashing.run(objects=200, repetitions=1) + planner.run(objects=500, repetitions=1))
+    assert got["hashing"].driftbus > 0
+    assert got["planner-bytes-per-object"].driftbus > 0
+
+
+def test_cold_apply_smoke() -> None:
+    got = _sane(cold.run(objects=40, repetitions=1))
+    assert set(got) == {
+        "cold-apply-4-appliers-vs-kubectl",
+        "cold-apply-4-appliers-vs-raw-limit",
+        "cold-apply-1-applier-vs-kubectl",
+    }
+    assert got["cold-apply-4-appliers-vs-kubectl"].parameters["writes"] == {
+        "driftbus-1": 40,
+        "driftbus-4": 40,
+        "kubectl": 40,
+        "raw": 40,
+    }
+
+
+def test_steady_and_drift_smoke() -> None:
+    got = _sane(steady.run_steady(objects=30, repetitions=1))
+    assert got["steady-state-writes-per-reconcile"].driftbus_samples == [0.0]
+    assert got["steady-state-writes-per-reconcile"].peer_samples == [30.0]
+    got = _sane(steady.run_drift(objects=100, repetitions=1))
+    assert got["drift-writes"].driftbus_samples == [1.0]  # 1 % of 100: exactly one correction
+    assert got["drift-hit-ratio"].driftbus_samples == [100 / 101]
+
+
+def test_scaling_smoke(tmp_path: Path) -> None:
+    got = _sane(scaling.run(objects=40, repetitions=1, plot_to=tmp_path / "scaling.png"))
+    assert (tmp_path / "scaling.png").read_bytes().startswith(b"\x89PNG")
+    assert set(got["scaling-4-vs-1-appliers"].parameters["curve"]) == {"1", "2", "4", "8", "raw"}
+
+
+def test_watcher_smoke() -> None:
+    got = _sane(watcher.run(objects=200, repetitions=1))
+    assert got["watcher-rss"].driftbus > 0
+    assert got["watcher-events-per-s"].driftbus > 0
