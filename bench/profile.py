@@ -74,7 +74,7 @@ def report(path: Path, name: str, top: int = 12) -> None:
         frames = stack.split(";")
         total += n
         selfs[_short(frames[-1])] += n
-        for f in {_short(f) for f in frames if "/services/" in f or "/schemas/" in f}:
+        for f in {_short(f) for f in frames if "services/" in f or "schemas/" in f}:
             inclusive[f] += n
     print(f"\n{name}: {total} samples")
     print("  self time:")

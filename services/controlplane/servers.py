@@ -271,7 +271,7 @@ class KubeAPIServer:
                 f"--cert-dir={certs}",
                 f"--token-auth-file={tokens}",
                 "--authorization-mode=RBAC",
-                "--service-cluster-ip-range=10.0.0.0/24",
+                "--service-cluster-ip-range=10.96.0.0/16",  # room for benchmark-sized bundles
                 "--allow-privileged=true",
                 "--disable-admission-plugins=ServiceAccount",
                 f"--service-account-issuer=https://{LOOPBACK}:{self.port}",

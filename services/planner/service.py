@@ -162,9 +162,13 @@ class Planner:
                 ):
                     await self._go_live()
                 try:
-                    kind, msg = await asyncio.wait_for(queue.get(), timeout=0.2)
-                except TimeoutError:
-                    continue
+                    # wait_for costs a timer and a task per call: only when there is nothing
+                    kind, msg = queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    try:
+                        kind, msg = await asyncio.wait_for(queue.get(), timeout=0.2)
+                    except TimeoutError:
+                        continue
                 await self._handle(kind, msg)
         finally:
             for t in tasks:
@@ -435,23 +439,27 @@ class Planner:
         applied = ready = failed = 0
         degraded = []
         failures = list(view.errors)
-        for key in sorted(view.keys, key=apply_order):
+        failed_keys = []
+        for key in view.keys:
             slot = (view.cluster, key)
-            e = self.entries.get(slot)
-            if e is None or e.manifest_sha is None:
+            p = self.entries.progress(slot)
+            if p is None:
                 continue
-            is_applied = e.applied_manifest_sha == e.manifest_sha and e.inflight is None
-            if e.failed == e.manifest_sha and not is_applied:
+            if p.failed and not p.applied:
                 failed += 1
-                failures.append(f"{key}: {self.failures.get(slot, 'failed')}")
+                failed_keys.append(key)
                 continue
-            if is_applied:
+            if p.applied:
                 applied += 1
                 h, why = self.health.get(slot, (Health.UNKNOWN, ""))
-                if h is Health.READY and e.server_rv >= e.applied_rv:
+                if h is Health.READY and p.observed:
                     ready += 1
                 elif h is Health.FAILED:
                     degraded.append(f"{key}: unhealthy: {why}")
+        # sorted only now: sorting every key of a big bundle on every tick cost more than counting
+        for key in sorted(failed_keys, key=apply_order):
+            failures.append(f"{key}: {self.failures.get((view.cluster, key), 'failed')}")
+        degraded.sort()
         total = len(view.keys) + len(view.errors)
         failed += len(view.errors)
         if failed:

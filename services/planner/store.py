@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
+from typing import NamedTuple
 
 from schemas.subjects import ObjectKey
 from services.planner.decide import DELETE_INFLIGHT, Entry, Sha
@@ -83,6 +84,17 @@ def _sha_mode(value: Sha | None, same_as: Sha | None, tail: list[bytes]) -> int:
     return _TAIL
 
 
+class Progress(NamedTuple):
+    """Of an object with a desired manifest (see ``EntryStore.progress``)."""
+
+    applied: bool
+    """the desired manifest is the last applied one and nothing is in flight"""
+    failed: bool
+    """the desired manifest's apply failed"""
+    observed: bool
+    """the watcher has reported the object at or after the last apply"""
+
+
 class EntryStore:
     """``Slot -> Entry`` with the memory of a packed record per object (see the module doc)."""
 
@@ -135,6 +147,27 @@ class EntryStore:
         self._count -= 1
         if not self._groups[group]:
             del self._groups[group]
+
+    def progress(self, slot: Slot) -> Progress | None:
+        """How far one desired object got, read from the record's header alone.
+
+        The bundle status asks this of every object of a bundle several times a second while it
+        reconciles; unpacking whole entries for it was a quarter of the planner's CPU. Equal
+        digests are packed as flags, so equality needs no digest at all.
+        """
+        cluster, k = slot
+        names = self._groups.get((cluster, k.group, k.kind, k.namespace))
+        record = names.get(k.name) if names is not None else None
+        if record is None:
+            return None
+        flags, _, _, _, applied_rv, server_rv, _, _ = _HEADER.unpack_from(record)
+        if not flags & _MANIFEST:
+            return None
+        return Progress(
+            applied=(flags >> _APPLIED_MANIFEST) & 3 == _SAME and (flags >> _INFLIGHT) & 3 == _NONE,
+            failed=(flags >> _FAILED) & 3 == _SAME,
+            observed=server_rv >= applied_rv,
+        )
 
     def slots(self) -> Iterator[Slot]:
         for (cluster, group, kind, namespace), names in self._groups.items():

@@ -52,6 +52,16 @@ def test_round_trip(entry: Entry) -> None:
     store["c", KEY] = entry
     assert store["c", KEY] == entry
     assert list(store.items()) == [(("c", KEY), entry)]
+    # the header-only reading agrees with the entry it was packed from
+    progress = store.progress(("c", KEY))
+    if entry.manifest_sha is None:
+        assert progress is None
+    else:
+        assert progress == (
+            entry.applied_manifest_sha == entry.manifest_sha and entry.inflight is None,
+            entry.failed == entry.manifest_sha,
+            entry.server_rv >= entry.applied_rv,
+        )
 
 
 @pytest.mark.parametrize(
