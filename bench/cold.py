@@ -57,6 +57,9 @@ async def _main(objects: int, repetitions: int) -> list[Result]:
             k: round(statistics.median(r.apiserver_cpu for r in v), 3) for k, v in runs.items()
         },
         "writes": {k: v[0].writes for k, v in runs.items()},
+        "machine_busy_share": {
+            k: round(statistics.median(r.machine_busy for r in v), 3) for k, v in runs.items()
+        },
     }
     return [
         Result(

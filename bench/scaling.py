@@ -33,7 +33,8 @@ async def _main(objects: int, repetitions: int, plot_to: Path) -> list[Result]:
             print(
                 f"  scaling rep {rep + 1}/{repetitions}: "
                 + ", ".join(
-                    f"{k}: {objects / v[-1].seconds:.0f}/s (API server {v[-1].apiserver_cpu:.0%})"
+                    f"{k}: {objects / v[-1].seconds:.0f}/s (API server {v[-1].apiserver_cpu:.0%}, "
+                    f"machine {v[-1].machine_busy:.0%} busy)"
                     for k, v in runs.items()
                 ),
                 file=sys.stderr,
@@ -49,6 +50,7 @@ async def _main(objects: int, repetitions: int, plot_to: Path) -> list[Result]:
             "min": min(rates(k)),
             "max": max(rates(k)),
             "apiserver_cpu_share": statistics.median(r.apiserver_cpu for r in v),
+            "machine_busy_share": statistics.median(r.machine_busy for r in v),
         }
         for k, v in runs.items()
     }
@@ -92,6 +94,7 @@ def plot(curve: dict[str, dict[str, float]], objects: int, path: Path) -> None:
     lo = [y - curve[str(n)]["min"] for n, y in zip(xs, ys, strict=True)]
     hi = [curve[str(n)]["max"] - y for n, y in zip(xs, ys, strict=True)]
     cpu = [100 * curve[str(n)]["apiserver_cpu_share"] for n in xs]
+    busy = [100 * curve[str(n)].get("machine_busy_share", 0.0) for n in xs]
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
     ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=4, label="driftbus (median, min–max)")
     ax.axhline(
@@ -108,7 +111,8 @@ def plot(curve: dict[str, dict[str, float]], objects: int, path: Path) -> None:
     ax.set_ylabel(f"objects/s ({objects:,} objects, cold apply)")
     ax2 = ax.twinx()
     ax2.plot(xs, cpu, color="tab:red", marker="s", linestyle=":", label="API server CPU")
-    ax2.set_ylabel(f"API server CPU, % of {_cpus()} cores")
+    ax2.plot(xs, busy, color="black", marker="x", linestyle=":", label="whole machine busy")
+    ax2.set_ylabel(f"CPU, % of {_cpus()} cores")
     ax2.set_ylim(0, 100)
     lines = ax.get_legend_handles_labels()
     lines2 = ax2.get_legend_handles_labels()

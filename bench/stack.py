@@ -192,6 +192,13 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def machine_busy() -> tuple[float, float]:
+    """(busy, total) CPU time of the whole machine so far, from /proc/stat (all cores)."""
+    fields = [float(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
 def rss_bytes(pid: int, field: str = "VmRSS") -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(field + ":"):
@@ -206,6 +213,8 @@ class Run:
     """Share of the whole machine the API server used during the run (0..1)."""
     writes: int
     writes_by: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)
+    machine_busy: float = 0.0
+    """Share of the whole machine's CPU that was busy during the run (0..1)."""
 
 
 class BenchStack:
@@ -284,13 +293,20 @@ class BenchStack:
     async def measured(self, work: Awaitable[Any]) -> Run:
         """Time ``work`` and what it cost the API server."""
         pid = self.api.process.pid if self.api.process else 0
-        writes0, cpu0 = write_counts(self.api), cpu_seconds(pid)
+        writes0, cpu0, (busy0, total0) = write_counts(self.api), cpu_seconds(pid), machine_busy()
         start = time.perf_counter()
         await work
         seconds = time.perf_counter() - start
         cpu = cpu_seconds(pid) - cpu0
+        busy1, total1 = machine_busy()
         by = write_counts(self.api) - writes0
-        return Run(seconds, cpu / seconds / (os.cpu_count() or 1), sum(by.values()), dict(by))
+        return Run(
+            seconds,
+            cpu / seconds / (os.cpu_count() or 1),
+            sum(by.values()),
+            dict(by),
+            (busy1 - busy0) / max(total1 - total0, 1e-9),
+        )
 
     async def raw_apply(self, objs: list[dict[str, Any]], *, in_flight: int = 16) -> list[float]:
         """The physical limit: server-side apply of each object, ``in_flight`` at a time.

@@ -20,7 +20,13 @@ import orjson
 import yaml
 
 from schemas.subjects import ObjectKey
-from services.core.manifest import ManifestError, key_of
+from services.core.manifest import (
+    MAX_EXPANDED_NODES,
+    ManifestError,
+    check_size,
+    expanded_nodes,
+    key_of,
+)
 
 SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -77,7 +83,13 @@ def parse(text: str, name: str) -> list[Manifest]:
 
 def _checked(doc: Any, where: str) -> Manifest:
     try:
-        key_of(doc, where)
+        key = key_of(doc, where)
+        if expanded_nodes(doc) > MAX_EXPANDED_NODES:
+            raise ManifestError(
+                f"{where}: {key} expands to over {MAX_EXPANDED_NODES:,} values through YAML "
+                "aliases (an alias bomb?)"
+            )
+        check_size(orjson.dumps(doc), f"{where}: {key}")
     except ManifestError as exc:
         raise InputError(str(exc)) from None
     return Manifest(doc, where)

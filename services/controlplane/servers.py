@@ -370,6 +370,8 @@ class NatsServer:
     client_url: str = ""
     monitor_url: str = ""
     process: Process | None = None
+    port: int = 0
+    """Client port; 0 picks a free one at the first start, which a restart then reuses."""
 
     @property
     def store_dir(self) -> Path:
@@ -388,7 +390,7 @@ class NatsServer:
                 "-a",
                 LOOPBACK,
                 "-p",
-                "-1",
+                str(self.port or -1),
                 "-m",
                 "-1",
                 "-js",
@@ -406,6 +408,7 @@ class NatsServer:
         ports = json.loads(ports_file.read_text())
         self.client_url = ports["nats"][0]
         self.monitor_url = ports["monitoring"][0]
+        self.port = int(self.client_url.rsplit(":", 1)[1])  # a restart comes back here
         _wait_until(
             self.process,
             lambda: _http_ok(f"{self.monitor_url}/healthz?js-enabled-only=true"),

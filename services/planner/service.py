@@ -52,7 +52,14 @@ from services.common import bus
 from services.common.bundles import BundleError, load_manifests
 from services.common.runtime import connections
 from services.common.settings import replica_id, setting
-from services.core.manifest import ManifestError, apply_order, check_bundle_name, key_of, owned
+from services.core.manifest import (
+    ManifestError,
+    apply_order,
+    check_bundle_name,
+    check_size,
+    key_of,
+    owned,
+)
 from services.core.sha import HashError, object_sha
 from services.planner.decide import (
     Applied,
@@ -280,7 +287,7 @@ class Planner:
             [],
         )
         previous = self.bundles.get((cluster, name))
-        desired: list[tuple[Slot, dict[str, Any], bytes]] = []
+        desired: list[tuple[Slot, bytes, bytes]] = []
         seen: dict[ObjectKey, int] = {}
         for i, raw in enumerate(manifests):
             where_i = f"{name}: manifests[{i}]"
@@ -289,20 +296,21 @@ class Planner:
                 if key in seen:
                     raise ManifestError(f"{where_i}: {key} duplicates manifests[{seen[key]}]")
                 manifest = owned(raw, name)
+                encoded = check_size(_manifest_json.encode(manifest), f"{where_i}: {key}")
                 sha = object_sha(manifest)
             except (ManifestError, HashError) as exc:
                 view.errors.append(str(exc))
                 continue
             seen[key] = i
             view.keys.add(key)
-            desired.append(((cluster, key), manifest, sha))
+            desired.append(((cluster, key), encoded, sha))
         self.bundles[(cluster, name)] = view
         self._dirty.add((cluster, name))
         # Every publish gets an answer, even when nothing changed (a waiting `publish --wait`).
         self._last_status.pop((cluster, name), None)
         desired.sort(key=lambda d: apply_order(d[0][1]))
-        for slot, manifest, sha in desired:
-            self.manifests[slot] = _manifest_json.encode(manifest)
+        for slot, encoded, sha in desired:
+            self.manifests[slot] = encoded
             await self._fold(slot, Desired(name, bundle.revision, sha, bundle.options.prune))
         if previous is not None:
             for key in previous.keys - view.keys:

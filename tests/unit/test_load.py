@@ -128,3 +128,43 @@ def test_git_reads_the_tree_at_the_ref_and_records_the_commit(tmp_path: Path) ->
     assert [m.obj["metadata"]["name"] for m in loaded.manifests] == ["first"]
     with pytest.raises(InputError, match="git rev-parse"):
         load_git(str(repo), "no-such-ref")
+
+
+BILLION_LAUGHS = """\
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: lol}
+a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]
+b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]
+c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]
+d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]
+e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]
+f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]
+g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]
+h: &h [*g,*g,*g,*g,*g,*g,*g,*g,*g]
+i: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]
+"""
+
+
+def test_yaml_alias_bombs_are_refused_before_anything_expands(tmp_path: Path) -> None:
+    (tmp_path / "bomb.yaml").write_text(BILLION_LAUGHS)  # ~10^9 values once expanded
+    with pytest.raises(InputError, match=r"bomb.yaml#0: ConfigMap/lol expands to over 1,000,000"):
+        load_paths([str(tmp_path / "bomb.yaml")])
+
+
+def test_harmless_aliases_are_fine(tmp_path: Path) -> None:
+    (tmp_path / "ok.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: ok, labels: &l {app: x}}\n"
+        "data: {a: '1'}\nextra: *l\n"
+    )
+    (m,) = load_paths([str(tmp_path / "ok.yaml")]).manifests
+    assert m.obj["extra"] == {"app": "x"}
+
+
+def test_an_object_too_big_for_one_message_is_refused(tmp_path: Path) -> None:
+    big = "x" * 1_100_000
+    (tmp_path / "big.yaml").write_text(
+        f"apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: big}}\ndata: {{blob: {big}}}\n"
+    )
+    with pytest.raises(InputError, match=r"big.yaml#0: ConfigMap/big: 1,100,0\d\d bytes as JSON"):
+        load_paths([str(tmp_path / "big.yaml")])
