@@ -47,6 +47,8 @@ def decode(data: bytes, kind: type[T]) -> T:
         raise WireError(f"not a valid {_name(kind)} message: {exc}") from None
     except UnicodeDecodeError as exc:  # msgspec lets invalid UTF-8 inside strings through as this
         raise WireError(f"not a valid {_name(kind)} message: invalid UTF-8: {exc}") from None
+    except RecursionError:  # free-form fields (manifests) nested thousands deep
+        raise WireError(f"not a valid {_name(kind)} message: nested too deeply") from None
     return result
 
 

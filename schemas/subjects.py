@@ -23,6 +23,7 @@ Subject layout (the contract; ``<key>`` is four tokens ``group.kind.namespace.na
 from __future__ import annotations
 
 import re
+import sys
 from typing import Final
 
 import msgspec
@@ -71,7 +72,13 @@ class ObjectKey(msgspec.Struct, frozen=True, order=True, forbid_unknown_fields=T
         if not isinstance(namespace, str):
             raise SubjectError(f"{kind}/{name}: metadata.namespace is not a string")
         group = api_version.rpartition("/")[0]
-        return cls(group=group, kind=kind, namespace=namespace, name=name)
+        # group, kind and namespace repeat across thousands of cached keys: share one copy
+        return cls(
+            group=sys.intern(group),
+            kind=sys.intern(kind),
+            namespace=sys.intern(namespace),
+            name=name,
+        )
 
 
 def encode_token(value: str) -> str:

@@ -95,9 +95,14 @@ def key_of(obj: Any, where: str) -> ObjectKey:
     if not isinstance(obj, Mapping):
         raise ManifestError(f"{where}: a manifest must be an object, not {type(obj).__name__}")
     try:
-        return ObjectKey.of(dict(obj))
+        key = ObjectKey.of(dict(obj))
     except SubjectError as exc:
         raise ManifestError(f"{where}: {exc}") from None
+    meta = obj["metadata"]
+    for field in ("labels", "annotations"):
+        if not isinstance(meta.get(field) or {}, Mapping):
+            raise ManifestError(f"{where}: {key}: metadata.{field} must be a map")
+    return key
 
 
 # The one ordering table: prerequisites first so dependents rarely wait; webhooks last so they

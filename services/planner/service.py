@@ -293,6 +293,7 @@ class Planner:
             where_i = f"{name}: manifests[{i}]"
             try:
                 key = key_of(raw, where_i)
+                object_subject("intent", cluster, key)  # its subjects fit (a name is ≤ 253)
                 if key in seen:
                     raise ManifestError(f"{where_i}: {key} duplicates manifests[{seen[key]}]")
                 manifest = owned(raw, name)
@@ -300,6 +301,9 @@ class Planner:
                 sha = object_sha(manifest)
             except (ManifestError, HashError) as exc:
                 view.errors.append(str(exc))
+                continue
+            except SubjectError as exc:
+                view.errors.append(f"{where_i}: {exc}")
                 continue
             seen[key] = i
             view.keys.add(key)

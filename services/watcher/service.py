@@ -148,14 +148,11 @@ class Watcher:
         selector = OWNER_LABEL
         while True:  # list, then watch until 410 Gone
             try:
-                items, rv = await self.kube.list(
-                    res, label_selector=selector, limit=self.s.list_page_size
-                )
+                rv = await self._list(res, selector)
             except KubeError as exc:
                 log.warning("list %s failed: %s", res, exc)
                 await asyncio.sleep(self.s.retry_delay)
                 continue
-            await self._reconcile_list(res, items, rv)
             while True:
                 try:
                     async for ev in self.kube.watch(
@@ -179,13 +176,21 @@ class Watcher:
                 except (HashError, SubjectError) as exc:
                     log.error("watch %s: cannot handle an event: %s", res, exc)
 
-    async def _reconcile_list(self, res: Resource, items: list[dict[str, Any]], rv: str) -> None:
+    async def _list(self, res: Resource, selector: str) -> str:
+        """Observe every listed object page by page (a 50,000-object list is never held whole),
+        then tombstone what the cache has and the list had not. Returns the list's
+        resourceVersion to watch from."""
         present = set()
-        for obj in items:
-            try:
-                present.add(await self._observe(obj))
-            except (HashError, SubjectError) as exc:
-                log.error("list %s: cannot handle an object: %s", res, exc)
+        rv = ""
+        async for items, page_rv in self.kube.list_pages(
+            res, label_selector=selector, limit=self.s.list_page_size
+        ):
+            rv = page_rv
+            for obj in items:
+                try:
+                    present.add(await self._observe(obj))
+                except (HashError, SubjectError) as exc:
+                    log.error("list %s: cannot handle an object: %s", res, exc)
         for key, seen in list(self.cache.items()):
             if (
                 (key.group, key.kind) == (res.group, res.kind)
@@ -193,6 +198,7 @@ class Watcher:
                 and seen.sha is not None
             ):
                 await self._tombstone(key, rv)
+        return rv
 
     async def _observe(self, obj: dict[str, Any]) -> ObjectKey:
         key = ObjectKey.of(obj)

@@ -78,9 +78,10 @@ WHOLE: list[tuple[str, Any, str]] = [
         "revision",
     ),
     (
-        "unknown-field",
-        lambda c, ns, b: orjson.dumps(bundle_doc(c, b, [], surprise=1)),
-        "surprise",
+        # (unknown fields are accepted on purpose: a newer producer may add some)
+        "revision-not-a-string",
+        lambda c, ns, b: orjson.dumps(bundle_doc(c, b, [], revision=7)),
+        "Expected `str`",
     ),
     (
         "names-another-cluster",
@@ -146,9 +147,9 @@ PARTIAL: list[tuple[str, Any, str]] = [
     ("name-too-long", lambda ns, good: cm(ns, "n" * 300), "Invalid"),
     ("invalid-namespace", lambda ns, good: cm("Not_A_Namespace", "x"), "namespace"),
     ("unknown-kind", lambda ns, good: {"apiVersion": "nope.example.com/v1", "kind": "Frobnicator", "metadata": {"name": "x", "namespace": ns}}, "not served"),
-    ("wrong-field-type", lambda ns, good: {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x", "namespace": ns}, "spec": {"replicas": "three"}}, "Invalid"),
+    ("wrong-field-type", lambda ns, good: {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x", "namespace": ns}, "spec": {"replicas": "three"}}, "expected numeric"),
     ("secret-invalid-base64", lambda ns, good: {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "x", "namespace": ns}, "data": {"k": "not base64!"}}, "base64"),
-    ("data-not-strings", lambda ns, good: cm(ns, "x") | {"data": {"k": {"nested": True}}}, "Invalid"),
+    ("data-not-strings", lambda ns, good: cm(ns, "x") | {"data": {"k": {"nested": True}}}, "expected string"),
 ]  # fmt: skip
 
 # --- facts on the services' own subjects: (id, subject(cluster, ns), payload) -----------------

@@ -133,10 +133,19 @@ def test_one_field_corrupted(message: msgspec.Struct, data: st.DataObject) -> No
     [
         b"[" * 100_000 + b"]" * 100_000,  # nesting far beyond any real message
         b'{"schema":"driftbus.bundle/v1","manifests":[' + b"{}," * 50_000 + b"{}]}",
+        # deep nesting inside a free-form field, where the schema cannot stop it early
+        b'{"schema":"driftbus.bundle/v1","cluster":"c","bundle":"b","revision":"r",'
+        b'"manifests":[{"a":' + b"[" * 20_000 + b"]" * 20_000 + b"}]}",
         b"\xef\xbb\xbf{}",  # a byte-order mark
         '{"schema":"driftbus.bundle/v1","cluster":"\ud800"}'.encode("utf-8", "surrogatepass"),
     ],
-    ids=["deep-nesting", "many-manifests-missing-fields", "bom", "lone-surrogate"],
+    ids=[
+        "deep-nesting",
+        "many-manifests-missing-fields",
+        "deep-in-manifest",
+        "bom",
+        "lone-surrogate",
+    ],
 )
 def test_hostile_documents(data: bytes) -> None:
     for kind in DECODERS:

@@ -28,6 +28,13 @@ from services.common.kube.errors import (
         (503, "unavailable", Retryable, True),
         (500, "etcdserver: request timed out", Retryable, True),
         (500, "failed to convert new object: illegal base64 data at input byte 6", Invalid, False),
+        (
+            500,
+            "failed to create typed patch object (default/x; apps/v1, Kind=Deployment): "
+            ".spec.replicas: expected numeric (int or float), got string",
+            Invalid,
+            False,
+        ),
         (418, "teapot", KubeError, False),
     ],
     ids=[
@@ -40,6 +47,7 @@ from services.common.kube.errors import (
         "503",
         "500-transient",
         "500-invalid-object",
+        "500-wrong-field-type",
         "unknown-4xx",
     ],
 )

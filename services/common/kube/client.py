@@ -38,6 +38,9 @@ class WatchEvent:
         return rv
 
 
+Page = list[dict[str, Any]]  # (a method below is called ``list``)
+
+
 class KubeClient:
     """Async client of one cluster. Create with ``from_kubeconfig`` or ``in_cluster``."""
 
@@ -217,7 +220,22 @@ class KubeClient:
         self, res: Resource, *, namespace: str = "", label_selector: str = "", limit: int = 500
     ) -> tuple[list[dict[str, Any]], str]:
         """Paginated list; returns (items, the list's resourceVersion to watch from)."""
-        items: list[dict[str, Any]] = []
+        items: Page = []
+        rv = ""
+        async for page, page_rv in self.list_pages(
+            res, namespace=namespace, label_selector=label_selector, limit=limit
+        ):
+            items += page
+            rv = page_rv
+        return items, rv
+
+    async def list_pages(
+        self, res: Resource, *, namespace: str = "", label_selector: str = "", limit: int = 500
+    ) -> AsyncIterator[tuple[Page, str]]:
+        """The pages of a list, one at a time, so a big list is never all in memory at once.
+
+        Yields (items, resourceVersion); the resourceVersion to watch from is the last page's.
+        """
         cont = ""
         while True:
             params = {"limit": str(limit)}
@@ -228,15 +246,16 @@ class KubeClient:
             page = await self.request(
                 "GET", res.path(namespace), params=params, subject=f"list {res}"
             )
+            items: Page = page.get("items", [])
             # List items omit apiVersion/kind; restore them so items hash like watch objects.
-            for item in page.get("items", []):
+            for item in items:
                 item.setdefault("apiVersion", res.api_version)
                 item.setdefault("kind", res.kind)
-                items.append(item)
             meta = page.get("metadata", {})
             cont = meta.get("continue", "")
+            yield items, str(meta.get("resourceVersion", ""))
             if not cont:
-                return items, str(meta.get("resourceVersion", ""))
+                return
 
     async def watch(
         self,

@@ -90,7 +90,12 @@ _BY_STATUS: dict[int, type[KubeError]] = {
 }
 
 
-_DETERMINISTIC_500 = ("failed to convert", "unable to convert", "error decoding")
+_DETERMINISTIC_500 = (
+    "failed to convert",
+    "unable to convert",
+    "error decoding",
+    "failed to create typed patch object",  # SSA: a field of the wrong type for the schema
+)
 
 
 def error_for(
