@@ -32,7 +32,20 @@ def main(argv: list[str] | None = None) -> int:
         "--repetitions", type=int, default=None, help="default: each scenario's own (3 to 5)"
     )
     parser.add_argument("--objects", type=int, default=None)
+    parser.add_argument(
+        "--markdown",
+        action="store_true",
+        help="print the results table of bench/results/*.json as Markdown; run nothing",
+    )
     args = parser.parse_args(argv)
+    if args.markdown:
+        order = [*SCENARIOS]
+        paths = sorted(
+            report.RESULTS_DIR.glob("*.json"),
+            key=lambda p: order.index(p.stem) if p.stem in order else len(order),
+        )
+        print(report.markdown(paths))
+        return 0
     results = []
     for name in args.scenarios or list(SCENARIOS):
         kwargs = {}

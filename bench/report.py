@@ -127,3 +127,23 @@ def table(results: list[Result]) -> str:
         return "  ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True))
 
     return "\n".join([bold(line(head)), line(["-" * w for w in widths]), *map(line, rows)])
+
+
+def markdown(paths: list[Path]) -> str:
+    """The results table for bench/README.md, from result files (no transcription by hand)."""
+    rows = [
+        "| scenario | driftbus | peer | peer value | ratio | spread (min–max) | target | run |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for path in paths:
+        doc = json.loads(path.read_text())
+        for r in doc["results"]:
+            d, p = r["spread"]["driftbus"], r["spread"]["peer"]
+            rows.append(
+                f"| {r['name']} | {_num(r['driftbus_value'])} {r['unit']} | {r['peer_name']} "
+                f"| {_num(r['peer_value'])} {r['unit']} | **{r['ratio']:.3g}×** "
+                f"| {_num(d['min'])}–{_num(d['max'])} vs {_num(p['min'])}–{_num(p['max'])} "
+                f"| {r['target'] or '—'} | {doc['date'][:16].replace('T', ' ')}, "
+                f"{r['repetitions']}× |"
+            )
+    return "\n".join(rows)

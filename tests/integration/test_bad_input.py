@@ -28,7 +28,7 @@ from services.common.bundles import store_manifests
 from services.common.kube import KubeClient, NotFound
 from services.controlplane.pipeline import Pipeline, StatusWatch
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.reliability, pytest.mark.timeout(600)]
 
 
 def cm(ns: str, name: str, **extra: Any) -> dict[str, Any]:

@@ -11,18 +11,28 @@ import asyncio
 import os
 import signal
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import nats
+import pytest
 from nats.aio.client import Client as NATS
 
 from services.common.kube import KubeClient, NotFound
 from services.controlplane import servers
-from services.controlplane.pipeline import Pipeline, StatusWatch, settle, write_counts
+from services.controlplane.pipeline import (
+    Pipeline,
+    StatusWatch,
+    settle,
+    write_counts,
+    writes_since,
+)
 from services.core.manifest import OWNER_LABEL
 
 from .test_scaling import configmaps
+
+pytestmark = pytest.mark.reliability
 
 
 async def _owned(kube: KubeClient, namespace: str, bundle: str) -> set[str]:
@@ -36,54 +46,70 @@ def _all_alive(p: Pipeline) -> None:
     assert not dead, f"services died: {dead}\n{p.logs()}"
 
 
+async def _fault_mid_reconcile(
+    pipeline: Pipeline,
+    pnc: NATS,
+    kube: KubeClient,
+    namespace: str,
+    *,
+    n: int,
+    appliers: int,
+    fault: Callable[[], Awaitable[None]],
+) -> str:
+    """Publish n objects, inject ``fault`` once some are applied, and check that everything
+    converges with nothing lost and no service restarted. Returns the report line's figures."""
+    bundle = "fault"
+    watch = StatusWatch()
+    await watch.start(pnc, pipeline.cluster, bundle)
+    pipeline.start_all(appliers=appliers)
+    before = write_counts(pipeline.api)
+    await pipeline.publish(pnc.jetstream(), bundle, configmaps(namespace, n))
+    await watch.until(lambda s: s.counts.applied >= n // 10, 120, pipeline.logs)
+    applied_at_fault = watch.bundles[-1].counts.applied
+    await fault()
+    started = time.monotonic()
+    await watch.ready("r1", 180, pipeline.logs)
+    converged = time.monotonic() - started
+    _all_alive(pipeline)
+    assert await _owned(kube, namespace, bundle) == {f"cm-{i}" for i in range(n)}
+    await settle()
+    duplicates = writes_since(pipeline.api, before) - n
+    return (
+        f"at {applied_at_fault}/{n} applied; Ready {converged:.1f}s after it ended; lost 0; "
+        f"duplicate applies {duplicates}; no service restarted"
+    )
+
+
 async def test_nats_killed_and_restarted_mid_reconcile_loses_nothing(
     pipeline: Pipeline, pnc: NATS, kube: KubeClient, namespace: str, measured: Any
 ) -> None:
-    n = 600
-    watch = StatusWatch()
-    await watch.start(pnc, pipeline.cluster, "bus-fault")
-    pipeline.start_all(appliers=2)
-    await pipeline.publish(pnc.jetstream(), "bus-fault", configmaps(namespace, n))
-    await watch.until(lambda s: s.counts.applied >= 50, 120, pipeline.logs)
-    applied_at_kill = watch.bundles[-1].counts.applied
-    pipeline.nats.kill()  # SIGKILL: no chance to flush anything
-    await asyncio.sleep(3)
-    pipeline.nats.start()  # same port, same JetStream store directory
-    started = time.monotonic()
-    await watch.ready("r1", 180, pipeline.logs)
-    _all_alive(pipeline)
-    assert await _owned(kube, namespace, "bus-fault") == {f"cm-{i}" for i in range(n)}
-    measured(
-        f"nats-server SIGKILLed at {applied_at_kill}/{n} applied, back after 3 s: "
-        f"bundle Ready {time.monotonic() - started:.1f}s after the restart, all {n} objects "
-        "present, no service restarted"
+    async def restart_nats() -> None:
+        pipeline.nats.kill()  # SIGKILL: no chance to flush anything
+        await asyncio.sleep(3)
+        pipeline.nats.start()  # same port, same JetStream store directory
+
+    report = await _fault_mid_reconcile(
+        pipeline, pnc, kube, namespace, n=600, appliers=2, fault=restart_nats
     )
+    measured(f"nats-server SIGKILLed, back after 3 s: {report}")
 
 
 async def test_apiserver_frozen_for_10s_mid_reconcile(
     pipeline: Pipeline, pnc: NATS, kube: KubeClient, namespace: str, measured: Any
 ) -> None:
-    n = 300
-    watch = StatusWatch()
-    await watch.start(pnc, pipeline.cluster, "api-fault")
-    pipeline.start_all()
-    await pipeline.publish(pnc.jetstream(), "api-fault", configmaps(namespace, n))
-    await watch.until(lambda s: s.counts.applied >= 30, 120, pipeline.logs)
-    api = pipeline.api.process
-    assert api is not None
-    os.kill(api.pid, signal.SIGSTOP)  # unresponsive: connections open, nothing answers
-    try:
-        await asyncio.sleep(10)
-    finally:
-        os.kill(api.pid, signal.SIGCONT)
-    started = time.monotonic()
-    await watch.ready("r1", 180, pipeline.logs)
-    _all_alive(pipeline)
-    assert await _owned(kube, namespace, "api-fault") == {f"cm-{i}" for i in range(n)}
-    measured(
-        f"kube-apiserver frozen (SIGSTOP) for 10 s mid-reconcile of {n}: bundle Ready "
-        f"{time.monotonic() - started:.1f}s after it resumed, no service restarted"
+    async def freeze_apiserver() -> None:
+        api = pipeline.api.process
+        assert api is not None
+        os.kill(api.pid, signal.SIGSTOP)  # unresponsive: connections open, nothing answers
+        try:
+            await asyncio.sleep(10)
+        finally:
+            os.kill(api.pid, signal.SIGCONT)
+
+    report = await _fault_mid_reconcile(
+        pipeline, pnc, kube, namespace, n=300, appliers=1, fault=freeze_apiserver
     )
+    measured(f"kube-apiserver frozen (SIGSTOP) for 10 s: {report}")
 
 
 async def test_expired_watch_relists_and_keeps_correcting(tmp_path: Path, measured: Any) -> None:

@@ -36,6 +36,8 @@ from schemas.messages import (
 )
 from schemas.subjects import ObjectKey
 
+pytestmark = pytest.mark.reliability
+
 SHA = "ab" * 32
 KEY = ObjectKey("apps", "Deployment", "shop", "web")
 AT = dt.datetime(2026, 11, 22, tzinfo=dt.UTC)
