@@ -95,7 +95,7 @@ def plot(curve: dict[str, dict[str, float]], objects: int, path: Path) -> None:
     hi = [curve[str(n)]["max"] - y for n, y in zip(xs, ys, strict=True)]
     cpu = [100 * curve[str(n)]["apiserver_cpu_share"] for n in xs]
     busy = [100 * curve[str(n)].get("machine_busy_share", 0.0) for n in xs]
-    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
+    fig, ax = plt.subplots(figsize=(7, 5), dpi=120)
     ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=4, label="driftbus (median, min–max)")
     ax.axhline(
         curve["raw"]["objects_per_s"],
@@ -116,7 +116,14 @@ def plot(curve: dict[str, dict[str, float]], objects: int, path: Path) -> None:
     ax2.set_ylim(0, 100)
     lines = ax.get_legend_handles_labels()
     lines2 = ax2.get_legend_handles_labels()
-    ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], loc="upper left", fontsize=8)
+    ax.legend(
+        lines[0] + lines2[0],
+        lines[1] + lines2[1],
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.16),
+        ncol=3,
+        fontsize=8,
+    )
     ax.set_title("driftbus applier scaling on the real stack")
     fig.tight_layout()
     path.parent.mkdir(exist_ok=True)

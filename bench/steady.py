@@ -238,8 +238,7 @@ async def _drift(objects: int, repetitions: int) -> list[Result]:
                 )
         finally:
             await restored.stop()
-    p99 = statistics.quantiles(times, n=100, method="inclusive")[98]
-    floor_p99 = statistics.quantiles(patch_latencies, n=100, method="inclusive")[98]
+    p99, floor_p99 = _p99(times), _p99(patch_latencies)
     params = {"objects": objects, "drifted_per_repetition": drifted, "samples": len(times)}
     return [
         Result(
@@ -280,6 +279,11 @@ async def _drift(objects: int, repetitions: int) -> list[Result]:
             higher_is_better=False,
         ),
     ]
+
+
+def _p99(xs: list[float]) -> float:
+    """The 99th percentile; with fewer than two samples (a smoke run) the only one there is."""
+    return statistics.quantiles(xs, n=100, method="inclusive")[98] if len(xs) > 1 else max(xs)
 
 
 def run_steady(*, objects: int = 1000, repetitions: int = 3) -> list[Result]:

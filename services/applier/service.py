@@ -18,6 +18,7 @@ scrubbed of Secret values before it leaves this process.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime as dt
 import logging
@@ -143,6 +144,10 @@ class Applier:
         # SIGTERM: finish what was started; anything not started stays in the stream.
         if self._inflight:
             await asyncio.wait(self._inflight, timeout=self.s.ack_wait / 2)
+        # nats-py's drain never completes for a pull subscription and waits out its whole drain
+        # timeout (30 s) on exit: unsubscribe it first (acks need no subscription).
+        with contextlib.suppress(Exception):
+            await sub.unsubscribe()
 
     async def _handle(self, msg: Msg) -> None:
         try:

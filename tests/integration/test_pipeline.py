@@ -508,3 +508,8 @@ async def test_sigterm_lets_an_applier_finish_and_hand_back_its_work(
     assert status.counts.applied == n
     res = await kube.discovery.resource("v1", "ConfigMap")
     assert len((await kube.list(res, namespace=namespace))[0]) == n
+    # an idle applier stops promptly too (nats-py's drain used to wait out its 30 s timeout)
+    idle = pipeline.procs["applier-1"]
+    assert idle.proc is not None
+    idle.proc.terminate()
+    assert idle.proc.wait(timeout=5) == 0, "an idle applier should exit within seconds"
