@@ -247,7 +247,7 @@ class BenchStack:
     def api(self) -> servers.KubeAPIServer:
         return self.cluster.apiserver
 
-    async def _request(self, method: str, path: str, **kw: Any) -> Any:
+    async def request(self, method: str, path: str, **kw: Any) -> Any:
         async with self.http.request(method, path, **kw) as r:
             body = await r.read()
             if r.status >= 400 and r.status != 409:
@@ -264,7 +264,7 @@ class BenchStack:
                 if obj["kind"] == "Namespace"
                 else f"{CRDS_PATH}/{CRD['metadata']['name']}"
             )
-            await self._request(
+            await self.request(
                 "PATCH",
                 path,
                 params={"fieldManager": "bench-setup", "force": "true"},
@@ -282,7 +282,7 @@ class BenchStack:
     async def cleanup(self, namespaces: Iterable[str]) -> None:
         """Remove every benchmark object (one deletecollection per resource and namespace)."""
         calls = [
-            self._request("DELETE", f"{prefix}/namespaces/{ns}/{plural}")
+            self.request("DELETE", f"{prefix}/namespaces/{ns}/{plural}")
             for ns in namespaces
             for prefix, plural, _ in KINDS.values()
         ]
@@ -320,7 +320,7 @@ class BenchStack:
             while queue:
                 obj = queue.pop()
                 start = time.perf_counter()
-                await self._request(
+                await self.request(
                     "PATCH",
                     object_path(obj),
                     params={"fieldManager": FIELD_MANAGER, "force": "true"},

@@ -25,7 +25,6 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-import aiohttp
 import orjson
 from nats.aio.client import Client as NATS
 
@@ -33,6 +32,7 @@ from bench.report import Result
 from bench.stack import BenchStack, DriftbusRun, labelled, manifests, object_path
 from schemas.codec import decode
 from schemas.messages import DecisionAction, DecisionRecord
+from services.common.kube import KubeClient, Resource
 from services.controlplane.pipeline import write_counts, writes_since
 from services.core.manifest import OWNER_LABEL
 
@@ -143,20 +143,18 @@ class Restored:
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        listing = await self.b._request(
-            "GET", "/api/v1/configmaps", params={"labelSelector": OWNER_LABEL, "limit": "1"}
-        )
-        rv = listing["metadata"]["resourceVersion"]
-        self._task = asyncio.create_task(self._watch(rv))
+        self.kube = await KubeClient.from_kubeconfig(str(self.b.cluster.kubeconfig))
+        res = await self.kube.discovery.resource("v1", "ConfigMap")
+        _, rv = await self.kube.list(res, label_selector=OWNER_LABEL)
+        self._task = asyncio.create_task(self._watch(res, rv))
 
-    async def _watch(self, rv: str) -> None:
-        params = {"watch": "1", "labelSelector": OWNER_LABEL, "resourceVersion": rv}
-        forever = aiohttp.ClientTimeout(total=None, sock_read=None)
-        async with self.b.http.get("/api/v1/configmaps", params=params, timeout=forever) as r:
-            async for line in r.content:
-                event = orjson.loads(line)
-                obj = event["object"]
-                self.seen[obj["metadata"]["name"]] = (time.perf_counter(), obj.get("data") or {})
+    async def _watch(self, res: Resource, rv: str) -> None:
+        async for ev in self.kube.watch(
+            res, resource_version=rv, label_selector=OWNER_LABEL, timeout_seconds=3600
+        ):
+            if ev.type in ("ADDED", "MODIFIED"):
+                name = ev.object["metadata"]["name"]
+                self.seen[name] = (time.perf_counter(), ev.object.get("data") or {})
                 self.changed.set()
 
     async def stop(self) -> None:
@@ -164,6 +162,7 @@ class Restored:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        await self.kube.close()
 
     async def until(self, name: str, data: dict[str, Any], after: float) -> float:
         deadline = time.monotonic() + 60
@@ -200,7 +199,7 @@ async def _drift(objects: int, repetitions: int) -> list[Result]:
                     # the intruder takes over one field driftbus owns (as `kubectl edit` would)
                     first = next(iter(cm["data"]))
                     changed = {**cm, "data": {first: "changed by hand"}}
-                    await b._request(
+                    await b.request(
                         "PATCH",
                         object_path(cm),
                         params={"fieldManager": "intruder", "force": "true"},

@@ -111,16 +111,17 @@ class EntryStore:
     def __len__(self) -> int:
         return self._count
 
-    def __contains__(self, slot: Slot) -> bool:
+    def _record(self, slot: Slot) -> bytes | None:
         cluster, k = slot
         names = self._groups.get((cluster, k.group, k.kind, k.namespace))
-        return names is not None and k.name in names
+        return names.get(k.name) if names is not None else None
+
+    def __contains__(self, slot: Slot) -> bool:
+        return self._record(slot) is not None
 
     def get(self, slot: Slot) -> Entry | None:
-        cluster, k = slot
-        names = self._groups.get((cluster, k.group, k.kind, k.namespace))
-        record = names.get(k.name) if names is not None else None
-        return None if record is None else self._unpack(k, record)
+        record = self._record(slot)
+        return None if record is None else self._unpack(slot[1], record)
 
     def __getitem__(self, slot: Slot) -> Entry:
         entry = self.get(slot)
@@ -155,9 +156,7 @@ class EntryStore:
         reconciles; unpacking whole entries for it was a quarter of the planner's CPU. Equal
         digests are packed as flags, so equality needs no digest at all.
         """
-        cluster, k = slot
-        names = self._groups.get((cluster, k.group, k.kind, k.namespace))
-        record = names.get(k.name) if names is not None else None
+        record = self._record(slot)
         if record is None:
             return None
         flags, _, _, _, applied_rv, server_rv, _, _ = _HEADER.unpack_from(record)

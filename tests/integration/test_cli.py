@@ -253,44 +253,20 @@ async def test_git_revisions_apply_only_what_changed(
 
     pipeline.start_all()
     c = pipeline.cluster
-    code, out, err = await driftbus(
-        pipeline,
-        "publish",
-        "--git",
-        str(repo),
-        "--ref",
-        first,
-        "--path",
-        "deploy",
-        "--cluster",
-        c,
-        "--bundle",
-        "g",
-        "--wait",
-        "--timeout",
-        "90",
-    )
+
+    async def publish_ref(ref: str) -> tuple[int, str, str]:
+        return await driftbus(
+            pipeline,
+            *("publish", "--git", str(repo), "--ref", ref, "--path", "deploy"),
+            *("--cluster", c, "--bundle", "g", "--wait", "--timeout", "90"),
+        )
+
+    code, out, err = await publish_ref(first)
     assert code == 0, err + out
     assert f"g@{first}" in err
     await asyncio.sleep(1.5)
     before = write_counts(pipeline.api)
-    code, out, err = await driftbus(
-        pipeline,
-        "publish",
-        "--git",
-        str(repo),
-        "--ref",
-        second,
-        "--path",
-        "deploy",
-        "--cluster",
-        c,
-        "--bundle",
-        "g",
-        "--wait",
-        "--timeout",
-        "90",
-    )
+    code, out, err = await publish_ref(second)
     assert code == 0, err + out
     await asyncio.sleep(1.5)
     assert writes_since(pipeline.api, before) == 1
