@@ -64,13 +64,12 @@ DELETED_SHA = "0" * 64
 
 
 @dataclasses.dataclass(frozen=True)
-class ApplierSettings:
+class ApplierSettings(bus.NatsSettings):
     cluster: str = setting("", "name of the cluster this applier writes to (required)")
     kubeconfig: str | None = setting(
         None, "kubeconfig path (in-cluster config when unset)", env="KUBECONFIG"
     )
     context: str | None = setting(None, "kubeconfig context (current context when unset)")
-    nats_url: str = setting("nats://127.0.0.1:4222", "NATS server URL", env="NATS_URL")
     applier_id: str = setting(
         "", "name of this replica in applied events (default: <hostname>-<pid>)"
     )
@@ -357,7 +356,7 @@ def _now() -> dt.datetime:
 
 async def run(settings: ApplierSettings, *, stopping: asyncio.Event | None = None) -> None:
     settings = dataclasses.replace(settings, applier_id=settings.applier_id or replica_id())
-    async with cluster_connections("applier", settings) as c:
+    async with cluster_connections("applier", settings, settings) as c:
         applier = Applier(settings=settings, js=c.js, kube=c.kube, publisher=c.publisher)
         if stopping is not None:
             applier.stopping = stopping

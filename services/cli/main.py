@@ -25,6 +25,7 @@ from typing import Any
 from services.applier import service as applier
 from services.cli import up as up_cmd
 from services.common import logs, settings
+from services.common.bus import NatsSettings
 from services.controlplane import assets
 from services.planner import service as planner
 from services.watcher import service as watcher
@@ -101,7 +102,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
         return _fail("publish", exc)
 
     async def run() -> int:
-        nc = await _connect(args.nats_url)
+        nc = await _connect(args)
         js = nc.jetstream()
         try:
             waiter = user.BundleWait(nc, args.cluster, args.bundle)
@@ -149,17 +150,19 @@ def colour_phase(phase: object) -> str:
     return colour(str(phase))
 
 
-async def _connect(url: str) -> Any:
-    import nats
+async def _connect(args: argparse.Namespace) -> Any:
+    """The user's connection: credentials and TLS from the --nats-* flags or environment."""
+    from services.common import bus
 
-    return await nats.connect(url, connect_timeout=5, max_reconnect_attempts=3)
+    s = settings.load(NatsSettings, args)
+    return await bus.connect(s, name="driftbus-cli", reconnect=False)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     from services.cli import table, user
 
     async def run() -> int:
-        nc = await _connect(args.nats_url)
+        nc = await _connect(args)
         js = nc.jetstream()
         try:
             if args.bundle:
@@ -265,7 +268,7 @@ def cmd_why(args: argparse.Namespace) -> int:
     )
 
     async def run() -> int:
-        nc = await _connect(args.nats_url)
+        nc = await _connect(args)
         try:
             records = await user.decisions(nc.jetstream(), args.cluster, key)
         finally:
@@ -307,7 +310,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return _fail("plan", exc)
 
     async def run() -> int:
-        nc = await _connect(args.nats_url)
+        nc = await _connect(args)
         kube = await KubeClient.from_kubeconfig(args.kubeconfig, args.context)
         try:
             rows = await plan(
@@ -386,7 +389,6 @@ def build_parser() -> argparse.ArgumentParser:
         settings.add_arguments(p, model)
         p.set_defaults(func=cmd_service)
 
-    nats_default = os.environ.get("NATS_URL", "nats://127.0.0.1:4222")
     pub = sub.add_parser("publish", help="publish manifests as a bundle")
     pub.add_argument(
         "paths",
@@ -409,7 +411,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pub.add_argument("--wait", action="store_true", help="follow status until Ready or failed")
     pub.add_argument("--timeout", type=float, default=300.0, help="seconds to --wait")
-    pub.add_argument("--nats-url", default=nats_default)
+    settings.add_arguments(pub, NatsSettings)
     pub.set_defaults(func=cmd_publish)
 
     pl = sub.add_parser("plan", help="what a publish would apply, delete or skip, and why")
@@ -423,7 +425,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
     pl.add_argument("--context")
     pl.add_argument("-o", "--output", choices=["table", "json"], default="table")
-    pl.add_argument("--nats-url", default=nats_default)
+    settings.add_arguments(pl, NatsSettings)
     pl.set_defaults(func=cmd_plan)
 
     st = sub.add_parser("status", help="current state of bundles (and objects with --bundle)")
@@ -431,14 +433,14 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--bundle")
     st.add_argument("-o", "--output", choices=["table", "json"], default="table")
     st.add_argument("--follow", "-f", action="store_true", help="then print changes as they come")
-    st.add_argument("--nats-url", default=nats_default)
+    settings.add_arguments(st, NatsSettings)
     st.set_defaults(func=cmd_status)
 
     why = sub.add_parser("why", help="decision history of one object")
     why.add_argument("object", metavar="KIND[.GROUP]/NAMESPACE/NAME")
     why.add_argument("--cluster", required=True)
     why.add_argument("-o", "--output", choices=["table", "json"], default="table")
-    why.add_argument("--nats-url", default=nats_default)
+    settings.add_arguments(why, NatsSettings)
     why.set_defaults(func=cmd_why)
 
     a = sub.add_parser("assets", help="show (or --build) the server binaries tests use")

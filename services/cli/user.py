@@ -62,7 +62,7 @@ async def publish(
     options: BundleOptions,
 ) -> Bundle:
     check_bundle_name(bundle)
-    await bus.ensure_streams(js)
+    await bus.ensure_streams(js, manage=False, within=30)
     msg = Bundle(
         cluster=cluster,
         bundle=bundle,

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import ssl
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -22,9 +23,10 @@ from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js import JetStreamContext
 from nats.js import api as js_api
-from nats.js.errors import BadRequestError, NotFoundError
+from nats.js.errors import BadRequestError, BucketNotFoundError, NotFoundError
 
 from schemas.subjects import PREFIX, encode_token
+from services.common.settings import setting
 
 log = logging.getLogger("driftbus.bus")
 
@@ -116,28 +118,116 @@ def stream_configs(*, replicas: int = 1) -> list[js_api.StreamConfig]:
     ]
 
 
-async def connect(url: str, *, name: str, **kwargs: Any) -> NATS:
+@dataclasses.dataclass(frozen=True)
+class NatsSettings:
+    """How a process reaches NATS: shared by every service's settings and by the CLI."""
+
+    nats_url: str = setting(
+        "nats://127.0.0.1:4222", "NATS server URL (tls://... for TLS)", env="NATS_URL"
+    )
+    nats_user: str = setting("", "NATS user name (see docs/security.md for the roles)")
+    nats_password: str = setting(
+        "",
+        "NATS password; set it in the environment, not as a flag (flags show in `ps`)",
+        secret=True,
+    )
+    nats_ca: str = setting("", "CA bundle that signed the NATS server's certificate (TLS)")
+    nats_cert: str = setting("", "client certificate for mutual TLS with NATS")
+    nats_key: str = setting("", "private key of --nats-cert")
+
+
+def inbox_prefix(role: str, cluster: str = "") -> str:
+    """Where replies to this process's requests arrive. Each role gets its own prefix so the
+    NATS permissions can let a process read its own replies and nobody else's
+    (``_INBOX.>`` stays with users)."""
+    return f"_DRIFTBUS.{role}" + (f".{encode_token(cluster)}" if cluster else "")
+
+
+def tls_context(s: NatsSettings) -> ssl.SSLContext | None:
+    """A client TLS context when a CA or client certificate is configured, else None."""
+    if not (s.nats_ca or s.nats_cert):
+        return None
+    ctx = ssl.create_default_context(cafile=s.nats_ca or None)
+    if s.nats_cert:
+        ctx.load_cert_chain(s.nats_cert, s.nats_key or None)
+    return ctx
+
+
+async def connect(
+    s: NatsSettings, *, name: str, inbox: str = "_INBOX", reconnect: bool = True, **kwargs: Any
+) -> NATS:
+    """Connect with the credentials and TLS of ``s``. Services reconnect forever; the CLI
+    (``reconnect=False``) fails fast with the server's reason."""
+
     async def on_error(exc: Exception) -> None:
+        # permission violations arrive here: they name the subject, never a credential
         log.warning("nats connection error", extra={"error": str(exc)})
 
+    auth: dict[str, Any] = {}
+    if s.nats_user:
+        auth = {"user": s.nats_user, "password": s.nats_password}
+    tls = tls_context(s)
+    if tls is not None:
+        auth["tls"] = tls
     return await nats.connect(
-        url,
+        s.nats_url,
         name=name,
-        max_reconnect_attempts=-1,
+        inbox_prefix=inbox,
+        max_reconnect_attempts=-1 if reconnect else 3,
         reconnect_time_wait=0.5,
+        connect_timeout=5,
         error_cb=on_error,
+        **auth,
         **kwargs,
     )
 
 
-async def ensure_streams(js: JetStreamContext, *, replicas: int = 1) -> None:
-    """Create or update every stream to exactly our configuration."""
+async def ensure_streams(
+    js: JetStreamContext, *, replicas: int = 1, manage: bool = True, within: float | None = None
+) -> None:
+    """Create or update every stream to exactly our configuration (``manage``: the planner's
+    job), or else wait until they exist. Only the planner may create streams when the bus is
+    locked down (docs/security.md), so the other roles never try: they wait for it, forever
+    (services) or ``within`` seconds (the CLI), then fail naming the missing stream."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
     for config in stream_configs(replicas=replicas):
+        assert config.name is not None
+        if not manage:
+            waited = False
+            while True:
+                try:
+                    await js.stream_info(config.name)
+                    break
+                except NotFoundError:
+                    pass
+                if within is not None and loop.time() - started > within:
+                    raise BusError(
+                        f"stream {config.name} does not exist; the planner creates the "
+                        "streams: is it running against this NATS?"
+                    )
+                if not waited:
+                    log.info(
+                        "waiting for the planner to create the streams",
+                        extra={"stream": config.name},
+                    )
+                    waited = True
+                await asyncio.sleep(0.5)
+            continue
         try:
             await js.add_stream(config=config)
         except BadRequestError:
             # exists with another configuration (older driftbus): bring it to ours
             await js.update_stream(config=config)
+    if manage:
+        # the bucket big bundles go to exists before any user needs it (users may not create it)
+        try:
+            await js.object_store(OBJECT_STORE_BUCKET)
+        except BucketNotFoundError:
+            await js.create_object_store(
+                OBJECT_STORE_BUCKET,
+                config=js_api.ObjectStoreConfig(storage=js_api.StorageType.FILE, replicas=replicas),
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,6 +248,9 @@ async def ensure_intent_consumer(
     """The one durable pull consumer per cluster that every applier replica shares."""
     name = intent_consumer_name(cluster)
     config = js_api.ConsumerConfig(
+        # name + filter: nats-py then creates it on $JS.API.CONSUMER.CREATE.<stream>.<name>.
+        # <filter>, which lets NATS permissions pin an applier to its own cluster's intents
+        name=name,
         durable_name=name,
         description=f"appliers of cluster {cluster}",
         filter_subject=f"{PREFIX}.intent.{encode_token(cluster)}.>",

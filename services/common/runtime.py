@@ -27,19 +27,21 @@ class Connections:
 async def connections(
     *,
     name: str,
-    nats_url: str,
+    nats: bus.NatsSettings,
+    inbox: str,
     stream_replicas: int = 1,
+    manage_streams: bool = False,
     kubeconfig: str | None = None,
     context: str | None = None,
     with_kube: bool = False,
 ) -> AsyncIterator[Connections]:
     """Connect, create the streams (idempotent), and on exit flush publishes and close all."""
-    nc = await bus.connect(nats_url, name=name)
+    nc = await bus.connect(nats, name=name, inbox=inbox)
     js = nc.jetstream()
     kube: KubeClient | None = None
     publisher = bus.Publisher(js)
     try:
-        await bus.ensure_streams(js, replicas=stream_replicas)
+        await bus.ensure_streams(js, replicas=stream_replicas, manage=manage_streams)
         if with_kube:
             kube = (
                 await KubeClient.from_kubeconfig(kubeconfig, context)
@@ -60,8 +62,6 @@ class ClusterSettings(Protocol):
     @property
     def cluster(self) -> str: ...
     @property
-    def nats_url(self) -> str: ...
-    @property
     def kubeconfig(self) -> str | None: ...
     @property
     def context(self) -> str | None: ...
@@ -73,14 +73,17 @@ class ClusterConnections(Connections):
 
 
 @contextlib.asynccontextmanager
-async def cluster_connections(role: str, s: ClusterSettings) -> AsyncIterator[ClusterConnections]:
+async def cluster_connections(
+    role: str, s: ClusterSettings, nats: bus.NatsSettings
+) -> AsyncIterator[ClusterConnections]:
     """``connections`` for a service bound to one cluster: the cluster is required and the
     Kubernetes client is always there."""
     if not s.cluster:
         raise SystemExit(f"driftbus {role}: --cluster (or DRIFTBUS_CLUSTER) is required")
     async with connections(
         name=f"driftbus-{role}-{s.cluster}",
-        nats_url=s.nats_url,
+        nats=nats,
+        inbox=bus.inbox_prefix(role, s.cluster),
         kubeconfig=s.kubeconfig,
         context=s.context,
         with_kube=True,

@@ -29,8 +29,19 @@ def replica_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
-def setting(default: Any, doc: str, *, env: str | None = None, flag: str | None = None) -> Any:
-    return dataclasses.field(default=default, metadata={"doc": doc, "env": env, "flag": flag})
+def setting(
+    default: Any,
+    doc: str,
+    *,
+    env: str | None = None,
+    flag: str | None = None,
+    secret: bool = False,
+) -> Any:
+    """A settings field. ``secret`` keeps the value out of ``repr`` (and so out of any log line
+    that prints the settings)."""
+    return dataclasses.field(
+        default=default, repr=not secret, metadata={"doc": doc, "env": env, "flag": flag}
+    )
 
 
 def _env_name(prefix: str, f: dataclasses.Field[Any]) -> str:

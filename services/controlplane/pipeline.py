@@ -72,6 +72,10 @@ class Pipeline:
         self.workdir = workdir
         self.procs: dict[str, servers.Process] = {}
         self.log_level = "DEBUG"  # benchmarks run at INFO
+        self.extra_env: dict[str, str] = {}
+        """Environment for every service (e.g. NATS TLS settings)."""
+        self.role_env: dict[str, dict[str, str]] = {}
+        """Environment per role (``watcher`` …): identities for the locked-down tests."""
 
     @property
     def api(self) -> servers.KubeAPIServer:
@@ -84,6 +88,7 @@ class Pipeline:
             "KUBECONFIG": str(self.stack.cluster.kubeconfig),
             "DRIFTBUS_LOG_LEVEL": self.log_level,
             "PYTHONUNBUFFERED": "1",
+            **self.extra_env,
         }
 
     def start(self, role: str, name: str | None = None, *args: str) -> servers.Process:
@@ -91,7 +96,8 @@ class Pipeline:
         argv = [sys.executable, "-m", "services.cli.main", role, *args]
         if role in ("watcher", "applier"):
             argv += ["--cluster", self.cluster]
-        proc = servers.Process(name, argv, self.workdir, env=self.env())
+        env = self.env() | self.role_env.get(role, {})
+        proc = servers.Process(name, argv, self.workdir, env=env)
         proc.start()
         self.procs[name] = proc
         return proc

@@ -81,8 +81,7 @@ MAX_LISTED_FAILURES = 50
 
 
 @dataclasses.dataclass(frozen=True)
-class PlannerSettings:
-    nats_url: str = setting("nats://127.0.0.1:4222", "NATS server URL", env="NATS_URL")
+class PlannerSettings(bus.NatsSettings):
     planner_id: str = setting(
         "", "name of this replica in intents and decisions (default: <hostname>-<pid>)"
     )
@@ -551,7 +550,9 @@ async def run(settings: PlannerSettings) -> None:
     settings = dataclasses.replace(settings, planner_id=settings.planner_id or replica_id())
     async with connections(
         name="driftbus-planner",
-        nats_url=settings.nats_url,
+        nats=settings,
+        inbox=bus.inbox_prefix("planner"),
         stream_replicas=settings.stream_replicas,
+        manage_streams=True,
     ) as c:
         await Planner(settings=settings, js=c.js, publisher=c.publisher).run()

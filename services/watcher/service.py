@@ -38,13 +38,12 @@ log = logging.getLogger("driftbus.watcher")
 
 
 @dataclasses.dataclass(frozen=True)
-class WatcherSettings:
+class WatcherSettings(bus.NatsSettings):
     cluster: str = setting("", "name of the cluster this watcher observes (required)")
     kubeconfig: str | None = setting(
         None, "kubeconfig path (in-cluster config when unset)", env="KUBECONFIG"
     )
     context: str | None = setting(None, "kubeconfig context (current context when unset)")
-    nats_url: str = setting("nats://127.0.0.1:4222", "NATS server URL", env="NATS_URL")
     watcher_id: str = setting(
         "", "name of this replica in server events (default: <hostname>-<pid>)"
     )
@@ -254,7 +253,7 @@ class Watcher:
 
 async def run(settings: WatcherSettings) -> None:
     settings = dataclasses.replace(settings, watcher_id=settings.watcher_id or replica_id())
-    async with cluster_connections("watcher", settings) as c:
+    async with cluster_connections("watcher", settings, settings) as c:
         watcher = Watcher(settings=settings, js=c.js, kube=c.kube, publisher=c.publisher)
         try:
             await watcher.run()

@@ -1,0 +1,184 @@
+"""NATS permission sets per role, and the nats-server configuration that grants them.
+
+Every process authenticates as one role and may touch only its own subjects (docs/security.md):
+
+- ``watcher-<cluster>`` publishes only that cluster's server facts;
+- ``applier-<cluster>`` consumes only that cluster's intents (its durable consumer, created on
+  the filter-bearing API subject so the filter is enforced by the server) and publishes only that
+  cluster's applied facts and status;
+- ``planner`` owns the streams and reads everything (it serves every cluster);
+- a user publishes bundles to, and reads status of, the clusters listed for them.
+
+JetStream is reached through ``$JS.API.*`` request subjects, so the sets below name the API calls
+each role makes. Replies arrive on a per-role inbox (``bus.inbox_prefix``) that nobody else may
+subscribe to. The same function produces the shipped configuration (``deploy/``, ``compose``) and
+the one the tests run against, so what is documented is what is tested.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterable, Mapping
+
+from schemas.subjects import PREFIX, encode_token
+from services.common import bus
+
+JS = "$JS.API"
+OBJ = f"OBJ_{bus.OBJECT_STORE_BUCKET}"
+OBJ_SUBJECTS = f"$O.{bus.OBJECT_STORE_BUCKET}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Permissions:
+    publish: tuple[str, ...]
+    subscribe: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class NatsUser:
+    name: str
+    permissions: Permissions
+    password: str | None = None
+    """A literal password (tests); None refers to an environment variable of nats-server."""
+
+    @property
+    def password_env(self) -> str:
+        return "DRIFTBUS_NATS_PASSWORD_" + re.sub(r"[^A-Z0-9]", "_", self.name.upper())
+
+
+def _read_streams(*streams: str) -> list[str]:
+    """What following a stream with an ordered consumer takes (nats-py creates those on the
+    unfiltered API subject, so the filter cannot be pinned by permissions: see docs)."""
+    out = []
+    for s in streams:
+        out += [
+            f"{JS}.CONSUMER.CREATE.{s}",
+            f"{JS}.CONSUMER.INFO.{s}.*",
+            f"{JS}.CONSUMER.DELETE.{s}.*",
+            f"$JS.FC.{s}.>",
+        ]
+    return out
+
+
+def _object_store_read() -> list[str]:
+    return [
+        f"{JS}.STREAM.INFO.{OBJ}",
+        f"{JS}.DIRECT.GET.{OBJ}.{OBJ_SUBJECTS}.M.>",
+        f"{JS}.STREAM.MSG.GET.{OBJ}",
+        *_read_streams(OBJ),
+    ]
+
+
+# wildcards match whole tokens only, so each stream is named
+ALL_STREAMS = (bus.BUNDLES, bus.SERVER, bus.APPLIED, bus.INTENTS, bus.STATUS, bus.DECISIONS)
+STREAM_INFO = tuple(f"{JS}.STREAM.INFO.{s}" for s in ALL_STREAMS)
+
+
+def watcher(cluster: str) -> Permissions:
+    t = encode_token(cluster)
+    return Permissions(
+        publish=(
+            f"{PREFIX}.server.{t}.>",
+            *STREAM_INFO,
+            *_read_streams(bus.BUNDLES, bus.SERVER),
+            *_object_store_read(),
+        ),
+        subscribe=(f"{bus.inbox_prefix('watcher', cluster)}.>",),
+    )
+
+
+def applier(cluster: str) -> Permissions:
+    t = encode_token(cluster)
+    consumer = bus.intent_consumer_name(cluster)
+    intents = bus.INTENTS
+    return Permissions(
+        publish=(
+            f"{PREFIX}.applied.{t}.>",
+            f"{PREFIX}.status.{t}.>",
+            *STREAM_INFO,
+            f"{JS}.CONSUMER.CREATE.{intents}.{consumer}.{PREFIX}.intent.{t}.>",
+            f"{JS}.CONSUMER.INFO.{intents}.{consumer}",
+            f"{JS}.CONSUMER.MSG.NEXT.{intents}.{consumer}",
+            f"$JS.ACK.{intents}.{consumer}.>",
+            f"{JS}.DIRECT.GET.{intents}.{PREFIX}.intent.{t}.>",
+        ),
+        subscribe=(f"{bus.inbox_prefix('applier', cluster)}.>",),
+    )
+
+
+def planner() -> Permissions:
+    return Permissions(
+        publish=(
+            f"{PREFIX}.intent.>",
+            f"{PREFIX}.status.>",
+            f"{PREFIX}.decision.>",
+            f"{JS}.>",  # it creates and updates the streams and the object store bucket
+            "$JS.FC.>",
+            "$JS.ACK.>",
+        ),
+        subscribe=(f"{bus.inbox_prefix('planner')}.>",),
+    )
+
+
+def user(clusters: Iterable[str]) -> Permissions:
+    tokens = [encode_token(c) for c in clusters]
+    return Permissions(
+        publish=(
+            *(f"{PREFIX}.bundle.{t}.>" for t in tokens),
+            *STREAM_INFO,
+            # big bundles go to the Object Store; its digest is checked against the bundle
+            # message (which only the cluster's users may publish), so a user can spoil but not
+            # forge another's stored manifests
+            f"{OBJ_SUBJECTS}.C.>",
+            f"{OBJ_SUBJECTS}.M.>",
+            f"{JS}.STREAM.PURGE.{OBJ}",
+            *_object_store_read(),
+        ),
+        subscribe=(*(f"{PREFIX}.status.{t}.>" for t in tokens), "_INBOX.>"),
+    )
+
+
+def fleet(
+    clusters: Iterable[str],
+    users: Mapping[str, Iterable[str]] = {},
+    passwords: Mapping[str, str] | None = None,
+) -> list[NatsUser]:
+    """Every identity of a deployment: a planner, a watcher and an applier per cluster, and the
+    given users (name → clusters). ``passwords`` (name → password) inlines them (tests)."""
+    clusters = list(clusters)
+    entries = [("planner", planner())]
+    for c in clusters:
+        entries += [(f"watcher-{c}", watcher(c)), (f"applier-{c}", applier(c))]
+    entries += [(name, user(cs)) for name, cs in users.items()]
+    pw = passwords or {}
+    return [NatsUser(name, p, pw.get(name)) for name, p in entries]
+
+
+def _quote(s: str) -> str:
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _list(items: Iterable[str]) -> str:
+    return "[" + ", ".join(_quote(i) for i in items) + "]"
+
+
+def authorization_conf(users: Iterable[NatsUser]) -> str:
+    """The ``authorization`` block of a nats-server configuration for ``users``. Passwords not
+    given literally are ``$DRIFTBUS_NATS_PASSWORD_<NAME>`` variables nats-server reads from its
+    environment, so the file itself holds no secret."""
+    lines = ["authorization {", "  users = ["]
+    for u in users:
+        password = _quote(u.password) if u.password is not None else f"${u.password_env}"
+        lines += [
+            "    {",
+            f"      user: {_quote(u.name)}",
+            f"      password: {password}",
+            "      permissions: {",
+            f"        publish: {{ allow: {_list(u.permissions.publish)} }}",
+            f"        subscribe: {{ allow: {_list(u.permissions.subscribe)} }}",
+            "      }",
+            "    }",
+        ]
+    lines += ["  ]", "}"]
+    return "\n".join(lines) + "\n"
