@@ -23,6 +23,7 @@ import time
 from typing import Any
 
 from services.applier import service as applier
+from services.cli import security as security_cmd
 from services.cli import up as up_cmd
 from services.common import logs, settings
 from services.common.bus import NatsSettings
@@ -442,6 +443,8 @@ def build_parser() -> argparse.ArgumentParser:
     why.add_argument("-o", "--output", choices=["table", "json"], default="table")
     settings.add_arguments(why, NatsSettings)
     why.set_defaults(func=cmd_why)
+
+    security_cmd.add_parsers(sub)
 
     a = sub.add_parser("assets", help="show (or --build) the server binaries tests use")
     a.add_argument("--build", action="store_true", help="build whatever is missing")

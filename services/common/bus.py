@@ -15,6 +15,7 @@ import dataclasses
 import logging
 import ssl
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import nats
@@ -131,6 +132,9 @@ class NatsSettings:
         "NATS password; set it in the environment, not as a flag (flags show in `ps`)",
         secret=True,
     )
+    nats_password_file: str = setting(
+        "", "file holding the NATS password (a mounted secret); instead of --nats-password"
+    )
     nats_ca: str = setting("", "CA bundle that signed the NATS server's certificate (TLS)")
     nats_cert: str = setting("", "client certificate for mutual TLS with NATS")
     nats_key: str = setting("", "private key of --nats-cert")
@@ -153,6 +157,19 @@ def tls_context(s: NatsSettings) -> ssl.SSLContext | None:
     return ctx
 
 
+def credentials(s: NatsSettings) -> dict[str, Any]:
+    """nats-py's user/password arguments from the settings (read at start-up, once)."""
+    if not s.nats_user:
+        return {}
+    password = s.nats_password
+    if s.nats_password_file:
+        try:
+            password = Path(s.nats_password_file).read_text().strip()
+        except OSError as exc:
+            raise BusError(f"--nats-password-file: {exc.strerror}: {exc.filename}") from None
+    return {"user": s.nats_user, "password": password}
+
+
 async def connect(
     s: NatsSettings, *, name: str, inbox: str = "_INBOX", reconnect: bool = True, **kwargs: Any
 ) -> NATS:
@@ -163,9 +180,7 @@ async def connect(
         # permission violations arrive here: they name the subject, never a credential
         log.warning("nats connection error", extra={"error": str(exc)})
 
-    auth: dict[str, Any] = {}
-    if s.nats_user:
-        auth = {"user": s.nats_user, "password": s.nats_password}
+    auth = credentials(s)
     tls = tls_context(s)
     if tls is not None:
         auth["tls"] = tls

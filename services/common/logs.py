@@ -36,6 +36,12 @@ def configure(service: str) -> None:
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(os.environ.get("DRIFTBUS_LOG_LEVEL", "INFO").upper())
+    level = os.environ.get("DRIFTBUS_LOG_LEVEL", "INFO").upper()
+    if level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+        raise SystemExit(
+            f"driftbus {service}: DRIFTBUS_LOG_LEVEL={level!r}: expected DEBUG, INFO, WARNING "
+            "or ERROR"
+        )
+    root.setLevel(level)
     logging.getLogger("nats").setLevel(logging.WARNING)
     logging.getLogger("driftbus").info("starting %s", service)

@@ -134,9 +134,12 @@ class Pipeline:
         manifests: list[dict[str, Any]],
         *,
         revision: str = "r1",
+        as_user: bool = False,
         **options: bool,
     ) -> None:
-        await bus.ensure_streams(js)  # idempotent, as every publisher does
+        """Publish a bundle; ``as_user`` waits for the planner's streams instead of creating
+        them, as a user of a locked-down bus must."""
+        await bus.ensure_streams(js, manage=not as_user, within=60)
         msg = Bundle(
             cluster=self.cluster,
             bundle=bundle,

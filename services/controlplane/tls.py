@@ -61,9 +61,9 @@ class Authority:
         )
         return cls(directory, _write(directory, "ca", cert, key))
 
-    def issue(self, name: str, *, server: bool = False) -> Pair:
-        """A certificate for ``name``: a server one valid for 127.0.0.1 and localhost, or a
-        client one (for mutual TLS)."""
+    def issue(self, name: str, *, server: bool = False, names: list[str] | None = None) -> Pair:
+        """A certificate for ``name``: a server one valid for 127.0.0.1, localhost and
+        ``names``, or a client one (for mutual TLS)."""
         ca_key = serialization.load_pem_private_key(self.ca.key.read_bytes(), None)
         ca_cert = x509.load_pem_x509_certificate(self.ca.cert.read_bytes())
         assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
@@ -83,7 +83,10 @@ class Authority:
         if server:
             builder = builder.add_extension(
                 x509.SubjectAlternativeName(
-                    [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+                    [
+                        *(x509.DNSName(n) for n in ["localhost", *(names or [])]),
+                        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                    ]
                 ),
                 critical=False,
             )

@@ -62,3 +62,36 @@ def test_watcher_and_planner_cannot_write() -> None:
     applier_verbs = {v for rule in roles["driftbus:applier"]["rules"] for v in rule["verbs"]}  # type: ignore[index]
     assert "*" not in applier_verbs
     assert WRITE_VERBS & applier_verbs
+
+
+def test_shipped_nats_configuration_is_generated_and_accepted_by_nats_server() -> None:
+    """deploy/nats/ is what `driftbus nats-config` generates (so it cannot drift from the
+    permission sets the security tests prove), and nats-server accepts it."""
+    from services.cli.security import server_conf
+    from services.common import permissions
+
+    users = permissions.fleet(["in-cluster"], {"platform": ["in-cluster"]})
+    auth = (ROOT / "deploy" / "nats" / "auth.conf").read_text()
+    assert auth.split("\n", 1)[1] == permissions.authorization_conf(users)
+    assert (ROOT / "deploy" / "nats" / "nats.conf").read_text() == server_conf(
+        "/etc/nats/tls", "/data"
+    )
+    env = {u.password_env: "x" for u in users}
+    check = subprocess.run(
+        [str(assets.ensure("nats-server")), "-c", "auth.conf", "-t"],
+        cwd=ROOT / "deploy" / "nats",
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    # without the passwords in its environment nats-server refuses to start, naming the variable
+    missing = subprocess.run(
+        [str(assets.ensure("nats-server")), "-c", "auth.conf", "-t"],
+        cwd=ROOT / "deploy" / "nats",
+        env={},
+        capture_output=True,
+        text=True,
+    )
+    assert missing.returncode != 0
+    assert "DRIFTBUS_NATS_PASSWORD_PLANNER" in missing.stdout + missing.stderr

@@ -5,6 +5,7 @@ nats-server itself. The configuration under test is the one ``driftbus nats-conf
 from __future__ import annotations
 
 import asyncio
+import re
 import secrets
 import ssl
 import sys
@@ -287,3 +288,83 @@ async def plain_text_refused(port: int) -> str:
         return reply.decode(errors="replace").strip() or "connection closed"
     finally:
         writer.close()
+
+
+def _compose() -> dict[str, Any]:
+    return yaml.safe_load((Path(__file__).resolve().parents[2] / "compose.yaml").read_text())
+
+
+def _local(value: str, etc: Path) -> str:
+    """A compose value as it would be inside the containers (``${VAR:-default}`` with nothing
+    set in the environment), mapped onto this machine."""
+    value = re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", value)
+    return value.replace("/etc/nats", str(etc))
+
+
+async def test_compose_recipe_for_the_locked_down_bus_works(
+    stack: servers.Stack, tmp_path: Path, namespace: str
+) -> None:
+    """compose.yaml's own commands, run here: nats-init generates users, passwords and certs;
+    nats-server starts with the compose flags; the services connect with the compose
+    environment (password files, mutual TLS) and reconcile a bundle."""
+    doc = _compose()
+    etc = tmp_path / "etc-nats"
+    init = doc["services"]["nats-init"]
+    script = init["command"][0].replace("$$", "$").replace("chown -R 10001", "true")
+    proc = await asyncio.create_subprocess_exec(
+        "sh",
+        "-c",
+        _local(script, etc),
+        env={
+            "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+            "DRIFTBUS_CLUSTER": "local",
+        },
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await proc.communicate()
+    assert proc.returncode == 0, out.decode()
+    args = [_local(a, etc) for a in doc["services"]["nats"]["command"]]
+    for flag in ("-m", "-sd"):  # the harness picks a free port and its own store
+        i = args.index(flag)
+        del args[i : i + 2]
+    nats_server = servers.NatsServer(tmp_path / "nats", extra_args=args)
+    await asyncio.to_thread(nats_server.start)
+    p = Pipeline(stack=stack, nats=nats_server, cluster="local", workdir=tmp_path)
+
+    def env(service: str) -> dict[str, str]:
+        e = {k: _local(str(v), etc) for k, v in doc["services"][service]["environment"].items()}
+        e["NATS_URL"] = f"tls://127.0.0.1:{nats_server.port}"
+        del e["KUBECONFIG"]  # the session's cluster instead of a mounted kubeconfig
+        return e
+
+    p.role_env = {s: env(s) for s in ("watcher", "planner", "applier")}
+    try:
+        p.start_all()
+        user = settings_for(etc, nats_server.port)
+        nc = await bus.connect(user, name="test-user")
+        try:
+            watch = StatusWatch()
+            await watch.start(nc, "local", "compose")
+            js = nc.jetstream()
+            await p.publish(js, "compose", configmaps(namespace, 5), as_user=True)
+            await watch.ready("r1", 120, p.logs)
+        finally:
+            await nc.close()
+        log = nats_server.process.log_path.read_text() if nats_server.process else ""
+        assert "Violation" not in log, log[-3000:]
+    finally:
+        p.stop_all()
+        nats_server.stop()
+
+
+def settings_for(etc: Path, port: int) -> bus.NatsSettings:
+    """The `platform` user of compose's header, connecting from the host."""
+    return bus.NatsSettings(
+        nats_url=f"tls://127.0.0.1:{port}",
+        nats_user="platform",
+        nats_password_file=str(etc / "passwords" / "platform"),
+        nats_ca=str(etc / "tls" / "ca.crt"),
+        nats_cert=str(etc / "tls" / "client.crt"),
+        nats_key=str(etc / "tls" / "client.key"),
+    )
