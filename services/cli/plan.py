@@ -21,7 +21,7 @@ from schemas.subjects import ObjectKey, encode_token
 from services.cli.load import Loaded
 from services.common import bus
 from services.common.kube import KubeClient, KubeError, NotFound
-from services.core.diff import Change, diff, mask_secret
+from services.core.diff import Change, diff, mask_sensitive
 from services.core.manifest import FIELD_MANAGER, apply_order, owned
 from services.core.scrub import scrub_for
 from services.core.sha import object_sha, prune
@@ -137,5 +137,5 @@ async def _dry_run(
         result = await kube.apply(manifest, field_manager=FIELD_MANAGER, dry_run=True, resource=res)
     except KubeError as exc:
         return PlanRow(key, "error", scrub_for(manifest, str(exc)))
-    changes = mask_secret(diff(prune(live) if live else {}, prune(result)), key.kind)
+    changes = mask_sensitive(diff(prune(live) if live else {}, prune(result)), key.kind)
     return PlanRow(key, "apply", reason if live else f"{reason} (create)", changes)

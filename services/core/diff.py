@@ -1,12 +1,14 @@
 """Field-level differences between two pruned objects, for ``driftbus plan``.
 
-Pure. Paths read like kubectl's (``spec.template.spec.containers[0].image``); a Secret's values
-are masked on both sides, so a plan can say *that* ``data.password`` changes, never to what.
+Pure. Paths read like kubectl's (``spec.template.spec.containers[0].image``). Sensitive values
+are masked on both sides — a Secret's data, and containers' ``env[].value`` (where credentials
+end up in practice) — so a plan can say *that* ``data.password`` changes, never to what.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 from services.core.scrub import MASK
@@ -56,18 +58,50 @@ def diff(old: Any, new: Any, path: str = "") -> list[Change]:
     return [] if old == new else [Change(path, old, new)]
 
 
-def mask_secret(changes: list[Change], kind: str) -> list[Change]:
-    """For a Secret, hide every value under data/stringData: the path and the fact of the change
-    stay, the values do not (not even a hash of them: weak passwords would be guessable)."""
-    if kind != "Secret":
-        return changes
-    return [
-        dataclasses.replace(
-            c,
-            old=None if c.added else MASK,
-            new=None if c.removed else MASK,
-        )
-        if c.path.startswith(("data.", "stringData.", "data", "stringData"))
-        else c
-        for c in changes
-    ]
+_ENV_PATH = re.compile(r"(?:^|\.)env(?:\[\d+\](?:\.value)?)?$")
+
+
+def _redact_env(value: Any) -> Any:
+    """``value`` with every env entry's ``value`` replaced by the mask, at any depth."""
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if k == "env" and isinstance(v, list):
+                out[k] = [
+                    {**e, "value": MASK} if isinstance(e, dict) and "value" in e else e for e in v
+                ]
+            else:
+                out[k] = _redact_env(v)
+        return out
+    if isinstance(value, list):
+        return [_redact_env(v) for v in value]
+    return value
+
+
+def _redact_at(path: str, value: Any) -> Any:
+    if value is None:
+        return None
+    m = _ENV_PATH.search(path)
+    if m is None:
+        return _redact_env(value)
+    if path.endswith(".value"):
+        return MASK
+    if path.endswith("]"):  # one env entry
+        return {**value, "value": MASK} if isinstance(value, dict) and "value" in value else value
+    return _redact_env({"env": value})["env"]  # the whole env list
+
+
+def mask_sensitive(changes: list[Change], kind: str) -> list[Change]:
+    """Hide sensitive values: the path and the fact of the change stay, the values do not (not
+    even a hash of them: weak passwords would be guessable). A Secret's data/stringData, and
+    every ``env[].value`` of any kind (a credential in a Deployment's env is still one)."""
+    out = []
+    for c in changes:
+        if kind == "Secret" and c.path.startswith(("data", "stringData")):
+            c = dataclasses.replace(
+                c, old=None if c.added else MASK, new=None if c.removed else MASK
+            )
+        else:
+            c = dataclasses.replace(c, old=_redact_at(c.path, c.old), new=_redact_at(c.path, c.new))
+        out.append(c)
+    return out
