@@ -117,6 +117,9 @@ class AppliedEvent(_Message, frozen=True, tag=_tag("applied")):
     deleted: bool = False
     applied_at: dt.datetime | None = None
     applier: str = ""
+    intent_seq: int = 0
+    """Stream sequence of the intent this carried out: a redelivered intent (its ack was lost,
+    e.g. NATS restarted) that already has this fact is acked without a second apply."""
 
 
 # --- planner → driftbus.intent.<cluster>.<key> --------------------------------------------------

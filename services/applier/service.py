@@ -24,6 +24,7 @@ import datetime as dt
 import logging
 from typing import Any
 
+import msgspec
 from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js import JetStreamContext
@@ -78,9 +79,10 @@ class ApplierSettings(bus.NatsSettings):
         120.0, "seconds an object waits for its CRD or namespace before it is Failed"
     )
     ack_wait: float = setting(
-        30.0,
-        "seconds before an unacked intent is redelivered "
-        "(another replica takes it when this one died)",
+        10.0,
+        "seconds before an unacked intent is redelivered: how long the intents of a replica "
+        "that died wait for another (slow applies stay claimed: progress is signalled every "
+        "third of it)",
     )
     max_deliver: int = setting(20, "deliveries of one intent before it is given up")
 
@@ -113,6 +115,7 @@ class Applier:
         self.applied = 0
         self.superseded = 0
         self.failed = 0
+        self.redelivered_done = 0
         self._inflight: set[asyncio.Task[None]] = set()
 
     async def run(self) -> None:
@@ -148,7 +151,22 @@ class Applier:
         with contextlib.suppress(Exception):
             await sub.unsubscribe()
 
+    async def _keep_claimed(self, msg: Msg) -> None:
+        """Tell NATS the intent is still being worked on, so a short ack_wait redelivers the
+        work of a dead replica quickly without redelivering a slow but live apply."""
+        while True:
+            await asyncio.sleep(self.s.ack_wait / 3)
+            with contextlib.suppress(Exception):  # a lost signal only risks a redelivery
+                await msg.in_progress()
+
     async def _handle(self, msg: Msg) -> None:
+        claim = asyncio.create_task(self._keep_claimed(msg))
+        try:
+            await self._handle_claimed(msg)
+        finally:
+            claim.cancel()
+
+    async def _handle_claimed(self, msg: Msg) -> None:
         try:
             intent: ApplyIntent | DeleteIntent = decode(msg.data, Intent)  # type: ignore[arg-type]
         except WireError as exc:
@@ -166,6 +184,11 @@ class Applier:
                 self.superseded += 1
                 await msg.ack()
                 return
+            if msg.metadata.num_delivered > 1 and await self._carried_out(intent, msg):
+                log.debug("%s: intent %d already carried out; ack lost", intent.key, seq(msg))
+                self.redelivered_done += 1
+                await msg.ack_sync()
+                return
             if isinstance(intent, ApplyIntent):
                 outcome = await self._apply(intent, msg)
             else:
@@ -179,6 +202,18 @@ class Applier:
                 return
             outcome = Outcome(ObjectPhase.FAILED, self._scrub(intent, str(exc)))
         await self._report(intent, msg, outcome)
+
+    async def _carried_out(self, intent: ApplyIntent | DeleteIntent, msg: Msg) -> bool:
+        """Whether this very intent was already applied: its fact names its stream sequence."""
+        last = await bus.last_message(
+            self.js, bus.APPLIED, object_subject("applied", intent.cluster, intent.key)
+        )
+        if last is None or not last.data:
+            return False
+        try:
+            return decode(last.data, AppliedEvent).intent_seq == seq(msg)
+        except WireError:
+            return False
 
     async def _apply(self, intent: ApplyIntent, msg: Msg) -> Outcome:
         m = intent.manifest
@@ -284,10 +319,11 @@ class Applier:
         log.debug("%s: %s (%s)", key, o.phase, o.message)
         tasks = []
         if o.applied is not None:
+            fact = msgspec.structs.replace(o.applied, intent_seq=seq(msg))
             tasks.append(
                 await self.pub.publish(
                     object_subject("applied", intent.cluster, key),
-                    encode(o.applied),
+                    encode(fact),
                     msg_id=f"applied:{msg.metadata.sequence.stream}",
                 )
             )
@@ -348,6 +384,11 @@ def _log_failure(task: asyncio.Task[None]) -> None:
     """An intent whose handling crashed stays unacked (it is redelivered); never silent."""
     if not task.cancelled() and (exc := task.exception()) is not None:
         log.error("handling intent %s failed: %s: %s", task.get_name(), type(exc).__name__, exc)
+
+
+def seq(msg: Msg) -> int:
+    """The intent's stream sequence: its identity across redeliveries."""
+    return int(msg.metadata.sequence.stream)
 
 
 def _now() -> dt.datetime:

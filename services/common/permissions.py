@@ -102,6 +102,8 @@ def applier(cluster: str) -> Permissions:
             f"{JS}.CONSUMER.MSG.NEXT.{intents}.{consumer}",
             f"$JS.ACK.{intents}.{consumer}.>",
             f"{JS}.DIRECT.GET.{intents}.{PREFIX}.intent.{t}.>",
+            # is a redelivered intent already carried out? (its applied fact says so)
+            f"{JS}.DIRECT.GET.{bus.APPLIED}.{PREFIX}.applied.{t}.>",
         ),
         subscribe=(f"{bus.inbox_prefix('applier', cluster)}.>",),
     )

@@ -372,6 +372,9 @@ class NatsServer:
     process: Process | None = None
     port: int = 0
     """Client port; 0 picks a free one at the first start, which a restart then reuses."""
+    sync_interval: str = ""
+    """JetStream's fsync policy (``always``, or a duration); the server's default (2 min) when
+    empty. Only settable in a configuration file, which this then writes."""
 
     @property
     def store_dir(self) -> Path:
@@ -383,10 +386,18 @@ class NatsServer:
         ports_dir.mkdir(parents=True, exist_ok=True)
         for old in ports_dir.glob("*.ports"):
             old.unlink()
+        config: list[str] = []
+        if self.sync_interval:
+            if "-c" in self.extra_args:
+                raise ServerError("nats-server: sync_interval with a -c config: put it there")
+            conf = self.workdir / "jetstream.conf"
+            conf.write_text(f"jetstream {{\n  sync_interval: {self.sync_interval}\n}}\n")
+            config = ["-c", str(conf)]
         self.process = Process(
             "nats-server",
             [
                 str(binary),
+                *config,
                 "-a",
                 LOOPBACK,
                 "-p",

@@ -8,6 +8,7 @@ a restart by hand), and what the services said about it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
@@ -55,6 +56,8 @@ async def _fault_mid_reconcile(
     n: int,
     appliers: int,
     fault: Callable[[], Awaitable[None]],
+    test_writes: int = 0,
+    **options: bool,
 ) -> str:
     """Publish n objects, inject ``fault`` once some are applied, and check that everything
     converges with nothing lost and no service restarted. Returns the report line's figures."""
@@ -63,7 +66,7 @@ async def _fault_mid_reconcile(
     await watch.start(pnc, pipeline.cluster, bundle)
     pipeline.start_all(appliers=appliers)
     before = write_counts(pipeline.api)
-    await pipeline.publish(pnc.jetstream(), bundle, configmaps(namespace, n))
+    await pipeline.publish(pnc.jetstream(), bundle, configmaps(namespace, n), **options)
     await watch.until(lambda s: s.counts.applied >= n // 10, 120, pipeline.logs)
     applied_at_fault = watch.bundles[-1].counts.applied
     await fault()
@@ -73,25 +76,116 @@ async def _fault_mid_reconcile(
     _all_alive(pipeline)
     assert await _owned(kube, namespace, bundle) == {f"cm-{i}" for i in range(n)}
     await settle()
-    duplicates = writes_since(pipeline.api, before) - n
+    # writes beyond one per object: the test's own (test_writes) are not driftbus's
+    duplicates = writes_since(pipeline.api, before) - n - test_writes
     return (
         f"at {applied_at_fault}/{n} applied; Ready {converged:.1f}s after it ended; lost 0; "
         f"duplicate applies {duplicates}; no service restarted"
     )
 
 
+@pytest.mark.parametrize("sync_interval", ["", "always"], ids=["default-fsync", "fsync-always"])
 async def test_nats_killed_and_restarted_mid_reconcile_loses_nothing(
-    pipeline: Pipeline, pnc: NATS, kube: KubeClient, namespace: str, measured: Any
+    pipeline: Pipeline,
+    pnc: NATS,
+    kube: KubeClient,
+    namespace: str,
+    measured: Any,
+    sync_interval: str,
 ) -> None:
+    if sync_interval:  # as shipped (docs/durability.md): restart the test's server with it
+        pipeline.nats.stop()
+        pipeline.nats.sync_interval = sync_interval
+        pipeline.nats.start()
+        pnc = await nats.connect(pipeline.nats.client_url)  # a fresh client: no reconnect wait
+
     async def restart_nats() -> None:
         pipeline.nats.kill()  # SIGKILL: no chance to flush anything
         await asyncio.sleep(3)
         pipeline.nats.start()  # same port, same JetStream store directory
 
+    try:
+        report = await _fault_mid_reconcile(
+            pipeline, pnc, kube, namespace, n=600, appliers=2, fault=restart_nats
+        )
+    finally:
+        if sync_interval:
+            await pnc.close()
+    policy = f"sync_interval {sync_interval}" if sync_interval else "default sync (2 min)"
+    measured(f"nats-server SIGKILLed, back after 3 s, {policy}: {report}")
+
+
+async def test_applier_killed_mid_run_of_2000_loses_nothing(
+    pipeline: Pipeline, pnc: NATS, kube: KubeClient, namespace: str, measured: Any
+) -> None:
+    async def kill_applier() -> None:
+        pipeline.kill("applier-0")  # SIGKILL: its unacked intents come back after ack_wait
+        pipeline.procs.pop("applier-0")  # gone for good; applier-1 carries on alone
+
     report = await _fault_mid_reconcile(
-        pipeline, pnc, kube, namespace, n=600, appliers=2, fault=restart_nats
+        pipeline, pnc, kube, namespace, n=2000, appliers=2, fault=kill_applier
     )
-    measured(f"nats-server SIGKILLed, back after 3 s: {report}")
+    measured(f"one of 2 appliers SIGKILLed, not restarted: {report}")
+
+
+async def test_planner_killed_mid_run_loses_nothing(
+    pipeline: Pipeline, pnc: NATS, kube: KubeClient, namespace: str, measured: Any
+) -> None:
+    async def restart_planner() -> None:
+        pipeline.kill("planner")  # SIGKILL: its state is rebuilt from the streams
+        await asyncio.sleep(1)
+        pipeline.start("planner")
+
+    report = await _fault_mid_reconcile(
+        pipeline, pnc, kube, namespace, n=1000, appliers=2, fault=restart_planner
+    )
+    measured(f"planner SIGKILLed and restarted: {report}")
+
+
+async def test_watcher_killed_and_object_changed_while_down(
+    pipeline: Pipeline, pnc: NATS, kube: KubeClient, namespace: str, measured: Any
+) -> None:
+    res = await kube.discovery.resource("v1", "ConfigMap")
+
+    async def change_while_watcher_down() -> None:
+        while True:  # cm-0 is applied, so the change below is drift, not a head start
+            with contextlib.suppress(NotFound):
+                if (await kube.get(res, "cm-0", namespace)).get("data") == {"i": "0"}:
+                    break
+            await asyncio.sleep(0.1)
+        pipeline.kill("watcher")
+        # an object driftbus already applied is changed behind its back while nobody watches
+        await kube.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "cm-0", "namespace": namespace},
+                "data": {"i": "tampered"},
+            },
+            field_manager="intruder",
+            force=True,
+        )
+        await asyncio.sleep(1)
+        pipeline.start("watcher")  # its relist sees the change
+
+    report = await _fault_mid_reconcile(
+        pipeline,
+        pnc,
+        kube,
+        namespace,
+        n=600,
+        appliers=2,
+        fault=change_while_watcher_down,
+        test_writes=2,  # the change, and driftbus's one correction of it
+        force=True,
+    )
+    deadline = time.monotonic() + 60
+    while (await kube.get(res, "cm-0", namespace))["data"] != {"i": "0"}:
+        assert time.monotonic() < deadline, (
+            f"the change made while down was kept\n{pipeline.logs()}"
+        )
+        await asyncio.sleep(0.2)
+    measured(f"watcher SIGKILLed, an owned object changed while down, restarted: {report}")
 
 
 async def test_apiserver_frozen_for_10s_mid_reconcile(
