@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench import cold, hashing, planner, report, scaling, steady, watcher
+from bench import cold, durability, hashing, planner, report, scaling, steady, watcher
 
 SCENARIOS = {
     "hashing": hashing.run,
@@ -16,6 +16,7 @@ SCENARIOS = {
     "drift": steady.run_drift,
     "scaling": scaling.run,
     "watcher": watcher.run,
+    "durability": durability.run,
 }
 
 

@@ -358,11 +358,14 @@ class BenchStack:
             raise RuntimeError(f"kubectl apply failed ({proc.returncode}): {err[-2000:]!r}")
 
     @contextlib.asynccontextmanager
-    async def pipeline(self, appliers: int, *, start: bool = True) -> AsyncIterator[DriftbusRun]:
-        """A fresh nats-server and (unless ``start=False``) the services, warmed up and idle."""
+    async def pipeline(
+        self, appliers: int, *, start: bool = True, sync_interval: str = ""
+    ) -> AsyncIterator[DriftbusRun]:
+        """A fresh nats-server (JetStream fsync policy ``sync_interval``, the server's default
+        when empty) and (unless ``start=False``) the services, warmed up and idle."""
         self.runs += 1
         workdir = self.workdir / f"run-{self.runs}"
-        nats_server = servers.NatsServer(workdir / "nats")
+        nats_server = servers.NatsServer(workdir / "nats", sync_interval=sync_interval)
         await asyncio.to_thread(nats_server.start)
         stack = servers.Stack(workdir, self.cluster, nats_server)
         p = Pipeline(stack=stack, nats=nats_server, cluster="bench", workdir=workdir)

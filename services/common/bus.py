@@ -124,7 +124,9 @@ class NatsSettings:
     """How a process reaches NATS: shared by every service's settings and by the CLI."""
 
     nats_url: str = setting(
-        "nats://127.0.0.1:4222", "NATS server URL (tls://... for TLS)", env="NATS_URL"
+        "nats://127.0.0.1:4222",
+        "NATS server URL (tls://... for TLS); a cluster's nodes comma-separated",
+        env="NATS_URL",
     )
     nats_user: str = setting("", "NATS user name (see docs/security.md for the roles)")
     nats_password: str = setting(
@@ -185,7 +187,7 @@ async def connect(
     if tls is not None:
         auth["tls"] = tls
     return await nats.connect(
-        s.nats_url,
+        [u.strip() for u in s.nats_url.split(",") if u.strip()],  # a cluster: any of its nodes
         name=name,
         inbox_prefix=inbox,
         max_reconnect_attempts=-1 if reconnect else 3,
