@@ -33,6 +33,7 @@ from services.controlplane.pipeline import (
 from services.core.manifest import OWNER_LABEL
 
 from .test_scaling import configmaps
+from .waits import until_object
 
 pytestmark = pytest.mark.reliability
 
@@ -254,14 +255,7 @@ async def test_expired_watch_relists_and_keeps_correcting(tmp_path: Path, measur
         # after the relist the watcher still sees everything: an out-of-band delete is undone
         before = write_counts(cluster.apiserver)
         await kube.delete(res, "cm-3", ns)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                await kube.get(res, "cm-3", ns)
-                break
-            except NotFound:
-                assert time.monotonic() < deadline, f"cm-3 never restored\n{p.logs()}"
-                await asyncio.sleep(0.1)
+        await until_object(kube, res, "cm-3", ns, logs=p.logs)
         await settle()
         _all_alive(p)
         relists = watcher_log.read_text(errors="replace").count("expired; relisting")

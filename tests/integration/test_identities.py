@@ -6,18 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-import time
 from pathlib import Path
 from typing import Any
 
 import nats
 import pytest
 
-from services.common.kube import Forbidden, KubeClient, NotFound
+from services.common.kube import Forbidden, KubeClient
 from services.controlplane import servers
 from services.controlplane.pipeline import Pipeline, StatusWatch
 
 from .test_deploy import rendered
+from .waits import until_object
 
 pytestmark = pytest.mark.reliability
 
@@ -117,27 +117,13 @@ async def test_watcher_and_applier_reconcile_with_least_privilege_identities(
         # drift: an out-of-band delete is seen by the read-only watcher and undone by the applier
         cm = await admin.discovery.resource("v1", "ConfigMap")
         await admin.delete(cm, "settings", ns)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                await admin.get(cm, "settings", ns)
-                break
-            except NotFound:
-                assert time.monotonic() < deadline, f"drift never corrected\n{p.logs()}"
-                await asyncio.sleep(0.2)
+        await until_object(admin, cm, "settings", ns, logs=p.logs)
 
         # prune: the Secret leaves the bundle and the applier deletes it
         await p.publish(nc.jetstream(), "app", _bundle(ns, with_secret=False), revision="r2")
         await watch.ready("r2", 120, p.logs)
         secret = await admin.discovery.resource("v1", "Secret")
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                await admin.get(secret, "creds", ns)
-            except NotFound:
-                break
-            assert time.monotonic() < deadline, f"secret never pruned\n{p.logs()}"
-            await asyncio.sleep(0.2)
+        await until_object(admin, secret, "creds", ns, present=False, logs=p.logs)
         measured(
             "least-privilege identities (deploy/rbac.yaml bound to the watcher and applier "
             "service-account users): apply of 6 kinds incl. RBAC, drift corrected, prune done"
