@@ -33,6 +33,7 @@ from schemas.codec import WireError, decode, encode
 from schemas.messages import (
     AppliedEvent,
     ApplyIntent,
+    DecisionReason,
     DeleteIntent,
     Intent,
     ObjectPhase,
@@ -45,7 +46,7 @@ from schemas.subjects import (
     object_subject,
     parse_subject,
 )
-from services.common import bus
+from services.common import bus, telemetry
 from services.common.kube import (
     Conflict,
     Invalid,
@@ -61,11 +62,22 @@ from services.core.scrub import scrub_for
 from services.core.sha import object_sha
 
 log = logging.getLogger("driftbus.applier")
+APPLY_SECONDS = telemetry.meter.create_histogram(
+    "driftbus_apply_seconds", unit="s", description="time to carry out one intent, by outcome"
+)
+DRIFT_CORRECTED = telemetry.meter.create_counter(
+    "driftbus_drift_corrected", description="objects changed or deleted out of band, put back"
+)
+TIME_TO_CORRECT = telemetry.meter.create_histogram(
+    "driftbus_time_to_correct_seconds",
+    unit="s",
+    description="from the planner's drift decision to the correction applied",
+)
 DELETED_SHA = "0" * 64
 
 
 @dataclasses.dataclass(frozen=True)
-class ApplierSettings(bus.NatsSettings):
+class ApplierSettings(telemetry.TelemetrySettings, bus.NatsSettings):
     cluster: str = setting("", "name of the cluster this applier writes to (required)")
     kubeconfig: str | None = setting(
         None, "kubeconfig path (in-cluster config when unset)", env="KUBECONFIG"
@@ -117,6 +129,7 @@ class Applier:
         self.failed = 0
         self.redelivered_done = 0
         self._inflight: set[asyncio.Task[None]] = set()
+        self.bound = asyncio.Event()
 
     async def run(self) -> None:
         consumer = await bus.ensure_intent_consumer(
@@ -125,6 +138,7 @@ class Applier:
             bus.IntentConsumerSettings(ack_wait=self.s.ack_wait, max_deliver=self.s.max_deliver),
         )
         sub = await self.js.pull_subscribe_bind(consumer, stream=bus.INTENTS)
+        self.bound.set()
         slots = asyncio.Semaphore(self.s.concurrency)
         while not self.stopping.is_set():
             free = max(1, slots._value)  # fetch only what we can start now
@@ -161,17 +175,21 @@ class Applier:
 
     async def _handle(self, msg: Msg) -> None:
         claim = asyncio.create_task(self._keep_claimed(msg))
+        started = asyncio.get_running_loop().time()
+        outcome = "error"
         try:
-            await self._handle_claimed(msg)
+            outcome = await self._handle_claimed(msg)
         finally:
             claim.cancel()
+            APPLY_SECONDS.record(asyncio.get_running_loop().time() - started, {"outcome": outcome})
 
-    async def _handle_claimed(self, msg: Msg) -> None:
+    async def _handle_claimed(self, msg: Msg) -> str:
+        """Carry out one intent; returns what became of it (the metrics' outcome label)."""
         try:
             intent: ApplyIntent | DeleteIntent = decode(msg.data, Intent)  # type: ignore[arg-type]
         except WireError as exc:
             await self._refuse(msg, str(exc))
-            return
+            return "refused"
         try:
             last = await bus.last_message(self.js, bus.INTENTS, msg.subject)
             if last is None or last.seq != msg.metadata.sequence.stream:
@@ -183,25 +201,34 @@ class Applier:
                 )
                 self.superseded += 1
                 await msg.ack()
-                return
+                return "superseded"
             if msg.metadata.num_delivered > 1 and await self._carried_out(intent, msg):
                 log.debug("%s: intent %d already carried out; ack lost", intent.key, seq(msg))
                 self.redelivered_done += 1
                 await msg.ack_sync()
-                return
+                return "already-done"
             if isinstance(intent, ApplyIntent):
                 outcome = await self._apply(intent, msg)
             else:
                 outcome = await self._delete(intent)
         except Wait as exc:
             await self._wait(intent, msg, str(exc))
-            return
+            return "waiting"
         except KubeError as exc:
             if exc.retryable and msg.metadata.num_delivered < self.s.max_deliver:
                 await msg.nak(delay=min(2.0 * msg.metadata.num_delivered, 30.0))
-                return
+                return "retry"
             outcome = Outcome(ObjectPhase.FAILED, self._scrub(intent, str(exc)))
         await self._report(intent, msg, outcome)
+        if (
+            outcome.applied is not None
+            and isinstance(intent, ApplyIntent)
+            and intent.reason in (DecisionReason.DRIFT, DecisionReason.DELETED)
+        ):
+            DRIFT_CORRECTED.add(1, {"cluster": intent.cluster})
+            if intent.issued_at is not None:
+                TIME_TO_CORRECT.record((_now() - intent.issued_at).total_seconds())
+        return str(outcome.phase).lower()
 
     async def _carried_out(self, intent: ApplyIntent | DeleteIntent, msg: Msg) -> bool:
         """Whether this very intent was already applied: its fact names its stream sequence."""
@@ -397,8 +424,9 @@ def _now() -> dt.datetime:
 
 async def run(settings: ApplierSettings, *, stopping: asyncio.Event | None = None) -> None:
     settings = dataclasses.replace(settings, applier_id=settings.applier_id or replica_id())
-    async with cluster_connections("applier", settings, settings) as c:
+    async with cluster_connections("applier", settings, settings, settings) as c:
         applier = Applier(settings=settings, js=c.js, kube=c.kube, publisher=c.publisher)
+        c.health.add("bound to the cluster's intent consumer", applier.bound.is_set)
         if stopping is not None:
             applier.stopping = stopping
         await applier.run()

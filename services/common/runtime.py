@@ -11,7 +11,7 @@ from typing import Protocol
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
-from services.common import bus
+from services.common import bus, telemetry
 from services.common.kube import KubeClient
 
 
@@ -21,6 +21,8 @@ class Connections:
     js: JetStreamContext
     publisher: bus.Publisher
     kube: KubeClient | None = None
+    health: telemetry.Health = dataclasses.field(default_factory=telemetry.Health)
+    """Readiness checks: NATS and the streams here; the service adds its own."""
 
 
 @contextlib.asynccontextmanager
@@ -34,26 +36,38 @@ async def connections(
     kubeconfig: str | None = None,
     context: str | None = None,
     with_kube: bool = False,
+    telemetry_settings: telemetry.TelemetrySettings | None = None,
 ) -> AsyncIterator[Connections]:
-    """Connect, create the streams (idempotent), and on exit flush publishes and close all."""
+    """Set up telemetry and its endpoints, connect, create or await the streams, and on exit
+    flush publishes and close all."""
+    health = telemetry.Health()
+    t = telemetry_settings or telemetry.TelemetrySettings()
+    telemetry.setup(name.removeprefix("driftbus-").split("-")[0], t)
+    runner = await telemetry.serve(t.http_port, health)
     nc = await bus.connect(nats, name=name, inbox=inbox)
     js = nc.jetstream()
     kube: KubeClient | None = None
     publisher = bus.Publisher(js)
+    streams_bound = False
+    health.add("nats connected", lambda: nc.is_connected)
+    health.add("streams bound", lambda: streams_bound)
     try:
         await bus.ensure_streams(js, replicas=stream_replicas, manage=manage_streams)
+        streams_bound = True
         if with_kube:
             kube = (
                 await KubeClient.from_kubeconfig(kubeconfig, context)
                 if kubeconfig
                 else KubeClient.in_cluster()
             )
-        yield Connections(nc, js, publisher, kube)
+        yield Connections(nc, js, publisher, kube, health)
     finally:
         await publisher.flush()
         if kube is not None:
             await kube.close()
         await nc.drain()
+        if runner is not None:
+            await runner.cleanup()
 
 
 class ClusterSettings(Protocol):
@@ -74,7 +88,10 @@ class ClusterConnections(Connections):
 
 @contextlib.asynccontextmanager
 async def cluster_connections(
-    role: str, s: ClusterSettings, nats: bus.NatsSettings
+    role: str,
+    s: ClusterSettings,
+    nats: bus.NatsSettings,
+    telemetry_settings: telemetry.TelemetrySettings,
 ) -> AsyncIterator[ClusterConnections]:
     """``connections`` for a service bound to one cluster: the cluster is required and the
     Kubernetes client is always there."""
@@ -87,6 +104,7 @@ async def cluster_connections(
         kubeconfig=s.kubeconfig,
         context=s.context,
         with_kube=True,
+        telemetry_settings=telemetry_settings,
     ) as c:
         assert c.kube is not None
-        yield ClusterConnections(c.nc, c.js, c.publisher, c.kube)
+        yield ClusterConnections(c.nc, c.js, c.publisher, c.kube, c.health)

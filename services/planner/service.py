@@ -15,14 +15,17 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import dataclasses
 import datetime as dt
 import logging
+import time
 from typing import Any
 
 import msgspec
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
+from opentelemetry.metrics import Observation
 
 from schemas.codec import WireError, decode, encode
 from schemas.messages import (
@@ -33,6 +36,7 @@ from schemas.messages import (
     BundlePhase,
     BundleStatus,
     DecisionAction,
+    DecisionReason,
     DecisionRecord,
     DeleteIntent,
     Health,
@@ -48,7 +52,7 @@ from schemas.subjects import (
     object_subject,
     parse_subject,
 )
-from services.common import bus
+from services.common import bus, telemetry
 from services.common.bundles import BundleError, load_manifests
 from services.common.runtime import connections
 from services.common.settings import replica_id, setting
@@ -77,11 +81,23 @@ from services.planner.decide import (
 from services.planner.store import EntryStore, Slot
 
 log = logging.getLogger("driftbus.planner")
+DECISIONS = telemetry.meter.create_counter(
+    "driftbus_decisions",
+    description="planner decisions by action and reason (action hit: a cache hit, nothing sent)",
+)
+DRIFT_DETECTED = telemetry.meter.create_counter(
+    "driftbus_drift_detected", description="objects changed or deleted out of band, by cluster"
+)
+STATUS_LAG = telemetry.meter.create_histogram(
+    "driftbus_status_publish_lag_seconds",
+    unit="s",
+    description="from the first change to a bundle to its status published",
+)
 MAX_LISTED_FAILURES = 50
 
 
 @dataclasses.dataclass(frozen=True)
-class PlannerSettings(bus.NatsSettings):
+class PlannerSettings(telemetry.TelemetrySettings, bus.NatsSettings):
     planner_id: str = setting(
         "", "name of this replica in intents and decisions (default: <hostname>-<pid>)"
     )
@@ -140,6 +156,18 @@ class Planner:
         self.live = False
         self.ready = asyncio.Event()
         self._dirty: set[tuple[str, str]] = set()
+        self._dirty_since: dict[tuple[str, str], float] = {}
+        self.pending: dict[str, int] = {}
+        telemetry.meter.create_observable_gauge(
+            "driftbus_intents_pending",
+            [self._observe_pending],
+            description="intents queued or being applied, per cluster: scale appliers on it",
+        )
+        telemetry.meter.create_observable_gauge(
+            "driftbus_cache_hit_ratio",
+            [self._observe_hit_ratio],
+            description="decisions that were cache hits since start (1.0: nothing re-applied)",
+        )
         self._last_status: dict[tuple[str, str], tuple[Any, ...]] = {}
 
     # --- the run loop ---------------------------------------------------------------------
@@ -159,6 +187,7 @@ class Planner:
 
         tasks = [asyncio.create_task(pump(k, f), name=f"follow {k}") for k, f in followers.items()]
         tasks.append(asyncio.create_task(self._status_loop(), name="bundle status"))
+        tasks.append(asyncio.create_task(self._pending_loop(), name="intents pending"))
         try:
             while True:
                 if (
@@ -248,7 +277,7 @@ class Planner:
         entry, decision = step(entry, event)
         self.entries[slot] = entry
         if entry.bundle:
-            self._dirty.add((slot[0], entry.bundle))
+            self._mark_dirty((slot[0], entry.bundle))
         if decision is not None:
             await self._publish_decision(slot, decision)
 
@@ -308,7 +337,7 @@ class Planner:
             view.keys.add(key)
             desired.append(((cluster, key), encoded, sha))
         self.bundles[(cluster, name)] = view
-        self._dirty.add((cluster, name))
+        self._mark_dirty((cluster, name))
         # Every publish gets an answer, even when nothing changed (a waiting `publish --wait`).
         self._last_status.pop((cluster, name), None)
         desired.sort(key=lambda d: apply_order(d[0][1]))
@@ -379,6 +408,9 @@ class Planner:
         e = self.entries[slot]
         view = self.bundles.get((cluster, e.bundle)) if e.bundle else None
         self.counters[f"{d.action}:{d.reason}"] += 1
+        DECISIONS.add(1, {"action": str(d.action), "reason": str(d.reason), "cluster": cluster})
+        if d.reason in (DecisionReason.DRIFT, DecisionReason.DELETED):
+            DRIFT_DETECTED.add(1, {"cluster": cluster})
         log.debug(
             "%s: %s (%s)%s", key, d.action, d.reason, " after rebuild" if after_rebuild else ""
         )
@@ -516,6 +548,28 @@ class Planner:
             "bad_messages": self.counters["bad_messages"],
         }
 
+    def _mark_dirty(self, ident: tuple[str, str]) -> None:
+        self._dirty.add(ident)
+        self._dirty_since.setdefault(ident, time.monotonic())
+
+    async def _pending_loop(self) -> None:
+        """Intents waiting per cluster (queued + being applied): the autoscaling signal."""
+        while True:
+            await asyncio.sleep(self.s.stats_interval / 6)
+            for cluster in {c for c, _ in self.bundles}:
+                with contextlib.suppress(Exception):  # no consumer yet: no applier yet
+                    info = await self.js.consumer_info(
+                        bus.INTENTS, bus.intent_consumer_name(cluster)
+                    )
+                    self.pending[cluster] = (info.num_pending or 0) + (info.num_ack_pending or 0)
+
+    def _observe_pending(self, _: Any) -> list[Observation]:
+        return [Observation(n, {"cluster": c}) for c, n in self.pending.items()]
+
+    def _observe_hit_ratio(self, _: Any) -> list[Observation]:
+        ratio = self.cache_stats()["hit_ratio"]
+        return [] if ratio is None else [Observation(ratio)]
+
     async def _status_loop(self) -> None:
         last_stats: dict[str, Any] = {}
         next_stats = 0.0
@@ -531,7 +585,9 @@ class Planner:
                     last_stats = stats
                 next_stats = loop.time() + self.s.stats_interval
             dirty, self._dirty = self._dirty, set()
+            now = time.monotonic()
             for ident in dirty:
+                since = self._dirty_since.pop(ident, now)
                 view = self.bundles.get(ident)
                 if view is None:
                     continue
@@ -544,6 +600,7 @@ class Planner:
                 await self.pub.publish(
                     subject, encode(st), msg_id=f"{subject}:{hash(fingerprint)}:{_now()}"
                 )
+                STATUS_LAG.record(time.monotonic() - since)
 
 
 async def run(settings: PlannerSettings) -> None:
@@ -554,5 +611,8 @@ async def run(settings: PlannerSettings) -> None:
         inbox=bus.inbox_prefix("planner"),
         stream_replicas=settings.stream_replicas,
         manage_streams=True,
+        telemetry_settings=settings,
     ) as c:
-        await Planner(settings=settings, js=c.js, publisher=c.publisher).run()
+        planner = Planner(settings=settings, js=c.js, publisher=c.publisher)
+        c.health.add("rebuilt from the streams, live", planner.ready.is_set)
+        await planner.run()

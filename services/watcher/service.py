@@ -25,7 +25,7 @@ from schemas.subjects import (
     key_tokens,
     object_subject,
 )
-from services.common import bus
+from services.common import bus, telemetry
 from services.common.bundles import BundleError, load_manifests
 from services.common.kube import Gone, KubeClient, KubeError, NotFound, Resource
 from services.common.runtime import cluster_connections
@@ -35,10 +35,19 @@ from services.core.manifest import OWNER_LABEL
 from services.core.sha import HashError, object_sha
 
 log = logging.getLogger("driftbus.watcher")
+RELISTS = telemetry.meter.create_counter(
+    "driftbus_watch_relists", description="relists after a watch expired (410 Gone), by kind"
+)
+WATCH_RESTARTS = telemetry.meter.create_counter(
+    "driftbus_watch_restarts", description="watches resumed after an error, by kind"
+)
+PUBLISHED = telemetry.meter.create_counter(
+    "driftbus_server_events_published", description="server facts published (real changes only)"
+)
 
 
 @dataclasses.dataclass(frozen=True)
-class WatcherSettings(bus.NatsSettings):
+class WatcherSettings(telemetry.TelemetrySettings, bus.NatsSettings):
     cluster: str = setting("", "name of the cluster this watcher observes (required)")
     kubeconfig: str | None = setting(
         None, "kubeconfig path (in-cluster config when unset)", env="KUBECONFIG"
@@ -167,9 +176,11 @@ class Watcher:
                             await self._tombstone(ObjectKey.of(ev.object), rv)
                 except Gone:
                     self.relists += 1
+                    RELISTS.add(1, {"kind": res.kind})
                     log.info("watch %s: resourceVersion %s expired; relisting", res, rv)
                     break
                 except KubeError as exc:
+                    WATCH_RESTARTS.add(1, {"kind": res.kind})
                     log.warning("watch %s interrupted: %s; resuming from %s", res, exc, rv)
                     await asyncio.sleep(self.s.retry_delay)
                 except (HashError, SubjectError) as exc:
@@ -249,12 +260,14 @@ class Watcher:
         msg_id = f"{key_tokens(ev.key)}@{ev.resource_version}{'-' if ev.deleted else ''}"
         await self.pub.publish(subject, encode(ev), msg_id=msg_id)
         self.published += 1
+        PUBLISHED.add(1)
 
 
 async def run(settings: WatcherSettings) -> None:
     settings = dataclasses.replace(settings, watcher_id=settings.watcher_id or replica_id())
-    async with cluster_connections("watcher", settings, settings) as c:
+    async with cluster_connections("watcher", settings, settings, settings) as c:
         watcher = Watcher(settings=settings, js=c.js, kube=c.kube, publisher=c.publisher)
+        c.health.add("seeded from the server stream, following bundles", watcher.ready.is_set)
         try:
             await watcher.run()
         finally:

@@ -21,6 +21,7 @@ from kubernetes_asyncio.config import load_incluster_config, load_kube_config
 
 from services.common.kube.discovery import Discovery, Resource
 from services.common.kube.errors import Gone, KubeError, Retryable, error_for
+from services.common.telemetry import meter
 
 APPLY_PATCH = "application/apply-patch+yaml"
 # A single watch line holds a whole object; CRDs with big schemas exceed aiohttp's 64 KiB default.
@@ -39,6 +40,11 @@ class WatchEvent:
 
 
 Page = list[dict[str, Any]]  # (a method below is called ``list``)
+
+
+API_REQUESTS = meter.create_counter(
+    "driftbus_kube_requests", description="Kubernetes API requests by verb and HTTP code"
+)
 
 
 class KubeClient:
@@ -132,6 +138,7 @@ class KubeClient:
                 timeout=aiohttp.ClientTimeout(total=timeout or self._timeout),
             ) as resp:
                 raw = await resp.read()
+                API_REQUESTS.add(1, {"verb": method, "code": str(resp.status)})
                 if resp.status >= 400:
                     raise error_for(
                         subject,
@@ -142,6 +149,7 @@ class KubeClient:
         except KubeError:
             raise
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            API_REQUESTS.add(1, {"verb": method, "code": "unreachable"})
             raise Retryable(
                 subject, 0, type(exc).__name__, str(exc) or "connection failed"
             ) from None

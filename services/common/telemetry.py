@@ -1,0 +1,119 @@
+"""Metrics, traces and the health endpoints every service serves (docs/observability.md).
+
+Instruments are created on OpenTelemetry's global API where they are used (``meter``), so the
+pure core stays free of it and a process that never calls ``setup`` pays nothing. ``setup``
+installs a meter provider whose reader is the Prometheus exporter, and — when an OTLP endpoint is
+configured — a tracer provider exporting there. ``serve`` starts aiohttp with ``/metrics``,
+``/healthz`` (the process answers) and ``/readyz`` (every readiness check of the service holds:
+NATS connected, streams bound, initial rebuild or list finished).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+
+from aiohttp import web
+from opentelemetry import metrics, trace
+
+from services.common.settings import setting
+
+log = logging.getLogger("driftbus.telemetry")
+
+meter = metrics.get_meter("driftbus")
+tracer = trace.get_tracer("driftbus")
+
+# Buckets for the latencies driftbus cares about: milliseconds to a minute.
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+
+@dataclasses.dataclass(frozen=True)
+class TelemetrySettings:
+    http_port: int = setting(
+        0, "port serving /metrics, /healthz and /readyz on all interfaces (0: not served)"
+    )
+    otlp_endpoint: str = setting(
+        "",
+        "OTLP/HTTP endpoint traces are sent to, e.g. http://collector:4318 (none by default)",
+        env="OTEL_EXPORTER_OTLP_ENDPOINT",
+    )
+
+
+def setup(service: str, s: TelemetrySettings) -> None:
+    """Install the providers for this process (once, at start-up)."""
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+
+    resource = Resource.create({"service.name": f"driftbus-{service}"})
+    metrics.set_meter_provider(
+        MeterProvider(
+            resource=resource,
+            metric_readers=[PrometheusMetricReader()],
+            views=[
+                View(
+                    instrument_name="*_seconds",
+                    aggregation=ExplicitBucketHistogramAggregation(LATENCY_BUCKETS),
+                )
+            ],
+        )
+    )
+    provider = TracerProvider(resource=resource)
+    if s.otlp_endpoint:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        endpoint = s.otlp_endpoint.rstrip("/") + "/v1/traces"
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
+    trace.set_tracer_provider(provider)
+
+
+class Health:
+    """Readiness checks a service registers (name → predicate), served on /readyz."""
+
+    def __init__(self) -> None:
+        self.checks: dict[str, Callable[[], bool]] = {}
+
+    def add(self, name: str, check: Callable[[], bool]) -> None:
+        self.checks[name] = check
+
+    def report(self) -> tuple[bool, dict[str, bool]]:
+        results = {}
+        for name, check in self.checks.items():
+            try:
+                results[name] = bool(check())
+            except Exception:  # noqa: BLE001 - a check that cannot tell is a check that fails
+                results[name] = False
+        return all(results.values()) and bool(results), results
+
+
+async def serve(port: int, health: Health) -> web.AppRunner | None:
+    """Serve /metrics, /healthz and /readyz on ``port`` (nothing when 0)."""
+    if not port:
+        return None
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    async def metrics_handler(_: web.Request) -> web.Response:
+        body = generate_latest()
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def readyz(_: web.Request) -> web.Response:
+        ok, results = health.report()
+        lines = "".join(f"{'ok' if v else 'not ready'}: {k}\n" for k, v in results.items())
+        return web.Response(text=lines or "no checks\n", status=200 if ok else 503)
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics_handler)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, port=port).start()
+    log.info("serving /metrics, /healthz, /readyz", extra={"port": port})
+    return runner
