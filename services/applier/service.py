@@ -28,6 +28,7 @@ import msgspec
 from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js import JetStreamContext
+from opentelemetry import trace
 
 from schemas.codec import WireError, decode, encode
 from schemas.messages import (
@@ -178,7 +179,13 @@ class Applier:
         started = asyncio.get_running_loop().time()
         outcome = "error"
         try:
-            outcome = await self._handle_claimed(msg)
+            with telemetry.tracer.start_as_current_span(
+                "apply",
+                context=telemetry.traced(msg.headers),
+                attributes={"cluster": self.s.cluster, "messaging.subject": msg.subject},
+            ) as span:
+                outcome = await self._handle_claimed(msg)
+                span.set_attribute("outcome", outcome)
         finally:
             claim.cancel()
             APPLY_SECONDS.record(asyncio.get_running_loop().time() - started, {"outcome": outcome})
@@ -190,6 +197,14 @@ class Applier:
         except WireError as exc:
             await self._refuse(msg, str(exc))
             return "refused"
+        trace.get_current_span().set_attributes(
+            {
+                "bundle": intent.bundle or "",
+                "revision": intent.revision,
+                "object": str(intent.key),
+                "reason": getattr(intent, "reason", "prune"),
+            }
+        )
         try:
             last = await bus.last_message(self.js, bus.INTENTS, msg.subject)
             if last is None or last.seq != msg.metadata.sequence.stream:

@@ -102,6 +102,10 @@ def cmd_publish(args: argparse.Namespace) -> int:
     except (load.InputError, ManifestError) as exc:
         return _fail("publish", exc)
 
+    from services.common import telemetry
+
+    telemetry.setup("cli", telemetry.TelemetrySettings(otlp_endpoint=otlp_endpoint()))
+
     async def run() -> int:
         nc = await _connect(args)
         js = nc.jetstream()
@@ -109,14 +113,24 @@ def cmd_publish(args: argparse.Namespace) -> int:
             waiter = user.BundleWait(nc, args.cluster, args.bundle)
             if args.wait:
                 await waiter.start()
-            await user.publish(
-                js,
-                cluster=args.cluster,
-                bundle=args.bundle,
-                loaded=loaded,
-                revision=revision,
-                options=options,
-            )
+            # the root of the bundle's trace: planner, watcher and appliers continue it
+            with telemetry.tracer.start_as_current_span(
+                "publish bundle",
+                attributes={
+                    "cluster": args.cluster,
+                    "bundle": args.bundle,
+                    "revision": revision,
+                    "objects": len(loaded.manifests),
+                },
+            ):
+                await user.publish(
+                    js,
+                    cluster=args.cluster,
+                    bundle=args.bundle,
+                    loaded=loaded,
+                    revision=revision,
+                    options=options,
+                )
             print(
                 f"published {args.bundle}@{revision} to cluster {args.cluster}: "
                 f"{len(loaded.manifests)} objects",
@@ -127,6 +141,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
             st = await waiter.wait(revision, within=args.timeout, progress=sys.stderr.isatty())
         finally:
             await nc.drain()
+            telemetry.flush()
         if st is None:
             print(
                 f"driftbus publish: no status for {revision} within {args.timeout:.0f}s "
@@ -143,6 +158,11 @@ def cmd_publish(args: argparse.Namespace) -> int:
         return 1
 
     return asyncio.run(run())
+
+
+def otlp_endpoint() -> str:
+    """Where the CLI sends its spans: the services' setting, from the environment only."""
+    return os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "")
 
 
 def colour_phase(phase: object) -> str:

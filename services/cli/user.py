@@ -37,7 +37,7 @@ from schemas.subjects import (
     key_tokens,
 )
 from services.cli.load import Loaded
-from services.common import bus
+from services.common import bus, telemetry
 from services.common.bundles import store_manifests
 from services.core.manifest import check_bundle_name
 
@@ -80,7 +80,9 @@ async def publish(
     await js.publish(
         bundle_subject(cluster, bundle),
         data,
-        headers={"Nats-Msg-Id": f"{cluster}/{bundle}@{revision}/{time.time_ns()}"},
+        headers=telemetry.inject(
+            {"Nats-Msg-Id": f"{cluster}/{bundle}@{revision}/{time.time_ns()}"}
+        ),
     )
     return msg
 

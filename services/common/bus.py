@@ -27,6 +27,7 @@ from nats.js import api as js_api
 from nats.js.errors import BadRequestError, BucketNotFoundError, NotFoundError
 
 from schemas.subjects import PREFIX, encode_token
+from services.common import telemetry
 from services.common.settings import setting
 
 log = logging.getLogger("driftbus.bus")
@@ -309,7 +310,9 @@ class Publisher:
     async def publish(
         self, subject: str, data: bytes, *, msg_id: str, headers: dict[str, str] | None = None
     ) -> asyncio.Task[js_api.PubAck]:
-        """Queue a publish; returns a task resolving to the ack (retried with the same id)."""
+        """Queue a publish; returns a task resolving to the ack (retried with the same id).
+        The current trace context travels along in the headers."""
+        headers = telemetry.inject(headers)
         await self._slots.acquire()
         task = asyncio.create_task(self._publish(subject, data, msg_id, headers))
         self._pending.add(task)

@@ -15,7 +15,8 @@ import logging
 from collections.abc import Callable
 
 from aiohttp import web
-from opentelemetry import metrics, trace
+from opentelemetry import metrics, propagate, trace
+from opentelemetry.context import Context
 
 from services.common.settings import setting
 
@@ -69,6 +70,29 @@ def setup(service: str, s: TelemetrySettings) -> None:
         endpoint = s.otlp_endpoint.rstrip("/") + "/v1/traces"
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
     trace.set_tracer_provider(provider)
+
+
+def inject(headers: dict[str, str] | None) -> dict[str, str] | None:
+    """``headers`` plus the W3C ``traceparent`` of the current span, if there is one: how a
+    trace crosses from one process to the next through a NATS message."""
+    carrier = dict(headers or {})
+    propagate.inject(carrier)
+    return carrier or None
+
+
+def traced(headers: dict[str, str] | None) -> Context | None:
+    """The trace context a message carries, or None: only traced messages start spans."""
+    if not headers or "traceparent" not in headers:
+        return None
+    return propagate.extract(headers)
+
+
+def flush() -> None:
+    """Send what is buffered (a short-lived CLI command exits right after)."""
+    provider = trace.get_tracer_provider()
+    force_flush = getattr(provider, "force_flush", None)
+    if force_flush is not None:
+        force_flush()
 
 
 class Health:

@@ -25,6 +25,8 @@ from typing import Any
 import msgspec
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
+from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.metrics import Observation
 
 from schemas.codec import WireError, decode, encode
@@ -157,6 +159,8 @@ class Planner:
         self.ready = asyncio.Event()
         self._dirty: set[tuple[str, str]] = set()
         self._dirty_since: dict[tuple[str, str], float] = {}
+        self._trace: dict[tuple[str, str], Context] = {}
+        """Per bundle, the span its latest traced event was handled in: status continues it."""
         self.pending: dict[str, int] = {}
         telemetry.meter.create_observable_gauge(
             "driftbus_intents_pending",
@@ -226,6 +230,16 @@ class Planner:
         self.ready.set()
 
     async def _handle(self, kind: str, msg: Msg) -> None:
+        ctx = telemetry.traced(msg.headers) if self.live else None
+        if ctx is None:
+            await self._handle_message(kind, msg)
+            return
+        with telemetry.tracer.start_as_current_span(
+            f"plan {kind}", context=ctx, attributes={"messaging.subject": msg.subject}
+        ):
+            await self._handle_message(kind, msg)
+
+    async def _handle_message(self, kind: str, msg: Msg) -> None:
         try:
             if kind == "bundle":
                 await self._on_bundle(msg)
@@ -278,6 +292,9 @@ class Planner:
         self.entries[slot] = entry
         if entry.bundle:
             self._mark_dirty((slot[0], entry.bundle))
+            span = trace.get_current_span()
+            if span.get_span_context().is_valid:  # the bundle's status continues this trace
+                self._trace[(slot[0], entry.bundle)] = trace.set_span_in_context(span)
         if decision is not None:
             await self._publish_decision(slot, decision)
 
@@ -338,6 +355,10 @@ class Planner:
             desired.append(((cluster, key), encoded, sha))
         self.bundles[(cluster, name)] = view
         self._mark_dirty((cluster, name))
+        span = trace.get_current_span()
+        if span.get_span_context().is_valid:
+            span.set_attributes({"cluster": cluster, "bundle": name, "revision": view.revision})
+            self._trace[(cluster, name)] = trace.set_span_in_context(span)
         # Every publish gets an answer, even when nothing changed (a waiting `publish --wait`).
         self._last_status.pop((cluster, name), None)
         desired.sort(key=lambda d: apply_order(d[0][1]))
@@ -404,6 +425,26 @@ class Planner:
     ) -> None:
         if d is None:
             return
+        if not trace.get_current_span().get_span_context().is_valid:
+            await self._emit_decision(slot, d, after_rebuild=after_rebuild)
+            return
+        e = self.entries[slot]
+        bundle = e.bundle or e.owner_bundle or ""
+        view = self.bundles.get((slot[0], bundle))
+        with telemetry.tracer.start_as_current_span(
+            "decide",
+            attributes={
+                "cluster": slot[0],
+                "bundle": bundle,
+                "revision": view.revision if view else "",
+                "object": str(slot[1]),
+                "decision": str(d.action),
+                "reason": str(d.reason),
+            },
+        ):
+            await self._emit_decision(slot, d, after_rebuild=after_rebuild)
+
+    async def _emit_decision(self, slot: Slot, d: Decision, *, after_rebuild: bool) -> None:
         cluster, key = slot
         e = self.entries[slot]
         view = self.bundles.get((cluster, e.bundle)) if e.bundle else None
@@ -597,9 +638,19 @@ class Planner:
                     continue
                 self._last_status[ident] = fingerprint
                 subject = bundle_status_subject(view.cluster, view.name)
-                await self.pub.publish(
-                    subject, encode(st), msg_id=f"{subject}:{hash(fingerprint)}:{_now()}"
-                )
+                with telemetry.tracer.start_as_current_span(
+                    "publish bundle status",
+                    context=self._trace.get(ident),
+                    attributes={
+                        "cluster": view.cluster,
+                        "bundle": view.name,
+                        "revision": st.revision,
+                        "phase": str(st.phase),
+                    },
+                ):
+                    await self.pub.publish(
+                        subject, encode(st), msg_id=f"{subject}:{hash(fingerprint)}:{_now()}"
+                    )
                 STATUS_LAG.record(time.monotonic() - since)
 
 

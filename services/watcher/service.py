@@ -10,6 +10,7 @@ cached objects that vanished; on a dropped stream it resumes from the last resou
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import logging
 from typing import Any
@@ -108,19 +109,25 @@ class Watcher:
         follower = bus.Follower(self.js, bus.BUNDLES, cluster_filter("bundle", self.s.cluster))
         self.ready.set()
         async for msg in follower.messages():
-            try:
-                bundle = decode(msg.data, Bundle)
-                manifests = await load_manifests(self.js, bundle)
-            except (WireError, BundleError) as exc:
-                log.warning("ignoring bundle: %s", exc)  # the planner reports it to the user
-                continue
-            for m in manifests:
-                if (
-                    isinstance(m, dict)
-                    and isinstance(m.get("apiVersion"), str)
-                    and isinstance(m.get("kind"), str)
-                ):
-                    self._ensure_watch(m["apiVersion"], m["kind"])
+            with telemetry.tracer.start_as_current_span(
+                "watch bundle kinds",
+                context=telemetry.traced(msg.headers),
+                attributes={"cluster": self.s.cluster, "messaging.subject": msg.subject},
+            ) as span:
+                try:
+                    bundle = decode(msg.data, Bundle)
+                    manifests = await load_manifests(self.js, bundle)
+                except (WireError, BundleError) as exc:
+                    log.warning("ignoring bundle: %s", exc)  # the planner reports it to the user
+                    continue
+                span.set_attributes({"bundle": bundle.bundle, "revision": bundle.revision})
+                for m in manifests:
+                    if (
+                        isinstance(m, dict)
+                        and isinstance(m.get("apiVersion"), str)
+                        and isinstance(m.get("kind"), str)
+                    ):
+                        self._ensure_watch(m["apiVersion"], m["kind"])
 
     async def _seed(self) -> None:
         """Load what the SERVER stream already says, so only real changes are published."""
@@ -136,8 +143,11 @@ class Watcher:
 
     def _ensure_watch(self, api_version: str, kind: str) -> None:
         if (api_version, kind) not in self.watches:
+            # a fresh context: the watch outlives the bundle (and its trace) that started it
             self.watches[(api_version, kind)] = asyncio.create_task(
-                self._watch_kind(api_version, kind), name=f"watch {kind}.{api_version}"
+                self._watch_kind(api_version, kind),
+                name=f"watch {kind}.{api_version}",
+                context=contextvars.Context(),
             )
 
     async def _resource(self, api_version: str, kind: str) -> Resource:
