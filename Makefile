@@ -11,7 +11,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: test up down lint unit integration assets deps bench fmt schemas clean
+.PHONY: test up down lint unit integration assets browser deps bench fmt schemas clean
 
 $(UV):
 	$(PYTHON) -m venv .tools/uv
@@ -35,7 +35,15 @@ lint: deps
 	$(BIN)/lint-imports
 	$(BIN)/python -m schemas.generate --check
 
-test: lint assets
+# The status page's tests drive a real headless Chromium: Debian's package (no browser download
+# from outside the package mirrors). Needs root the first time; present already, nothing happens.
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  { echo "installing Debian's chromium for the UI tests (marker ui) …"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	      --no-install-recommends chromium >/dev/null; }
+
+test: lint assets browser
 	$(BIN)/pytest
 
 unit: deps

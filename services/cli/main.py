@@ -377,6 +377,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return asyncio.run(run())
 
 
+def cmd_ui(args: argparse.Namespace) -> int:
+    from services.ui import server
+
+    logs.configure("ui")
+    nats_settings = settings.load(NatsSettings, args)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(server.run(nats_settings, args.host, args.port))
+    return 0
+
+
 def cmd_assets(args: argparse.Namespace) -> int:
     argv = ["ensure", *args.names] if args.build else ["show"]
     return assets.main(argv)
@@ -399,6 +409,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--no-example", action="store_true", help="do not publish examples/hello")
     up.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the example")
     up.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    up.add_argument(
+        "--ui-port", type=int, default=8080, help="port of the status page (0: no page)"
+    )
     up.set_defaults(func=up_cmd.cmd_up)
 
     down = sub.add_parser("down", help="stop a stack started with `driftbus up --detach`")
@@ -465,6 +478,12 @@ def build_parser() -> argparse.ArgumentParser:
     why.set_defaults(func=cmd_why)
 
     security_cmd.add_parsers(sub)
+
+    ui = sub.add_parser("ui", help="serve the live status page")
+    ui.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    ui.add_argument("--port", type=int, default=8080)
+    settings.add_arguments(ui, NatsSettings)
+    ui.set_defaults(func=cmd_ui)
 
     a = sub.add_parser("assets", help="show (or --build) the server binaries tests use")
     a.add_argument("--build", action="store_true", help="build whatever is missing")

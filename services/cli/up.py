@@ -39,10 +39,18 @@ def _say(text: str) -> None:
 
 
 def _service(
-    name: str, role: str, cluster: str, workdir: Path, env: dict[str, str], context: str | None
+    name: str,
+    role: str,
+    cluster: str,
+    workdir: Path,
+    env: dict[str, str],
+    context: str | None,
+    ui_port: int = 0,
 ) -> servers.Process:
     argv = [sys.executable, "-m", "services.cli.main", role]
-    if role != "planner":
+    if role == "ui":
+        argv += ["--port", str(ui_port)]
+    elif role != "planner":
         argv += ["--cluster", cluster]
         if context:
             argv += ["--context", context]
@@ -113,7 +121,11 @@ def cmd_up(args: argparse.Namespace) -> int:
         env = {**os.environ, "NATS_URL": nats_server.client_url, "KUBECONFIG": str(kubeconfig)}
         roles = [("watcher", "watcher"), ("planner", "planner")]
         roles += [(f"applier-{i}", "applier") for i in range(args.appliers)]
-        procs = [_service(n, r, args.cluster, workdir, env, args.context) for n, r in roles]
+        if args.ui_port:
+            roles.append(("ui", "ui"))
+        procs = [
+            _service(n, r, args.cluster, workdir, env, args.context, args.ui_port) for n, r in roles
+        ]
         for p in procs:
             p.start()
         _say(f"started {', '.join(p.name for p in procs)}")
@@ -126,6 +138,8 @@ def cmd_up(args: argparse.Namespace) -> int:
             "services": {p.name: p.pid for p in procs},
             "logs": str(workdir / "services"),
         }
+        if args.ui_port:
+            info["ui"] = f"http://127.0.0.1:{args.ui_port}/"
         if not args.no_example:
             status, rows = asyncio.run(
                 _publish_example(nats_server.client_url, args.cluster, args.timeout)
@@ -218,6 +232,8 @@ def _detach(args: argparse.Namespace) -> int:
         "json",
         "--timeout",
         str(args.timeout),
+        "--ui-port",
+        str(args.ui_port),
     ]
     if args.kubeconfig:
         argv += ["--kubeconfig", args.kubeconfig]

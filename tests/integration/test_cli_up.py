@@ -18,15 +18,18 @@ from services.controlplane import servers
 
 async def test_up_reconciles_the_example_and_stops_cleanly(tmp_path: Path) -> None:
     workdir = tmp_path / "up"
+    ui_port = servers.free_port()
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "services.cli.main", "up", "--workdir", str(workdir), "-o", "json",
+        "--ui-port", str(ui_port),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
     )  # fmt: skip
     try:
         assert proc.stdout is not None
         info = json.loads(await asyncio.wait_for(proc.stdout.readline(), timeout=240))
-        assert set(info["services"]) == {"watcher", "planner", "applier-0", "applier-1"}
+        assert set(info["services"]) == {"watcher", "planner", "applier-0", "applier-1", "ui"}
+        assert info["ui"] == f"http://127.0.0.1:{ui_port}/"
         nc = await nats.connect(info["nats_url"])
         try:
             (hello,) = await user.bundle_statuses(nc.jetstream(), "local", "hello")
@@ -62,14 +65,22 @@ async def test_detach_leaves_it_running_and_down_stops_it(
     # --kubeconfig: an existing cluster instead of a local control plane
     kubeconfig = str(stack.cluster.kubeconfig)
     code, out = await driftbus(
-        "up", "--detach", "--no-example", "--kubeconfig", kubeconfig, "-o", "json"
+        "up",
+        "--detach",
+        "--no-example",
+        "--kubeconfig",
+        kubeconfig,
+        "-o",
+        "json",
+        "--ui-port",
+        "0",
     )
     assert code == 0, out
     info = json.loads(out.strip().splitlines()[-1])
     assert info["kubeconfig"] == kubeconfig
     pids = [info["pid"], *info["services"].values()]
     assert all(servers._pid_alive(p) for p in pids)
-    code, out = await driftbus("up", "--detach", "--no-example")
+    code, out = await driftbus("up", "--detach", "--no-example", "--ui-port", "0")
     assert code == 1
     assert "already running" in out
     code, out = await driftbus("down")

@@ -1,0 +1,265 @@
+"""``driftbus ui``: a live status page, fed by the status, decision and server streams.
+
+One page (``static/``, shipped in the package: no CDN) and two endpoints:
+
+- ``GET /api/state`` — everything the page shows, as JSON: bundles with revision and phase,
+  per-object phase, health and reason, the latest drift events, hit ratio, intents pending;
+- ``GET /events`` — the same as server-sent events, live: ``state`` once, then ``bundle``,
+  ``object``, ``drift`` and ``stats`` events as they happen.
+
+The page server is a NATS reader like any user (``driftbus.status.>`` and decisions): it needs
+read access only (docs/security.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import orjson
+from aiohttp import web
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+
+from schemas.codec import WireError, decode
+from schemas.messages import BundleStatus, DecisionRecord, ObjectStatus, ServerEvent
+from services.common import bus
+
+log = logging.getLogger("driftbus.ui")
+STATIC = Path(__file__).parent / "static"
+DRIFT_REASONS = ("drift", "deleted")
+MAX_DRIFT_EVENTS = 200
+
+
+def _plain(obj: Any) -> Any:
+    return msgspec.to_builtins(obj)
+
+
+class LiveState:
+    """What the page shows, kept current from the streams; pure bookkeeping, no I/O."""
+
+    def __init__(self) -> None:
+        self.bundles: dict[tuple[str, str], dict[str, Any]] = {}
+        self.objects: dict[tuple[str, str], dict[str, dict[str, Any]]] = collections.defaultdict(
+            dict
+        )
+        self.drift: collections.deque[dict[str, Any]] = collections.deque(maxlen=MAX_DRIFT_EVENTS)
+        self.decisions: collections.Counter[str] = collections.Counter()
+        self.pending: dict[str, int] = {}
+        self.health: dict[tuple[str, str], tuple[str, str]] = {}
+        """(cluster, object) → (health, message) as the watcher last saw it."""
+        self._bundle_of: dict[tuple[str, str], str] = {}
+
+    def on_server(self, ev: ServerEvent) -> dict[str, Any] | None:
+        """Health from the watcher's facts; the object row it changes, if the page has it."""
+        ident = (ev.cluster, str(ev.key))
+        self.health[ident] = (str(ev.health), ev.health_message)
+        bundle = self._bundle_of.get(ident)
+        row = self.objects.get((ev.cluster, bundle), {}).get(str(ev.key)) if bundle else None
+        if row is None:
+            return None
+        row["health"], row["health_message"] = self.health[ident]
+        return row
+
+    def on_bundle(self, st: BundleStatus) -> dict[str, Any]:
+        doc: dict[str, Any] = _plain(st)
+        self.bundles[(st.cluster, st.bundle)] = doc
+        return doc
+
+    def on_object(self, st: ObjectStatus) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        doc = _plain(st) | {"object": str(st.key)}
+        ident = (st.cluster, str(st.key))
+        self._bundle_of[ident] = st.bundle
+        if ident in self.health:
+            doc["health"], doc["health_message"] = self.health[ident]
+        self.objects[(st.cluster, st.bundle)][str(st.key)] = doc
+        corrected = None
+        if st.message.endswith(tuple(f"({r})" for r in DRIFT_REASONS)):
+            corrected = {
+                "event": "corrected",
+                "cluster": st.cluster,
+                "bundle": st.bundle,
+                "object": str(st.key),
+                "at": doc.get("at"),
+                "detail": st.message,
+            }
+            self.drift.appendleft(corrected)
+        return doc, corrected
+
+    def on_decision(self, d: DecisionRecord) -> dict[str, Any] | None:
+        self.decisions["hit" if str(d.action) == "hit" else "miss"] += 1
+        if str(d.reason) not in DRIFT_REASONS:
+            return None
+        event = {
+            "event": "detected",
+            "cluster": d.cluster,
+            "bundle": d.bundle,
+            "object": str(d.key),
+            "at": _plain(d.at),
+            "detail": f"{d.reason}: live object differs from what was applied",
+        }
+        self.drift.appendleft(event)
+        return event
+
+    def stats(self) -> dict[str, Any]:
+        total = sum(self.decisions.values())
+        return {
+            "hit_ratio": round(self.decisions["hit"] / total, 4) if total else None,
+            "decisions": total,
+            "pending": dict(self.pending),
+        }
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "bundles": sorted(
+                self.bundles.values(), key=lambda b: (b.get("cluster", ""), b.get("bundle", ""))
+            ),
+            "objects": {
+                f"{c}/{b}": sorted(objs.values(), key=lambda o: o["object"])
+                for (c, b), objs in self.objects.items()
+            },
+            "drift": list(self.drift),
+            "stats": self.stats(),
+        }
+
+
+class StatusPage:
+    def __init__(self, js: JetStreamContext) -> None:
+        self.js = js
+        self.state = LiveState()
+        self._clients: set[asyncio.Queue[bytes]] = set()
+
+    def _send(self, kind: str, data: Any) -> None:
+        frame = b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+        for q in list(self._clients):
+            with contextlib.suppress(asyncio.QueueFull):  # a stuck browser loses events only
+                q.put_nowait(frame)
+
+    def _on_status(self, msg: Msg) -> None:
+        try:
+            if msg.subject.endswith(".bundle"):
+                self._send("bundle", self.state.on_bundle(decode(msg.data, BundleStatus)))
+            else:
+                doc, corrected = self.state.on_object(decode(msg.data, ObjectStatus))
+                self._send("object", doc)
+                if corrected:
+                    self._send("drift", corrected)
+        except WireError as exc:
+            log.warning("ignoring status on %s: %s", msg.subject, exc)
+
+    def _on_decision(self, msg: Msg) -> None:
+        try:
+            event = self.state.on_decision(decode(msg.data, DecisionRecord))
+        except WireError as exc:
+            log.warning("ignoring decision on %s: %s", msg.subject, exc)
+            return
+        if event:
+            self._send("drift", event)
+        self._send("stats", self.state.stats())
+
+    def _on_server(self, msg: Msg) -> None:
+        try:
+            row = self.state.on_server(decode(msg.data, ServerEvent))
+        except WireError as exc:
+            log.warning("ignoring server fact on %s: %s", msg.subject, exc)
+            return
+        if row:
+            self._send("object", row)
+
+    async def follow(self) -> None:
+        """Replay current status (last per subject), then follow status and decisions live."""
+        status = bus.Follower(self.js, bus.STATUS, "driftbus.status.>")
+        decisions = bus.Follower(
+            self.js, bus.DECISIONS, "driftbus.decision.>", last_per_subject=False
+        )
+        facts = bus.Follower(self.js, bus.SERVER, "driftbus.server.>")
+
+        async def pump(f: bus.Follower, handle: Any) -> None:
+            async for msg in f.messages():
+                handle(msg)
+
+        await asyncio.gather(
+            pump(status, self._on_status),
+            pump(decisions, self._on_decision),
+            pump(facts, self._on_server),
+            self._poll_pending(),
+        )
+
+    async def _poll_pending(self) -> None:
+        while True:
+            clusters = {c for c, _ in self.state.bundles}
+            for c in clusters:
+                with contextlib.suppress(Exception):  # no consumer: no applier has started
+                    info = await self.js.consumer_info(bus.INTENTS, bus.intent_consumer_name(c))
+                    self.state.pending[c] = (info.num_pending or 0) + (info.num_ack_pending or 0)
+            self._send("stats", self.state.stats())
+            await asyncio.sleep(2.0)
+
+    # --- HTTP -----------------------------------------------------------------------------
+
+    async def index(self, _: web.Request) -> web.FileResponse:
+        return web.FileResponse(STATIC / "index.html")
+
+    async def api_state(self, _: web.Request) -> web.Response:
+        return web.Response(
+            body=orjson.dumps(self.state.snapshot()), content_type="application/json"
+        )
+
+    async def events(self, request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        await resp.prepare(request)
+        q: asyncio.Queue[bytes] = asyncio.Queue(maxsize=10_000)
+        self._clients.add(q)
+        try:
+            await resp.write(
+                b"event: state\ndata: " + orjson.dumps(self.state.snapshot()) + b"\n\n"
+            )
+            while True:
+                try:
+                    frame = await asyncio.wait_for(q.get(), timeout=15)
+                except TimeoutError:
+                    frame = b": keep-alive\n\n"
+                await resp.write(frame)
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        finally:
+            self._clients.discard(q)
+        return resp
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/", self.index)
+        app.router.add_get("/api/state", self.api_state)
+        app.router.add_get("/events", self.events)
+        app.router.add_static("/static/", STATIC)
+        return app
+
+
+async def run(nats: bus.NatsSettings, host: str, port: int) -> None:
+    nc = await bus.connect(nats, name="driftbus-ui")
+    page = StatusPage(nc.jetstream())
+    runner = web.AppRunner(page.app(), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    print(f"driftbus ui: http://{host}:{port}/", flush=True)
+    try:
+        await bus.ensure_streams(page.js, manage=False)  # the planner creates them
+        while True:
+            try:
+                await page.follow()
+            except Exception:  # a broken follow must not take the page down: log, start over
+                log.exception("following the streams failed; retrying")
+                await asyncio.sleep(1.0)
+    finally:
+        await runner.cleanup()
+        await nc.drain()
+
+
+__all__ = ["LiveState", "StatusPage", "run"]
