@@ -24,7 +24,13 @@ from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js import JetStreamContext
 from nats.js import api as js_api
-from nats.js.errors import BadRequestError, BucketNotFoundError, NotFoundError
+from nats.js.errors import (
+    BadRequestError,
+    BucketNotFoundError,
+    NoStreamResponseError,
+    NotFoundError,
+    ServiceUnavailableError,
+)
 
 from schemas.subjects import PREFIX, encode_token
 from services.common import telemetry
@@ -298,12 +304,14 @@ class Publisher:
         *,
         max_inflight: int = 512,
         ack_timeout: float = 10.0,
-        retries: int = 5,
+        retry_for: float = 90.0,
     ) -> None:
         self._js = js
         self._slots = asyncio.Semaphore(max_inflight)
         self._timeout = ack_timeout
-        self._retries = retries
+        # Long enough to ride out a reconnect or a stream leader election on a NATS cluster,
+        # and within the dedupe window, so a retry of a publish that did land is dropped.
+        self._retry_for = min(retry_for, DEDUPE_WINDOW - ack_timeout)
         self._pending: set[asyncio.Task[js_api.PubAck]] = set()
         self.errors = 0
 
@@ -332,24 +340,29 @@ class Publisher:
     ) -> js_api.PubAck:
         hdrs = {"Nats-Msg-Id": msg_id, **(headers or {})}
         delay = 0.2
-        for attempt in range(self._retries + 1):
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + self._retry_for
+        attempt = 0
+        while True:
+            attempt += 1
             try:
                 return await self._js.publish(subject, data, headers=hdrs, timeout=self._timeout)
             except (
                 NatsTimeout,
                 nats.errors.ConnectionClosedError,
                 nats.errors.NoRespondersError,
+                # the stream has no leader for a moment (a NATS cluster node was lost)
+                NoStreamResponseError,
+                ServiceUnavailableError,
                 TimeoutError,
             ) as exc:
                 # Unknown outcome: retrying with the same Nats-Msg-Id cannot duplicate it.
-                if attempt == self._retries:
+                if loop.time() + delay > give_up:
                     raise BusError(
-                        f"publish to {subject} failed after {attempt + 1} tries: "
-                        f"{type(exc).__name__}"
+                        f"publish to {subject} failed after {attempt} tries: {type(exc).__name__}"
                     ) from None
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
-        raise AssertionError("unreachable")  # pragma: no cover
 
     async def flush(self) -> None:
         """Wait for every queued publish; raises the first failure."""
