@@ -223,8 +223,8 @@ async def ensure_streams(
                 try:
                     await js.stream_info(config.name)
                     break
-                except NotFoundError:
-                    pass
+                except (NotFoundError, ServiceUnavailableError, NatsTimeout, TimeoutError):
+                    pass  # not there yet, or a NATS cluster still electing its leaders
                 if within is not None and loop.time() - started > within:
                     raise BusError(
                         f"stream {config.name} does not exist; the planner creates the "
@@ -238,11 +238,7 @@ async def ensure_streams(
                     waited = True
                 await asyncio.sleep(0.5)
             continue
-        try:
-            await js.add_stream(config=config)
-        except BadRequestError:
-            # exists with another configuration (older driftbus): bring it to ours
-            await js.update_stream(config=config)
+        await _create_or_update(js, config, started + (within or 120.0))
     if manage:
         # the bucket big bundles go to exists before any user needs it (users may not create it)
         try:
@@ -252,6 +248,36 @@ async def ensure_streams(
                 OBJECT_STORE_BUCKET,
                 config=js_api.ObjectStoreConfig(storage=js_api.StorageType.FILE, replicas=replicas),
             )
+
+
+async def _create_or_update(
+    js: JetStreamContext, config: js_api.StreamConfig, deadline: float
+) -> None:
+    """Create the stream, or bring an existing one (older driftbus) to ``config``. While a NATS
+    cluster is still forming (no meta leader, replicas' peers not yet online) the request fails
+    in passing: retried until ``deadline``, then the last error says why."""
+    loop = asyncio.get_running_loop()
+    while True:
+        try:
+            try:
+                await js.add_stream(config=config)
+            except BadRequestError as exc:
+                if exc.err_code == 10005:  # no suitable peers for placement: cluster forming
+                    raise
+                await js.update_stream(config=config)  # exists with another configuration
+            return
+        except (BadRequestError, NotFoundError, ServiceUnavailableError, NatsTimeout) as exc:
+            if isinstance(exc, BadRequestError) and exc.err_code != 10005:
+                raise  # a configuration the server refuses: retrying cannot help
+            if loop.time() > deadline:
+                raise BusError(f"stream {config.name} cannot be created: {exc}") from None
+            log.info(
+                "stream %s not created yet (%s); retrying",
+                config.name,
+                exc,
+                extra={"error": str(exc)},
+            )
+            await asyncio.sleep(1.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -288,11 +314,20 @@ async def ensure_intent_consumer(
         max_waiting=512,
         replay_policy=js_api.ReplayPolicy.INSTANT,
     )
-    try:
-        await js.add_consumer(INTENTS, config=config)
-    except BadRequestError:
-        await js.update_consumer(INTENTS, config=config)  # type: ignore[attr-defined]
-    return name
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 120.0
+    while True:
+        try:
+            try:
+                await js.add_consumer(INTENTS, config=config)
+            except BadRequestError:
+                await js.update_consumer(INTENTS, config=config)  # type: ignore[attr-defined]
+            return name
+        except (ServiceUnavailableError, NatsTimeout, TimeoutError) as exc:
+            # a NATS cluster still electing the stream's leader: not an error yet
+            if loop.time() > deadline:
+                raise BusError(f"intent consumer {name} cannot be created: {exc!r}") from None
+            await asyncio.sleep(1.0)
 
 
 class Publisher:
