@@ -95,3 +95,19 @@ def test_shipped_nats_configuration_is_generated_and_accepted_by_nats_server() -
     )
     assert missing.returncode != 0
     assert "DRIFTBUS_NATS_PASSWORD_PLANNER" in missing.stdout + missing.stderr
+
+
+async def test_applier_autoscaler_example_is_accepted(kube: KubeClient) -> None:
+    """deploy/autoscaling/hpa.yaml (on driftbus_intents_pending) passes server-side dry-run.
+    The KEDA variant needs KEDA's CRDs, which the test API server does not have: it is only
+    checked to name the same metric."""
+    await kube.apply(
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "driftbus"}},
+        field_manager="driftbus-tests",
+    )
+    hpa = yaml.safe_load((ROOT / "deploy" / "autoscaling" / "hpa.yaml").read_text())
+    hpa["metadata"]["namespace"] = "driftbus"
+    result = await kube.apply(hpa, field_manager="driftbus-tests", dry_run=True)
+    assert result["spec"]["metrics"][0]["external"]["metric"]["name"] == "driftbus_intents_pending"
+    keda = yaml.safe_load((ROOT / "deploy" / "autoscaling" / "keda-scaledobject.yaml").read_text())
+    assert "driftbus_intents_pending" in keda["spec"]["triggers"][0]["metadata"]["query"]
