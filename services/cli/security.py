@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import secrets
+import sys
 from pathlib import Path
 
 from services.common import permissions
@@ -79,6 +80,13 @@ def cmd_nats_config(args: argparse.Namespace) -> int:
         )
         return 0
     if args.passwords:
+        if sys.stdout.isatty():  # secrets go to a file, not to a screen or its scrollback
+            print(
+                "driftbus nats-config --passwords: redirect it to a file (> .env); "
+                "it prints secrets",
+                file=sys.stderr,
+            )
+            return 2
         for u in users:
             print(f"{u.password_env}={secrets.token_urlsafe(24)}")
         return 0

@@ -292,6 +292,16 @@ def intent_consumer_name(cluster: str) -> str:
     return "appliers-" + encode_token(cluster).replace("=", "_")
 
 
+async def intents_pending(js: JetStreamContext, cluster: str) -> int | None:
+    """Intents of ``cluster`` queued or being applied (the autoscaling signal); None while
+    there is no consumer yet (no applier has started) or NATS does not answer."""
+    try:
+        info = await js.consumer_info(INTENTS, intent_consumer_name(cluster))
+    except (NotFoundError, ServiceUnavailableError, NatsTimeout, TimeoutError):
+        return None
+    return (info.num_pending or 0) + (info.num_ack_pending or 0)
+
+
 async def ensure_intent_consumer(
     js: JetStreamContext, cluster: str, s: IntentConsumerSettings
 ) -> str:

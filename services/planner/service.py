@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import dataclasses
 import datetime as dt
 import logging
@@ -598,11 +597,8 @@ class Planner:
         while True:
             await asyncio.sleep(self.s.stats_interval / 6)
             for cluster in {c for c, _ in self.bundles}:
-                with contextlib.suppress(Exception):  # no consumer yet: no applier yet
-                    info = await self.js.consumer_info(
-                        bus.INTENTS, bus.intent_consumer_name(cluster)
-                    )
-                    self.pending[cluster] = (info.num_pending or 0) + (info.num_ack_pending or 0)
+                if (n := await bus.intents_pending(self.js, cluster)) is not None:
+                    self.pending[cluster] = n
 
     def _observe_pending(self, _: Any) -> list[Observation]:
         return [Observation(n, {"cluster": c}) for c, n in self.pending.items()]

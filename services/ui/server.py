@@ -18,7 +18,7 @@ import collections
 import contextlib
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 import orjson
@@ -31,6 +31,7 @@ from schemas.messages import BundleStatus, DecisionRecord, ObjectStatus, ServerE
 from services.common import bus
 
 log = logging.getLogger("driftbus.ui")
+T = TypeVar("T")
 STATIC = Path(__file__).parent / "static"
 DRIFT_REASONS = ("drift", "deleted")
 MAX_DRIFT_EVENTS = 200
@@ -38,6 +39,16 @@ MAX_DRIFT_EVENTS = 200
 
 def _plain(obj: Any) -> Any:
     return msgspec.to_builtins(obj)
+
+
+def _decoded(msg: Msg, kind: type[T]) -> T | None:
+    """The message as ``kind``, or None after saying why it was skipped (bad input never stops
+    the page)."""
+    try:
+        return decode(msg.data, kind)
+    except WireError as exc:
+        log.warning("ignoring %s on %s: %s", kind.__name__, msg.subject, exc)
+        return None
 
 
 class LiveState:
@@ -141,34 +152,24 @@ class StatusPage:
                 q.put_nowait(frame)
 
     def _on_status(self, msg: Msg) -> None:
-        try:
-            if msg.subject.endswith(".bundle"):
-                self._send("bundle", self.state.on_bundle(decode(msg.data, BundleStatus)))
-            else:
-                doc, corrected = self.state.on_object(decode(msg.data, ObjectStatus))
-                self._send("object", doc)
-                if corrected:
-                    self._send("drift", corrected)
-        except WireError as exc:
-            log.warning("ignoring status on %s: %s", msg.subject, exc)
+        if msg.subject.endswith(".bundle"):
+            if (st := _decoded(msg, BundleStatus)) is not None:
+                self._send("bundle", self.state.on_bundle(st))
+        elif (ost := _decoded(msg, ObjectStatus)) is not None:
+            doc, corrected = self.state.on_object(ost)
+            self._send("object", doc)
+            if corrected:
+                self._send("drift", corrected)
 
     def _on_decision(self, msg: Msg) -> None:
-        try:
-            event = self.state.on_decision(decode(msg.data, DecisionRecord))
-        except WireError as exc:
-            log.warning("ignoring decision on %s: %s", msg.subject, exc)
+        if (d := _decoded(msg, DecisionRecord)) is None:
             return
-        if event:
+        if event := self.state.on_decision(d):
             self._send("drift", event)
         self._send("stats", self.state.stats())
 
     def _on_server(self, msg: Msg) -> None:
-        try:
-            row = self.state.on_server(decode(msg.data, ServerEvent))
-        except WireError as exc:
-            log.warning("ignoring server fact on %s: %s", msg.subject, exc)
-            return
-        if row:
+        if (ev := _decoded(msg, ServerEvent)) is not None and (row := self.state.on_server(ev)):
             self._send("object", row)
 
     async def follow(self) -> None:
@@ -194,9 +195,8 @@ class StatusPage:
         while True:
             clusters = {c for c, _ in self.state.bundles}
             for c in clusters:
-                with contextlib.suppress(Exception):  # no consumer: no applier has started
-                    info = await self.js.consumer_info(bus.INTENTS, bus.intent_consumer_name(c))
-                    self.state.pending[c] = (info.num_pending or 0) + (info.num_ack_pending or 0)
+                if (n := await bus.intents_pending(self.js, c)) is not None:
+                    self.state.pending[c] = n
             self._send("stats", self.state.stats())
             await asyncio.sleep(2.0)
 
