@@ -3,7 +3,8 @@
 * ``stack`` (session): nats-server with JetStream + etcd + kube-apiserver on loopback ports.
 * ``kube`` (session): a KubeClient of the stack's cluster, admin identity.
 * ``namespace`` (per test): a fresh namespace with a unique name.
-* ``second_cluster`` (session, on demand): another independent etcd + kube-apiserver pair.
+* ``second_cluster``, ``third_cluster`` (session, on demand): more independent etcd +
+  kube-apiserver pairs (multi-cluster tests).
 * ``nc`` / ``js`` (per test): a NATS connection and its JetStream context.
 
 Server logs are attached to the report of every failing test that used them, and the session
@@ -68,7 +69,16 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
             terminalreporter.write_line(line)
 
 
-_SERVER_FIXTURES = {"stack", "kube", "namespace", "second_cluster", "nc", "js", "nats_url"}
+_SERVER_FIXTURES = {
+    "stack",
+    "kube",
+    "namespace",
+    "second_cluster",
+    "third_cluster",
+    "nc",
+    "js",
+    "nats_url",
+}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -124,6 +134,20 @@ def second_cluster(
     root = tmp_path_factory.mktemp("second")
     cluster = servers.Cluster.start("second", root)
     pytestconfig.stash[_LOGS_KEY].update({f"second/{k}": v for k, v in cluster.logs().items()})
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def third_cluster(
+    tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
+) -> Iterator[servers.Cluster]:
+    pytestconfig.stash[_SESSION_ROOT_KEY] = tmp_path_factory.getbasetemp()
+    root = tmp_path_factory.mktemp("third")
+    cluster = servers.Cluster.start("third", root)
+    pytestconfig.stash[_LOGS_KEY].update({f"third/{k}": v for k, v in cluster.logs().items()})
     try:
         yield cluster
     finally:

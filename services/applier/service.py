@@ -47,6 +47,7 @@ from schemas.subjects import (
     object_subject,
     parse_subject,
 )
+from services.applier.fence import Fence
 from services.common import bus, telemetry
 from services.common.kube import (
     Conflict,
@@ -74,6 +75,10 @@ TIME_TO_CORRECT = telemetry.meter.create_histogram(
     unit="s",
     description="from the planner's drift decision to the correction applied",
 )
+FENCED = telemetry.meter.create_counter(
+    "driftbus_intents_fenced",
+    description="intents dropped because their planner had lost its claim on the cluster",
+)
 DELETED_SHA = "0" * 64
 
 
@@ -98,6 +103,11 @@ class ApplierSettings(telemetry.TelemetrySettings, bus.NatsSettings):
         "third of it)",
     )
     max_deliver: int = setting(20, "deliveries of one intent before it is given up")
+    fence_refresh: float = setting(
+        1.0,
+        "seconds between reads of the cluster's planner claim: how soon after a take-over the "
+        "intents of the deposed planner are dropped even before the new one's arrive",
+    )
 
 
 class Wait(Exception):
@@ -129,10 +139,26 @@ class Applier:
         self.superseded = 0
         self.failed = 0
         self.redelivered_done = 0
+        self.fenced = 0
+        self.fence = Fence()
         self._inflight: set[asyncio.Task[None]] = set()
         self.bound = asyncio.Event()
 
+    async def _follow_claims(self) -> None:
+        while True:
+            with contextlib.suppress(Exception):  # NATS away: the intents' own tokens still count
+                self.fence.raise_to(await bus.claim_revision(self.js, self.s.cluster))
+            await asyncio.sleep(self.s.fence_refresh)
+
     async def run(self) -> None:
+        self.fence.raise_to(await bus.claim_revision(self.js, self.s.cluster))
+        claims = asyncio.create_task(self._follow_claims(), name="follow claims")
+        try:
+            await self._run()
+        finally:
+            claims.cancel()
+
+    async def _run(self) -> None:
         consumer = await bus.ensure_intent_consumer(
             self.js,
             self.s.cluster,
@@ -205,6 +231,21 @@ class Applier:
                 "reason": getattr(intent, "reason", "prune"),
             }
         )
+        if not self.fence.admits(intent.fencing_token):
+            log.warning(
+                "%s: dropping intent %d of planner %s: its claim (token %d) was superseded "
+                "(token %d)",
+                intent.key,
+                seq(msg),
+                intent.planner or "?",
+                intent.fencing_token,
+                self.fence.token,
+                extra={"cluster": intent.cluster, "fencing_token": intent.fencing_token},
+            )
+            self.fenced += 1
+            FENCED.add(1, {"cluster": intent.cluster})
+            await msg.ack_sync()
+            return "fenced"
         try:
             last = await bus.last_message(self.js, bus.INTENTS, msg.subject)
             if last is None or last.seq != msg.metadata.sequence.stream:

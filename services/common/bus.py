@@ -47,6 +47,9 @@ BUNDLES, SERVER, APPLIED, INTENTS, STATUS, DECISIONS = (
     "DRIFTBUS_DECISIONS",
 )
 OBJECT_STORE_BUCKET = "driftbus-bundles"
+SHARDS_BUCKET = "driftbus-shards"
+"""KV bucket of planner heartbeats (``planners.<id>``) and cluster claims (``clusters.<c>``)."""
+SHARDS_STREAM = f"KV_{SHARDS_BUCKET}"
 DAY = 24 * 3600.0
 DEDUPE_WINDOW = 120.0
 """Seconds during which a repeated Nats-Msg-Id is dropped: covers publish retries across a
@@ -240,6 +243,7 @@ async def ensure_streams(
             continue
         await _create_or_update(js, config, started + (within or 120.0))
     if manage:
+        await _ensure_shards_bucket(js, replicas)
         # the bucket big bundles go to exists before any user needs it (users may not create it)
         try:
             await js.object_store(OBJECT_STORE_BUCKET)
@@ -248,6 +252,42 @@ async def ensure_streams(
                 OBJECT_STORE_BUCKET,
                 config=js_api.ObjectStoreConfig(storage=js_api.StorageType.FILE, replicas=replicas),
             )
+
+
+async def _ensure_shards_bucket(js: JetStreamContext, replicas: int) -> None:
+    try:
+        await js.key_value(SHARDS_BUCKET)
+    except BucketNotFoundError:
+        with contextlib.suppress(BadRequestError):  # another planner created it meanwhile
+            await js.create_key_value(
+                js_api.KeyValueConfig(
+                    bucket=SHARDS_BUCKET,
+                    description="driftbus planner heartbeats and cluster claims",
+                    history=1,
+                    storage=js_api.StorageType.FILE,
+                    replicas=replicas,
+                    direct=True,  # appliers read their cluster's claim with a direct get
+                )
+            )
+
+
+def claim_key(cluster: str) -> str:
+    return f"clusters.{encode_token(cluster)}"
+
+
+def heartbeat_key(planner_id: str) -> str:
+    # KV keys allow [-/_=.a-zA-Z0-9]; the id is a hostname-pid or a name a user chose
+    return "planners." + encode_token(planner_id)
+
+
+async def claim_revision(js: JetStreamContext, cluster: str) -> int | None:
+    """The revision of the cluster's planner claim (the current fencing token), or None when
+    no planner ever claimed it (or the bucket is not there yet)."""
+    try:
+        last = await last_message(js, SHARDS_STREAM, f"$KV.{SHARDS_BUCKET}.{claim_key(cluster)}")
+    except ServiceUnavailableError:
+        return None
+    return None if last is None else int(last.seq or 0)
 
 
 async def _create_or_update(

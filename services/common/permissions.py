@@ -6,7 +6,8 @@ Every process authenticates as one role and may touch only its own subjects (doc
 - ``applier-<cluster>`` consumes only that cluster's intents (its durable consumer, created on
   the filter-bearing API subject so the filter is enforced by the server) and publishes only that
   cluster's applied facts and status;
-- ``planner`` owns the streams and reads everything (it serves every cluster);
+- ``planner`` owns the streams and reads everything (it serves every cluster), and writes
+  its heartbeat and cluster claims to the shards KV bucket;
 - a user publishes bundles to, and reads status of, the clusters listed for them.
 
 JetStream is reached through ``$JS.API.*`` request subjects, so the sets below name the API calls
@@ -104,6 +105,8 @@ def applier(cluster: str) -> Permissions:
             f"{JS}.DIRECT.GET.{intents}.{PREFIX}.intent.{t}.>",
             # is a redelivered intent already carried out? (its applied fact says so)
             f"{JS}.DIRECT.GET.{bus.APPLIED}.{PREFIX}.applied.{t}.>",
+            # the planner claim on the cluster: its revision fences off deposed planners
+            f"{JS}.DIRECT.GET.{bus.SHARDS_STREAM}.$KV.{bus.SHARDS_BUCKET}.{bus.claim_key(cluster)}",
         ),
         subscribe=(f"{bus.inbox_prefix('applier', cluster)}.>",),
     )
@@ -116,6 +119,7 @@ def planner() -> Permissions:
             f"{PREFIX}.status.>",
             f"{PREFIX}.decision.>",
             f"{JS}.>",  # it creates and updates the streams and the object store bucket
+            f"$KV.{bus.SHARDS_BUCKET}.>",  # heartbeats and cluster claims
             "$JS.FC.>",
             "$JS.ACK.>",
         ),

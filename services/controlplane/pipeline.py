@@ -96,6 +96,10 @@ class Pipeline:
         argv = [sys.executable, "-m", "services.cli.main", role, *args]
         if role in ("watcher", "applier"):
             argv += ["--cluster", self.cluster]
+        if role == "planner" and "--planner-id" not in args:
+            # a stable identity, like a pod's: a restarted planner takes its claims back at
+            # once instead of waiting out the heartbeat timeout of its previous life
+            argv += ["--planner-id", name]
         env = self.env() | self.role_env.get(role, {})
         proc = servers.Process(name, argv, self.workdir, env=env)
         proc.start()

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import dataclasses
 import datetime as dt
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -46,9 +48,11 @@ from schemas.messages import (
     ServerEvent,
 )
 from schemas.subjects import (
+    PREFIX,
     ObjectKey,
     SubjectError,
     bundle_status_subject,
+    encode_token,
     key_tokens,
     object_subject,
     parse_subject,
@@ -79,6 +83,7 @@ from services.planner.decide import (
     restore,
     step,
 )
+from services.planner.shards import Coordinator
 from services.planner.store import EntryStore, Slot
 
 log = logging.getLogger("driftbus.planner")
@@ -109,6 +114,14 @@ class PlannerSettings(telemetry.TelemetrySettings, bus.NatsSettings):
         30.0, "seconds between log lines with hit/miss counts by reason (only when changed)"
     )
     stream_replicas: int = setting(1, "replicas of the JetStream streams (3 on a NATS cluster)")
+    heartbeat_interval: float = setting(
+        2.0, "seconds between this replica's heartbeats (and claim rounds) in the shards bucket"
+    )
+    heartbeat_timeout: float = setting(
+        10.0,
+        "seconds without a heartbeat after which a replica counts as dead and others take its "
+        "clusters over (at least twice the interval)",
+    )
 
 
 def _hex(sha: bytes | None) -> str | None:
@@ -141,12 +154,24 @@ _manifest_json = msgspec.json.Encoder()
 
 
 class Planner:
+    """Plans one cluster, under the fencing token of this replica's claim on it."""
+
     def __init__(
-        self, *, settings: PlannerSettings, js: JetStreamContext, publisher: bus.Publisher
+        self,
+        *,
+        settings: PlannerSettings,
+        js: JetStreamContext,
+        publisher: bus.Publisher,
+        cluster: str,
+        fencing_token: int = 0,
+        owns: Callable[[], bool] = lambda: True,
     ) -> None:
         self.s = settings
         self.js = js
         self.pub = publisher
+        self.cluster = cluster
+        self.fencing_token = fencing_token
+        self._owns = owns
         self.entries = EntryStore()  # the SHA cache, packed (≈ 220 bytes per object)
         self.manifests: dict[Slot, bytes] = {}
         """Desired manifests as compact JSON: decoded only for the rare intent (a miss)."""
@@ -160,28 +185,20 @@ class Planner:
         self._dirty_since: dict[tuple[str, str], float] = {}
         self._trace: dict[tuple[str, str], Context] = {}
         """Per bundle, the span its latest traced event was handled in: status continues it."""
-        self.pending: dict[str, int] = {}
-        telemetry.meter.create_observable_gauge(
-            "driftbus_intents_pending",
-            [self._observe_pending],
-            description="intents queued or being applied, per cluster: scale appliers on it",
-        )
-        telemetry.meter.create_observable_gauge(
-            "driftbus_cache_hit_ratio",
-            [self._observe_hit_ratio],
-            description="decisions that were cache hits since start (1.0: nothing re-applied)",
-        )
+        self.pending: int | None = None
+        """Intents of this cluster queued or being applied (None until known)."""
         self._last_status: dict[tuple[str, str], tuple[Any, ...]] = {}
 
     # --- the run loop ---------------------------------------------------------------------
 
     async def run(self) -> None:
         queue: asyncio.Queue[tuple[str, Msg]] = asyncio.Queue(maxsize=10_000)
+        c = encode_token(self.cluster)
         followers = {
-            "bundle": bus.Follower(self.js, bus.BUNDLES, "driftbus.bundle.>"),
-            "server": bus.Follower(self.js, bus.SERVER, "driftbus.server.>"),
-            "applied": bus.Follower(self.js, bus.APPLIED, "driftbus.applied.>"),
-            "status": bus.Follower(self.js, bus.STATUS, "driftbus.status.*.*.object.>"),
+            "bundle": bus.Follower(self.js, bus.BUNDLES, f"{PREFIX}.bundle.{c}.>"),
+            "server": bus.Follower(self.js, bus.SERVER, f"{PREFIX}.server.{c}.>"),
+            "applied": bus.Follower(self.js, bus.APPLIED, f"{PREFIX}.applied.{c}.>"),
+            "status": bus.Follower(self.js, bus.STATUS, f"{PREFIX}.status.{c}.*.object.>"),
         }
 
         async def pump(kind: str, f: bus.Follower) -> None:
@@ -225,7 +242,12 @@ class Planner:
         for view in list(self.bundles.values()):
             await self._prune(view)
         self._dirty.update(self.bundles)
-        log.info("rebuilt %d objects in %d bundles; live", len(self.entries), len(self.bundles))
+        log.info(
+            "cluster %s: rebuilt %d objects in %d bundles; live",
+            self.cluster,
+            len(self.entries),
+            len(self.bundles),
+        )
         self.ready.set()
 
     async def _handle(self, kind: str, msg: Msg) -> None:
@@ -473,8 +495,14 @@ class Planner:
                 allow_replace=view.allow_replace,
                 issued_at=_now(),
                 planner=self.s.planner_id,
+                fencing_token=self.fencing_token,
             )
-            msg_id = f"{key_tokens(key)}|{e.manifest_sha.hex()[:16]}|{d.reason}|{cause}"
+            # the token is part of the id: a planner that took the cluster over re-sends what
+            # was in flight, and its intents must not be dropped as repeats of the deposed one's
+            msg_id = (
+                f"{key_tokens(key)}|{e.manifest_sha.hex()[:16]}|{d.reason}|{cause}"
+                f"|{self.fencing_token}"
+            )
         elif d.action is DecisionAction.DELETE:
             encoded = self.manifests.get(slot)
             manifest = msgspec.json.decode(encoded) if encoded else {}
@@ -487,11 +515,17 @@ class Planner:
                 revision=revision,
                 issued_at=_now(),
                 planner=self.s.planner_id,
+                fencing_token=self.fencing_token,
             )
-            msg_id = f"{key_tokens(key)}|delete|{e.server_rv}"
+            msg_id = f"{key_tokens(key)}|delete|{e.server_rv}|{self.fencing_token}"
         else:
             intent = None  # type: ignore[assignment]
             msg_id = ""
+        if intent is not None and not self._owns():
+            # fenced off ourselves (heartbeats failing or the claim moved on): the replica now
+            # planning this cluster decides instead; appliers would drop the intent anyway
+            log.warning("%s: not sending %s: no longer this cluster's planner", key, d.action)
+            return
         if intent is not None:
             await self.pub.publish(
                 object_subject("intent", cluster, key), encode(intent), msg_id=msg_id
@@ -593,19 +627,11 @@ class Planner:
         self._dirty_since.setdefault(ident, time.monotonic())
 
     async def _pending_loop(self) -> None:
-        """Intents waiting per cluster (queued + being applied): the autoscaling signal."""
+        """Intents waiting (queued + being applied): the autoscaling signal."""
         while True:
             await asyncio.sleep(self.s.stats_interval / 6)
-            for cluster in {c for c, _ in self.bundles}:
-                if (n := await bus.intents_pending(self.js, cluster)) is not None:
-                    self.pending[cluster] = n
-
-    def _observe_pending(self, _: Any) -> list[Observation]:
-        return [Observation(n, {"cluster": c}) for c, n in self.pending.items()]
-
-    def _observe_hit_ratio(self, _: Any) -> list[Observation]:
-        ratio = self.cache_stats()["hit_ratio"]
-        return [] if ratio is None else [Observation(ratio)]
+            if self.bundles and (n := await bus.intents_pending(self.js, self.cluster)) is not None:
+                self.pending = n
 
     async def _status_loop(self) -> None:
         last_stats: dict[str, Any] = {}
@@ -618,7 +644,7 @@ class Planner:
             if loop.time() >= next_stats:
                 stats = self.cache_stats()
                 if stats != last_stats:
-                    log.info("cache: %s", stats)
+                    log.info("cluster %s: cache: %s", self.cluster, stats)
                     last_stats = stats
                 next_stats = loop.time() + self.s.stats_interval
             dirty, self._dirty = self._dirty, set()
@@ -650,6 +676,92 @@ class Planner:
                 STATUS_LAG.record(time.monotonic() - since)
 
 
+class Replica:
+    """One planner process: plans the clusters its claims give it, one ``Planner`` each."""
+
+    def __init__(
+        self, *, settings: PlannerSettings, js: JetStreamContext, publisher: bus.Publisher
+    ) -> None:
+        self.s = settings
+        self.js = js
+        self.pub = publisher
+        self.planners: dict[str, Planner] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self.shards = Coordinator(
+            js=js,
+            planner_id=settings.planner_id,
+            interval=settings.heartbeat_interval,
+            timeout=settings.heartbeat_timeout,
+            start=self.start_cluster,
+            stop=self.stop_cluster,
+        )
+        telemetry.meter.create_observable_gauge(
+            "driftbus_intents_pending",
+            [self._observe_pending],
+            description="intents queued or being applied, per cluster: scale appliers on it",
+        )
+        telemetry.meter.create_observable_gauge(
+            "driftbus_cache_hit_ratio",
+            [self._observe_hit_ratio],
+            description="decisions that were cache hits since start (1.0: nothing re-applied)",
+        )
+
+    def ready(self) -> bool:
+        return self.shards.ready.is_set() and all(p.ready.is_set() for p in self.planners.values())
+
+    async def start_cluster(self, cluster: str, token: int) -> None:
+        planner = Planner(
+            settings=self.s,
+            js=self.js,
+            publisher=self.pub,
+            cluster=cluster,
+            fencing_token=token,
+            owns=lambda: self.shards.owns(cluster, token),
+        )
+        task = asyncio.create_task(planner.run(), name=f"plan {cluster}")
+        task.add_done_callback(lambda t: self._ended(cluster, t))
+        self.planners[cluster] = planner
+        self._tasks[cluster] = task
+
+    def _ended(self, cluster: str, task: asyncio.Task[None]) -> None:
+        if task.cancelled() or self._tasks.get(cluster) is not task:
+            return
+        log.error("planning cluster %s stopped: %r; claiming it afresh", cluster, task.exception())
+        self._tasks.pop(cluster, None)
+        self.planners.pop(cluster, None)
+        self.shards.forget(cluster)
+
+    async def stop_cluster(self, cluster: str) -> None:
+        task = self._tasks.pop(cluster, None)
+        self.planners.pop(cluster, None)
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def run(self) -> None:
+        try:
+            await self.shards.run()
+        finally:
+            for cluster in list(self._tasks):
+                await self.stop_cluster(cluster)
+
+    def _observe_pending(self, _: Any) -> list[Observation]:
+        return [
+            Observation(p.pending, {"cluster": c})
+            for c, p in self.planners.items()
+            if p.pending is not None
+        ]
+
+    def _observe_hit_ratio(self, _: Any) -> list[Observation]:
+        hits = total = 0
+        for p in self.planners.values():
+            stats = p.cache_stats()
+            hits += stats["hits"]
+            total += stats["hits"] + sum(stats["misses"].values())
+        return [Observation(hits / total)] if total else []
+
+
 async def run(settings: PlannerSettings) -> None:
     settings = dataclasses.replace(settings, planner_id=settings.planner_id or replica_id())
     async with connections(
@@ -660,6 +772,6 @@ async def run(settings: PlannerSettings) -> None:
         manage_streams=True,
         telemetry_settings=settings,
     ) as c:
-        planner = Planner(settings=settings, js=c.js, publisher=c.publisher)
-        c.health.add("rebuilt from the streams, live", planner.ready.is_set)
-        await planner.run()
+        replica = Replica(settings=settings, js=c.js, publisher=c.publisher)
+        c.health.add("claimed its clusters, each rebuilt from the streams and live", replica.ready)
+        await replica.run()

@@ -1,0 +1,408 @@
+"""Scale-out on the real stack: three clusters, planner replicas sharing them through KV claims,
+take-over of a killed replica, rebalance to a new one, fencing of a deposed one, and two
+watchers per cluster. Every write is counted by the clusters' own API servers."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import os
+import signal
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+from nats.aio.client import Client as NATS
+
+from schemas.codec import decode
+from schemas.messages import ApplyIntent, DeleteIntent, Intent, ObjectPhase
+from schemas.subjects import encode_token, object_subject
+from services.common.kube import KubeClient
+from services.common.kube.discovery import Resource
+from services.controlplane import servers
+from services.controlplane.fleet import Claim, Fleet
+from services.controlplane.pipeline import StatusWatch, settle, write_counts
+
+from ..conftest import unique_name
+
+pytestmark = [pytest.mark.scale, pytest.mark.timeout(420)]
+
+INTERVAL, TIMEOUT = 0.5, 3.0
+"""Heartbeat settings of these tests' planners: a take-over must come within 3 × TIMEOUT."""
+APPLIER_CONCURRENCY = 16
+CM = Resource("", "v1", "ConfigMap", "configmaps", True)
+
+
+def configmaps(ns: str, n: int, value: str, *, start: int = 0) -> list[dict[str, Any]]:
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": f"cm-{i}", "namespace": ns},
+            "data": {"value": value},
+        }
+        for i in range(start, start + n)
+    ]
+
+
+class Site:
+    """One cluster of the fleet as a test sees it: its name, client, namespace and status."""
+
+    def __init__(self, name: str, cluster: servers.Cluster, kube: KubeClient) -> None:
+        self.name = name
+        self.cluster = cluster
+        self.kube = kube
+        self.namespace = ""
+        self.bundle = unique_name("app")
+        """Unique per test: the clusters are shared, and a bundle prunes what carries its name."""
+        self.watch = StatusWatch()
+
+    @property
+    def api(self) -> servers.KubeAPIServer:
+        return self.cluster.apiserver
+
+    async def values(self) -> dict[str, str]:
+        items, _ = await self.kube.list(CM, namespace=self.namespace)
+        return {
+            o["metadata"]["name"]: o.get("data", {}).get("value", "")
+            for o in items
+            if o["metadata"]["name"].startswith("cm-")
+        }
+
+
+@pytest.fixture
+async def fleet(
+    stack: servers.Stack,
+    second_cluster: servers.Cluster,
+    third_cluster: servers.Cluster,
+    tmp_path: Path,
+) -> AsyncIterator[tuple[Fleet, list[Site], NATS]]:
+    clusters = [stack.cluster, second_cluster, third_cluster]
+    names = [unique_name(f"k{i}") for i in range(3)]
+    nats_server = servers.NatsServer(tmp_path / "nats")
+    nats_server.start()
+    f = Fleet(
+        clusters=clusters,
+        names=names,
+        nats=nats_server,
+        workdir=tmp_path,
+        heartbeat_interval=INTERVAL,
+        heartbeat_timeout=TIMEOUT,
+    )
+    f.set_log_level("INFO")
+    sites = []
+    nc = await nats.connect(nats_server.client_url)
+    try:
+        for name, cluster in zip(names, clusters, strict=True):
+            kube = await KubeClient.from_kubeconfig(str(cluster.kubeconfig))
+            site = Site(name, cluster, kube)
+            site.namespace = unique_name("shard")
+            await kube.apply(
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": site.namespace}},
+                field_manager="driftbus-tests",
+            )
+            await site.watch.start(nc, name, site.bundle)
+            sites.append(site)
+        yield f, sites, nc
+    finally:
+        f.stop_all()
+        await nc.drain()
+        for s in sites:
+            await s.kube.close()
+        nats_server.stop()
+
+
+def writes_since(api: servers.KubeAPIServer, before: collections.Counter[Any]) -> int:
+    """ConfigMap writes only: a freshly started API server is still writing its own bootstrap
+    objects (roles, priority classes) while the first test runs."""
+    return sum(v for (_, res), v in (write_counts(api) - before).items() if res == "configmaps")
+
+
+def _intent(data: bytes) -> ApplyIntent | DeleteIntent:
+    return decode(data, Intent)  # type: ignore[arg-type]
+
+
+async def until_claims(
+    f: Fleet,
+    nc: NATS,
+    pred: Callable[[dict[str, Claim]], bool],
+    within: float,
+) -> dict[str, Claim]:
+    deadline = time.monotonic() + within
+    while True:
+        claims = await f.claims(nc.jetstream())
+        if pred(claims):
+            return claims
+        assert time.monotonic() < deadline, f"claims never matched: {claims}\n{f.logs()}"
+        await asyncio.sleep(0.1)
+
+
+def loads(claims: dict[str, Claim]) -> collections.Counter[str]:
+    return collections.Counter(c.planner for c in claims.values() if c.planner)
+
+
+async def publish_all(
+    f: Fleet, sites: list[Site], nc: NATS, n: int, revision: str
+) -> dict[str, collections.Counter[Any]]:
+    before = {s.name: write_counts(s.api) for s in sites}
+    for s in sites:
+        await f.pipelines[s.name].publish(
+            nc.jetstream(), s.bundle, configmaps(s.namespace, n, revision), revision=revision
+        )
+    return before
+
+
+async def test_planners_share_clusters_evenly_and_take_over_a_killed_one(
+    fleet: tuple[Fleet, list[Site], NATS], measured: Any
+) -> None:
+    f, sites, nc = fleet
+    n = 400
+    f.start_cluster_services()
+    planners = ["planner-a", "planner-b", "planner-c"]
+    for p in planners:
+        f.start_planner(p)
+    before = await publish_all(f, sites, nc, n, "r1")
+    for s in sites:
+        await s.watch.ready("r1", 120, f.logs)
+    claims = await until_claims(f, nc, lambda c: len(c) == 3, 10)
+    # evenly: one cluster per replica, every replica has one
+    assert sorted(loads(claims).values()) == [1, 1, 1], claims
+    await settle()
+    for s in sites:
+        assert writes_since(s.api, before[s.name]) == n, s.name
+
+    # A new revision everywhere; the replica planning the first cluster dies while it is
+    # being applied there.
+    victim_site = sites[0]
+    victim = claims[victim_site.name].planner
+    before = await publish_all(f, sites, nc, n, "r2")
+    deadline = time.monotonic() + 60
+    while not any(
+        o.revision == "r2" and o.phase is ObjectPhase.APPLIED for o in victim_site.watch.objects
+    ):
+        assert time.monotonic() < deadline, f"r2 never started applying\n{f.logs()}"
+        await asyncio.sleep(0.01)
+    f.planners[victim].kill()
+    killed = time.monotonic()
+    taken = await until_claims(
+        f,
+        nc,
+        lambda c: c[victim_site.name].planner not in ("", victim),
+        3 * TIMEOUT,
+    )
+    took = time.monotonic() - killed
+    at_kill = sum(
+        1
+        for o in victim_site.watch.objects
+        if o.revision == "r2" and o.phase is ObjectPhase.APPLIED
+    )
+    for s in sites:
+        await s.watch.ready("r2", 120, f.logs)
+    ready = time.monotonic() - killed
+    # nothing lost: every object in every cluster carries r2
+    for s in sites:
+        assert await s.values() == {f"cm-{i}": "r2" for i in range(n)}, s.name
+    await settle()
+    extra = {s.name: writes_since(s.api, before[s.name]) - n for s in sites}
+    # the surviving replicas' clusters: exactly one write per change
+    assert [extra[s.name] for s in sites[1:]] == [0, 0], extra
+    # the victim's cluster: at most what one applier had in flight when the claim moved
+    assert 0 <= extra[victim_site.name] <= APPLIER_CONCURRENCY, extra
+    assert sorted(loads(taken).values()) == [1, 2]
+    for p in planners:
+        if p != victim:
+            assert f.planners[p].alive(), f"{p} died\n{f.logs()}"
+    measured(
+        f"sharding: 3 clusters x {n} objects, 3 planners 1/1/1; planner SIGKILLed mid-revision "
+        f"(~{at_kill}/{n} applied when the claim moved): claim taken over {took:.1f}s after the "
+        f"kill (bound 3 x {TIMEOUT:.0f}s), all Ready {ready:.1f}s after it, lost 0, extra writes "
+        f"{extra[victim_site.name]} in its cluster (bound {APPLIER_CONCURRENCY}), 0 elsewhere"
+    )
+
+
+async def test_a_new_planner_takes_its_share_without_restarting_the_others(
+    fleet: tuple[Fleet, list[Site], NATS], measured: Any
+) -> None:
+    f, sites, nc = fleet
+    n = 100
+    f.start_cluster_services()
+    for p in ("planner-a", "planner-b"):
+        f.start_planner(p)
+    await publish_all(f, sites, nc, n, "r1")
+    for s in sites:
+        await s.watch.ready("r1", 120, f.logs)
+    claims = await until_claims(f, nc, lambda c: sorted(loads(c).values()) == [1, 2], 10)
+    pids = {p: proc.pid for p, proc in f.planners.items()}
+    await settle()
+    before = {s.name: write_counts(s.api) for s in sites}
+
+    f.start_planner("planner-c")
+    started = time.monotonic()
+    rebalanced = await until_claims(
+        f, nc, lambda c: loads(c) == {"planner-a": 1, "planner-b": 1, "planner-c": 1}, 30
+    )
+    took = time.monotonic() - started
+    moved = [c for c in claims if claims[c].planner != rebalanced[c].planner]
+    assert len(moved) == 1, (claims, rebalanced)  # only the new replica's share moved
+    for p in ("planner-a", "planner-b"):
+        assert f.planners[p].alive(), f"{p} died"
+        assert f.planners[p].pid == pids[p], f"{p} restarted"
+    # the new owner rebuilt from the streams: all hits, no write anywhere
+    await settle(3)
+    for s in sites:
+        assert writes_since(s.api, before[s.name]) == 0, s.name
+    # and it plans: a new revision of the moved cluster is applied exactly once per object
+    site = next(s for s in sites if s.name == moved[0])
+    before_r2 = write_counts(site.api)
+    await f.pipelines[site.name].publish(
+        nc.jetstream(), site.bundle, configmaps(site.namespace, n, "r2"), revision="r2"
+    )
+    await site.watch.ready("r2", 120, f.logs)
+    await settle()
+    assert writes_since(site.api, before_r2) == n
+    measured(
+        f"sharding: a third planner joined 2 (loads 2/1): rebalanced to 1/1/1 in {took:.1f}s, "
+        "1 cluster moved, no replica restarted, 0 writes; its next revision applied by the "
+        "new replica with exactly 1 write per object"
+    )
+
+
+async def test_a_deposed_planners_late_intents_are_rejected(
+    fleet: tuple[Fleet, list[Site], NATS], measured: Any
+) -> None:
+    f, sites, nc = fleet
+    site = sites[0]
+    n = 20
+    pipeline = f.pipelines[site.name]
+    pipeline.start("watcher")
+    pipeline.start("applier")
+    sent: list[bytes] = []
+
+    async def on_intent(msg: Any) -> None:
+        sent.append(msg.data)
+
+    await nc.subscribe(f"driftbus.intent.{encode_token(site.name)}.>", cb=on_intent)
+    first = f.start_planner("planner-a")
+    await pipeline.publish(
+        nc.jetstream(), site.bundle, configmaps(site.namespace, n, "r1"), revision="r1"
+    )
+    await site.watch.ready("r1", 60, f.logs)
+    f.start_planner("planner-b")  # a stand-by: one cluster, so planner-a keeps it
+    old = [i for i in map(_intent, sent) if i.planner == "planner-a"]
+    assert len(old) == n
+    assert all(i.fencing_token > 0 for i in old)
+
+    # planner-a freezes (a long GC pause, a partition): planner-b takes the cluster over
+    os.kill(first.pid, signal.SIGSTOP)
+    stopped = time.monotonic()
+    try:
+        taken = await until_claims(
+            f, nc, lambda c: c[site.name].planner == "planner-b", 3 * TIMEOUT
+        )
+        took = time.monotonic() - stopped
+        assert taken[site.name].revision > old[0].fencing_token
+        await pipeline.publish(
+            nc.jetstream(), site.bundle, configmaps(site.namespace, n, "r2"), revision="r2"
+        )
+        await site.watch.ready("r2", 60, f.logs)
+        await settle()
+    finally:
+        woke = len(sent)
+        os.kill(first.pid, signal.SIGCONT)  # it wakes up with r2 in its buffers
+    before = write_counts(site.api)
+    # its intents of r1, arriving late: each would put r1 back
+    late = [d for d in sent if _intent(d).planner == "planner-a"]
+    assert len(late) == n
+    for i, data in enumerate(late):
+        intent = _intent(data)
+        await nc.jetstream().publish(
+            object_subject("intent", intent.cluster, intent.key),
+            data,
+            headers={"Nats-Msg-Id": f"late-{i}"},
+        )
+    await settle(3 * INTERVAL + 2.0)
+    assert writes_since(site.api, before) == 0
+    assert await site.values() == {f"cm-{i}": "r2" for i in range(n)}
+    applier_log = pipeline.procs["applier"].log_path.read_text()
+    dropped = applier_log.count("dropping intent")
+    # what planner-a itself sent after waking (its self-fence should hold it back) and the late
+    # intents: the applier dropped every one
+    after_wake = sum(
+        1 for i in map(_intent, sent[woke:]) if i.planner == "planner-a" and i.revision == "r2"
+    )
+    assert dropped == n + after_wake, applier_log[-3000:]
+    assert first.alive(), "the deposed planner must carry on (as a stand-by), not crash"
+    planner_a_log = first.log_path.read_text()
+    assert "deposed" in planner_a_log or "no longer" in planner_a_log, planner_a_log[-3000:]
+    measured(
+        f"sharding: planner SIGSTOPped, claim taken over in {took:.1f}s; {n} late intents of "
+        f"the deposed planner (+{after_wake} it sent on waking) dropped by the applier "
+        "(fencing token), 0 writes"
+    )
+
+
+async def test_two_watchers_per_cluster_make_exactly_the_writes_of_one(
+    fleet: tuple[Fleet, list[Site], NATS], measured: Any
+) -> None:
+    f, sites, nc = fleet
+    one, two = sites[0], sites[1]
+    n = 100
+    for site, watchers in ((one, 1), (two, 2)):
+        p = f.pipelines[site.name]
+        for i in range(watchers):
+            p.start("watcher", f"watcher-{i}")
+        p.start("applier")
+    f.start_planner("planner-a")
+    pair = [one, two]
+    before = {s.name: write_counts(s.api) for s in pair}
+    for s in pair:
+        await f.pipelines[s.name].publish(
+            nc.jetstream(),
+            s.bundle,
+            configmaps(s.namespace, n, "r1"),
+            revision="r1",
+            force=True,  # the intruder below takes field ownership; force takes it back
+        )
+    for s in pair:
+        await s.watch.ready("r1", 120, f.logs)
+    # out of band: 5 objects changed, 5 deleted, in both clusters (10 writes of the test's own)
+    for s in pair:
+        for i in range(5):
+            await s.kube.apply(
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": f"cm-{i}", "namespace": s.namespace},
+                    "data": {"value": "tampered"},
+                },
+                field_manager="intruder",
+                force=True,
+            )
+            await s.kube.delete(CM, f"cm-{50 + i}", s.namespace)
+    for s in pair:
+        deadline = time.monotonic() + 60
+        while await s.values() != {f"cm-{i}": "r1" for i in range(n)}:
+            assert time.monotonic() < deadline, f"{s.name} never restored\n{f.logs()}"
+            await asyncio.sleep(0.2)
+    # r2: 10 objects changed, the last 10 removed (pruned)
+    for s in pair:
+        manifests = configmaps(s.namespace, n - 10, "r1")
+        for m in manifests[:10]:
+            m["data"]["value"] = "r2"
+        await f.pipelines[s.name].publish(
+            nc.jetstream(), s.bundle, manifests, revision="r2", force=True
+        )
+    for s in pair:
+        await s.watch.ready("r2", 120, f.logs)
+    await settle(3)
+    writes = {s.name: writes_since(s.api, before[s.name]) for s in pair}
+    expected = n + 10 + 10 + 10 + 10  # r1, corrections, r2 changes, prunes, the test's own
+    assert writes[one.name] == writes[two.name] == expected, writes
+    measured(
+        f"active-active watchers: {n} objects, 10 drifted, r2 with 10 changed + 10 pruned: "
+        f"{writes[one.name]} API writes with 1 watcher, {writes[two.name]} with 2 "
+        f"(expected {expected})"
+    )

@@ -1,0 +1,125 @@
+"""Planner sharding rules: who is live, and the fair, sticky share of clusters per replica."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from services.planner.sharding import assign, live, moves
+
+
+@pytest.mark.parametrize(
+    ("last_change", "now", "expected"),
+    [
+        pytest.param({}, 100.0, set(), id="nobody"),
+        pytest.param({"a": 95.0, "b": 89.0}, 100.0, {"a"}, id="b-missed-its-heartbeats"),
+        pytest.param({"a": 90.0}, 100.0, {"a"}, id="exactly-the-timeout-is-still-live"),
+        pytest.param({"a": 100.0, "b": 99.9}, 100.0, {"a", "b"}, id="both"),
+    ],
+)
+def test_live(last_change: dict[str, float], now: float, expected: set[str]) -> None:
+    assert live(last_change, now, timeout=10.0) == expected
+
+
+def loads(a: dict[str, str]) -> collections.Counter[str]:
+    return collections.Counter(a.values())
+
+
+C3 = ["c1", "c2", "c3"]
+
+
+@pytest.mark.parametrize(
+    ("clusters", "planners", "holders", "check"),
+    [
+        pytest.param(C3, [], {}, lambda a: a == {}, id="no-planner-nothing-assigned"),
+        pytest.param(C3, ["p1"], {}, lambda a: set(a.values()) == {"p1"}, id="one-takes-all"),
+        pytest.param(
+            C3, ["p1", "p2", "p3"], {}, lambda a: sorted(loads(a).values()) == [1, 1, 1], id="even"
+        ),
+        pytest.param(
+            C3,
+            ["p1", "p2"],
+            {"c1": "p1", "c2": "p1", "c3": "p2"},
+            lambda a: a == {"c1": "p1", "c2": "p1", "c3": "p2"},
+            id="balanced-claims-are-kept",
+        ),
+        pytest.param(
+            C3,
+            ["p1", "p2", "p3"],
+            {"c1": "p1", "c2": "p1", "c3": "p2"},
+            lambda a: a["c3"] == "p2" and loads(a) == {"p1": 1, "p2": 1, "p3": 1},
+            id="new-replica-takes-one-from-the-fullest-only",
+        ),
+        pytest.param(
+            C3,
+            ["p2", "p3"],
+            {"c1": "p1", "c2": "p1", "c3": "p2"},
+            lambda a: a["c3"] == "p2" and sorted(loads(a).values()) == [1, 2],
+            id="dead-holder-clusters-are-shared-out",
+        ),
+        pytest.param(
+            ["c1"],
+            ["p1", "p2"],
+            {"c1": "p2"},
+            lambda a: a == {"c1": "p2"},
+            id="holder-keeps-when-shares-are-uneven",
+        ),
+        pytest.param(
+            [],
+            ["p1"],
+            {"gone": "p1"},
+            lambda a: a == {},
+            id="claims-of-unknown-clusters-are-not-assigned",
+        ),
+    ],
+)
+def test_assign(
+    clusters: list[str], planners: list[str], holders: dict[str, str], check: object
+) -> None:
+    a = assign(clusters, planners, holders)
+    assert check(a), a  # type: ignore[operator]
+
+
+names = st.text(alphabet="abcdefgh0123456789-", min_size=1, max_size=6)
+
+
+@given(
+    clusters=st.sets(names, max_size=40),
+    planners=st.sets(names, min_size=1, max_size=7),
+    seed=st.data(),
+)
+def test_assign_properties(clusters: set[str], planners: set[str], seed: st.DataObject) -> None:
+    everyone = sorted(planners | {"dead-1", "dead-2"})
+    holders = {
+        c: seed.draw(st.sampled_from(everyone)) for c in clusters if seed.draw(st.booleans())
+    }
+    a = assign(clusters, planners, holders)
+    # complete, only live replicas, balanced within one
+    assert set(a) == clusters
+    assert set(a.values()) <= planners
+    counts = [sum(1 for p in a.values() if p == q) for q in planners]
+    assert max(counts) - min(counts) <= 1
+    # the same inputs in any order give the same answer (every replica computes the same)
+    assert assign(sorted(clusters, reverse=True), sorted(planners, reverse=True), holders) == a
+    # sticky: a live holder keeps min(held, ⌊n/m⌋) of its clusters
+    floor = len(clusters) // len(planners)
+    for p in planners:
+        held = [c for c, h in holders.items() if h == p]
+        kept = [c for c in held if a[c] == p]
+        assert len(kept) >= min(len(held), floor)
+    # and once balanced, assigning again moves nothing
+    assert assign(clusters, planners, a) == a
+
+
+@given(clusters=st.sets(names, min_size=1, max_size=40), m=st.integers(1, 6))
+def test_a_new_replica_takes_only_its_share(clusters: set[str], m: int) -> None:
+    planners = [f"p{i}" for i in range(m)]
+    before = assign(clusters, planners, {})
+    after = assign(clusters, [*planners, "new"], before)
+    share = sum(1 for p in after.values() if p == "new")
+    # only what the new replica takes moves; nobody else trades clusters
+    assert moves(before, after) == share
+    assert share in (len(clusters) // (m + 1), -(-len(clusters) // (m + 1)))
