@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench import cold, durability, hashing, planner, report, scaling, steady, watcher
+from bench import cold, durability, fleet, hashing, planner, report, scaling, steady, watcher
 
 SCENARIOS = {
     "hashing": hashing.run,
@@ -17,6 +17,7 @@ SCENARIOS = {
     "scaling": scaling.run,
     "watcher": watcher.run,
     "durability": durability.run,
+    "fleet": fleet.run,
 }
 
 

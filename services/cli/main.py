@@ -319,6 +319,27 @@ def cmd_why(args: argparse.Namespace) -> int:
     return asyncio.run(run())
 
 
+def cmd_shards(args: argparse.Namespace) -> int:
+    from services.cli import table, user
+
+    async def run() -> int:
+        nc = await _connect(args)
+        try:
+            got = await user.shards(nc.jetstream())
+        finally:
+            await nc.drain()
+        if args.output == "json":
+            table.emit([got], [], "json")
+            return 0
+        print("planner replicas:")
+        table.emit(got["planners"], ["planner", "clusters", "heartbeat"], "table")
+        print("\nclusters:")
+        table.emit(got["clusters"], ["cluster", "planner", "fencing_token", "since"], "table")
+        return 0
+
+    return asyncio.run(run())
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     from services.cli import load, table
     from services.cli.plan import plan
@@ -476,6 +497,13 @@ def build_parser() -> argparse.ArgumentParser:
     why.add_argument("-o", "--output", choices=["table", "json"], default="table")
     settings.add_arguments(why, NatsSettings)
     why.set_defaults(func=cmd_why)
+
+    sh = sub.add_parser(
+        "shards", help="planner replicas, their heartbeats, and which one plans which cluster"
+    )
+    sh.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    settings.add_arguments(sh, NatsSettings)
+    sh.set_defaults(func=cmd_shards)
 
     security_cmd.add_parsers(sub)
 

@@ -18,6 +18,7 @@ import msgspec
 import orjson
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
 
 from schemas.codec import WireError, decode, encode
 from schemas.messages import (
@@ -31,8 +32,10 @@ from schemas.messages import (
 )
 from schemas.subjects import (
     ObjectKey,
+    SubjectError,
     bundle_status_subject,
     bundle_subject,
+    decode_token,
     encode_token,
     key_tokens,
 )
@@ -211,3 +214,48 @@ __all__ = [
     "object_rows",
     "publish",
 ]
+
+
+async def shards(js: JetStreamContext) -> dict[str, list[dict[str, Any]]]:
+    """The planner replicas (their last heartbeat) and who plans which cluster under which
+    fencing token, from the shards KV bucket."""
+    now = dt.datetime.now(dt.UTC)
+    planners: list[dict[str, Any]] = []
+    claims: list[dict[str, Any]] = []
+    prefix = f"$KV.{bus.SHARDS_BUCKET}."
+    try:
+        msgs = await _snapshot(js, bus.SHARDS_STREAM, prefix + ">")
+    except NotFoundError:
+        return {"planners": [], "clusters": []}
+    for m in msgs:
+        if (m.headers or {}).get("KV-Operation") in ("DEL", "PURGE"):
+            continue
+        kind, _, token = m.subject.removeprefix(prefix).partition(".")
+        try:
+            name = decode_token(token)
+            value = orjson.loads(m.data)
+            at = dt.datetime.fromisoformat(value.get("at", ""))
+        except (SubjectError, orjson.JSONDecodeError, ValueError, AttributeError):
+            continue
+        age = f"{(now - at).total_seconds():.1f}s ago"
+        if kind == "planners":
+            planners.append(
+                {
+                    "planner": name,
+                    "clusters": ",".join(value.get("clusters", [])) or "-",
+                    "heartbeat": age,
+                }
+            )
+        elif kind == "clusters":
+            claims.append(
+                {
+                    "cluster": name,
+                    "planner": value.get("planner") or "(released)",
+                    "fencing_token": int(m.metadata.sequence.stream),
+                    "since": age,
+                }
+            )
+    return {
+        "planners": sorted(planners, key=lambda r: r["planner"]),
+        "clusters": sorted(claims, key=lambda r: r["cluster"]),
+    }

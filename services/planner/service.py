@@ -230,15 +230,36 @@ class Planner:
                 t.cancel()
 
     async def _go_live(self) -> None:
-        """The rebuild is complete: evaluate every desired object once, then prune."""
+        """The rebuild is complete: evaluate every desired object once, then prune.
+
+        A bundle whose objects now need writes continues the trace of its publish: on a
+        cluster just claimed, its first bundle arrives in the rebuild, and on a take-over the
+        intents re-sent belong to the publish they carry out. Hits start no span, so a restart
+        with nothing changed adds nothing to old traces."""
         self.live = True
         slots = sorted(
             (s for s, e in self.entries.items() if e.manifest_sha is not None),
-            key=lambda s: (s[0], apply_order(s[1])),
+            key=lambda s: apply_order(s[1]),
         )
+        by_bundle: dict[str, list[tuple[Slot, Decision | None]]] = {}
         for slot in slots:
             self.entries[slot], decision = reevaluate(self.entries[slot])
-            await self._publish_decision(slot, decision, after_rebuild=True)
+            by_bundle.setdefault(self.entries[slot].bundle, []).append((slot, decision))
+        for bundle, decided in by_bundle.items():
+            ident = (self.cluster, bundle)
+            ctx = self._trace.get(ident)
+            if ctx is None or not any(d is not None and d.writes for _, d in decided):
+                for slot, decision in decided:
+                    await self._publish_decision(slot, decision, after_rebuild=True)
+                continue
+            with telemetry.tracer.start_as_current_span(
+                "plan bundle",
+                context=ctx,
+                attributes={"cluster": self.cluster, "bundle": bundle, "after_rebuild": True},
+            ) as span:
+                self._trace[ident] = trace.set_span_in_context(span)
+                for slot, decision in decided:
+                    await self._publish_decision(slot, decision, after_rebuild=True)
         for view in list(self.bundles.values()):
             await self._prune(view)
         self._dirty.update(self.bundles)
@@ -251,7 +272,14 @@ class Planner:
         self.ready.set()
 
     async def _handle(self, kind: str, msg: Msg) -> None:
-        ctx = telemetry.traced(msg.headers) if self.live else None
+        ctx = telemetry.traced(msg.headers)
+        if not self.live:
+            await self._handle_message(kind, msg)
+            if kind == "bundle" and ctx is not None:
+                # no span while rebuilding; remembered in case going live sends its intents
+                with contextlib.suppress(SubjectError):
+                    self._trace[(self.cluster, parse_subject(msg.subject).bundle or "")] = ctx
+            return
         if ctx is None:
             await self._handle_message(kind, msg)
             return
@@ -764,6 +792,11 @@ class Replica:
 
 async def run(settings: PlannerSettings) -> None:
     settings = dataclasses.replace(settings, planner_id=settings.planner_id or replica_id())
+    if settings.heartbeat_timeout < 2 * settings.heartbeat_interval:
+        raise SystemExit(
+            f"driftbus planner: --heartbeat-timeout ({settings.heartbeat_timeout}s) must be at "
+            f"least twice --heartbeat-interval ({settings.heartbeat_interval}s)"
+        )
     async with connections(
         name="driftbus-planner",
         nats=settings,

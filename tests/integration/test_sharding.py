@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import nats
+import orjson
 import pytest
 from nats.aio.client import Client as NATS
 
@@ -27,6 +28,7 @@ from services.controlplane.fleet import Claim, Fleet
 from services.controlplane.pipeline import StatusWatch, settle, write_counts
 
 from ..conftest import unique_name
+from .test_cli import driftbus
 
 pytestmark = [pytest.mark.scale, pytest.mark.timeout(420)]
 
@@ -245,6 +247,18 @@ async def test_a_new_planner_takes_its_share_without_restarting_the_others(
         f, nc, lambda c: loads(c) == {"planner-a": 1, "planner-b": 1, "planner-c": 1}, 30
     )
     took = time.monotonic() - started
+    # what an operator sees: the same claims, with their fencing tokens
+    code, out, err = await driftbus(f.pipelines[sites[0].name], "shards", "-o", "json")
+    assert code == 0, err
+    shown = orjson.loads(out)[0]
+    assert {r["planner"] for r in shown["planners"]} == {"planner-a", "planner-b", "planner-c"}
+    assert {r["cluster"]: (r["planner"], r["fencing_token"]) for r in shown["clusters"]} == {
+        c: (cl.planner, cl.revision) for c, cl in rebalanced.items()
+    }
+    code, table, _ = await driftbus(f.pipelines[sites[0].name], "shards")
+    assert code == 0
+    assert "FENCING_TOKEN" in table
+    assert "planner-c" in table
     moved = [c for c in claims if claims[c].planner != rebalanced[c].planner]
     assert len(moved) == 1, (claims, rebalanced)  # only the new replica's share moved
     for p in ("planner-a", "planner-b"):
