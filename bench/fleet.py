@@ -107,13 +107,14 @@ async def _one_run(
         await asyncio.to_thread(nats_server.stop)
 
 
-async def _main(objects: int, repetitions: int) -> list[Result]:
+async def _main(objects: int, repetitions: int, count: int) -> list[Result]:
+    shares_seen: list[dict[str, int]] = []
     seconds: dict[int, list[float]] = {3: [], 1: []}
     busiest: dict[int, list[float]] = {3: [], 1: []}
     total_cpu: dict[int, list[float]] = {3: [], 1: []}
     with tempfile.TemporaryDirectory(prefix="driftbus-bench-fleet-") as tmp:
         root = Path(tmp)
-        with clusters(root / "clusters", CLUSTERS) as cs:
+        with clusters(root / "clusters", count) as cs:
             for rep in range(repetitions):
                 for planners in (3, 1):
                     tag = f"r{rep}p{planners}"
@@ -121,9 +122,10 @@ async def _main(objects: int, repetitions: int) -> list[Result]:
                     seconds[planners].append(took)
                     busiest[planners].append(max(cpu.values()))
                     total_cpu[planners].append(sum(cpu.values()))
+                    shares_seen.append(shares)
                     print(
                         f"  fleet rep {rep + 1}/{repetitions}, {planners} planner(s): all "
-                        f"{CLUSTERS} bundles Ready in {took:.1f}s; per planner: "
+                        f"{count} bundles Ready in {took:.1f}s; per planner: "
                         + ", ".join(
                             f"{p} {shares[p]} clusters {cpu[p]:.1f} cpu-s" for p in sorted(cpu)
                         ),
@@ -131,7 +133,8 @@ async def _main(objects: int, repetitions: int) -> list[Result]:
                         flush=True,
                     )
     params = {
-        "clusters": CLUSTERS,
+        "clusters": count,
+        "clusters_per_planner": shares_seen,
         "objects_per_cluster": objects,
         "appliers_per_cluster": 1,
         "heartbeat_interval": DEFAULTS.heartbeat_interval,
@@ -139,7 +142,7 @@ async def _main(objects: int, repetitions: int) -> list[Result]:
     }
     return [
         Result(
-            f"fleet-{CLUSTERS}x{objects}-ready-3-planners",
+            f"fleet-{count}x{objects}-ready-3-planners",
             "s",
             seconds[3],
             "1 planner for all clusters",
@@ -171,5 +174,5 @@ async def _main(objects: int, repetitions: int) -> list[Result]:
     ]
 
 
-def run(*, objects: int = 1000, repetitions: int = 2) -> list[Result]:
-    return asyncio.run(_main(objects, repetitions))
+def run(*, objects: int = 1000, repetitions: int = 2, clusters: int = CLUSTERS) -> list[Result]:
+    return asyncio.run(_main(objects, repetitions, clusters))

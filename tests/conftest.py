@@ -126,32 +126,31 @@ def stack(
         st.stop()
 
 
-@pytest.fixture(scope="session")
-def second_cluster(
-    tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
+def _extra_cluster(
+    name: str, tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
 ) -> Iterator[servers.Cluster]:
     pytestconfig.stash[_SESSION_ROOT_KEY] = tmp_path_factory.getbasetemp()
-    root = tmp_path_factory.mktemp("second")
-    cluster = servers.Cluster.start("second", root)
-    pytestconfig.stash[_LOGS_KEY].update({f"second/{k}": v for k, v in cluster.logs().items()})
+    root = tmp_path_factory.mktemp(name)
+    cluster = servers.Cluster.start(name, root)
+    pytestconfig.stash[_LOGS_KEY].update({f"{name}/{k}": v for k, v in cluster.logs().items()})
     try:
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def second_cluster(
+    tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
+) -> Iterator[servers.Cluster]:
+    yield from _extra_cluster("second", tmp_path_factory, pytestconfig)
 
 
 @pytest.fixture(scope="session")
 def third_cluster(
     tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
 ) -> Iterator[servers.Cluster]:
-    pytestconfig.stash[_SESSION_ROOT_KEY] = tmp_path_factory.getbasetemp()
-    root = tmp_path_factory.mktemp("third")
-    cluster = servers.Cluster.start("third", root)
-    pytestconfig.stash[_LOGS_KEY].update({f"third/{k}": v for k, v in cluster.logs().items()})
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
+    yield from _extra_cluster("third", tmp_path_factory, pytestconfig)
 
 
 @pytest.fixture(scope="session")

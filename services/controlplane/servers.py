@@ -246,6 +246,12 @@ class KubeAPIServer:
     def ca_path(self) -> Path:
         return self.workdir / "certs" / "apiserver.crt"
 
+    def _ca_written(self) -> bool:
+        try:
+            return b"-----END CERTIFICATE-----" in self.ca_path.read_bytes()
+        except FileNotFoundError:
+            return False
+
     def ssl_context(self) -> ssl.SSLContext:
         return ssl.create_default_context(cafile=str(self.ca_path))
 
@@ -287,8 +293,9 @@ class KubeAPIServer:
         )
         self.process.start()
         auth = {"Authorization": f"Bearer {self.admin_token}"}
-        # The serving certificate is written during start-up; until then there is nothing to trust.
-        _wait_until(self.process, self.ca_path.exists, timeout=timeout, what="serving TLS")
+        # The serving certificate is written during start-up; until then there is nothing to
+        # trust. Wait for the whole file: a busy machine shows it half-written.
+        _wait_until(self.process, self._ca_written, timeout=timeout, what="serving TLS")
         ctx = self.ssl_context()
         _wait_until(
             self.process,

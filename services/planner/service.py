@@ -228,6 +228,8 @@ class Planner:
         finally:
             for t in tasks:
                 t.cancel()
+            # collected, so a follower that died with the connection is not reported at exit
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _go_live(self) -> None:
         """The rebuild is complete: evaluate every desired object once, then prune.

@@ -310,20 +310,29 @@ class Coordinator:
         ours follows the release, and the next replica finds their results instead of sending
         them again (which would apply twice what was in flight)."""
         await self._drop(cluster, "released")
-        deadline = self._clock() + self.timeout
-        while self._clock() < deadline:
-            pending = await bus.intents_pending(self.js, cluster)
-            if not pending:  # none left, or no applier consumer to wait for
-                break
-            await asyncio.sleep(self.interval / 2)
+        await self._drained([cluster], self.timeout)
+        if await self._free(cluster, token):
+            log.info("released cluster %s for %s (rebalance)", cluster, to)
+
+    async def _drained(self, clusters: list[str], within: float) -> None:
+        deadline = self._clock() + within
+        waiting = list(clusters)
+        while waiting and self._clock() < deadline:
+            pending = [await bus.intents_pending(self.js, c) for c in waiting]
+            # done: none left, or no applier consumer to wait for (None)
+            waiting = [c for c, n in zip(waiting, pending, strict=True) if n]
+            if waiting:
+                await asyncio.sleep(self.interval / 2)
+
+    async def _free(self, cluster: str, token: int) -> bool:
         assert self._kv is not None
         value = orjson.dumps({"planner": "", "released_by": self.me, "at": _now_iso()})
         try:
             rev = await self._kv.update(bus.claim_key(cluster), value, last=token)
         except KeyWrongLastSequenceError:
-            return  # already taken from us
+            return False  # already taken from us
         self.claims[cluster] = Claim("", rev)
-        log.info("released cluster %s for %s (rebalance)", cluster, to or "another replica")
+        return True
 
     async def _drop(self, cluster: str, kind: str) -> None:
         self.running.pop(cluster, None)
@@ -340,10 +349,17 @@ class Coordinator:
                     self.peers.pop(name, None)
 
     async def _leave(self) -> None:
-        """Shutting down: hand every cluster back at once instead of after the timeout."""
-        for cluster, token in list(self.running.items()):
+        """Shutting down: hand every cluster back at once instead of after the timeout, having
+        given the appliers a few seconds (within a pod's grace period) to finish our intents."""
+        held = dict(self.running)
+        for cluster in held:
+            await self._drop(cluster, "released")
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._drained(list(held), min(self.timeout, 5.0)), 6.0)
+        for cluster, token in held.items():
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._release(cluster, token, to=""), 5.0)
+                if await asyncio.wait_for(self._free(cluster, token), 2.0):
+                    log.info("released cluster %s: shutting down", cluster)
         if self._kv is not None and self._heartbeat_rev:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import cold, hashing, planner, scaling, steady, watcher
+from bench import cold, fleet, hashing, planner, scaling, steady, watcher
 from bench.report import Result, table
 
 pytestmark = pytest.mark.timeout(300)
@@ -67,3 +67,12 @@ def test_watcher_smoke() -> None:
     got = _sane(watcher.run(objects=200, repetitions=1))
     assert got["watcher-rss"].driftbus > 0
     assert got["watcher-events-per-s"].driftbus > 0
+
+
+def test_fleet_smoke() -> None:
+    got = _sane(fleet.run(objects=20, repetitions=1, clusters=2))
+    ready = got["fleet-2x20-ready-3-planners"]
+    # every cluster was planned by exactly one replica, in both configurations
+    three, one = ready.parameters["clusters_per_planner"]
+    assert sorted(three.values()) == [0, 1, 1]
+    assert one == {"planner-0": 2}
