@@ -32,6 +32,8 @@ import nats
 import orjson
 import yaml
 from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
+from nats.js.errors import BucketNotFoundError, KeyNotFoundError
 
 from schemas.messages import BundlePhase, BundleStatus
 from services.common import bus
@@ -383,6 +385,16 @@ class BenchStack:
             await asyncio.to_thread(nats_server.stop)
 
 
+async def _planner_up(js: JetStreamContext) -> bool:
+    """The planner heartbeats: it claims the cluster as soon as the first bundle appears."""
+    try:
+        kv = await js.key_value(bus.SHARDS_BUCKET)
+        await kv.get(bus.heartbeat_key("planner"))
+    except (BucketNotFoundError, KeyNotFoundError):
+        return False
+    return True
+
+
 class DriftbusRun:
     def __init__(self, p: Pipeline, nc: NATS, appliers: int) -> None:
         self.p = p
@@ -401,7 +413,7 @@ class DriftbusRun:
         while time.monotonic() < deadline:
             with contextlib.suppress(Exception):
                 info = await self.js.consumer_info(bus.INTENTS, consumer)
-                if info.num_waiting >= self.appliers and "live" in self.p.all_logs_text():
+                if info.num_waiting >= self.appliers and await _planner_up(self.js):
                     return
             await asyncio.sleep(0.1)
         raise RuntimeError(f"driftbus never became ready\n{self.p.logs()}")

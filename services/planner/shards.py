@@ -95,6 +95,7 @@ class Coordinator:
         self.peers: dict[str, Peer] = {}
         self.claims: dict[str, Claim] = {}
         self.clusters: set[str] = set()
+        self._malformed: set[str] = set()
         self.running: dict[str, int] = {}
         """cluster → fencing token of the claim this replica plans it under."""
         self.ready = asyncio.Event()
@@ -274,8 +275,10 @@ class Coordinator:
         for subject in (info.state.subjects or {}) if info.state else {}:
             try:
                 self.clusters.add(parse_subject(subject).cluster)
-            except SubjectError:
-                continue  # the planner reports malformed bundle subjects when it reads them
+            except SubjectError as exc:
+                if subject not in self._malformed:  # said once; no cluster's planner reads it
+                    self._malformed.add(subject)
+                    log.error("bundle on a malformed subject: %s", exc)
 
     async def _claim(self, cluster: str, alive: set[str]) -> None:
         assert self._kv is not None
