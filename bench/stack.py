@@ -386,13 +386,14 @@ class BenchStack:
 
 
 async def _planner_up(js: JetStreamContext) -> bool:
-    """The planner heartbeats: it claims the cluster as soon as the first bundle appears."""
+    """The planner has completed a claim round (its heartbeat says so): it claims the cluster
+    as soon as the first bundle appears."""
     try:
         kv = await js.key_value(bus.SHARDS_BUCKET)
-        await kv.get(bus.heartbeat_key("planner"))
+        entry = await kv.get(bus.heartbeat_key("planner"))
     except (BucketNotFoundError, KeyNotFoundError):
         return False
-    return True
+    return bool(orjson.loads(entry.value or b"{}").get("ready"))
 
 
 class DriftbusRun:

@@ -473,6 +473,7 @@ class Follower:
         *,
         last_per_subject: bool = True,
         history: bool = False,
+        headers_only: bool = False,
     ) -> None:
         self._js = js
         self._stream = stream
@@ -486,6 +487,7 @@ class Follower:
             if last_per_subject
             else js_api.DeliverPolicy.NEW
         )
+        self._headers_only = headers_only  # subjects and headers, no payloads (cheap to watch)
         self.caught_up = asyncio.Event()
         self._sub: Any = None
 
@@ -496,6 +498,7 @@ class Follower:
             ordered_consumer=True,
             deliver_policy=self._policy,
             idle_heartbeat=2.0,
+            headers_only=self._headers_only or None,
             pending_msgs_limit=1_000_000,
             pending_bytes_limit=1024**3,
         )

@@ -96,6 +96,7 @@ class Coordinator:
         self.claims: dict[str, Claim] = {}
         self.clusters: set[str] = set()
         self._malformed: set[str] = set()
+        self._wake = asyncio.Event()
         self.running: dict[str, int] = {}
         """cluster → fencing token of the claim this replica plans it under."""
         self.ready = asyncio.Event()
@@ -133,7 +134,25 @@ class Coordinator:
             async for msg in follower.messages():
                 self._observe(msg)
 
+        async def notice_new_clusters() -> None:
+            # headers only: the bundles themselves are read by the cluster's planner
+            bundles = bus.Follower(
+                self.js,
+                bus.BUNDLES,
+                f"{PREFIX}.bundle.>",
+                last_per_subject=False,
+                headers_only=True,
+            )
+            async for msg in bundles.messages():
+                try:
+                    known = parse_subject(msg.subject).cluster in self.clusters
+                except SubjectError:
+                    known = False  # reported by the round
+                if not known:
+                    self._wake.set()  # a new cluster: claim it now, not at the next heartbeat
+
         watching = asyncio.create_task(follow(), name="follow shards")
+        noticing = asyncio.create_task(notice_new_clusters(), name="notice new clusters")
         try:
             await follower.caught_up.wait()
             # Announce ourselves and look around before claiming anything: replicas started
@@ -147,9 +166,12 @@ class Coordinator:
                 except Exception:  # a round that failed (NATS away) is retried next interval
                     log.exception("shard round failed")
                 self.ready.set()
-                await asyncio.sleep(self.interval)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self.interval)
+                self._wake.clear()
         finally:
             watching.cancel()
+            noticing.cancel()
             await self._leave()
 
     async def _bucket(self) -> KeyValue:
@@ -248,7 +270,12 @@ class Coordinator:
         assert self._kv is not None
         sent = self._clock()
         value = orjson.dumps(
-            {"planner": self.me, "clusters": sorted(self.running), "at": _now_iso()}
+            {
+                "planner": self.me,
+                "clusters": sorted(self.running),
+                "ready": self.ready.is_set(),  # it has completed a claim round
+                "at": _now_iso(),
+            }
         )
         key = bus.heartbeat_key(self.me)
         try:
