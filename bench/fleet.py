@@ -29,10 +29,11 @@ from bench.report import Result
 from bench.stack import cpu_seconds
 from services.controlplane import servers
 from services.controlplane.fleet import Fleet, clusters
-from services.controlplane.pipeline import StatusWatch
+from services.controlplane.pipeline import StatusWatch, write_counts
 from services.planner.service import PlannerSettings
 
 CLUSTERS = 5
+_KINDS = {"namespaces", "configmaps", "secrets"}
 DEFAULTS = PlannerSettings()
 
 
@@ -80,24 +81,34 @@ async def _one_run(
     f.set_log_level("INFO")
     nc = await nats.connect(nats_server.client_url)
     try:
+        # A bundle prunes what carries its name: runs share the API servers, so each run's
+        # bundle has its own name (or it would delete the previous run's objects).
+        bundle = f"fleet-{tag}"
         watches = {}
         for name in names:
             watches[name] = StatusWatch()
-            await watches[name].start(nc, name, "fleet")
+            await watches[name].start(nc, name, bundle)
         f.start_cluster_services()
         for i in range(planners):
             f.start_planner(f"planner-{i}")
         await asyncio.sleep(3 * DEFAULTS.heartbeat_interval)  # processes up, replicas met
+        writes_before = {n: write_counts(c.apiserver) for n, c in zip(names, cs, strict=True)}
         cpu_before = {p: cpu_seconds(proc.pid) for p, proc in f.planners.items()}
         started = time.monotonic()
         for i, name in enumerate(names):
             await f.pipelines[name].publish(
-                nc.jetstream(), "fleet", _objects(f"fleet-{tag}-{i}", objects, seed=i), force=True
+                nc.jetstream(), bundle, _objects(f"fleet-{tag}-{i}", objects, seed=i), force=True
             )
         for name in names:
             await watches[name].ready("r1", 900, f.logs)
         took = time.monotonic() - started
         cpu = {p: cpu_seconds(proc.pid) - cpu_before[p] for p, proc in f.planners.items()}
+        await asyncio.sleep(1.0)  # late writes would show now
+        for n, c in zip(names, cs, strict=True):
+            # only what the bundles hold: a fresh API server still writes its bootstrap roles
+            delta = write_counts(c.apiserver) - writes_before[n]
+            writes = sum(v for (_, res), v in delta.items() if res in _KINDS)
+            assert writes == objects, f"{n}: {writes} writes for {objects} objects"
         claims = await f.claims(nc.jetstream())
         per_planner = {p: sum(1 for c in claims.values() if c.planner == p) for p in f.planners}
         return took, cpu, per_planner
