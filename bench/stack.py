@@ -32,13 +32,11 @@ import nats
 import orjson
 import yaml
 from nats.aio.client import Client as NATS
-from nats.js import JetStreamContext
-from nats.js.errors import BucketNotFoundError, KeyNotFoundError
 
 from schemas.messages import BundlePhase, BundleStatus
 from services.common import bus
 from services.controlplane import assets, servers
-from services.controlplane.pipeline import Pipeline, StatusWatch, write_counts
+from services.controlplane.pipeline import Pipeline, StatusWatch, planner_ready, write_counts
 from services.core.manifest import FIELD_MANAGER, owned
 
 CRD_GROUP = "bench.driftbus.dev"
@@ -385,17 +383,6 @@ class BenchStack:
             await asyncio.to_thread(nats_server.stop)
 
 
-async def _planner_up(js: JetStreamContext) -> bool:
-    """The planner has completed a claim round (its heartbeat says so): it claims the cluster
-    as soon as the first bundle appears."""
-    try:
-        kv = await js.key_value(bus.SHARDS_BUCKET)
-        entry = await kv.get(bus.heartbeat_key("planner"))
-    except (BucketNotFoundError, KeyNotFoundError):
-        return False
-    return bool(orjson.loads(entry.value or b"{}").get("ready"))
-
-
 class DriftbusRun:
     def __init__(self, p: Pipeline, nc: NATS, appliers: int) -> None:
         self.p = p
@@ -414,7 +401,7 @@ class DriftbusRun:
         while time.monotonic() < deadline:
             with contextlib.suppress(Exception):
                 info = await self.js.consumer_info(bus.INTENTS, consumer)
-                if info.num_waiting >= self.appliers and await _planner_up(self.js):
+                if info.num_waiting >= self.appliers and await planner_ready(self.js):
                     return
             await asyncio.sleep(0.1)
         raise RuntimeError(f"driftbus never became ready\n{self.p.logs()}")

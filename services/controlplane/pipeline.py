@@ -21,6 +21,7 @@ from typing import Any
 import msgspec
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
+from nats.js.errors import BucketNotFoundError, KeyNotFoundError
 
 from schemas.codec import decode, encode
 from schemas.messages import Bundle, BundleOptions, BundlePhase, BundleStatus, ObjectStatus
@@ -76,6 +77,8 @@ class Pipeline:
         """Environment for every service (e.g. NATS TLS settings)."""
         self.role_env: dict[str, dict[str, str]] = {}
         """Environment per role (``watcher`` …): identities for the locked-down tests."""
+        self.planner_env: dict[str, str] = {}
+        """Planner settings on top (tests shorten the heartbeats; benchmarks keep defaults)."""
 
     @property
     def api(self) -> servers.KubeAPIServer:
@@ -101,6 +104,8 @@ class Pipeline:
             # once instead of waiting out the heartbeat timeout of its previous life
             argv += ["--planner-id", name]
         env = self.env() | self.role_env.get(role, {})
+        if role == "planner":
+            env |= self.planner_env
         proc = servers.Process(name, argv, self.workdir, env=env)
         proc.start()
         self.procs[name] = proc
@@ -160,6 +165,25 @@ class Pipeline:
             data,
             headers={"Nats-Msg-Id": f"{bundle}@{revision}@{time.time_ns()}"},
         )
+
+
+async def planner_ready(js: JetStreamContext, planner_id: str = "planner") -> bool:
+    """Whether the planner has completed a claim round (its heartbeat says so): from then on it
+    claims a cluster as soon as the cluster's first bundle appears."""
+    try:
+        kv = await js.key_value(bus.SHARDS_BUCKET)
+        entry = await kv.get(bus.heartbeat_key(planner_id))
+    except (BucketNotFoundError, KeyNotFoundError):
+        return False
+    return bool(msgspec.json.decode(entry.value or b"{}").get("ready"))
+
+
+async def until_planner_ready(js: JetStreamContext, within: float = 60.0) -> None:
+    deadline = time.monotonic() + within
+    while not await planner_ready(js):
+        if time.monotonic() > deadline:
+            raise TimeoutError("the planner never completed a claim round")
+        await asyncio.sleep(0.1)
 
 
 class StatusWatch:

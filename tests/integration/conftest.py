@@ -21,6 +21,9 @@ async def pipeline(stack: servers.Stack, tmp_path: Path) -> AsyncIterator[Pipeli
     nats_server = servers.NatsServer(tmp_path / "nats")
     nats_server.start()
     p = Pipeline(stack=stack, nats=nats_server, cluster=unique_name("c"), workdir=tmp_path)
+    # short heartbeats: a planner looks around for two intervals before it claims anything
+    # (the defaults are exercised by the benchmarks, their smoke tests and `driftbus up`)
+    p.planner_env = {"DRIFTBUS_HEARTBEAT_INTERVAL": "0.5", "DRIFTBUS_HEARTBEAT_TIMEOUT": "3"}
     try:
         yield p
     finally:

@@ -14,7 +14,7 @@ from schemas.codec import decode
 from schemas.messages import AppliedEvent
 from schemas.subjects import encode_token
 from services.common.kube import KubeClient
-from services.controlplane.pipeline import Pipeline, StatusWatch
+from services.controlplane.pipeline import Pipeline, StatusWatch, until_planner_ready
 
 N = 2000
 
@@ -48,7 +48,9 @@ async def test_time_to_apply_2000_objects(
     watch = StatusWatch()
     await watch.start(pnc, pipeline.cluster, "big")
     pipeline.start_all(appliers=appliers)
-    await asyncio.sleep(2)  # let the processes start: we time the reconcile, not Python imports
+    # let the processes start: we time the reconcile, not Python imports and claim rounds
+    await until_planner_ready(pnc.jetstream())
+    await asyncio.sleep(1)
     start = time.monotonic()
     await pipeline.publish(pnc.jetstream(), "big", configmaps(namespace, N))
     await watch.ready("r1", 300, pipeline.logs)
