@@ -128,11 +128,14 @@ class Coordinator:
 
     async def run(self) -> None:
         self._kv = await self._bucket()
-        follower = bus.Follower(self.js, bus.SHARDS_STREAM, _KV_PREFIX + ">")
+        caught_up = asyncio.Event()
 
         async def follow() -> None:
+            follower = bus.Follower(self.js, bus.SHARDS_STREAM, _KV_PREFIX + ">")
             async for msg in follower.messages():
                 self._observe(msg)
+                if follower.caught_up.is_set():
+                    caught_up.set()
 
         async def notice_new_clusters() -> None:
             # headers only: the bundles themselves are read by the cluster's planner
@@ -151,10 +154,13 @@ class Coordinator:
                 if not known:
                     self._wake.set()  # a new cluster: claim it now, not at the next heartbeat
 
-        watching = asyncio.create_task(follow(), name="follow shards")
-        noticing = asyncio.create_task(notice_new_clusters(), name="notice new clusters")
+        watching = asyncio.create_task(_forever(follow), name="follow shards")
+        noticing = asyncio.create_task(_forever(notice_new_clusters), name="notice new clusters")
         try:
-            await follower.caught_up.wait()
+            while not caught_up.is_set():  # our own entry ends an empty view
+                await self._heartbeat()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(caught_up.wait(), self.interval)
             # Announce ourselves and look around before claiming anything: replicas started
             # together then see each other and share at once instead of handing clusters over.
             if (sent := await self._heartbeat()) is not None:
@@ -395,6 +401,17 @@ class Coordinator:
                 await asyncio.wait_for(
                     self._kv.delete(bus.heartbeat_key(self.me), last=self._heartbeat_rev), 5.0
                 )
+
+
+async def _forever(follow: Callable[[], Awaitable[None]]) -> None:
+    """Keep a follower running: a view that silently stopped would make every other replica
+    look dead after the timeout. A restarted follower replays the bucket, which is harmless."""
+    while True:
+        try:
+            await follow()
+        except Exception:
+            log.exception("following the shards bucket failed; following it again")
+        await asyncio.sleep(1.0)
 
 
 def _now_iso() -> str:
