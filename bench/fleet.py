@@ -29,11 +29,12 @@ from bench.report import Result
 from bench.stack import cpu_seconds
 from services.controlplane import servers
 from services.controlplane.fleet import Fleet, clusters
-from services.controlplane.pipeline import StatusWatch, write_counts
+from services.controlplane.pipeline import StatusWatch, write_counts, writes_since
 from services.planner.service import PlannerSettings
 
 CLUSTERS = 5
 _KINDS = {"namespaces", "configmaps", "secrets"}
+"""What the bundles hold: only these writes are counted (fresh API servers write their own)."""
 DEFAULTS = PlannerSettings()
 
 
@@ -105,9 +106,7 @@ async def _one_run(
         cpu = {p: cpu_seconds(proc.pid) - cpu_before[p] for p, proc in f.planners.items()}
         await asyncio.sleep(1.0)  # late writes would show now
         for n, c in zip(names, cs, strict=True):
-            # only what the bundles hold: a fresh API server still writes its bootstrap roles
-            delta = write_counts(c.apiserver) - writes_before[n]
-            writes = sum(v for (_, res), v in delta.items() if res in _KINDS)
+            writes = writes_since(c.apiserver, writes_before[n], _KINDS)
             assert writes == objects, f"{n}: {writes} writes for {objects} objects"
         claims = await f.claims(nc.jetstream())
         per_planner = {p: sum(1 for c in claims.values() if c.planner == p) for p in f.planners}

@@ -250,7 +250,7 @@ async def shards(js: JetStreamContext) -> dict[str, list[dict[str, Any]]]:
             claims.append(
                 {
                     "cluster": name,
-                    "planner": value.get("planner") or "(released)",
+                    "planner": bus.claim_holder(m.data) or "(released)",
                     "fencing_token": int(m.metadata.sequence.stream),
                     "since": age,
                 }

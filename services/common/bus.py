@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import nats
+import orjson
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeout
@@ -27,10 +28,12 @@ from nats.js import api as js_api
 from nats.js.errors import (
     BadRequestError,
     BucketNotFoundError,
+    KeyNotFoundError,
     NoStreamResponseError,
     NotFoundError,
     ServiceUnavailableError,
 )
+from nats.js.kv import KeyValue
 
 from schemas.subjects import PREFIX, encode_token
 from services.common import telemetry
@@ -278,6 +281,31 @@ def claim_key(cluster: str) -> str:
 def heartbeat_key(planner_id: str) -> str:
     # KV keys allow [-/_=.a-zA-Z0-9]; the id is a hostname-pid or a name a user chose
     return "planners." + encode_token(planner_id)
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    planner: str
+    """The holder; empty once released."""
+    revision: int
+    """The entry's revision: the holder's fencing token."""
+
+
+def claim_holder(data: bytes | None) -> str | None:
+    """The planner a claim entry names ("" once released); None when it is not readable."""
+    try:
+        return str(orjson.loads(data or b"{}").get("planner", ""))
+    except (orjson.JSONDecodeError, AttributeError):
+        return None
+
+
+async def read_claim(kv: KeyValue, cluster: str) -> Claim | None:
+    """The cluster's claim as the bucket holds it now (None: never claimed)."""
+    try:
+        entry = await kv.get(claim_key(cluster))
+    except KeyNotFoundError:
+        return None
+    return Claim(claim_holder(entry.value) or "", int(entry.revision or 0))
 
 
 async def claim_revision(js: JetStreamContext, cluster: str) -> int | None:

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
-import orjson
 from nats.js import JetStreamContext
-from nats.js.errors import BucketNotFoundError, KeyNotFoundError
+from nats.js.errors import BucketNotFoundError
 
 from services.common import bus
 from services.controlplane import servers
@@ -36,12 +34,6 @@ def clusters(workdir: Path, count: int) -> Iterator[list[servers.Cluster]]:
                     started.append(f.result())
             for c in started:
                 c.stop()
-
-
-@dataclasses.dataclass(frozen=True)
-class Claim:
-    planner: str
-    revision: int
 
 
 class Fleet:
@@ -111,7 +103,7 @@ class Fleet:
     def logs(self) -> str:
         return "\n".join([self._planner_home.logs(), *(p.logs() for p in self.pipelines.values())])
 
-    async def claims(self, js: JetStreamContext) -> dict[str, Claim]:
+    async def claims(self, js: JetStreamContext) -> dict[str, bus.Claim]:
         """cluster → its claim in the shards bucket (clusters never claimed are absent)."""
         try:
             kv = await js.key_value(bus.SHARDS_BUCKET)
@@ -119,10 +111,6 @@ class Fleet:
             return {}
         out = {}
         for name in self.pipelines:
-            try:
-                entry = await kv.get(bus.claim_key(name))
-            except KeyNotFoundError:
-                continue
-            holder = orjson.loads(entry.value or b"{}").get("planner", "")
-            out[name] = Claim(holder, int(entry.revision or 0))
+            if (claim := await bus.read_claim(kv, name)) is not None:
+                out[name] = claim
         return out

@@ -14,7 +14,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -59,8 +59,15 @@ def write_counts(api: servers.KubeAPIServer) -> collections.Counter[tuple[str, s
     return counts
 
 
-def writes_since(api: servers.KubeAPIServer, before: collections.Counter[Any]) -> int:
-    return sum((write_counts(api) - before).values())
+def writes_since(
+    api: servers.KubeAPIServer,
+    before: collections.Counter[Any],
+    resources: Collection[str] | None = None,
+) -> int:
+    """Writes since ``before``; only to ``resources`` when given (an API server started moments
+    ago is still writing its own bootstrap roles and priority classes)."""
+    delta = write_counts(api) - before
+    return sum(v for (_, res), v in delta.items() if resources is None or res in resources)
 
 
 class Pipeline:

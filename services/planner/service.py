@@ -83,7 +83,7 @@ from services.planner.decide import (
     restore,
     step,
 )
-from services.planner.shards import Coordinator
+from services.planner.shards import Coordinator, heartbeat_problem
 from services.planner.store import EntryStore, Slot
 
 log = logging.getLogger("driftbus.planner")
@@ -794,11 +794,8 @@ class Replica:
 
 async def run(settings: PlannerSettings) -> None:
     settings = dataclasses.replace(settings, planner_id=settings.planner_id or replica_id())
-    if settings.heartbeat_timeout < 2 * settings.heartbeat_interval:
-        raise SystemExit(
-            f"driftbus planner: --heartbeat-timeout ({settings.heartbeat_timeout}s) must be at "
-            f"least twice --heartbeat-interval ({settings.heartbeat_interval}s)"
-        )
+    if problem := heartbeat_problem(settings.heartbeat_interval, settings.heartbeat_timeout):
+        raise SystemExit(f"driftbus planner: {problem}")
     async with connections(
         name="driftbus-planner",
         nats=settings,

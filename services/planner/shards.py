@@ -32,12 +32,13 @@ import nats.errors
 import orjson
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.errors import BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.errors import BucketNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 from opentelemetry.metrics import Observation
 
 from schemas.subjects import PREFIX, SubjectError, decode_token, parse_subject
 from services.common import bus, telemetry
+from services.common.bus import Claim
 from services.planner.sharding import assign, live
 
 log = logging.getLogger("driftbus.shards")
@@ -49,13 +50,6 @@ _KV_PREFIX = f"$KV.{bus.SHARDS_BUCKET}."
 _STALE_HEARTBEATS = 5  # × timeout: a dead replica's entry is removed from the bucket after it
 
 
-@dataclasses.dataclass(frozen=True)
-class Claim:
-    planner: str
-    """The holder; empty once released."""
-    revision: int
-
-
 @dataclasses.dataclass
 class Peer:
     revision: int
@@ -65,6 +59,17 @@ class Peer:
 
 StartCluster = Callable[[str, int], Awaitable[None]]
 StopCluster = Callable[[str], Awaitable[None]]
+
+
+def heartbeat_problem(interval: float, timeout: float) -> str | None:
+    """Why these heartbeat settings cannot work, if they cannot: a replica fences itself one
+    interval before the others may take over, which needs room for at least one heartbeat."""
+    if timeout < 2 * interval:
+        return (
+            f"--heartbeat-timeout ({timeout}s) must be at least twice "
+            f"--heartbeat-interval ({interval}s)"
+        )
+    return None
 
 
 class Coordinator:
@@ -81,10 +86,8 @@ class Coordinator:
         stop: StopCluster,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if timeout < 2 * interval:
-            raise ValueError(
-                f"heartbeat timeout {timeout}s must be at least twice the interval {interval}s"
-            )
+        if problem := heartbeat_problem(interval, timeout):
+            raise ValueError(problem)
         self.js = js
         self.me = planner_id
         self.interval = interval
@@ -208,12 +211,10 @@ class Coordinator:
             current = self.claims.get(name)
             if current is not None and rev <= current.revision:
                 return  # our own write-through was newer
-            try:
-                holder = "" if removed else str(orjson.loads(msg.data).get("planner", ""))
-            except (orjson.JSONDecodeError, AttributeError):
+            holder = "" if removed else bus.claim_holder(msg.data)
+            if holder is None:
                 log.warning("claim of cluster %s is not a JSON object; treated as free", name)
-                holder = ""
-            self.claims[name] = Claim(holder, rev)
+            self.claims[name] = Claim(holder or "", rev)
 
     async def _round(self) -> None:
         lapsed = not self.lease_ok()
@@ -259,16 +260,13 @@ class Coordinator:
     async def _verify_claims(self) -> None:
         assert self._kv is not None
         for cluster, token in list(self.running.items()):
-            try:
-                entry = await self._kv.get(bus.claim_key(cluster))
-                holder = str(orjson.loads(entry.value or b"{}").get("planner", ""))
-                current = Claim(holder, int(entry.revision or 0))
-            except KeyNotFoundError:
-                current = Claim("", 0)
+            current = await bus.read_claim(self._kv, cluster) or Claim("", 0)
             if current.revision > self.claims.get(cluster, Claim("", 0)).revision:
                 self.claims[cluster] = current
             if current.revision != token:
-                log.warning("cluster %s was claimed by %s meanwhile: deposed", cluster, holder)
+                log.warning(
+                    "cluster %s was claimed by %s meanwhile: deposed", cluster, current.planner
+                )
                 await self._drop(cluster, "deposed")
 
     async def _heartbeat(self) -> float | None:
