@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, Literal
 
 import msgspec
 from msgspec import Meta
@@ -37,6 +37,9 @@ class _Message(msgspec.Struct, frozen=True, forbid_unknown_fields=False, tag_fie
 # --- bundles (user → driftbus.bundle.<cluster>.<bundle>) -------------------------------------
 
 
+Propagation = Literal["Background", "Foreground", "Orphan"]
+
+
 class BundleOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     prune: bool = True
     """Delete objects that left the bundle (only if they still carry its ownership label)."""
@@ -44,6 +47,14 @@ class BundleOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Server-side apply with force=true: take ownership of fields other managers hold."""
     allow_replace: bool = False
     """Delete and recreate an object when an immutable field changed."""
+    allow_empty: bool = False
+    """Accept a revision with no objects (which prunes everything the bundle had). Without it an
+    empty revision is refused: it is far more often a wrong path than a wish."""
+    take_over: bool = False
+    """Take objects that another bundle declares (they then belong to this one). Without it such
+    an object is refused for this bundle, naming the bundle that has it."""
+    propagation: Propagation = "Background"
+    """propagationPolicy of prune deletes (Background: dependents are collected afterwards)."""
 
 
 class ObjectStoreRef(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -95,6 +106,8 @@ class ServerEvent(_Message, frozen=True, tag=_tag("server")):
     api_version: str = ""
     bundle: str = ""
     """The bundle named by the object's ownership label, if any."""
+    keep: bool = False
+    """The live object opts out of prune (annotation ``driftbus.dev/prune: disabled``)."""
     observed_at: dt.datetime | None = None
     watcher: str = ""
 
@@ -145,11 +158,14 @@ class ApplyIntent(_Message, frozen=True, tag=_tag("apply-intent")):
 class DeleteIntent(_Message, frozen=True, tag=_tag("delete-intent")):
     cluster: Name
     key: ObjectKey
-    api_version: str
+    api_version: Annotated[str, Meta(min_length=1)]
+    """The version to address the object with (as last seen by the watcher)."""
     bundle: Name
+    """The bundle pruning it: the live object must still carry this bundle's label."""
     revision: str
     """The bundle revision that no longer contains the object."""
     reason: str = "pruned"
+    propagation: Propagation = "Background"
     issued_at: dt.datetime | None = None
     planner: str = ""
     fencing_token: int = 0
@@ -163,11 +179,19 @@ Intent = ApplyIntent | DeleteIntent
 
 class ObjectPhase(enum.StrEnum):
     PENDING = "Pending"
+    """An intent is on its way (new object or changed manifest)."""
     APPLIED = "Applied"
     FAILED = "Failed"
     CONFLICT = "Conflict"
     PRUNED = "Pruned"
     DRIFTED = "Drifted"
+    """The live object differs from what was applied; a correction is on its way."""
+    WAITING = "Waiting"
+    """A prerequisite (its CRD, its namespace) is missing; retried until it appears."""
+    RETRYING = "Retrying"
+    """A transient error (429, 5xx, timeout); retried with backoff until it goes away."""
+    KEPT = "Kept"
+    """It left the bundle but was not pruned (an annotation, or other bundles' objects in it)."""
 
 
 class ObjectStatus(_Message, frozen=True, tag=_tag("object-status")):
@@ -188,10 +212,14 @@ class ObjectStatus(_Message, frozen=True, tag=_tag("object-status")):
 
 
 class BundlePhase(enum.StrEnum):
+    """Overall phase of a bundle's revision (see ``services.planner.status.bundle_phase``)."""
+
     RECONCILING = "Reconciling"
     READY = "Ready"
     DEGRADED = "Degraded"
     FAILED = "Failed"
+    CONFLICT = "Conflict"
+    OUT_OF_SYNC = "OutOfSync"
 
 
 class BundleCounts(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -199,6 +227,13 @@ class BundleCounts(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     applied: Annotated[int, Meta(ge=0)] = 0
     failed: Annotated[int, Meta(ge=0)] = 0
     ready: Annotated[int, Meta(ge=0)] = 0
+    conflicts: Annotated[int, Meta(ge=0)] = 0
+    drifted: Annotated[int, Meta(ge=0)] = 0
+    """applied, but the live object differs and no correction is on its way"""
+    pruning: Annotated[int, Meta(ge=0)] = 0
+    """objects that left the revision and are still to be deleted"""
+    kept: Annotated[int, Meta(ge=0)] = 0
+    """objects that left the revision and were deliberately not pruned"""
 
 
 class BundleStatus(_Message, frozen=True, tag=_tag("bundle-status")):
@@ -209,7 +244,7 @@ class BundleStatus(_Message, frozen=True, tag=_tag("bundle-status")):
     counts: BundleCounts
     message: str = ""
     failed_objects: list[str] = []
-    """``Kind/ns/name: reason`` of failed objects, bounded by the publisher."""
+    """``Kind/ns/name: reason`` of objects that keep the bundle from Ready, bounded."""
     at: dt.datetime | None = None
 
 
@@ -231,9 +266,15 @@ class DecisionReason(enum.StrEnum):
     DRIFT = "drift"
     DELETED = "deleted"
     RETRY = "retry"
+    RESEND = "resend"
+    """The intent sent earlier got no outcome in time (lost): sent again."""
     PRUNE = "prune"
     NOT_OWNED = "not-owned"
     PRUNE_DISABLED = "prune-disabled"
+    ANNOTATION = "annotation"
+    """Kept: the live object carries ``driftbus.dev/prune: disabled``."""
+    IN_USE = "in-use"
+    """Kept: a Namespace or CRD that still holds objects of other bundles (or desired ones)."""
 
 
 class DecisionRecord(_Message, frozen=True, tag=_tag("decision")):
@@ -253,6 +294,45 @@ class DecisionRecord(_Message, frozen=True, tag=_tag("decision")):
     planner: str = ""
 
 
+# --- applier → driftbus.outcome.<cluster>.<key> ------------------------------------------------
+
+
+class OutcomeEvent(_Message, frozen=True, tag=_tag("outcome")):
+    """What became of an intent that did not end in an applied fact: failed, in conflict, still
+    waiting or retrying, or a prune the applier declined. A control input of the planner, kept
+    (compacted, no age limit) in its own stream, unlike the user-facing STATUS."""
+
+    cluster: Name
+    key: ObjectKey
+    bundle: str
+    revision: str
+    manifest_sha: Sha
+    """The manifestSHA of the intent; all zeros for a delete."""
+    phase: ObjectPhase
+    """Failed, Conflict (final until republished or changed), Waiting, Retrying (still being
+    worked on), or Kept (a prune declined at delete time)."""
+    message: str = ""
+    at: dt.datetime | None = None
+    intent_seq: int = 0
+    applier: str = ""
+
+
+# --- watcher/applier → driftbus.member.<cluster>.<role> ------------------------------------------
+
+
+class MemberHeartbeat(_Message, frozen=True, tag=_tag("member")):
+    """A watcher or applier serving a cluster says so every few seconds."""
+
+    cluster: Name
+    role: Literal["watcher", "applier"]
+    id: str
+    at: dt.datetime
+    synced: bool = True
+    """Watcher: every watch has completed its initial list (prune waits for it)."""
+    problems: list[str] = []
+    """Watcher: watches that are not running, and why."""
+
+
 # --- registry -----------------------------------------------------------------------------------
 
 MESSAGE_TYPES: Final[dict[str, type[_Message]]] = {
@@ -264,4 +344,6 @@ MESSAGE_TYPES: Final[dict[str, type[_Message]]] = {
     "object-status": ObjectStatus,
     "bundle-status": BundleStatus,
     "decision": DecisionRecord,
+    "outcome": OutcomeEvent,
+    "member": MemberHeartbeat,
 }

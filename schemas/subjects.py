@@ -159,7 +159,15 @@ def cluster_filter(kind: str, cluster: str) -> str:
     return f"{PREFIX}.{kind}.{encode_token(cluster)}.>"
 
 
-_OBJECT_STREAMS: Final = frozenset(("server", "applied", "intent", "decision"))
+_OBJECT_STREAMS: Final = frozenset(("server", "applied", "intent", "decision", "outcome"))
+MEMBER_ROLES: Final = ("watcher", "applier")
+
+
+def member_subject(cluster: str, role: str) -> str:
+    """``driftbus.member.<cluster>.<role>``: the last heartbeat of a watcher/applier of it."""
+    if role not in MEMBER_ROLES:
+        raise SubjectError(f"no member role {role!r}")
+    return _checked(f"{PREFIX}.member.{encode_token(cluster)}.{role}")
 
 
 class ParsedSubject(msgspec.Struct, frozen=True):
@@ -180,6 +188,8 @@ def parse_subject(subject: str) -> ParsedSubject:
         return ParsedSubject(family, cluster, bundle=decode_token(rest[0]))
     if family in _OBJECT_STREAMS:
         return ParsedSubject(family, cluster, key=parse_key_tokens(rest))
+    if family == "member" and len(rest) == 1 and rest[0] in MEMBER_ROLES:
+        return ParsedSubject("member." + rest[0], cluster)
     if family == "status" and rest[1:] == ["bundle"]:
         return ParsedSubject("status.bundle", cluster, bundle=decode_token(rest[0]))
     if family == "status" and len(rest) == 6 and rest[1] == "object":

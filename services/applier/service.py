@@ -6,11 +6,16 @@ nothing. Per intent:
 
 1. drop it if superseded (a newer intent for the object replaced it on the subject);
 2. server-side apply (``fieldManager=driftbus``) or delete;
-3. publish the applied event (applySHA of the response + the manifestSHA it applied) and the
-   object status, *then* ack — a crash in between redelivers, and the repeated apply is a no-op.
+3. publish the fact — applied (applySHA of the response + the manifestSHA it applied) or the
+   outcome (failed, conflict, prune declined) — and the object status, *then* ack: a crash in
+   between redelivers, and the repeated apply is a no-op.
 
-A custom resource whose kind is not served yet, or an object whose namespace does not exist yet,
-waits (delayed redelivery) up to ``wait_budget`` and then fails naming what is missing. Errors
+Every intent ends in a fact. A custom resource whose kind is not served yet, an object whose
+namespace does not exist yet (``Waiting``), and transient errors — 429, 5xx, timeouts
+(``Retrying``) — are retried with capped exponential backoff honouring ``Retry-After`` for as
+long as the cause lasts, and said so on the way. A prune re-reads the live object first: it
+deletes only what still carries the bundle's label and does not opt out, with a uid
+precondition (never a namesake created meanwhile) and the bundle's propagation policy. Errors
 are classified (invalid, conflict, immutable, retryable, unknown kind) and every message is
 scrubbed of Secret values before it leaves this process.
 """
@@ -39,6 +44,7 @@ from schemas.messages import (
     Intent,
     ObjectPhase,
     ObjectStatus,
+    OutcomeEvent,
 )
 from schemas.subjects import (
     ObjectKey,
@@ -48,7 +54,8 @@ from schemas.subjects import (
     parse_subject,
 )
 from services.applier.fence import Fence
-from services.common import bus, telemetry
+from services.applier.retry import retry_delay
+from services.common import bus, members, telemetry
 from services.common.kube import (
     Conflict,
     Invalid,
@@ -56,10 +63,11 @@ from services.common.kube import (
     KubeError,
     NotFound,
     Resource,
+    Retryable,
 )
 from services.common.runtime import cluster_connections
 from services.common.settings import replica_id, setting
-from services.core.manifest import FIELD_MANAGER
+from services.core.manifest import FIELD_MANAGER, PRUNE_ANNOTATION, owner_of, prune_disabled
 from services.core.scrub import scrub_for
 from services.core.sha import object_sha
 
@@ -93,8 +101,10 @@ class ApplierSettings(telemetry.TelemetrySettings, bus.NatsSettings):
         "", "name of this replica in applied events (default: <hostname>-<pid>)"
     )
     concurrency: int = setting(16, "intents applied at the same time by this replica")
-    wait_budget: float = setting(
-        120.0, "seconds an object waits for its CRD or namespace before it is Failed"
+    max_backoff: float = setting(
+        60.0,
+        "longest delay in seconds between retries of a transient error (429, 5xx, timeout) or "
+        "of an object waiting for its CRD or namespace; retried for as long as the cause lasts",
     )
     ack_wait: float = setting(
         10.0,
@@ -102,7 +112,11 @@ class ApplierSettings(telemetry.TelemetrySettings, bus.NatsSettings):
         "that died wait for another (slow applies stay claimed: progress is signalled every "
         "third of it)",
     )
-    max_deliver: int = setting(20, "deliveries of one intent before it is given up")
+    max_deliver: int = setting(
+        -1,
+        "deliveries of one intent before it is reported Failed naming its last cause (-1: no "
+        "limit, transient causes are retried for as long as they last)",
+    )
     fence_refresh: float = setting(
         1.0,
         "seconds between reads of the cluster's planner claim: how soon after a take-over the "
@@ -153,10 +167,17 @@ class Applier:
     async def run(self) -> None:
         self.fence.raise_to(await bus.claim_revision(self.js, self.s.cluster))
         claims = asyncio.create_task(self._follow_claims(), name="follow claims")
+        beats = asyncio.create_task(
+            members.announce(
+                self.pub, cluster=self.s.cluster, role="applier", member_id=self.s.applier_id
+            ),
+            name="heartbeats",
+        )
         try:
             await self._run()
         finally:
             claims.cancel()
+            beats.cancel()
 
     async def _run(self) -> None:
         consumer = await bus.ensure_intent_consumer(
@@ -256,7 +277,7 @@ class Applier:
                     last.seq if last else "none",
                 )
                 self.superseded += 1
-                await msg.ack()
+                await msg.ack_sync()
                 return "superseded"
             if msg.metadata.num_delivered > 1 and await self._carried_out(intent, msg):
                 log.debug("%s: intent %d already carried out; ack lost", intent.key, seq(msg))
@@ -268,13 +289,21 @@ class Applier:
             else:
                 outcome = await self._delete(intent)
         except Wait as exc:
-            await self._wait(intent, msg, str(exc))
-            return "waiting"
+            return await self._again(intent, msg, ObjectPhase.WAITING, str(exc), None)
         except KubeError as exc:
-            if exc.retryable and msg.metadata.num_delivered < self.s.max_deliver:
-                await msg.nak(delay=min(2.0 * msg.metadata.num_delivered, 30.0))
-                return "retry"
-            outcome = Outcome(ObjectPhase.FAILED, self._scrub(intent, str(exc)))
+            if not exc.retryable:
+                outcome = Outcome(ObjectPhase.FAILED, self._scrub(intent, str(exc)))
+            else:
+                return await self._again(
+                    intent, msg, ObjectPhase.RETRYING, str(exc), exc.retry_after
+                )
+        except (NatsTimeout, TimeoutError, bus.BusError, ConnectionError):
+            raise  # the bus is away: unacked, the intent comes back when it is
+        except Exception as exc:
+            log.exception("%s: handling intent %d failed", intent.key, seq(msg))
+            outcome = Outcome(
+                ObjectPhase.FAILED, self._scrub(intent, f"internal error: {type(exc).__name__}")
+            )
         await self._report(intent, msg, outcome)
         if (
             outcome.applied is not None
@@ -285,6 +314,33 @@ class Applier:
             if intent.issued_at is not None:
                 TIME_TO_CORRECT.record((_now() - intent.issued_at).total_seconds())
         return str(outcome.phase).lower()
+
+    async def _again(
+        self,
+        intent: ApplyIntent | DeleteIntent,
+        msg: Msg,
+        phase: ObjectPhase,
+        why: str,
+        retry_after: float | None,
+    ) -> str:
+        """Retry later (Waiting for a prerequisite, Retrying a transient error), saying so; a
+        configured delivery limit that is reached ends in Failed naming the cause."""
+        attempt = msg.metadata.num_delivered
+        why = self._scrub(intent, why)
+        if 0 < self.s.max_deliver <= attempt:
+            await self._report(
+                intent,
+                msg,
+                Outcome(ObjectPhase.FAILED, f"gave up after {attempt} deliveries: {why}"),
+            )
+            return "failed"
+        delay = retry_delay(attempt, cap=self.s.max_backoff, retry_after=retry_after)
+        message = f"{why} (attempt {attempt}; next in {delay:.0f}s)"
+        log.info("%s %s: %s", intent.key, phase, message)
+        # informational, not awaited: the planner sees the intent still queued without it
+        await self._publish_outcome(intent, msg, phase, message)
+        await msg.nak(delay=delay)
+        return str(phase).lower()
 
     async def _carried_out(self, intent: ApplyIntent | DeleteIntent, msg: Msg) -> bool:
         """Whether this very intent was already applied: its fact names its stream sequence."""
@@ -363,14 +419,37 @@ class Applier:
         raise Wait(f"{res.kind}/{namespace}/{name} is still being deleted for replacement")
 
     async def _delete(self, intent: DeleteIntent) -> Outcome:
+        """Prune: re-read the live object, delete it only if it still carries the bundle's label
+        and does not opt out, and only that very object (uid precondition)."""
         key = intent.key
         # An unknown kind is an error (NotFound from discovery), not an already deleted object.
         res = await self.kube.discovery.resource(intent.api_version, key.kind)
         try:
-            gone = await self.kube.delete(res, key.name, key.namespace)
+            live = await self.kube.get(res, key.name, key.namespace)
+            meta = live.get("metadata", {})
+            if (owner := owner_of(live)) != intent.bundle:
+                return Outcome(
+                    ObjectPhase.KEPT,
+                    f"not pruned: it carries the label of {owner or 'no bundle'} now, "
+                    f"not of bundle {intent.bundle}",
+                )
+            if prune_disabled(live):
+                return Outcome(
+                    ObjectPhase.KEPT, f"not pruned: it carries {PRUNE_ANNOTATION}: disabled"
+                )
+            gone = await self.kube.delete(
+                res,
+                key.name,
+                key.namespace,
+                uid=str(meta.get("uid") or "") or None,
+                propagation=intent.propagation,
+            )
             rv = str(gone.get("metadata", {}).get("resourceVersion", ""))
         except NotFound:
             rv = ""
+        except Conflict as exc:
+            # the uid precondition failed: a namesake replaced it since the read; look again
+            raise Retryable(exc.subject, exc.status, exc.reason, exc.message) from None
         applied = AppliedEvent(
             cluster=intent.cluster,
             key=key,
@@ -385,35 +464,67 @@ class Applier:
         )
         return Outcome(ObjectPhase.PRUNED, f"pruned: not in revision {intent.revision}", applied)
 
-    async def _wait(self, intent: ApplyIntent | DeleteIntent, msg: Msg, why: str) -> None:
-        issued = intent.issued_at or _now()
-        waited = (_now() - issued).total_seconds()
-        if waited < self.s.wait_budget and msg.metadata.num_delivered < self.s.max_deliver:
-            await msg.nak(delay=min(2.0 * msg.metadata.num_delivered, 15.0))
-            return
-        await self._report(
-            intent,
-            msg,
-            Outcome(ObjectPhase.FAILED, f"gave up after {waited:.0f}s: {self._scrub(intent, why)}"),
+    async def _publish_outcome(
+        self, intent: ApplyIntent | DeleteIntent, msg: Msg, phase: ObjectPhase, message: str
+    ) -> list[asyncio.Task[Any]]:
+        """An outcome fact (for the planner) and the object's status row (for users)."""
+        manifest_sha = intent.manifest_sha if isinstance(intent, ApplyIntent) else DELETED_SHA
+        at = _now()
+        stamp = f"{seq(msg)}:{msg.metadata.num_delivered}"
+        fact = OutcomeEvent(
+            cluster=intent.cluster,
+            key=intent.key,
+            bundle=intent.bundle or "?",
+            revision=intent.revision,
+            manifest_sha=manifest_sha,
+            phase=phase,
+            message=message,
+            at=at,
+            intent_seq=seq(msg),
+            applier=self.s.applier_id,
         )
+        status = ObjectStatus(
+            cluster=intent.cluster,
+            bundle=intent.bundle or "?",
+            revision=intent.revision,
+            key=intent.key,
+            phase=phase,
+            message=message,
+            manifest_sha=manifest_sha if isinstance(intent, ApplyIntent) else None,
+            attempts=msg.metadata.num_delivered,
+            at=at,
+        )
+        subject = object_status_subject(intent.cluster, intent.bundle or "?", intent.key)
+        return [
+            await self.pub.publish(
+                object_subject("outcome", intent.cluster, intent.key),
+                encode(fact),
+                msg_id=f"outcome:{stamp}",
+            ),
+            await self.pub.publish(subject, encode(status), msg_id=f"status:{stamp}"),
+        ]
 
     async def _report(self, intent: ApplyIntent | DeleteIntent, msg: Msg, o: Outcome) -> None:
+        """The final fact of an intent, durable before the intent is acked."""
         key = intent.key
         log.debug("%s: %s (%s)", key, o.phase, o.message)
-        tasks = []
-        if o.applied is not None:
-            fact = msgspec.structs.replace(o.applied, intent_seq=seq(msg))
-            tasks.append(
-                await self.pub.publish(
-                    object_subject("applied", intent.cluster, key),
-                    encode(fact),
-                    msg_id=f"applied:{msg.metadata.sequence.stream}",
-                )
-            )
-            self.applied += 1
-        else:
+        if o.applied is None:
             self.failed += 1
-            log.warning("%s %s: %s", key, o.phase, o.message)
+            if o.phase is not ObjectPhase.KEPT:
+                log.warning("%s %s: %s", key, o.phase, o.message)
+            tasks = await self._publish_outcome(intent, msg, o.phase, o.message)
+            await asyncio.gather(*tasks)
+            await msg.ack_sync()
+            return
+        fact = msgspec.structs.replace(o.applied, intent_seq=seq(msg))
+        tasks = [
+            await self.pub.publish(
+                object_subject("applied", intent.cluster, key),
+                encode(fact),
+                msg_id=f"applied:{msg.metadata.sequence.stream}",
+            )
+        ]
+        self.applied += 1
         status = ObjectStatus(
             cluster=intent.cluster,
             bundle=intent.bundle or "?",
@@ -421,7 +532,7 @@ class Applier:
             key=key,
             phase=o.phase,
             message=o.message,
-            apply_sha=o.applied.apply_sha if o.applied else None,
+            apply_sha=o.applied.apply_sha,
             manifest_sha=intent.manifest_sha if isinstance(intent, ApplyIntent) else None,
             attempts=msg.metadata.num_delivered,
             at=_now(),

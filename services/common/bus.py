@@ -41,13 +41,15 @@ from services.common.settings import setting
 
 log = logging.getLogger("driftbus.bus")
 
-BUNDLES, SERVER, APPLIED, INTENTS, STATUS, DECISIONS = (
+BUNDLES, SERVER, APPLIED, INTENTS, STATUS, DECISIONS, OUTCOMES, MEMBERS = (
     "DRIFTBUS_BUNDLES",
     "DRIFTBUS_SERVER",
     "DRIFTBUS_APPLIED",
     "DRIFTBUS_INTENTS",
     "DRIFTBUS_STATUS",
     "DRIFTBUS_DECISIONS",
+    "DRIFTBUS_OUTCOMES",
+    "DRIFTBUS_MEMBERS",
 )
 OBJECT_STORE_BUCKET = "driftbus-bundles"
 SHARDS_BUCKET = "driftbus-shards"
@@ -128,6 +130,20 @@ def stream_configs(*, replicas: int = 1) -> list[js_api.StreamConfig]:
             "audit log of every planner decision",
             max_age=14 * DAY,
             max_bytes=2 * 1024**3,
+        ),
+        cfg(
+            OUTCOMES,
+            "outcome",
+            "compacted: the last failure/conflict/wait/declined prune per object; no age limit, "
+            "the planner decides on it for as long as the object is desired",
+            max_msgs_per_subject=1,
+        ),
+        cfg(
+            MEMBERS,
+            "member",
+            "the last heartbeat of the watchers and appliers of each cluster",
+            max_msgs_per_subject=1,
+            max_age=DAY,
         ),
     ]
 
@@ -351,7 +367,7 @@ async def _create_or_update(
 @dataclasses.dataclass(frozen=True)
 class IntentConsumerSettings:
     ack_wait: float = 60.0
-    max_deliver: int = 20
+    max_deliver: int = -1
     max_ack_pending: int = 4096
 
 

@@ -72,7 +72,16 @@ def _object_store_read() -> list[str]:
 
 
 # wildcards match whole tokens only, so each stream is named
-ALL_STREAMS = (bus.BUNDLES, bus.SERVER, bus.APPLIED, bus.INTENTS, bus.STATUS, bus.DECISIONS)
+ALL_STREAMS = (
+    bus.BUNDLES,
+    bus.SERVER,
+    bus.APPLIED,
+    bus.INTENTS,
+    bus.STATUS,
+    bus.DECISIONS,
+    bus.OUTCOMES,
+    bus.MEMBERS,
+)
 STREAM_INFO = tuple(f"{JS}.STREAM.INFO.{s}" for s in ALL_STREAMS)
 
 
@@ -81,6 +90,7 @@ def watcher(cluster: str) -> Permissions:
     return Permissions(
         publish=(
             f"{PREFIX}.server.{t}.>",
+            f"{PREFIX}.member.{t}.watcher",
             *STREAM_INFO,
             *_read_streams(bus.BUNDLES, bus.SERVER),
             *_object_store_read(),
@@ -97,6 +107,8 @@ def applier(cluster: str) -> Permissions:
         publish=(
             f"{PREFIX}.applied.{t}.>",
             f"{PREFIX}.status.{t}.>",
+            f"{PREFIX}.outcome.{t}.>",
+            f"{PREFIX}.member.{t}.applier",
             *STREAM_INFO,
             f"{JS}.CONSUMER.CREATE.{intents}.{consumer}.{PREFIX}.intent.{t}.>",
             f"{JS}.CONSUMER.INFO.{intents}.{consumer}",
@@ -140,6 +152,8 @@ def user(clusters: Iterable[str]) -> Permissions:
             f"{OBJ_SUBJECTS}.M.>",
             f"{JS}.STREAM.PURGE.{OBJ}",
             *_object_store_read(),
+            # is anybody serving the cluster? (publish warns when not)
+            *(f"{JS}.DIRECT.GET.{bus.MEMBERS}.{PREFIX}.member.{t}.*" for t in tokens),
         ),
         subscribe=(*(f"{PREFIX}.status.{t}.>" for t in tokens), "_INBOX.>"),
     )

@@ -151,7 +151,7 @@ class Pipeline:
         *,
         revision: str = "r1",
         as_user: bool = False,
-        **options: bool,
+        **options: Any,
     ) -> None:
         """Publish a bundle; ``as_user`` waits for the planner's streams instead of creating
         them, as a user of a locked-down bus must."""

@@ -15,6 +15,9 @@ from schemas.subjects import ObjectKey, SubjectError
 
 OWNER_LABEL: Final = "driftbus.dev/bundle"
 FIELD_MANAGER: Final = "driftbus"
+PRUNE_ANNOTATION: Final = "driftbus.dev/prune"
+"""``driftbus.dev/prune: disabled`` on an object (manifest or live) keeps it when it leaves its
+bundle (as Flux's ``kustomize.toolkit.fluxcd.io/prune: disabled``, Argo CD's ``Prune=false``)."""
 # A label value: ≤ 63 characters, alphanumerics with - _ . inside.
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$")
 
@@ -79,6 +82,21 @@ def check_bundle_name(name: str) -> str:
             "'-', '_', '.', starting and ending with a letter or digit)"
         )
     return name
+
+
+def prune_disabled(obj: Mapping[str, Any]) -> bool:
+    """Whether the object opts out of prune (its annotation says ``disabled``)."""
+    meta = obj.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    return isinstance(annotations, Mapping) and annotations.get(PRUNE_ANNOTATION) == "disabled"
+
+
+def owner_of(obj: Mapping[str, Any]) -> str:
+    """The bundle named by the object's ownership label ("" when none)."""
+    meta = obj.get("metadata")
+    labels = meta.get("labels") if isinstance(meta, Mapping) else None
+    value = labels.get(OWNER_LABEL) if isinstance(labels, Mapping) else None
+    return value if isinstance(value, str) else ""
 
 
 def owned(obj: Mapping[str, Any], bundle: str) -> dict[str, Any]:

@@ -22,7 +22,15 @@ Level-triggered safeguards instead of locks:
   server event: active-active watchers may deliver out of order) is ignored; an applied event
   for an older manifest leaves the newer intent in flight.
 * **Failures** are reported, not retried in a loop: a failed manifest is retried only when the
-  bundle is published again (reason ``retry``) or the manifest changes.
+  bundle is published again (reason ``retry``) or the manifest changes. Transient trouble
+  (429, 5xx, a missing CRD) is not a failure: the applier keeps retrying and says so
+  (``Working``), which keeps the intent in flight.
+* **Nothing stuck.** Every intent ends in a fact (applied, failed, declined) or is sent again:
+  the shell folds ``Resend`` into an entry whose intent got no word for too long and is no
+  longer queued (lost: a publish that never landed, a dedup-window collision), and the entry's
+  ``inflight_at`` says how long it has waited.
+* **Prune** deletes only what still carries the bundle's label, was seen live, does not opt out
+  (``keep``: the live object's annotation) and holds nothing of others (``Removed.in_use``).
 """
 
 from __future__ import annotations
@@ -62,6 +70,9 @@ class Removed:
     bundle: str
     revision: str
     prune: bool = True
+    in_use: str = ""
+    """Why deleting it would destroy what others still want (a Namespace holding other bundles'
+    objects, a CRD whose custom resources others declare); empty when nothing is in the way."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -72,6 +83,9 @@ class Observed:
     server_sha: Sha | None
     deleted: bool = False
     owner_bundle: str = ""
+    api_version: str = ""
+    keep: bool = False
+    """The live object opts out of prune."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -88,13 +102,36 @@ class Applied:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Failed:
-    """An applier gave up on ``manifest_sha`` (invalid, conflict, ... : reported, not looped)."""
+    """An applier gave up on ``manifest_sha`` (invalid, conflict, ... : reported, not looped);
+    ``DELETE_INFLIGHT`` for a prune that failed."""
 
     manifest_sha: Sha
     at: float = 0.0
 
 
-Event = Desired | Removed | Observed | Applied | Failed
+@dataclasses.dataclass(frozen=True, slots=True)
+class Working:
+    """An applier is still on the intent for ``manifest_sha`` (waiting for a prerequisite or
+    retrying a transient error), or it is still queued: it is not lost."""
+
+    manifest_sha: Sha
+    at: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Declined:
+    """The applier did not delete: at delete time the live object no longer carried the bundle's
+    label or opted out of prune."""
+
+    reason: DecisionReason = DecisionReason.NOT_OWNED
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Resend:
+    """The intent in flight got no outcome in time and is not queued any more: send it again."""
+
+
+Event = Desired | Removed | Observed | Applied | Failed | Working | Declined | Resend
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -116,14 +153,45 @@ class Entry:
     server_deleted: bool = False
     server_rv: int = 0
     owner_bundle: str = ""
+    api_version: str = ""
+    """apiVersion the watcher last saw it under: what a prune addresses it with (the manifest is
+    gone by then, and after a restart it was never known)."""
+    keep: bool = False
+    """The live object opts out of prune (annotation)."""
     # bookkeeping
     inflight: Sha | None = None
     """manifestSHA of the apply intent sent and not yet answered; ``DELETE_INFLIGHT`` for a
     delete."""
+    inflight_at: float = 0.0
+    """When the intent in flight was sent, or an applier last said it is working on it."""
     failed: Sha | None = None
-    """manifestSHA whose apply failed; not retried until republished or changed."""
+    """manifestSHA whose apply failed; not retried until republished or changed.
+    ``DELETE_INFLIGHT``: the prune failed."""
     failed_at: float = 0.0
     applied_at: float = 0.0
+
+    @property
+    def failing(self) -> bool:
+        """The desired manifest failed and nothing succeeded since."""
+        return (
+            self.manifest_sha is not None
+            and self.failed == self.manifest_sha
+            and self.failed_at >= self.applied_at
+        )
+
+    @property
+    def live(self) -> bool:
+        return self.server_rv > 0 and not self.server_deleted
+
+    @property
+    def drifted(self) -> bool:
+        """Applied, seen since, and the live object differs (or is gone)."""
+        return (
+            self.apply_sha is not None
+            and self.server_rv >= self.applied_rv
+            and self.server_rv > 0
+            and (self.server_deleted or self.server_sha != self.apply_sha)
+        )
 
 
 DELETE_INFLIGHT: Sha = b"\0" * 32
@@ -155,27 +223,32 @@ def evaluate(e: Entry, *, republished: bool = False) -> Decision | None:
             return None  # our intent for exactly this manifest is still on its way
         # a newer manifest supersedes the one in flight (the applier drops the old intent)
         return _apply(DecisionReason.MANIFEST)
-    if e.failed == e.manifest_sha and e.failed_at >= e.applied_at:
+    if e.failing:
         # failed, and no successful apply since: report, do not loop (a republish retries)
         return _apply(DecisionReason.RETRY) if republished else None
     if e.apply_sha is None:
         return _apply(DecisionReason.NEW)
     if e.applied_manifest_sha != e.manifest_sha:
         return _apply(DecisionReason.MANIFEST)
-    if e.server_rv >= e.applied_rv and e.server_rv > 0:
-        if e.server_deleted:
-            return _apply(DecisionReason.DELETED)
-        if e.server_sha != e.apply_sha:
-            return _apply(DecisionReason.DRIFT)
+    if e.drifted:
+        return _apply(DecisionReason.DELETED if e.server_deleted else DecisionReason.DRIFT)
     return HIT
 
 
-def step(e: Entry, event: Event) -> tuple[Entry, Decision | None]:
+def step(e: Entry, event: Event, *, now: float = 0.0) -> tuple[Entry, Decision | None]:
     """Fold one event into ``e``; return the new entry and the decision to publish, if any.
 
     Intents go out for every returned decision that ``writes``; a HIT is returned (and recorded)
     only when a bundle publish asked, so the audit log holds one row per object per publish.
+    ``now`` (seconds since the epoch) stamps an intent sent, for ``Resend``.
     """
+    e, d = _step(e, event)
+    if d is not None and d.writes:
+        e = dataclasses.replace(e, inflight_at=now)
+    return e, d
+
+
+def _step(e: Entry, event: Event) -> tuple[Entry, Decision | None]:
     match event:
         case Desired():
             republished = e.manifest_sha == event.manifest_sha
@@ -192,28 +265,58 @@ def step(e: Entry, event: Event) -> tuple[Entry, Decision | None]:
         case Observed():
             if event.resource_version < max(e.applied_rv, e.server_rv):
                 return e, None  # older than our last apply or the last event: a stale fact
-            e = dataclasses.replace(
-                e,
-                server_sha=event.server_sha,
-                server_deleted=event.deleted,
-                server_rv=event.resource_version,
-                owner_bundle=event.owner_bundle or e.owner_bundle,
-            )
+            e = _observe(e, event)
             return _emit(e, evaluate(e), Trigger.SERVER)
         case Applied():
             return _applied(e, event)
         case Failed():
             if e.inflight == event.manifest_sha:
                 e = dataclasses.replace(e, inflight=None)
-            if event.manifest_sha == e.manifest_sha:
+            if event.manifest_sha in (e.manifest_sha, DELETE_INFLIGHT):
                 e = dataclasses.replace(e, failed=event.manifest_sha, failed_at=event.at)
             return _emit(e, evaluate(e), Trigger.FAILED)
+        case Working():
+            if e.inflight == event.manifest_sha:
+                e = dataclasses.replace(e, inflight_at=max(e.inflight_at, event.at))
+            return e, None
+        case Declined():
+            if e.inflight != DELETE_INFLIGHT:
+                return e, None
+            return dataclasses.replace(e, inflight=None), Decision(
+                DecisionAction.KEEP, event.reason
+            )
+        case Resend():
+            if e.inflight is None:
+                return e, None
+            if e.inflight == DELETE_INFLIGHT:
+                return e, Decision(DecisionAction.DELETE, DecisionReason.RESEND)
+            settled = dataclasses.replace(e, inflight=None)
+            d = evaluate(settled)
+            if d is None or not d.writes:
+                return settled, None
+            resend = Decision(DecisionAction.APPLY, DecisionReason.RESEND)
+            return _emit(settled, resend, Trigger.BUNDLE)
     raise TypeError(f"{e.key}: unknown event {event!r}")  # pragma: no cover
 
 
-def reevaluate(e: Entry) -> tuple[Entry, Decision | None]:
+def _observe(e: Entry, ev: Observed) -> Entry:
+    e = dataclasses.replace(
+        e, server_sha=ev.server_sha, server_deleted=ev.deleted, server_rv=ev.resource_version
+    )
+    if ev.deleted:
+        return dataclasses.replace(e, owner_bundle=ev.owner_bundle or e.owner_bundle)
+    # a live object's own label and annotation are the truth (also when they were removed)
+    return dataclasses.replace(
+        e, owner_bundle=ev.owner_bundle, api_version=ev.api_version or e.api_version, keep=ev.keep
+    )
+
+
+def reevaluate(e: Entry, *, now: float = 0.0) -> tuple[Entry, Decision | None]:
     """Decide on a restored entry (after the rebuild), marking what it sends as in flight."""
-    return _emit(e, evaluate(e), Trigger.BUNDLE)
+    e, d = _emit(e, evaluate(e), Trigger.BUNDLE)
+    if d is not None and d.writes:
+        e = dataclasses.replace(e, inflight_at=now)
+    return e, d
 
 
 def restore(e: Entry, event: Event) -> Entry:
@@ -232,13 +335,7 @@ def restore(e: Entry, event: Event) -> Entry:
                 prune=event.prune,
             )
         case Observed() if event.resource_version >= e.server_rv:
-            return dataclasses.replace(
-                e,
-                server_sha=event.server_sha,
-                server_deleted=event.deleted,
-                server_rv=event.resource_version,
-                owner_bundle=event.owner_bundle or e.owner_bundle,
-            )
+            return _observe(e, event)
         case Applied() if event.resource_version >= e.applied_rv:
             if event.deleted:
                 return dataclasses.replace(
@@ -274,6 +371,7 @@ def _applied(e: Entry, ev: Applied) -> tuple[Entry, Decision | None]:
                 applied_manifest_sha=None,
                 apply_sha=None,
                 applied_rv=ev.resource_version,
+                failed=None if e.failed == DELETE_INFLIGHT else e.failed,
             )
         return e, None
     # The result answers the intent for its manifest whatever order results arrive in (two
@@ -295,11 +393,14 @@ def _removed(e: Entry, ev: Removed) -> tuple[Entry, Decision | None]:
     if e.bundle and e.bundle != ev.bundle:
         return e, None  # the object moved to another bundle meanwhile: not ours to prune
     e = dataclasses.replace(e, bundle="", revision=ev.revision, manifest_sha=None, prune=ev.prune)
-    live = e.server_rv > 0 and not e.server_deleted
-    if not live or e.owner_bundle != ev.bundle:
+    if not e.live or e.owner_bundle != ev.bundle:
         return e, Decision(DecisionAction.KEEP, DecisionReason.NOT_OWNED)
     if not ev.prune:
         return e, Decision(DecisionAction.KEEP, DecisionReason.PRUNE_DISABLED)
+    if e.keep:
+        return e, Decision(DecisionAction.KEEP, DecisionReason.ANNOTATION)
+    if ev.in_use:
+        return e, Decision(DecisionAction.KEEP, DecisionReason.IN_USE)
     if e.inflight == DELETE_INFLIGHT:
         return e, None
     return (

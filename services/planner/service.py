@@ -45,6 +45,7 @@ from schemas.messages import (
     Health,
     ObjectPhase,
     ObjectStatus,
+    OutcomeEvent,
     ServerEvent,
 )
 from schemas.subjects import (
@@ -54,10 +55,11 @@ from schemas.subjects import (
     bundle_status_subject,
     encode_token,
     key_tokens,
+    object_status_subject,
     object_subject,
     parse_subject,
 )
-from services.common import bus, telemetry
+from services.common import bus, members, telemetry
 from services.common.bundles import BundleError, load_manifests
 from services.common.runtime import connections
 from services.common.settings import replica_id, setting
@@ -69,21 +71,28 @@ from services.core.manifest import (
     key_of,
     owned,
 )
+from services.core.scope import Scopes, normalise
 from services.core.sha import HashError, object_sha
 from services.planner.decide import (
+    DELETE_INFLIGHT,
     Applied,
     Decision,
+    Declined,
     Desired,
     Entry,
     Event,
     Failed,
     Observed,
     Removed,
+    Resend,
+    Working,
     reevaluate,
     restore,
     step,
 )
+from services.planner.prune import crd_kind, in_use
 from services.planner.shards import Coordinator, heartbeat_problem
+from services.planner.status import Tally, bundle_phase, counts, listed
 from services.planner.store import EntryStore, Slot
 
 log = logging.getLogger("driftbus.planner")
@@ -100,6 +109,27 @@ STATUS_LAG = telemetry.meter.create_histogram(
     description="from the first change to a bundle to its status published",
 )
 MAX_LISTED_FAILURES = 50
+# the object rows the planner writes itself, from its decisions
+_ROW_OF = {
+    DecisionReason.NEW: ObjectPhase.PENDING,
+    DecisionReason.MANIFEST: ObjectPhase.PENDING,
+    DecisionReason.RETRY: ObjectPhase.PENDING,
+    DecisionReason.RESEND: ObjectPhase.PENDING,
+    DecisionReason.DRIFT: ObjectPhase.DRIFTED,
+    DecisionReason.DELETED: ObjectPhase.DRIFTED,
+    DecisionReason.ANNOTATION: ObjectPhase.KEPT,
+    DecisionReason.IN_USE: ObjectPhase.KEPT,
+}
+_ROW_MESSAGES = {
+    DecisionReason.NEW: "new object: apply on its way",
+    DecisionReason.MANIFEST: "manifest changed: apply on its way",
+    DecisionReason.RETRY: "republished after a failure: apply on its way",
+    DecisionReason.RESEND: "no word on the earlier intent in time: sent again",
+    DecisionReason.DRIFT: "changed out of band: correction on its way",
+    DecisionReason.DELETED: "deleted out of band: re-creation on its way",
+    DecisionReason.ANNOTATION: "left the bundle; kept: it carries driftbus.dev/prune: disabled",
+    DecisionReason.IN_USE: "left the bundle; kept: still in use",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,6 +151,16 @@ class PlannerSettings(telemetry.TelemetrySettings, bus.NatsSettings):
         10.0,
         "seconds without a heartbeat after which a replica counts as dead and others take its "
         "clusters over (at least twice the interval)",
+    )
+    intent_timeout: float = setting(
+        60.0,
+        "seconds an intent may go without any word (applied, failed, still waiting) while no "
+        "longer queued before the planner sends it again: nothing stays lost",
+    )
+    members_interval: float = setting(
+        2.0,
+        "seconds between reads of the cluster's watcher/applier heartbeats (prune waits for the "
+        "watcher's initial lists; a cluster nobody serves is named in the bundle status)",
     )
 
 
@@ -147,7 +187,10 @@ class BundleView:
     allow_replace: bool
     keys: set[ObjectKey]
     errors: list[str]
-    """Objects of this revision refused before planning (invalid manifests, duplicates)."""
+    """Objects of this revision not taken (another bundle declares them)."""
+    propagation: str = "Background"
+    refused: tuple[str, str] | None = None
+    """(revision, why) of the latest publish if it was refused; this view stays in force."""
 
 
 _manifest_json = msgspec.json.Encoder()
@@ -172,11 +215,19 @@ class Planner:
         self.cluster = cluster
         self.fencing_token = fencing_token
         self._owns = owns
-        self.entries = EntryStore()  # the SHA cache, packed (≈ 220 bytes per object)
+        self.entries = EntryStore()  # the SHA cache, packed (≈ 230 bytes per object)
+        self.scopes = Scopes()
+        """Which kinds are namespaced: a cluster-scoped object's stray namespace is dropped."""
         self.manifests: dict[Slot, bytes] = {}
         """Desired manifests as compact JSON: decoded only for the rare intent (a miss)."""
         self.health: dict[Slot, tuple[Health, str]] = {}
-        self.failures: dict[Slot, str] = {}
+        self.outcomes: dict[Slot, OutcomeEvent] = {}
+        """The last word of an applier that was not an applied fact (failed, conflict, waiting,
+        retrying), until an applied fact replaces it: what the status says about the object."""
+        self.unserved: list[str] = []
+        """No live watcher/applier for this cluster (from their heartbeats)."""
+        self.watcher_synced = False
+        """The cluster's watcher has completed its initial lists: prune may trust the view."""
         self.bundles: dict[tuple[str, str], BundleView] = {}
         self.counters: collections.Counter[str] = collections.Counter()
         self.live = False
@@ -198,7 +249,7 @@ class Planner:
             "bundle": bus.Follower(self.js, bus.BUNDLES, f"{PREFIX}.bundle.{c}.>"),
             "server": bus.Follower(self.js, bus.SERVER, f"{PREFIX}.server.{c}.>"),
             "applied": bus.Follower(self.js, bus.APPLIED, f"{PREFIX}.applied.{c}.>"),
-            "status": bus.Follower(self.js, bus.STATUS, f"{PREFIX}.status.{c}.*.object.>"),
+            "outcome": bus.Follower(self.js, bus.OUTCOMES, f"{PREFIX}.outcome.{c}.>"),
         }
 
         async def pump(kind: str, f: bus.Follower) -> None:
@@ -208,6 +259,10 @@ class Planner:
         tasks = [asyncio.create_task(pump(k, f), name=f"follow {k}") for k, f in followers.items()]
         tasks.append(asyncio.create_task(self._status_loop(), name="bundle status"))
         tasks.append(asyncio.create_task(self._pending_loop(), name="intents pending"))
+        tasks.append(asyncio.create_task(self._members_loop(), name="members"))
+        tasks.append(
+            asyncio.create_task(self._resend_loop(lambda: queue.qsize()), name="resend lost")
+        )
         try:
             while True:
                 if (
@@ -244,8 +299,9 @@ class Planner:
             key=lambda s: apply_order(s[1]),
         )
         by_bundle: dict[str, list[tuple[Slot, Decision | None]]] = {}
+        now = time.time()
         for slot in slots:
-            self.entries[slot], decision = reevaluate(self.entries[slot])
+            self.entries[slot], decision = reevaluate(self.entries[slot], now=now)
             by_bundle.setdefault(self.entries[slot].bundle, []).append((slot, decision))
         for bundle, decided in by_bundle.items():
             ident = (self.cluster, bundle)
@@ -303,12 +359,24 @@ class Planner:
                 else:
                     self.health[slot] = (ev.health, ev.health_message)
                 await self._fold(
-                    slot, Observed(_rv(ev.resource_version), sha, ev.deleted, ev.bundle)
+                    slot,
+                    Observed(
+                        _rv(ev.resource_version),
+                        sha,
+                        ev.deleted,
+                        ev.bundle,
+                        api_version=ev.api_version,
+                        keep=ev.keep,
+                    ),
                 )
+                if self.live:
+                    await self._prune_stray(slot)
             elif kind == "applied":
                 ap = decode(msg.data, AppliedEvent)
+                slot = (ap.cluster, ap.key)
+                self.outcomes.pop(slot, None)
                 await self._fold(
-                    (ap.cluster, ap.key),
+                    slot,
                     Applied(
                         bytes.fromhex(ap.manifest_sha),
                         bytes.fromhex(ap.apply_sha) if ap.apply_sha else None,
@@ -317,35 +385,45 @@ class Planner:
                         ap.applied_at.timestamp() if ap.applied_at else 0.0,
                     ),
                 )
-                self.failures.pop((ap.cluster, ap.key), None)
-            elif kind == "status":
-                st = decode(msg.data, ObjectStatus)
-                log.debug(
-                    "%s: status %s for manifest %s", st.key, st.phase, (st.manifest_sha or "-")[:12]
-                )
-                if st.phase in (ObjectPhase.FAILED, ObjectPhase.CONFLICT) and st.manifest_sha:
-                    self.failures[(st.cluster, st.key)] = f"{st.phase}: {st.message}"
-                    failed_at = st.at.timestamp() if st.at else 0.0
-                    await self._fold(
-                        (st.cluster, st.key), Failed(bytes.fromhex(st.manifest_sha), failed_at)
-                    )
+            elif kind == "outcome":
+                await self._on_outcome(decode(msg.data, OutcomeEvent))
         except (WireError, ValueError) as exc:
             # Bad input never stops the planner: report and carry on.
             log.error("ignoring message on %s: %s", msg.subject, exc)
             self.counters["bad_messages"] += 1
+
+    async def _on_outcome(self, oc: OutcomeEvent) -> None:
+        slot = (oc.cluster, oc.key)
+        sha = bytes.fromhex(oc.manifest_sha)
+        at = oc.at.timestamp() if oc.at else 0.0
+        log.debug("%s: %s for manifest %s: %s", oc.key, oc.phase, oc.manifest_sha[:12], oc.message)
+        entry = self.entries.get(slot)
+        if oc.phase in (ObjectPhase.FAILED, ObjectPhase.CONFLICT):
+            if entry is not None and at < max(entry.applied_at, entry.failed_at):
+                return  # older than what we know (a replayed fact superseded since)
+            self.outcomes[slot] = oc
+            await self._fold(slot, Failed(sha, at))
+        elif oc.phase in (ObjectPhase.WAITING, ObjectPhase.RETRYING):
+            if entry is not None and entry.inflight == sha:
+                self.outcomes[slot] = oc
+                await self._fold(slot, Working(sha, at))
+        elif oc.phase is ObjectPhase.KEPT:
+            self.outcomes[slot] = oc
+            await self._fold(slot, Declined(DecisionReason.NOT_OWNED))
 
     async def _fold(self, slot: Slot, event: Event) -> None:
         entry = self.entries.get(slot) or Entry(slot[1])
         if not self.live:
             self.entries[slot] = restore(entry, event)
             return
-        entry, decision = step(entry, event)
+        entry, decision = step(entry, event, now=time.time())
         self.entries[slot] = entry
-        if entry.bundle:
-            self._mark_dirty((slot[0], entry.bundle))
+        bundle = entry.bundle or entry.owner_bundle
+        if bundle:
+            self._mark_dirty((slot[0], bundle))
             span = trace.get_current_span()
             if span.get_span_context().is_valid:  # the bundle's status continues this trace
-                self._trace[(slot[0], entry.bundle)] = trace.set_span_in_context(span)
+                self._trace[(slot[0], bundle)] = trace.set_span_in_context(span)
         if decision is not None:
             await self._publish_decision(slot, decision)
 
@@ -358,8 +436,10 @@ class Planner:
             log.error("bundle on a malformed subject: %s", exc)
             return
         cluster, name = where.cluster, where.bundle or ""
+        revision = "?"
         try:
             bundle = decode(msg.data, Bundle)
+            revision = bundle.revision
             if (bundle.cluster, bundle.bundle) != (cluster, name):
                 raise ManifestError(
                     f"message names {bundle.cluster}/{bundle.bundle} but was "
@@ -367,43 +447,40 @@ class Planner:
                 )
             check_bundle_name(bundle.bundle)
             manifests = await load_manifests(self.js, bundle)
+            desired = self._checked_revision(bundle, manifests)
         except (WireError, BundleError, ManifestError) as exc:
-            await self._bundle_refused(cluster, name, str(exc))
+            await self._bundle_refused(cluster, name, revision, str(exc))
             return
         seq = msg.metadata.sequence.stream
+        options = bundle.options
         view = BundleView(
             cluster,
             name,
             bundle.revision,
             seq,
-            bundle.options.prune,
-            bundle.options.force,
-            bundle.options.allow_replace,
+            options.prune,
+            options.force,
+            options.allow_replace,
             set(),
             [],
+            propagation=options.propagation,
         )
         previous = self.bundles.get((cluster, name))
-        desired: list[tuple[Slot, bytes, bytes]] = []
-        seen: dict[ObjectKey, int] = {}
-        for i, raw in enumerate(manifests):
-            where_i = f"{name}: manifests[{i}]"
-            try:
-                key = key_of(raw, where_i)
-                object_subject("intent", cluster, key)  # its subjects fit (a name is ≤ 253)
-                if key in seen:
-                    raise ManifestError(f"{where_i}: {key} duplicates manifests[{seen[key]}]")
-                manifest = owned(raw, name)
-                encoded = check_size(_manifest_json.encode(manifest), f"{where_i}: {key}")
-                sha = object_sha(manifest)
-            except (ManifestError, HashError) as exc:
-                view.errors.append(str(exc))
+        taken: list[tuple[Slot, bytes, bytes]] = []
+        for slot, encoded, sha in desired:
+            other = self._declared_by_other(slot, name)
+            if other is not None and not options.take_over:
+                view.errors.append(
+                    f"{slot[1]}: already declared by bundle {other} (publish with take-over "
+                    "to move it to this bundle)"
+                )
                 continue
-            except SubjectError as exc:
-                view.errors.append(f"{where_i}: {exc}")
-                continue
-            seen[key] = i
-            view.keys.add(key)
-            desired.append(((cluster, key), encoded, sha))
+            if other is not None:
+                log.warning("%s: taken over by bundle %s from bundle %s", slot[1], name, other)
+                self.bundles[(cluster, other)].keys.discard(slot[1])
+                self._mark_dirty((cluster, other))
+            view.keys.add(slot[1])
+            taken.append((slot, encoded, sha))
         self.bundles[(cluster, name)] = view
         self._mark_dirty((cluster, name))
         span = trace.get_current_span()
@@ -412,55 +489,146 @@ class Planner:
             self._trace[(cluster, name)] = trace.set_span_in_context(span)
         # Every publish gets an answer, even when nothing changed (a waiting `publish --wait`).
         self._last_status.pop((cluster, name), None)
-        desired.sort(key=lambda d: apply_order(d[0][1]))
-        for slot, encoded, sha in desired:
+        taken.sort(key=lambda d: apply_order(d[0][1]))
+        for slot, encoded, sha in taken:
             self.manifests[slot] = encoded
-            await self._fold(slot, Desired(name, bundle.revision, sha, bundle.options.prune))
+            await self._fold(slot, Desired(name, bundle.revision, sha, options.prune))
         if previous is not None:
             for key in previous.keys - view.keys:
-                if self.live:
-                    await self._fold(
-                        (cluster, key), Removed(name, bundle.revision, bundle.options.prune)
+                entry = self.entries.get((cluster, key))
+                if entry is not None and entry.bundle == name:
+                    # no longer desired, whether it is pruned now or later
+                    self.entries[(cluster, key)] = dataclasses.replace(
+                        entry, bundle="", manifest_sha=None, revision=bundle.revision
                     )
         if self.live:
             await self._prune(view)
         if previous is not None:
-            # after the prune decisions, which need the apiVersion of what they delete
             for key in previous.keys - view.keys:
+                # after the prune decisions, which may read a CRD's kind from its manifest
                 self.manifests.pop((cluster, key), None)
         for err in view.errors:
             log.warning("bundle %s/%s@%s: %s", cluster, name, bundle.revision, err)
 
+    def _checked_revision(
+        self, bundle: Bundle, manifests: list[Any]
+    ) -> list[tuple[Slot, bytes, bytes]]:
+        """Every object of the revision keyed, owned and hashed — or ManifestError naming every
+        bad one: a revision with one bad object is refused whole (applying the rest would prune
+        the bad one's live object), and so is an empty one unless the publisher says so."""
+        name = bundle.bundle
+        if not manifests and not bundle.options.allow_empty:
+            raise ManifestError(
+                "the revision has no objects; publishing it would prune every object of the "
+                "bundle (publish with allow-empty if that is what you want)"
+            )
+        for raw in manifests:
+            if isinstance(raw, dict) and raw.get("kind") == "CustomResourceDefinition":
+                self.scopes.learn_crd(raw)
+        out: list[tuple[Slot, bytes, bytes]] = []
+        errors: list[str] = []
+        seen: dict[ObjectKey, int] = {}
+        for i, raw in enumerate(manifests):
+            where_i = f"manifests[{i}]"
+            try:
+                key = key_of(raw, where_i)
+                raw = normalise(raw, self.scopes)
+                key = key_of(raw, where_i)
+                object_subject("intent", bundle.cluster, key)  # its subjects fit (a name ≤ 253)
+                if key in seen:
+                    raise ManifestError(f"{where_i}: {key} duplicates manifests[{seen[key]}]")
+                manifest = owned(raw, name)
+                encoded = check_size(_manifest_json.encode(manifest), f"{where_i}: {key}")
+                sha = object_sha(manifest)
+            except (ManifestError, HashError) as exc:
+                errors.append(str(exc))
+                continue
+            except SubjectError as exc:
+                errors.append(f"{where_i}: {exc}")
+                continue
+            seen[key] = i
+            out.append(((bundle.cluster, key), encoded, sha))
+        if errors:
+            shown = "; ".join(errors[:MAX_LISTED_FAILURES])
+            raise ManifestError(f"{len(errors)} of {len(manifests)} objects are invalid: {shown}")
+        return out
+
+    def _declared_by_other(self, slot: Slot, bundle: str) -> str | None:
+        """The other bundle whose current revision declares this object, if any."""
+        entry = self.entries.get(slot)
+        if entry is None or entry.bundle in ("", bundle) or entry.manifest_sha is None:
+            return None
+        view = self.bundles.get((slot[0], entry.bundle))
+        return entry.bundle if view is not None and slot[1] in view.keys else None
+
+    def _may_prune(self) -> bool:
+        """Prune only from a complete view: the cluster's watcher has listed every kind."""
+        return self.live and self.watcher_synced
+
     async def _prune(self, view: BundleView) -> None:
         """Level-triggered prune: live objects carrying this bundle's label, not in its revision.
 
-        Covers revisions that changed while the planner was down: nothing relies on having seen
-        the previous revision.
+        Covers revisions that changed while the planner was down, take-overs and prune switched
+        back on: nothing relies on having seen the previous revision.
         """
+        if not self._may_prune():
+            return
         for slot, entry in list(self.entries.items(cluster=view.cluster)):
             if slot[1] in view.keys or entry.inflight is not None:
                 continue
-            if (
-                entry.owner_bundle == view.name
-                and entry.manifest_sha is None
-                and entry.server_rv > 0
-                and not entry.server_deleted
-                and entry.bundle in ("", view.name)
-            ):
-                await self._fold(slot, Removed(view.name, view.revision, view.prune))
+            if self._strays_from(entry, view):
+                await self._fold(slot, self._removed(slot, view))
 
-    async def _bundle_refused(self, cluster: str, name: str, reason: str) -> None:
-        log.error("bundle %s/%s refused: %s", cluster, name, reason)
+    async def _prune_stray(self, slot: Slot) -> None:
+        """A live object seen carrying the label of a bundle that does not declare it."""
+        entry = self.entries.get(slot)
+        if entry is None or entry.inflight is not None or not self._may_prune():
+            return
+        view = self.bundles.get((slot[0], entry.owner_bundle))
+        if view is not None and view.refused is None and self._strays_from(entry, view):
+            await self._fold(slot, self._removed(slot, view))
+
+    @staticmethod
+    def _strays_from(entry: Entry, view: BundleView) -> bool:
+        return (
+            entry.owner_bundle == view.name
+            and entry.manifest_sha is None
+            and entry.live
+            and entry.key not in view.keys
+            and entry.bundle in ("", view.name)
+        )
+
+    def _removed(self, slot: Slot, view: BundleView) -> Removed:
+        why = ""
+        if view.prune:
+            crd = self.manifests.get(slot)
+            why = in_use(
+                slot[1],
+                self.entries.items(cluster=slot[0]),
+                pruning=view.name,
+                crd_kind=crd_kind(msgspec.json.decode(crd)) if crd else None,
+            )
+        return Removed(view.name, view.revision, view.prune, in_use=why)
+
+    async def _bundle_refused(self, cluster: str, name: str, revision: str, reason: str) -> None:
+        log.error("bundle %s/%s@%s refused: %s", cluster, name, revision, reason)
         self.counters["bundles_refused"] += 1
         if not name:
+            return
+        view = self.bundles.get((cluster, name))
+        if view is not None:
+            # the revision in force stays applied; its status says the latest one was refused
+            view.refused = (revision, reason)
+            self._last_status.pop((cluster, name), None)
+            self._mark_dirty((cluster, name))
             return
         status = BundleStatus(
             cluster=cluster or "?",
             bundle=name,
-            revision="?",
+            revision=revision,
             phase=BundlePhase.FAILED,
             counts=BundleCounts(),
-            message=f"bundle refused: {reason}",
+            message=f"revision {revision} refused: {reason}",
             at=_now(),
         )
         try:
@@ -498,7 +666,7 @@ class Planner:
     async def _emit_decision(self, slot: Slot, d: Decision, *, after_rebuild: bool) -> None:
         cluster, key = slot
         e = self.entries[slot]
-        view = self.bundles.get((cluster, e.bundle)) if e.bundle else None
+        view = self.bundles.get((cluster, e.bundle or e.owner_bundle))
         self.counters[f"{d.action}:{d.reason}"] += 1
         DECISIONS.add(1, {"action": str(d.action), "reason": str(d.reason), "cluster": cluster})
         if d.reason in (DecisionReason.DRIFT, DecisionReason.DELETED):
@@ -507,58 +675,23 @@ class Planner:
             "%s: %s (%s)%s", key, d.action, d.reason, " after rebuild" if after_rebuild else ""
         )
         revision = e.revision or (view.revision if view else "")
-        if d.action is DecisionAction.APPLY:
-            encoded = self.manifests.get(slot)
-            if encoded is None or e.manifest_sha is None or view is None:
-                log.error("%s: decided %s but its manifest is unknown", key, d.reason)
-                return
-            cause = f"{view.seq}.{e.applied_rv}.{e.server_rv}"
-            intent: ApplyIntent | DeleteIntent = ApplyIntent(
-                cluster=cluster,
-                key=key,
-                bundle=e.bundle,
-                revision=revision,
-                manifest_sha=e.manifest_sha.hex(),
-                manifest=msgspec.json.decode(encoded),
-                reason=str(d.reason),
-                force=view.force,
-                allow_replace=view.allow_replace,
-                issued_at=_now(),
-                planner=self.s.planner_id,
-                fencing_token=self.fencing_token,
-            )
-            # the token is part of the id: a planner that took the cluster over re-sends what
-            # was in flight, and its intents must not be dropped as repeats of the deposed one's
-            msg_id = (
-                f"{key_tokens(key)}|{e.manifest_sha.hex()[:16]}|{d.reason}|{cause}"
-                f"|{self.fencing_token}"
-            )
-        elif d.action is DecisionAction.DELETE:
-            encoded = self.manifests.get(slot)
-            manifest = msgspec.json.decode(encoded) if encoded else {}
-            api_version = str(manifest.get("apiVersion", ""))
-            intent = DeleteIntent(
-                cluster=cluster,
-                key=key,
-                api_version=api_version,
-                bundle=e.owner_bundle,
-                revision=revision,
-                issued_at=_now(),
-                planner=self.s.planner_id,
-                fencing_token=self.fencing_token,
-            )
-            msg_id = f"{key_tokens(key)}|delete|{e.server_rv}|{self.fencing_token}"
-        else:
-            intent = None  # type: ignore[assignment]
-            msg_id = ""
-        if intent is not None and not self._owns():
-            # fenced off ourselves (heartbeats failing or the claim moved on): the replica now
-            # planning this cluster decides instead; appliers would drop the intent anyway
-            log.warning("%s: not sending %s: no longer this cluster's planner", key, d.action)
+        intent = self._intent(slot, e, d, view, revision) if d.writes else None
+        if d.writes and (intent is None or not self._owns()):
+            if intent is not None:
+                # fenced off ourselves (heartbeats failing or the claim moved on): the replica
+                # now planning this cluster decides instead; appliers would drop it anyway
+                log.warning("%s: not sending %s: no longer this cluster's planner", key, d.action)
+            # nothing went out, so nothing is in flight: a later fact decides afresh
+            self.entries[slot] = dataclasses.replace(e, inflight=None)
             return
+        row = _ROW_OF.get(d.reason)
+        if row is not None and view is not None and (d.writes or not after_rebuild):
+            # before the intent: the applier's row must not be overtaken by this one
+            why = self._removed(slot, view).in_use if d.reason is DecisionReason.IN_USE else ""
+            await self._object_row(slot, view, row, why or _ROW_MESSAGES[d.reason])
         if intent is not None:
             await self.pub.publish(
-                object_subject("intent", cluster, key), encode(intent), msg_id=msg_id
+                object_subject("intent", cluster, key), encode(intent[0]), msg_id=intent[1]
             )
         record = DecisionRecord(
             cluster=cluster,
@@ -580,60 +713,164 @@ class Planner:
             msg_id=f"decision:{self.s.planner_id}:{id(record)}:{_now()}",
         )
 
+    def _intent(
+        self, slot: Slot, e: Entry, d: Decision, view: BundleView | None, revision: str
+    ) -> tuple[ApplyIntent | DeleteIntent, str] | None:
+        """The intent for a writing decision and its message id; None when it cannot be built
+        (its manifest or apiVersion unknown: logged)."""
+        cluster, key = slot
+        # the token is part of every id: a planner that took the cluster over re-sends what
+        # was in flight, and its intents must not be dropped as repeats of the deposed one's;
+        # a resend gets its own id (the first one may have been dropped as a repeat)
+        again = f"|resend@{e.inflight_at:.0f}" if d.reason is DecisionReason.RESEND else ""
+        if d.action is DecisionAction.APPLY:
+            encoded = self.manifests.get(slot)
+            if encoded is None or e.manifest_sha is None or view is None:
+                log.error("%s: decided %s but its manifest is unknown", key, d.reason)
+                return None
+            cause = f"{view.seq}.{e.applied_rv}.{e.server_rv}"
+            apply = ApplyIntent(
+                cluster=cluster,
+                key=key,
+                bundle=e.bundle,
+                revision=revision,
+                manifest_sha=e.manifest_sha.hex(),
+                manifest=msgspec.json.decode(encoded),
+                reason=str(d.reason),
+                force=view.force,
+                allow_replace=view.allow_replace,
+                issued_at=_now(),
+                planner=self.s.planner_id,
+                fencing_token=self.fencing_token,
+            )
+            return apply, (
+                f"{key_tokens(key)}|{e.manifest_sha.hex()[:16]}|{d.reason}|{cause}"
+                f"|{self.fencing_token}{again}"
+            )
+        api_version = e.api_version
+        if not api_version and (encoded := self.manifests.get(slot)):
+            api_version = str(msgspec.json.decode(encoded).get("apiVersion", ""))
+        if not api_version:
+            log.error("%s: cannot prune it: its apiVersion is not known yet", key)
+            return None
+        delete = DeleteIntent(
+            cluster=cluster,
+            key=key,
+            api_version=api_version,
+            bundle=e.owner_bundle,
+            revision=revision,
+            propagation=view.propagation if view else "Background",  # type: ignore[arg-type]
+            issued_at=_now(),
+            planner=self.s.planner_id,
+            fencing_token=self.fencing_token,
+        )
+        return delete, f"{key_tokens(key)}|delete|{e.server_rv}|{self.fencing_token}{again}"
+
+    async def _object_row(
+        self, slot: Slot, view: BundleView, phase: ObjectPhase, message: str
+    ) -> None:
+        """The planner's own object rows: Pending, Drifted, Kept (appliers write the rest)."""
+        e = self.entries[slot]
+        status = ObjectStatus(
+            cluster=view.cluster,
+            bundle=view.name,
+            revision=view.revision,
+            key=slot[1],
+            phase=phase,
+            message=message,
+            manifest_sha=_hex(e.manifest_sha),
+            at=_now(),
+        )
+        subject = object_status_subject(view.cluster, view.name, slot[1])
+        await self.pub.publish(subject, encode(status), msg_id=f"row:{subject}:{phase}:{_now()}")
+
     # --- bundle status --------------------------------------------------------------------
 
     def bundle_status(self, view: BundleView) -> BundleStatus:
-        applied = ready = failed = 0
-        degraded = []
-        failures = list(view.errors)
-        failed_keys = []
+        t = self.tally(view)
+        phase, message = bundle_phase(t)
+        revision = view.refused[0] if view.refused else view.revision
+        return BundleStatus(
+            cluster=view.cluster,
+            bundle=view.name,
+            revision=revision,
+            phase=phase,
+            counts=counts(t),
+            message=message,
+            failed_objects=listed(t),
+            at=_now(),
+        )
+
+    def tally(self, view: BundleView) -> Tally:
+        """Count what is known about the objects of ``view`` (and of its prunes)."""
+        t = Tally(view.revision, total=len(view.keys) + len(view.errors))
+        t.refused = view.refused[1] if view.refused else ""
+        t.unserved = list(self.unserved)
+        t.failed = len(view.errors)
+        failing: list[ObjectKey] = []
+        unhealthy: list[str] = []
         for key in view.keys:
             slot = (view.cluster, key)
             p = self.entries.progress(slot)
             if p is None:
                 continue
-            if p.failed and not p.applied:
-                failed += 1
-                failed_keys.append(key)
+            if p.failed:
+                failing.append(key)
                 continue
-            if p.applied:
-                applied += 1
-                h, why = self.health.get(slot, (Health.UNKNOWN, ""))
-                if h is Health.READY and p.observed:
-                    ready += 1
-                elif h is Health.FAILED:
-                    degraded.append(f"{key}: unhealthy: {why}")
+            if p.inflight:
+                t.in_flight += 1
+                continue
+            if not p.applied:
+                continue
+            t.applied += 1
+            if not p.observed:
+                t.unobserved += 1
+                continue
+            if p.drifted:
+                t.drifted += 1
+                t.problems.append(f"{key}: drifted")
+                continue
+            h, why = self.health.get(slot, (Health.UNKNOWN, ""))
+            if h is Health.READY:
+                t.ready += 1
+            elif h is Health.FAILED:
+                t.unhealthy += 1
+                unhealthy.append(f"{key}: unhealthy: {why}")
         # sorted only now: sorting every key of a big bundle on every tick cost more than counting
-        for key in sorted(failed_keys, key=apply_order):
-            failures.append(f"{key}: {self.failures.get((view.cluster, key), 'failed')}")
-        degraded.sort()
-        total = len(view.keys) + len(view.errors)
-        failed += len(view.errors)
-        if failed:
-            phase = BundlePhase.FAILED
-        elif degraded:
-            phase = BundlePhase.DEGRADED
-        elif applied == ready == total:
-            phase = BundlePhase.READY
-        else:
-            phase = BundlePhase.RECONCILING
-        listed = (failures + degraded)[:MAX_LISTED_FAILURES]
-        message = {
-            BundlePhase.READY: f"revision {view.revision} applied and ready",
-            BundlePhase.FAILED: f"{failed} of {total} objects failed",
-            BundlePhase.DEGRADED: f"{len(degraded)} objects unhealthy",
-            BundlePhase.RECONCILING: f"{applied}/{total} applied, {ready}/{total} ready",
-        }[phase]
-        return BundleStatus(
-            cluster=view.cluster,
-            bundle=view.name,
-            revision=view.revision,
-            phase=phase,
-            counts=BundleCounts(total=total, applied=applied, failed=failed, ready=ready),
-            message=message,
-            failed_objects=listed,
-            at=_now(),
-        )
+        for key in sorted(failing, key=apply_order):
+            oc = self.outcomes.get((view.cluster, key))
+            if oc is not None and oc.phase is ObjectPhase.CONFLICT:
+                t.conflicts += 1
+            else:
+                t.failed += 1
+            t.problems.append(f"{key}: {oc.phase}: {oc.message}" if oc else f"{key}: failed")
+        t.problems = view.errors + t.problems + sorted(unhealthy)
+        self._tally_prunes(view, t)
+        return t
+
+    def _tally_prunes(self, view: BundleView, t: Tally) -> None:
+        """Objects carrying this bundle's label that its revision no longer declares."""
+        if not view.prune:
+            return
+        for slot in self.entries.strays(view.cluster, view.name):
+            e = self.entries[slot]
+            if slot[1] in view.keys:
+                continue
+            if e.keep:
+                t.kept += 1
+            elif e.inflight == DELETE_INFLIGHT:
+                t.pruning += 1
+            elif e.failed == DELETE_INFLIGHT:
+                t.prune_failed += 1
+                oc = self.outcomes.get(slot)
+                t.problems.append(f"{slot[1]}: prune failed: {oc.message if oc else '?'}")
+            elif (why := self._removed(slot, view).in_use) and e.manifest_sha is None:
+                t.held += 1
+                t.problems.append(f"{slot[1]}: {why}")
+            else:
+                t.pruning += 1  # not decided yet (e.g. the watcher's lists are incomplete)
+                if not self.watcher_synced:
+                    t.problems.append(f"{slot[1]}: prune waits for the watcher's initial list")
 
     def cache_stats(self) -> dict[str, Any]:
         """Hits and misses by reason since start: what explains the hit ratio."""
@@ -655,6 +892,61 @@ class Planner:
     def _mark_dirty(self, ident: tuple[str, str]) -> None:
         self._dirty.add(ident)
         self._dirty_since.setdefault(ident, time.monotonic())
+
+    async def _members_loop(self) -> None:
+        """Who serves the cluster (watcher, applier heartbeats); prune waits for the watcher's
+        initial lists, and starts the moment they are complete."""
+        while True:
+            try:
+                beats = await members.heartbeats(self.js, self.cluster)
+            except Exception as exc:  # noqa: BLE001 - NATS away: keep the last view
+                log.debug("cluster %s: heartbeats not read: %s", self.cluster, exc)
+            else:
+                now = _now()
+                unserved = members.serving(self.cluster, beats, now)
+                synced = members.watcher_synced(beats.get("watcher"), now)
+                became_synced = synced and not self.watcher_synced
+                if unserved != self.unserved or synced != self.watcher_synced:
+                    self._dirty.update(self.bundles)
+                self.unserved, self.watcher_synced = unserved, synced
+                if became_synced and self.live:
+                    log.info("cluster %s: the watcher's lists are complete: prune", self.cluster)
+                    for view in list(self.bundles.values()):
+                        await self._prune(view)
+            await asyncio.sleep(self.s.members_interval)
+
+    async def _resend_loop(self, backlog: Callable[[], int]) -> None:
+        """Send again what got no word for ``intent_timeout`` and is no longer queued: a lost
+        intent (its publish never landed, a dedup-window collision, a crash between ack and
+        fact) must not silence the object's healing for good. Checked only when the planner has
+        caught up with its input: a backlog of applied facts is not a lost intent."""
+        timeout = self.s.intent_timeout
+        while True:
+            await asyncio.sleep(max(0.5, timeout / 4))
+            if not self.live or backlog() > 100:
+                continue
+            now = time.time()
+            for slot in list(self.entries.overdue(now - timeout)):
+                entry = self.entries.get(slot)
+                if entry is None or entry.inflight is None:
+                    continue
+                try:
+                    queued = await bus.last_message(
+                        self.js, bus.INTENTS, object_subject("intent", slot[0], slot[1])
+                    )
+                except Exception as exc:  # noqa: BLE001 - NATS away: ask again next round
+                    log.debug("%s: intent queue not read: %s", slot[1], exc)
+                    continue
+                if queued is not None:
+                    await self._fold(slot, Working(entry.inflight, now))  # queued: not lost
+                    continue
+                log.warning(
+                    "%s: no outcome of its intent for %.0fs and it is not queued: sending again",
+                    slot[1],
+                    now - entry.inflight_at,
+                )
+                self.counters["resent"] += 1
+                await self._fold(slot, Resend())
 
     async def _pending_loop(self) -> None:
         """Intents waiting (queued + being applied): the autoscaling signal."""

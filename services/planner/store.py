@@ -4,12 +4,13 @@ A frozen dataclass per object with its key tuple, its ``ObjectKey`` and five 32-
 objects costs ~650 bytes; issue 5 budgets 300. ``EntryStore`` keeps, per object, only its name
 string and one record:
 
-    header  <H I I I q q d d   flags, bundle id, revision id, owner-bundle id,
-                               applied_rv, server_rv, failed_at, applied_at      (46 bytes)
+    header  <H I I I I q q d d d   flags, bundle id, revision id, owner-bundle id,
+                                   apiVersion id, applied_rv, server_rv, failed_at,
+                                   applied_at, inflight_at                     (58 bytes)
     tail    32-byte digests, only those not implied by the flags
 
 In steady state the applied manifest equals the desired one and the live object equals the
-applied one, so the tail holds two digests and a record is 110 bytes. Strings that repeat across
+applied one, so the tail holds two digests and a record is 122 bytes. Strings that repeat across
 objects (bundle names, revisions) are interned to small ids; ids no record uses any more are
 reclaimed by an occasional sweep, so publishing revision after revision does not grow the table.
 
@@ -28,7 +29,7 @@ from services.planner.decide import DELETE_INFLIGHT, Entry, Sha
 
 Slot = tuple[str, ObjectKey]  # (cluster, key)
 
-_HEADER = struct.Struct("<HIIIqqdd")
+_HEADER = struct.Struct("<HIIIIqqddd")
 _SHA = 32
 
 # flag bits
@@ -41,6 +42,7 @@ _APPLY = 5  # 0 none, 2 in tail
 _SERVER = 7  # 0 none, 1 = apply_sha, 2 in tail
 _INFLIGHT = 9  # 0 none, 1 = manifest_sha, 2 DELETE_INFLIGHT, 3 in tail
 _FAILED = 11  # 0 none, 1 = manifest_sha, 2 in tail
+_KEEP = 1 << 13
 _NONE, _SAME, _TAIL, _OTHER = 0, 1, 2, 3
 
 
@@ -90,9 +92,13 @@ class Progress(NamedTuple):
     applied: bool
     """the desired manifest is the last applied one and nothing is in flight"""
     failed: bool
-    """the desired manifest's apply failed"""
+    """the desired manifest's apply failed, and nothing succeeded since"""
     observed: bool
     """the watcher has reported the object at or after the last apply"""
+    inflight: bool
+    """an intent is on its way"""
+    drifted: bool
+    """the live object seen since the last apply differs from it (or is gone)"""
 
 
 class EntryStore:
@@ -159,14 +165,51 @@ class EntryStore:
         record = self._record(slot)
         if record is None:
             return None
-        flags, _, _, _, applied_rv, server_rv, _, _ = _HEADER.unpack_from(record)
+        flags, _, _, _, _, applied_rv, server_rv, failed_at, applied_at, _ = _HEADER.unpack_from(
+            record
+        )
         if not flags & _MANIFEST:
             return None
+        inflight = (flags >> _INFLIGHT) & 3 != _NONE
+        observed = server_rv >= applied_rv and server_rv > 0
+        has_apply = (flags >> _APPLY) & 3 != _NONE
         return Progress(
-            applied=(flags >> _APPLIED_MANIFEST) & 3 == _SAME and (flags >> _INFLIGHT) & 3 == _NONE,
-            failed=(flags >> _FAILED) & 3 == _SAME,
-            observed=server_rv >= applied_rv,
+            applied=(flags >> _APPLIED_MANIFEST) & 3 == _SAME and not inflight,
+            failed=(flags >> _FAILED) & 3 == _SAME and failed_at >= applied_at,
+            observed=observed,
+            inflight=inflight,
+            drifted=has_apply
+            and observed
+            and (bool(flags & _SERVER_DELETED) or (flags >> _SERVER) & 3 != _SAME),
         )
+
+    def strays(self, cluster: str, owner: str) -> Iterator[Slot]:
+        """Live objects carrying ``owner``'s label that no bundle declares (prune candidates),
+        read from headers alone."""
+        owner_id = self._strings.ids.get(owner)
+        if owner_id is None:
+            return
+        for (c, group, kind, namespace), names in self._groups.items():
+            if c != cluster:
+                continue
+            for name, record in names.items():
+                flags, bundle, _, owner_of, _, _, server_rv, *_ = _HEADER.unpack_from(record)
+                if (
+                    owner_of == owner_id
+                    and not bundle
+                    and not flags & (_MANIFEST | _SERVER_DELETED)
+                    and server_rv > 0
+                ):
+                    yield c, ObjectKey(group, kind, namespace, name)
+
+    def overdue(self, before: float) -> Iterator[Slot]:
+        """Slots with an intent in flight since before ``before`` (header only: cheap enough to
+        ask of every object every few seconds)."""
+        for (cluster, group, kind, namespace), names in self._groups.items():
+            for name, record in names.items():
+                flags, *_, inflight_at = _HEADER.unpack_from(record)
+                if (flags >> _INFLIGHT) & 3 != _NONE and inflight_at < before:
+                    yield cluster, ObjectKey(group, kind, namespace, name)
 
     def slots(self) -> Iterator[Slot]:
         for (cluster, group, kind, namespace), names in self._groups.items():
@@ -194,6 +237,8 @@ class EntryStore:
             flags |= _PRUNE
         if e.server_deleted:
             flags |= _SERVER_DELETED
+        if e.keep:
+            flags |= _KEEP
         flags |= _sha_mode(e.applied_manifest_sha, e.manifest_sha, tail) << _APPLIED_MANIFEST
         if e.apply_sha is not None:
             flags |= _TAIL << _APPLY
@@ -215,17 +260,28 @@ class EntryStore:
             strings.id(e.bundle),
             strings.id(e.revision),
             strings.id(e.owner_bundle),
+            strings.id(e.api_version),
             e.applied_rv,
             e.server_rv,
             e.failed_at,
             e.applied_at,
+            e.inflight_at,
         )
         return header + b"".join(tail) if tail else header
 
     def _unpack(self, key: ObjectKey, record: bytes) -> Entry:
-        flags, bundle, revision, owner, applied_rv, server_rv, failed_at, applied_at = (
-            _HEADER.unpack_from(record)
-        )
+        (
+            flags,
+            bundle,
+            revision,
+            owner,
+            api_version,
+            applied_rv,
+            server_rv,
+            failed_at,
+            applied_at,
+            inflight_at,
+        ) = _HEADER.unpack_from(record)
         pos = _HEADER.size
 
         def take() -> bytes:
@@ -265,7 +321,10 @@ class EntryStore:
             server_deleted=bool(flags & _SERVER_DELETED),
             server_rv=server_rv,
             owner_bundle=by_id[owner],
+            api_version=by_id[api_version],
+            keep=bool(flags & _KEEP),
             inflight=inflight,
+            inflight_at=inflight_at,
             failed=failed,
             failed_at=failed_at,
             applied_at=applied_at,
@@ -276,7 +335,7 @@ class EntryStore:
         used: set[int] = set()
         for names in self._groups.values():
             for record in names.values():
-                _, bundle, revision, owner, *_ = _HEADER.unpack_from(record)
-                used.update((bundle, revision, owner))
+                _, bundle, revision, owner, api_version, *_ = _HEADER.unpack_from(record)
+                used.update((bundle, revision, owner, api_version))
         self._strings.keep_only(used)
         self._sweep_at = max(1024, 2 * len(self._strings))

@@ -5,6 +5,12 @@ the ownership label. A server event is published only when an object's SHA or he
 against what the SERVER stream already holds — the cache is seeded from it at start-up, so a
 restarted watcher republishes nothing. On ``410 Gone`` it relists and publishes tombstones for
 cached objects that vanished; on a dropped stream it resumes from the last resourceVersion.
+
+A fact is acknowledged by JetStream before the watch moves past it (cache and resourceVersion
+advance only then), so a NATS outage longer than the publisher's retries loses nothing: the
+watch fails, its supervisor relists, and what did not land is published again. Every watch is
+supervised; readiness and the heartbeat (``members``) say when one is not running, and the
+heartbeat says when every kind has completed its initial list — prune waits for that.
 """
 
 from __future__ import annotations
@@ -26,13 +32,13 @@ from schemas.subjects import (
     key_tokens,
     object_subject,
 )
-from services.common import bus, telemetry
+from services.common import bus, members, telemetry
 from services.common.bundles import BundleError, load_manifests
 from services.common.kube import Gone, KubeClient, KubeError, NotFound, Resource
 from services.common.runtime import cluster_connections
 from services.common.settings import replica_id, setting
 from services.core.health import health
-from services.core.manifest import OWNER_LABEL
+from services.core.manifest import OWNER_LABEL, owner_of, prune_disabled
 from services.core.sha import HashError, object_sha
 
 log = logging.getLogger("driftbus.watcher")
@@ -76,6 +82,7 @@ class Seen:
     sha: bytes | None
     health: Health
     rv: int
+    keep: bool = False
 
 
 def rv_int(rv: str) -> int:
@@ -97,9 +104,26 @@ class Watcher:
         self.pub = publisher
         self.cache: dict[ObjectKey, Seen] = {}
         self.watches: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self.listed: set[tuple[str, str]] = set()
+        """Kinds whose current list+watch has completed its initial list."""
+        self.problems: dict[tuple[str, str], str] = {}
+        """Kinds whose watch is not running as it should, and why."""
         self.ready = asyncio.Event()
         self.published = 0
         self.relists = 0
+
+    def synced(self) -> tuple[bool, list[str]]:
+        """(every watch has listed and none is broken, the problems): the heartbeat's state,
+        and prune's precondition."""
+        problems = [f"{k} {v}: {why}" for (v, k), why in sorted(self.problems.items())]
+        return (
+            self.ready.is_set() and not problems and self.listed >= set(self.watches),
+            problems,
+        )
+
+    def healthy(self) -> bool:
+        """Readiness: seeded, following bundles, and every watch running."""
+        return self.ready.is_set() and not self.problems
 
     async def run(self) -> None:
         await self._seed()
@@ -136,7 +160,7 @@ class Watcher:
             try:
                 ev = decode(msg.data, ServerEvent)
                 sha = bytes.fromhex(ev.server_sha) if ev.server_sha else None
-                self.cache[ev.key] = Seen(sha, ev.health, rv_int(ev.resource_version))
+                self.cache[ev.key] = Seen(sha, ev.health, rv_int(ev.resource_version), ev.keep)
             except (WireError, ValueError) as exc:
                 log.warning("ignoring server event %s: %s", msg.subject, exc)
         log.info("seeded %d objects from the SERVER stream", len(self.cache))
@@ -145,10 +169,30 @@ class Watcher:
         if (api_version, kind) not in self.watches:
             # a fresh context: the watch outlives the bundle (and its trace) that started it
             self.watches[(api_version, kind)] = asyncio.create_task(
-                self._watch_kind(api_version, kind),
+                self._supervise(api_version, kind),
                 name=f"watch {kind}.{api_version}",
                 context=contextvars.Context(),
             )
+
+    async def _supervise(self, api_version: str, kind: str) -> None:
+        """Keep one kind's list+watch running: an unexpected error (a bug, NATS away longer
+        than the publisher retries) is logged, shown in readiness and the heartbeat, and the
+        watch starts over with a relist — which republishes what was not yet acknowledged and
+        tombstones what vanished meanwhile."""
+        ident = (api_version, kind)
+        delay = self.s.retry_delay
+        while True:
+            try:
+                await self._watch_kind(api_version, kind)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.exception("watch %s %s stopped; relisting in %.0fs", kind, api_version, delay)
+                self.problems[ident] = f"watch stopped: {type(exc).__name__}: {exc}"
+                self.listed.discard(ident)
+                WATCH_RESTARTS.add(1, {"kind": kind})
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
 
     async def _resource(self, api_version: str, kind: str) -> Resource:
         while True:
@@ -156,21 +200,28 @@ class Watcher:
                 return await self.kube.discovery.resource(api_version, kind)
             except NotFound:
                 # Not served (yet): a CRD may be on its way. Only this group-version is refetched.
+                # Nothing of this kind can exist either: its (empty) view is complete.
+                self.listed.add((api_version, kind))
                 await asyncio.sleep(self.s.retry_delay)
             except KubeError as exc:
                 log.warning("discovery of %s %s failed: %s", api_version, kind, exc)
                 await asyncio.sleep(self.s.retry_delay)
 
     async def _watch_kind(self, api_version: str, kind: str) -> None:
+        ident = (api_version, kind)
         res = await self._resource(api_version, kind)
         selector = OWNER_LABEL
         while True:  # list, then watch until 410 Gone
+            self.listed.discard(ident)
             try:
                 rv = await self._list(res, selector)
             except KubeError as exc:
                 log.warning("list %s failed: %s", res, exc)
+                self.problems[ident] = f"list failed: {exc}"
                 await asyncio.sleep(self.s.retry_delay)
                 continue
+            self.listed.add(ident)
+            self.problems.pop(ident, None)
             while True:
                 try:
                     async for ev in self.kube.watch(
@@ -179,11 +230,12 @@ class Watcher:
                         label_selector=selector,
                         timeout_seconds=self.s.watch_timeout,
                     ):
-                        rv = ev.resource_version or rv
+                        # a fact is published (acknowledged) before the watch moves past it
                         if ev.type in ("ADDED", "MODIFIED"):
                             await self._observe(ev.object)
                         elif ev.type == "DELETED":
-                            await self._tombstone(ObjectKey.of(ev.object), rv)
+                            await self._tombstone(ObjectKey.of(ev.object), ev.resource_version)
+                        rv = ev.resource_version or rv
                 except Gone:
                     self.relists += 1
                     RELISTS.add(1, {"kind": res.kind})
@@ -199,87 +251,126 @@ class Watcher:
     async def _list(self, res: Resource, selector: str) -> str:
         """Observe every listed object page by page (a 50,000-object list is never held whole),
         then tombstone what the cache has and the list had not. Returns the list's
-        resourceVersion to watch from."""
+        resourceVersion to watch from, once every fact of the list is acknowledged."""
         present = set()
         rv = ""
         async for items, page_rv in self.kube.list_pages(
             res, label_selector=selector, limit=self.s.list_page_size
         ):
             rv = page_rv
+            page = []
             for obj in items:
                 try:
-                    present.add(await self._observe(obj))
+                    key, change = self._change(obj)
                 except (HashError, SubjectError) as exc:
                     log.error("list %s: cannot handle an object: %s", res, exc)
-        for key, seen in list(self.cache.items()):
-            if (
-                (key.group, key.kind) == (res.group, res.kind)
-                and key not in present
-                and seen.sha is not None
-            ):
-                await self._tombstone(key, rv)
+                    continue
+                present.add(key)
+                if change is not None:
+                    page.append(change)
+            # a page's publishes go out together; the cache moves only once they landed
+            await self._publish_all(page)
+        gone = [
+            key
+            for key, seen in self.cache.items()
+            if (key.group, key.kind) == (res.group, res.kind)
+            and key not in present
+            and seen.sha is not None
+        ]
+        for key in gone:
+            await self._tombstone(key, rv)
         return rv
 
-    async def _observe(self, obj: dict[str, Any]) -> ObjectKey:
+    def _change(self, obj: dict[str, Any]) -> tuple[ObjectKey, tuple[Seen, ServerEvent] | None]:
+        """The fact to publish about ``obj``, if it says something new."""
         key = ObjectKey.of(obj)
         sha = object_sha(obj)
         h, why = health(obj)
         rv = rv_int(obj.get("metadata", {}).get("resourceVersion", ""))
+        keep = prune_disabled(obj)
         seen = self.cache.get(key)
-        if seen is not None and (seen.sha, seen.health) == (sha, h):
-            return key
+        if seen is not None and (seen.sha, seen.health, seen.keep) == (sha, h, keep):
+            return key, None
         if seen is not None and rv < seen.rv:
-            return key  # older than what the stream already holds
-        self.cache[key] = Seen(sha, h, rv)
-        labels = obj.get("metadata", {}).get("labels") or {}
-        await self._publish(
-            ServerEvent(
-                cluster=self.s.cluster,
-                key=key,
-                resource_version=str(rv),
-                server_sha=sha.hex(),
-                health=h,
-                health_message=why,
-                api_version=str(obj.get("apiVersion", "")),
-                bundle=str(labels.get(OWNER_LABEL, "")),
-                watcher=self.s.watcher_id,
-            )
+            return key, None  # older than what the stream already holds
+        event = ServerEvent(
+            cluster=self.s.cluster,
+            key=key,
+            resource_version=str(rv),
+            server_sha=sha.hex(),
+            health=h,
+            health_message=why,
+            api_version=str(obj.get("apiVersion", "")),
+            bundle=owner_of(obj),
+            keep=keep,
+            watcher=self.s.watcher_id,
         )
+        return key, (Seen(sha, h, rv, keep), event)
+
+    async def _observe(self, obj: dict[str, Any]) -> ObjectKey:
+        key, change = self._change(obj)
+        if change is not None:
+            await self._publish_all([change])
         return key
 
     async def _tombstone(self, key: ObjectKey, rv: str) -> None:
         seen = self.cache.get(key)
         if seen is not None and seen.sha is None:
             return
-        self.cache[key] = Seen(None, Health.UNKNOWN, rv_int(rv))
-        await self._publish(
-            ServerEvent(
-                cluster=self.s.cluster,
-                key=key,
-                resource_version=rv,
-                server_sha=None,
-                deleted=True,
-                watcher=self.s.watcher_id,
-            )
+        event = ServerEvent(
+            cluster=self.s.cluster,
+            key=key,
+            resource_version=rv,
+            server_sha=None,
+            deleted=True,
+            watcher=self.s.watcher_id,
         )
+        await self._publish_all([(Seen(None, Health.UNKNOWN, rv_int(rv)), event)])
 
-    async def _publish(self, ev: ServerEvent) -> None:
-        subject = object_subject("server", self.s.cluster, ev.key)
-        # Same object at the same resourceVersion is the same fact: active-active watchers
-        # publish it twice and JetStream keeps one.
-        msg_id = f"{key_tokens(ev.key)}@{ev.resource_version}{'-' if ev.deleted else ''}"
-        await self.pub.publish(subject, encode(ev), msg_id=msg_id)
-        self.published += 1
-        PUBLISHED.add(1)
+    async def _publish_all(self, changes: list[tuple[Seen, ServerEvent]]) -> None:
+        """Publish facts and wait for every acknowledgement; only then remember them as seen.
+        A failure (NATS away longer than the publisher retries) raises: the supervisor relists
+        and publishes again what did not land."""
+        tasks = []
+        for _, ev in changes:
+            subject = object_subject("server", self.s.cluster, ev.key)
+            # Same object at the same resourceVersion is the same fact: active-active watchers
+            # publish it twice and JetStream keeps one.
+            msg_id = f"{key_tokens(ev.key)}@{ev.resource_version}{'-' if ev.deleted else ''}"
+            tasks.append(await self.pub.publish(subject, encode(ev), msg_id=msg_id))
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        failed: BaseException | None = None
+        for (seen, ev), result in zip(changes, results, strict=True):
+            if isinstance(result, BaseException):
+                failed = failed or result
+                continue
+            self.cache[ev.key] = seen
+            self.published += 1
+            PUBLISHED.add(1)
+        if failed is not None:
+            raise failed
 
 
 async def run(settings: WatcherSettings) -> None:
     settings = dataclasses.replace(settings, watcher_id=settings.watcher_id or replica_id())
     async with cluster_connections("watcher", settings, settings, settings) as c:
         watcher = Watcher(settings=settings, js=c.js, kube=c.kube, publisher=c.publisher)
-        c.health.add("seeded from the server stream, following bundles", watcher.ready.is_set)
+        c.health.add(
+            "seeded from the server stream, following bundles, every watch running", watcher.healthy
+        )
+        beats = asyncio.create_task(
+            members.announce(
+                c.publisher,
+                cluster=settings.cluster,
+                role="watcher",
+                member_id=settings.watcher_id,
+                state=watcher.synced,
+            ),
+            name="heartbeats",
+        )
         try:
             await watcher.run()
         finally:
+            beats.cancel()
             for task in watcher.watches.values():
                 task.cancel()

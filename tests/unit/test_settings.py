@@ -23,7 +23,7 @@ def test_flag_beats_environment_beats_default() -> None:
     assert s.cluster == "from-flag"
     assert s.concurrency == 8
     assert s.nats_url == "nats://x:1"
-    assert s.wait_budget == ApplierSettings().wait_budget
+    assert s.max_backoff == ApplierSettings().max_backoff
 
 
 def test_a_bad_value_names_the_variable() -> None:

@@ -39,7 +39,10 @@ entries = st.builds(
     server_deleted=st.booleans(),
     server_rv=st.integers(0, 2**63 - 1),
     owner_bundle=names,
+    api_version=st.sampled_from(["", "v1", "apps/v1"]),
+    keep=st.booleans(),
     inflight=st.sampled_from([None, M, OTHER, DELETE_INFLIGHT]),
+    inflight_at=st.floats(0, 2e9),
     failed=digests,
     failed_at=st.floats(0, 2e9),
     applied_at=st.floats(0, 2e9),
@@ -57,29 +60,36 @@ def test_round_trip(entry: Entry) -> None:
     if entry.manifest_sha is None:
         assert progress is None
     else:
+        observed = entry.server_rv >= entry.applied_rv and entry.server_rv > 0
         assert progress == (
             entry.applied_manifest_sha == entry.manifest_sha and entry.inflight is None,
-            entry.failed == entry.manifest_sha,
-            entry.server_rv >= entry.applied_rv,
+            entry.failing,
+            observed,
+            entry.inflight is not None,
+            entry.drifted,
         )
+    # overdue: exactly the entries with an intent in flight since before the cut
+    assert list(store.overdue(1e9)) == (
+        [("c", KEY)] if entry.inflight is not None and entry.inflight_at < 1e9 else []
+    )
 
 
 @pytest.mark.parametrize(
     ("label", "entry", "size"),
     [
-        ("empty", Entry(KEY), 46),
-        ("desired only", Entry(KEY, manifest_sha=M), 46 + 32),
+        ("empty", Entry(KEY), 58),
+        ("desired only", Entry(KEY, manifest_sha=M), 58 + 32),
         (
             "steady state: applied = desired, live = applied",
             Entry(KEY, manifest_sha=M, applied_manifest_sha=M, apply_sha=A, server_sha=A),
-            46 + 64,
+            58 + 64,
         ),
         (
             "drifted: the live digest differs",
             Entry(KEY, manifest_sha=M, applied_manifest_sha=M, apply_sha=A, server_sha=S),
-            46 + 96,
+            58 + 96,
         ),
-        ("prune in flight", Entry(KEY, inflight=DELETE_INFLIGHT), 46),
+        ("prune in flight", Entry(KEY, inflight=DELETE_INFLIGHT), 58),
     ],
 )
 def test_record_sizes(label: str, entry: Entry, size: int) -> None:

@@ -206,11 +206,17 @@ class KubeClient:
         namespace: str = "",
         *,
         resource_version: str | None = None,
+        uid: str | None = None,
         propagation: str | None = None,
     ) -> dict[str, Any]:
+        """Delete; ``uid``/``resource_version`` make it conditional on the object being that
+        very one (409 Conflict otherwise)."""
         options: dict[str, Any] = {}
-        if resource_version:
-            options["preconditions"] = {"resourceVersion": resource_version}
+        preconditions = {
+            k: v for k, v in (("resourceVersion", resource_version), ("uid", uid)) if v
+        }
+        if preconditions:
+            options["preconditions"] = preconditions
         if propagation:
             options["propagationPolicy"] = propagation
         body = None

@@ -1,0 +1,91 @@
+"""Who serves a cluster: watchers and appliers announce themselves, planner and CLI ask.
+
+A bundle published to a cluster that no watcher observes or no applier writes to would wait
+forever with nothing to say why (issue 13, case 6). Each watcher and applier publishes a
+``MemberHeartbeat`` on ``driftbus.member.<cluster>.<role>`` every ``INTERVAL`` seconds (the
+MEMBERS stream keeps the last one per subject); a role is *served* when its last heartbeat is
+younger than ``STALE_AFTER``. The watcher's heartbeat also says whether every watch has completed
+its initial list: the planner prunes nothing before that (no prune from an incomplete view).
+
+``serving()`` is pure (heartbeats and a clock in, problems out) so the rule is table-tested.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+from collections.abc import Callable
+from typing import Literal
+
+from nats.js import JetStreamContext
+
+from schemas.codec import WireError, decode, encode
+from schemas.messages import MemberHeartbeat
+from schemas.subjects import MEMBER_ROLES, member_subject
+from services.common import bus
+
+log = logging.getLogger("driftbus.members")
+
+INTERVAL = 5.0
+"""Seconds between heartbeats of one watcher/applier."""
+STALE_AFTER = 30.0
+"""A heartbeat older than this no longer counts (six missed beats; tolerates clock skew)."""
+
+
+def serving(
+    cluster: str, heartbeats: dict[str, MemberHeartbeat | None], now: dt.datetime
+) -> list[str]:
+    """What is missing for ``cluster`` to be served: empty when a live watcher and applier are
+    there. ``heartbeats`` maps each role to its last heartbeat (None: never seen)."""
+    problems = []
+    for role in MEMBER_ROLES:
+        hb = heartbeats.get(role)
+        if hb is None:
+            problems.append(f"no {role} for cluster {cluster} has ever announced itself")
+        elif (age := (now - hb.at).total_seconds()) > STALE_AFTER:
+            problems.append(f"no {role} for cluster {cluster} (last seen {age:.0f}s ago)")
+    return problems
+
+
+def watcher_synced(hb: MemberHeartbeat | None, now: dt.datetime) -> bool:
+    """Whether the cluster's watcher is live and has listed every kind it watches."""
+    return hb is not None and (now - hb.at).total_seconds() <= STALE_AFTER and hb.synced
+
+
+async def heartbeats(js: JetStreamContext, cluster: str) -> dict[str, MemberHeartbeat | None]:
+    """The last heartbeat of each role of ``cluster`` (None: none, or unreadable)."""
+    out: dict[str, MemberHeartbeat | None] = {}
+    for role in MEMBER_ROLES:
+        msg = await bus.last_message(js, bus.MEMBERS, member_subject(cluster, role))
+        hb = None
+        if msg is not None and msg.data:
+            with contextlib.suppress(WireError):
+                hb = decode(msg.data, MemberHeartbeat)
+        out[role] = hb
+    return out
+
+
+async def announce(
+    pub: bus.Publisher,
+    *,
+    cluster: str,
+    role: Literal["watcher", "applier"],
+    member_id: str,
+    state: Callable[[], tuple[bool, list[str]]] = lambda: (True, []),
+    interval: float = INTERVAL,
+) -> None:
+    """Publish this process's heartbeat forever; ``state()`` gives (synced, problems)."""
+    subject = member_subject(cluster, role)
+    while True:
+        synced, problems = state()
+        now = dt.datetime.now(dt.UTC)
+        hb = MemberHeartbeat(
+            cluster=cluster, role=role, id=member_id, at=now, synced=synced, problems=problems
+        )
+        try:
+            await pub.publish(subject, encode(hb), msg_id=f"{subject}:{member_id}:{now}")
+        except Exception as exc:  # noqa: BLE001 - NATS away: the next beat tries again
+            log.warning("heartbeat on %s not published: %s", subject, exc)
+        await asyncio.sleep(interval)

@@ -1,0 +1,167 @@
+"""Which kinds are namespaced, and dropping the stray namespace of a cluster-scoped manifest.
+
+The object key (DESIGN §2) includes the namespace, and cluster-scoped objects have an empty one.
+Manifests do not always agree: Helm output often sets ``metadata.namespace`` on a ClusterRole or
+a CRD, and kubectl (and the API server) silently ignore it. Keyed as written, such a manifest
+lands under ``ClusterRole/team-a/x`` while the watcher, which sees what the server stores, keys
+it ``ClusterRole/x`` — the two never meet and the object never converges. So every manifest goes
+through :func:`normalise` before it is keyed or hashed.
+
+That needs the scope of every kind before any discovery call: the planner owns no connection to
+Kubernetes. The built-in kinds are a fixed table (the kinds a v1.36 kube-apiserver serves with
+every API enabled; ``tests/integration/test_scope_discovery.py`` proves it against the real
+server), custom kinds are learned from the CRDs in the bundles or from discovery. An unknown kind
+is left alone: dropping a namespace on a guess would lose a real one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, Final
+
+# group → kinds, one table per scope. Review kinds (TokenReview, SubjectAccessReview, …) and
+# Binding are create-only, but they are served, so they are listed too: the table is exactly
+# what discovery reports and the integration test compares it both ways.
+_NAMESPACED: Final[dict[str, tuple[str, ...]]] = {
+    "": (
+        "Binding",
+        "ConfigMap",
+        "Endpoints",
+        "Event",
+        "LimitRange",
+        "PersistentVolumeClaim",
+        "Pod",
+        "PodTemplate",
+        "ReplicationController",
+        "ResourceQuota",
+        "Secret",
+        "Service",
+        "ServiceAccount",
+    ),
+    "apps": ("ControllerRevision", "DaemonSet", "Deployment", "ReplicaSet", "StatefulSet"),
+    "authorization.k8s.io": ("LocalSubjectAccessReview",),
+    "autoscaling": ("HorizontalPodAutoscaler",),
+    "batch": ("CronJob", "Job"),
+    "certificates.k8s.io": ("PodCertificateRequest",),
+    "coordination.k8s.io": ("Lease", "LeaseCandidate"),
+    "discovery.k8s.io": ("EndpointSlice",),
+    "events.k8s.io": ("Event",),
+    "networking.k8s.io": ("Ingress", "NetworkPolicy"),
+    "policy": ("PodDisruptionBudget",),
+    "rbac.authorization.k8s.io": ("Role", "RoleBinding"),
+    "resource.k8s.io": ("ResourceClaim", "ResourceClaimTemplate"),
+    "scheduling.k8s.io": ("PodGroup", "Workload"),
+    "storage.k8s.io": ("CSIStorageCapacity",),
+}
+
+_CLUSTER_SCOPED: Final[dict[str, tuple[str, ...]]] = {
+    "": ("ComponentStatus", "Namespace", "Node", "PersistentVolume"),
+    "admissionregistration.k8s.io": (
+        "MutatingAdmissionPolicy",
+        "MutatingAdmissionPolicyBinding",
+        "MutatingWebhookConfiguration",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+        "ValidatingWebhookConfiguration",
+    ),
+    "apiextensions.k8s.io": ("CustomResourceDefinition",),
+    "apiregistration.k8s.io": ("APIService",),
+    "authentication.k8s.io": ("SelfSubjectReview", "TokenReview"),
+    "authorization.k8s.io": (
+        "SelfSubjectAccessReview",
+        "SelfSubjectRulesReview",
+        "SubjectAccessReview",
+    ),
+    "certificates.k8s.io": ("CertificateSigningRequest", "ClusterTrustBundle"),
+    "flowcontrol.apiserver.k8s.io": ("FlowSchema", "PriorityLevelConfiguration"),
+    "internal.apiserver.k8s.io": ("StorageVersion",),
+    "networking.k8s.io": ("IPAddress", "IngressClass", "ServiceCIDR"),
+    "node.k8s.io": ("RuntimeClass",),
+    "rbac.authorization.k8s.io": ("ClusterRole", "ClusterRoleBinding"),
+    "resource.k8s.io": (
+        "DeviceClass",
+        "DeviceTaintRule",
+        "ResourcePoolStatusRequest",
+        "ResourceSlice",
+    ),
+    "scheduling.k8s.io": ("PriorityClass",),
+    "storage.k8s.io": (
+        "CSIDriver",
+        "CSINode",
+        "StorageClass",
+        "VolumeAttachment",
+        "VolumeAttributesClass",
+    ),
+    "storagemigration.k8s.io": ("StorageVersionMigration",),
+}
+
+BUILTIN: Final[Mapping[tuple[str, str], bool]] = MappingProxyType(
+    {(g, k): True for g, kinds in _NAMESPACED.items() for k in kinds}
+    | {(g, k): False for g, kinds in _CLUSTER_SCOPED.items() for k in kinds}
+)
+"""(group, kind) → namespaced, for every kind of the built-in API of kube-apiserver v1.36."""
+
+_CRD: Final = ("apiextensions.k8s.io", "CustomResourceDefinition")
+_CRD_SCOPES: Final = {"Namespaced": True, "Cluster": False}
+
+
+class Scopes:
+    """Whether a (group, kind) is namespaced: the built-in table plus what has been learned."""
+
+    def __init__(self) -> None:
+        self._namespaced: dict[tuple[str, str], bool] = dict(BUILTIN)
+
+    def namespaced(self, group: str, kind: str) -> bool | None:
+        """True or False when the scope is known, None for a kind never seen."""
+        return self._namespaced.get((group, kind))
+
+    def learn(self, group: str, kind: str, namespaced: bool) -> None:
+        """Record a scope reported by discovery; it replaces whatever was known."""
+        self._namespaced[(group, kind)] = namespaced
+
+    def learn_crd(self, manifest: Mapping[str, Any]) -> None:
+        """Record the scope of the kind a CustomResourceDefinition manifest defines.
+
+        Anything that is not a well-formed CRD is ignored: the applier reports it when the
+        server refuses it, and a kind we cannot learn stays unknown (its namespace is kept).
+        """
+        if _group_kind(manifest) != _CRD:
+            return
+        spec = manifest.get("spec")
+        if not isinstance(spec, Mapping):
+            return
+        group, names, scope = spec.get("group"), spec.get("names"), spec.get("scope")
+        kind = names.get("kind") if isinstance(names, Mapping) else None
+        if not (isinstance(group, str) and group and isinstance(kind, str) and kind):
+            return
+        namespaced = _CRD_SCOPES.get(scope) if isinstance(scope, str) else None
+        if namespaced is not None:
+            self.learn(group, kind, namespaced)
+
+
+def normalise(obj: Mapping[str, Any], scopes: Scopes) -> dict[str, Any]:
+    """``obj`` without ``metadata.namespace`` when its kind is known to be cluster-scoped.
+
+    The input is never modified: a stray namespace yields a shallow copy with a new metadata
+    map; otherwise ``obj`` itself is returned (as a dict). Namespaced and unknown kinds keep
+    whatever namespace they carry. Like :func:`services.core.sha.prune`, the result may share
+    structure with ``obj``; do not mutate it.
+    """
+    meta = obj.get("metadata")
+    gk = _group_kind(obj)
+    if (
+        gk is None
+        or not isinstance(meta, Mapping)
+        or "namespace" not in meta
+        or scopes.namespaced(*gk) is not False
+    ):
+        return obj if isinstance(obj, dict) else dict(obj)
+    return {**obj, "metadata": {k: v for k, v in meta.items() if k != "namespace"}}
+
+
+def _group_kind(obj: Mapping[str, Any]) -> tuple[str, str] | None:
+    api_version, kind = obj.get("apiVersion"), obj.get("kind")
+    if not (isinstance(api_version, str) and api_version and isinstance(kind, str) and kind):
+        return None
+    return api_version.rpartition("/")[0], kind

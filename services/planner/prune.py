@@ -1,0 +1,69 @@
+"""Which prunes would destroy what others still want (pure).
+
+Deleting a Namespace deletes everything in it; deleting a CustomResourceDefinition deletes every
+custom resource of its kind. So a bundle that drops its Namespace or CRD must not take other
+bundles' objects (or objects still desired, its own included) down with it. ``in_use`` names
+what is inside; the planner then keeps the object and says why (a ``KEEP in-use`` decision, the
+bundle ``OutOfSync``), and prunes it once nothing is left inside.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from schemas.subjects import ObjectKey
+from services.planner.decide import Entry
+
+CRD = ("apiextensions.k8s.io", "CustomResourceDefinition")
+NAMESPACE = ("", "Namespace")
+MAX_NAMED = 3
+
+
+def crd_kind(manifest: Mapping[str, Any]) -> str | None:
+    """``spec.names.kind`` of a CRD manifest (None when it is not there)."""
+    spec = manifest.get("spec")
+    names = spec.get("names") if isinstance(spec, Mapping) else None
+    kind = names.get("kind") if isinstance(names, Mapping) else None
+    return kind if isinstance(kind, str) and kind else None
+
+
+def _contains(container: ObjectKey, key: ObjectKey, crd_kind: str | None) -> bool:
+    if (container.group, container.kind) == NAMESPACE:
+        return key.namespace == container.name
+    if (container.group, container.kind) == CRD:
+        _, _, group = container.name.partition(".")
+        # without the CRD's manifest (after a restart) every kind of its group counts: the
+        # safe side of not knowing
+        return key.group == group and (crd_kind is None or key.kind == crd_kind)
+    return False
+
+
+def in_use(
+    key: ObjectKey,
+    entries: Iterable[tuple[tuple[str, ObjectKey], Entry]],
+    *,
+    pruning: str,
+    crd_kind: str | None = None,
+) -> str:
+    """Why pruning ``key`` for bundle ``pruning`` would delete what is still wanted, or "".
+
+    Wanted: desired by any bundle's current revision, or live and carrying another bundle's
+    label. Objects of ``pruning`` itself that are being pruned too go down with it, as asked.
+    """
+    if (key.group, key.kind) not in (NAMESPACE, CRD):
+        return ""
+    held: list[tuple[ObjectKey, str]] = []
+    for (_, k), e in entries:
+        if k == key or not _contains(key, k, crd_kind):
+            continue
+        if e.manifest_sha is not None:
+            held.append((k, e.bundle))
+        elif e.live and e.owner_bundle not in ("", pruning):
+            held.append((k, e.owner_bundle))
+    if not held:
+        return ""
+    held.sort()
+    named = ", ".join(f"{k} (bundle {b})" for k, b in held[:MAX_NAMED])
+    more = f" and {len(held) - MAX_NAMED} more" if len(held) > MAX_NAMED else ""
+    return f"not pruned: still holds {named}{more}"

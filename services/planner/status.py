@@ -1,0 +1,110 @@
+"""A bundle's phase, as a pure function of what is known about its objects (DESIGN §7).
+
+The rule the user relies on: **Ready only when every object of the revision is applied, seen
+healthy, and no prune is pending** — never over a failure, a conflict, a pending or failed prune,
+a drift not being corrected, or a cluster that nobody serves. The planner's shell counts its
+entries into a ``Tally``; ``bundle_phase`` turns the tally into a phase and a one-line message,
+in this order of precedence:
+
+=========== ================================================================================
+Failed      a revision was refused, an object failed to apply, or a prune failed
+Conflict    an object's fields are owned by another field manager (publish with force)
+Degraded    everything applied, but an object is unhealthy (kstatus Failed)
+Reconciling applies or prunes on their way, waiting for a CRD/namespace, retrying a transient
+            error, not yet seen by the watcher, or no watcher/applier serves the cluster
+OutOfSync   applied, but the live state differs and is not being corrected (drift left
+            alone, a prune held back because others' objects are inside)
+Ready       all of the revision applied, seen, healthy; nothing left to prune
+=========== ================================================================================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from schemas.messages import BundleCounts, BundlePhase
+
+MAX_LISTED = 50
+
+
+@dataclasses.dataclass
+class Tally:
+    """What the shell found for one bundle's revision. ``problems`` are ``Kind/ns/name: why``
+    lines, already ordered; they are listed in the status (bounded)."""
+
+    revision: str
+    total: int = 0
+    applied: int = 0
+    ready: int = 0
+    failed: int = 0
+    conflicts: int = 0
+    unhealthy: int = 0
+    in_flight: int = 0
+    """intents on their way, waiting or retrying"""
+    unobserved: int = 0
+    """applied, not yet seen by the watcher at or after the apply"""
+    drifted: int = 0
+    """applied and seen differing, with no correction on its way"""
+    pruning: int = 0
+    prune_failed: int = 0
+    kept: int = 0
+    """left the revision, deliberately not pruned (annotation: fine; in use: OutOfSync)"""
+    held: int = 0
+    """prunes held back because the Namespace/CRD holds what others still want"""
+    refused: str = ""
+    """why the latest revision was refused (the one in force stays applied)"""
+    unserved: list[str] = dataclasses.field(default_factory=list)
+    problems: list[str] = dataclasses.field(default_factory=list)
+
+
+def bundle_phase(t: Tally) -> tuple[BundlePhase, str]:
+    """The phase and its one-line explanation (see the module table)."""
+    failed = t.failed + t.prune_failed
+    if t.refused:
+        return BundlePhase.FAILED, f"revision {t.revision} refused: {t.refused}"
+    if failed:
+        parts = [f"{t.failed} of {t.total} objects failed"] if t.failed else []
+        if t.prune_failed:
+            parts.append(f"{t.prune_failed} prunes failed")
+        return BundlePhase.FAILED, ", ".join(parts)
+    if t.conflicts:
+        return (
+            BundlePhase.CONFLICT,
+            f"{t.conflicts} of {t.total} objects in conflict with another field manager",
+        )
+    if t.unhealthy and t.applied == t.total:
+        return BundlePhase.DEGRADED, f"{t.unhealthy} objects unhealthy"
+    if t.unserved:
+        return BundlePhase.RECONCILING, "; ".join(t.unserved)
+    progress = f"{t.applied}/{t.total} applied, {t.ready}/{t.total} ready"
+    if t.in_flight or t.applied < t.total or t.unobserved:
+        return BundlePhase.RECONCILING, progress
+    if t.pruning:
+        return BundlePhase.RECONCILING, f"{progress}, {t.pruning} to prune"
+    if t.drifted or t.held:
+        parts = [f"{t.drifted} objects drifted, not corrected"] if t.drifted else []
+        if t.held:
+            parts.append(f"{t.held} prunes held back (still in use)")
+        return BundlePhase.OUT_OF_SYNC, ", ".join(parts)
+    if t.unhealthy:
+        return BundlePhase.DEGRADED, f"{t.unhealthy} objects unhealthy"
+    if t.ready < t.total:
+        return BundlePhase.RECONCILING, progress
+    return BundlePhase.READY, f"revision {t.revision} applied and ready"
+
+
+def counts(t: Tally) -> BundleCounts:
+    return BundleCounts(
+        total=t.total,
+        applied=t.applied,
+        failed=t.failed + t.prune_failed,
+        ready=t.ready,
+        conflicts=t.conflicts,
+        drifted=t.drifted,
+        pruning=t.pruning,
+        kept=t.kept + t.held,
+    )
+
+
+def listed(t: Tally) -> list[str]:
+    return t.problems[:MAX_LISTED]

@@ -1,0 +1,267 @@
+"""Scopes of kinds, and the stray namespace dropped from cluster-scoped manifests."""
+
+from __future__ import annotations
+
+import copy
+from types import MappingProxyType
+from typing import Any
+
+import pytest
+
+from schemas.subjects import ObjectKey
+from services.core.scope import BUILTIN, Scopes, normalise
+from services.core.sha import object_sha
+
+
+def obj(api: str, kind: str, namespace: str | None = "team-a", **meta: Any) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": "x", **meta}
+    if namespace is not None:
+        metadata["namespace"] = namespace
+    return {"apiVersion": api, "kind": kind, "metadata": metadata, "spec": {"a": 1}}
+
+
+def crd(group: str, kind: str, scope: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{kind.lower()}s.{group}"},
+        "spec": {
+            "group": group,
+            "names": {"kind": kind, "plural": f"{kind.lower()}s"},
+            "scope": scope,
+        },
+    }
+
+
+RBAC = "rbac.authorization.k8s.io/v1"
+LEARNED = (
+    crd("example.com", "Tenant", "Cluster"),
+    crd("example.com", "Widget", "Namespaced"),
+)
+
+# (id, object, namespace it has afterwards or None for none at all)
+NORMALISE = [
+    ("clusterrole-with-stray-namespace-loses-it", obj(RBAC, "ClusterRole"), None),
+    ("clusterrolebinding-with-stray-namespace-loses-it", obj(RBAC, "ClusterRoleBinding"), None),
+    ("namespace-with-stray-namespace-loses-it", obj("v1", "Namespace"), None),
+    (
+        "crd-with-stray-namespace-loses-it",
+        obj("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
+        None,
+    ),
+    ("empty-namespace-on-cluster-scoped-kind-is-dropped", obj(RBAC, "ClusterRole", ""), None),
+    ("clusterrole-without-namespace-is-unchanged", obj(RBAC, "ClusterRole", None), None),
+    ("configmap-keeps-its-namespace", obj("v1", "ConfigMap"), "team-a"),
+    ("role-keeps-its-namespace", obj(RBAC, "Role"), "team-a"),
+    ("event-of-events-group-keeps-its-namespace", obj("events.k8s.io/v1", "Event"), "team-a"),
+    ("configmap-without-namespace-is-unchanged", obj("v1", "ConfigMap", None), None),
+    ("unknown-kind-is-untouched", obj("example.com/v1", "Gadget"), "team-a"),
+    (
+        "builtin-kind-name-in-another-group-is-unknown",
+        obj("example.com/v1", "ClusterRole"),
+        "team-a",
+    ),
+    ("crd-learned-cluster-scoped-kind-loses-it", obj("example.com/v1", "Tenant"), None),
+    ("crd-learned-namespaced-kind-keeps-it", obj("example.com/v1", "Widget"), "team-a"),
+    ("learned-kind-in-another-version-too", obj("example.com/v2beta1", "Tenant"), None),
+    (
+        "missing-api-version-is-untouched",
+        {"kind": "ClusterRole", "metadata": {"name": "x", "namespace": "team-a"}},
+        "team-a",
+    ),
+    (
+        "metadata-not-a-map-is-untouched",
+        {"apiVersion": RBAC, "kind": "ClusterRole", "metadata": "x"},
+        None,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("manifest", "namespace"), [c[1:] for c in NORMALISE], ids=[c[0] for c in NORMALISE]
+)
+def test_normalise(manifest: dict[str, Any], namespace: str | None) -> None:
+    scopes = Scopes()
+    for c in LEARNED:
+        scopes.learn_crd(c)
+    before = copy.deepcopy(manifest)
+
+    out = normalise(manifest, scopes)
+
+    assert manifest == before, "the input was modified"
+    expected = copy.deepcopy(before)
+    if namespace is None and isinstance(expected["metadata"], dict):
+        expected["metadata"].pop("namespace", None)
+    assert out == expected
+    assert isinstance(out["metadata"], str) or out["metadata"].get("namespace") == namespace
+
+
+def test_stray_namespace_copy_leaves_input_and_its_metadata_untouched() -> None:
+    manifest = obj(RBAC, "ClusterRole", labels={"app": "x"})
+    before = copy.deepcopy(manifest)
+
+    out = normalise(manifest, Scopes())
+
+    assert manifest == before
+    assert out is not manifest
+    assert out["metadata"] is not manifest["metadata"]
+    assert out["metadata"] == {"name": "x", "labels": {"app": "x"}}
+
+
+def test_untouched_object_is_returned_as_is() -> None:
+    manifest = obj("v1", "ConfigMap")
+    assert normalise(manifest, Scopes()) is manifest
+
+
+def test_mapping_input_comes_back_as_a_dict() -> None:
+    out = normalise(MappingProxyType(obj("v1", "ConfigMap")), Scopes())
+    assert type(out) is dict
+    assert out["metadata"]["namespace"] == "team-a"
+
+
+def test_normalised_manifest_keys_and_hashes_like_the_server_object() -> None:
+    """The bug this module exists for: planner and watcher must agree on key and SHA."""
+    manifest = obj(RBAC, "ClusterRole")
+    served = obj(RBAC, "ClusterRole", None, uid="u-1", resourceVersion="7")
+
+    assert ObjectKey.of(manifest) != ObjectKey.of(served)
+    normalised = normalise(manifest, Scopes())
+    assert ObjectKey.of(normalised) == ObjectKey.of(served)
+    assert str(ObjectKey.of(normalised)) == "ClusterRole.rbac.authorization.k8s.io/x"
+    assert object_sha(normalised) == object_sha(served)
+
+
+# (id, group, kind, expected namespaced)
+SCOPES = [
+    ("configmap-is-namespaced", "", "ConfigMap", True),
+    ("namespace-is-cluster-scoped", "", "Namespace", False),
+    ("node-is-cluster-scoped", "", "Node", False),
+    ("persistentvolume-is-cluster-scoped", "", "PersistentVolume", False),
+    ("persistentvolumeclaim-is-namespaced", "", "PersistentVolumeClaim", True),
+    ("deployment-is-namespaced", "apps", "Deployment", True),
+    ("clusterrole-is-cluster-scoped", "rbac.authorization.k8s.io", "ClusterRole", False),
+    ("storageclass-is-cluster-scoped", "storage.k8s.io", "StorageClass", False),
+    ("csistoragecapacity-is-namespaced", "storage.k8s.io", "CSIStorageCapacity", True),
+    ("ingressclass-is-cluster-scoped", "networking.k8s.io", "IngressClass", False),
+    (
+        "webhook-configuration-is-cluster-scoped",
+        "admissionregistration.k8s.io",
+        "ValidatingWebhookConfiguration",
+        False,
+    ),
+    ("core-kind-is-not-in-apps", "apps", "ConfigMap", None),
+    ("unknown-kind", "example.com", "Widget", None),
+    ("kinds-are-case-sensitive", "", "configmap", None),
+]
+
+
+@pytest.mark.parametrize(
+    ("group", "kind", "expected"), [c[1:] for c in SCOPES], ids=[c[0] for c in SCOPES]
+)
+def test_builtin_scope(group: str, kind: str, expected: bool | None) -> None:
+    assert Scopes().namespaced(group, kind) is expected
+
+
+def test_builtin_table_has_every_group_of_the_api() -> None:
+    groups = {g for g, _ in BUILTIN}
+    assert groups >= {
+        "",
+        "admissionregistration.k8s.io",
+        "apiextensions.k8s.io",
+        "apiregistration.k8s.io",
+        "apps",
+        "autoscaling",
+        "batch",
+        "certificates.k8s.io",
+        "coordination.k8s.io",
+        "discovery.k8s.io",
+        "events.k8s.io",
+        "flowcontrol.apiserver.k8s.io",
+        "internal.apiserver.k8s.io",
+        "networking.k8s.io",
+        "node.k8s.io",
+        "policy",
+        "rbac.authorization.k8s.io",
+        "resource.k8s.io",
+        "scheduling.k8s.io",
+        "storage.k8s.io",
+        "storagemigration.k8s.io",
+    }
+
+
+def test_learn_overrides_the_builtin_table_and_adds_kinds() -> None:
+    scopes = Scopes()
+    scopes.learn("rbac.authorization.k8s.io", "ClusterRole", True)
+    scopes.learn("example.com", "Gadget", False)
+
+    assert scopes.namespaced("rbac.authorization.k8s.io", "ClusterRole") is True
+    assert scopes.namespaced("example.com", "Gadget") is False
+    assert normalise(obj(RBAC, "ClusterRole"), scopes)["metadata"]["namespace"] == "team-a"
+    assert "namespace" not in normalise(obj("example.com/v1", "Gadget"), scopes)["metadata"]
+
+
+def test_learning_is_per_instance() -> None:
+    Scopes().learn("example.com", "Gadget", False)
+    assert Scopes().namespaced("example.com", "Gadget") is None
+    assert BUILTIN[("rbac.authorization.k8s.io", "ClusterRole")] is False
+
+
+def test_a_later_crd_replaces_the_scope() -> None:
+    scopes = Scopes()
+    scopes.learn_crd(crd("example.com", "Tenant", "Namespaced"))
+    scopes.learn_crd(crd("example.com", "Tenant", "Cluster"))
+    assert scopes.namespaced("example.com", "Tenant") is False
+
+
+def _without(path: tuple[str, ...]) -> dict[str, Any]:
+    c = crd("example.com", "Tenant", "Cluster")
+    node = c
+    for step in path[:-1]:
+        node = node[step]
+    del node[path[-1]]
+    return c
+
+
+def _with(path: tuple[str, ...], value: Any) -> dict[str, Any]:
+    c = crd("example.com", "Tenant", "Cluster")
+    node = c
+    for step in path[:-1]:
+        node = node[step]
+    node[path[-1]] = value
+    return c
+
+
+# (id, manifest): none of these teaches anything, none raises
+MALFORMED_CRDS = [
+    ("not-a-crd-kind", _with(("kind",), "ConfigMap")),
+    ("crd-kind-in-another-group", _with(("apiVersion",), "example.com/v1")),
+    ("no-api-version", _without(("apiVersion",))),
+    ("no-spec", _without(("spec",))),
+    ("spec-not-a-map", _with(("spec",), ["Cluster"])),
+    ("no-group", _without(("spec", "group"))),
+    ("empty-group", _with(("spec", "group"), "")),
+    ("group-not-a-string", _with(("spec", "group"), 7)),
+    ("no-names", _without(("spec", "names"))),
+    ("names-not-a-map", _with(("spec", "names"), "Tenant")),
+    ("no-kind", _without(("spec", "names", "kind"))),
+    ("empty-kind", _with(("spec", "names", "kind"), "")),
+    ("no-scope", _without(("spec", "scope"))),
+    ("scope-in-wrong-case", _with(("spec", "scope"), "cluster")),
+    ("scope-not-a-string", _with(("spec", "scope"), True)),
+    ("empty-manifest", {}),
+]
+
+
+@pytest.mark.parametrize(
+    "manifest", [c[1] for c in MALFORMED_CRDS], ids=[c[0] for c in MALFORMED_CRDS]
+)
+def test_malformed_crd_is_ignored(manifest: dict[str, Any]) -> None:
+    scopes = Scopes()
+    scopes.learn_crd(manifest)
+    assert scopes.namespaced("example.com", "Tenant") is None
+
+
+def test_crd_of_any_apiextensions_version_is_learned() -> None:
+    scopes = Scopes()
+    scopes.learn_crd(_with(("apiVersion",), "apiextensions.k8s.io/v1beta1"))
+    assert scopes.namespaced("example.com", "Tenant") is False
