@@ -422,9 +422,9 @@ class Applier:
         """Prune: re-read the live object, delete it only if it still carries the bundle's label
         and does not opt out, and only that very object (uid precondition)."""
         key = intent.key
-        # An unknown kind is an error (NotFound from discovery), not an already deleted object.
-        res = await self.kube.discovery.resource(intent.api_version, key.kind)
         try:
+            # a kind the cluster does not serve has no objects: there is nothing to delete
+            res = await self.kube.discovery.resource(intent.api_version, key.kind)
             live = await self.kube.get(res, key.name, key.namespace)
             meta = live.get("metadata", {})
             if (owner := owner_of(live)) != intent.bundle:

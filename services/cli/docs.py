@@ -1,14 +1,17 @@
-"""Generate ``docs/settings.md`` from the settings models (a test keeps it current).
+"""Generate ``docs/settings.md`` from the settings models and the ``publish`` flags (a test
+keeps it current).
 
 python -m services.cli.docs          # rewrite docs/settings.md
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
 from services.applier.service import ApplierSettings
+from services.common.bus import NatsSettings
 from services.common.settings import document
 from services.planner.service import PlannerSettings
 from services.watcher.service import WatcherSettings
@@ -29,7 +32,49 @@ def render() -> str:
         ("applier", ApplierSettings),
     ):
         parts.append(f"## `driftbus {name}`\n\n{document(model)}\n")
+    publish = _subcommand("publish")
+    parts.append(
+        f"## `driftbus publish`\n\n{publish.description}\n\n"
+        "Flags only, no environment variables: an option that can prune or take over objects is "
+        "seen on the command line that used it. The NATS connection settings (`--nats-url`, "
+        "…) are the services' above, with the same environment variables. Which files a PATH "
+        "(or `--git`) loads: `services/cli/load.py`.\n\n" + flag_table(publish) + "\n"
+    )
     return "\n".join(parts)
+
+
+def _subcommand(name: str) -> argparse.ArgumentParser:
+    from services.cli.main import build_parser
+
+    for action in build_parser()._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            parser: argparse.ArgumentParser = action.choices[name]
+            return parser
+    raise KeyError(name)
+
+
+def flag_table(parser: argparse.ArgumentParser) -> str:
+    """A Markdown table of a command's own flags (not the NATS settings), from its parser: the
+    help text declared once serves ``--help`` and this document."""
+    nats = {f"--{f.replace('_', '-')}" for f in NatsSettings.__dataclass_fields__}
+    rows = ["| flag | default | meaning |", "|---|---|---|"]
+    for a in parser._actions:
+        flag = max(a.option_strings, key=len, default="")
+        if not flag or flag in nats or isinstance(a, argparse._HelpAction):
+            continue
+        if a.choices:
+            flag += " {" + ",".join(map(str, a.choices)) + "}"
+        elif a.nargs != 0:
+            flag += f" {a.metavar or a.dest.upper()}"
+        if a.required:
+            default = "(required)"
+        elif a.default in (None, False):
+            default = ""
+        else:
+            default = f"`{a.default}`"
+        meaning = (a.help or "").replace("%(default)s", str(a.default)).replace("|", "\\|")
+        rows.append(f"| `{flag}` | {default} | {meaning} |")
+    return "\n".join(rows)
 
 
 def main() -> int:

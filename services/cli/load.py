@@ -1,19 +1,40 @@
 """Reading manifests for ``driftbus publish`` and ``driftbus plan``.
 
-Directories (recursive, ``*.yaml``/``*.yml``/``*.json``), single files, ``.tar.gz`` tarballs,
-and a directory of a Git repository at a given ref (the commit SHA becomes the revision). Every
-problem is an ``InputError`` naming the file and line or document index, and nothing is
-published when there is any: a half-published bundle would prune the other half.
+Directories, single files, ``.tar.gz`` tarballs, and a directory of a Git repository at a given
+ref (the commit SHA becomes the revision). Every problem is an ``InputError`` naming the file and
+line or document index, and nothing is published when there is any: a half-published bundle
+would prune the other half.
+
+Which files a path loads — what ``kubectl apply -f PATH -R`` loads, with one difference:
+
+* a file named on the command line is read whatever its name or extension (so is a hidden one);
+* a directory is read **recursively** (kubectl needs ``-R``; driftbus always recurses), in the
+  order of the sorted paths, taking the files ending in ``.yaml``, ``.yml`` or ``.json``
+  (kubectl's ``FileExtensions``); symbolic links to files are read, symbolic links to
+  directories are not followed (as ``filepath.Walk`` in kubectl);
+* the difference: files and directories whose name starts with ``.`` **below** the given
+  directory are skipped (``.git/``, ``.github/workflows/*.yml``, editor and AppleDouble
+  ``._x.yaml`` files). kubectl skips nothing, but it does not recurse unless asked; a recursive
+  walk of a repository would otherwise publish CI configuration as manifests. Only the path
+  *relative to the given directory* is judged: ``..``, ``./deploy``, ``.config/team/deploy``
+  and ``/home/me/.config/deploy`` are directories like any other.
+
+A tarball's members and a Git directory's files follow the same rule (relative to the tarball's
+root and to ``--path``), so a directory, its tarball and its commit load the same objects.
+
+Loading zero objects is not an error here (``Loaded.manifests`` is empty); ``require_objects``
+is the check the commands make, since an empty revision prunes the whole bundle.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import io
+import os
 import subprocess
 import tarfile
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePath, PurePosixPath
 from typing import Any
 
 import orjson
@@ -46,6 +67,10 @@ class Loaded:
     manifests: list[Manifest]
     revision: str = ""  # set for Git sources (the commit SHA)
     source: str = ""
+    where: str = ""
+    """What was read, for messages: the paths as given, or ``repo@commit:path``."""
+    files: int = 0
+    """How many files were read (manifest files, not counting skipped ones)."""
 
 
 def _documents(text: str, name: str) -> Iterator[tuple[int, Any]]:
@@ -95,23 +120,44 @@ def _checked(doc: Any, where: str) -> Manifest:
     return Manifest(doc, where)
 
 
+def hidden(relative: PurePath) -> bool:
+    """Whether a path *below* a given root is skipped: one of its names starts with ``.``.
+    Only ever called with the path relative to that root (never ``..`` or a parent above it)."""
+    return any(part.startswith(".") for part in relative.parts)
+
+
 def _files(root: Path) -> Iterator[Path]:
     if root.is_file():
-        yield root
+        yield root  # named explicitly: read whatever its name is
         return
     if not root.exists():
         raise InputError(f"{root}: no such file or directory")
-    for p in sorted(root.rglob("*")):
-        if p.is_file() and p.suffix in SUFFIXES and not any(x.startswith(".") for x in p.parts):
-            yield p
+    if not root.is_dir():
+        raise InputError(f"{root}: not a regular file or directory")
+
+    def unreadable(exc: OSError) -> None:
+        raise InputError(f"{exc.filename or root}: cannot read: {exc.strerror or exc}")
+
+    found: list[Path] = []
+    # os.walk: does not descend into symlinked directories, and lets us prune hidden ones
+    for top, dirs, names in os.walk(root, onerror=unreadable):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        for name in names:
+            p = Path(top, name)
+            if not name.startswith(".") and p.suffix in SUFFIXES and p.is_file():
+                found.append(p)
+    yield from sorted(found)
 
 
 def load_paths(paths: list[str]) -> Loaded:
     manifests: list[Manifest] = []
+    files = 0
     for raw in paths:
         path = Path(raw)
         if raw.endswith((".tar.gz", ".tgz")):
-            manifests += _load_tarball(path)
+            got, n = _load_tarball(path)
+            manifests += got
+            files += n
             continue
         for f in _files(path):
             try:
@@ -119,23 +165,28 @@ def load_paths(paths: list[str]) -> Loaded:
             except (OSError, UnicodeDecodeError) as exc:
                 raise InputError(f"{f}: cannot read: {exc}") from None
             manifests += parse(text, str(f))
-    return Loaded(_no_duplicates(manifests), source=" ".join(paths))
+            files += 1
+    where = " ".join(paths)
+    return Loaded(_no_duplicates(manifests), source=where, where=where, files=files)
 
 
-def _load_tarball(path: Path) -> list[Manifest]:
+def _load_tarball(path: Path) -> tuple[list[Manifest], int]:
     out: list[Manifest] = []
+    files = 0
     try:
         with tarfile.open(path, "r:gz") as tar:
             for member in sorted(tar.getmembers(), key=lambda m: m.name):
-                if not member.isfile() or not member.name.endswith(SUFFIXES):
+                name = PurePosixPath(member.name)  # "./a/b.yaml" → a/b.yaml
+                if not member.isfile() or name.suffix not in SUFFIXES or hidden(name):
                     continue
                 data = tar.extractfile(member)
                 if data is None:
                     continue
                 out += parse(io.TextIOWrapper(data).read(), f"{path}:{member.name}")
+                files += 1
     except (tarfile.TarError, OSError) as exc:
         raise InputError(f"{path}: not a readable .tar.gz: {exc}") from None
-    return out
+    return out, files
 
 
 def load_git(repo: str, ref: str, subdir: str = "") -> Loaded:
@@ -148,12 +199,52 @@ def load_git(repo: str, ref: str, subdir: str = "") -> Loaded:
         return res.stdout
 
     commit = git("rev-parse", "--verify", f"{ref}^{{commit}}").strip()
-    listing = git("ls-tree", "-r", "--name-only", commit, "--", subdir or ".")
+    top = PurePosixPath(subdir.strip("/") or ".")  # "./deploy/" → deploy
+    where = f"{repo}@{commit[:12]}:{top}"
+    if str(top) != ".":
+        kind = subprocess.run(
+            ["git", "-C", repo, "cat-file", "-t", f"{commit}:{top}"], capture_output=True, text=True
+        ).stdout.strip()
+        if kind != "tree":
+            what = "not a directory" if kind else "no such directory"
+            raise InputError(f"{top}: {what} in {repo}@{commit[:12]} (--path)")
+    # -z: names verbatim (no C-style quoting of unusual characters)
+    listing = git("ls-tree", "-r", "-z", "--name-only", commit, "--", str(top))
     manifests: list[Manifest] = []
-    for name in sorted(listing.splitlines()):
-        if name.endswith(SUFFIXES):
+    files = 0
+    for name in sorted(n for n in listing.split("\0") if n):
+        relative = PurePosixPath(name).relative_to(top) if str(top) != "." else PurePosixPath(name)
+        if relative.suffix in SUFFIXES and not hidden(relative):
             manifests += parse(git("show", f"{commit}:{name}"), f"{repo}@{commit[:12]}:{name}")
-    return Loaded(_no_duplicates(manifests), revision=commit, source=f"{repo}@{commit}")
+            files += 1
+    return Loaded(
+        _no_duplicates(manifests),
+        revision=commit,
+        source=f"{repo}@{commit}",
+        where=where,
+        files=files,
+    )
+
+
+def require_objects(loaded: Loaded, bundle: str, command: str = "publish") -> None:
+    """Refuse a revision with no objects: it would prune everything ``bundle`` has, and it is
+    far more often a wrong path than a wish. ``--allow-empty`` skips this check."""
+    if loaded.manifests:
+        return
+    found = (
+        f"{loaded.files} manifest file(s) but no objects in them"
+        if loaded.files
+        else "no .yaml, .yml or .json files (hidden ones below it are skipped)"
+    )
+    effect = (
+        f"publishing nothing would prune every object of bundle {bundle}"
+        if command == "publish"
+        else f"a revision with nothing in it would prune every object of bundle {bundle}"
+    )
+    raise InputError(
+        f"{loaded.where or '(no path)'}: {found}; {effect}. "
+        "Give --allow-empty if that is what you want."
+    )
 
 
 def _no_duplicates(manifests: list[Manifest]) -> list[Manifest]:

@@ -4,8 +4,13 @@ Subcommands so far:
 
 * ``driftbus up [--detach]`` / ``driftbus down`` — the whole stack locally (``services/cli/up.py``).
 * ``driftbus watcher|planner|applier`` — run one service (settings: ``--help`` of each).
-* ``driftbus publish PATH... --cluster C --bundle B [--wait]`` — publish manifests as a bundle.
-* ``driftbus status [--cluster C] [--bundle B] [-o json]`` — current state of bundles/objects.
+* ``driftbus publish PATH... --cluster C --bundle B [--wait]`` — publish manifests as a bundle
+  (which files a PATH loads: ``services/cli/load.py``). Refuses a revision with no objects
+  unless ``--allow-empty``; warns when no watcher or applier serves the cluster. With
+  ``--wait`` the exit code says how it ended: 0 Ready; 1 Failed, Degraded or Conflict; 2 no
+  end within ``--timeout`` (still Reconciling or OutOfSync, or no status at all).
+* ``driftbus status --cluster C [--bundle B] [-o json] [-f]`` — current state of bundles/objects,
+  then (``-f``) every change: bundle summaries, and with ``--bundle`` its objects too.
 * ``driftbus why KIND/NAMESPACE/NAME --cluster C`` — the decision history of one object.
 * ``driftbus plan PATH... --cluster C --bundle B`` — what a publish would do, with diffs.
 * ``driftbus assets`` — show or build the server binaries.
@@ -20,8 +25,9 @@ import os
 import signal
 import sys
 import time
-from typing import Any
+from typing import Any, get_args
 
+from schemas.messages import BundleOptions, Propagation
 from services.applier import service as applier
 from services.cli import security as security_cmd
 from services.cli import up as up_cmd
@@ -79,14 +85,31 @@ def _fail(command: str, exc: Exception) -> int:
 
 
 def _load_manifests(args: argparse.Namespace) -> Any:
-    """The manifests named on the command line: PATH... or --git REPO --ref REF [--path DIR]."""
+    """The manifests named on the command line: PATH... or --git REPO --ref REF [--path DIR];
+    a revision with no objects is refused unless --allow-empty (it would prune the bundle)."""
     from services.cli import load
 
     if args.git:
-        return load.load_git(args.git, args.ref, args.path or "")
-    if args.paths:
-        return load.load_paths(args.paths)
-    raise load.InputError(f"nothing to {args.command}: give PATH... or --git REPO --ref REF")
+        loaded = load.load_git(args.git, args.ref, args.path or "")
+    elif args.paths:
+        loaded = load.load_paths(args.paths)
+    else:
+        raise load.InputError(f"nothing to {args.command}: give PATH... or --git REPO --ref REF")
+    if not args.allow_empty:
+        load.require_objects(loaded, args.bundle, args.command)
+    return loaded
+
+
+def bundle_options(args: argparse.Namespace) -> BundleOptions:
+    """The BundleOptions a publish sends, from its flags (``_add_bundle_option_flags``)."""
+    return BundleOptions(
+        prune=not args.no_prune,
+        force=args.force,
+        allow_replace=args.allow_replace,
+        allow_empty=args.allow_empty,
+        take_over=args.take_over,
+        propagation=args.prune_propagation,
+    )
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
@@ -96,9 +119,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
     try:
         loaded = _load_manifests(args)
         revision = args.revision or loaded.revision or user.content_revision(loaded)
-        options = user.BundleOptions(
-            prune=not args.no_prune, force=args.force, allow_replace=args.allow_replace
-        )
+        options = bundle_options(args)
     except (load.InputError, ManifestError) as exc:
         return _fail("publish", exc)
 
@@ -107,9 +128,12 @@ def cmd_publish(args: argparse.Namespace) -> int:
     telemetry.setup("cli", telemetry.TelemetrySettings(otlp_endpoint=otlp_endpoint()))
 
     async def run() -> int:
+        refused = user.quiet_members_denial()
         nc = await _connect(args)
         js = nc.jetstream()
         try:
+            # asked alongside the publish, so a slow or refused answer costs (almost) no time
+            served = asyncio.create_task(user.unserved(js, args.cluster, refused=refused))
             waiter = user.BundleWait(nc, args.cluster, args.bundle)
             if args.wait:
                 await waiter.start()
@@ -136,6 +160,14 @@ def cmd_publish(args: argparse.Namespace) -> int:
                 f"{len(loaded.manifests)} objects",
                 file=sys.stderr,
             )
+            if problems := await served:
+                for problem in problems:
+                    print(f"driftbus publish: warning: {problem}", file=sys.stderr)
+                print(
+                    "driftbus publish: warning: the bundle is published, but nothing reconciles "
+                    f"it until a watcher and an applier for cluster {args.cluster} run",
+                    file=sys.stderr,
+                )
             if not args.wait:
                 return 0
             st = await waiter.wait(revision, within=args.timeout, progress=sys.stderr.isatty())
@@ -149,12 +181,18 @@ def cmd_publish(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
-        if st.phase is user.BundlePhase.READY:
-            print(f"{colour_phase(st.phase)}: {st.message}")
-            return 0
         print(f"{colour_phase(st.phase)}: {st.message}")
         for line in st.failed_objects:
             print(f"  {line}")
+        if st.phase is user.BundlePhase.READY:
+            return 0
+        if st.phase not in user.WAIT_ENDS:
+            print(
+                f"driftbus publish: {args.bundle}@{revision} not Ready within "
+                f"{args.timeout:.0f}s (last status: {st.phase})",
+                file=sys.stderr,
+            )
+            return 2
         return 1
 
     return asyncio.run(run())
@@ -186,87 +224,145 @@ def cmd_status(args: argparse.Namespace) -> int:
         nc = await _connect(args)
         js = nc.jetstream()
         try:
+            # with -f, subscribe before reading the current state: a change published while
+            # it is read is then shown after it instead of falling in between
+            live = await _subscribe_status(nc, args) if args.follow else None
+            seen: dict[str, bytes] = {}
             if args.bundle:
-                rows = await user.object_rows(js, args.cluster, args.bundle)
-                bundles = await user.bundle_statuses(js, args.cluster, args.bundle)
+                rows = await user.object_rows(js, args.cluster, args.bundle, seen=seen)
+                bundles = await user.bundle_statuses(js, args.cluster, args.bundle, seen=seen)
                 if args.output == "json":
                     table.emit(
                         [{"bundle": [msgspec_to_builtins(b) for b in bundles], "objects": rows}],
                         [],
                         "json",
                     )
-                    return 0
-                for b in bundles:
-                    c = b.counts
-                    print(
-                        f"{b.bundle}@{b.revision}: {table.colour(str(b.phase))} — {b.message} "
-                        f"(applied {c.applied}/{c.total}, ready {c.ready}/{c.total})"
+                else:
+                    for b in bundles:
+                        c = b.counts
+                        print(
+                            f"{b.bundle}@{b.revision}: {table.colour(str(b.phase))} — "
+                            f"{b.message} (applied {c.applied}/{c.total}, ready "
+                            f"{c.ready}/{c.total})"
+                        )
+                    table.emit(
+                        rows,
+                        ["kind", "namespace", "name", "phase", "health", "message", "last_change"],
+                        "table",
                     )
+            else:
+                statuses = await user.bundle_statuses(js, args.cluster, seen=seen)
+                rows = [
+                    {
+                        "bundle": b.bundle,
+                        "revision": b.revision,
+                        "phase": str(b.phase),
+                        "applied": f"{b.counts.applied}/{b.counts.total}",
+                        "ready": f"{b.counts.ready}/{b.counts.total}",
+                        "failed": b.counts.failed,
+                        "message": b.message,
+                    }
+                    for b in statuses
+                ]
                 table.emit(
                     rows,
-                    ["kind", "namespace", "name", "phase", "health", "message", "last_change"],
-                    "table",
+                    ["bundle", "revision", "phase", "applied", "ready", "failed", "message"],
+                    args.output,
                 )
-                return await _follow(nc, args) if args.follow else 0
-            statuses = await user.bundle_statuses(js, args.cluster)
-            rows = [
-                {
-                    "bundle": b.bundle,
-                    "revision": b.revision,
-                    "phase": str(b.phase),
-                    "applied": f"{b.counts.applied}/{b.counts.total}",
-                    "ready": f"{b.counts.ready}/{b.counts.total}",
-                    "failed": b.counts.failed,
-                    "message": b.message,
-                }
-                for b in statuses
-            ]
-            table.emit(
-                rows,
-                ["bundle", "revision", "phase", "applied", "ready", "failed", "message"],
-                args.output,
-            )
-            return await _follow(nc, args) if args.follow else 0
+            sys.stdout.flush()
+            if live is None:
+                return 0
+            # a round trip: whatever the server sent this connection before (every live copy of
+            # a message the current state included) is in the queue now
+            await nc.flush()
+            return await _follow(live, seen, args)
         finally:
             await nc.drain()
 
     return asyncio.run(run())
 
 
-async def _follow(nc: Any, args: argparse.Namespace) -> int:
-    """After the current state, print each status event as it happens until Ctrl-C."""
+async def _subscribe_status(nc: Any, args: argparse.Namespace) -> asyncio.Queue[Any]:
+    """Queue every status message of the followed bundle (its summary and its objects), or the
+    summaries of all bundles of the cluster. One subscription, so nothing arrives twice."""
+    from schemas.subjects import encode_token
+
+    queue: asyncio.Queue[Any] = asyncio.Queue()
+
+    async def on_msg(msg: Any) -> None:
+        queue.put_nowait(msg)
+
+    c = encode_token(args.cluster)
+    subject = (
+        f"driftbus.status.{c}.{encode_token(args.bundle)}.>"
+        if args.bundle
+        else f"driftbus.status.{c}.*.bundle"
+    )
+    # a slow terminal must not make the server drop messages: no limit on what waits here
+    await nc.subscribe(subject, cb=on_msg, pending_msgs_limit=-1, pending_bytes_limit=-1)
+    return queue
+
+
+def status_line(subject: str, data: bytes, output: str) -> str | None:
+    """How ``status -f`` shows one status message (None: not a status it can read)."""
     from schemas.codec import WireError, decode, encode
     from schemas.messages import BundleStatus, ObjectStatus
-    from schemas.subjects import encode_token
+    from schemas.subjects import SubjectError, parse_subject
     from services.cli.table import colour
 
+    event: BundleStatus | ObjectStatus
+    try:
+        family = parse_subject(subject).family
+        if family == "status.bundle":
+            event = b = decode(data, BundleStatus)
+            line = f"{b.bundle}@{b.revision}: {colour(str(b.phase))} {b.message}"
+        elif family == "status.object":
+            event = o = decode(data, ObjectStatus)
+            line = f"{o.key}: {colour(str(o.phase))} {o.message}"
+        else:
+            return None
+    except (WireError, SubjectError):
+        return None
+    if output == "json":
+        # re-encoded from the contract: only its fields, whatever else a publisher added
+        return encode(event).decode()
+    return f"{time.strftime('%H:%M:%S')} {line}"
+
+
+async def _follow(
+    queue: asyncio.Queue[Any], seen: dict[str, bytes], args: argparse.Namespace
+) -> int:
+    """After the current state, print each status message as it comes until Ctrl-C.
+
+    The subscription started before the current state was read (``seen``: subject → message),
+    so what it queued meanwhile may be older than that state, the same, or newer. Per subject,
+    everything up to the message the state showed is skipped (older or shown already); on a
+    subject whose shown message never arrived live, all of it is newer."""
     done = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, done.set)
 
-    async def on_msg(msg: Any) -> None:
-        event: BundleStatus | ObjectStatus
-        try:
-            if msg.subject.endswith(".bundle"):
-                event = b = decode(msg.data, BundleStatus)
-                line = f"{b.bundle}@{b.revision}: {colour(str(b.phase))} {b.message}"
-            else:
-                event = o = decode(msg.data, ObjectStatus)
-                line = f"{o.key}: {colour(str(o.phase))} {o.message}"
-        except WireError:
-            return
-        if args.output == "json":
-            # re-encoded from the contract: only its fields, whatever else a publisher added
-            print(encode(event).decode(), flush=True)
-        else:
-            print(f"{time.strftime('%H:%M:%S')} {line}", flush=True)
+    def show(msg: Any) -> None:
+        if (line := status_line(msg.subject, msg.data, args.output)) is not None:
+            print(line, flush=True)
 
-    bundle = encode_token(args.bundle) if args.bundle else "*"
-    await nc.subscribe(f"driftbus.status.{encode_token(args.cluster)}.{bundle}.>", cb=on_msg)
-    if args.bundle is None:
-        await nc.subscribe(f"driftbus.status.{encode_token(args.cluster)}.*.bundle", cb=on_msg)
-    await done.wait()
+    backlog = [queue.get_nowait() for _ in range(queue.qsize())]
+    shown_at = {m.subject: i for i, m in enumerate(backlog) if seen.get(m.subject) == m.data}
+    for i, msg in enumerate(backlog):
+        if i > shown_at.get(msg.subject, -1):
+            show(msg)
+    stop = asyncio.create_task(done.wait())
+    try:
+        while not done.is_set():
+            get = asyncio.create_task(queue.get())
+            await asyncio.wait({get, stop}, return_when=asyncio.FIRST_COMPLETED)
+            if not get.done():
+                get.cancel()
+                break
+            show(get.result())
+    finally:
+        stop.cancel()
     return 0
 
 
@@ -413,6 +509,53 @@ def cmd_assets(args: argparse.Namespace) -> int:
     return assets.main(argv)
 
 
+def _add_source_args(p: argparse.ArgumentParser, command: str) -> None:
+    """Where the manifests come from, and which bundle of which cluster: publish and plan."""
+    p.add_argument(
+        "paths",
+        nargs="*",
+        metavar="PATH",
+        help="directories (recursive; hidden files and directories below them skipped), "
+        "YAML/JSON files, .tar.gz tarballs",
+    )
+    p.add_argument("--cluster", required=True, help="the cluster the bundle is for")
+    p.add_argument("--bundle", required=True, help="the bundle's name")
+    p.add_argument("--git", metavar="REPO", help="read the manifests from a Git repository")
+    p.add_argument("--ref", default="HEAD", help="Git ref to read (with --git)")
+    p.add_argument("--path", help="directory inside the repository (with --git)")
+
+
+def _add_bundle_option_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of ``BundleOptions`` (``bundle_options`` reads them back)."""
+    p.add_argument("--no-prune", action="store_true", help="keep objects that leave the bundle")
+    p.add_argument("--force", action="store_true", help="take over fields other managers own")
+    p.add_argument(
+        "--allow-replace",
+        action="store_true",
+        help="delete and recreate objects whose immutable fields changed",
+    )
+    p.add_argument(
+        "--allow-empty",
+        action="store_true",
+        help="publish even when PATH holds no objects, which prunes every object the bundle "
+        "has (without it an empty revision is refused: it is usually a wrong path)",
+    )
+    p.add_argument(
+        "--take-over",
+        action="store_true",
+        help="take objects another bundle declares: they move to this bundle (without it "
+        "such an object is refused, naming the bundle that has it)",
+    )
+    p.add_argument(
+        "--prune-propagation",
+        choices=get_args(Propagation),
+        default=BundleOptions().propagation,
+        help="how prune deletes treat the pruned object's dependents: Background (deleted "
+        "by the garbage collector afterwards), Foreground (deleted first, the object "
+        "last) or Orphan (kept); default %(default)s",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="driftbus",
@@ -444,41 +587,40 @@ def build_parser() -> argparse.ArgumentParser:
         settings.add_arguments(p, model)
         p.set_defaults(func=cmd_service)
 
-    pub = sub.add_parser("publish", help="publish manifests as a bundle")
-    pub.add_argument(
-        "paths",
-        nargs="*",
-        metavar="PATH",
-        help="directories (recursive), YAML/JSON files, .tar.gz tarballs",
+    pub = sub.add_parser(
+        "publish",
+        help="publish manifests as a bundle",
+        description="Publish manifests as a bundle. With --wait the exit code says how it "
+        "ended: 0 Ready; 1 Failed, Degraded or Conflict; 2 not ended within --timeout.",
     )
-    pub.add_argument("--cluster", required=True)
-    pub.add_argument("--bundle", required=True)
+    _add_source_args(pub, "publish")
     pub.add_argument("--revision", help="default: the Git commit, or a digest of the content")
-    pub.add_argument("--git", metavar="REPO", help="read the manifests from a Git repository")
-    pub.add_argument("--ref", default="HEAD", help="Git ref to read (with --git)")
-    pub.add_argument("--path", help="directory inside the repository (with --git)")
-    pub.add_argument("--no-prune", action="store_true", help="keep objects that leave the bundle")
-    pub.add_argument("--force", action="store_true", help="take over fields other managers own")
+    _add_bundle_option_flags(pub)
     pub.add_argument(
-        "--allow-replace",
+        "--wait",
         action="store_true",
-        help="delete and recreate objects whose immutable fields changed",
+        help="follow status until Ready, Failed, Degraded or Conflict; exit non-zero unless Ready",
     )
-    pub.add_argument("--wait", action="store_true", help="follow status until Ready or failed")
     pub.add_argument("--timeout", type=float, default=300.0, help="seconds to --wait")
     settings.add_arguments(pub, NatsSettings)
     pub.set_defaults(func=cmd_publish)
 
     pl = sub.add_parser("plan", help="what a publish would apply, delete or skip, and why")
-    pl.add_argument("paths", nargs="*", metavar="PATH")
-    pl.add_argument("--cluster", required=True)
-    pl.add_argument("--bundle", required=True)
-    pl.add_argument("--git", metavar="REPO")
-    pl.add_argument("--ref", default="HEAD")
-    pl.add_argument("--path")
-    pl.add_argument("--no-prune", action="store_true")
-    pl.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
-    pl.add_argument("--context")
+    _add_source_args(pl, "plan")
+    pl.add_argument(
+        "--no-prune", action="store_true", help="show objects leaving the bundle as kept"
+    )
+    pl.add_argument(
+        "--allow-empty",
+        action="store_true",
+        help="plan a revision with no objects (every object of the bundle would be deleted)",
+    )
+    pl.add_argument(
+        "--kubeconfig",
+        default=os.environ.get("KUBECONFIG"),
+        help="the cluster to dry-run against (default: $KUBECONFIG)",
+    )
+    pl.add_argument("--context", help="kubeconfig context (default: the current one)")
     pl.add_argument("-o", "--output", choices=["table", "json"], default="table")
     settings.add_arguments(pl, NatsSettings)
     pl.set_defaults(func=cmd_plan)
@@ -487,7 +629,13 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--cluster", required=True)
     st.add_argument("--bundle")
     st.add_argument("-o", "--output", choices=["table", "json"], default="table")
-    st.add_argument("--follow", "-f", action="store_true", help="then print changes as they come")
+    st.add_argument(
+        "--follow",
+        "-f",
+        action="store_true",
+        help="then print every change as it comes (bundle summaries; with --bundle, its "
+        "objects too) until Ctrl-C",
+    )
     settings.add_arguments(st, NatsSettings)
     st.set_defaults(func=cmd_status)
 

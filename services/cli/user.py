@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import hashlib
+import logging
 import sys
 import time
 from typing import Any
@@ -40,7 +41,7 @@ from schemas.subjects import (
     key_tokens,
 )
 from services.cli.load import Loaded
-from services.common import bus, telemetry
+from services.common import bus, members, telemetry
 from services.common.bundles import store_manifests
 from services.core.manifest import check_bundle_name
 
@@ -65,6 +66,12 @@ async def publish(
     options: BundleOptions,
 ) -> Bundle:
     check_bundle_name(bundle)
+    if not loaded.manifests and not options.allow_empty:
+        # the CLI refuses earlier, with the path; this guards every other caller
+        raise ValueError(
+            f"refusing to publish an empty revision of {bundle}: it would prune every object "
+            "of the bundle (BundleOptions.allow_empty permits it)"
+        )
     await bus.ensure_streams(js, manage=False, within=30)
     msg = Bundle(
         cluster=cluster,
@@ -90,13 +97,75 @@ async def publish(
     return msg
 
 
+async def unserved(
+    js: JetStreamContext,
+    cluster: str,
+    *,
+    refused: asyncio.Event | None = None,
+    within: float = 3.0,
+) -> list[str]:
+    """What is missing for ``cluster`` to be served (no live watcher, no live applier), from the
+    members' heartbeats; empty when served **or when it cannot be told**: a user without
+    permission to read the MEMBERS stream, a bus without that stream, a slow server. A warning
+    that might be wrong is worse than none. A refused request gets no answer (it would time
+    out): ``refused`` (``quiet_members_denial``) ends the wait as soon as the refusal arrives."""
+    beats = asyncio.ensure_future(members.heartbeats(js, cluster))
+    waits: set[asyncio.Future[Any]] = {beats}
+    if refused is not None:
+        waits.add(asyncio.ensure_future(refused.wait()))
+    try:
+        await asyncio.wait(waits, timeout=within, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+    if not beats.done() or beats.cancelled() or beats.exception() is not None:
+        return []  # unknown: stay quiet
+    return members.serving(cluster, beats.result(), dt.datetime.now(dt.UTC))
+
+
+class _QuietMembersDenial(logging.Filter):
+    """nats-server answers a refused publish (a locked-down user's direct get on MEMBERS) with
+    an asynchronous permissions error that the connection logs; for that one request the
+    refusal is expected and means "unknown", so it is not shown, only noted in ``refused``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refused = asyncio.Event()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        # nats-py lower-cases the server's error text, subject included
+        text = f"{record.getMessage()} {getattr(record, 'error', '')}".lower()
+        if "permissions" in text and f"direct.get.{bus.MEMBERS}".lower() in text:
+            self.refused.set()
+            return False
+        return True
+
+
+def quiet_members_denial() -> asyncio.Event:
+    """Hide the connection's log line about a refused read of MEMBERS; the event returned is
+    set when one arrives (give it to ``unserved``)."""
+    logger = logging.getLogger(bus.log.name)
+    for f in logger.filters:
+        if isinstance(f, _QuietMembersDenial):
+            return f.refused
+    quiet = _QuietMembersDenial()
+    logger.addFilter(quiet)
+    return quiet.refused
+
+
 async def _snapshot(js: JetStreamContext, stream: str, subject: str) -> list[Any]:
     return [m async for m in bus.Follower(js, stream, subject).snapshot()]
 
 
 async def bundle_statuses(
-    js: JetStreamContext, cluster: str, bundle: str | None = None
+    js: JetStreamContext,
+    cluster: str,
+    bundle: str | None = None,
+    *,
+    seen: dict[str, bytes] | None = None,
 ) -> list[BundleStatus]:
+    """The last status of each bundle of ``cluster`` (or of ``bundle``); ``seen`` collects the
+    raw message read per subject (so a follower can tell which live ones it already showed)."""
     subject = (
         bundle_status_subject(cluster, bundle)
         if bundle
@@ -104,6 +173,8 @@ async def bundle_statuses(
     )
     out = []
     for m in await _snapshot(js, bus.STATUS, subject):
+        if seen is not None:
+            seen[m.subject] = m.data
         try:
             out.append(decode(m.data, BundleStatus))
         except WireError:
@@ -111,10 +182,14 @@ async def bundle_statuses(
     return sorted(out, key=lambda s: s.bundle)
 
 
-async def object_rows(js: JetStreamContext, cluster: str, bundle: str) -> list[dict[str, Any]]:
+async def object_rows(
+    js: JetStreamContext, cluster: str, bundle: str, *, seen: dict[str, bytes] | None = None
+) -> list[dict[str, Any]]:
     statuses: dict[ObjectKey, ObjectStatus] = {}
     subject = f"driftbus.status.{encode_token(cluster)}.{encode_token(bundle)}.object.>"
     for m in await _snapshot(js, bus.STATUS, subject):
+        if seen is not None:
+            seen[m.subject] = m.data
         try:
             st = decode(m.data, ObjectStatus)
         except WireError:
@@ -158,9 +233,16 @@ async def decisions(js: JetStreamContext, cluster: str, key: ObjectKey) -> list[
     return out
 
 
+WAIT_ENDS = frozenset(
+    (BundlePhase.READY, BundlePhase.FAILED, BundlePhase.DEGRADED, BundlePhase.CONFLICT)
+)
+"""Phases that end ``publish --wait``. Reconciling and OutOfSync (drift being corrected) are
+waited through; only Ready is a success."""
+
+
 class BundleWait:
-    """Follow one bundle's status until a revision is Ready, Failed or Degraded. Start it before
-    publishing so no status is missed."""
+    """Follow one bundle's status until a revision reaches a phase of ``WAIT_ENDS``. Start it
+    before publishing so no status is missed."""
 
     def __init__(self, nc: NATS, cluster: str, bundle: str) -> None:
         self.nc, self.cluster, self.bundle = nc, cluster, bundle
@@ -177,6 +259,8 @@ class BundleWait:
         )
 
     async def wait(self, revision: str, *, within: float, progress: bool) -> BundleStatus | None:
+        """The status that ended the wait, or the last one seen when ``within`` ran out (its
+        phase is then not in ``WAIT_ENDS``), or None when there was none for ``revision``."""
         deadline = time.monotonic() + within
         last: BundleStatus | None = None
         try:
@@ -195,7 +279,7 @@ class BundleWait:
                         f"{c.total}  ready {c.ready}/{c.total}  failed {c.failed}   "
                     )
                     sys.stderr.flush()
-                if st.phase in (BundlePhase.READY, BundlePhase.FAILED, BundlePhase.DEGRADED):
+                if st.phase in WAIT_ENDS:
                     break
         finally:
             if progress:
@@ -205,6 +289,7 @@ class BundleWait:
 
 
 __all__ = [
+    "WAIT_ENDS",
     "BundleOptions",
     "BundlePhase",
     "BundleWait",
@@ -213,6 +298,8 @@ __all__ = [
     "decisions",
     "object_rows",
     "publish",
+    "quiet_members_denial",
+    "unserved",
 ]
 
 

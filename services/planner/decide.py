@@ -393,6 +393,14 @@ def _removed(e: Entry, ev: Removed) -> tuple[Entry, Decision | None]:
     if e.bundle and e.bundle != ev.bundle:
         return e, None  # the object moved to another bundle meanwhile: not ours to prune
     e = dataclasses.replace(e, bundle="", revision=ev.revision, manifest_sha=None, prune=ev.prune)
+    applying = e.inflight is not None and e.inflight != DELETE_INFLIGHT
+    if applying and ev.prune and e.owner_bundle in ("", ev.bundle):
+        # an apply is on its way (perhaps waiting for its CRD): a delete replaces it in the
+        # queue, so it neither creates the object after all nor waits for ever
+        return (
+            dataclasses.replace(e, inflight=DELETE_INFLIGHT),
+            Decision(DecisionAction.DELETE, DecisionReason.PRUNE),
+        )
     if not e.live or e.owner_bundle != ev.bundle:
         return e, Decision(DecisionAction.KEEP, DecisionReason.NOT_OWNED)
     if not ev.prune:

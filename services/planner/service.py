@@ -496,7 +496,12 @@ class Planner:
         if previous is not None:
             for key in previous.keys - view.keys:
                 entry = self.entries.get((cluster, key))
-                if entry is not None and entry.bundle == name:
+                if entry is None or entry.bundle != name:
+                    continue
+                if self.live and entry.inflight not in (None, DELETE_INFLIGHT):
+                    # an apply on its way is called back (a delete replaces it in the queue)
+                    await self._fold((cluster, key), self._removed((cluster, key), view))
+                else:
                     # no longer desired, whether it is pruned now or later
                     self.entries[(cluster, key)] = dataclasses.replace(
                         entry, bundle="", manifest_sha=None, revision=bundle.revision
@@ -757,7 +762,7 @@ class Planner:
             cluster=cluster,
             key=key,
             api_version=api_version,
-            bundle=e.owner_bundle,
+            bundle=e.owner_bundle or (view.name if view else "?"),
             revision=revision,
             propagation=view.propagation if view else "Background",  # type: ignore[arg-type]
             issued_at=_now(),
@@ -809,6 +814,7 @@ class Planner:
         t.failed = len(view.errors)
         failing: list[ObjectKey] = []
         unhealthy: list[str] = []
+        waiting: list[str] = []
         for key in view.keys:
             slot = (view.cluster, key)
             p = self.entries.progress(slot)
@@ -819,6 +825,9 @@ class Planner:
                 continue
             if p.inflight:
                 t.in_flight += 1
+                oc = self.outcomes.get(slot)
+                if oc is not None and oc.phase in (ObjectPhase.WAITING, ObjectPhase.RETRYING):
+                    waiting.append(f"{key}: {oc.phase}: {oc.message}")
                 continue
             if not p.applied:
                 continue
@@ -844,7 +853,7 @@ class Planner:
             else:
                 t.failed += 1
             t.problems.append(f"{key}: {oc.phase}: {oc.message}" if oc else f"{key}: failed")
-        t.problems = view.errors + t.problems + sorted(unhealthy)
+        t.problems = view.errors + t.problems + sorted(unhealthy) + sorted(waiting)
         self._tally_prunes(view, t)
         return t
 

@@ -10,9 +10,10 @@ import asyncio
 import random
 from typing import Any
 
+import pytest
 from nats.aio.client import Client as NATS
 
-from schemas.messages import ObjectPhase
+from schemas.messages import BundlePhase, ObjectPhase
 from services.common.kube import KubeClient, NotFound
 from services.controlplane.pipeline import Pipeline, StatusWatch, settle, write_counts, writes_since
 
@@ -376,32 +377,48 @@ async def test_errors_are_classified_reported_and_never_leak_secrets(
             "metadata": {"name": "g", "namespace": namespace},
         },
         job,
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"namespace": namespace}},  # no name
         cm(namespace, "Not_A_DNS_Name"),  # 422 from the API server
-        cm("no-such-namespace-" + namespace[-6:], "orphan"),  # waits, then fails
+        cm("no-such-namespace-" + namespace[-6:], "orphan"),  # waits for its namespace
     ]
+    nameless = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"namespace": namespace}}
     watch = StatusWatch()
     await watch.start(pnc, pipeline.cluster, "errs")
     decisions = DecisionLog()
     await decisions.start(pnc, pipeline.cluster)
     pipeline.start_all()
-    # the wait budget for missing kinds is shortened so the test does not wait 2 minutes
-    pipeline.procs["applier-0"].stop()
-    pipeline.start("applier", "applier-0", "--wait-budget", "4")
     js = pnc.jetstream()
+    # one object the planner cannot even key: the whole revision is refused, nothing applied
+    await pipeline.publish(js, "errs", [*manifests, nameless], revision="r0")
+    status = await watch.until(
+        lambda s: s.revision == "r0" and s.phase is BundlePhase.FAILED, 60, pipeline.logs
+    )
+    assert "revision r0 refused" in status.message
+    assert "manifests[8]: ConfigMap/?: metadata.name is missing" in status.message
+    with pytest.raises(NotFound):
+        await kube.get(cm_res, "fine", namespace)
+
     await pipeline.publish(js, "errs", manifests)
     status = await watch.until(
-        lambda s: s.counts.failed == 6 and s.counts.applied == 3, 60, pipeline.logs
+        lambda s: (
+            s.revision == "r1"
+            and s.counts.failed == 2
+            and s.counts.conflicts == 1
+            and s.counts.applied == 3
+            and sum("Waiting" in line for line in s.failed_objects) == 2
+        ),
+        60,
+        pipeline.logs,
     )
+    assert status.phase is BundlePhase.FAILED
     failures = "\n".join(status.failed_objects)
-    assert "manifests[6]: ConfigMap/?: metadata.name is missing" in failures
     assert 'conflict with "other-team"' in failures
     assert "/bad: " in failures
     assert "illegal base64" in failures  # the server's reason, value not echoed
-    assert "Ghost" in failures
-    assert "not served" in failures
     assert "Not_A_DNS_Name: Failed" in failures
     assert "Invalid (422)" in failures
+    # a missing kind or namespace is not a failure: it waits, saying what for, until it exists
+    assert "Ghost" in failures
+    assert "not served" in failures
     assert "namespace no-such-namespace-" in failures
     assert "does not exist" in failures
     assert (await kube.get(cm_res, "fine", namespace))["data"] == {"k": "fine"}

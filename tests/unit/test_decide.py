@@ -171,9 +171,14 @@ CASES: list[tuple[str, list[Event], list[Decision | None]]] = [
         [apply(R.NEW), None, None, Decision(A.KEEP, R.NOT_OWNED)],
     ),
     (
-        "object-never-seen-live-is-not-deleted",
+        "object-removed-while-its-apply-is-on-its-way-gets-a-delete-that-replaces-the-apply",
         [Desired("b", "r1", M1), Removed("b", "r2")],
-        [apply(R.NEW), Decision(A.KEEP, R.NOT_OWNED)],
+        [apply(R.NEW), Decision(A.DELETE, R.PRUNE)],
+    ),
+    (
+        "object-never-seen-live-and-not-in-flight-is-not-deleted",
+        [Desired("b", "r1", M1), Failed(M1, 1.0), Removed("b", "r2")],
+        [apply(R.NEW), None, Decision(A.KEEP, R.NOT_OWNED)],
     ),
     (
         "pruned-object-stays-gone",
