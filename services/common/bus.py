@@ -169,6 +169,12 @@ class NatsSettings:
     nats_ca: str = setting("", "CA bundle that signed the NATS server's certificate (TLS)")
     nats_cert: str = setting("", "client certificate for mutual TLS with NATS")
     nats_key: str = setting("", "private key of --nats-cert")
+    publish_retry: float = setting(
+        90.0,
+        "seconds a publish is retried through a NATS outage before the caller is told (at most "
+        "the 120 s dedupe window less the ack timeout); facts not published by then are "
+        "published again later (the watcher relists, the planner re-sends)",
+    )
 
 
 def inbox_prefix(role: str, cluster: str = "") -> str:

@@ -47,7 +47,7 @@ async def connections(
     nc = await bus.connect(nats, name=name, inbox=inbox)
     js = nc.jetstream()
     kube: KubeClient | None = None
-    publisher = bus.Publisher(js)
+    publisher = bus.Publisher(js, retry_for=nats.publish_retry)
     streams_bound = False
     health.add("nats connected", lambda: nc.is_connected)
     health.add("streams bound", lambda: streams_bound)

@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import datetime as dt
 import logging
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -109,6 +110,7 @@ STATUS_LAG = telemetry.meter.create_histogram(
     description="from the first change to a bundle to its status published",
 )
 MAX_LISTED_FAILURES = 50
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 # the object rows the planner writes itself, from its decisions
 _ROW_OF = {
     DecisionReason.NEW: ObjectPhase.PENDING,
@@ -539,6 +541,12 @@ class Planner:
                 key = key_of(raw, where_i)
                 raw = normalise(raw, self.scopes)
                 key = key_of(raw, where_i)
+                if key.namespace and not _DNS_LABEL.match(key.namespace):
+                    # no such namespace can ever exist: waiting for it would never end
+                    raise ManifestError(
+                        f"{where_i}: {key}: metadata.namespace {key.namespace!r} is not a valid "
+                        "namespace name (a DNS label)"
+                    )
                 object_subject("intent", bundle.cluster, key)  # its subjects fit (a name ≤ 253)
                 if key in seen:
                     raise ManifestError(f"{where_i}: {key} duplicates manifests[{seen[key]}]")

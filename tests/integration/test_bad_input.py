@@ -145,12 +145,26 @@ PARTIAL: list[tuple[str, Any, str]] = [
     ("over-1-mib", lambda ns, good: cm(ns, "big", data={"blob": "x" * 1_100_000}), "over the 1,000,000-byte limit"),
     ("invalid-name", lambda ns, good: cm(ns, "Bad_Name"), "Invalid"),
     ("name-too-long", lambda ns, good: cm(ns, "n" * 300), "Invalid"),
-    ("invalid-namespace", lambda ns, good: cm("Not_A_Namespace", "x"), "namespace"),
+    ("invalid-namespace", lambda ns, good: cm("Not_A_Namespace", "x"), "not a valid namespace name"),
     ("unknown-kind", lambda ns, good: {"apiVersion": "nope.example.com/v1", "kind": "Frobnicator", "metadata": {"name": "x", "namespace": ns}}, "not served"),
     ("wrong-field-type", lambda ns, good: {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x", "namespace": ns}, "spec": {"replicas": "three"}}, "expected numeric"),
     ("secret-invalid-base64", lambda ns, good: {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "x", "namespace": ns}, "data": {"k": "not base64!"}}, "base64"),
     ("data-not-strings", lambda ns, good: cm(ns, "x") | {"data": {"k": {"nested": True}}}, "expected string"),
 ]  # fmt: skip
+
+REFUSED_WHOLE = {
+    "missing-apiversion",
+    "missing-kind",
+    "missing-metadata",
+    "missing-name",
+    "apiversion-not-a-string",
+    "metadata-not-an-object",
+    "labels-not-a-map",
+    "duplicate-object",
+    "over-1-mib",
+    "invalid-namespace",
+}
+WAITS = {"unknown-kind"}
 
 # --- facts on the services' own subjects: (id, subject(cluster, ns), payload) -----------------
 
@@ -162,6 +176,7 @@ FACTS: list[tuple[str, str, bytes]] = [
     ("applied-garbage", f"driftbus.applied.{{c}}.{KEY_TOKENS}", b"{}"),
     ("applied-bad-sha", f"driftbus.applied.{{c}}.{KEY_TOKENS}", b'{"schema":"driftbus.applied/v1","manifest_sha":"zz"}'),
     ("status-garbage", f"driftbus.status.{{c}}.b.object.{KEY_TOKENS}", b"[1,2,3]"),
+    ("outcome-garbage", f"driftbus.outcome.{{c}}.{KEY_TOKENS}", b'{"schema":"driftbus.outcome/v1"}'),
     ("intent-garbage", f"driftbus.intent.{{c}}.{KEY_TOKENS}", b"\xff\xfe"),
     ("intent-wrong-schema", f"driftbus.intent.{{c}}.{KEY_TOKENS}", b'{"schema":"driftbus.apply-intent/v0"}'),
     ("bundle-on-malformed-subject", "driftbus.bundle.{c}", b"{}"),
@@ -187,7 +202,7 @@ async def test_bad_input_corpus(
     await pnc.subscribe(f"driftbus.status.{encode_token(c)}.>", cb=on_status)
     pipeline.start("watcher")
     pipeline.start("planner")
-    pipeline.start("applier", None, "--wait-budget", "3")
+    pipeline.start("applier")
     await bus.ensure_streams(js)
 
     async def answer(bundle: str, within: float = 90, settled: bool = False) -> BundleStatus:
@@ -226,14 +241,34 @@ async def test_bad_input_corpus(
         assert st.phase is BundlePhase.FAILED
         assert reason in st.message, f"{name}: {st.message}"
 
-    # 2. partially bad bundles: the bad object is named with its reason, the good one applied
+    # 2. bundles with one bad object. What the planner can tell is bad refuses the revision
+    # whole (applying the rest would prune the bad one's live object); what only the API server
+    # can tell fails that object, the good one applied; a kind not served waits for its CRD.
     res = await kube.discovery.resource("v1", "ConfigMap")
     for i, (case, bad, reason) in enumerate(PARTIAL):
         name = f"partial-{i}"
         good = f"good-{i}"
         await pipeline.publish(js, name, [cm(namespace, good), bad(namespace, good)])
-        st = await answer(name, settled=True)
+        if case in WAITS:
+            deadline = time.monotonic() + 60
+            while not any(
+                "Waiting" in f and reason in f
+                for st in statuses.get(name, [])
+                for f in st.failed_objects
+            ):
+                assert time.monotonic() < deadline, f"{case}: {statuses.get(name)}"
+                await asyncio.sleep(0.1)
+            assert statuses[name][-1].phase is BundlePhase.RECONCILING, case
+            await kube.get(res, good, namespace)
+            continue
+        st = await answer(name, settled=case not in REFUSED_WHOLE)
         assert st.phase is BundlePhase.FAILED, case
+        if case in REFUSED_WHOLE:
+            assert "refused" in st.message, f"{case}: {st.message}"
+            assert reason in st.message, f"{case}: {st.message}"
+            with pytest.raises(NotFound):
+                await kube.get(res, good, namespace)  # nothing of a refused revision applied
+            continue
         assert st.counts.total == 2, f"{case}: {st}"
         assert st.counts.failed == 1, f"{case}: {st}"
         assert st.counts.applied == 1, f"{case}: {st}"
@@ -261,7 +296,7 @@ async def test_bad_input_corpus(
     assert not dead, f"services died: {dead}\n{pipeline.logs()}"
     logs = pipeline.all_logs_text()
     assert "Traceback" not in logs, logs[-5000:]
-    for kind in ("server", "applied", "status"):
+    for kind in ("server", "applied", "outcome"):
         assert f"ignoring message on driftbus.{kind}." in logs, kind
     # no cluster's planner follows a subject without a bundle token: the claim round, which
     # lists the bundle subjects every heartbeat interval, reports it
