@@ -509,7 +509,7 @@ def cmd_assets(args: argparse.Namespace) -> int:
     return assets.main(argv)
 
 
-def _add_source_args(p: argparse.ArgumentParser, command: str) -> None:
+def _add_source_args(p: argparse.ArgumentParser) -> None:
     """Where the manifests come from, and which bundle of which cluster: publish and plan."""
     p.add_argument(
         "paths",
@@ -593,7 +593,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Publish manifests as a bundle. With --wait the exit code says how it "
         "ended: 0 Ready; 1 Failed, Degraded or Conflict; 2 not ended within --timeout.",
     )
-    _add_source_args(pub, "publish")
+    _add_source_args(pub)
     pub.add_argument("--revision", help="default: the Git commit, or a digest of the content")
     _add_bundle_option_flags(pub)
     pub.add_argument(
@@ -606,7 +606,7 @@ def build_parser() -> argparse.ArgumentParser:
     pub.set_defaults(func=cmd_publish)
 
     pl = sub.add_parser("plan", help="what a publish would apply, delete or skip, and why")
-    _add_source_args(pl, "plan")
+    _add_source_args(pl)
     pl.add_argument(
         "--no-prune", action="store_true", help="show objects leaving the bundle as kept"
     )

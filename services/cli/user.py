@@ -143,11 +143,11 @@ class _QuietMembersDenial(logging.Filter):
 
 def quiet_members_denial() -> asyncio.Event:
     """Hide the connection's log line about a refused read of MEMBERS; the event returned is
-    set when one arrives (give it to ``unserved``)."""
+    set when one arrives (give it to ``unserved``). Call it inside the event loop that waits
+    on the event; a previous call's filter is replaced."""
     logger = logging.getLogger(bus.log.name)
-    for f in logger.filters:
-        if isinstance(f, _QuietMembersDenial):
-            return f.refused
+    for f in [f for f in logger.filters if isinstance(f, _QuietMembersDenial)]:
+        logger.removeFilter(f)
     quiet = _QuietMembersDenial()
     logger.addFilter(quiet)
     return quiet.refused

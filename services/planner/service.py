@@ -816,7 +816,8 @@ class Planner:
 
     def tally(self, view: BundleView) -> Tally:
         """Count what is known about the objects of ``view`` (and of its prunes)."""
-        t = Tally(view.revision, total=len(view.keys) + len(view.errors))
+        shown = view.refused[0] if view.refused else view.revision
+        t = Tally(shown, total=len(view.keys) + len(view.errors))
         t.refused = view.refused[1] if view.refused else ""
         t.unserved = list(self.unserved)
         t.failed = len(view.errors)

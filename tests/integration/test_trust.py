@@ -40,14 +40,15 @@ async def test_case1_an_empty_revision_is_refused_and_prunes_nothing(
 ) -> None:
     """A publish that loaded nothing (a wrong path) must not prune the whole bundle."""
     ns = unique_name("empty")
+    bundle = unique_name("b")
     watch = StatusWatch()
-    await watch.start(pnc, pipeline.cluster, "b")
+    await watch.start(pnc, pipeline.cluster, bundle)
     pipeline.start_all()
     js = pnc.jetstream()
-    await pipeline.publish(js, "b", [namespace_of(ns), cm(ns, "a"), cm(ns, "b")])
+    await pipeline.publish(js, bundle, [namespace_of(ns), cm(ns, "a"), cm(ns, "b")])
     await watch.ready("r1", 60, pipeline.logs)
 
-    await pipeline.publish(js, "b", [], revision="r2")
+    await pipeline.publish(js, bundle, [], revision="r2")
     status = await watch.until(lambda s: s.revision == "r2", 30, pipeline.logs)
     assert status.phase is BundlePhase.FAILED
     assert "no objects" in status.message
@@ -60,7 +61,7 @@ async def test_case1_an_empty_revision_is_refused_and_prunes_nothing(
     assert "deletionTimestamp" not in (await kube.get(ns_res, ns))["metadata"]
 
     # said explicitly, it is what the publisher wants: everything goes
-    await pipeline.publish(js, "b", [], revision="r3", allow_empty=True)
+    await pipeline.publish(js, bundle, [], revision="r3", allow_empty=True)
     await until_object(kube, cm_res, "a", ns, present=False, logs=pipeline.logs)
     await until_object(kube, cm_res, "b", ns, present=False, logs=pipeline.logs)
 
@@ -70,13 +71,14 @@ async def test_case1_a_revision_with_one_bad_object_is_refused_whole(
 ) -> None:
     """A raw publisher's bad object must not fall out of the revision (and get pruned)."""
     watch = StatusWatch()
-    await watch.start(pnc, pipeline.cluster, "raw")
+    bundle = unique_name("raw")
+    await watch.start(pnc, pipeline.cluster, bundle)
     pipeline.start_all()
     js = pnc.jetstream()
-    await pipeline.publish(js, "raw", [cm(namespace, "a"), cm(namespace, "b")])
+    await pipeline.publish(js, bundle, [cm(namespace, "a"), cm(namespace, "b")])
     await watch.ready("r1", 60, pipeline.logs)
     broken = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"namespace": namespace}}
-    await pipeline.publish(js, "raw", [cm(namespace, "a", k="new"), broken], revision="r2")
+    await pipeline.publish(js, bundle, [cm(namespace, "a", k="new"), broken], revision="r2")
     status = await watch.until(lambda s: s.revision == "r2", 30, pipeline.logs)
     assert status.phase is BundlePhase.FAILED
     assert "revision r2 refused" in status.message
@@ -91,15 +93,16 @@ async def test_case2_prune_works_after_a_planner_restart_and_when_reenabled(
     pipeline: Pipeline, pnc: NATS, kube: KubeClient, namespace: str
 ) -> None:
     watch = StatusWatch()
-    await watch.start(pnc, pipeline.cluster, "p")
+    bundle = unique_name("p")
+    await watch.start(pnc, pipeline.cluster, bundle)
     pipeline.start_all()
     js = pnc.jetstream()
     res = await kube.discovery.resource("v1", "ConfigMap")
-    await pipeline.publish(js, "p", [cm(namespace, "a"), cm(namespace, "b")])
+    await pipeline.publish(js, bundle, [cm(namespace, "a"), cm(namespace, "b")])
     await watch.ready("r1", 60, pipeline.logs)
 
     pipeline.kill("planner")
-    await pipeline.publish(js, "p", [cm(namespace, "a")], revision="r2")
+    await pipeline.publish(js, bundle, [cm(namespace, "a")], revision="r2")
     pipeline.start("planner")
     await until_object(kube, res, "b", namespace, present=False, logs=pipeline.logs)
     status = await watch.ready("r2", 60, pipeline.logs)
@@ -107,13 +110,13 @@ async def test_case2_prune_works_after_a_planner_restart_and_when_reenabled(
     assert not any(o.phase is ObjectPhase.FAILED for o in watch.objects), watch.objects
 
     # prune off: c stays; prune back on: c goes
-    await pipeline.publish(js, "p", [cm(namespace, "a"), cm(namespace, "c")], revision="r3")
+    await pipeline.publish(js, bundle, [cm(namespace, "a"), cm(namespace, "c")], revision="r3")
     await watch.ready("r3", 60, pipeline.logs)
-    await pipeline.publish(js, "p", [cm(namespace, "a")], revision="r4", prune=False)
+    await pipeline.publish(js, bundle, [cm(namespace, "a")], revision="r4", prune=False)
     await watch.ready("r4", 60, pipeline.logs)
     await settle(2)
     await kube.get(res, "c", namespace)
-    await pipeline.publish(js, "p", [cm(namespace, "a")], revision="r5")
+    await pipeline.publish(js, bundle, [cm(namespace, "a")], revision="r5")
     await until_object(kube, res, "c", namespace, present=False, logs=pipeline.logs)
     await watch.ready("r5", 60, pipeline.logs)
 
@@ -122,11 +125,12 @@ async def test_case3_a_conflict_is_never_ready_and_status_follows_it(
     pipeline: Pipeline, pnc: NATS, kube: KubeClient, namespace: str
 ) -> None:
     watch = StatusWatch()
-    await watch.start(pnc, pipeline.cluster, "c")
+    bundle = unique_name("c")
+    await watch.start(pnc, pipeline.cluster, bundle)
     pipeline.start_all()
     js = pnc.jetstream()
     objects = [cm(namespace, f"o-{i}") for i in range(9)]
-    await pipeline.publish(js, "c", objects)  # no force: another manager's fields are theirs
+    await pipeline.publish(js, bundle, objects)  # no force: another manager's fields are theirs
     await watch.ready("r1", 60, pipeline.logs)
     # another client takes a field driftbus owns: driftbus sees drift, may not take it back
     await kube.apply(cm(namespace, "o-3", k="theirs"), field_manager="other-team", force=True)
@@ -148,9 +152,10 @@ async def test_case4_a_cluster_scoped_object_with_a_stray_namespace_converges_an
         "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}],
     }
     watch = StatusWatch()
-    await watch.start(pnc, pipeline.cluster, "s")
+    bundle = unique_name("s")
+    await watch.start(pnc, pipeline.cluster, bundle)
     pipeline.start_all()
-    await pipeline.publish(pnc.jetstream(), "s", [role])
+    await pipeline.publish(pnc.jetstream(), bundle, [role])
     await watch.ready("r1", 60, pipeline.logs)
     res = await kube.discovery.resource("rbac.authorization.k8s.io/v1", "ClusterRole")
     await kube.delete(res, name)
@@ -159,9 +164,10 @@ async def test_case4_a_cluster_scoped_object_with_a_stray_namespace_converges_an
 
 async def test_case6_a_cluster_nobody_serves_says_so(pipeline: Pipeline, pnc: NATS) -> None:
     watch = StatusWatch()
-    await watch.start(pnc, pipeline.cluster, "lonely")
+    bundle = unique_name("lonely")
+    await watch.start(pnc, pipeline.cluster, bundle)
     pipeline.start("planner")  # no watcher, no applier for this cluster
-    await pipeline.publish(pnc.jetstream(), "lonely", [cm("default", unique_name("x"))])
+    await pipeline.publish(pnc.jetstream(), bundle, [cm("default", unique_name("x"))])
     status = await watch.until(lambda s: "no watcher" in s.message, 30, pipeline.logs)
     assert status.phase is BundlePhase.RECONCILING
     assert f"no applier for cluster {pipeline.cluster}" in status.message
@@ -173,33 +179,34 @@ async def test_prune_safeguards_annotation_ownership_and_namespace_in_use(
     ns = unique_name("shared")
     keep = cm(ns, "keep")
     keep["metadata"]["annotations"] = {"driftbus.dev/prune": "disabled"}
+    a, b = unique_name("a"), unique_name("b")
     watch_a, watch_b = StatusWatch(), StatusWatch()
-    await watch_a.start(pnc, pipeline.cluster, "a")
-    await watch_b.start(pnc, pipeline.cluster, "b")
+    await watch_a.start(pnc, pipeline.cluster, a)
+    await watch_b.start(pnc, pipeline.cluster, b)
     pipeline.start_all()
     js = pnc.jetstream()
     res = await kube.discovery.resource("v1", "ConfigMap")
     ns_res = await kube.discovery.resource("v1", "Namespace")
-    await pipeline.publish(js, "a", [namespace_of(ns), cm(ns, "a1"), keep])
+    await pipeline.publish(js, a, [namespace_of(ns), cm(ns, "a1"), keep])
     await watch_a.ready("r1", 60, pipeline.logs)
-    await pipeline.publish(js, "b", [cm(ns, "b1")])
+    await pipeline.publish(js, b, [cm(ns, "b1")])
     await watch_b.ready("r1", 60, pipeline.logs)
 
     # one owner per object: b may not declare a's object without taking it over
-    await pipeline.publish(js, "b", [cm(ns, "b1"), cm(ns, "a1", k="b's")], revision="r2")
+    await pipeline.publish(js, b, [cm(ns, "b1"), cm(ns, "a1", k="b's")], revision="r2")
     status = await watch_b.until(lambda s: s.revision == "r2", 30, pipeline.logs)
     assert status.phase is BundlePhase.FAILED
-    assert any("already declared by bundle a" in line for line in status.failed_objects)
+    assert any(f"already declared by bundle {a}" in line for line in status.failed_objects)
     assert (await kube.get(res, "a1", ns))["data"] == {"k": "a1"}
 
     # a drops everything but allows it: the annotated object stays, the Namespace stays
     # because b's object lives in it, a1 goes
-    await pipeline.publish(js, "a", [], revision="r2", allow_empty=True)
+    await pipeline.publish(js, a, [], revision="r2", allow_empty=True)
     await until_object(kube, res, "a1", ns, present=False, logs=pipeline.logs)
     status = await watch_a.until(
         lambda s: s.revision == "r2" and s.phase is BundlePhase.OUT_OF_SYNC, 30, pipeline.logs
     )
-    assert any("still holds" in line and "bundle b" in line for line in status.failed_objects)
+    assert any("still holds" in line and f"bundle {b}" in line for line in status.failed_objects)
     await settle(2)
     await kube.get(res, "keep", ns)
     assert "deletionTimestamp" not in (await kube.get(ns_res, ns))["metadata"]
@@ -212,10 +219,13 @@ async def test_nats_outage_longer_than_the_publish_retry_loses_no_drift_or_delet
     """The watcher sees a drift and a delete while NATS is down for longer than its publisher
     retries; once NATS is back both are corrected (the facts were not dropped)."""
     watch = StatusWatch()
-    await watch.start(pnc, pipeline.cluster, "out")
+    bundle = unique_name("out")
+    await watch.start(pnc, pipeline.cluster, bundle)
     pipeline.role_env["watcher"] = {"DRIFTBUS_PUBLISH_RETRY": "3"}
     pipeline.start_all()
-    await pipeline.publish(pnc.jetstream(), "out", [cm(namespace, f"o-{i}") for i in range(3)])
+    await pipeline.publish(
+        pnc.jetstream(), bundle, [cm(namespace, f"o-{i}") for i in range(3)], force=True
+    )
     await watch.ready("r1", 60, pipeline.logs)
     await settle(2)
     res = await kube.discovery.resource("v1", "ConfigMap")
@@ -246,13 +256,22 @@ async def test_a_prune_is_reported_pruned_with_the_bundles_propagation_policy(
     pipeline: Pipeline, pnc: NATS, kube: KubeClient, namespace: str
 ) -> None:
     watch = StatusWatch()
-    await watch.start(pnc, pipeline.cluster, "prop")
+    bundle = unique_name("prop")
+    await watch.start(pnc, pipeline.cluster, bundle)
     pipeline.start_all()
     js = pnc.jetstream()
-    await pipeline.publish(js, "prop", [cm(namespace, "a"), cm(namespace, "b")])
+    await pipeline.publish(js, bundle, [cm(namespace, "a"), cm(namespace, "b")])
     await watch.ready("r1", 60, pipeline.logs)
-    await pipeline.publish(js, "prop", [cm(namespace, "a")], revision="r2", propagation="Orphan")
+    await pipeline.publish(js, bundle, [cm(namespace, "a")], revision="r2", propagation="Orphan")
     res = await kube.discovery.resource("v1", "ConfigMap")
-    await until_object(kube, res, "b", namespace, present=False, logs=pipeline.logs)
-    await watch.ready("r2", 60, pipeline.logs)
+    # Orphan makes the API server put the orphan finalizer on it (no garbage collector runs
+    # here to finish the deletion): proof the bundle's policy went with the delete
+    for _ in range(300):
+        meta = (await kube.get(res, "b", namespace))["metadata"]
+        if meta.get("deletionTimestamp"):
+            break
+        await asyncio.sleep(0.1)
+    else:
+        raise AssertionError(f"b was never deleted\n{pipeline.logs()}")
+    assert "orphan" in meta.get("finalizers", [])
     assert any(o.phase is ObjectPhase.PRUNED and o.key.name == "b" for o in watch.objects)
