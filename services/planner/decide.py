@@ -394,7 +394,7 @@ def _removed(e: Entry, ev: Removed) -> tuple[Entry, Decision | None]:
         return e, None  # the object moved to another bundle meanwhile: not ours to prune
     e = dataclasses.replace(e, bundle="", revision=ev.revision, manifest_sha=None, prune=ev.prune)
     applying = e.inflight is not None and e.inflight != DELETE_INFLIGHT
-    if applying and ev.prune and e.owner_bundle in ("", ev.bundle):
+    if applying and ev.prune and e.owner_bundle in ("", ev.bundle) and not (e.keep or ev.in_use):
         # an apply is on its way (perhaps waiting for its CRD): a delete replaces it in the
         # queue, so it neither creates the object after all nor waits for ever
         return (

@@ -110,6 +110,9 @@ STATUS_LAG = telemetry.meter.create_histogram(
     description="from the first change to a bundle to its status published",
 )
 MAX_LISTED_FAILURES = 50
+YIELD_EVERY = 200
+"""Decisions between two yields to the event loop in a burst (a big publish, the go-live):
+without them the heartbeat starves and the lease lapses mid-burst."""
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 # the object rows the planner writes itself, from its decisions
 _ROW_OF = {
@@ -302,15 +305,19 @@ class Planner:
         )
         by_bundle: dict[str, list[tuple[Slot, Decision | None]]] = {}
         now = time.time()
-        for slot in slots:
+        for i, slot in enumerate(slots):
             self.entries[slot], decision = reevaluate(self.entries[slot], now=now)
+            if i % YIELD_EVERY == YIELD_EVERY - 1:
+                await asyncio.sleep(0)
             by_bundle.setdefault(self.entries[slot].bundle, []).append((slot, decision))
         for bundle, decided in by_bundle.items():
             ident = (self.cluster, bundle)
             ctx = self._trace.get(ident)
             if ctx is None or not any(d is not None and d.writes for _, d in decided):
-                for slot, decision in decided:
+                for i, (slot, decision) in enumerate(decided):
                     await self._publish_decision(slot, decision, after_rebuild=True)
+                    if i % YIELD_EVERY == YIELD_EVERY - 1:
+                        await asyncio.sleep(0)
                 continue
             with telemetry.tracer.start_as_current_span(
                 "plan bundle",
@@ -318,8 +325,10 @@ class Planner:
                 attributes={"cluster": self.cluster, "bundle": bundle, "after_rebuild": True},
             ) as span:
                 self._trace[ident] = trace.set_span_in_context(span)
-                for slot, decision in decided:
+                for i, (slot, decision) in enumerate(decided):
                     await self._publish_decision(slot, decision, after_rebuild=True)
+                    if i % YIELD_EVERY == YIELD_EVERY - 1:
+                        await asyncio.sleep(0)
         for view in list(self.bundles.values()):
             await self._prune(view)
         self._dirty.update(self.bundles)
@@ -492,9 +501,11 @@ class Planner:
         # Every publish gets an answer, even when nothing changed (a waiting `publish --wait`).
         self._last_status.pop((cluster, name), None)
         taken.sort(key=lambda d: apply_order(d[0][1]))
-        for slot, encoded, sha in taken:
+        for i, (slot, encoded, sha) in enumerate(taken):
             self.manifests[slot] = encoded
             await self._fold(slot, Desired(name, bundle.revision, sha, options.prune))
+            if i % YIELD_EVERY == YIELD_EVERY - 1:
+                await asyncio.sleep(0)  # heartbeats and publishes run between decisions
         if previous is not None:
             for key in previous.keys - view.keys:
                 entry = self.entries.get((cluster, key))
@@ -689,14 +700,18 @@ class Planner:
         )
         revision = e.revision or (view.revision if view else "")
         intent = self._intent(slot, e, d, view, revision) if d.writes else None
-        if d.writes and (intent is None or not self._owns()):
-            if intent is not None:
-                # fenced off ourselves (heartbeats failing or the claim moved on): the replica
-                # now planning this cluster decides instead; appliers would drop it anyway
-                log.warning("%s: not sending %s: no longer this cluster's planner", key, d.action)
+        if d.writes and intent is None:
             # nothing went out, so nothing is in flight: a later fact decides afresh
             self.entries[slot] = dataclasses.replace(e, inflight=None)
             return
+        if intent is not None and not self._owns():
+            # Our lease lapsed (a burst of decisions starved the heartbeat, NATS was away):
+            # wait for it instead of dropping the decision — for an object not yet created no
+            # later fact would ever decide again. If the claim moved on, the coordinator
+            # cancels this task and the new holder decides from scratch.
+            log.warning("%s: lease lapsed; holding %s until it is renewed", key, d.action)
+            while not self._owns():  # noqa: ASYNC110 - a clock-based predicate, no event
+                await asyncio.sleep(0.05)
         row = _ROW_OF.get(d.reason)
         if row is not None and view is not None and (d.writes or not after_rebuild):
             # before the intent: the applier's row must not be overtaken by this one
