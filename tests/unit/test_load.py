@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from schemas.messages import BundleOptions
+from services.cli import load
+from services.cli import main as cli
 from services.cli.load import InputError, load_git, load_paths
 from tests.gitrepo import git
 
@@ -168,3 +171,165 @@ def test_an_object_too_big_for_one_message_is_refused(tmp_path: Path) -> None:
     )
     with pytest.raises(InputError, match=r"big.yaml#0: ConfigMap/big: 1,100,0\d\d bytes as JSON"):
         load_paths([str(tmp_path / "big.yaml")])
+
+
+# --- which files a path loads (kubectl -f semantics; hidden judged below the root only) -------
+
+
+def names(loaded: object) -> list[str]:
+    return sorted(m.obj["metadata"]["name"] for m in loaded.manifests)  # type: ignore[attr-defined]
+
+
+def test_a_parent_relative_directory_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write(tmp_path, "mydir/a.yaml", CM.format(name="a"))
+    write(tmp_path, "mydir/sub/b.yaml", CM.format(name="b"))
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert names(load_paths(["../mydir"])) == ["a", "b"]
+    assert names(load_paths(["../mydir/sub/../a.yaml"])) == ["a"]
+    monkeypatch.chdir(tmp_path / "mydir" / "sub")
+    assert names(load_paths([".."])) == ["a", "b"]
+    assert names(load_paths(["."])) == ["b"]
+
+
+def test_an_absolute_path_below_a_hidden_directory_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / ".config" / "team" / "deploy"
+    write(root, "a.yaml", CM.format(name="a"))
+    write(root, "nested/b.yml", CM.format(name="b"))
+    assert names(load_paths([str(root)])) == ["a", "b"]
+    assert names(load_paths([str(root.resolve())])) == ["a", "b"]
+    monkeypatch.chdir(tmp_path)
+    assert names(load_paths([".config/team/deploy"])) == ["a", "b"]
+    assert names(load_paths(["./.config/team/deploy/"])) == ["a", "b"]
+
+
+def test_hidden_files_and_directories_below_the_root_are_skipped(tmp_path: Path) -> None:
+    write(tmp_path, "a.yaml", CM.format(name="a"))
+    write(tmp_path, ".hidden.yaml", CM.format(name="hidden-file"))
+    write(tmp_path, "sub/.also-hidden.yaml", CM.format(name="hidden-nested-file"))
+    write(tmp_path, ".github/workflows/ci.yml", "on: push\njobs: {}\n")
+    write(tmp_path, "sub/.git/config.json", "not json at all")
+    write(tmp_path, "sub/c.yaml", CM.format(name="c"))
+    assert names(load_paths([str(tmp_path)])) == ["a", "c"]
+    # a hidden file or directory named on the command line is read, like any named path
+    assert names(load_paths([str(tmp_path / ".hidden.yaml")])) == ["hidden-file"]
+    assert names(load_paths([str(tmp_path / "sub" / ".also-hidden.yaml")])) == [
+        "hidden-nested-file"
+    ]
+
+
+def test_a_tarball_skips_hidden_members_like_a_directory(tmp_path: Path) -> None:
+    tgz = tmp_path / "bundle.tgz"
+    with tarfile.open(tgz, "w:gz") as tar:
+        for name, text in (
+            ("./deploy/a.yaml", CM.format(name="a")),
+            ("./deploy/._a.yaml", "\x00\x05\x16\x07 AppleDouble"),
+            ("./.github/ci.yaml", "on: push\n"),
+        ):
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    assert names(load_paths([str(tgz)])) == ["a"]
+
+
+def test_git_skips_hidden_paths_below_the_directory_like_a_checkout(tmp_path: Path) -> None:
+    repo = tmp_path / ".repos" / "repo"  # hidden above the root: fine
+    repo.mkdir(parents=True)
+    git(repo, "init", "-q")
+    write(repo, "deploy/a.yaml", CM.format(name="a"))
+    write(repo, "deploy/.hidden.yaml", CM.format(name="hidden"))
+    write(repo, ".github/workflows/ci.yaml", "on: push\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "one")
+    assert names(load_git(str(repo), "HEAD", "deploy")) == ["a"]
+    assert names(load_git(str(repo), "HEAD", "")) == ["a"]
+
+
+def test_an_empty_directory_loads_nothing_and_says_why(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    write(tmp_path, "docs-only/README.md", "nothing here")
+    write(tmp_path, "hidden-only/.x.yaml", CM.format(name="x"))
+    for d in ("empty", "docs-only", "hidden-only"):
+        loaded = load_paths([str(tmp_path / d)])
+        assert loaded.manifests == []
+        with pytest.raises(InputError) as err:
+            load.require_objects(loaded, "b", "publish")
+        assert str(tmp_path / d) in str(err.value)
+        assert "prune" in str(err.value)
+        assert "--allow-empty" in str(err.value)
+
+
+def test_a_mistyped_git_path_is_named(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    write(repo, "deploy/a.yaml", CM.format(name="a"))
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "one")
+    with pytest.raises(InputError, match=r"deploi: no such directory .*repo@[0-9a-f]{12}"):
+        load_git(str(repo), "HEAD", "deploi")
+
+
+# --- the CLI refuses to publish (or plan) nothing unless told; black box, no servers ---------
+
+
+@pytest.fixture
+def no_nats(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A NATS URL nothing listens on: a command that got as far as connecting fails loudly."""
+    monkeypatch.setenv("NATS_URL", "nats://127.0.0.1:9")
+
+
+@pytest.mark.parametrize("command", ["publish", "plan"])
+def test_the_cli_refuses_an_empty_revision_naming_the_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], no_nats: None, command: str
+) -> None:
+    (tmp_path / "empty").mkdir()
+    code = cli.main([command, str(tmp_path / "empty"), "--cluster", "c", "--bundle", "b"])
+    err = capsys.readouterr().err
+    assert code != 0
+    assert err.count("\n") == 1, err
+    assert str(tmp_path / "empty") in err
+    assert "prune" in err
+    assert "--allow-empty" in err
+
+
+def test_the_cli_refuses_a_mistyped_git_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], no_nats: None
+) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    write(repo, "deploy/a.yaml", CM.format(name="a"))
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "one")
+    argv = ["publish", "--git", str(repo), "--path", "deploi", "--cluster", "c", "--bundle", "b"]
+    for extra in ([], ["--allow-empty"]):  # a path that is not there is never "empty"
+        assert cli.main([*argv, *extra]) != 0
+        err = capsys.readouterr().err
+        assert "deploi" in err, err
+        assert "Traceback" not in err
+
+
+def test_publish_flags_reach_the_bundle_options() -> None:
+    flags = ["--allow-empty", "--take-over", "--prune-propagation", "Foreground"]
+    flags += ["--no-prune", "--force", "--allow-replace"]
+    args = cli.build_parser().parse_args(
+        ["publish", "d", "--cluster", "c", "--bundle", "b", *flags]
+    )
+    assert cli.bundle_options(args) == BundleOptions(
+        prune=False,
+        force=True,
+        allow_replace=True,
+        allow_empty=True,
+        take_over=True,
+        propagation="Foreground",
+    )
+    plain = cli.build_parser().parse_args(["publish", "d", "--cluster", "c", "--bundle", "b"])
+    assert cli.bundle_options(plain) == BundleOptions()
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(
+            ["publish", "d", "--cluster", "c", "--bundle", "b", "--prune-propagation", "Later"]
+        )
