@@ -23,6 +23,7 @@ from services.common import bus
 from services.common.kube import KubeClient, KubeError, NotFound
 from services.core.diff import Change, diff, mask_sensitive
 from services.core.manifest import FIELD_MANAGER, apply_order, owned
+from services.core.scope import Scopes, normalise
 from services.core.scrub import scrub_for
 from services.core.sha import object_sha, prune
 from services.planner.decide import Applied, Desired, Entry, Observed, evaluate, restore
@@ -68,6 +69,23 @@ def _rv(text: str) -> int:
     return int(text) if text.isdigit() else 0
 
 
+async def _scopes(kube: KubeClient, loaded: Loaded) -> Scopes:
+    """Scopes as the planner keys with them: built-in kinds, the bundle's CRDs, and (the plan
+    can ask the cluster) discovery for the kinds still unknown."""
+    scopes = Scopes()
+    for m in loaded.manifests:
+        if m.obj.get("kind") == "CustomResourceDefinition":
+            scopes.learn_crd(m.obj)
+    for m in loaded.manifests:
+        api_version, kind = str(m.obj.get("apiVersion", "")), str(m.obj.get("kind", ""))
+        group = api_version.rpartition("/")[0]
+        if scopes.namespaced(group, kind) is None:
+            with contextlib.suppress(KubeError):
+                res = await kube.discovery.resource(api_version, kind)
+                scopes.learn(group, kind, res.namespaced)
+    return scopes
+
+
 async def plan(
     js: JetStreamContext,
     kube: KubeClient,
@@ -80,8 +98,9 @@ async def plan(
     applied, server = await _state(js, cluster)
     rows: list[PlanRow] = []
     desired: set[ObjectKey] = set()
+    scopes = await _scopes(kube, loaded)
     for m in loaded.manifests:
-        manifest = owned(m.obj, bundle)
+        manifest = owned(normalise(m.obj, scopes), bundle)
         key = ObjectKey.of(manifest)
         desired.add(key)
         entry = Entry(key)

@@ -15,6 +15,8 @@ from typing import Any
 from nats.aio.client import Client as NATS
 
 from schemas.messages import BundlePhase, ObjectPhase
+from services.cli.load import Loaded, Manifest
+from services.cli.plan import plan
 from services.common.kube import KubeClient, NotFound
 from services.controlplane.pipeline import Pipeline, StatusWatch, settle, write_counts, writes_since
 
@@ -157,6 +159,17 @@ async def test_case4_a_cluster_scoped_object_with_a_stray_namespace_converges_an
     pipeline.start_all()
     await pipeline.publish(pnc.jetstream(), bundle, [role])
     await watch.ready("r1", 60, pipeline.logs)
+    # `driftbus plan` keys it the same way: nothing to do
+    rows = await plan(
+        pnc.jetstream(),
+        kube,
+        cluster=pipeline.cluster,
+        bundle=bundle,
+        loaded=Loaded([Manifest(role, "role.yaml#0")]),
+    )
+    assert [(str(r.key), r.action) for r in rows] == [
+        (f"ClusterRole.rbac.authorization.k8s.io/{name}", "unchanged")
+    ]
     res = await kube.discovery.resource("rbac.authorization.k8s.io/v1", "ClusterRole")
     await kube.delete(res, name)
     await until_object(kube, res, name, "", present=True, within=30, logs=pipeline.logs)
