@@ -483,6 +483,26 @@ class Applier:
             intent_seq=seq(msg),
             applier=self.s.applier_id,
         )
+        return [
+            await self.pub.publish(
+                object_subject("outcome", intent.cluster, intent.key),
+                encode(fact),
+                msg_id=f"outcome:{stamp}",
+            ),
+            await self._status_row(intent, msg, phase, message, msg_id=f"status:{stamp}"),
+        ]
+
+    async def _status_row(
+        self,
+        intent: ApplyIntent | DeleteIntent,
+        msg: Msg,
+        phase: ObjectPhase,
+        message: str,
+        *,
+        msg_id: str,
+        apply_sha: str | None = None,
+    ) -> asyncio.Task[Any]:
+        """The object's status row for users (the facts for the planner go elsewhere)."""
         status = ObjectStatus(
             cluster=intent.cluster,
             bundle=intent.bundle or "?",
@@ -490,19 +510,13 @@ class Applier:
             key=intent.key,
             phase=phase,
             message=message,
-            manifest_sha=manifest_sha if isinstance(intent, ApplyIntent) else None,
+            apply_sha=apply_sha,
+            manifest_sha=intent.manifest_sha if isinstance(intent, ApplyIntent) else None,
             attempts=msg.metadata.num_delivered,
-            at=at,
+            at=_now(),
         )
         subject = object_status_subject(intent.cluster, intent.bundle or "?", intent.key)
-        return [
-            await self.pub.publish(
-                object_subject("outcome", intent.cluster, intent.key),
-                encode(fact),
-                msg_id=f"outcome:{stamp}",
-            ),
-            await self.pub.publish(subject, encode(status), msg_id=f"status:{stamp}"),
-        ]
+        return await self.pub.publish(subject, encode(status), msg_id=msg_id)
 
     async def _report(self, intent: ApplyIntent | DeleteIntent, msg: Msg, o: Outcome) -> None:
         """The final fact of an intent, durable before the intent is acked."""
@@ -525,22 +539,14 @@ class Applier:
             )
         ]
         self.applied += 1
-        status = ObjectStatus(
-            cluster=intent.cluster,
-            bundle=intent.bundle or "?",
-            revision=intent.revision,
-            key=key,
-            phase=o.phase,
-            message=o.message,
-            apply_sha=o.applied.apply_sha,
-            manifest_sha=intent.manifest_sha if isinstance(intent, ApplyIntent) else None,
-            attempts=msg.metadata.num_delivered,
-            at=_now(),
-        )
-        subject = object_status_subject(intent.cluster, intent.bundle or "?", key)
         tasks.append(
-            await self.pub.publish(
-                subject, encode(status), msg_id=f"status:{msg.metadata.sequence.stream}"
+            await self._status_row(
+                intent,
+                msg,
+                o.phase,
+                o.message,
+                msg_id=f"status:{msg.metadata.sequence.stream}",
+                apply_sha=o.applied.apply_sha,
             )
         )
         await asyncio.gather(*tasks)  # facts are durable before the intent is acked
