@@ -597,7 +597,9 @@ class Planner:
         """
         if not self._may_prune():
             return
-        for slot, entry in list(self.entries.items(cluster=view.cluster)):
+        for i, (slot, entry) in enumerate(list(self.entries.items(cluster=view.cluster))):
+            if i % YIELD_EVERY == YIELD_EVERY - 1:
+                await asyncio.sleep(0)
             if slot[1] in view.keys or entry.inflight is not None:
                 continue
             if self._strays_from(entry, view):
@@ -1091,8 +1093,14 @@ class Replica:
         self.planners.pop(cluster, None)
         if task is not None:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            # bounded: the claim round that stops a cluster must go on heartbeating whatever
+            # the stopped planner is stuck in (a fenced planner sends nothing anyway)
+            done, _ = await asyncio.wait({task}, timeout=10.0)
+            if not done:
+                log.error("planning cluster %s did not stop within 10s; left behind", cluster)
+            elif not task.cancelled():
+                with contextlib.suppress(Exception):
+                    task.result()
 
     async def run(self) -> None:
         try:
