@@ -309,7 +309,8 @@ async def test_bad_input_corpus(
         await kube.get(res, "x", namespace)  # nothing of a refused bundle was applied
     measured(
         f"bad input: {len(WHOLE) + 2} whole bundles refused, {len(PARTIAL)} partially bad "
-        f"bundles (good objects applied), {len(FACTS)} garbage facts dropped; no service died"
+        f"bundles ({len(REFUSED_WHOLE)} refused whole, {len(WAITS)} waiting for their kind, the "
+        f"rest failing only the bad object), {len(FACTS)} garbage facts dropped; no service died"
     )
 
 
