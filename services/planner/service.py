@@ -44,6 +44,7 @@ from schemas.messages import (
     DecisionRecord,
     DeleteIntent,
     Health,
+    Intent,
     ObjectPhase,
     ObjectStatus,
     OutcomeEvent,
@@ -972,7 +973,7 @@ class Planner:
                 except Exception as exc:  # noqa: BLE001 - NATS away: ask again next round
                     log.debug("%s: intent queue not read: %s", slot[1], exc)
                     continue
-                if queued is not None:
+                if queued is not None and _is_inflight(queued.data, entry):
                     await self._fold(slot, Working(entry.inflight, now))  # queued: not lost
                     continue
                 log.warning(
@@ -1031,6 +1032,22 @@ class Planner:
                         subject, encode(st), msg_id=f"{subject}:{hash(fingerprint)}:{_now()}"
                     )
                 STATUS_LAG.record(time.monotonic() - since)
+
+
+def _is_inflight(data: bytes | None, entry: Entry) -> bool:
+    """Whether a queued intent is the one ``entry`` waits for (not an older one still waiting
+    while the newer one was lost)."""
+    try:
+        intent: ApplyIntent | DeleteIntent = decode(data or b"", Intent)  # type: ignore[arg-type]
+    except WireError:
+        return False
+    if entry.inflight == DELETE_INFLIGHT:
+        return isinstance(intent, DeleteIntent)
+    return (
+        isinstance(intent, ApplyIntent)
+        and entry.inflight is not None
+        and intent.manifest_sha == entry.inflight.hex()
+    )
 
 
 class Replica:
