@@ -30,13 +30,9 @@ DELETE = encode(DeleteIntent(cluster="c", key=KEY, api_version="v1", bundle="b",
     ("queued", "inflight", "expected"),
     [
         pytest.param(apply(NEW), NEW, True, id="the-apply-waited-for-is-queued"),
-        pytest.param(
-            apply(OLD), NEW, False, id="older-apply-waiting-hides-a-lost-new-one"
-        ),
+        pytest.param(apply(OLD), NEW, False, id="older-apply-waiting-hides-a-lost-new-one"),
         pytest.param(DELETE, DELETE_INFLIGHT, True, id="the-delete-waited-for-is-queued"),
-        pytest.param(
-            apply(NEW), DELETE_INFLIGHT, False, id="apply-queued-while-a-delete-is-due"
-        ),
+        pytest.param(apply(NEW), DELETE_INFLIGHT, False, id="apply-queued-while-a-delete-is-due"),
         pytest.param(DELETE, NEW, False, id="a-delete-queued-while-an-apply-is-due"),
         pytest.param(b"\xff", NEW, False, id="unreadable"),
     ],
