@@ -23,6 +23,7 @@ from services.controlplane import servers
 from services.core.scope import BUILTIN, Scopes, normalise
 
 from ..conftest import unique_name
+from .manifests import crd
 
 pytestmark = pytest.mark.integration
 
@@ -65,33 +66,6 @@ def mismatches(served: dict[GroupKind, set[bool]], scopes: Scopes) -> list[str]:
             served_as = " and ".join("namespaced" if f else "cluster-scoped" for f in flags)
             wrong.append(f"{kind}.{group or 'core'}: served {served_as}, table says {known}")
     return wrong
-
-
-def crd(group: str, kind: str, scope: str) -> dict[str, Any]:
-    plural = f"{kind.lower()}s"
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.{group}"},
-        "spec": {
-            "group": group,
-            "scope": scope,
-            "names": {"plural": plural, "singular": kind.lower(), "kind": kind},
-            "versions": [
-                {
-                    "name": "v1",
-                    "served": True,
-                    "storage": True,
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "x-kubernetes-preserve-unknown-fields": True,
-                        }
-                    },
-                }
-            ],
-        },
-    }
 
 
 async def until_served(kube: KubeClient, group: str, kinds: set[str]) -> None:

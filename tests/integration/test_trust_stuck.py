@@ -33,6 +33,7 @@ from services.common.kube import KubeClient, NotFound
 from services.controlplane.pipeline import Pipeline, until_planner_ready
 
 from ..conftest import unique_name
+from .manifests import crd
 
 pytestmark = pytest.mark.reliability
 
@@ -51,29 +52,7 @@ def bundle(ns: str, group: str) -> list[dict[str, Any]]:
     """A Namespace, a CRD, custom resources of it and ConfigMaps, all in that namespace."""
     return [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
-        {
-            "apiVersion": "apiextensions.k8s.io/v1",
-            "kind": "CustomResourceDefinition",
-            "metadata": {"name": f"widgets.{group}"},
-            "spec": {
-                "group": group,
-                "scope": "Namespaced",
-                "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
-                "versions": [
-                    {
-                        "name": "v1",
-                        "served": True,
-                        "storage": True,
-                        "schema": {
-                            "openAPIV3Schema": {
-                                "type": "object",
-                                "x-kubernetes-preserve-unknown-fields": True,
-                            }
-                        },
-                    }
-                ],
-            },
-        },
+        crd(group, "Widget"),
         *(
             {
                 "apiVersion": f"{group}/v1",

@@ -1,0 +1,33 @@
+"""Manifests the integration tests build more than once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def crd(group: str, kind: str, scope: str = "Namespaced") -> dict[str, Any]:
+    """A CRD serving ``kind`` at ``<group>/v1``, any fields allowed."""
+    plural = f"{kind.lower()}s"
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{group}"},
+        "spec": {
+            "group": group,
+            "scope": scope,
+            "names": {"plural": plural, "singular": kind.lower(), "kind": kind},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        }
+                    },
+                }
+            ],
+        },
+    }
