@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime as dt
+import functools
 import logging
 from typing import Any
 
@@ -65,9 +66,16 @@ from services.common.kube import (
     Resource,
     Retryable,
 )
+from services.common.newest import publish_newest
 from services.common.runtime import cluster_connections
 from services.common.settings import replica_id, setting
-from services.core.manifest import FIELD_MANAGER, PRUNE_ANNOTATION, owner_of, prune_disabled
+from services.core.manifest import (
+    FIELD_MANAGER,
+    PRUNE_ANNOTATION,
+    owner_of,
+    prune_disabled,
+    rv_int,
+)
 from services.core.scrub import scrub_for
 from services.core.sha import object_sha
 
@@ -531,15 +539,22 @@ class Applier:
             await msg.ack_sync()
             return
         fact = msgspec.structs.replace(o.applied, intent_seq=seq(msg))
-        tasks = [
-            await self.pub.publish(
-                object_subject("applied", intent.cluster, key),
-                encode(fact),
-                msg_id=f"applied:{msg.metadata.sequence.stream}",
+        # APPLIED keeps one fact per object: ours only if no applier landed a newer one since
+        facts: list[asyncio.Task[Any]] = [
+            asyncio.create_task(
+                publish_newest(
+                    self.pub,
+                    self.js,
+                    bus.APPLIED,
+                    object_subject("applied", intent.cluster, key),
+                    encode(fact),
+                    msg_id=f"applied:{msg.metadata.sequence.stream}",
+                    supersedes=functools.partial(_supersedes, fact),
+                )
             )
         ]
         self.applied += 1
-        tasks.append(
+        facts.append(
             await self._status_row(
                 intent,
                 msg,
@@ -549,7 +564,7 @@ class Applier:
                 apply_sha=o.applied.apply_sha,
             )
         )
-        await asyncio.gather(*tasks)  # facts are durable before the intent is acked
+        await asyncio.gather(*facts)  # facts are durable before the intent is acked
         await msg.ack_sync()
 
     async def _refuse(self, msg: Msg, why: str) -> None:
@@ -584,6 +599,20 @@ def _log_failure(task: asyncio.Task[None]) -> None:
     """An intent whose handling crashed stays unacked (it is redelivered); never silent."""
     if not task.cancelled() and (exc := task.exception()) is not None:
         log.error("handling intent %s failed: %s: %s", task.get_name(), type(exc).__name__, exc)
+
+
+def _supersedes(fact: AppliedEvent, other: bytes) -> bool:
+    """Whether ``fact`` is at least as new as the APPLIED message ``other``. Deletes always
+    land (their resourceVersion may be unknown), and so does anything after one; an apply at the
+    same resourceVersion (a no-op apply of an equivalent manifest) replaces the other, so the
+    planner learns which manifest it was."""
+    try:
+        last = decode(other, AppliedEvent)
+    except WireError:
+        return True
+    if fact.deleted or last.deleted:
+        return True
+    return rv_int(fact.resource_version) >= rv_int(last.resource_version)
 
 
 def seq(msg: Msg) -> int:

@@ -22,7 +22,7 @@ from services.cli.load import Loaded
 from services.common import bus
 from services.common.kube import KubeClient, KubeError, NotFound
 from services.core.diff import Change, diff, mask_sensitive
-from services.core.manifest import FIELD_MANAGER, apply_order, owned
+from services.core.manifest import FIELD_MANAGER, apply_order, owned, rv_int
 from services.core.scope import Scopes, normalise
 from services.core.scrub import scrub_for
 from services.core.sha import object_sha, prune
@@ -63,10 +63,6 @@ async def _state(
             sev = decode(m.data, ServerEvent)
             server[sev.key] = sev
     return applied, server
-
-
-def _rv(text: str) -> int:
-    return int(text) if text.isdigit() else 0
 
 
 async def _scopes(kube: KubeClient, loaded: Loaded) -> Scopes:
@@ -110,14 +106,14 @@ async def plan(
                 Applied(
                     bytes.fromhex(ap.manifest_sha),
                     bytes.fromhex(ap.apply_sha),
-                    _rv(ap.resource_version),
+                    rv_int(ap.resource_version),
                 ),
             )
         if (sv := server.get(key)) is not None:
             entry = restore(
                 entry,
                 Observed(
-                    _rv(sv.resource_version),
+                    rv_int(sv.resource_version),
                     bytes.fromhex(sv.server_sha) if sv.server_sha else None,
                     sv.deleted,
                     sv.bundle,

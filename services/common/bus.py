@@ -26,6 +26,7 @@ from nats.errors import TimeoutError as NatsTimeout
 from nats.js import JetStreamContext
 from nats.js import api as js_api
 from nats.js.errors import (
+    APIError,
     BadRequestError,
     BucketNotFoundError,
     KeyNotFoundError,
@@ -59,6 +60,10 @@ DAY = 24 * 3600.0
 DEDUPE_WINDOW = 120.0
 """Seconds during which a repeated Nats-Msg-Id is dropped: covers publish retries across a
 reconnect and a restarted planner re-emitting the intents it had in flight."""
+
+
+WRONG_LAST_SEQUENCE = 10071
+"""JetStream's error code for a publish whose expected last sequence did not match."""
 
 
 class BusError(RuntimeError):
@@ -466,6 +471,8 @@ class Publisher:
         self._pending.discard(task)
         self._slots.release()
         if not task.cancelled() and (exc := task.exception()) is not None:
+            if isinstance(exc, APIError) and exc.err_code == WRONG_LAST_SEQUENCE:
+                return  # a refused compare-and-publish: the caller compares again (newest.py)
             self.errors += 1
             # Never silent: a lost publish is a lost fact (the caller may also await the task).
             log.error("publish failed: %s: %s", type(exc).__name__, exc)

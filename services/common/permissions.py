@@ -93,6 +93,8 @@ def watcher(cluster: str) -> Permissions:
             f"{PREFIX}.member.{t}.watcher",
             *STREAM_INFO,
             *_read_streams(bus.BUNDLES, bus.SERVER),
+            # a fact lands only if newer than the one SERVER keeps (newest.py) re-reads that one
+            f"{JS}.DIRECT.GET.{bus.SERVER}.{PREFIX}.server.{t}.>",
             *_object_store_read(),
         ),
         subscribe=(f"{bus.inbox_prefix('watcher', cluster)}.>",),

@@ -30,6 +30,13 @@ MAX_EXPANDED_NODES: Final = 1_000_000
 """Values, lists and maps of one document once YAML aliases are expanded."""
 
 
+def rv_int(resource_version: str) -> int:
+    """A resourceVersion as a number, to tell which of two states of one object is newer.
+    Kubernetes calls it opaque, but every etcd-backed server hands out increasing integers;
+    anything else counts as 0 (older than every real state)."""
+    return int(resource_version) if resource_version.isdigit() else 0
+
+
 class ManifestError(ValueError):
     """A manifest or bundle cannot be accepted; the message names it and says why."""
 

@@ -72,6 +72,7 @@ from services.core.manifest import (
     check_size,
     key_of,
     owned,
+    rv_int,
 )
 from services.core.scope import Scopes, normalise
 from services.core.sha import HashError, object_sha
@@ -176,10 +177,6 @@ def _hex(sha: bytes | None) -> str | None:
 
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
-
-
-def _rv(text: str) -> int:
-    return int(text) if text.isdigit() else 0
 
 
 @dataclasses.dataclass
@@ -373,7 +370,7 @@ class Planner:
                 await self._fold(
                     slot,
                     Observed(
-                        _rv(ev.resource_version),
+                        rv_int(ev.resource_version),
                         sha,
                         ev.deleted,
                         ev.bundle,
@@ -392,7 +389,7 @@ class Planner:
                     Applied(
                         bytes.fromhex(ap.manifest_sha),
                         bytes.fromhex(ap.apply_sha) if ap.apply_sha else None,
-                        _rv(ap.resource_version),
+                        rv_int(ap.resource_version),
                         ap.deleted,
                         ap.applied_at.timestamp() if ap.applied_at else 0.0,
                     ),

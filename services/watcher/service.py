@@ -19,6 +19,7 @@ import asyncio
 import contextvars
 import dataclasses
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from nats.js import JetStreamContext
@@ -35,10 +36,11 @@ from schemas.subjects import (
 from services.common import bus, members, telemetry
 from services.common.bundles import BundleError, load_manifests
 from services.common.kube import Gone, KubeClient, KubeError, NotFound, Resource
+from services.common.newest import publish_newest
 from services.common.runtime import cluster_connections
 from services.common.settings import replica_id, setting
 from services.core.health import health
-from services.core.manifest import OWNER_LABEL, owner_of, prune_disabled
+from services.core.manifest import OWNER_LABEL, owner_of, prune_disabled, rv_int
 from services.core.sha import HashError, object_sha
 
 log = logging.getLogger("driftbus.watcher")
@@ -83,10 +85,13 @@ class Seen:
     health: Health
     rv: int
     keep: bool = False
+    seq: int = 0
+    """stream sequence of the SERVER message holding this fact (0: not published yet)"""
 
-
-def rv_int(rv: str) -> int:
-    return int(rv) if rv.isdigit() else 0
+    @classmethod
+    def of(cls, ev: ServerEvent, seq: int) -> Seen:
+        sha = bytes.fromhex(ev.server_sha) if ev.server_sha else None
+        return cls(sha, ev.health, rv_int(ev.resource_version), ev.keep, seq)
 
 
 class Watcher:
@@ -159,8 +164,7 @@ class Watcher:
         async for msg in follower.snapshot():
             try:
                 ev = decode(msg.data, ServerEvent)
-                sha = bytes.fromhex(ev.server_sha) if ev.server_sha else None
-                self.cache[ev.key] = Seen(sha, ev.health, rv_int(ev.resource_version), ev.keep)
+                self.cache[ev.key] = Seen.of(ev, int(msg.metadata.sequence.stream))
             except (WireError, ValueError) as exc:
                 log.warning("ignoring server event %s: %s", msg.subject, exc)
         log.info("seeded %d objects from the SERVER stream", len(self.cache))
@@ -330,25 +334,59 @@ class Watcher:
     async def _publish_all(self, changes: list[tuple[Seen, ServerEvent]]) -> None:
         """Publish facts and wait for every acknowledgement; only then remember them as seen.
         A failure (NATS away longer than the publisher retries) raises: the supervisor relists
-        and publishes again what did not land."""
+        and publishes again what did not land.
+
+        A fact lands only if it is newer than what SERVER holds (``newest.py``): another watcher
+        of the cluster may be ahead of this one, and SERVER keeps one fact per object."""
         tasks = []
         for _, ev in changes:
             subject = object_subject("server", self.s.cluster, ev.key)
             # Same object at the same resourceVersion is the same fact: active-active watchers
             # publish it twice and JetStream keeps one.
             msg_id = f"{key_tokens(ev.key)}@{ev.resource_version}{'-' if ev.deleted else ''}"
-            tasks.append(await self.pub.publish(subject, encode(ev), msg_id=msg_id))
+            seen = self.cache.get(ev.key)
+            rv = rv_int(ev.resource_version)
+            tasks.append(
+                asyncio.create_task(
+                    publish_newest(
+                        self.pub,
+                        self.js,
+                        bus.SERVER,
+                        subject,
+                        encode(ev),
+                        msg_id=msg_id,
+                        supersedes=_newer_than(rv),
+                        last_seq=seen.seq if seen is not None else 0,
+                    )
+                )
+            )
         results = await asyncio.gather(*tasks, return_exceptions=True)
         failed: BaseException | None = None
         for (seen, ev), result in zip(changes, results, strict=True):
             if isinstance(result, BaseException):
                 failed = failed or result
                 continue
-            self.cache[ev.key] = seen
-            self.published += 1
-            PUBLISHED.add(1)
+            if result.landed:
+                self.cache[ev.key] = dataclasses.replace(seen, seq=result.seq)
+                self.published += 1
+                PUBLISHED.add(1)
+            else:
+                # another watcher was ahead: remember what SERVER holds, not what we saw
+                self.cache[ev.key] = Seen.of(decode(result.data, ServerEvent), result.seq)
         if failed is not None:
             raise failed
+
+
+def _newer_than(rv: int) -> Callable[[bytes], bool]:
+    """Whether a fact at ``rv`` is newer than a SERVER message (an unreadable one always is)."""
+
+    def supersedes(other: bytes) -> bool:
+        try:
+            return rv > rv_int(decode(other, ServerEvent).resource_version)
+        except WireError:
+            return True
+
+    return supersedes
 
 
 async def run(settings: WatcherSettings) -> None:

@@ -9,7 +9,9 @@ real system holds, as the shells (``services/*/service.py``) handle it:
 * the bus: BUNDLES, SERVER, APPLIED and OUTCOMES as append-only streams the planner reads in
   order (compacted: a restarted planner sees only the last message of each), and the INTENTS
   work queue, which holds at most one intent per object (a newer one replaces it) and drops a
-  publish whose ``Nats-Msg-Id`` it has seen within the dedupe window;
+  publish whose ``Nats-Msg-Id`` it has seen within the dedupe window. A SERVER or APPLIED fact
+  lands only if it is newer than the one its stream keeps (``services/common/newest.py``: a
+  compare-and-publish on the subject's last sequence);
 * two watchers: facts published in resourceVersion order, coalesced by a relist, and a lagging
   one that publishes an old state once its id has left the dedupe window;
 * appliers: take the queued intent, apply (or fail, or keep retrying: ``Working``) and report a
@@ -257,6 +259,9 @@ class World:
     failures: int = 0
     applies: int = 0
     log: list[str] = dataclasses.field(default_factory=list)
+    newest_only: bool = True
+    """SERVER and APPLIED facts land only if newer than the survivor (False: the bus as it was,
+    last published wins)"""
 
     def do(self, action: Action) -> None:
         self.now += 1.0
@@ -271,8 +276,7 @@ class World:
             case Finish(index, how) if self.working:
                 self.finish(index % len(self.working), how)
             case Land(index) if self.applier_outbox:
-                stream, fact = self.applier_outbox.pop(index % len(self.applier_outbox))
-                self.streams[stream].append(fact)
+                self.land(*self.applier_outbox.pop(index % len(self.applier_outbox)))
             case Watch() if self.watcher_outbox:
                 self.land_server(self.watcher_outbox.pop(0))
             case Relist():
@@ -317,8 +321,30 @@ class World:
         self.watcher_outbox.append(seen)
 
     def land_server(self, seen: Observed) -> None:
+        """watcher/service.py ``_publish_all``: lands only if newer than what SERVER keeps."""
+        last = self.streams["server"][-1].event if self.streams["server"] else None
+        if (
+            self.newest_only
+            and isinstance(last, Observed)
+            and last.resource_version >= seen.resource_version
+        ):
+            return
         self.server_ids[seen.resource_version] = self.now
         self.streams["server"].append(Fact(seen))
+
+    def land(self, stream: Stream, fact: Fact) -> None:
+        """An applier's fact; applier/service.py ``_supersedes`` for APPLIED."""
+        last = self.streams[stream][-1].event if self.streams[stream] else None
+        ev = fact.event
+        if (
+            self.newest_only
+            and isinstance(ev, Applied)
+            and isinstance(last, Applied)
+            and not (ev.deleted or last.deleted)
+            and ev.resource_version < last.resource_version
+        ):
+            return
+        self.streams[stream].append(fact)
 
     # --- the planner (decide.py, folded the way planner/service.py folds) ----------------
 
@@ -443,8 +469,7 @@ class World:
             if self.watcher_outbox:
                 self.land_server(self.watcher_outbox.pop(0))
             elif self.applier_outbox:
-                stream, fact = self.applier_outbox.pop(0)
-                self.streams[stream].append(fact)
+                self.land(*self.applier_outbox.pop(0))
             elif unread:
                 self.consume(unread[0], "lands")
             elif self.working:
@@ -496,8 +521,8 @@ def actions(*, lagging_watcher: bool, restarts: bool) -> st.SearchStrategy[Actio
     return st.one_of([st.sampled_from(k) for k in kinds])
 
 
-def run(steps: list[Action]) -> World:
-    w = World()
+def run(steps: list[Action], *, newest_only: bool = True) -> World:
+    w = World(newest_only=newest_only)
     for a in steps:
         w.do(a)
     w.settle()
@@ -527,64 +552,62 @@ def test_every_object_converges_whatever_the_watchers_and_appliers_do(steps: lis
 
 
 @settings(max_examples=300, deadline=None, derandomize=True, database=None)
-@given(st.lists(actions(lagging_watcher=False, restarts=True), max_size=60))
+@given(st.lists(actions(lagging_watcher=True, restarts=True), max_size=60))
 def test_every_object_converges_across_planner_restarts(steps: list[Action]) -> None:
     assert_converged(run(steps))
 
 
-# --- what the compacted streams cannot tell a restarted planner ----------------------------------
-# Both below are about the bus, not the rule: SERVER and APPLIED keep the *last published* fact
-# per object, not the newest, and ``restore`` gets only that one. The live planner is immune (it
-# ignores facts older than what it knows); a restarted one believes the survivor.
+# --- what the compacted streams tell a restarted planner -----------------------------------------
+# SERVER and APPLIED keep one fact per object, and ``restore`` gets only that one: the live planner
+# ignores facts older than what it knows, a restarted one believes the survivor. So the survivor
+# must be the newest fact, not the last published (compare-and-publish, newest.py). Each example
+# below is also run without that rule, to show what it prevents.
+
+LAGGING_WATCHER_PUBLISHED_LAST: list[Action] = [
+    Publish("m1"),
+    Consume("bundle"),
+    Take(),
+    Finish(0),  # applied: m1 live at rv 1
+    Land(0),
+    Edit("f1"),  # someone changes it: rv 2
+    Relist(),  # watcher A relists: publishes rv 2, never rv 1
+    Watch(),
+    Stale(0),  # watcher B, a moment behind, publishes rv 1 (a new id: the dedupe window is over)
+    Restart(takeover=False, order=0),  # rebuilt from the survivor, then everything settles
+]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="SERVER keeps the last published fact, not the newest: a lagging watcher's stale fact "
-    "left last makes a restarted planner see the drifted object as it was before the drift",
-)
 def test_drift_is_corrected_after_a_restart_even_when_a_lagging_watcher_published_last() -> None:
-    w = run(
-        [
-            Publish("m1"),
-            Consume("bundle"),
-            Take(),
-            Finish(0),  # applied: m1 live at rv 1
-            Land(0),
-            Edit("f1"),  # someone changes it: rv 2
-            Relist(),  # watcher A relists: publishes rv 2, never rv 1
-            Watch(),
-            Stale(0),  # watcher B, a moment behind, publishes rv 1: a new id, so it lands
-            Restart(takeover=False, order=0),  # rebuilt from rv 1: a HIT, and nothing changes again
-        ]
-    )
-    assert_converged(w)
+    assert_converged(run(LAGGING_WATCHER_PUBLISHED_LAST))
+    unguarded = run(LAGGING_WATCHER_PUBLISHED_LAST, newest_only=False)
+    assert unguarded.live == "f1", "without it the restarted planner believes rv 1: a HIT"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="APPLIED keeps the last published fact, not the newest: facts of two appliers landing "
-    "in reverse order make a restart with nothing changed re-apply the object (DESIGN §4: zero "
-    "writes)",
-)
+APPLIERS_FINISHED_OUT_OF_ORDER: list[Action] = [
+    Publish("m1"),
+    Consume("bundle"),
+    Take(),  # applier A takes m1
+    Publish("m2"),
+    Consume("bundle"),
+    Take(),  # m2 replaces it on the subject; applier B takes m2
+    Finish(0),  # A applies m1: rv 1
+    Finish(0),  # B applies m2: rv 2
+    Land(1),  # B's fact lands first
+    Land(0),  # A's comes last: older than B's
+]
+
+
+def writes_of_a_restart(w: World) -> list[Decision]:
+    before = len(w.sent)
+    w.restart(takeover=False, order=0)
+    return w.sent[before:]
+
+
 def test_a_restart_with_nothing_changed_writes_nothing_after_appliers_finished_out_of_order() -> (
     None
 ):
-    w = run(
-        [
-            Publish("m1"),
-            Consume("bundle"),
-            Take(),  # applier A takes m1
-            Publish("m2"),
-            Consume("bundle"),
-            Take(),  # m2 replaces it on the subject; applier B takes m2
-            Finish(0),  # A applies m1: rv 1
-            Finish(0),  # B applies m2: rv 2
-            Land(1),  # B's fact lands first
-            Land(0),  # A's lands last: the one APPLIED keeps
-        ]
-    )
+    w = run(APPLIERS_FINISHED_OUT_OF_ORDER)
     assert_converged(w)  # the live planner got it right
-    before = len(w.sent)
-    w.restart(takeover=False, order=0)
-    assert w.sent[before:] == []
+    assert writes_of_a_restart(w) == [], w.story()
+    unguarded = run(APPLIERS_FINISHED_OUT_OF_ORDER, newest_only=False)
+    assert writes_of_a_restart(unguarded) != [], "without it APPLIED keeps A's m1: re-applied"

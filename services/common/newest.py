@@ -1,0 +1,84 @@
+"""Publish a fact to a compacted stream only if it is newer than the one the stream keeps.
+
+SERVER and APPLIED keep one message per object (``max_msgs_per_subject=1``): the last
+*published*, not the newest. With two watchers active-active, the lagging one's stale fact could
+land after the fresh one and be the survivor a restarted planner believes (it would see a drift
+that was already corrected as not there). Two appliers finishing out of order do the same to
+APPLIED. So a fact is published with ``Nats-Expected-Last-Subject-Sequence`` set to the sequence
+of the message it was compared with: if anyone published on the subject meanwhile, JetStream
+refuses it, the last message is read again and compared again. A fact older than the survivor
+is dropped, and the caller learns what the stream holds instead.
+
+JetStream checks the expected sequence *before* ``Nats-Msg-Id`` deduplication, so a retry of a
+publish that did land is refused as a wrong sequence, not acknowledged as a duplicate: the re-read
+finds our own message id there, and that counts as landed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from nats.js import JetStreamContext
+from nats.js.errors import APIError
+
+from services.common.bus import WRONG_LAST_SEQUENCE, BusError, Publisher, last_message
+
+EXPECTED_LAST_SUBJECT_SEQUENCE = "Nats-Expected-Last-Subject-Sequence"
+MAX_RACES = 20
+"""Rounds of compare-and-publish before giving up: each lost round means another writer landed
+a message on the same subject in between, which a handful of writers cannot keep doing."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Survivor:
+    """What the stream keeps for the subject after ``publish_newest``."""
+
+    seq: int
+    """its stream sequence (0: nothing; the next compare expects an empty subject)"""
+    landed: bool
+    """ours landed (or already had); otherwise ``data`` is the newer fact that stays"""
+    data: bytes
+
+
+async def publish_newest(
+    pub: Publisher,
+    js: JetStreamContext,
+    stream: str,
+    subject: str,
+    data: bytes,
+    *,
+    msg_id: str,
+    supersedes: Callable[[bytes], bool],
+    last_seq: int | None = None,
+) -> Survivor:
+    """Publish ``data`` unless the subject's last message is newer.
+
+    ``supersedes(other)`` says whether our fact is newer than ``other`` (a message's payload).
+    ``last_seq`` is the sequence of the last message the caller knows on the subject (0: none);
+    when ``None`` the last message is read first.
+    """
+    expected = last_seq
+    for _ in range(MAX_RACES):
+        if expected is None:
+            last = await last_message(js, stream, subject)
+            if last is None:
+                expected = 0
+            else:
+                seq = int(last.seq or 0)
+                ours = (last.headers or {}).get("Nats-Msg-Id") == msg_id
+                if ours or not supersedes(last.data or b""):
+                    return Survivor(seq, ours, last.data or b"")
+                expected = seq
+        task = await pub.publish(
+            subject, data, msg_id=msg_id, headers={EXPECTED_LAST_SUBJECT_SEQUENCE: str(expected)}
+        )
+        try:
+            ack = await task
+        except APIError as exc:
+            if exc.err_code != WRONG_LAST_SEQUENCE:
+                raise
+            expected = None  # someone else published on the subject: compare again
+            continue
+        return Survivor(int(ack.seq), True, data)
+    raise BusError(f"publish to {subject}: lost {MAX_RACES} races with other writers in a row")
