@@ -67,10 +67,14 @@ class ObjectKey(msgspec.Struct, frozen=True, order=True, forbid_unknown_fields=T
             raise SubjectError(f"{kind or '?'}/{name or '?'}: apiVersion is missing")
         if not isinstance(kind, str) or not kind:
             raise SubjectError(f"?/{name or '?'}: kind is missing")
+        if name is not None and not isinstance(name, str):
+            raise SubjectError(f"{kind}/?: metadata.name must be a string, not {_scalar(name)}")
         if not isinstance(name, str) or not name:
             raise SubjectError(f"{kind}/?: metadata.name is missing")
         if not isinstance(namespace, str):
-            raise SubjectError(f"{kind}/{name}: metadata.namespace is not a string")
+            raise SubjectError(
+                f"{kind}/{name}: metadata.namespace must be a string, not {_scalar(namespace)}"
+            )
         group = api_version.rpartition("/")[0]
         # group, kind and namespace repeat across thousands of cached keys: share one copy
         return cls(
@@ -79,6 +83,18 @@ class ObjectKey(msgspec.Struct, frozen=True, order=True, forbid_unknown_fields=T
             namespace=sys.intern(namespace),
             name=name,
         )
+
+
+def _scalar(value: object) -> str:
+    """How a misread value is shown: YAML 1.1 reads unquoted ``y``, ``no``, ``on``, ``0755`` as
+    booleans and numbers, and the fix is to quote them."""
+    shown = {True: "true", False: "false"}.get(value, value) if isinstance(value, bool) else value
+    hint = (
+        " (YAML reads it unquoted as that; quote it)"
+        if isinstance(value, bool | int | float)
+        else ""
+    )
+    return f"{type(value).__name__} {shown}{hint}"
 
 
 def encode_token(value: str) -> str:

@@ -38,9 +38,9 @@ from pathlib import Path, PurePath, PurePosixPath
 from typing import Any
 
 import orjson
-import yaml
 
 from schemas.subjects import ObjectKey
+from services.core import kyaml
 from services.core.manifest import (
     MAX_EXPANDED_NODES,
     ManifestError,
@@ -83,27 +83,31 @@ def _documents(text: str, name: str) -> Iterator[tuple[int, Any]]:
         yield from enumerate(docs)
         return
     try:
-        for i, doc in enumerate(yaml.safe_load_all(text)):
-            if doc is not None:
-                yield i, doc
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        line = f":{mark.line + 1}" if mark is not None else ""
-        raise InputError(f"{name}{line}: invalid YAML: {exc.problem or exc}") from None
-    except yaml.YAMLError as exc:
-        raise InputError(f"{name}: invalid YAML: {exc}") from None
+        yield from kyaml.documents(text)
+    except kyaml.DecodeError as exc:
+        line = f":{exc.line}" if exc.line is not None else ""
+        raise InputError(f"{name}{line}: invalid YAML: {exc.problem}") from None
 
 
 def parse(text: str, name: str) -> list[Manifest]:
-    out = []
+    out: list[Manifest] = []
     for i, doc in _documents(text, name):
-        where = f"{name}#{i}"
-        if isinstance(doc, dict) and doc.get("kind", "").endswith("List") and "items" in doc:
-            for j, item in enumerate(doc.get("items") or []):
-                out.append(_checked(item, f"{where}.items[{j}]"))
-            continue
-        out.append(_checked(doc, where))
+        _flatten(doc, f"{name}#{i}", out)
     return out
+
+
+def _flatten(doc: Any, where: str, out: list[Manifest]) -> None:
+    """A ``List`` (any kind ending in ``List`` with ``items``: ``v1/List``, ``ConfigMapList``)
+    stands for its items, recursively, as kubectl's FlattenListVisitor has it."""
+    kind = doc.get("kind") if isinstance(doc, dict) else None
+    if isinstance(kind, str) and kind.endswith("List") and "items" in doc:
+        items = doc["items"] or []
+        if not isinstance(items, list):
+            raise InputError(f"{where}: {kind}.items is not a list")
+        for j, item in enumerate(items):
+            _flatten(item, f"{where}.items[{j}]", out)
+        return
+    out.append(_checked(doc, where))
 
 
 def _checked(doc: Any, where: str) -> Manifest:

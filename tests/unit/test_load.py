@@ -102,13 +102,13 @@ def test_missing_path_is_named(tmp_path: Path) -> None:
 def test_tarballs(tmp_path: Path) -> None:
     tgz = tmp_path / "bundle.tar.gz"
     with tarfile.open(tgz, "w:gz") as tar:
-        for name in ("x", "y"):
+        for name in ("x", "z"):
             data = CM.format(name=name).encode()
             info = tarfile.TarInfo(f"manifests/{name}.yaml")
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     names = [m.obj["metadata"]["name"] for m in load_paths([str(tgz)]).manifests]
-    assert names == ["x", "y"]
+    assert names == ["x", "z"]
     (tmp_path / "broken.tar.gz").write_bytes(b"not gzip")
     with pytest.raises(InputError, match=r"broken\.tar\.gz: not a readable \.tar\.gz"):
         load_paths([str(tmp_path / "broken.tar.gz")])
