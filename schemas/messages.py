@@ -55,6 +55,11 @@ class BundleOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     an object is refused for this bundle, naming the bundle that has it."""
     propagation: Propagation = "Background"
     """propagationPolicy of prune deletes (Background: dependents are collected afterwards)."""
+    namespace: Annotated[
+        str, Meta(max_length=63, pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$")
+    ] = ""
+    """Default namespace (``kubectl apply -n``): set on every object of a namespaced kind that
+    names none. Objects that name a namespace keep it; cluster-scoped ones never get one."""
 
 
 class ObjectStoreRef(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

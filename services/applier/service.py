@@ -371,6 +371,12 @@ class Applier:
                 f"kind {m.get('kind')} ({m.get('apiVersion')}) is not served by the "
                 "cluster (is its CustomResourceDefinition installed and Established?)"
             ) from None
+        if res.namespaced and not intent.key.namespace:
+            return Outcome(
+                ObjectPhase.FAILED,
+                f"{res.kind} is namespaced but the manifest has no metadata.namespace and the "
+                "bundle no default namespace (publish with --namespace NS)",
+            )
         try:
             live = await self.kube.apply(
                 m, field_manager=FIELD_MANAGER, force=intent.force, resource=res

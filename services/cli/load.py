@@ -48,6 +48,7 @@ from services.core.manifest import (
     expanded_nodes,
     key_of,
 )
+from services.core.scope import Scopes, normalise
 
 SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -249,6 +250,27 @@ def require_objects(loaded: Loaded, bundle: str, command: str = "publish") -> No
         f"{loaded.where or '(no path)'}: {found}; {effect}. "
         "Give --allow-empty if that is what you want."
     )
+
+
+def require_namespaces(loaded: Loaded, namespace: str) -> None:
+    """Refuse before publishing what the planner would refuse: an object of a kind known to be
+    namespaced (built in, or a CRD of this bundle) with no namespace and no default. Kinds of
+    unknown scope are left to the planner, which may know their CRD from another bundle."""
+    scopes = Scopes()
+    for m in loaded.manifests:
+        scopes.learn_crd(m.obj)
+    problems = []
+    for m in loaded.manifests:
+        api_version, kind = str(m.obj.get("apiVersion", "")), str(m.obj.get("kind", ""))
+        if scopes.namespaced(api_version.rpartition("/")[0], kind) is None:
+            continue
+        try:
+            normalise(m.obj, scopes, namespace)
+        except ManifestError as exc:
+            problems.append(f"{m.where}: {exc}")
+    if problems:
+        more = f" (and {len(problems) - 1} more like it)" if len(problems) > 1 else ""
+        raise InputError(problems[0] + more)
 
 
 def _no_duplicates(manifests: list[Manifest]) -> list[Manifest]:

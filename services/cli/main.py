@@ -97,6 +97,7 @@ def _load_manifests(args: argparse.Namespace) -> Any:
         raise load.InputError(f"nothing to {args.command}: give PATH... or --git REPO --ref REF")
     if not args.allow_empty:
         load.require_objects(loaded, args.bundle, args.command)
+    load.require_namespaces(loaded, args.namespace or "")
     return loaded
 
 
@@ -109,6 +110,7 @@ def bundle_options(args: argparse.Namespace) -> BundleOptions:
         allow_empty=args.allow_empty,
         take_over=args.take_over,
         propagation=args.prune_propagation,
+        namespace=args.namespace or "",
     )
 
 
@@ -458,7 +460,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
                 bundle=args.bundle,
                 loaded=loaded,
                 prune_removed=not args.no_prune,
+                namespace=args.namespace or "",
             )
+        except ManifestError as exc:
+            return _fail("plan", exc)
         finally:
             await kube.close()
             await nc.drain()
@@ -523,6 +528,12 @@ def _add_source_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--git", metavar="REPO", help="read the manifests from a Git repository")
     p.add_argument("--ref", default="HEAD", help="Git ref to read (with --git)")
     p.add_argument("--path", help="directory inside the repository (with --git)")
+    p.add_argument(
+        "-n",
+        "--namespace",
+        help="default namespace for objects of namespaced kinds that name none (as kubectl "
+        "apply -n); objects naming a namespace keep it",
+    )
 
 
 def _add_bundle_option_flags(p: argparse.ArgumentParser) -> None:

@@ -90,13 +90,16 @@ async def plan(
     bundle: str,
     loaded: Loaded,
     prune_removed: bool = True,
+    namespace: str = "",
 ) -> list[PlanRow]:
+    """One row per object of ``loaded`` and per object the publish would prune. Raises
+    ``ManifestError`` for what the planner would refuse (see ``scope.normalise``)."""
     applied, server = await _state(js, cluster)
     rows: list[PlanRow] = []
     desired: set[ObjectKey] = set()
     scopes = await _scopes(kube, loaded)
     for m in loaded.manifests:
-        manifest = owned(normalise(m.obj, scopes), bundle)
+        manifest = owned(normalise(m.obj, scopes, namespace), bundle)
         key = ObjectKey.of(manifest)
         desired.add(key)
         entry = Entry(key)

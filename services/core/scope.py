@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Final
 
+from services.core.manifest import ManifestError
+
 # group → kinds, one table per scope. Review kinds (TokenReview, SubjectAccessReview, …) and
 # Binding are create-only, but they are served, so they are listed too: the table is exactly
 # what discovery reports and the integration test compares it both ways.
@@ -140,24 +142,44 @@ class Scopes:
             self.learn(group, kind, namespaced)
 
 
-def normalise(obj: Mapping[str, Any], scopes: Scopes) -> dict[str, Any]:
-    """``obj`` without ``metadata.namespace`` when its kind is known to be cluster-scoped.
+def normalise(obj: Mapping[str, Any], scopes: Scopes, namespace: str = "") -> dict[str, Any]:
+    """``obj`` keyed as the API server will store it: a cluster-scoped kind loses a stray
+    ``metadata.namespace``; a namespaced kind without one gets ``namespace``, the bundle's
+    default (``kubectl apply -n``).
 
-    The input is never modified: a stray namespace yields a shallow copy with a new metadata
-    map; otherwise ``obj`` itself is returned (as a dict). Namespaced and unknown kinds keep
-    whatever namespace they carry. Like :func:`services.core.sha.prune`, the result may share
-    structure with ``obj``; do not mutate it.
+    The input is never modified: a change yields a shallow copy with a new metadata map;
+    otherwise ``obj`` itself is returned (as a dict). Like :func:`services.core.sha.prune`, the
+    result may share structure with ``obj``; do not mutate it.
+
+    Raises ``ManifestError`` (one line naming the object) for what would otherwise fail far
+    later with a bare 404: a namespaced object with no namespace and no default, and an object
+    without a namespace whose kind's scope nobody knows while a default is given (guessing
+    would key it where the watcher never sees it).
     """
     meta = obj.get("metadata")
     gk = _group_kind(obj)
-    if (
-        gk is None
-        or not isinstance(meta, Mapping)
-        or "namespace" not in meta
-        or scopes.namespaced(*gk) is not False
-    ):
+    if gk is None or not isinstance(meta, Mapping):
         return obj if isinstance(obj, dict) else dict(obj)
-    return {**obj, "metadata": {k: v for k, v in meta.items() if k != "namespace"}}
+    namespaced = scopes.namespaced(*gk)
+    if namespaced is False and "namespace" in meta:
+        return {**obj, "metadata": {k: v for k, v in meta.items() if k != "namespace"}}
+    if meta.get("namespace") or namespaced is False:
+        return obj if isinstance(obj, dict) else dict(obj)
+    what = f"{gk[1]}/{meta.get('name', '?')}"
+    if namespaced is None:
+        if not namespace:
+            return obj if isinstance(obj, dict) else dict(obj)  # the applier will see
+        raise ManifestError(
+            f"{what}: cannot tell whether kind {gk[1]} ({gk[0] or 'core'}) is namespaced, so "
+            f"the default namespace {namespace} cannot be applied: set metadata.namespace, or "
+            "publish its CustomResourceDefinition in a bundle of this cluster"
+        )
+    if not namespace:
+        raise ManifestError(
+            f"{what}: {gk[1]} is namespaced but has no metadata.namespace and the bundle has no "
+            "default namespace (publish with --namespace NS, as kubectl apply -n NS)"
+        )
+    return {**obj, "metadata": {**meta, "namespace": namespace}}
 
 
 def _group_kind(obj: Mapping[str, Any]) -> tuple[str, str] | None:

@@ -548,7 +548,7 @@ class Planner:
             where_i = f"manifests[{i}]"
             try:
                 key = key_of(raw, where_i)
-                raw = normalise(raw, self.scopes)
+                raw = normalise(raw, self.scopes, bundle.options.namespace)
                 key = key_of(raw, where_i)
                 if key.namespace and not _DNS_LABEL.match(key.namespace):
                     # no such namespace can ever exist: waiting for it would never end

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import copy
+import re
 from types import MappingProxyType
 from typing import Any
 
 import pytest
 
 from schemas.subjects import ObjectKey
+from services.core.manifest import ManifestError
 from services.core.scope import BUILTIN, Scopes, normalise
 from services.core.sha import object_sha
 
@@ -54,7 +56,6 @@ NORMALISE = [
     ("configmap-keeps-its-namespace", obj("v1", "ConfigMap"), "team-a"),
     ("role-keeps-its-namespace", obj(RBAC, "Role"), "team-a"),
     ("event-of-events-group-keeps-its-namespace", obj("events.k8s.io/v1", "Event"), "team-a"),
-    ("configmap-without-namespace-is-unchanged", obj("v1", "ConfigMap", None), None),
     ("unknown-kind-is-untouched", obj("example.com/v1", "Gadget"), "team-a"),
     (
         "builtin-kind-name-in-another-group-is-unknown",
@@ -75,6 +76,57 @@ NORMALISE = [
         None,
     ),
 ]
+
+
+# (id, object, the bundle's default namespace, namespace afterwards | error it raises)
+DEFAULTING = [
+    ("namespaced-without-one-gets-the-default", obj("v1", "ConfigMap", None), "web", "web"),
+    ("empty-namespace-counts-as-none", obj("v1", "ConfigMap", ""), "web", "web"),
+    ("one-naming-a-namespace-keeps-it", obj("v1", "ConfigMap", "team-a"), "web", "team-a"),
+    ("cluster-scoped-never-gets-one", obj(RBAC, "ClusterRole", None), "web", None),
+    ("cluster-scoped-loses-a-stray-one-too", obj(RBAC, "ClusterRole"), "web", None),
+    ("crd-learned-namespaced-kind-gets-it", obj("example.com/v1", "Widget", None), "web", "web"),
+    ("crd-learned-cluster-kind-does-not", obj("example.com/v1", "Tenant", None), "web", None),
+    (
+        "namespaced-without-one-and-no-default-is-refused",
+        obj("apps/v1", "Deployment", None),
+        "",
+        "Deployment/x: Deployment is namespaced but has no metadata.namespace and the bundle "
+        "has no default namespace",
+    ),
+    (
+        "unknown-scope-with-a-default-is-refused-not-guessed",
+        obj("example.com/v1", "Gadget", None),
+        "web",
+        "cannot tell whether kind Gadget (example.com) is namespaced",
+    ),
+    (
+        "unknown-scope-without-a-default-is-left-alone",
+        obj("example.com/v1", "Gadget", None),
+        "",
+        None,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("manifest", "default", "expected"),
+    [c[1:] for c in DEFAULTING],
+    ids=[c[0] for c in DEFAULTING],
+)
+def test_default_namespace(manifest: dict[str, Any], default: str, expected: str | None) -> None:
+    scopes = Scopes()
+    for c in LEARNED:
+        scopes.learn_crd(c)
+    before = copy.deepcopy(manifest)
+    if expected is not None and " " in expected:
+        with pytest.raises(ManifestError, match=re.escape(expected)):
+            normalise(manifest, scopes, default)
+        return
+    out = normalise(manifest, scopes, default)
+    assert manifest == before, "the input was modified"
+    assert out["metadata"].get("namespace") == expected
+    assert ObjectKey.of(out).namespace == (expected or "")
 
 
 @pytest.mark.parametrize(
