@@ -32,10 +32,11 @@ import dataclasses
 import io
 import os
 import subprocess
+import sys
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path, PurePath, PurePosixPath
-from typing import Any
+from typing import Any, TextIO
 
 import orjson
 
@@ -131,7 +132,12 @@ def hidden(relative: PurePath) -> bool:
     return any(part.startswith(".") for part in relative.parts)
 
 
+KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
+
+
 def _files(root: Path) -> Iterator[Path]:
+    """The manifest files under ``root`` and the kustomizations (directories holding a
+    kustomization file, rendered as one unit and not walked further), sorted by path."""
     if root.is_file():
         yield root  # named explicitly: read whatever its name is
         return
@@ -146,6 +152,10 @@ def _files(root: Path) -> Iterator[Path]:
     found: list[Path] = []
     # os.walk: does not descend into symlinked directories, and lets us prune hidden ones
     for top, dirs, names in os.walk(root, onerror=unreadable):
+        if any(k in names for k in KUSTOMIZATION_FILES):
+            found.append(Path(top))  # kustomize reads what it needs below
+            dirs[:] = []
+            continue
         dirs[:] = [d for d in dirs if not d.startswith(".")]
         for name in names:
             p = Path(top, name)
@@ -154,10 +164,34 @@ def _files(root: Path) -> Iterator[Path]:
     yield from sorted(found)
 
 
-def load_paths(paths: list[str]) -> Loaded:
+def render_kustomization(directory: Path) -> tuple[str, str]:
+    """(the YAML ``kubectl kustomize`` renders, which kubectl did it). The kubectl is the one
+    the project builds from pinned modules (or one of that version on PATH, ``TEST_ASSET_KUBECTL``):
+    kustomize as ``kubectl apply -k`` runs it."""
+    from services.controlplane import assets
+
+    try:
+        kubectl = assets.ensure("kubectl")
+    except (OSError, assets.AssetError) as exc:
+        raise InputError(f"{directory}: rendering a kustomization needs kubectl: {exc}") from None
+    res = subprocess.run(
+        [str(kubectl), "kustomize", str(directory)], capture_output=True, text=True, timeout=300
+    )
+    if res.returncode != 0:
+        raise InputError(f"{directory}: kustomize failed: {res.stderr.strip()}")
+    return res.stdout, f"kustomize in kubectl {assets.version_of('kubectl', kubectl).split()[-1]}"
+
+
+def load_paths(paths: list[str], *, stdin: TextIO | None = None) -> Loaded:
+    """Manifests of every path, in order; ``-`` is standard input (as ``kubectl apply -f -``)."""
     manifests: list[Manifest] = []
     files = 0
+    rendered: list[str] = []
     for raw in paths:
+        if raw == "-":
+            manifests += parse((stdin or sys.stdin).read(), "<stdin>")
+            files += 1
+            continue
         path = Path(raw)
         if raw.endswith((".tar.gz", ".tgz")):
             got, n = _load_tarball(path)
@@ -165,6 +199,12 @@ def load_paths(paths: list[str]) -> Loaded:
             files += n
             continue
         for f in _files(path):
+            if f.is_dir():
+                text, tool = render_kustomization(f)
+                manifests += parse(text, f"{f} ({tool})")
+                rendered.append(f"{f}: {tool}")
+                files += 1
+                continue
             try:
                 text = f.read_text()
             except (OSError, UnicodeDecodeError) as exc:
@@ -172,7 +212,8 @@ def load_paths(paths: list[str]) -> Loaded:
             manifests += parse(text, str(f))
             files += 1
     where = " ".join(paths)
-    return Loaded(_no_duplicates(manifests), source=where, where=where, files=files)
+    source = where + (f" [rendered: {'; '.join(rendered)}]" if rendered else "")
+    return Loaded(_no_duplicates(manifests), source=source, where=where, files=files)
 
 
 def _load_tarball(path: Path) -> tuple[list[Manifest], int]:
