@@ -25,7 +25,7 @@ from services.core.diff import Change, diff, mask_sensitive
 from services.core.manifest import FIELD_MANAGER, apply_order, owned, rv_int
 from services.core.scope import Scopes, normalise
 from services.core.scrub import scrub_for
-from services.core.sha import object_sha, prune
+from services.core.sha import manifest_sha, prune
 from services.planner.decide import Applied, Desired, Entry, Observed, evaluate, restore
 
 
@@ -122,7 +122,7 @@ async def plan(
                     sv.bundle,
                 ),
             )
-        entry = restore(entry, Desired(bundle, "plan", object_sha(manifest)))
+        entry = restore(entry, Desired(bundle, "plan", manifest_sha(manifest)))
         decision = evaluate(entry, republished=True)
         if decision is None or decision.action is DecisionAction.HIT:
             rows.append(PlanRow(key, "unchanged", "hit"))

@@ -1,9 +1,10 @@
-"""The one SHA function: raw Kubernetes object → pruned canonical bytes → SHA-256.
+"""The SHA functions: raw Kubernetes object → (pruned) canonical bytes → SHA-256.
 
-manifestSHA, applySHA and serverSHA (DESIGN §2) are all this function applied to different
-objects. Pruning keeps what a user or another controller can *intend* and drops what the server
-maintains, so an object untouched since our apply hashes the same in the apply response and in
-every later watch event, even though the server added defaults, a uid and a resourceVersion.
+applySHA and serverSHA (DESIGN §2) are ``object_sha`` applied to different objects;
+manifestSHA (``manifest_sha``) hashes the whole manifest, see there why. Pruning keeps what a
+user or another controller can *intend* and drops what the server maintains, so an object
+untouched since our apply hashes the same in the apply response and in every later watch event,
+even though the server added defaults, a uid and a resourceVersion.
 
 Objects stay raw dicts decoded straight from JSON. Typed client models drop unknown fields and
 reformat timestamps, which would change the hash.
@@ -65,6 +66,20 @@ def canonical_bytes(obj: Mapping[str, Any]) -> bytes:
 def object_sha(obj: Mapping[str, Any]) -> bytes:
     """SHA-256 (32 raw bytes) of the pruned canonical form of a raw object."""
     return hashlib.sha256(canonical_bytes(obj)).digest()
+
+
+def manifest_sha(manifest: Mapping[str, Any]) -> bytes:
+    """manifestSHA: the SHA of the *whole* desired manifest (canonical JSON, sorted keys).
+
+    Unlike applySHA and serverSHA it is never compared with what a server returns, only with
+    the manifestSHA an earlier apply carried out — so nothing needs pruning, and pruning would
+    hide real intent: a manifest that only adds a finalizer or an ownerReference (fields
+    ``prune`` drops because the server and controllers maintain them on live objects) must
+    still be applied. This deliberately extends DESIGN §2 (issue 14)."""
+    try:
+        return hashlib.sha256(orjson.dumps(manifest, option=_DUMP_OPTIONS)).digest()
+    except orjson.JSONEncodeError as exc:
+        raise HashError(f"{describe(manifest)}: cannot be serialized canonically: {exc}") from None
 
 
 def describe(obj: Mapping[str, Any]) -> str:

@@ -184,6 +184,16 @@ class Entry:
         return self.server_rv > 0 and not self.server_deleted
 
     @property
+    def observed(self) -> bool:
+        """The watcher has shown the result of the last apply: a fact as new as it, or one
+        already equal to it (an apply changing nothing the pruned SHA covers — a finalizer —
+        brings no new fact, since the watcher publishes only SHA or health changes)."""
+        same = self.apply_sha is not None and self.server_sha == self.apply_sha
+        return self.server_rv > 0 and (
+            self.server_rv >= self.applied_rv or (same and not self.server_deleted)
+        )
+
+    @property
     def drifted(self) -> bool:
         """Applied, seen since, and the live object differs (or is gone)."""
         return (

@@ -75,7 +75,7 @@ from services.core.manifest import (
     rv_int,
 )
 from services.core.scope import Scopes, normalise
-from services.core.sha import HashError, object_sha
+from services.core.sha import HashError, manifest_sha
 from services.planner.decide import (
     DELETE_INFLIGHT,
     Applied,
@@ -561,7 +561,7 @@ class Planner:
                     raise ManifestError(f"{where_i}: {key} duplicates manifests[{seen[key]}]")
                 manifest = owned(raw, name)
                 encoded = check_size(_manifest_json.encode(manifest), f"{where_i}: {key}")
-                sha = object_sha(manifest)
+                sha = manifest_sha(manifest)
             except (ManifestError, HashError) as exc:
                 errors.append(str(exc))
                 continue

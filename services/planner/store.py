@@ -171,7 +171,11 @@ class EntryStore:
         if not flags & _MANIFEST:
             return None
         inflight = (flags >> _INFLIGHT) & 3 != _NONE
-        observed = server_rv >= applied_rv and server_rv > 0
+        # The watcher publishes only changes of the pruned SHA or health, so an apply that
+        # changed nothing it hashes (a finalizer, an ownerReference) brings no newer fact: a
+        # server fact already showing what the apply produced counts as seeing it.
+        same_as_applied = (flags >> _SERVER) & 3 == _SAME and not flags & _SERVER_DELETED
+        observed = server_rv > 0 and (server_rv >= applied_rv or same_as_applied)
         has_apply = (flags >> _APPLY) & 3 != _NONE
         return Progress(
             applied=(flags >> _APPLIED_MANIFEST) & 3 == _SAME and not inflight,

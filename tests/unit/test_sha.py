@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from services.core.sha import HashError, canonical_bytes, object_sha, prune
+from services.core.sha import HashError, canonical_bytes, manifest_sha, object_sha, prune
 
 VECTORS = json.loads((Path(__file__).parents[1] / "vectors" / "sha.json").read_text())
 
@@ -179,3 +179,38 @@ def test_unserializable_value_names_the_object() -> None:
     obj["spec"]["replicas"] = 2**70  # beyond 64 bits: JSON numbers we cannot hash canonically
     with pytest.raises(HashError, match=r"^Deployment/shop/web: cannot be serialized"):
         object_sha(obj)
+
+
+# --- manifestSHA: the whole manifest ---------------------------------------------------------
+
+_CM = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "n"}}
+
+
+@pytest.mark.parametrize(
+    ("change", "metadata"),
+    [
+        ("a finalizer", {"finalizers": ["example.com/keep"]}),
+        (
+            "an ownerReference",
+            {
+                "ownerReferences": [
+                    {"apiVersion": "v1", "kind": "ConfigMap", "name": "o", "uid": "u"}
+                ]
+            },
+        ),
+        ("an empty labels map spelled out", {"labels": {}}),
+    ],
+)
+def test_manifest_sha_sees_what_prune_drops(change: str, metadata: dict[str, object]) -> None:
+    changed = {**_CM, "metadata": {**_CM["metadata"], **metadata}}  # type: ignore[dict-item]
+    assert manifest_sha(changed) != manifest_sha(_CM), change
+    assert object_sha(changed) == object_sha(_CM), "the server-side comparison stays pruned"
+
+
+def test_manifest_sha_ignores_key_order() -> None:
+    reordered = {
+        "metadata": {"namespace": "n", "name": "a"},
+        "kind": "ConfigMap",
+        "apiVersion": "v1",
+    }
+    assert manifest_sha(reordered) == manifest_sha(_CM)

@@ -60,11 +60,10 @@ def test_round_trip(entry: Entry) -> None:
     if entry.manifest_sha is None:
         assert progress is None
     else:
-        observed = entry.server_rv >= entry.applied_rv and entry.server_rv > 0
         assert progress == (
             entry.applied_manifest_sha == entry.manifest_sha and entry.inflight is None,
             entry.failing,
-            observed,
+            entry.observed,
             entry.inflight is not None,
             entry.drifted,
         )
