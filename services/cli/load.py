@@ -34,6 +34,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path, PurePath, PurePosixPath
 from typing import Any, TextIO
@@ -236,39 +237,67 @@ def _load_tarball(path: Path) -> tuple[list[Manifest], int]:
 
 
 def load_git(repo: str, ref: str, subdir: str = "") -> Loaded:
-    """Manifests under ``subdir`` of ``repo`` at ``ref``, read with ``git`` (no checkout)."""
+    """Manifests under ``subdir`` of ``repo`` at ``ref``: a local repository, or any URL git
+    clones (``file://``, ``https://``, ``ssh``), cloned bare into a temporary directory. The tree
+    at the commit is exported (``git archive``) and read exactly as a directory is — the same
+    file rules, kustomizations rendered — so a directory and its commit load the same objects."""
+    if Path(repo).is_dir():
+        return _load_git(repo, repo, ref, subdir)
+    with tempfile.TemporaryDirectory(prefix="driftbus-git-") as tmp:
+        cloned = subprocess.run(
+            ["git", "clone", "--bare", "--quiet", "--", repo, tmp],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        if cloned.returncode != 0:
+            raise InputError(f"git clone {repo}: {cloned.stderr.strip() or 'failed'}")
+        return _load_git(tmp, repo, ref, subdir)
 
-    def git(*args: str) -> str:
-        res = subprocess.run(["git", "-C", repo, *args], capture_output=True, text=True)
+
+def _load_git(gitdir: str, repo: str, ref: str, subdir: str) -> Loaded:
+    def git(*args: str) -> bytes:
+        res = subprocess.run(["git", "-C", gitdir, *args], capture_output=True, timeout=600)
         if res.returncode != 0:
-            raise InputError(f"git {' '.join(args)} in {repo}: {res.stderr.strip()}")
+            raise InputError(f"git {' '.join(args)} in {repo}: {res.stderr.decode().strip()}")
         return res.stdout
 
-    commit = git("rev-parse", "--verify", f"{ref}^{{commit}}").strip()
+    commit = git("rev-parse", "--verify", f"{ref}^{{commit}}").decode().strip()
     top = PurePosixPath(subdir.strip("/") or ".")  # "./deploy/" → deploy
-    where = f"{repo}@{commit[:12]}:{top}"
+    label = f"{repo}@{commit[:12]}:"
     if str(top) != ".":
         kind = subprocess.run(
-            ["git", "-C", repo, "cat-file", "-t", f"{commit}:{top}"], capture_output=True, text=True
+            ["git", "-C", gitdir, "cat-file", "-t", f"{commit}:{top}"],
+            capture_output=True,
+            text=True,
         ).stdout.strip()
         if kind != "tree":
             what = "not a directory" if kind else "no such directory"
             raise InputError(f"{top}: {what} in {repo}@{commit[:12]} (--path)")
-    # -z: names verbatim (no C-style quoting of unusual characters)
-    listing = git("ls-tree", "-r", "-z", "--name-only", commit, "--", str(top))
-    manifests: list[Manifest] = []
-    files = 0
-    for name in sorted(n for n in listing.split("\0") if n):
-        relative = PurePosixPath(name).relative_to(top) if str(top) != "." else PurePosixPath(name)
-        if relative.suffix in SUFFIXES and not hidden(relative):
-            manifests += parse(git("show", f"{commit}:{name}"), f"{repo}@{commit[:12]}:{name}")
-            files += 1
+    archive = git("archive", "--format=tar", commit, "--", str(top))
+    with tempfile.TemporaryDirectory(prefix="driftbus-tree-") as tree:
+        try:
+            with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+                # "data": no links out of the tree, no devices, no absolute paths
+                tar.extractall(tree, filter="data")
+        except tarfile.TarError as exc:
+            raise InputError(f"{label}{top}: cannot export the tree: {exc}") from None
+        root = Path(tree) / top
+        loaded = load_paths([str(root)]) if root.is_dir() else Loaded([])
+        # name files as they are in the repository, not in the temporary tree
+        manifests = [
+            Manifest(m.obj, m.where.replace(f"{tree}/", label, 1)) for m in loaded.manifests
+        ]
+        rendered = loaded.source.replace(str(root), f"{label}{top}").replace(f"{tree}/", label)
+    source = f"{repo}@{commit}"
+    if " [rendered: " in rendered:
+        source += rendered[rendered.index(" [rendered: ") :]
     return Loaded(
-        _no_duplicates(manifests),
+        manifests,
         revision=commit,
-        source=f"{repo}@{commit}",
-        where=where,
-        files=files,
+        source=source,
+        where=f"{label}{top}",
+        files=loaded.files,
     )
 
 

@@ -133,6 +133,37 @@ def test_git_reads_the_tree_at_the_ref_and_records_the_commit(tmp_path: Path) ->
         load_git(str(repo), "no-such-ref")
 
 
+def test_git_clones_a_url_and_names_files_as_in_the_repository(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    write(repo, "deploy/a.yaml", CM.format(name="cloned"))
+    write(repo, "deploy/.ci/skip.yaml", CM.format(name="hidden"))
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "one")
+    head = git(repo, "rev-parse", "HEAD")
+    loaded = load_git(f"file://{repo}", "HEAD", "deploy")
+    assert loaded.revision == head
+    assert [m.obj["metadata"]["name"] for m in loaded.manifests] == ["cloned"]
+    assert loaded.manifests[0].where == f"file://{repo}@{head[:12]}:deploy/a.yaml#0"
+    assert loaded.source == f"file://{repo}@{head}"
+    with pytest.raises(InputError, match=r"git clone file:///no/such/repo: "):
+        load_git("file:///no/such/repo", "HEAD")
+
+
+def test_a_symlink_out_of_the_repository_is_refused(tmp_path: Path) -> None:
+    secret = tmp_path / "secret.yaml"
+    secret.write_text(CM.format(name="outside"))
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    (repo / "link.yaml").symlink_to(secret)
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "one")
+    with pytest.raises(InputError, match="cannot export the tree"):
+        load_git(f"file://{repo}", "HEAD")
+
+
 BILLION_LAUGHS = """\
 apiVersion: v1
 kind: ConfigMap
