@@ -183,6 +183,41 @@ def render_kustomization(directory: Path) -> tuple[str, str]:
     return res.stdout, f"kustomize in kubectl {assets.version_of('kubectl', kubectl).split()[-1]}"
 
 
+def load_helm(
+    chart: str, *, release: str, namespace: str, values: list[str], sets: list[str]
+) -> Loaded:
+    """What ``helm template RELEASE CHART`` renders (the Helm the project builds from its
+    pinned module, or one of that version on PATH / ``TEST_ASSET_HELM``). Hooks and tests are
+    rendered as Helm renders them; driftbus applies them as ordinary objects."""
+    from services.controlplane import assets
+
+    try:
+        helm = assets.ensure("helm")
+    except (OSError, assets.AssetError) as exc:
+        raise InputError(f"{chart}: rendering a chart needs helm: {exc}") from None
+    argv = [str(helm), "template", release, chart]
+    if namespace:
+        argv += ["--namespace", namespace]
+    for v in values:
+        argv += ["--values", v]
+    for kv in sets:
+        argv += ["--set", kv]
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    if res.returncode != 0:
+        raise InputError(f"{chart}: helm template failed: {res.stderr.strip()}")
+    tool = f"helm {assets.version_of('helm', helm).split('+')[0]}"
+    where = f"{chart} (release {release}, {tool})"
+    return Loaded(
+        _no_duplicates(parse(res.stdout, where)),
+        source=f"{chart} [rendered: {tool}, release {release}"
+        + "".join(f", values {v}" for v in values)
+        + "".join(f", --set {kv.split('=', 1)[0]}" for kv in sets)  # values may be secrets
+        + "]",
+        where=chart,
+        files=1,
+    )
+
+
 def load_paths(paths: list[str], *, stdin: TextIO | None = None) -> Loaded:
     """Manifests of every path, in order; ``-`` is standard input (as ``kubectl apply -f -``)."""
     manifests: list[Manifest] = []

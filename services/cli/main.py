@@ -89,12 +89,24 @@ def _load_manifests(args: argparse.Namespace) -> Any:
     a revision with no objects is refused unless --allow-empty (it would prune the bundle)."""
     from services.cli import load
 
-    if args.git:
+    if sum(map(bool, (args.helm, args.git, args.paths))) > 1:
+        raise load.InputError(f"{args.command}: give one source: PATH..., --git or --helm")
+    if args.helm:
+        loaded = load.load_helm(
+            args.helm,
+            release=args.release or args.bundle,
+            namespace=args.namespace or "",
+            values=args.values,
+            sets=args.set,
+        )
+    elif args.git:
         loaded = load.load_git(args.git, args.ref, args.path or "")
     elif args.paths:
         loaded = load.load_paths(args.paths)
     else:
-        raise load.InputError(f"nothing to {args.command}: give PATH... or --git REPO --ref REF")
+        raise load.InputError(
+            f"nothing to {args.command}: give PATH..., --git REPO [--ref REF] or --helm CHART"
+        )
     if not args.allow_empty:
         load.require_objects(loaded, args.bundle, args.command)
     load.require_namespaces(loaded, args.namespace or "")
@@ -528,6 +540,16 @@ def _add_source_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--git", metavar="REPO", help="read the manifests from a Git repository")
     p.add_argument("--ref", default="HEAD", help="Git ref to read (with --git)")
     p.add_argument("--path", help="directory inside the repository (with --git)")
+    p.add_argument(
+        "--helm",
+        metavar="CHART",
+        help="render a Helm chart (a chart directory or .tgz) with `helm template`",
+    )
+    p.add_argument(
+        "--values", action="append", default=[], metavar="FILE", help="Helm values file (repeat)"
+    )
+    p.add_argument("--set", action="append", default=[], metavar="K=V", help="Helm value (repeat)")
+    p.add_argument("--release", help="Helm release name (default: the bundle's name)")
     p.add_argument(
         "-n",
         "--namespace",

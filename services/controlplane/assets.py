@@ -47,6 +47,7 @@ class Asset:
 
 
 KUBE_VERSION = "v1.36.3"
+HELM_VERSION = "v4.3.1"
 _KUBE_LDFLAGS = (
     "-s -w"
     f" -X k8s.io/component-base/version.gitVersion={KUBE_VERSION}"
@@ -68,6 +69,13 @@ ASSETS: dict[str, Asset] = {
             _KUBE_LDFLAGS,
         ),
         Asset("kubectl", "kube", "k8s.io/kubernetes/cmd/kubectl", KUBE_VERSION, _KUBE_LDFLAGS),
+        Asset(
+            "helm",
+            "helm",
+            "helm.sh/helm/v4/cmd/helm",
+            HELM_VERSION,
+            f"-s -w -X helm.sh/helm/v4/internal/version.version={HELM_VERSION}",
+        ),
     )
 }
 
@@ -270,6 +278,7 @@ def version_of(name: str, path: Path) -> str:
         "etcd": ["--version"],
         "kube-apiserver": ["--version"],
         "kubectl": ["version", "--client"],
+        "helm": ["version", "--short"],
     }[name]
     try:
         res = subprocess.run([str(path), *args], capture_output=True, text=True, timeout=30)

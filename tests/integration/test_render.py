@@ -114,3 +114,53 @@ async def test_standard_input_is_a_path_as_for_kubectl(
     got: dict[str, Any] = msg.manifests[0]
     assert got["metadata"]["name"] == "piped"
     assert got["data"] == {"true": True}, "YAML 1.1 as Kubernetes reads it: on/yes are true"
+
+
+def chart(root: Path) -> Path:
+    """A local chart whose ConfigMap takes its data from values."""
+    write(root, "web/Chart.yaml", "apiVersion: v2\nname: web\nversion: 0.1.0\n")
+    write(root, "web/values.yaml", "color: red\nreplicas: 1\n")
+    write(
+        root,
+        "web/templates/config.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-config\n"
+        "data:\n  color: {{ .Values.color | quote }}\n",
+    )
+    write(
+        root,
+        "web/templates/service.yaml",
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: {{ .Release.Name }}\n"
+        "spec:\n  ports:\n  - port: 80\n",
+    )
+    return root / "web"
+
+
+async def test_a_local_helm_chart_with_a_values_file_publishes_plans_and_converges(
+    pipeline: Pipeline, pnc: NATS, kube: KubeClient, namespace: str, tmp_path: Path
+) -> None:
+    path = chart(tmp_path)
+    write(tmp_path, "prod.yaml", "color: blue\n")
+    pipeline.start_all()
+    c, bundle = pipeline.cluster, unique_name("helm")
+    source = ("--helm", str(path), "--values", str(tmp_path / "prod.yaml"), "-n", namespace)
+    publish = ("publish", *source, "--cluster", c, "--bundle", bundle, "--wait")
+    code, out, err = await driftbus(pipeline.nats.client_url, *publish, "--timeout", "120")
+    assert code == 0, err + out
+    cm = await kube.discovery.resource("v1", "ConfigMap")
+    live = await kube.get(cm, f"{bundle}-config", namespace)
+    assert live["data"] == {"color": "blue"}, "the values file wins over the chart's defaults"
+    (msg,) = await bundles_on_stream(pnc, c, bundle)
+    assert "helm v4." in msg.source
+    assert f"release {bundle}" in msg.source
+
+    code, out, err = await driftbus(
+        pipeline.nats.client_url,
+        *("plan", *source, "--set", "color=green", "--cluster", c, "--bundle", bundle),
+        *("-o", "json"),
+        env={"KUBECONFIG": str(pipeline.stack.cluster.kubeconfig)},
+    )
+    assert code == 0, err + out
+    rows = {r["name"]: r for r in orjson.loads(out)}
+    assert rows[f"{bundle}-config"]["action"] == "apply"
+    assert any("green" in change for change in rows[f"{bundle}-config"]["changes"])
+    assert rows[bundle]["action"] == "unchanged"
