@@ -14,9 +14,9 @@ import contextlib
 import dataclasses
 import logging
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import nats
 import orjson
@@ -41,6 +41,7 @@ from services.common import telemetry
 from services.common.settings import setting
 
 log = logging.getLogger("driftbus.bus")
+T = TypeVar("T")
 
 BUNDLES, SERVER, APPLIED, INTENTS, STATUS, DECISIONS, OUTCOMES, MEMBERS = (
     "DRIFTBUS_BUNDLES",
@@ -481,6 +482,15 @@ class Publisher:
         self, subject: str, data: bytes, msg_id: str, headers: dict[str, str] | None
     ) -> js_api.PubAck:
         hdrs = {"Nats-Msg-Id": msg_id, **(headers or {})}
+        # Unknown outcome on a timeout: retrying with the same Nats-Msg-Id cannot duplicate it.
+        return await self.retrying(
+            f"publish to {subject}",
+            lambda: self._js.publish(subject, data, headers=hdrs, timeout=self._timeout),
+        )
+
+    async def retrying(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
+        """``call()`` again, with backoff, while the bus is away or a stream has no leader (a
+        reconnect, a NATS cluster node lost), for as long as a publish is retried."""
         delay = 0.2
         loop = asyncio.get_running_loop()
         give_up = loop.time() + self._retry_for
@@ -488,7 +498,7 @@ class Publisher:
         while True:
             attempt += 1
             try:
-                return await self._js.publish(subject, data, headers=hdrs, timeout=self._timeout)
+                return await call()
             except (
                 NatsTimeout,
                 nats.errors.ConnectionClosedError,
@@ -498,10 +508,9 @@ class Publisher:
                 ServiceUnavailableError,
                 TimeoutError,
             ) as exc:
-                # Unknown outcome: retrying with the same Nats-Msg-Id cannot duplicate it.
                 if loop.time() + delay > give_up:
                     raise BusError(
-                        f"publish to {subject} failed after {attempt} tries: {type(exc).__name__}"
+                        f"{what} failed after {attempt} tries: {type(exc).__name__}"
                     ) from None
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)

@@ -16,6 +16,7 @@ finds our own message id there, and that counts as landed.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Callable
 
@@ -27,7 +28,8 @@ from services.common.bus import WRONG_LAST_SEQUENCE, BusError, Publisher, last_m
 EXPECTED_LAST_SUBJECT_SEQUENCE = "Nats-Expected-Last-Subject-Sequence"
 MAX_RACES = 20
 """Rounds of compare-and-publish before giving up: each lost round means another writer landed
-a message on the same subject in between, which a handful of writers cannot keep doing."""
+a message on the same subject in between (or a lagging replica answered the read), which cannot
+go on for the ~15 s the backoff between rounds adds up to."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -59,9 +61,15 @@ async def publish_newest(
     when ``None`` the last message is read first.
     """
     expected = last_seq
+    backoff = 0.01
     for _ in range(MAX_RACES):
         if expected is None:
-            last = await last_message(js, stream, subject)
+            # a direct get may be answered by a replica that lags a moment behind the leader
+            # (R3 streams): then the compare fails again and we read again, a little later
+            last = await pub.retrying(
+                f"reading the last message of {subject}",
+                lambda: last_message(js, stream, subject),
+            )
             if last is None:
                 expected = 0
             else:
@@ -79,6 +87,8 @@ async def publish_newest(
             if exc.err_code != WRONG_LAST_SEQUENCE:
                 raise
             expected = None  # someone else published on the subject: compare again
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 1.0)
             continue
         return Survivor(int(ack.seq), True, data)
     raise BusError(f"publish to {subject}: lost {MAX_RACES} races with other writers in a row")
