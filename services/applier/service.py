@@ -608,17 +608,18 @@ def _log_failure(task: asyncio.Task[None]) -> None:
 
 
 def _supersedes(fact: AppliedEvent, other: bytes) -> bool:
-    """Whether ``fact`` is at least as new as the APPLIED message ``other``. Deletes always
-    land (their resourceVersion may be unknown), and so does anything after one; an apply at the
+    """Whether ``fact`` is at least as new as the APPLIED message ``other``. A delete without a
+    resourceVersion cannot be compared and lands, and so does anything after one; an apply at the
     same resourceVersion (a no-op apply of an equivalent manifest) replaces the other, so the
     planner learns which manifest it was."""
     try:
         last = decode(other, AppliedEvent)
     except WireError:
         return True
-    if fact.deleted or last.deleted:
-        return True
-    return rv_int(fact.resource_version) >= rv_int(last.resource_version)
+    ours, theirs = rv_int(fact.resource_version), rv_int(last.resource_version)
+    if (fact.deleted or last.deleted) and not (ours and theirs):
+        return True  # a delete's resourceVersion may be unknown: it cannot be compared
+    return ours >= theirs
 
 
 def seq(msg: Msg) -> int:

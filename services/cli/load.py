@@ -187,15 +187,18 @@ def load_helm(
     chart: str, *, release: str, namespace: str, values: list[str], sets: list[str]
 ) -> Loaded:
     """What ``helm template RELEASE CHART`` renders (the Helm the project builds from its
-    pinned module, or one of that version on PATH / ``TEST_ASSET_HELM``). Hooks and tests are
-    rendered as Helm renders them; driftbus applies them as ordinary objects."""
+    pinned module, or one of that version on PATH / ``TEST_ASSET_HELM``), with the chart's CRDs
+    and without its tests. Hooks are rendered as Helm renders them; driftbus applies them as
+    ordinary objects."""
     from services.controlplane import assets
 
     try:
         helm = assets.ensure("helm")
     except (OSError, assets.AssetError) as exc:
         raise InputError(f"{chart}: rendering a chart needs helm: {exc}") from None
-    argv = [str(helm), "template", release, chart]
+    # CRDs in crds/ too (helm install would create them first); a chart's test Pods are for
+    # `helm test`, not objects to keep running
+    argv = [str(helm), "template", release, chart, "--include-crds", "--skip-tests"]
     if namespace:
         argv += ["--namespace", namespace]
     for v in values:
@@ -290,6 +293,15 @@ def load_git(repo: str, ref: str, subdir: str = "") -> Loaded:
         return _load_git(tmp, repo, ref, subdir)
 
 
+def _no_links_out(tree: Path, label: str) -> None:
+    """A repository's symbolic link must not make us read a file outside it."""
+    top = tree.resolve()
+    for path in tree.rglob("*"):
+        if path.is_symlink() and not path.resolve().is_relative_to(top):
+            rel = path.relative_to(tree)
+            raise InputError(f"{label}{rel}: a symbolic link out of the repository")
+
+
 def _load_git(gitdir: str, repo: str, ref: str, subdir: str) -> Loaded:
     def git(*args: str) -> bytes:
         res = subprocess.run(["git", "-C", gitdir, *args], capture_output=True, timeout=600)
@@ -309,14 +321,23 @@ def _load_git(gitdir: str, repo: str, ref: str, subdir: str) -> Loaded:
         if kind != "tree":
             what = "not a directory" if kind else "no such directory"
             raise InputError(f"{top}: {what} in {repo}@{commit[:12]} (--path)")
-    archive = git("archive", "--format=tar", commit, "--", str(top))
     with tempfile.TemporaryDirectory(prefix="driftbus-tree-") as tree:
-        try:
-            with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-                # "data": no links out of the tree, no devices, no absolute paths
-                tar.extractall(tree, filter="data")
-        except tarfile.TarError as exc:
-            raise InputError(f"{label}{top}: cannot export the tree: {exc}") from None
+        # The whole tree at the commit, checked out with a throwaway index — not `git archive`,
+        # which honours export-ignore/export-subst and would silently drop or change manifests
+        # (a dropped object would be pruned). Whole, because a kustomization under --path may
+        # refer to ../../base.
+        env = {**os.environ, "GIT_INDEX_FILE": str(Path(tree, ".driftbus-index"))}
+        for args in (["read-tree", commit], ["checkout-index", "--all", "--force"]):
+            res = subprocess.run(
+                ["git", "-C", gitdir, f"--work-tree={tree}", *args],
+                capture_output=True,
+                env=env,
+                timeout=600,
+            )
+            if res.returncode != 0:
+                raise InputError(f"git {args[0]} in {repo}: {res.stderr.decode().strip()}")
+        Path(tree, ".driftbus-index").unlink()
+        _no_links_out(Path(tree), label)
         root = Path(tree) / top
         loaded = load_paths([str(root)]) if root.is_dir() else Loaded([])
         # name files as they are in the repository, not in the temporary tree

@@ -65,6 +65,10 @@ reconnect and a restarted planner re-emitting the intents it had in flight."""
 
 WRONG_LAST_SEQUENCE = 10071
 """JetStream's error code for a publish whose expected last sequence did not match."""
+COMPARE_REFUSED = frozenset((WRONG_LAST_SEQUENCE, 10163, 10164))
+"""Codes of a refused compare-and-publish worth comparing again: the wrong sequence, and on a
+clustered stream "not ready" (10163) and another expected-sequence publish on the subject still
+in flight (10164)."""
 
 
 class BusError(RuntimeError):
@@ -472,7 +476,7 @@ class Publisher:
         self._pending.discard(task)
         self._slots.release()
         if not task.cancelled() and (exc := task.exception()) is not None:
-            if isinstance(exc, APIError) and exc.err_code == WRONG_LAST_SEQUENCE:
+            if isinstance(exc, APIError) and exc.err_code in COMPARE_REFUSED:
                 return  # a refused compare-and-publish: the caller compares again (newest.py)
             self.errors += 1
             # Never silent: a lost publish is a lost fact (the caller may also await the task).

@@ -9,9 +9,10 @@ of the message it was compared with: if anyone published on the subject meanwhil
 refuses it, the last message is read again and compared again. A fact older than the survivor
 is dropped, and the caller learns what the stream holds instead.
 
-JetStream checks the expected sequence *before* ``Nats-Msg-Id`` deduplication, so a retry of a
-publish that did land is refused as a wrong sequence, not acknowledged as a duplicate: the re-read
-finds our own message id there, and that counts as landed.
+A retry of a publish that did land is either refused as a wrong sequence (a single server
+checks the sequence before ``Nats-Msg-Id`` deduplication) or acknowledged as a duplicate (a
+clustered stream deduplicates first). Either way the survivor is read again: our own message id
+there counts as landed, a newer fact than ours as not.
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ import dataclasses
 from collections.abc import Callable
 
 from nats.js import JetStreamContext
+from nats.js import api as js_api
 from nats.js.errors import APIError
 
-from services.common.bus import WRONG_LAST_SEQUENCE, BusError, Publisher, last_message
+from services.common.bus import COMPARE_REFUSED, BusError, Publisher, last_message
 
 EXPECTED_LAST_SUBJECT_SEQUENCE = "Nats-Expected-Last-Subject-Sequence"
 MAX_RACES = 20
@@ -81,14 +83,18 @@ async def publish_newest(
         task = await pub.publish(
             subject, data, msg_id=msg_id, headers={EXPECTED_LAST_SUBJECT_SEQUENCE: str(expected)}
         )
+        ack: js_api.PubAck | None
         try:
             ack = await task
         except APIError as exc:
-            if exc.err_code != WRONG_LAST_SEQUENCE:
+            if exc.err_code not in COMPARE_REFUSED:
                 raise
-            expected = None  # someone else published on the subject: compare again
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 1.0)
-            continue
-        return Survivor(int(ack.seq), True, data)
+            ack = None
+        if ack is not None and not ack.duplicate:
+            return Survivor(int(ack.seq), True, data)
+        # Refused (someone else published on the subject), or a duplicate of ours that landed
+        # earlier and may have been replaced since: read the survivor and compare again.
+        expected = None
+        await asyncio.sleep(backoff)
+        backoff = min(backoff * 2, 1.0)
     raise BusError(f"publish to {subject}: lost {MAX_RACES} races with other writers in a row")

@@ -88,10 +88,14 @@ def resolve(text: str) -> Any:
         return _CONSTANTS[text]
     first = text[0]
     if first == ".":
-        return float(text) if _GO_FLOAT_DOT.match(text) else text
+        if _GO_FLOAT_DOT.match(text) and not math.isinf(float(text)):
+            return float(text)
+        return text  # out of range is an error to Go's ParseFloat: a string
     if not (first.isdigit() and first.isascii()) and first not in "+-":
         return text
     plain = text.replace("_", "")
+    if len(plain) > 400:
+        return text  # far beyond uint64 and float64 range: Go's parsers fail, a string
     value = _go_int(plain)
     if value is not None and INT64[0] <= value <= UINT64_MAX:
         return value  # int64, or uint64 if positive and bigger
@@ -117,11 +121,12 @@ class _Loader(yaml.SafeLoader):
         return resolve(node.value)
 
     def construct_tagged(self, node: Node) -> Any:
-        """An explicit tag: the standard ones as YAML says, any other one ignored (go-yaml
-        decodes a custom-tagged value into ``interface{}`` as if it had no tag)."""
+        """An explicit tag: ``!!int``/``!!float``/``!!bool``/``!!null`` as YAML says; on any
+        other scalar the text, unresolved (go-yaml's ``resolve`` returns it as it is); a tagged
+        mapping or sequence as if untagged."""
         if isinstance(node, ScalarNode):
-            if node.tag == STR:
-                return node.value
+            if node.tag not in (INT, FLOAT, BOOL, NULL):
+                return node.value  # !!str, and any tag go-yaml does not resolve: the text
             value = resolve(node.value)
             wanted = {INT: int, FLOAT: float, BOOL: bool, NULL: type(None)}.get(node.tag)
             if wanted is float and type(value) is int:
@@ -137,9 +142,15 @@ class _Loader(yaml.SafeLoader):
         return self.construct_mapping(node, deep=True)
 
     def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
+        """Keys in document order, as go-yaml decodes them: a merge (``<<``) is applied where
+        it stands — it overrides keys before it, later keys override it; of a list of merged
+        maps the earlier ones win. A key given twice explicitly is an error."""
         seen: dict[Any, int] = {}
-        for key_node, _ in node.value:
+        out: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
             if key_node.tag == MERGE:
+                for merged in reversed(self._merged(value_node, node)):
+                    out.update(merged)
                 continue
             key = _key(self.construct_object(key_node, deep=True), key_node)
             if key in seen:
@@ -150,11 +161,21 @@ class _Loader(yaml.SafeLoader):
                     key_node.start_mark,
                 )
             seen[key] = key_node.start_mark.line
-        self.flatten_mapping(node)
-        out: dict[Any, Any] = {}
-        for key_node, value_node in node.value:
-            key = _key(self.construct_object(key_node, deep=True), key_node)
             out[key] = self.construct_object(value_node, deep=deep)
+        return out
+
+    def _merged(self, value: Node, parent: MappingNode) -> list[dict[Any, Any]]:
+        nodes = value.value if isinstance(value, SequenceNode) else [value]
+        out = []
+        for n in nodes:
+            if not isinstance(n, MappingNode):
+                raise ConstructorError(
+                    "while constructing a mapping",
+                    parent.start_mark,
+                    "a merge (<<) needs a map or a list of maps",
+                    n.start_mark,
+                )
+            out.append(self.construct_mapping(n, deep=True))
         return out
 
 
@@ -212,10 +233,10 @@ def _jsonable(value: Any, where: str, done: dict[int, Any] | None = None) -> Any
         if math.isinf(value) or math.isnan(value):
             raise DecodeError(f"{where or 'the document'}: {value} has no JSON form")
         return int(value) if value.is_integer() and abs(value) < 1e21 else value
-    if isinstance(value, bytes):
-        raise DecodeError(f"{where}: a !!binary value has no JSON form")
     if not isinstance(value, dict | list):
-        return value
+        if value is None or isinstance(value, str | int | bool):
+            return value
+        raise DecodeError(f"{where or 'the document'}: a {type(value).__name__} has no JSON form")
     done = {} if done is None else done
     if id(value) in done:
         return done[id(value)]
@@ -242,3 +263,5 @@ def documents(text: str) -> Iterator[tuple[int, Any]]:
         raise DecodeError(str(exc.problem or exc), mark.line + 1 if mark else None) from None
     except yaml.YAMLError as exc:
         raise DecodeError(str(exc)) from None
+    except RecursionError:
+        raise DecodeError("nested too deeply") from None
