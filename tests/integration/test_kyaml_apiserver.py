@@ -20,6 +20,7 @@ from services.core import kyaml
 
 from ..conftest import unique_name
 from ..unit.test_kyaml import VECTORS
+from .manifests import crd as vector_crd
 
 GROUP = "kyaml.driftbus.test"
 
@@ -46,29 +47,7 @@ def document(name: str, namespace: str, spec_yaml: str) -> str:
 
 @pytest.fixture(scope="module")
 def vector_kind(stack: servers.Stack) -> str:
-    crd = {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"vectors.{GROUP}"},
-        "spec": {
-            "group": GROUP,
-            "scope": "Namespaced",
-            "names": {"plural": "vectors", "singular": "vector", "kind": "Vector"},
-            "versions": [
-                {
-                    "name": "v1",
-                    "served": True,
-                    "storage": True,
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "x-kubernetes-preserve-unknown-fields": True,
-                        }
-                    },
-                }
-            ],
-        },
-    }
+    crd = vector_crd(GROUP, "Vector")  # preserve-unknown-fields: stores anything
     applied = kubectl(stack, "apply", "--server-side", "-f", "-", stdin=orjson.dumps(crd).decode())
     assert applied.returncode == 0, applied.stderr
     ready = kubectl(stack, "wait", "--for=condition=Established", f"crd/vectors.{GROUP}")
