@@ -238,6 +238,28 @@ class StatusWatch:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), timeout=min(remaining, 1.0))
 
+    async def object_status(
+        self,
+        pred: Callable[[ObjectStatus], bool],
+        within: float,
+        logs: Callable[[], str] = lambda: "",
+    ) -> ObjectStatus:
+        """The first object event matching `pred`, waiting up to `within` seconds for it."""
+        deadline = time.monotonic() + within
+        seen = 0
+        while True:
+            for st in self.objects[seen:]:
+                if pred(st):
+                    return st
+            seen = len(self.objects)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                lines = "\n".join(f"  {o.key}: {o.phase} {o.message}" for o in self.objects)
+                raise AssertionError(f"no object status matched; events:\n{lines}\n{logs()}")
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), timeout=min(remaining, 1.0))
+
     async def ready(
         self, revision: str, within: float = 60.0, logs: Callable[[], str] = lambda: ""
     ) -> BundleStatus:

@@ -287,4 +287,7 @@ async def test_a_prune_is_reported_pruned_with_the_bundles_propagation_policy(
     else:
         raise AssertionError(f"b was never deleted\n{pipeline.logs()}")
     assert "orphan" in meta.get("finalizers", [])
-    assert any(o.phase is ObjectPhase.PRUNED and o.key.name == "b" for o in watch.objects)
+    # the status event may trail the API server's view of the delete: wait for it, bounded
+    await watch.object_status(
+        lambda o: o.phase is ObjectPhase.PRUNED and o.key.name == "b", 30, pipeline.logs
+    )
