@@ -20,6 +20,7 @@ from schemas.messages import (
     DeleteIntent,
     ObjectStatus,
     ServerEvent,
+    SourceStatus,
 )
 
 T = TypeVar("T")
@@ -65,6 +66,7 @@ __all__ = [
     "DeleteIntent",
     "ObjectStatus",
     "ServerEvent",
+    "SourceStatus",
     "WireError",
     "decode",
     "encode",

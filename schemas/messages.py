@@ -251,6 +251,35 @@ class BundleStatus(_Message, frozen=True, tag=_tag("bundle-status")):
     failed_objects: list[str] = []
     """``Kind/ns/name: reason`` of objects that keep the bundle from Ready, bounded."""
     at: dt.datetime | None = None
+    source: str = ""
+    """Where the revision came from and what rendered it (``Bundle.source``)."""
+
+
+# --- source → driftbus.status.<cluster>.<bundle>.source ------------------------------------------
+
+
+class SourcePhase(enum.StrEnum):
+    PUBLISHED = "Published"
+    """The followed ref's commit is the bundle's current revision."""
+    FAILED = "Failed"
+    """The newest commit could not be fetched or rendered; the last good revision stays."""
+
+
+class SourceStatus(_Message, frozen=True, tag=_tag("source-status")):
+    """What ``driftbus source`` last did for a bundle it follows (one per bundle, replaced)."""
+
+    cluster: Name
+    bundle: Name
+    url: str
+    ref: str
+    """What is followed: ``refs/heads/main``, ``refs/tags/v1``, or a semver range."""
+    phase: SourcePhase
+    commit: str = ""
+    """The commit the attempt was about (empty when fetching failed)."""
+    revision: str = ""
+    """The last revision published from this source (the last good one, after a failure)."""
+    message: str = ""
+    at: dt.datetime | None = None
 
 
 # --- planner → driftbus.decision.<cluster>.<key> ------------------------------------------------
@@ -348,6 +377,7 @@ MESSAGE_TYPES: Final[dict[str, type[_Message]]] = {
     "delete-intent": DeleteIntent,
     "object-status": ObjectStatus,
     "bundle-status": BundleStatus,
+    "source-status": SourceStatus,
     "decision": DecisionRecord,
     "outcome": OutcomeEvent,
     "member": MemberHeartbeat,

@@ -170,6 +170,10 @@ def bundle_status_subject(cluster: str, bundle: str) -> str:
     return _checked(f"{PREFIX}.status.{encode_token(cluster)}.{encode_token(bundle)}.bundle")
 
 
+def source_status_subject(cluster: str, bundle: str) -> str:
+    return _checked(f"{PREFIX}.status.{encode_token(cluster)}.{encode_token(bundle)}.source")
+
+
 def cluster_filter(kind: str, cluster: str) -> str:
     """Wildcard subject selecting one cluster's messages of a family, e.g. its intents."""
     return f"{PREFIX}.{kind}.{encode_token(cluster)}.>"
@@ -208,6 +212,8 @@ def parse_subject(subject: str) -> ParsedSubject:
         return ParsedSubject("member." + rest[0], cluster)
     if family == "status" and rest[1:] == ["bundle"]:
         return ParsedSubject("status.bundle", cluster, bundle=decode_token(rest[0]))
+    if family == "status" and rest[1:] == ["source"]:
+        return ParsedSubject("status.source", cluster, bundle=decode_token(rest[0]))
     if family == "status" and len(rest) == 6 and rest[1] == "object":
         return ParsedSubject(
             "status.object", cluster, bundle=decode_token(rest[0]), key=parse_key_tokens(rest[2:])

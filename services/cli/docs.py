@@ -14,6 +14,7 @@ from services.applier.service import ApplierSettings
 from services.common.bus import NatsSettings
 from services.common.settings import document
 from services.planner.service import PlannerSettings
+from services.source.service import SourceSettings
 from services.watcher.service import WatcherSettings
 
 OUT = Path(__file__).resolve().parents[2] / "docs" / "settings.md"
@@ -30,6 +31,7 @@ def render() -> str:
         ("watcher", WatcherSettings),
         ("planner", PlannerSettings),
         ("applier", ApplierSettings),
+        ("source", SourceSettings),
     ):
         parts.append(f"## `driftbus {name}`\n\n{document(model)}\n")
     publish = _subcommand("publish")

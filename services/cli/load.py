@@ -1,9 +1,9 @@
 """Reading manifests for ``driftbus publish`` and ``driftbus plan``.
 
-Directories, single files, ``.tar.gz`` tarballs, and a directory of a Git repository at a given
-ref (the commit SHA becomes the revision). Every problem is an ``InputError`` naming the file and
-line or document index, and nothing is published when there is any: a half-published bundle
-would prune the other half.
+Directories, single files, ``.tar.gz`` tarballs, standard input and Helm charts (a Git
+repository at a commit is read through these: ``gitrepo``). Every problem is an ``InputError``
+naming the file and line or document index, and nothing is published when there is any: a
+half-published bundle would prune the other half.
 
 Which files a path loads — what ``kubectl apply -f PATH -R`` loads, with one difference:
 
@@ -34,7 +34,6 @@ import os
 import subprocess
 import sys
 import tarfile
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path, PurePath, PurePosixPath
 from typing import Any, TextIO
@@ -272,89 +271,6 @@ def _load_tarball(path: Path) -> tuple[list[Manifest], int]:
     except (tarfile.TarError, OSError) as exc:
         raise InputError(f"{path}: not a readable .tar.gz: {exc}") from None
     return out, files
-
-
-def load_git(repo: str, ref: str, subdir: str = "") -> Loaded:
-    """Manifests under ``subdir`` of ``repo`` at ``ref``: a local repository, or any URL git
-    clones (``file://``, ``https://``, ``ssh``), cloned bare into a temporary directory. The tree
-    at the commit is exported (``git archive``) and read exactly as a directory is — the same
-    file rules, kustomizations rendered — so a directory and its commit load the same objects."""
-    if Path(repo).is_dir():
-        return _load_git(repo, repo, ref, subdir)
-    with tempfile.TemporaryDirectory(prefix="driftbus-git-") as tmp:
-        cloned = subprocess.run(
-            ["git", "clone", "--bare", "--quiet", "--", repo, tmp],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        if cloned.returncode != 0:
-            raise InputError(f"git clone {repo}: {cloned.stderr.strip() or 'failed'}")
-        return _load_git(tmp, repo, ref, subdir)
-
-
-def _no_links_out(tree: Path, label: str) -> None:
-    """A repository's symbolic link must not make us read a file outside it."""
-    top = tree.resolve()
-    for path in tree.rglob("*"):
-        if path.is_symlink() and not path.resolve().is_relative_to(top):
-            rel = path.relative_to(tree)
-            raise InputError(f"{label}{rel}: a symbolic link out of the repository")
-
-
-def _load_git(gitdir: str, repo: str, ref: str, subdir: str) -> Loaded:
-    def git(*args: str) -> bytes:
-        res = subprocess.run(["git", "-C", gitdir, *args], capture_output=True, timeout=600)
-        if res.returncode != 0:
-            raise InputError(f"git {' '.join(args)} in {repo}: {res.stderr.decode().strip()}")
-        return res.stdout
-
-    commit = git("rev-parse", "--verify", f"{ref}^{{commit}}").decode().strip()
-    top = PurePosixPath(subdir.strip("/") or ".")  # "./deploy/" → deploy
-    label = f"{repo}@{commit[:12]}:"
-    if str(top) != ".":
-        kind = subprocess.run(
-            ["git", "-C", gitdir, "cat-file", "-t", f"{commit}:{top}"],
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-        if kind != "tree":
-            what = "not a directory" if kind else "no such directory"
-            raise InputError(f"{top}: {what} in {repo}@{commit[:12]} (--path)")
-    with tempfile.TemporaryDirectory(prefix="driftbus-tree-") as tree:
-        # The whole tree at the commit, checked out with a throwaway index — not `git archive`,
-        # which honours export-ignore/export-subst and would silently drop or change manifests
-        # (a dropped object would be pruned). Whole, because a kustomization under --path may
-        # refer to ../../base.
-        env = {**os.environ, "GIT_INDEX_FILE": str(Path(tree, ".driftbus-index"))}
-        for args in (["read-tree", commit], ["checkout-index", "--all", "--force"]):
-            res = subprocess.run(
-                ["git", "-C", gitdir, f"--work-tree={tree}", *args],
-                capture_output=True,
-                env=env,
-                timeout=600,
-            )
-            if res.returncode != 0:
-                raise InputError(f"git {args[0]} in {repo}: {res.stderr.decode().strip()}")
-        Path(tree, ".driftbus-index").unlink()
-        _no_links_out(Path(tree), label)
-        root = Path(tree) / top
-        loaded = load_paths([str(root)]) if root.is_dir() else Loaded([])
-        # name files as they are in the repository, not in the temporary tree
-        manifests = [
-            Manifest(m.obj, m.where.replace(f"{tree}/", label, 1)) for m in loaded.manifests
-        ]
-        rendered = loaded.source.replace(str(root), f"{label}{top}").replace(f"{tree}/", label)
-    source = f"{repo}@{commit}"
-    if " [rendered: " in rendered:
-        source += rendered[rendered.index(" [rendered: ") :]
-    return Loaded(
-        manifests,
-        revision=commit,
-        source=source,
-        where=f"{label}{top}",
-        files=loaded.files,
-    )
 
 
 def require_objects(loaded: Loaded, bundle: str, command: str = "publish") -> None:

@@ -35,12 +35,14 @@ from services.common import logs, settings
 from services.common.bus import NatsSettings
 from services.controlplane import assets
 from services.planner import service as planner
+from services.source import service as source
 from services.watcher import service as watcher
 
 SERVICES: dict[str, tuple[Any, type[Any], str]] = {
     "watcher": (watcher.run, watcher.WatcherSettings, "list+watch a cluster, publish SHAs"),
     "planner": (planner.run, planner.PlannerSettings, "decide what to apply"),
     "applier": (applier.run, applier.ApplierSettings, "server-side apply intents"),
+    "source": (source.run, source.SourceSettings, "follow Git repositories, publish bundles"),
 }
 
 
@@ -87,7 +89,7 @@ def _fail(command: str, exc: Exception) -> int:
 def _load_manifests(args: argparse.Namespace) -> Any:
     """The manifests named on the command line: PATH... or --git REPO --ref REF [--path DIR];
     a revision with no objects is refused unless --allow-empty (it would prune the bundle)."""
-    from services.cli import load
+    from services.cli import gitrepo, load
 
     if sum(map(bool, (args.helm, args.git, args.paths))) > 1:
         raise load.InputError(f"{args.command}: give one source: PATH..., --git or --helm")
@@ -100,7 +102,14 @@ def _load_manifests(args: argparse.Namespace) -> Any:
             sets=args.set,
         )
     elif args.git:
-        loaded = load.load_git(args.git, args.ref, args.path or "")
+        # a chart at --path is rendered like --helm, its --values relative to the chart
+        helm = gitrepo.HelmOptions(
+            release=args.release or args.bundle,
+            namespace=args.namespace or "",
+            values=tuple(args.values),
+            sets=tuple(args.set),
+        )
+        loaded = gitrepo.load_git(args.git, args.ref, args.path or "", helm)
     elif args.paths:
         loaded = load.load_paths(args.paths)
     else:
@@ -245,12 +254,12 @@ def cmd_status(args: argparse.Namespace) -> int:
             if args.bundle:
                 rows = await user.object_rows(js, args.cluster, args.bundle, seen=seen)
                 bundles = await user.bundle_statuses(js, args.cluster, args.bundle, seen=seen)
+                followed = await user.source_status(js, args.cluster, args.bundle)
                 if args.output == "json":
-                    table.emit(
-                        [{"bundle": [msgspec_to_builtins(b) for b in bundles], "objects": rows}],
-                        [],
-                        "json",
-                    )
+                    doc = {"bundle": [msgspec_to_builtins(b) for b in bundles], "objects": rows}
+                    if followed is not None:
+                        doc["git_source"] = msgspec_to_builtins(followed)
+                    table.emit([doc], [], "json")
                 else:
                     for b in bundles:
                         c = b.counts
@@ -258,6 +267,13 @@ def cmd_status(args: argparse.Namespace) -> int:
                             f"{b.bundle}@{b.revision}: {table.colour(str(b.phase))} — "
                             f"{b.message} (applied {c.applied}/{c.total}, ready "
                             f"{c.ready}/{c.total})"
+                        )
+                        if b.source:
+                            print(f"  from {b.source}")
+                    if followed is not None:
+                        print(
+                            f"  git source {followed.url} {followed.ref}: "
+                            f"{table.colour(str(followed.phase))} — {followed.message}"
                         )
                     table.emit(
                         rows,
@@ -320,11 +336,11 @@ async def _subscribe_status(nc: Any, args: argparse.Namespace) -> asyncio.Queue[
 def status_line(subject: str, data: bytes, output: str) -> str | None:
     """How ``status -f`` shows one status message (None: not a status it can read)."""
     from schemas.codec import WireError, decode, encode
-    from schemas.messages import BundleStatus, ObjectStatus
+    from schemas.messages import BundleStatus, ObjectStatus, SourceStatus
     from schemas.subjects import SubjectError, parse_subject
     from services.cli.table import colour
 
-    event: BundleStatus | ObjectStatus
+    event: BundleStatus | ObjectStatus | SourceStatus
     try:
         family = parse_subject(subject).family
         if family == "status.bundle":
@@ -333,6 +349,9 @@ def status_line(subject: str, data: bytes, output: str) -> str | None:
         elif family == "status.object":
             event = o = decode(data, ObjectStatus)
             line = f"{o.key}: {colour(str(o.phase))} {o.message}"
+        elif family == "status.source":
+            event = src = decode(data, SourceStatus)
+            line = f"{src.bundle} git source {src.ref}: {colour(str(src.phase))} {src.message}"
         else:
             return None
     except (WireError, SubjectError):
@@ -546,7 +565,11 @@ def _add_source_args(p: argparse.ArgumentParser) -> None:
         help="render a Helm chart (a chart directory or .tgz) with `helm template`",
     )
     p.add_argument(
-        "--values", action="append", default=[], metavar="FILE", help="Helm values file (repeat)"
+        "--values",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="Helm values file (repeat; with --git, relative to the chart at --path)",
     )
     p.add_argument("--set", action="append", default=[], metavar="K=V", help="Helm value (repeat)")
     p.add_argument("--release", help="Helm release name (default: the bundle's name)")
@@ -608,6 +631,19 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("-o", "--output", choices=["table", "json"], default="table")
     up.add_argument(
         "--ui-port", type=int, default=8080, help="port of the status page (0: no page)"
+    )
+    up.add_argument(
+        "--git",
+        metavar="REPO",
+        help="also run `driftbus source` following this repository (a local path or any URL "
+        "git clones) into bundle --git-bundle",
+    )
+    up.add_argument("--git-bundle", default="git", help="bundle the repository is published as")
+    up.add_argument("--path", help="directory in the repository (with --git)")
+    up.add_argument("--branch", help="branch to follow (with --git; default: the default one)")
+    up.add_argument("-n", "--namespace", help="default namespace of the repository's objects")
+    up.add_argument(
+        "--git-interval", type=float, default=5.0, help="seconds between polls (with --git)"
     )
     up.set_defaults(func=up_cmd.cmd_up)
 

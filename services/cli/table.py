@@ -11,6 +11,7 @@ import orjson
 _COLOURS = {
     "Ready": "32",
     "Applied": "32",
+    "Published": "32",
     "Failed": "31",
     "Conflict": "31",
     "Degraded": "33",

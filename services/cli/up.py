@@ -46,15 +46,29 @@ def _service(
     env: dict[str, str],
     context: str | None,
     ui_port: int = 0,
+    extra: tuple[str, ...] = (),
 ) -> servers.Process:
     argv = [sys.executable, "-m", "services.cli.main", role]
     if role == "ui":
         argv += ["--port", str(ui_port)]
+    elif role == "source":
+        argv += ["--cluster", cluster]
     elif role != "planner":
         argv += ["--cluster", cluster]
         if context:
             argv += ["--context", context]
-    return servers.Process(name, argv, workdir / "services", env=env)
+    return servers.Process(name, [*argv, *extra], workdir / "services", env=env)
+
+
+def source_args(args: argparse.Namespace) -> tuple[str, ...]:
+    """The ``driftbus source`` flags of ``up --git``: follow the repository every 5 s (a local
+    one is read in place, so that is cheap; push to a branch and watch it apply)."""
+    repo = str(Path(args.git).resolve()) if Path(args.git).is_dir() else args.git
+    out = ["--git", repo, "--bundle", args.git_bundle, "--interval", str(args.git_interval)]
+    for flag in ("path", "branch", "namespace"):
+        if value := getattr(args, flag):
+            out += [f"--{flag}", value]
+    return tuple(out)
 
 
 async def _publish_example(nats_url: str, cluster: str, within: float) -> Any:
@@ -126,6 +140,10 @@ def cmd_up(args: argparse.Namespace) -> int:
         procs = [
             _service(n, r, args.cluster, workdir, env, args.context, args.ui_port) for n, r in roles
         ]
+        if args.git:
+            procs.append(
+                _service("source", "source", args.cluster, workdir, env, None, 0, source_args(args))
+            )
         for p in procs:
             p.start()
         _say(f"started {', '.join(p.name for p in procs)}")
@@ -241,6 +259,12 @@ def _detach(args: argparse.Namespace) -> int:
         argv += ["--context", args.context]
     if args.no_example:
         argv.append("--no-example")
+    if args.git:
+        argv += ["--git", args.git, "--git-bundle", args.git_bundle]
+        argv += ["--git-interval", str(args.git_interval)]
+        for flag in ("path", "branch", "namespace"):
+            if getattr(args, flag):
+                argv += [f"--{flag}", getattr(args, flag)]
     with (workdir / "up.log").open("ab") as log:
         child = subprocess.Popen(
             argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True

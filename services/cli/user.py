@@ -30,6 +30,7 @@ from schemas.messages import (
     DecisionRecord,
     ObjectStatus,
     ServerEvent,
+    SourceStatus,
 )
 from schemas.subjects import (
     ObjectKey,
@@ -39,6 +40,7 @@ from schemas.subjects import (
     decode_token,
     encode_token,
     key_tokens,
+    source_status_subject,
 )
 from services.cli.load import Loaded
 from services.common import bus, members, telemetry
@@ -180,6 +182,16 @@ async def bundle_statuses(
         except WireError:
             continue
     return sorted(out, key=lambda s: s.bundle)
+
+
+async def source_status(js: JetStreamContext, cluster: str, bundle: str) -> SourceStatus | None:
+    """What ``driftbus source`` last reported for ``bundle`` (None: no source follows it)."""
+    for m in reversed(await _snapshot(js, bus.STATUS, source_status_subject(cluster, bundle))):
+        try:
+            return decode(m.data, SourceStatus)
+        except WireError:
+            continue
+    return None
 
 
 async def object_rows(

@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -24,7 +24,14 @@ from nats.js import JetStreamContext
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError
 
 from schemas.codec import decode, encode
-from schemas.messages import Bundle, BundleOptions, BundlePhase, BundleStatus, ObjectStatus
+from schemas.messages import (
+    Bundle,
+    BundleOptions,
+    BundlePhase,
+    BundleStatus,
+    ObjectStatus,
+    SourceStatus,
+)
 from schemas.subjects import bundle_subject
 from services.common import bus
 from services.common.bundles import store_manifests
@@ -193,12 +200,16 @@ async def until_planner_ready(js: JetStreamContext, within: float = 60.0) -> Non
         await asyncio.sleep(0.1)
 
 
+E = TypeVar("E")
+
+
 class StatusWatch:
     """Collects every status event of one bundle (object and bundle) as a user would see them."""
 
     def __init__(self) -> None:
         self.objects: list[ObjectStatus] = []
         self.bundles: list[BundleStatus] = []
+        self.sources: list[SourceStatus] = []
         self._changed = asyncio.Event()
 
     async def start(self, nc: NATS, cluster: str, bundle: str) -> None:
@@ -207,6 +218,8 @@ class StatusWatch:
         async def on_msg(msg: Any) -> None:
             if msg.subject.endswith(".bundle"):
                 self.bundles.append(decode(msg.data, BundleStatus))
+            elif msg.subject.endswith(".source"):
+                self.sources.append(decode(msg.data, SourceStatus))
             else:
                 self.objects.append(decode(msg.data, ObjectStatus))
             self._changed.set()
@@ -245,17 +258,31 @@ class StatusWatch:
         logs: Callable[[], str] = lambda: "",
     ) -> ObjectStatus:
         """The first object event matching `pred`, waiting up to `within` seconds for it."""
+        return await self._first(self.objects, pred, within, logs)
+
+    async def source_status(
+        self,
+        pred: Callable[[SourceStatus], bool],
+        within: float,
+        logs: Callable[[], str] = lambda: "",
+    ) -> SourceStatus:
+        """The first Git source event matching `pred`, waiting up to `within` seconds."""
+        return await self._first(self.sources, pred, within, logs)
+
+    async def _first(
+        self, events: list[E], pred: Callable[[E], bool], within: float, logs: Callable[[], str]
+    ) -> E:
         deadline = time.monotonic() + within
         seen = 0
         while True:
-            for st in self.objects[seen:]:
+            for st in events[seen:]:
                 if pred(st):
                     return st
-            seen = len(self.objects)
+            seen = len(events)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                lines = "\n".join(f"  {o.key}: {o.phase} {o.message}" for o in self.objects)
-                raise AssertionError(f"no object status matched; events:\n{lines}\n{logs()}")
+                lines = "\n".join(f"  {e}" for e in events)
+                raise AssertionError(f"no status event matched; events:\n{lines}\n{logs()}")
             self._changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), timeout=min(remaining, 1.0))

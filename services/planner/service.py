@@ -194,6 +194,8 @@ class BundleView:
     propagation: str = "Background"
     refused: tuple[str, str] | None = None
     """(revision, why) of the latest publish if it was refused; this view stays in force."""
+    source: str = ""
+    """Where the revision came from and what rendered it (``Bundle.source``)."""
 
 
 _manifest_json = msgspec.json.Encoder()
@@ -473,6 +475,7 @@ class Planner:
             set(),
             [],
             propagation=options.propagation,
+            source=bundle.source,
         )
         previous = self.bundles.get((cluster, name))
         taken: list[tuple[Slot, bytes, bytes]] = []
@@ -827,6 +830,7 @@ class Planner:
             message=message,
             failed_objects=listed(t),
             at=_now(),
+            source="" if view.refused else view.source,
         )
 
     def tally(self, view: BundleView) -> Tally:

@@ -155,6 +155,8 @@ class StatusPage:
         if msg.subject.endswith(".bundle"):
             if (st := _decoded(msg, BundleStatus)) is not None:
                 self._send("bundle", self.state.on_bundle(st))
+        elif msg.subject.endswith(".source"):
+            return  # a Git source's status: shown by `driftbus status`, not (yet) on the page
         elif (ost := _decoded(msg, ObjectStatus)) is not None:
             doc, corrected = self.state.on_object(ost)
             self._send("object", doc)

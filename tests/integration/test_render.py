@@ -10,14 +10,17 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 from nats.aio.client import Client as NATS
 
-from services.cli.load import load_paths
+from services.cli.gitrepo import HelmOptions, load_git
+from services.cli.load import InputError, load_paths
 from services.common import bus
 from services.common.kube import KubeClient, NotFound
 from services.controlplane.pipeline import Pipeline
 
 from ..conftest import unique_name
+from ..gitrepo import git
 from .test_trust_cli import ROOT, bundles_on_stream, driftbus, write
 
 BASE = """\
@@ -164,3 +167,26 @@ async def test_a_local_helm_chart_with_a_values_file_publishes_plans_and_converg
     assert rows[f"{bundle}-config"]["action"] == "apply"
     assert any("green" in change for change in rows[f"{bundle}-config"]["changes"])
     assert rows[bundle]["action"] == "unchanged"
+
+
+def test_a_chart_in_a_git_repository_is_rendered_with_its_values_relative_to_it(
+    tmp_path: Path,
+) -> None:
+    """``publish --git … --path CHART`` and ``driftbus source`` read a chart as ``--helm`` does
+    (the Helm the project builds), not its templates as manifests."""
+    repo = tmp_path / "repo"
+    chart(repo / "charts")
+    write(repo, "charts/web/prod.yaml", "color: blue\n")
+    git(repo, "init", "-q")
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "chart")
+    head = git(repo, "rev-parse", "HEAD")
+    helm = HelmOptions(release="shop", namespace="ns1", values=("prod.yaml",))
+    loaded = load_git(f"file://{repo}", "HEAD", "charts/web", helm)
+    by_name = {m.obj["metadata"]["name"]: m.obj for m in loaded.manifests}
+    assert sorted(by_name) == ["shop", "shop-config"]
+    assert by_name["shop-config"]["data"] == {"color": "blue"}
+    assert loaded.revision == head
+    assert f"file://{repo}@{head} [rendered: helm v4." in loaded.source
+    with pytest.raises(InputError, match="a Helm chart; give a release"):
+        load_git(str(repo), "HEAD", "charts/web")

@@ -11,7 +11,8 @@ import pytest
 from schemas.messages import BundleOptions
 from services.cli import load
 from services.cli import main as cli
-from services.cli.load import InputError, load_git, load_paths
+from services.cli.gitrepo import load_git
+from services.cli.load import InputError, load_paths
 from tests.gitrepo import git
 
 CM = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  namespace: ns\n"

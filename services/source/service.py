@@ -1,0 +1,357 @@
+"""``driftbus source``: follow Git repositories and publish what they render as bundles.
+
+Each followed source is a repository (any URL ``git clone`` takes, or a local path), a rule for
+which commit to take (a branch, a tag, or the newest tag in a semver range) and a path in it,
+published to one bundle of one cluster. Every ``interval`` seconds, or when a push webhook
+arrives, the source fetches, resolves the rule to a commit and, when that commit is new, reads
+it exactly as ``publish --git`` does (plain manifests, a kustomization rendered, a chart at the
+path rendered with Helm). A new revision — the commit id — is published only when the rendered
+objects differ from what it published last: a commit that touches only the README publishes
+nothing.
+
+A commit that cannot be fetched, read or rendered publishes nothing: the bundle keeps its last
+good revision, and the failure is reported as a ``SourceStatus`` on
+``driftbus.status.<cluster>.<bundle>.source`` (``driftbus status --bundle`` shows it). The
+source tries that commit again only when the ref moves (a broken commit stays broken); a fetch
+error is retried every interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import datetime as dt
+import hashlib
+import hmac
+import logging
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import nats.errors
+from aiohttp import web
+from nats.js import JetStreamContext
+
+from schemas.codec import encode
+from schemas.messages import BundleOptions, SourcePhase, SourceStatus
+from schemas.subjects import source_status_subject
+from services.cli import load, user
+from services.cli.gitrepo import HelmOptions, Repository
+from services.common import bus
+from services.common.settings import setting
+from services.core import kyaml
+from services.core.manifest import ManifestError
+from services.source.refs import RefError, RefRule, resolve
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceSpec:
+    """One followed repository and the bundle it is published as."""
+
+    cluster: str
+    bundle: str
+    git: str
+    rule: RefRule = dataclasses.field(default_factory=RefRule)
+    path: str = ""
+    namespace: str = ""
+    release: str = ""
+    values: tuple[str, ...] = ()
+    prune: bool = True
+
+    def helm(self) -> HelmOptions:
+        return HelmOptions(self.release or self.bundle, self.namespace, self.values)
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceSettings(bus.NatsSettings):
+    cluster: str = setting("", "cluster the bundle is published for")
+    bundle: str = setting("", "bundle the repository is published as")
+    git: str = setting("", "repository to follow: any URL git clones, or a local path")
+    branch: str = setting("", "branch to follow (default: the repository's default branch)")
+    tag: str = setting("", "tag to follow (a moved tag is followed)")
+    semver: str = setting("", "follow the newest tag in this npm-style range, e.g. ^1.2")
+    path: str = setting("", "directory in the repository (a kustomization or chart is rendered)")
+    namespace: str = setting("", "default namespace (kubectl apply -n); a chart's namespace")
+    release: str = setting("", "Helm release name for a chart (default: the bundle's name)")
+    values: tuple[str, ...] = setting((), "Helm values files, relative to the chart (a,b)")
+    prune: bool = setting(True, "delete objects that leave the repository")
+    sources: str = setting(
+        "",
+        "YAML file listing several sources (each: cluster, bundle, git, branch|tag|semver, "
+        "path, namespace, release, values, prune); replaces the single-source settings",
+    )
+    interval: float = setting(60.0, "seconds between polls of each repository")
+    webhook: str = setting("", "HOST:PORT to serve push webhooks on (POST /hook[/BUNDLE])")
+    webhook_secret: str = setting(
+        "",
+        "shared secret webhooks must prove (GitHub X-Hub-Signature-256, GitLab X-Gitlab-Token "
+        "or Authorization: Bearer); unset: any POST triggers a poll",
+        secret=True,
+    )
+    cache_dir: str = setting("", "where bare copies of the repositories are kept (default: temp)")
+
+
+class SpecError(ValueError):
+    """The sources configuration is unusable; the message names the entry and field."""
+
+
+def specs(s: SourceSettings) -> list[SourceSpec]:
+    """The sources ``s`` describes: the ``sources`` file's, or the one of the flags."""
+    if not s.sources:
+        entries: list[dict[str, Any]] = [
+            {f: getattr(s, f) for f in _SPEC_FIELDS if getattr(s, f) not in ("", ())}
+            | {"prune": s.prune}
+        ]
+    else:
+        try:
+            docs = [doc for _, doc in kyaml.documents(Path(s.sources).read_text())]
+        except (OSError, kyaml.DecodeError) as exc:
+            raise SpecError(f"{s.sources}: {exc}") from None
+        entries = docs[0] if len(docs) == 1 and isinstance(docs[0], list) else []
+        if not entries or not all(isinstance(e, dict) for e in entries):
+            raise SpecError(f"{s.sources}: expected a YAML list of sources")
+    out = []
+    for i, e in enumerate(entries):
+        where = f"{s.sources}[{i}]" if s.sources else "source"
+        unknown = set(e) - set(_SPEC_FIELDS) - {"prune"}
+        if unknown:
+            raise SpecError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
+        for required in ("cluster", "bundle", "git"):
+            if not isinstance(e.get(required), str) or not e[required]:
+                raise SpecError(f"{where}: {required} is required")
+        try:
+            rule = RefRule(
+                str(e.get("branch", "")), str(e.get("tag", "")), str(e.get("semver", ""))
+            )
+        except RefError as exc:
+            raise SpecError(f"{where}: {exc}") from None
+        values = e.get("values", ())
+        out.append(
+            SourceSpec(
+                cluster=e["cluster"],
+                bundle=e["bundle"],
+                git=e["git"],
+                rule=rule,
+                path=str(e.get("path", "")),
+                namespace=str(e.get("namespace", "")),
+                release=str(e.get("release", "")),
+                values=(values,) if isinstance(values, str) else tuple(map(str, values)),
+                prune=bool(e.get("prune", True)),
+            )
+        )
+    if len({(o.cluster, o.bundle) for o in out}) < len(out):
+        raise SpecError("two sources publish the same bundle")
+    return out
+
+
+_SPEC_FIELDS = (
+    "cluster",
+    "bundle",
+    "git",
+    "branch",
+    "tag",
+    "semver",
+    "path",
+    "namespace",
+    "release",
+    "values",
+)
+
+
+class Follower:
+    """Follows one source: polls, renders new commits, publishes changed output."""
+
+    def __init__(self, spec: SourceSpec, js: JetStreamContext, cache: Path) -> None:
+        self.spec = spec
+        self.js = js
+        self._cache = cache / hashlib.sha256(spec.git.encode()).hexdigest()[:16]
+        self._repo: Repository | None = None
+        self.trigger = asyncio.Event()
+        self.published = ""
+        """The last revision (commit) this follower published."""
+        self._content = ""
+        """``content_revision`` of what it published: an unchanged rendering is not republished."""
+        self._tried = ""
+        """The last commit read (published, unchanged or broken): not read again."""
+        self._last_status: tuple[str, str, str] | None = None
+        self._following = spec.rule.describe()
+        """What is followed, for status: ``branch main`` once the default branch is known."""
+
+    def _mirror(self) -> Repository:
+        """The repository, fetched: a local one is read in place, anything else through a bare
+        copy cloned once and fetched on every poll."""
+        if self._repo is None:
+            if Path(self.spec.git).is_dir():
+                self._repo = Repository(self.spec.git, self.spec.git)
+                return self._repo
+            if self._cache.exists():
+                shutil.rmtree(self._cache)  # a copy from an earlier life may be half-cloned
+            self._cache.parent.mkdir(parents=True, exist_ok=True)
+            self._repo = Repository.clone(self.spec.git, self._cache)
+            return self._repo
+        if not Path(self.spec.git).is_dir():
+            self._repo.fetch()
+        return self._repo
+
+    async def poll(self) -> SourceStatus | None:
+        """One round; the status it ends in (None when nothing changed since the last)."""
+        spec = self.spec
+        try:
+            repo = await asyncio.to_thread(self._mirror)
+            refs = await asyncio.to_thread(repo.refs)
+            default = await asyncio.to_thread(repo.default_branch)
+            at = resolve(refs, spec.rule, default)
+            self._following = spec.rule.describe(default)
+        except (load.InputError, RefError) as exc:
+            self._repo = None if isinstance(exc, load.InputError) else self._repo
+            return await self._report(SourcePhase.FAILED, "", f"fetch failed: {exc}")
+        if at.commit == self._tried:
+            return None
+        self._tried = at.commit
+        try:
+            loaded = await asyncio.to_thread(repo.load, at.commit, spec.path, spec.helm())
+            load.require_objects(loaded, spec.bundle)
+            load.require_namespaces(loaded, spec.namespace)
+        except (load.InputError, ManifestError) as exc:
+            kept = f"revision {self.published[:12]} stays" if self.published else "none published"
+            why = f"commit {at.commit[:12]} not published: {exc}; {kept}"
+            return await self._report(SourcePhase.FAILED, at.commit, why)
+        content = user.content_revision(loaded)
+        if content == self._content:
+            return await self._report(
+                SourcePhase.PUBLISHED,
+                at.commit,
+                f"commit {at.commit[:12]} renders what {self.published[:12]} did: not republished",
+            )
+        options = BundleOptions(prune=spec.prune, namespace=spec.namespace)
+        try:
+            await user.publish(
+                self.js,
+                cluster=spec.cluster,
+                bundle=spec.bundle,
+                loaded=loaded,
+                revision=at.commit,
+                options=options,
+            )
+        except (nats.errors.Error, OSError, ValueError) as exc:  # try it again next round
+            self._tried = ""
+            log.warning("publishing %s failed: %s", spec.bundle, exc)
+            return await self._report(SourcePhase.FAILED, at.commit, f"publish failed: {exc}")
+        self.published, self._content = at.commit, content
+        log.info(
+            "published",
+            extra={"bundle": spec.bundle, "revision": at.commit, "objects": len(loaded.manifests)},
+        )
+        return await self._report(
+            SourcePhase.PUBLISHED,
+            at.commit,
+            f"published {at.ref.removeprefix('refs/heads/').removeprefix('refs/tags/')} at "
+            f"{at.commit[:12]}: {len(loaded.manifests)} objects from {loaded.source}",
+        )
+
+    async def _report(self, phase: SourcePhase, commit: str, message: str) -> SourceStatus | None:
+        spec = self.spec
+        if (phase, commit, message) == self._last_status:
+            return None  # every poll of a broken repository would otherwise add one
+        status = SourceStatus(
+            cluster=spec.cluster,
+            bundle=spec.bundle,
+            url=spec.git,
+            ref=self._following,
+            phase=phase,
+            commit=commit,
+            revision=self.published,
+            message=message,
+            at=dt.datetime.now(dt.UTC),
+        )
+        if phase is SourcePhase.FAILED:
+            log.error("source %s: %s", spec.bundle, message)
+        try:
+            await self.js.publish(source_status_subject(spec.cluster, spec.bundle), encode(status))
+        except (nats.errors.Error, OSError) as exc:  # best effort: the next change reports
+            log.warning("status of %s not published: %s", spec.bundle, exc)
+            return status
+        self._last_status = (phase, commit, message)
+        return status
+
+    async def run(self, interval: float) -> None:
+        while True:
+            self.trigger.clear()
+            try:
+                await self.poll()
+            except Exception:  # one broken round never ends following
+                log.exception("polling %s failed", self.spec.git)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.trigger.wait(), timeout=interval)
+
+
+def webhook_app(followers: list[Follower], secret: str) -> web.Application:
+    """``POST /hook`` polls every source now, ``POST /hook/BUNDLE`` the one of that bundle."""
+
+    async def hook(request: web.Request) -> web.Response:
+        body = await request.read()
+        if secret and not _proven(request.headers, body, secret):
+            return web.Response(status=401, text="webhook secret not proven\n")
+        bundle = request.match_info.get("bundle")
+        hit = [f for f in followers if bundle in (None, f.spec.bundle)]
+        if not hit:
+            return web.Response(status=404, text=f"no source publishes bundle {bundle}\n")
+        for f in hit:
+            f.trigger.set()
+        return web.Response(status=202, text=f"polling {len(hit)} source(s)\n")
+
+    app = web.Application()
+    app.router.add_post("/hook", hook)
+    app.router.add_post("/hook/{bundle}", hook)
+    return app
+
+
+def _proven(headers: Any, body: bytes, secret: str) -> bool:
+    signature = headers.get("X-Hub-Signature-256", "")
+    if signature.startswith("sha256="):
+        want = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+        return hmac.compare_digest(signature.removeprefix("sha256="), want)
+    token = headers.get("X-Gitlab-Token") or headers.get("Authorization", "").removeprefix(
+        "Bearer "
+    )
+    return bool(token) and hmac.compare_digest(token, secret)
+
+
+async def run(settings: SourceSettings) -> None:
+    try:
+        sources = specs(settings)
+        if settings.webhook and not settings.webhook.rpartition(":")[2].isdigit():
+            raise SpecError(f"--webhook {settings.webhook!r}: expected HOST:PORT")
+    except SpecError as exc:
+        log.error("driftbus source: %s", exc)
+        raise SystemExit(2) from None
+    nc = await bus.connect(settings, name="driftbus-source")
+    js = nc.jetstream()
+    own_cache = not settings.cache_dir
+    cache = Path(settings.cache_dir or tempfile.mkdtemp(prefix="driftbus-source-"))
+    runner: web.AppRunner | None = None
+    try:
+        await bus.ensure_streams(js, manage=False)  # the planner creates them
+        followers = [Follower(s, js, cache) for s in sources]
+        if settings.webhook:
+            host, _, port = settings.webhook.rpartition(":")
+            runner = web.AppRunner(webhook_app(followers, settings.webhook_secret))
+            await runner.setup()
+            await web.TCPSite(runner, host or "127.0.0.1", int(port)).start()
+            log.info("webhook listening", extra={"address": settings.webhook})
+        for f in followers:
+            log.info(
+                "following",
+                extra={"git": f.spec.git, "ref": f.spec.rule.describe(), "bundle": f.spec.bundle},
+            )
+        await asyncio.gather(*(f.run(settings.interval) for f in followers))
+    finally:
+        if runner is not None:
+            await runner.cleanup()
+        await nc.drain()
+        if own_cache:
+            shutil.rmtree(cache, ignore_errors=True)

@@ -1,0 +1,122 @@
+"""``driftbus source``'s pure parts: which commit a rule stands at, the sources file, webhook
+secrets."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from pathlib import Path
+
+import pytest
+
+from services.source.refs import RefError, RefRule, resolve
+from services.source.service import SourceSettings, SpecError, _proven, specs
+
+REFS = {
+    "refs/heads/main": "m" * 40,
+    "refs/heads/release-1": "r" * 40,
+    "refs/tags/v1.2.0": "a" * 40,
+    "refs/tags/v1.3.1": "b" * 40,
+    "refs/tags/1.3.2-rc.1": "c" * 40,
+    "refs/tags/v2.0.0": "d" * 40,
+    "refs/tags/nightly": "e" * 40,
+    "refs/tags/1.3.0": "f" * 40,
+}
+
+
+@pytest.mark.parametrize(
+    ("rule", "ref"),
+    [
+        (RefRule(), "refs/heads/main"),
+        (RefRule(branch="release-1"), "refs/heads/release-1"),
+        (RefRule(tag="nightly"), "refs/tags/nightly"),
+        (RefRule(semver="^1.2"), "refs/tags/v1.3.1"),  # newest 1.x; the rc is not taken
+        (RefRule(semver="~1.2.0"), "refs/tags/v1.2.0"),
+        (RefRule(semver=">=1.0.0 <2.0.0"), "refs/tags/v1.3.1"),
+        (RefRule(semver="1.x || 2.x"), "refs/tags/v2.0.0"),
+        (RefRule(semver="1.3.2-rc.1"), "refs/tags/1.3.2-rc.1"),  # named: a pre-release matches
+        (RefRule(semver="*"), "refs/tags/v2.0.0"),
+    ],
+)
+def test_a_rule_resolves_to_the_commit_of_its_ref(rule: RefRule, ref: str) -> None:
+    at = resolve(REFS, rule, "refs/heads/main")
+    assert (at.ref, at.commit) == (ref, REFS[ref])
+
+
+@pytest.mark.parametrize(
+    ("rule", "error"),
+    [
+        (RefRule(branch="gone"), "no branch gone"),
+        (RefRule(tag="v9"), "no tag v9"),
+        (RefRule(semver="^3"), r"no tag matches semver \^3"),
+    ],
+)
+def test_a_rule_that_names_nothing_says_what_is_missing(rule: RefRule, error: str) -> None:
+    with pytest.raises(RefError, match=error):
+        resolve(REFS, rule, "refs/heads/main")
+
+
+def test_a_version_tagged_with_and_without_v_resolves_to_the_plain_one() -> None:
+    refs = {"refs/tags/v1.0.0": "a" * 40, "refs/tags/1.0.0": "b" * 40}
+    assert resolve(refs, RefRule(semver="1"), "").ref == "refs/tags/1.0.0"
+
+
+def test_rules_are_checked_when_made() -> None:
+    with pytest.raises(RefError, match="not several"):
+        RefRule(branch="main", tag="v1")
+    with pytest.raises(RefError, match="not a semver range"):
+        RefRule(semver="!!")
+
+
+def test_the_single_source_flags_make_one_spec() -> None:
+    (spec,) = specs(
+        SourceSettings(cluster="c", bundle="b", git="https://x/r.git", semver="^1", path="k")
+    )
+    assert (spec.cluster, spec.bundle, spec.git, spec.path) == ("c", "b", "https://x/r.git", "k")
+    assert spec.rule == RefRule(semver="^1")
+    assert spec.helm().release == "b", "a chart's release defaults to the bundle's name"
+
+
+def test_a_sources_file_lists_several_and_every_mistake_is_named(tmp_path: Path) -> None:
+    f = tmp_path / "sources.yaml"
+    f.write_text(
+        "- {cluster: c, bundle: app, git: /srv/app, branch: main, path: deploy}\n"
+        "- {cluster: c, bundle: chart, git: /srv/chart, semver: ^2, values: [prod.yaml]}\n"
+    )
+    got = specs(SourceSettings(sources=str(f)))
+    assert [s.bundle for s in got] == ["app", "chart"]
+    assert got[1].values == ("prod.yaml",)
+    for text, error in [
+        ("- {cluster: c, bundle: b}\n", r"\[0\]: git is required"),
+        ("- {cluster: c, bundle: b, git: g, brnach: x}\n", r"\[0\]: unknown field\(s\) brnach"),
+        ("- {cluster: c, bundle: b, git: g, tag: a, branch: b}\n", r"\[0\]: follow one"),
+        ("- {cluster: c, bundle: b, git: g}\n- {cluster: c, bundle: b, git: h}\n", "same bundle"),
+        ("cluster: c\n", "a YAML list"),
+        ("- {a: [\n", "sources.yaml"),
+    ]:
+        f.write_text(text)
+        with pytest.raises(SpecError, match=error):
+            specs(SourceSettings(sources=str(f)))
+
+
+@pytest.mark.parametrize(
+    ("headers", "proven"),
+    [
+        (
+            {"X-Hub-Signature-256": "sha256=" + hmac.new(b"s3", b"{}", hashlib.sha256).hexdigest()},
+            True,
+        ),
+        (
+            {"X-Hub-Signature-256": "sha256=" + hmac.new(b"no", b"{}", hashlib.sha256).hexdigest()},
+            False,
+        ),
+        ({"X-Gitlab-Token": "s3"}, True),
+        ({"X-Gitlab-Token": "s4"}, False),
+        ({"Authorization": "Bearer s3"}, True),
+        ({}, False),
+    ],
+)
+def test_a_webhook_proves_the_secret_as_github_gitlab_or_a_bearer_token(
+    headers: dict[str, str], proven: bool
+) -> None:
+    assert _proven(headers, b"{}", "s3") is proven
