@@ -8,7 +8,9 @@ Every process authenticates as one role and may touch only its own subjects (doc
   cluster's applied facts and status;
 - ``planner`` owns the streams and reads everything (it serves every cluster), and writes
   its heartbeat and cluster claims to the shards KV bucket;
-- a user publishes bundles to, and reads status of, the clusters listed for them.
+- a user publishes bundles to, and reads status of, the clusters listed for them;
+- a Git source (``driftbus source``) is such a user that may also publish its own
+  ``driftbus.status.<cluster>.<bundle>.source`` status.
 
 JetStream is reached through ``$JS.API.*`` request subjects, so the sets below name the API calls
 each role makes. Replies arrive on a per-role inbox (``bus.inbox_prefix``) that nobody else may
@@ -161,18 +163,33 @@ def user(clusters: Iterable[str]) -> Permissions:
     )
 
 
+def source(clusters: Iterable[str]) -> Permissions:
+    """``driftbus source``: a user of these clusters that also reports its own status (and only
+    that: not a bundle's or an object's, which the planner and appliers own)."""
+    clusters = list(clusters)
+    base = user(clusters)
+    tokens = [encode_token(c) for c in clusters]
+    return Permissions(
+        publish=(*base.publish, *(f"{PREFIX}.status.{t}.*.source" for t in tokens)),
+        subscribe=base.subscribe,
+    )
+
+
 def fleet(
     clusters: Iterable[str],
     users: Mapping[str, Iterable[str]] = {},
     passwords: Mapping[str, str] | None = None,
+    sources: Mapping[str, Iterable[str]] = {},
 ) -> list[NatsUser]:
-    """Every identity of a deployment: a planner, a watcher and an applier per cluster, and the
-    given users (name → clusters). ``passwords`` (name → password) inlines them (tests)."""
+    """Every identity of a deployment: a planner, a watcher and an applier per cluster, the
+    given users and Git sources (name → clusters). ``passwords`` (name → password) inlines them
+    (tests)."""
     clusters = list(clusters)
     entries = [("planner", planner())]
     for c in clusters:
         entries += [(f"watcher-{c}", watcher(c)), (f"applier-{c}", applier(c))]
     entries += [(name, user(cs)) for name, cs in users.items()]
+    entries += [(name, source(cs)) for name, cs in sources.items()]
     pw = passwords or {}
     return [NatsUser(name, p, pw.get(name)) for name, p in entries]
 

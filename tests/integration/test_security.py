@@ -26,6 +26,7 @@ from services.controlplane.pipeline import Pipeline, StatusWatch
 from services.controlplane.tls import Authority
 
 from ..conftest import unique_name
+from ..gitrepo import git
 from .test_scaling import configmaps
 
 pytestmark = pytest.mark.reliability
@@ -42,8 +43,11 @@ class Secured:
         self.server_pair = self.ca.issue("nats-server", server=True)
         self.client_pair = self.ca.issue("driftbus-client")
         names = ["planner", f"watcher-{A}", f"applier-{A}", f"watcher-{B}", f"applier-{B}"]
-        self.passwords = {n: secrets.token_urlsafe(18) for n in [*names, "alice", "bob"]}
-        users = permissions.fleet([A, B], {"alice": [A], "bob": [B]}, self.passwords)
+        people = ["alice", "bob", "gitops"]
+        self.passwords = {n: secrets.token_urlsafe(18) for n in [*names, *people]}
+        users = permissions.fleet(
+            [A, B], {"alice": [A], "bob": [B]}, self.passwords, sources={"gitops": [A]}
+        )
         conf = workdir / "nats.conf"
         conf.write_text(permissions.authorization_conf(users))
         self.server = servers.NatsServer(
@@ -176,6 +180,25 @@ async def test_locked_down_bus_works_and_refuses_every_forbidden_operation(
         assert proc.returncode == 0, f"{out.decode()}\n{p.logs()}"
         await watch.ready("r1", 60, p.logs)
         assert not alice_errors, alice_errors
+
+        # a Git source under its own identity publishes a bundle and its own status
+        repo = tmp_path / "repo"
+        repo.mkdir()
+        ours = configmaps(namespace, 3)
+        for cm in ours:
+            cm["metadata"]["name"] = "git-" + cm["metadata"]["name"]
+        (repo / "cms.yaml").write_text(yaml.safe_dump_all(ours))
+        git(repo, "init", "-q")
+        git(repo, "add", ".")
+        git(repo, "commit", "-qm", "three")
+        head = git(repo, "rev-parse", "HEAD")
+        git_watch = StatusWatch()
+        await git_watch.start(alice, A, "locked-git")
+        p.role_env["source"] = sec.identity("gitops")
+        p.start("source", None, "--cluster", A, "--bundle", "locked-git", "--git", str(repo))
+        await git_watch.ready(head, 60, p.logs)
+        await git_watch.source_status(lambda st: st.commit == head, 30, p.logs)
+
         server_log = sec.server.process.log_path.read_text() if sec.server.process else ""
         assert "Violation" not in server_log, server_log[-3000:]  # no service needed more
 
@@ -210,6 +233,12 @@ async def test_locked_down_bus_works_and_refuses_every_forbidden_operation(
             await refused_publish(sec, "alice", f"$JS.API.STREAM.DELETE.{bus.BUNDLES}"),
             await refused_publish(sec, "alice", f"$JS.API.CONSUMER.CREATE.{bus.INTENTS}"),
             await refused_publish(sec, "bob", f"driftbus.bundle.{ta}.b"),
+            # a Git source reports its own status, never a bundle's or an object's
+            await refused_publish(sec, "gitops", f"driftbus.status.{ta}.b.bundle"),
+            await refused_publish(sec, "gitops", f"driftbus.status.{ta}.b.object.=.CM.ns.x"),
+            await refused_publish(sec, "gitops", f"driftbus.status.{tb}.b.source"),
+            await refused_publish(sec, "gitops", f"driftbus.bundle.{tb}.b"),
+            await refused_publish(sec, "alice", f"driftbus.status.{ta}.b.source"),
         ]
         # An applier of A creating a consumer that reads B's intents: the filter-bearing API
         # subject is how appliers create theirs, and B's filter is not theirs to use.
