@@ -354,6 +354,14 @@ class OutcomeEvent(_Message, frozen=True, tag=_tag("outcome")):
 # --- watcher/applier → driftbus.member.<cluster>.<role> ------------------------------------------
 
 
+class KindScope(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Whether objects of a kind live in a namespace, as the API server's discovery says."""
+
+    group: str
+    kind: str
+    namespaced: bool
+
+
 class MemberHeartbeat(_Message, frozen=True, tag=_tag("member")):
     """A watcher or applier serving a cluster says so every few seconds."""
 
@@ -365,6 +373,9 @@ class MemberHeartbeat(_Message, frozen=True, tag=_tag("member")):
     """Watcher: every watch has completed its initial list (prune waits for it)."""
     problems: list[str] = []
     """Watcher: watches that are not running, and why."""
+    scopes: list[KindScope] = []
+    """Watcher: the scope of every kind it watches that is not built into Kubernetes (the
+    planner has no connection to the cluster; it needs these to apply a default namespace)."""
 
 
 # --- registry -----------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from typing import Literal
 from nats.js import JetStreamContext
 
 from schemas.codec import WireError, decode, encode
-from schemas.messages import MemberHeartbeat
+from schemas.messages import KindScope, MemberHeartbeat
 from schemas.subjects import MEMBER_ROLES, member_subject
 from services.common import bus
 
@@ -74,15 +74,23 @@ async def announce(
     role: Literal["watcher", "applier"],
     member_id: str,
     state: Callable[[], tuple[bool, list[str]]] = lambda: (True, []),
+    scopes: Callable[[], list[KindScope]] = list,
     interval: float = INTERVAL,
 ) -> None:
-    """Publish this process's heartbeat forever; ``state()`` gives (synced, problems)."""
+    """Publish this process's heartbeat forever; ``state()`` gives (synced, problems),
+    ``scopes()`` the custom kinds' scopes it discovered."""
     subject = member_subject(cluster, role)
     while True:
         synced, problems = state()
         now = dt.datetime.now(dt.UTC)
         hb = MemberHeartbeat(
-            cluster=cluster, role=role, id=member_id, at=now, synced=synced, problems=problems
+            cluster=cluster,
+            role=role,
+            id=member_id,
+            at=now,
+            synced=synced,
+            problems=problems,
+            scopes=scopes(),
         )
         try:
             await pub.publish(subject, encode(hb), msg_id=f"{subject}:{member_id}:{now}")

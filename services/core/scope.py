@@ -10,8 +10,10 @@ through :func:`normalise` before it is keyed or hashed.
 That needs the scope of every kind before any discovery call: the planner owns no connection to
 Kubernetes. The built-in kinds are a fixed table (the kinds a v1.36 kube-apiserver serves with
 every API enabled; ``tests/integration/test_scope_discovery.py`` proves it against the real
-server), custom kinds are learned from the CRDs in the bundles or from discovery. An unknown kind
-is left alone: dropping a namespace on a guess would lose a real one.
+server), custom kinds are learned from the CRDs in the bundles or from the watcher's discovery (its
+heartbeat lists the scope of every custom kind it watches). An unknown kind is left alone:
+dropping a namespace on a guess would lose a real one, and giving it the default namespace on a
+guess would key it where the watcher never sees it.
 """
 
 from __future__ import annotations
@@ -108,6 +110,11 @@ _CRD: Final = ("apiextensions.k8s.io", "CustomResourceDefinition")
 _CRD_SCOPES: Final = {"Namespaced": True, "Cluster": False}
 
 
+class UnknownScope(ManifestError):
+    """An object's namespace depends on a kind whose scope nobody knows yet: the revision may
+    be taken once a CRD or the watcher's discovery tells (the planner re-checks it then)."""
+
+
 class Scopes:
     """Whether a (group, kind) is namespaced: the built-in table plus what has been learned."""
 
@@ -118,28 +125,30 @@ class Scopes:
         """True or False when the scope is known, None for a kind never seen."""
         return self._namespaced.get((group, kind))
 
-    def learn(self, group: str, kind: str, namespaced: bool) -> None:
-        """Record a scope reported by discovery; it replaces whatever was known."""
+    def learn(self, group: str, kind: str, namespaced: bool) -> bool:
+        """Record a scope reported by discovery; it replaces whatever was known. Whether that
+        changed anything."""
+        changed = self._namespaced.get((group, kind)) is not namespaced
         self._namespaced[(group, kind)] = namespaced
+        return changed
 
-    def learn_crd(self, manifest: Mapping[str, Any]) -> None:
+    def learn_crd(self, manifest: Mapping[str, Any]) -> bool:
         """Record the scope of the kind a CustomResourceDefinition manifest defines.
 
         Anything that is not a well-formed CRD is ignored: the applier reports it when the
         server refuses it, and a kind we cannot learn stays unknown (its namespace is kept).
         """
         if _group_kind(manifest) != _CRD:
-            return
+            return False
         spec = manifest.get("spec")
         if not isinstance(spec, Mapping):
-            return
+            return False
         group, names, scope = spec.get("group"), spec.get("names"), spec.get("scope")
         kind = names.get("kind") if isinstance(names, Mapping) else None
         if not (isinstance(group, str) and group and isinstance(kind, str) and kind):
-            return
+            return False
         namespaced = _CRD_SCOPES.get(scope) if isinstance(scope, str) else None
-        if namespaced is not None:
-            self.learn(group, kind, namespaced)
+        return namespaced is not None and self.learn(group, kind, namespaced)
 
 
 def normalise(obj: Mapping[str, Any], scopes: Scopes, namespace: str = "") -> dict[str, Any]:
@@ -169,10 +178,11 @@ def normalise(obj: Mapping[str, Any], scopes: Scopes, namespace: str = "") -> di
     if namespaced is None:
         if not namespace:
             return obj if isinstance(obj, dict) else dict(obj)  # the applier will see
-        raise ManifestError(
+        raise UnknownScope(
             f"{what}: cannot tell whether kind {gk[1]} ({gk[0] or 'core'}) is namespaced, so "
-            f"the default namespace {namespace} cannot be applied: set metadata.namespace, or "
-            "publish its CustomResourceDefinition in a bundle of this cluster"
+            f"the default namespace {namespace} cannot be applied yet: waiting for the "
+            "cluster's watcher to discover the kind (is its CustomResourceDefinition "
+            "installed?), or set metadata.namespace"
         )
     if not namespace:
         raise ManifestError(

@@ -45,6 +45,7 @@ from schemas.messages import (
     DeleteIntent,
     Health,
     Intent,
+    KindScope,
     ObjectPhase,
     ObjectStatus,
     OutcomeEvent,
@@ -74,7 +75,7 @@ from services.core.manifest import (
     owned,
     rv_int,
 )
-from services.core.scope import Scopes, normalise
+from services.core.scope import Scopes, UnknownScope, normalise
 from services.core.sha import HashError, manifest_sha
 from services.planner.decide import (
     DELETE_INFLIGHT,
@@ -244,11 +245,18 @@ class Planner:
         self.pending: int | None = None
         """Intents of this cluster queued or being applied (None until known)."""
         self._last_status: dict[tuple[str, str], tuple[Any, ...]] = {}
+        self._queue: asyncio.Queue[tuple[str, Msg]] = asyncio.Queue(maxsize=10_000)
+        """Every input, handled one at a time (the followers', and bundle re-checks)."""
+        self._awaiting_scope: dict[tuple[str, str], Msg] = {}
+        """The latest revision of a bundle, refused only because a kind's scope was unknown:
+        handled again when a scope is learned (a CRD in another bundle, the watcher's
+        discovery). Dropped when a later revision of the bundle is handled."""
+        self._rechecks: set[asyncio.Task[None]] = set()
 
     # --- the run loop ---------------------------------------------------------------------
 
     async def run(self) -> None:
-        queue: asyncio.Queue[tuple[str, Msg]] = asyncio.Queue(maxsize=10_000)
+        queue = self._queue
         c = encode_token(self.cluster)
         followers = {
             "bundle": bus.Follower(self.js, bus.BUNDLES, f"{PREFIX}.bundle.{c}.>"),
@@ -361,6 +369,11 @@ class Planner:
         try:
             if kind == "bundle":
                 await self._on_bundle(msg)
+            elif kind == "recheck":
+                ident = (self.cluster, parse_subject(msg.subject).bundle or "")
+                if self._awaiting_scope.get(ident) is msg:  # not replaced since
+                    log.info("bundle %s/%s: a kind's scope is known now: re-checked", *ident)
+                    await self._on_bundle(msg)
             elif kind == "server":
                 ev = decode(msg.data, ServerEvent)
                 sha = bytes.fromhex(ev.server_sha) if ev.server_sha else None
@@ -460,8 +473,13 @@ class Planner:
             manifests = await load_manifests(self.js, bundle)
             desired = self._checked_revision(bundle, manifests)
         except (WireError, BundleError, ManifestError) as exc:
+            if isinstance(exc, UnknownScope) and cluster == self.cluster:
+                self._awaiting_scope[(cluster, name)] = msg
+            else:
+                self._awaiting_scope.pop((cluster, name), None)
             await self._bundle_refused(cluster, name, revision, str(exc))
             return
+        self._awaiting_scope.pop((cluster, name), None)
         seq = msg.metadata.sequence.stream
         options = bundle.options
         view = BundleView(
@@ -541,11 +559,15 @@ class Planner:
                 "the revision has no objects; publishing it would prune every object of the "
                 "bundle (publish with allow-empty if that is what you want)"
             )
+        learned = False
         for raw in manifests:
             if isinstance(raw, dict) and raw.get("kind") == "CustomResourceDefinition":
-                self.scopes.learn_crd(raw)
+                learned |= self.scopes.learn_crd(raw)
+        if learned:
+            self._recheck_awaiting()
         out: list[tuple[Slot, bytes, bytes]] = []
         errors: list[str] = []
+        scope_unknown = 0
         seen: dict[ObjectKey, int] = {}
         for i, raw in enumerate(manifests):
             where_i = f"manifests[{i}]"
@@ -567,6 +589,7 @@ class Planner:
                 sha = manifest_sha(manifest)
             except (ManifestError, HashError) as exc:
                 errors.append(str(exc))
+                scope_unknown += isinstance(exc, UnknownScope)
                 continue
             except SubjectError as exc:
                 errors.append(f"{where_i}: {exc}")
@@ -575,8 +598,28 @@ class Planner:
             out.append(((bundle.cluster, key), encoded, sha))
         if errors:
             shown = "; ".join(errors[:MAX_LISTED_FAILURES])
-            raise ManifestError(f"{len(errors)} of {len(manifests)} objects are invalid: {shown}")
+            # waiting on a scope only when nothing else is wrong: the rest needs a new revision
+            error = UnknownScope if scope_unknown == len(errors) else ManifestError
+            raise error(f"{len(errors)} of {len(manifests)} objects are invalid: {shown}")
         return out
+
+    def learn_scopes(self, scopes: list[KindScope]) -> None:
+        """Scopes of custom kinds from the watcher's discovery (its heartbeat)."""
+        learned = False
+        for sc in scopes:
+            learned |= self.scopes.learn(sc.group, sc.kind, sc.namespaced)
+        if learned:
+            self._recheck_awaiting()
+
+    def _recheck_awaiting(self) -> None:
+        """Queue every bundle waiting on a scope to be handled again, after what is queued."""
+        for msg in self._awaiting_scope.values():
+            try:
+                self._queue.put_nowait(("recheck", msg))
+            except asyncio.QueueFull:
+                task = asyncio.create_task(self._queue.put(("recheck", msg)))
+                self._rechecks.add(task)
+                task.add_done_callback(self._rechecks.discard)
 
     def _declared_by_other(self, slot: Slot, bundle: str) -> str | None:
         """The other bundle whose current revision declares this object, if any."""
@@ -940,6 +983,8 @@ class Planner:
                 log.debug("cluster %s: heartbeats not read: %s", self.cluster, exc)
             else:
                 now = _now()
+                if (watcher_beat := beats.get("watcher")) is not None:
+                    self.learn_scopes(watcher_beat.scopes)
                 unserved = members.serving(self.cluster, beats, now)
                 synced = members.watcher_synced(beats.get("watcher"), now)
                 became_synced = synced and not self.watcher_synced

@@ -25,7 +25,7 @@ from typing import Any
 from nats.js import JetStreamContext
 
 from schemas.codec import WireError, decode, encode
-from schemas.messages import Bundle, Health, ServerEvent
+from schemas.messages import Bundle, Health, KindScope, ServerEvent
 from schemas.subjects import (
     ObjectKey,
     SubjectError,
@@ -41,6 +41,7 @@ from services.common.runtime import cluster_connections
 from services.common.settings import replica_id, setting
 from services.core.health import health
 from services.core.manifest import OWNER_LABEL, owner_of, prune_disabled, rv_int
+from services.core.scope import BUILTIN
 from services.core.sha import HashError, object_sha
 
 log = logging.getLogger("driftbus.watcher")
@@ -113,6 +114,8 @@ class Watcher:
         """Kinds whose current list+watch has completed its initial list."""
         self.problems: dict[tuple[str, str], str] = {}
         """Kinds whose watch is not running as it should, and why."""
+        self.scopes: dict[tuple[str, str], bool] = {}
+        """(group, kind) → namespaced, for the custom kinds discovery found (heartbeat)."""
         self.ready = asyncio.Event()
         self.published = 0
         self.relists = 0
@@ -125,6 +128,10 @@ class Watcher:
             self.ready.is_set() and not problems and self.listed >= set(self.watches),
             problems,
         )
+
+    def discovered(self) -> list[KindScope]:
+        """The heartbeat's scopes: every custom kind watched, as discovery reported it."""
+        return [KindScope(g, k, n) for (g, k), n in sorted(self.scopes.items())]
 
     def healthy(self) -> bool:
         """Readiness: seeded, following bundles, and every watch running."""
@@ -201,7 +208,7 @@ class Watcher:
     async def _resource(self, api_version: str, kind: str) -> Resource:
         while True:
             try:
-                return await self.kube.discovery.resource(api_version, kind)
+                res = await self.kube.discovery.resource(api_version, kind)
             except NotFound:
                 # Not served (yet): a CRD may be on its way. Only this group-version is refetched.
                 # Nothing of this kind can exist either: its (empty) view is complete.
@@ -210,6 +217,10 @@ class Watcher:
             except KubeError as exc:
                 log.warning("discovery of %s %s failed: %s", api_version, kind, exc)
                 await asyncio.sleep(self.s.retry_delay)
+            else:
+                if (res.group, res.kind) not in BUILTIN:
+                    self.scopes[(res.group, res.kind)] = res.namespaced
+                return res
 
     async def _watch_kind(self, api_version: str, kind: str) -> None:
         ident = (api_version, kind)
@@ -403,6 +414,7 @@ async def run(settings: WatcherSettings) -> None:
                 role="watcher",
                 member_id=settings.watcher_id,
                 state=watcher.synced,
+                scopes=watcher.discovered,
             ),
             name="heartbeats",
         )

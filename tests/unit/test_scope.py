@@ -11,7 +11,7 @@ import pytest
 
 from schemas.subjects import ObjectKey
 from services.core.manifest import ManifestError
-from services.core.scope import BUILTIN, Scopes, normalise
+from services.core.scope import BUILTIN, Scopes, UnknownScope, normalise
 from services.core.sha import object_sha
 
 
@@ -317,3 +317,19 @@ def test_crd_of_any_apiextensions_version_is_learned() -> None:
     scopes = Scopes()
     scopes.learn_crd(_with(("apiVersion",), "apiextensions.k8s.io/v1beta1"))
     assert scopes.namespaced("example.com", "Tenant") is False
+
+
+def test_learning_says_whether_it_changed_anything() -> None:
+    scopes = Scopes()
+    assert scopes.learn("example.com", "Gadget", True) is True
+    assert scopes.learn("example.com", "Gadget", True) is False
+    assert scopes.learn("example.com", "Gadget", False) is True, "discovery replaces a guess"
+    assert scopes.learn("", "ConfigMap", True) is False, "built-in kinds are known already"
+
+
+def test_an_unknown_scope_is_its_own_error_so_the_revision_can_wait_for_discovery() -> None:
+    with pytest.raises(UnknownScope):
+        normalise(obj("example.com/v1", "Gadget", None), Scopes(), "web")
+    with pytest.raises(ManifestError) as info:
+        normalise(obj("apps/v1", "Deployment", None), Scopes(), "")
+    assert not isinstance(info.value, UnknownScope), "a missing namespace needs a new revision"
