@@ -18,6 +18,7 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from services.cli.load import InputError, Loaded, Manifest, load_helm, load_paths
 
@@ -35,34 +36,48 @@ class HelmOptions:
     sets: tuple[str, ...] = ()
 
 
+def redacted(url: str) -> str:
+    """``url`` as messages may show it: without the user and password of
+    ``https://user:token@host/…`` (a token in a URL must not reach statuses, logs or bundles)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url  # a path, or scp-like user@host:path (a user name, no secret)
+    authority, slash, path = rest.partition("/")
+    return f"{scheme}://{authority.rpartition('@')[2]}{slash}{path}"
+
+
+def _run(argv: list[str], what: str, **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
+    try:
+        return subprocess.run(argv, capture_output=True, timeout=GIT_TIMEOUT, **kwargs)
+    except subprocess.TimeoutExpired:
+        raise InputError(f"{what}: no answer within {GIT_TIMEOUT} s") from None
+    except OSError as exc:
+        raise InputError(f"{what}: {exc}") from None
+
+
 class Repository:
-    """A Git repository read through ``gitdir`` (bare copy or local repository); ``url`` is
-    how messages name it."""
+    """A Git repository read through ``gitdir`` (bare copy or local repository); messages name
+    it by ``url`` without credentials."""
 
     def __init__(self, gitdir: str | Path, url: str) -> None:
         self.gitdir = str(gitdir)
-        self.url = url
+        self.url = redacted(url)
 
     def git(self, *args: str, env: dict[str, str] | None = None) -> bytes:
-        res = subprocess.run(
-            ["git", "-C", self.gitdir, *args], capture_output=True, env=env, timeout=GIT_TIMEOUT
-        )
+        what = f"git {' '.join(args)} in {self.url}"
+        res = _run(["git", "-C", self.gitdir, *args], what, env=env)
         if res.returncode != 0:
-            raise InputError(f"git {' '.join(args)} in {self.url}: {res.stderr.decode().strip()}")
+            raise InputError(f"{what}: {res.stderr.decode(errors='replace').strip()}")
         return res.stdout
 
     @classmethod
     def clone(cls, url: str, dest: Path) -> Repository:
         """A bare copy of ``url`` (anything ``git clone`` takes) in ``dest``, which must not
         exist or be empty. Every branch and tag is fetched; ``fetch`` brings them up to date."""
-        res = subprocess.run(
-            ["git", "clone", "--bare", "--quiet", "--", url, str(dest)],
-            capture_output=True,
-            text=True,
-            timeout=GIT_TIMEOUT,
-        )
+        what = f"git clone {redacted(url)}"
+        res = _run(["git", "clone", "--bare", "--quiet", "--", url, str(dest)], what)
         if res.returncode != 0:
-            raise InputError(f"git clone {url}: {res.stderr.strip() or 'failed'}")
+            raise InputError(f"{what}: {res.stderr.decode(errors='replace').strip() or 'failed'}")
         repo = cls(dest, url)
         # a bare clone maps branches 1:1 but sets no fetch refspec: say what a fetch updates
         repo.git("config", "remote.origin.fetch", "+refs/heads/*:refs/heads/*")
@@ -70,8 +85,12 @@ class Repository:
 
     def fetch(self) -> None:
         """Bring every branch and tag up to date with the remote, dropping deleted ones (a
-        moved tag moves too: following a tag means following what it names now)."""
+        moved tag moves too: following a tag means following what it names now), and HEAD to
+        the remote's default branch (it may have been renamed since the clone)."""
         self.git("fetch", "--quiet", "--prune", "--prune-tags", "--force", "--tags", "origin")
+        for line in self.git("ls-remote", "--symref", "origin", "HEAD").decode().splitlines():
+            if line.startswith("ref: ") and line.endswith("\tHEAD"):
+                self.git("symbolic-ref", "HEAD", line[5:].split("\t")[0])
 
     def refs(self) -> dict[str, str]:
         """Every branch and tag: ``refs/heads/main`` / ``refs/tags/v1.2.0`` → commit id (an
@@ -101,34 +120,40 @@ class Repository:
         top = PurePosixPath(subdir.strip("/") or ".")  # "./deploy/" → deploy
         label = f"{self.url}@{commit[:12]}:"
         if str(top) != ".":
-            kind = subprocess.run(
-                ["git", "-C", self.gitdir, "cat-file", "-t", f"{commit}:{top}"],
-                capture_output=True,
-                text=True,
-            ).stdout.strip()
+            argv = ["git", "-C", self.gitdir, "cat-file", "-t", f"{commit}:{top}"]
+            kind = _run(argv, f"git cat-file in {self.url}").stdout.decode().strip()
             if kind != "tree":
                 what = "not a directory" if kind else "no such directory"
                 raise InputError(f"{top}: {what} in {self.url}@{commit[:12]} (--path)")
         with self._checkout(commit) as tree:
-            _no_links_out(tree, label)
-            root = tree / top
-            if (root / "Chart.yaml").is_file():
-                if helm is None:
-                    raise InputError(f"{label}{top}: a Helm chart; give a release to render it")
-                loaded = load_helm(
-                    str(root),
-                    release=helm.release,
-                    namespace=helm.namespace,
-                    values=[str(root / v) for v in helm.values],
-                    sets=list(helm.sets),
-                )
-            else:
-                loaded = load_paths([str(root)]) if root.is_dir() else Loaded([])
-            # name files as they are in the repository, not in the temporary tree
-            manifests = [
-                Manifest(m.obj, m.where.replace(f"{tree}/", label, 1)) for m in loaded.manifests
-            ]
-            rendered = loaded.source.replace(str(root), f"{label}{top}").replace(f"{tree}/", label)
+            try:
+                return self._read(tree, top, label, commit, helm)
+            except InputError as exc:  # name files as in the repository, not the temporary tree
+                raise InputError(str(exc).replace(f"{tree}/", label)) from None
+
+    def _read(
+        self, tree: Path, top: PurePosixPath, label: str, commit: str, helm: HelmOptions | None
+    ) -> Loaded:
+        """What ``load`` returns, read from the checked-out ``tree``."""
+        _no_links_out(tree, label)
+        root = tree / top
+        if (root / "Chart.yaml").is_file():
+            if helm is None:
+                raise InputError(f"{label}{top}: a Helm chart; give a release to render it")
+            loaded = load_helm(
+                str(root),
+                release=helm.release,
+                namespace=helm.namespace,
+                values=[str(root / v) for v in helm.values],
+                sets=list(helm.sets),
+            )
+        else:
+            loaded = load_paths([str(root)]) if root.is_dir() else Loaded([])
+        # name files as they are in the repository, not in the temporary tree
+        manifests = [
+            Manifest(m.obj, m.where.replace(f"{tree}/", label, 1)) for m in loaded.manifests
+        ]
+        rendered = loaded.source.replace(str(root), f"{label}{top}").replace(f"{tree}/", label)
         source = f"{self.url}@{commit}"
         if " [rendered: " in rendered:
             source += rendered[rendered.index(" [rendered: ") :]
@@ -152,11 +177,17 @@ class Repository:
 
 
 def _no_links_out(tree: Path, label: str) -> None:
-    """A repository's symbolic link must not make us read a file outside it."""
+    """A repository's symbolic link must not make us read a file outside it (nor loop)."""
     top = tree.resolve()
     for path in tree.rglob("*"):
-        if path.is_symlink() and not path.resolve().is_relative_to(top):
-            rel = path.relative_to(tree)
+        if not path.is_symlink():
+            continue
+        rel = path.relative_to(tree)
+        try:
+            target = path.resolve(strict=False)
+        except (RuntimeError, OSError) as exc:  # 3.11: RuntimeError("Symlink loop …")
+            raise InputError(f"{label}{rel}: an unreadable symbolic link: {exc}") from None
+        if not target.is_relative_to(top):
             raise InputError(f"{label}{rel}: a symbolic link out of the repository")
 
 

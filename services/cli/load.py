@@ -164,6 +164,18 @@ def _files(root: Path) -> Iterator[Path]:
     yield from sorted(found)
 
 
+RENDER_TIMEOUT = 300
+
+
+def _render(argv: list[str], what: str) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=RENDER_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        raise InputError(f"{what}: not done within {RENDER_TIMEOUT} s") from None
+    except OSError as exc:
+        raise InputError(f"{what}: {exc}") from None
+
+
 def render_kustomization(directory: Path) -> tuple[str, str]:
     """(the YAML ``kubectl kustomize`` renders, which kubectl did it). The kubectl is the one
     the project builds from pinned modules (or one of that version on PATH, ``TEST_ASSET_KUBECTL``):
@@ -174,9 +186,7 @@ def render_kustomization(directory: Path) -> tuple[str, str]:
         kubectl = assets.ensure("kubectl")
     except (OSError, assets.AssetError) as exc:
         raise InputError(f"{directory}: rendering a kustomization needs kubectl: {exc}") from None
-    res = subprocess.run(
-        [str(kubectl), "kustomize", str(directory)], capture_output=True, text=True, timeout=300
-    )
+    res = _render([str(kubectl), "kustomize", str(directory)], f"{directory}: kustomize")
     if res.returncode != 0:
         raise InputError(f"{directory}: kustomize failed: {res.stderr.strip()}")
     return res.stdout, f"kustomize in kubectl {assets.version_of('kubectl', kubectl).split()[-1]}"
@@ -204,7 +214,7 @@ def load_helm(
         argv += ["--values", v]
     for kv in sets:
         argv += ["--set", kv]
-    res = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    res = _render(argv, f"{chart}: helm template")
     if res.returncode != 0:
         raise InputError(f"{chart}: helm template failed: {res.stderr.strip()}")
     tool = f"helm {assets.version_of('helm', helm).split('+')[0]}"

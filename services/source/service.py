@@ -27,6 +27,7 @@ import hmac
 import logging
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,7 @@ from schemas.codec import encode
 from schemas.messages import BundleOptions, SourcePhase, SourceStatus
 from schemas.subjects import source_status_subject
 from services.cli import load, user
-from services.cli.gitrepo import HelmOptions, Repository
+from services.cli.gitrepo import HelmOptions, Repository, redacted
 from services.common import bus
 from services.common.settings import setting
 from services.core import kyaml
@@ -46,6 +47,10 @@ from services.core.manifest import ManifestError
 from services.source.refs import RefError, RefRule, resolve
 
 log = logging.getLogger(__name__)
+
+RESTATE = 24 * 3600.0
+"""An unchanged status is published again after this long: STATUS keeps messages 7 days, and
+a quiet source must not vanish from ``driftbus status``."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +76,11 @@ class SourceSettings(bus.NatsSettings):
     cluster: str = setting("", "cluster the bundle is published for")
     bundle: str = setting("", "bundle the repository is published as")
     git: str = setting("", "repository to follow: any URL git clones, or a local path")
-    branch: str = setting("", "branch to follow (default: the repository's default branch)")
+    branch: str = setting(
+        "",
+        "branch to follow (default: the remote's default branch, followed if renamed; for a "
+        "local path, the branch checked out)",
+    )
     tag: str = setting("", "tag to follow (a moved tag is followed)")
     semver: str = setting("", "follow the newest tag in this npm-style range, e.g. ^1.2")
     path: str = setting("", "directory in the repository (a kustomization or chart is rendered)")
@@ -92,7 +101,9 @@ class SourceSettings(bus.NatsSettings):
         "or Authorization: Bearer); unset: any POST triggers a poll",
         secret=True,
     )
-    cache_dir: str = setting("", "where bare copies of the repositories are kept (default: temp)")
+    cache_dir: str = setting(
+        "", "where the bare copies are cloned, afresh at each start (default: a temporary dir)"
+    )
 
 
 class SpecError(ValueError):
@@ -168,7 +179,11 @@ class Follower:
     def __init__(self, spec: SourceSpec, js: JetStreamContext, cache: Path) -> None:
         self.spec = spec
         self.js = js
-        self._cache = cache / hashlib.sha256(spec.git.encode()).hexdigest()[:16]
+        # one copy per followed source: two sources of one repository never share a clone
+        ident = f"{spec.git}\n{spec.cluster}\n{spec.bundle}".encode()
+        self._cache = cache / hashlib.sha256(ident).hexdigest()[:16]
+        self.url = redacted(spec.git)
+        """The repository as statuses and logs name it: without credentials."""
         self._repo: Repository | None = None
         self.trigger = asyncio.Event()
         self.published = ""
@@ -178,6 +193,7 @@ class Follower:
         self._tried = ""
         """The last commit read (published, unchanged or broken): not read again."""
         self._last_status: tuple[str, str, str] | None = None
+        self._reported_at = 0.0
         self._following = spec.rule.describe()
         """What is followed, for status: ``branch main`` once the default branch is known."""
 
@@ -203,22 +219,33 @@ class Follower:
         try:
             repo = await asyncio.to_thread(self._mirror)
             refs = await asyncio.to_thread(repo.refs)
-            default = await asyncio.to_thread(repo.default_branch)
-            at = resolve(refs, spec.rule, default)
-            self._following = spec.rule.describe(default)
-        except (load.InputError, RefError) as exc:
-            self._repo = None if isinstance(exc, load.InputError) else self._repo
-            return await self._report(SourcePhase.FAILED, "", f"fetch failed: {exc}")
+            rule = spec.rule
+            # the default branch only when it is what is followed: a local repository on a
+            # detached HEAD has none, and needs none to follow a tag
+            default = "" if rule.branch or rule.tag or rule.semver else repo.default_branch()
+            at = resolve(refs, rule, default)
+            self._following = rule.describe(default)
+        except (load.InputError, RefError, OSError) as exc:
+            self._repo = None if not isinstance(exc, RefError) else self._repo
+            # read the commit again once fetching works: its status replaces this one
+            self._tried = ""
+            why = str(exc) if isinstance(exc, RefError) else f"fetch failed: {exc}"
+            return await self._report(SourcePhase.FAILED, "", why)
         if at.commit == self._tried:
             return None
         self._tried = at.commit
+        kept = f"revision {self.published[:12]} stays" if self.published else "none published"
         try:
             loaded = await asyncio.to_thread(repo.load, at.commit, spec.path, spec.helm())
             load.require_objects(loaded, spec.bundle)
             load.require_namespaces(loaded, spec.namespace)
-        except (load.InputError, ManifestError) as exc:
-            kept = f"revision {self.published[:12]} stays" if self.published else "none published"
+        except (load.InputError, ManifestError) as exc:  # the commit is broken: not retried
             why = f"commit {at.commit[:12]} not published: {exc}; {kept}"
+            return await self._report(SourcePhase.FAILED, at.commit, why)
+        except Exception as exc:
+            self._tried = ""
+            log.exception("reading %s at %s failed", self.url, at.commit)
+            why = f"commit {at.commit[:12]} not read: {type(exc).__name__}: {exc}; {kept}"
             return await self._report(SourcePhase.FAILED, at.commit, why)
         content = user.content_revision(loaded)
         if content == self._content:
@@ -237,7 +264,7 @@ class Follower:
                 revision=at.commit,
                 options=options,
             )
-        except (nats.errors.Error, OSError, ValueError) as exc:  # try it again next round
+        except Exception as exc:  # noqa: BLE001 - the bus, an oversized bundle: try again
             self._tried = ""
             log.warning("publishing %s failed: %s", spec.bundle, exc)
             return await self._report(SourcePhase.FAILED, at.commit, f"publish failed: {exc}")
@@ -255,12 +282,13 @@ class Follower:
 
     async def _report(self, phase: SourcePhase, commit: str, message: str) -> SourceStatus | None:
         spec = self.spec
-        if (phase, commit, message) == self._last_status:
+        now = time.monotonic()
+        if (phase, commit, message) == self._last_status and now - self._reported_at < RESTATE:
             return None  # every poll of a broken repository would otherwise add one
         status = SourceStatus(
             cluster=spec.cluster,
             bundle=spec.bundle,
-            url=spec.git,
+            url=self.url,
             ref=self._following,
             phase=phase,
             commit=commit,
@@ -275,7 +303,7 @@ class Follower:
         except (nats.errors.Error, OSError) as exc:  # best effort: the next change reports
             log.warning("status of %s not published: %s", spec.bundle, exc)
             return status
-        self._last_status = (phase, commit, message)
+        self._last_status, self._reported_at = (phase, commit, message), now
         return status
 
     async def run(self, interval: float) -> None:
@@ -284,7 +312,7 @@ class Follower:
             try:
                 await self.poll()
             except Exception:  # one broken round never ends following
-                log.exception("polling %s failed", self.spec.git)
+                log.exception("polling %s failed", self.url)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.trigger.wait(), timeout=interval)
 
@@ -314,11 +342,12 @@ def _proven(headers: Any, body: bytes, secret: str) -> bool:
     signature = headers.get("X-Hub-Signature-256", "")
     if signature.startswith("sha256="):
         want = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-        return hmac.compare_digest(signature.removeprefix("sha256="), want)
+        return hmac.compare_digest(signature.removeprefix("sha256=").encode(), want.encode())
     token = headers.get("X-Gitlab-Token") or headers.get("Authorization", "").removeprefix(
         "Bearer "
     )
-    return bool(token) and hmac.compare_digest(token, secret)
+    # bytes: compare_digest refuses non-ASCII str, and a header is whatever a client sends
+    return bool(token) and hmac.compare_digest(token.encode(), secret.encode())
 
 
 async def run(settings: SourceSettings) -> None:
@@ -346,7 +375,7 @@ async def run(settings: SourceSettings) -> None:
         for f in followers:
             log.info(
                 "following",
-                extra={"git": f.spec.git, "ref": f.spec.rule.describe(), "bundle": f.spec.bundle},
+                extra={"git": f.url, "ref": f.spec.rule.describe(), "bundle": f.spec.bundle},
             )
         await asyncio.gather(*(f.run(settings.interval) for f in followers))
     finally:

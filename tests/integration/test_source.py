@@ -80,7 +80,8 @@ async def test_a_followed_repository_applies_only_what_each_commit_changed(
     await poke(port, bundle)
     failed = await watch.source_status(lambda s: s.commit == broken, 30, pipeline.logs)
     assert failed.phase is SourcePhase.FAILED, failed
-    assert "deploy/c.yaml" in failed.message, failed
+    # the file as it is in the repository, with its line
+    assert f"file://{repo}@{broken[:12]}:deploy/c.yaml:4: " in failed.message, failed
     assert "invalid YAML" in failed.message, failed
     assert f"revision {second[:12]} stays" in failed.message
     assert failed.revision == second
@@ -98,6 +99,23 @@ async def test_a_followed_repository_applies_only_what_each_commit_changed(
     assert same.phase is SourcePhase.PUBLISHED, same
     assert "not republished" in same.message, same
     await settle()
+    assert watch.bundles[-1].revision == second
+
+    # the repository goes away for a while: Failed, nothing published; back: Published again
+    hidden = repo.with_name("repo-moved")
+    repo.rename(hidden)
+    await poke(port, bundle)
+    gone = await watch.source_status(
+        lambda s: s.message.startswith("fetch failed: "), 30, pipeline.logs
+    )
+    assert gone.phase is SourcePhase.FAILED, gone
+    hidden.rename(repo)
+    await poke(port, bundle)
+    back = await watch.source_status(
+        lambda s: s.at is not None and gone.at is not None and s.at > gone.at, 30, pipeline.logs
+    )
+    assert back.phase is SourcePhase.PUBLISHED, back
+    assert back.commit == docs_only, back
     assert watch.bundles[-1].revision == second
 
     # `status` shows where the revision came from and what the source did last

@@ -165,6 +165,17 @@ def test_a_symlink_out_of_the_repository_is_refused(tmp_path: Path) -> None:
         load_git(f"file://{repo}", "HEAD")
 
 
+def test_a_symlink_loop_in_the_repository_is_an_input_error(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    (repo / "a.yaml").symlink_to("a.yaml")
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "loop")
+    with pytest.raises(InputError, match=r"a\.yaml: an unreadable symbolic link"):
+        load_git(f"file://{repo}", "HEAD")
+
+
 BILLION_LAUGHS = """\
 apiVersion: v1
 kind: ConfigMap

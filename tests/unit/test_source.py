@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from services.cli.gitrepo import Repository, redacted
 from services.source.refs import RefError, RefRule, resolve
-from services.source.service import SourceSettings, SpecError, _proven, specs
+from services.source.service import Follower, SourceSettings, SpecError, _proven, specs
 
 REFS = {
     "refs/heads/main": "m" * 40,
@@ -120,3 +121,43 @@ def test_a_webhook_proves_the_secret_as_github_gitlab_or_a_bearer_token(
     headers: dict[str, str], proven: bool
 ) -> None:
     assert _proven(headers, b"{}", "s3") is proven
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("https://user:t0ken@git.example.com/ops.git", "https://git.example.com/ops.git"),
+        ("https://t0ken@git.example.com:8443/a/b", "https://git.example.com:8443/a/b"),
+        ("https://git.example.com/ops.git", "https://git.example.com/ops.git"),
+        ("ssh://git@host/ops.git", "ssh://host/ops.git"),
+        ("git@host:ops.git", "git@host:ops.git"),  # scp-like: a user name, no secret
+        ("/srv/ops", "/srv/ops"),
+        ("file:///srv/ops", "file:///srv/ops"),
+    ],
+)
+def test_a_url_is_shown_without_its_credentials(url: str, shown: str) -> None:
+    assert redacted(url) == shown
+    assert Repository("/nowhere", url).url == shown
+
+
+def test_two_sources_of_one_repository_never_share_a_clone(tmp_path: Path) -> None:
+    one, two = specs(
+        SourceSettings(sources=str(write_sources(tmp_path))),
+    )
+    assert one.git == two.git
+    a, b = Follower(one, None, tmp_path), Follower(two, None, tmp_path)  # type: ignore[arg-type]
+    assert a._cache != b._cache
+
+
+def write_sources(tmp_path: Path) -> Path:
+    f = tmp_path / "two.yaml"
+    f.write_text(
+        "- {cluster: c, bundle: apps, git: https://u:p@h/r.git, path: apps}\n"
+        "- {cluster: c, bundle: infra, git: https://u:p@h/r.git, path: infra}\n"
+    )
+    return f
+
+
+def test_a_header_that_is_not_ascii_is_not_proof() -> None:
+    assert _proven({"X-Gitlab-Token": "s\u00e9cret"}, b"{}", "secret") is False
+    assert _proven({"X-Hub-Signature-256": "sha256=\u00e9"}, b"{}", "secret") is False
