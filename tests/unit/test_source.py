@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from services.cli.gitrepo import Repository, redacted
-from services.source.refs import RefError, RefRule, resolve
+from services.source.refs import RefError, RefRule, Resolved, resolve
 from services.source.service import Follower, SourceSettings, SpecError, _proven, specs
+from tests.gitrepo import git
 
 REFS = {
     "refs/heads/main": "m" * 40,
@@ -161,3 +162,37 @@ def write_sources(tmp_path: Path) -> Path:
 def test_a_header_that_is_not_ascii_is_not_proof() -> None:
     assert _proven({"X-Gitlab-Token": "s\u00e9cret"}, b"{}", "secret") is False
     assert _proven({"X-Hub-Signature-256": "sha256=\u00e9"}, b"{}", "secret") is False
+
+
+def test_a_clone_follows_tags_and_semver_as_the_remote_moves_them(tmp_path: Path) -> None:
+    """Real git: annotated tags are peeled to their commit, a new tag in range is taken after
+    a fetch, a moved tag is followed, a deleted branch is gone."""
+    origin = tmp_path / "origin"
+    origin.mkdir()
+    git(origin, "init", "-q", "-b", "main")
+    (origin / "a.yaml").write_text("a: 1\n")
+    git(origin, "add", ".")
+    git(origin, "commit", "-qm", "one")
+    one = git(origin, "rev-parse", "HEAD")
+    git(origin, "tag", "-a", "v1.0.0", "-m", "first")
+    git(origin, "branch", "old")
+    git(origin, "tag", "stable")
+    clone = Repository.clone(f"file://{origin}", tmp_path / "copy")
+    assert resolve(clone.refs(), RefRule(semver="^1"), "").commit == one
+    assert resolve(clone.refs(), RefRule(tag="stable"), "").commit == one
+    assert clone.default_branch() == "refs/heads/main"
+
+    (origin / "a.yaml").write_text("a: 2\n")
+    git(origin, "commit", "-qam", "two")
+    two = git(origin, "rev-parse", "HEAD")
+    git(origin, "tag", "v1.1.0")
+    git(origin, "tag", "-f", "stable", two)
+    git(origin, "branch", "-D", "old")
+    git(origin, "branch", "-m", "main", "trunk")  # the default branch renamed
+    clone.fetch()
+    refs = clone.refs()
+    assert resolve(refs, RefRule(semver="^1"), "") == Resolved("refs/tags/v1.1.0", two)
+    assert resolve(refs, RefRule(tag="stable"), "").commit == two
+    assert "refs/heads/old" not in refs
+    assert clone.default_branch() == "refs/heads/trunk"
+    assert resolve(refs, RefRule(), clone.default_branch()).commit == two
