@@ -28,6 +28,8 @@ from services.common.bundles import store_manifests
 from services.common.kube import KubeClient, NotFound
 from services.controlplane.pipeline import Pipeline, StatusWatch
 
+from ..conftest import unique_name
+
 pytestmark = [pytest.mark.reliability, pytest.mark.timeout(600)]
 
 
@@ -319,10 +321,11 @@ async def test_a_10000_object_bundle_converges(
 ) -> None:
     n = 10_000
     watch = StatusWatch()
-    await watch.start(pnc, pipeline.cluster, "huge")
+    bundle = unique_name("huge")  # an earlier test's "huge" objects would be pruned meanwhile
+    await watch.start(pnc, pipeline.cluster, bundle)
     pipeline.start_all(appliers=2)
     start = time.monotonic()
     manifests = [cm(namespace, f"h-{i}") for i in range(n)]
-    await pipeline.publish(pnc.jetstream(), "huge", manifests)  # via the Object Store
+    await pipeline.publish(pnc.jetstream(), bundle, manifests)  # via the Object Store
     await watch.ready("r1", 480, pipeline.logs)
     measured(f"10,000-object bundle: Ready in {time.monotonic() - start:.1f}s")

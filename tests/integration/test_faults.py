@@ -32,6 +32,7 @@ from services.controlplane.pipeline import (
 )
 from services.core.manifest import OWNER_LABEL
 
+from ..conftest import unique_name
 from .test_scaling import configmaps
 from .waits import until_object
 
@@ -63,7 +64,7 @@ async def _fault_mid_reconcile(
 ) -> str:
     """Publish n objects, inject ``fault`` once some are applied, and check that everything
     converges with nothing lost and no service restarted. Returns the report line's figures."""
-    bundle = "fault"
+    bundle = unique_name("fault")  # not an earlier test's bundle: it would prune those
     watch = StatusWatch()
     await watch.start(pnc, pipeline.cluster, bundle)
     pipeline.start_all(appliers=appliers)
@@ -320,9 +321,10 @@ async def test_nats_cluster_node_lost_mid_reconcile_with_replicated_streams(
             p.start("applier", f"applier-{i}")
         n = 600
         watch = StatusWatch()
-        await watch.start(nc, "r3", "fault")
+        bundle = unique_name("fault")
+        await watch.start(nc, "r3", bundle)
         before = write_counts(p.api)
-        await p.publish(js, "fault", configmaps(namespace, n), as_user=True)
+        await p.publish(js, bundle, configmaps(namespace, n), as_user=True)
         await watch.until(lambda s: s.counts.applied >= n // 10, 120, p.logs)
         applied_at_fault = watch.bundles[-1].counts.applied
         leader = (await js.stream_info(bus.INTENTS)).cluster.leader  # type: ignore[union-attr]

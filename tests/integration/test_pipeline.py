@@ -19,6 +19,10 @@ from services.controlplane.pipeline import Pipeline, StatusWatch, settle, write_
 
 from ..conftest import unique_name
 
+# bundle names unique to this run: the API server is shared, and a bundle of an earlier test
+# with the same name would have its objects pruned by the next one
+STEADY, FIFTY, ERRS = (unique_name(n) for n in ("steady", "fifty", "errs"))
+
 
 def cm(ns: str, name: str, **data: str) -> dict[str, Any]:
     return {
@@ -174,11 +178,11 @@ async def test_steady_state_causes_zero_writes(
 ) -> None:
     manifests = [cm(namespace, f"cm-{i}") for i in range(20)]
     watch = StatusWatch()
-    await watch.start(pnc, pipeline.cluster, "steady")
+    await watch.start(pnc, pipeline.cluster, STEADY)
     pipeline.start_all()
     js = pnc.jetstream()
     initial = write_counts(pipeline.api)
-    await pipeline.publish(js, "steady", manifests)
+    await pipeline.publish(js, STEADY, manifests)
     await watch.ready("r1", 60, pipeline.logs)
     await settle()
     # The counter sees driftbus: each new object is applied exactly once before its first hit.
@@ -186,7 +190,7 @@ async def test_steady_state_causes_zero_writes(
     before = write_counts(pipeline.api)
 
     for _ in range(3):  # republish the same revision
-        await pipeline.publish(js, "steady", manifests)
+        await pipeline.publish(js, STEADY, manifests)
     await settle(3)
     assert writes_since(pipeline.api, before) == 0, "republishing the same revision wrote"
 
@@ -230,13 +234,13 @@ async def test_new_revision_applies_and_prunes_exactly_what_changed(
 ) -> None:
     manifests = [cm(namespace, f"cm-{i}") for i in range(50)]
     watch = StatusWatch()
-    await watch.start(pnc, pipeline.cluster, "fifty")
+    await watch.start(pnc, pipeline.cluster, FIFTY)
     pipeline.start_all()
     js = pnc.jetstream()
     # An object that merely looks like one of ours but lacks the ownership label.
     cm_res = await kube.discovery.resource("v1", "ConfigMap")
     await kube.apply(cm(namespace, "not-ours"), field_manager="someone-else")
-    await pipeline.publish(js, "fifty", manifests)
+    await pipeline.publish(js, FIFTY, manifests)
     await watch.ready("r1", 60, pipeline.logs)
     await settle()
 
@@ -244,7 +248,7 @@ async def test_new_revision_applies_and_prunes_exactly_what_changed(
     changed = [dict(m) for m in manifests]
     for i in (3, 17, 42):
         changed[i] = cm(namespace, f"cm-{i}", k="changed")
-    await pipeline.publish(js, "fifty", changed, revision="r2")
+    await pipeline.publish(js, FIFTY, changed, revision="r2")
     await watch.ready("r2", 60, pipeline.logs)
     await settle()
     assert writes_since(pipeline.api, before) == 3
@@ -252,7 +256,7 @@ async def test_new_revision_applies_and_prunes_exactly_what_changed(
 
     before = write_counts(pipeline.api)
     kept = [m for m in changed if m["metadata"]["name"] not in ("cm-5", "cm-6")]
-    await pipeline.publish(js, "fifty", kept, revision="r3")
+    await pipeline.publish(js, FIFTY, kept, revision="r3")
     await watch.ready("r3", 60, pipeline.logs)
     await settle()
     assert writes_since(pipeline.api, before) == 2
@@ -263,7 +267,7 @@ async def test_new_revision_applies_and_prunes_exactly_what_changed(
     assert len(names) == 49  # 48 kept + the unlabelled one
 
     before = write_counts(pipeline.api)
-    await pipeline.publish(js, "fifty", kept[:10], revision="r4", prune=False)
+    await pipeline.publish(js, FIFTY, kept[:10], revision="r4", prune=False)
     await watch.ready("r4", 60, pipeline.logs)
     await settle()
     assert writes_since(pipeline.api, before) == 0, "prune=false must keep removed objects"
@@ -382,13 +386,13 @@ async def test_errors_are_classified_reported_and_never_leak_secrets(
     ]
     nameless = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"namespace": namespace}}
     watch = StatusWatch()
-    await watch.start(pnc, pipeline.cluster, "errs")
+    await watch.start(pnc, pipeline.cluster, ERRS)
     decisions = DecisionLog()
     await decisions.start(pnc, pipeline.cluster)
     pipeline.start_all()
     js = pnc.jetstream()
     # one object the planner cannot even key: the whole revision is refused, nothing applied
-    await pipeline.publish(js, "errs", [*manifests, nameless], revision="r0")
+    await pipeline.publish(js, ERRS, [*manifests, nameless], revision="r0")
     status = await watch.until(
         lambda s: s.revision == "r0" and s.phase is BundlePhase.FAILED, 60, pipeline.logs
     )
@@ -397,7 +401,7 @@ async def test_errors_are_classified_reported_and_never_leak_secrets(
     with pytest.raises(NotFound):
         await kube.get(cm_res, "fine", namespace)
 
-    await pipeline.publish(js, "errs", manifests)
+    await pipeline.publish(js, ERRS, manifests)
     status = await watch.until(
         lambda s: (
             s.revision == "r1"
@@ -435,14 +439,14 @@ async def test_errors_are_classified_reported_and_never_leak_secrets(
             }
         },
     }
-    await pipeline.publish(js, "errs", [cm(namespace, "fine"), job2], revision="r2")
+    await pipeline.publish(js, ERRS, [cm(namespace, "fine"), job2], revision="r2")
     status = await watch.until(
         lambda s: s.revision == "r2" and s.counts.failed == 1, 60, pipeline.logs
     )
     assert "immutable" in status.failed_objects[0]
     assert "allow-replace" in status.failed_objects[0]
     await pipeline.publish(
-        js, "errs", [cm(namespace, "fine"), job2], revision="r3", allow_replace=True
+        js, ERRS, [cm(namespace, "fine"), job2], revision="r3", allow_replace=True
     )
     await watch.until(lambda s: s.revision == "r3" and s.counts.applied == 2, 60, pipeline.logs)
     job_res = await kube.discovery.resource("batch/v1", "Job")

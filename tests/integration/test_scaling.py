@@ -16,6 +16,8 @@ from schemas.subjects import encode_token
 from services.common.kube import KubeClient
 from services.controlplane.pipeline import Pipeline, StatusWatch, until_planner_ready
 
+from ..conftest import unique_name
+
 N = 2000
 
 
@@ -46,13 +48,14 @@ async def test_time_to_apply_2000_objects(
     pipeline: Pipeline, pnc: NATS, namespace: str, appliers: int, measured: Any
 ) -> None:
     watch = StatusWatch()
-    await watch.start(pnc, pipeline.cluster, "big")
+    bundle = unique_name("big")  # an earlier test's "big" objects would be pruned meanwhile
+    await watch.start(pnc, pipeline.cluster, bundle)
     pipeline.start_all(appliers=appliers)
     # let the processes start: we time the reconcile, not Python imports and claim rounds
     await until_planner_ready(pnc.jetstream())
     await asyncio.sleep(1)
     start = time.monotonic()
-    await pipeline.publish(pnc.jetstream(), "big", configmaps(namespace, N))
+    await pipeline.publish(pnc.jetstream(), bundle, configmaps(namespace, N))
     await watch.ready("r1", 300, pipeline.logs)
     took = time.monotonic() - start
     measured(
@@ -65,13 +68,14 @@ async def test_appliers_added_and_killed_mid_run_lose_nothing(
     pipeline: Pipeline, pnc: NATS, kube: KubeClient, namespace: str, measured: Any
 ) -> None:
     watch = StatusWatch()
-    await watch.start(pnc, pipeline.cluster, "big")
+    bundle = unique_name("big")  # an earlier test's "big" objects would be pruned meanwhile
+    await watch.start(pnc, pipeline.cluster, bundle)
     by_applier = await applied_by(pnc, pipeline.cluster)
     slow = ("--concurrency", "2")  # a long enough run for replicas started later to join
     pipeline.start("watcher")
     pipeline.start("planner")
     pipeline.start("applier", "applier-0", *slow)
-    await pipeline.publish(pnc.jetstream(), "big", configmaps(namespace, N))
+    await pipeline.publish(pnc.jetstream(), bundle, configmaps(namespace, N))
     await watch.until(lambda s: s.counts.applied >= 100, 120, pipeline.logs)
     for i in (1, 2, 3):
         pipeline.start("applier", f"applier-{i}", *slow)
@@ -104,12 +108,13 @@ async def test_5000_object_bundle_goes_through_the_object_store(
     n = 5000
     manifests = configmaps(namespace, n)
     watch = StatusWatch()
-    await watch.start(pnc, pipeline.cluster, "huge")
+    bundle = unique_name("huge")
+    await watch.start(pnc, pipeline.cluster, bundle)
     pipeline.start_all(appliers=2)
     js = pnc.jetstream()
     start = time.monotonic()
-    await pipeline.publish(js, "huge", manifests)
-    stored = await js.get_last_msg(bus.BUNDLES, bundle_subject(pipeline.cluster, "huge"))
+    await pipeline.publish(js, bundle, manifests)
+    stored = await js.get_last_msg(bus.BUNDLES, bundle_subject(pipeline.cluster, bundle))
     assert len(stored.data) < 4096, "the bundle message should only carry a reference"
     assert decode(stored.data, Bundle).manifests_ref is not None
     status = await watch.ready("r1", 300, pipeline.logs)
