@@ -336,7 +336,7 @@ async def test_nats_cluster_node_lost_mid_reconcile_with_replicated_streams(
         _all_alive(p)
         kube = await KubeClient.from_kubeconfig(str(stack.cluster.kubeconfig))
         try:
-            assert await _owned(kube, namespace, "fault") == {f"cm-{i}" for i in range(n)}
+            assert await _owned(kube, namespace, bundle) == {f"cm-{i}" for i in range(n)}
         finally:
             await kube.close()
         await settle()
