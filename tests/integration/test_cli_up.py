@@ -15,26 +15,47 @@ from services.cli import user
 from services.common.kube import KubeClient
 from services.controlplane import servers
 
+from ..gitrepo import git
+
 
 async def test_up_reconciles_the_example_and_stops_cleanly(tmp_path: Path) -> None:
     workdir = tmp_path / "up"
     ui_port = servers.free_port()
+    repo = tmp_path / "repo"  # `up --git`: a local repository followed into bundle "fromgit"
+    (repo / "deploy").mkdir(parents=True)
+    (repo / "deploy" / "cm.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: from-git\ndata:\n  v: '1'\n"
+    )
+    git(repo, "init", "-q")
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "one")
+    head = git(repo, "rev-parse", "HEAD")
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "services.cli.main", "up", "--workdir", str(workdir), "-o", "json",
         "--ui-port", str(ui_port),
+        "--git", str(repo), "--path", "deploy", "-n", "default", "--git-bundle", "fromgit",
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
     )  # fmt: skip
     try:
         assert proc.stdout is not None
         info = json.loads(await asyncio.wait_for(proc.stdout.readline(), timeout=240))
-        assert set(info["services"]) == {"watcher", "planner", "applier-0", "applier-1", "ui"}
+        assert set(info["services"]) == {
+            *("watcher", "planner", "applier-0", "applier-1", "ui", "source")
+        }
         assert info["ui"] == f"http://127.0.0.1:{ui_port}/"
         nc = await nats.connect(info["nats_url"])
         try:
             (hello,) = await user.bundle_statuses(nc.jetstream(), "local", "hello")
             assert str(hello.phase) == "Ready"
             assert hello.counts.ready == hello.counts.total == 9
+            for _ in range(300):
+                got = await user.bundle_statuses(nc.jetstream(), "local", "fromgit")
+                if got and got[0].revision == head and str(got[0].phase) == "Ready":
+                    break
+                await asyncio.sleep(0.2)
+            else:
+                raise AssertionError(f"the followed repository never became Ready: {got}")
         finally:
             await nc.close()
         async with await KubeClient.from_kubeconfig(info["kubeconfig"]) as kube:

@@ -95,6 +95,12 @@ async def test_a_kustomize_overlay_publishes_what_kubectl_kustomize_renders_and_
         await asyncio.sleep(0.2)
     else:
         raise AssertionError("the previous generated ConfigMap was never pruned")
+    # `status` says what rendered the revision in force
+    status = ("status", "--cluster", c, "--bundle", bundle)
+    code, out, err = await driftbus(pipeline.nats.client_url, *status)
+    assert code == 0, err
+    assert f"from {prod} [rendered: " in out, out
+    assert "kustomize in kubectl v" in out, out
 
 
 async def test_standard_input_is_a_path_as_for_kubectl(

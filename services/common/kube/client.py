@@ -12,16 +12,17 @@ import asyncio
 import dataclasses
 import ssl
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import orjson
-from kubernetes_asyncio.client import Configuration
-from kubernetes_asyncio.config import load_incluster_config, load_kube_config
 
 from services.common.kube.discovery import Discovery, Resource
 from services.common.kube.errors import Gone, KubeError, Retryable, error_for
 from services.common.telemetry import meter
+
+if TYPE_CHECKING:
+    from kubernetes_asyncio.client import Configuration
 
 APPLY_PATCH = "application/apply-patch+yaml"
 # A single watch line holds a whole object; CRDs with big schemas exceed aiohttp's 64 KiB default.
@@ -61,6 +62,11 @@ class KubeClient:
     async def from_kubeconfig(
         cls, path: str | None = None, context: str | None = None, **kwargs: Any
     ) -> KubeClient:
+        # imported here: kubernetes_asyncio.client loads every API model (~0.5 s of CPU), a
+        # cost the planner, the CLI's bus-only commands and every test subprocess need not pay
+        from kubernetes_asyncio.client import Configuration
+        from kubernetes_asyncio.config import load_kube_config
+
         config = Configuration()
         await load_kube_config(
             config_file=path, context=context, client_configuration=config, persist_config=False
@@ -69,6 +75,9 @@ class KubeClient:
 
     @classmethod
     def in_cluster(cls, **kwargs: Any) -> KubeClient:
+        from kubernetes_asyncio.client import Configuration
+        from kubernetes_asyncio.config import load_incluster_config
+
         config = Configuration()
         load_incluster_config(client_configuration=config)  # type: ignore[no-untyped-call]
         return cls(config, **kwargs)
