@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import os
 import subprocess
 import tempfile
@@ -20,7 +21,14 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from services.cli.load import InputError, Loaded, Manifest, load_helm, load_paths
+from services.cli.load import (
+    InputError,
+    Loaded,
+    Manifest,
+    TransientInputError,
+    load_helm,
+    load_paths,
+)
 
 GIT_TIMEOUT = 600
 
@@ -41,18 +49,25 @@ def redacted(url: str) -> str:
     ``https://user:token@host/…`` (a token in a URL must not reach statuses, logs or bundles)."""
     scheme, sep, rest = url.partition("://")
     if not sep:
-        return url  # a path, or scp-like user@host:path (a user name, no secret)
+        # a path, or scp-like [user@]host:path: a user name is no secret, "user:pass@" is
+        who, at, where = url.partition("@")
+        return where if at and ":" in who and "/" not in who else url
     authority, slash, path = rest.partition("/")
     return f"{scheme}://{authority.rpartition('@')[2]}{slash}{path}"
+
+
+def _text(out: bytes) -> str:
+    """git output as text: ref and file names may be any bytes, and must not stop a read."""
+    return out.decode(errors="surrogateescape")
 
 
 def _run(argv: list[str], what: str, **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
     try:
         return subprocess.run(argv, capture_output=True, timeout=GIT_TIMEOUT, **kwargs)
     except subprocess.TimeoutExpired:
-        raise InputError(f"{what}: no answer within {GIT_TIMEOUT} s") from None
+        raise TransientInputError(f"{what}: no answer within {GIT_TIMEOUT} s") from None
     except OSError as exc:
-        raise InputError(f"{what}: {exc}") from None
+        raise TransientInputError(f"{what}: {exc}") from None
 
 
 class Repository:
@@ -77,20 +92,24 @@ class Repository:
         what = f"git clone {redacted(url)}"
         res = _run(["git", "clone", "--bare", "--quiet", "--", url, str(dest)], what)
         if res.returncode != 0:
-            raise InputError(f"{what}: {res.stderr.decode(errors='replace').strip() or 'failed'}")
+            why = res.stderr.decode(errors="replace").strip().replace(url, redacted(url))
+            raise InputError(f"{what}: {why or 'failed'}")
         repo = cls(dest, url)
         # a bare clone maps branches 1:1 but sets no fetch refspec: say what a fetch updates
         repo.git("config", "remote.origin.fetch", "+refs/heads/*:refs/heads/*")
         return repo
 
-    def fetch(self) -> None:
+    def fetch(self, *, head: bool = False) -> None:
         """Bring every branch and tag up to date with the remote, dropping deleted ones (a
-        moved tag moves too: following a tag means following what it names now), and HEAD to
-        the remote's default branch (it may have been renamed since the clone)."""
+        moved tag moves too: following a tag means following what it names now); with
+        ``head``, HEAD too, to the remote's default branch (it may have been renamed since the
+        clone: one more round trip, so only when the default branch is what is followed)."""
+        if head:  # asked first: the fetch then brings the branch HEAD names
+            remote = _text(self.git("ls-remote", "--symref", "origin", "HEAD"))
+            for line in remote.splitlines():
+                if line.startswith("ref: ") and line.endswith("\tHEAD"):
+                    self.git("symbolic-ref", "HEAD", line[5:].split("\t")[0])
         self.git("fetch", "--quiet", "--prune", "--prune-tags", "--force", "--tags", "origin")
-        for line in self.git("ls-remote", "--symref", "origin", "HEAD").decode().splitlines():
-            if line.startswith("ref: ") and line.endswith("\tHEAD"):
-                self.git("symbolic-ref", "HEAD", line[5:].split("\t")[0])
 
     def refs(self) -> dict[str, str]:
         """Every branch and tag: ``refs/heads/main`` / ``refs/tags/v1.2.0`` → commit id (an
@@ -102,14 +121,14 @@ class Repository:
             "refs/tags",
         )
         refs: dict[str, str] = {}
-        for line in out.decode().splitlines():
+        for line in _text(out).splitlines():
             name, obj, peeled = [*line.split(" "), "", ""][:3]
             refs[name] = peeled or obj
         return refs
 
     def default_branch(self) -> str:
         """The branch the remote's HEAD names (``refs/heads/main``), as a clone has it."""
-        return self.git("symbolic-ref", "HEAD").decode().strip()
+        return _text(self.git("symbolic-ref", "HEAD")).strip()
 
     def commit_of(self, ref: str) -> str:
         return self.git("rev-parse", "--verify", f"{ref}^{{commit}}").decode().strip()
@@ -121,7 +140,7 @@ class Repository:
         label = f"{self.url}@{commit[:12]}:"
         if str(top) != ".":
             argv = ["git", "-C", self.gitdir, "cat-file", "-t", f"{commit}:{top}"]
-            kind = _run(argv, f"git cat-file in {self.url}").stdout.decode().strip()
+            kind = _text(_run(argv, f"git cat-file in {self.url}").stdout).strip()
             if kind != "tree":
                 what = "not a directory" if kind else "no such directory"
                 raise InputError(f"{top}: {what} in {self.url}@{commit[:12]} (--path)")
@@ -129,7 +148,7 @@ class Repository:
             try:
                 return self._read(tree, top, label, commit, helm)
             except InputError as exc:  # name files as in the repository, not the temporary tree
-                raise InputError(str(exc).replace(f"{tree}/", label)) from None
+                raise type(exc)(_in_repository(str(exc), tree, label)) from None
 
     def _read(
         self, tree: Path, top: PurePosixPath, label: str, commit: str, helm: HelmOptions | None
@@ -151,9 +170,9 @@ class Repository:
             loaded = load_paths([str(root)]) if root.is_dir() else Loaded([])
         # name files as they are in the repository, not in the temporary tree
         manifests = [
-            Manifest(m.obj, m.where.replace(f"{tree}/", label, 1)) for m in loaded.manifests
+            Manifest(m.obj, _in_repository(m.where, tree, label)) for m in loaded.manifests
         ]
-        rendered = loaded.source.replace(str(root), f"{label}{top}").replace(f"{tree}/", label)
+        rendered = _in_repository(loaded.source.replace(str(root), f"{label}{top}"), tree, label)
         source = f"{self.url}@{commit}"
         if " [rendered: " in rendered:
             source += rendered[rendered.index(" [rendered: ") :]
@@ -176,6 +195,20 @@ class Repository:
             yield tree
 
 
+def _in_repository(text: str, tree: Path, label: str) -> str:
+    """``text`` naming files as they are in the repository, not in the temporary ``tree``
+    (its root too: a kustomization or chart at the top of the repository)."""
+    return text.replace(f"{tree}/", label).replace(str(tree), f"{label}.")
+
+
+def _loops(path: Path) -> bool:
+    try:
+        path.stat()
+    except OSError as exc:
+        return exc.errno == errno.ELOOP
+    return False
+
+
 def _no_links_out(tree: Path, label: str) -> None:
     """A repository's symbolic link must not make us read a file outside it (nor loop)."""
     top = tree.resolve()
@@ -184,7 +217,9 @@ def _no_links_out(tree: Path, label: str) -> None:
             continue
         rel = path.relative_to(tree)
         try:
-            target = path.resolve(strict=False)
+            target = path.resolve(strict=False)  # 3.11, 3.12: RuntimeError on a loop
+            if _loops(path):  # 3.13 resolves leniently: stat says ELOOP
+                raise OSError(errno.ELOOP, "symbolic link loop")
         except (RuntimeError, OSError) as exc:  # 3.11: RuntimeError("Symlink loop …")
             raise InputError(f"{label}{rel}: an unreadable symbolic link: {exc}") from None
         if not target.is_relative_to(top):

@@ -58,6 +58,11 @@ class InputError(ValueError):
     """Bad input for a publish; one clear line naming where and why."""
 
 
+class TransientInputError(InputError):
+    """The input could not be read for a reason that may pass (a tool timed out, the disk, a
+    process that could not start): the same input may read fine when tried again."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Manifest:
     obj: dict[str, Any]
@@ -169,11 +174,13 @@ RENDER_TIMEOUT = 300
 
 def _render(argv: list[str], what: str) -> subprocess.CompletedProcess[str]:
     try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=RENDER_TIMEOUT)
+        return subprocess.run(
+            argv, capture_output=True, text=True, errors="replace", timeout=RENDER_TIMEOUT
+        )
     except subprocess.TimeoutExpired:
-        raise InputError(f"{what}: not done within {RENDER_TIMEOUT} s") from None
+        raise TransientInputError(f"{what}: not done within {RENDER_TIMEOUT} s") from None
     except OSError as exc:
-        raise InputError(f"{what}: {exc}") from None
+        raise TransientInputError(f"{what}: {exc}") from None
 
 
 def render_kustomization(directory: Path) -> tuple[str, str]:
@@ -185,7 +192,9 @@ def render_kustomization(directory: Path) -> tuple[str, str]:
     try:
         kubectl = assets.ensure("kubectl")
     except (OSError, assets.AssetError) as exc:
-        raise InputError(f"{directory}: rendering a kustomization needs kubectl: {exc}") from None
+        raise TransientInputError(
+            f"{directory}: rendering a kustomization needs kubectl: {exc}"
+        ) from None
     res = _render([str(kubectl), "kustomize", str(directory)], f"{directory}: kustomize")
     if res.returncode != 0:
         raise InputError(f"{directory}: kustomize failed: {res.stderr.strip()}")
@@ -204,7 +213,7 @@ def load_helm(
     try:
         helm = assets.ensure("helm")
     except (OSError, assets.AssetError) as exc:
-        raise InputError(f"{chart}: rendering a chart needs helm: {exc}") from None
+        raise TransientInputError(f"{chart}: rendering a chart needs helm: {exc}") from None
     # CRDs in crds/ too (helm install would create them first); a chart's test Pods are for
     # `helm test`, not objects to keep running
     argv = [str(helm), "template", release, chart, "--include-crds", "--skip-tests"]

@@ -33,6 +33,10 @@ class RefRule:
         if self.semver:
             _spec(self.semver)  # fail at start-up, not on the first poll
 
+    def follows_default(self) -> bool:
+        """Whether the repository's default branch is what is followed (no rule given)."""
+        return not (self.branch or self.tag or self.semver)
+
     def describe(self, default_branch: str = "") -> str:
         if self.semver:
             return f"semver {self.semver}"

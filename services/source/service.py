@@ -75,7 +75,7 @@ class SourceSpec:
 class SourceSettings(bus.NatsSettings):
     cluster: str = setting("", "cluster the bundle is published for")
     bundle: str = setting("", "bundle the repository is published as")
-    git: str = setting("", "repository to follow: any URL git clones, or a local path")
+    git: str = setting("", "repository to follow: any URL git clones, or a local path", secret=True)
     branch: str = setting(
         "",
         "branch to follow (default: the remote's default branch, followed if renamed; for a "
@@ -192,7 +192,7 @@ class Follower:
         """``content_revision`` of what it published: an unchanged rendering is not republished."""
         self._tried = ""
         """The last commit read (published, unchanged or broken): not read again."""
-        self._last_status: tuple[str, str, str] | None = None
+        self._last_status: tuple[SourcePhase, str, str] | None = None
         self._reported_at = 0.0
         self._following = spec.rule.describe()
         """What is followed, for status: ``branch main`` once the default branch is known."""
@@ -210,7 +210,7 @@ class Follower:
             self._repo = Repository.clone(self.spec.git, self._cache)
             return self._repo
         if not Path(self.spec.git).is_dir():
-            self._repo.fetch()
+            self._repo.fetch(head=self.spec.rule.follows_default())
         return self._repo
 
     async def poll(self) -> SourceStatus | None:
@@ -222,16 +222,20 @@ class Follower:
             rule = spec.rule
             # the default branch only when it is what is followed: a local repository on a
             # detached HEAD has none, and needs none to follow a tag
-            default = "" if rule.branch or rule.tag or rule.semver else repo.default_branch()
+            default = ""
+            if rule.follows_default():
+                default = await asyncio.to_thread(repo.default_branch)
             at = resolve(refs, rule, default)
             self._following = rule.describe(default)
-        except (load.InputError, RefError, OSError) as exc:
+        except (load.InputError, RefError, OSError, ValueError) as exc:
             self._repo = None if not isinstance(exc, RefError) else self._repo
             # read the commit again once fetching works: its status replaces this one
             self._tried = ""
             why = str(exc) if isinstance(exc, RefError) else f"fetch failed: {exc}"
             return await self._report(SourcePhase.FAILED, "", why)
         if at.commit == self._tried:
+            if self._last_status and time.monotonic() - self._reported_at >= RESTATE:
+                return await self._report(*self._last_status)  # a quiet source stays shown
             return None
         self._tried = at.commit
         kept = f"revision {self.published[:12]} stays" if self.published else "none published"
@@ -239,7 +243,10 @@ class Follower:
             loaded = await asyncio.to_thread(repo.load, at.commit, spec.path, spec.helm())
             load.require_objects(loaded, spec.bundle)
             load.require_namespaces(loaded, spec.namespace)
-        except (load.InputError, ManifestError) as exc:  # the commit is broken: not retried
+        except (load.InputError, ManifestError) as exc:
+            if isinstance(exc, load.TransientInputError):
+                self._tried = ""  # a timeout, the disk: the same commit may read next time
+            # otherwise the commit is broken: not read again until the ref moves
             why = f"commit {at.commit[:12]} not published: {exc}; {kept}"
             return await self._report(SourcePhase.FAILED, at.commit, why)
         except Exception as exc:
@@ -249,11 +256,13 @@ class Follower:
             return await self._report(SourcePhase.FAILED, at.commit, why)
         content = user.content_revision(loaded)
         if content == self._content:
-            return await self._report(
-                SourcePhase.PUBLISHED,
-                at.commit,
-                f"commit {at.commit[:12]} renders what {self.published[:12]} did: not republished",
+            why = (
+                f"commit {at.commit[:12]} is the revision in force"
+                if at.commit == self.published
+                else f"commit {at.commit[:12]} renders what {self.published[:12]} did: "
+                "not republished"
             )
+            return await self._report(SourcePhase.PUBLISHED, at.commit, why)
         options = BundleOptions(prune=spec.prune, namespace=spec.namespace)
         try:
             await user.publish(
@@ -281,10 +290,12 @@ class Follower:
         )
 
     async def _report(self, phase: SourcePhase, commit: str, message: str) -> SourceStatus | None:
+        """Publish the source's status, unless it is the one published last less than
+        ``RESTATE`` ago (every poll of a broken repository would otherwise add one)."""
         spec = self.spec
         now = time.monotonic()
         if (phase, commit, message) == self._last_status and now - self._reported_at < RESTATE:
-            return None  # every poll of a broken repository would otherwise add one
+            return None
         status = SourceStatus(
             cluster=spec.cluster,
             bundle=spec.bundle,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from services.cli.gitrepo import Repository, redacted
+from services.cli.gitrepo import Repository, _in_repository, redacted
 from services.source.refs import RefError, RefRule, Resolved, resolve
 from services.source.service import Follower, SourceSettings, SpecError, _proven, specs
 from tests.gitrepo import git
@@ -132,6 +132,7 @@ def test_a_webhook_proves_the_secret_as_github_gitlab_or_a_bearer_token(
         ("https://git.example.com/ops.git", "https://git.example.com/ops.git"),
         ("ssh://git@host/ops.git", "ssh://host/ops.git"),
         ("git@host:ops.git", "git@host:ops.git"),  # scp-like: a user name, no secret
+        ("u:t0ken@host:ops.git", "host:ops.git"),
         ("/srv/ops", "/srv/ops"),
         ("file:///srv/ops", "file:///srv/ops"),
     ],
@@ -189,10 +190,20 @@ def test_a_clone_follows_tags_and_semver_as_the_remote_moves_them(tmp_path: Path
     git(origin, "tag", "-f", "stable", two)
     git(origin, "branch", "-D", "old")
     git(origin, "branch", "-m", "main", "trunk")  # the default branch renamed
-    clone.fetch()
+    clone.fetch(head=True)  # head: the default branch is followed, so HEAD is re-read
     refs = clone.refs()
     assert resolve(refs, RefRule(semver="^1"), "") == Resolved("refs/tags/v1.1.0", two)
     assert resolve(refs, RefRule(tag="stable"), "").commit == two
     assert "refs/heads/old" not in refs
     assert clone.default_branch() == "refs/heads/trunk"
     assert resolve(refs, RefRule(), clone.default_branch()).commit == two
+
+
+def test_errors_name_files_as_in_the_repository_even_at_its_root(tmp_path: Path) -> None:
+    tree = tmp_path / "driftbus-tree-x"
+    label = "https://h/r.git@0123456789ab:"
+    assert (
+        _in_repository(f"{tree}/deploy/a.yaml:3: bad", tree, label)
+        == f"{label}deploy/a.yaml:3: bad"
+    )
+    assert _in_repository(f"{tree}: kustomize failed", tree, label) == f"{label}.: kustomize failed"
