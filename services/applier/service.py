@@ -32,6 +32,7 @@ from typing import Any
 
 import msgspec
 from nats.aio.msg import Msg
+from nats.errors import Error as NatsError
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js import JetStreamContext
 from opentelemetry import trace
@@ -172,8 +173,22 @@ class Applier:
                 self.fence.raise_to(await bus.claim_revision(self.js, self.s.cluster))
             await asyncio.sleep(self.s.fence_refresh)
 
+    async def _read_fence(self) -> None:
+        """The cluster's planner claim before the first intent is taken (a deposed planner's
+        late intents are refused from the start). A slow or absent NATS is waited out: an
+        applier that exits over one timed-out request would lose the work it could do."""
+        delay = 0.2
+        while True:
+            try:
+                self.fence.raise_to(await bus.claim_revision(self.js, self.s.cluster))
+                return
+            except (NatsError, TimeoutError) as exc:
+                log.warning("reading the planner claim failed (%s); retrying in %.1fs", exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.s.max_backoff)
+
     async def run(self) -> None:
-        self.fence.raise_to(await bus.claim_revision(self.js, self.s.cluster))
+        await self._read_fence()
         claims = asyncio.create_task(self._follow_claims(), name="follow claims")
         beats = asyncio.create_task(
             members.announce(
