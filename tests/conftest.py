@@ -2,7 +2,7 @@
 
 * ``stack`` (session): nats-server with JetStream + etcd + kube-apiserver on loopback ports.
 * ``kube`` (session): a KubeClient of the stack's cluster, admin identity.
-* ``namespace`` (per test): a fresh namespace with a unique name.
+* ``namespace`` (per test): a fresh namespace with a unique name, emptied after the test.
 * ``second_cluster``, ``third_cluster`` (session, on demand): more independent etcd +
   kube-apiserver pairs (multi-cluster tests).
 * ``nc`` / ``js`` (per test): a NATS connection and its JetStream context.
@@ -27,11 +27,14 @@ from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
 from services.common.kube import KubeClient
+from services.common.kube.errors import NotFound
 from services.controlplane import assets, servers
 
 _SESSION_ROOT_KEY = pytest.StashKey[Path]()
 _LOGS_KEY = pytest.StashKey[dict[str, Path]]()
 _counter = itertools.count()
+NAMESPACES_MADE = pytest.StashKey[list[str]]()
+"""Namespaces a test made (``namespace``), emptied once its services stopped."""
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -176,8 +179,33 @@ async def namespace(kube: KubeClient, request: pytest.FixtureRequest) -> str:
         field_manager="driftbus-tests",
     )
     # No namespace controller runs, so deleting would leave it Terminating forever; unique
-    # names keep tests apart instead.
+    # names keep tests apart, and the test's objects are deleted afterwards (tests/integration's
+    # conftest): left behind, every later test's watcher would list and publish them all.
+    request.node.stash.setdefault(NAMESPACES_MADE, []).append(name)
     return name
+
+
+async def empty_namespace(kube: KubeClient, name: str) -> None:
+    """Delete every object in the namespace, as the namespace controller would: one
+    deletecollection per namespaced resource the API server serves (no grace period: no kubelet
+    runs to finish a Pod's)."""
+    for path in await _namespaced_collections(kube, name):
+        with contextlib.suppress(NotFound):
+            await kube.request("DELETE", path, params={"gracePeriodSeconds": "0"}, timeout=300)
+
+
+async def _namespaced_collections(kube: KubeClient, namespace: str) -> list[str]:
+    lists = [("/api/v1", await kube.get_path("/api/v1"))]
+    for group in (await kube.get_path("/apis")).get("groups", []):
+        base = f"/apis/{group['preferredVersion']['groupVersion']}"
+        with contextlib.suppress(NotFound):
+            lists.append((base, await kube.get_path(base)))
+    return [
+        f"{base}/namespaces/{namespace}/{r['name']}"
+        for base, body in lists
+        for r in body.get("resources", [])
+        if r.get("namespaced") and "/" not in r["name"] and "deletecollection" in r.get("verbs", [])
+    ]
 
 
 @pytest.fixture

@@ -29,6 +29,8 @@ from schemas.messages import (
     BundleOptions,
     BundlePhase,
     BundleStatus,
+    Health,
+    ObjectPhase,
     ObjectStatus,
     SourceStatus,
 )
@@ -242,14 +244,28 @@ class StatusWatch:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 last = self.bundles[-1] if self.bundles else None
-                latest = {str(o.key): f"{o.phase} {o.message}" for o in self.objects}
-                lines = "\n".join(f"  {k}: {v}" for k, v in sorted(latest.items()))
                 raise AssertionError(
-                    f"bundle status never matched; last: {last}\nobjects:\n{lines}\n{logs()}"
+                    f"bundle status never matched; last: {last}\n{self._objects_summary()}\n"
+                    f"{logs()}"
                 )
             self._changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), timeout=min(remaining, 1.0))
+
+    def _objects_summary(self, shown: int = 20) -> str:
+        """Each object's latest phase and health, counted, and the first few of the rest: a
+        failure report stays short enough that the service logs after it are still read."""
+        latest = {str(o.key): o for o in self.objects}
+        counts = collections.Counter(f"{o.phase}/{o.health}" for o in latest.values())
+        behind = [
+            f"  {k}: {o.phase} ({o.health}) {o.message}"
+            for k, o in sorted(latest.items())
+            if (o.phase, o.health) != (ObjectPhase.APPLIED, Health.READY)
+        ]
+        more = f"\n  … {len(behind) - shown} more" if len(behind) > shown else ""
+        return (
+            f"objects by latest phase/health: {dict(counts)}\n" + "\n".join(behind[:shown]) + more
+        )
 
     async def object_status(
         self,

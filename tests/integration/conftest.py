@@ -13,7 +13,7 @@ from nats.aio.client import Client as NATS
 from services.controlplane import servers
 from services.controlplane.pipeline import Pipeline
 
-from ..conftest import unique_name
+from ..conftest import NAMESPACES_MADE, empty_namespace, unique_name
 
 
 @pytest.fixture
@@ -47,3 +47,16 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Any:
     if report.failed and isinstance(p, Pipeline):
         report.sections.append(("driftbus service logs", p.logs()))
     return report
+
+
+@pytest.fixture(autouse=True)
+async def _empty_namespaces_after(request: pytest.FixtureRequest) -> AsyncIterator[None]:
+    """Autouse, so set up before and torn down after every other fixture of the test: the
+    namespaces are emptied only once the test's services stopped (a running planner would
+    restore what is deleted)."""
+    yield
+    made = request.node.stash.get(NAMESPACES_MADE, [])
+    if made:
+        kube = request.getfixturevalue("kube")
+        for name in made:
+            await empty_namespace(kube, name)
