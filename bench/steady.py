@@ -32,6 +32,7 @@ from bench.report import Result
 from bench.stack import BenchStack, DriftbusRun, labelled, manifests, object_path
 from schemas.codec import decode
 from schemas.messages import DecisionAction, DecisionRecord
+from schemas.subjects import family_filter
 from services.common.kube import KubeClient, Resource
 from services.controlplane.pipeline import write_counts, writes_since
 from services.core.manifest import OWNER_LABEL
@@ -51,7 +52,7 @@ class Decisions:
             self.counts[str(decode(msg.data, DecisionRecord).action)] += 1
             self.changed.set()
 
-        await nc.subscribe("driftbus.decision.>", cb=on_msg)
+        await nc.subscribe(family_filter("decision"), cb=on_msg)
 
     async def until(self, action: DecisionAction, count: int, within: float = 120) -> None:
         deadline = time.monotonic() + within

@@ -179,6 +179,26 @@ def cluster_filter(kind: str, cluster: str) -> str:
     return f"{PREFIX}.{kind}.{encode_token(cluster)}.>"
 
 
+def family_filter(kind: str) -> str:
+    """Wildcard subject selecting every message of a family (every cluster's), e.g. bundles."""
+    return f"{PREFIX}.{kind}.>"
+
+
+def bundle_status_filter(cluster: str, bundle: str) -> str:
+    """Every status message of one bundle: its objects', its own, its source's."""
+    return f"{PREFIX}.status.{encode_token(cluster)}.{encode_token(bundle)}.>"
+
+
+def source_status_filter(cluster: str) -> str:
+    """The Git source status of every bundle of one cluster."""
+    return f"{PREFIX}.status.{encode_token(cluster)}.*.source"
+
+
+def member_filter(cluster: str) -> str:
+    """The heartbeats of every watcher/applier role of one cluster."""
+    return f"{PREFIX}.member.{encode_token(cluster)}.*"
+
+
 _OBJECT_STREAMS: Final = frozenset(("server", "applied", "intent", "decision", "outcome"))
 MEMBER_ROLES: Final = ("watcher", "applier")
 

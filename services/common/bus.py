@@ -36,7 +36,7 @@ from nats.js.errors import (
 )
 from nats.js.kv import KeyValue
 
-from schemas.subjects import PREFIX, encode_token
+from schemas.subjects import cluster_filter, encode_token, family_filter
 from services.common import telemetry
 from services.common.settings import setting
 
@@ -97,7 +97,7 @@ def stream_configs(*, replicas: int = 1) -> list[js_api.StreamConfig]:
             **limits,
         }
         return js_api.StreamConfig(
-            name=name, subjects=[f"{PREFIX}.{family}.>"], description=description, **values
+            name=name, subjects=[family_filter(family)], description=description, **values
         )
 
     return [
@@ -413,7 +413,7 @@ async def ensure_intent_consumer(
         name=name,
         durable_name=name,
         description=f"appliers of cluster {cluster}",
-        filter_subject=f"{PREFIX}.intent.{encode_token(cluster)}.>",
+        filter_subject=cluster_filter("intent", cluster),
         ack_policy=js_api.AckPolicy.EXPLICIT,
         deliver_policy=js_api.DeliverPolicy.ALL,
         ack_wait=s.ack_wait,

@@ -24,7 +24,13 @@ import dataclasses
 import re
 from collections.abc import Iterable, Mapping
 
-from schemas.subjects import PREFIX, encode_token
+from schemas.subjects import (
+    cluster_filter,
+    family_filter,
+    member_filter,
+    member_subject,
+    source_status_filter,
+)
 from services.common import bus
 
 JS = "$JS.API"
@@ -88,15 +94,14 @@ STREAM_INFO = tuple(f"{JS}.STREAM.INFO.{s}" for s in ALL_STREAMS)
 
 
 def watcher(cluster: str) -> Permissions:
-    t = encode_token(cluster)
     return Permissions(
         publish=(
-            f"{PREFIX}.server.{t}.>",
-            f"{PREFIX}.member.{t}.watcher",
+            cluster_filter("server", cluster),
+            member_subject(cluster, "watcher"),
             *STREAM_INFO,
             *_read_streams(bus.BUNDLES, bus.SERVER),
             # a fact lands only if newer than the one SERVER keeps (newest.py) re-reads that one
-            f"{JS}.DIRECT.GET.{bus.SERVER}.{PREFIX}.server.{t}.>",
+            f"{JS}.DIRECT.GET.{bus.SERVER}.{cluster_filter('server', cluster)}",
             *_object_store_read(),
         ),
         subscribe=(f"{bus.inbox_prefix('watcher', cluster)}.>",),
@@ -104,23 +109,22 @@ def watcher(cluster: str) -> Permissions:
 
 
 def applier(cluster: str) -> Permissions:
-    t = encode_token(cluster)
     consumer = bus.intent_consumer_name(cluster)
     intents = bus.INTENTS
     return Permissions(
         publish=(
-            f"{PREFIX}.applied.{t}.>",
-            f"{PREFIX}.status.{t}.>",
-            f"{PREFIX}.outcome.{t}.>",
-            f"{PREFIX}.member.{t}.applier",
+            cluster_filter("applied", cluster),
+            cluster_filter("status", cluster),
+            cluster_filter("outcome", cluster),
+            member_subject(cluster, "applier"),
             *STREAM_INFO,
-            f"{JS}.CONSUMER.CREATE.{intents}.{consumer}.{PREFIX}.intent.{t}.>",
+            f"{JS}.CONSUMER.CREATE.{intents}.{consumer}.{cluster_filter('intent', cluster)}",
             f"{JS}.CONSUMER.INFO.{intents}.{consumer}",
             f"{JS}.CONSUMER.MSG.NEXT.{intents}.{consumer}",
             f"$JS.ACK.{intents}.{consumer}.>",
-            f"{JS}.DIRECT.GET.{intents}.{PREFIX}.intent.{t}.>",
+            f"{JS}.DIRECT.GET.{intents}.{cluster_filter('intent', cluster)}",
             # is a redelivered intent already carried out? (its applied fact says so)
-            f"{JS}.DIRECT.GET.{bus.APPLIED}.{PREFIX}.applied.{t}.>",
+            f"{JS}.DIRECT.GET.{bus.APPLIED}.{cluster_filter('applied', cluster)}",
             # the planner claim on the cluster: its revision fences off deposed planners
             f"{JS}.DIRECT.GET.{bus.SHARDS_STREAM}.$KV.{bus.SHARDS_BUCKET}.{bus.claim_key(cluster)}",
         ),
@@ -131,9 +135,9 @@ def applier(cluster: str) -> Permissions:
 def planner() -> Permissions:
     return Permissions(
         publish=(
-            f"{PREFIX}.intent.>",
-            f"{PREFIX}.status.>",
-            f"{PREFIX}.decision.>",
+            family_filter("intent"),
+            family_filter("status"),
+            family_filter("decision"),
             f"{JS}.>",  # it creates and updates the streams and the object store bucket
             f"$KV.{bus.SHARDS_BUCKET}.>",  # heartbeats and cluster claims
             "$JS.FC.>",
@@ -144,10 +148,9 @@ def planner() -> Permissions:
 
 
 def user(clusters: Iterable[str]) -> Permissions:
-    tokens = [encode_token(c) for c in clusters]
     return Permissions(
         publish=(
-            *(f"{PREFIX}.bundle.{t}.>" for t in tokens),
+            *(cluster_filter("bundle", c) for c in clusters),
             *STREAM_INFO,
             # big bundles go to the Object Store; its digest is checked against the bundle
             # message (which only the cluster's users may publish), so a user can spoil but not
@@ -157,9 +160,9 @@ def user(clusters: Iterable[str]) -> Permissions:
             f"{JS}.STREAM.PURGE.{OBJ}",
             *_object_store_read(),
             # is anybody serving the cluster? (publish warns when not)
-            *(f"{JS}.DIRECT.GET.{bus.MEMBERS}.{PREFIX}.member.{t}.*" for t in tokens),
+            *(f"{JS}.DIRECT.GET.{bus.MEMBERS}.{member_filter(c)}" for c in clusters),
         ),
-        subscribe=(*(f"{PREFIX}.status.{t}.>" for t in tokens), "_INBOX.>"),
+        subscribe=(*(cluster_filter("status", c) for c in clusters), "_INBOX.>"),
     )
 
 
@@ -168,9 +171,8 @@ def source(clusters: Iterable[str]) -> Permissions:
     that: not a bundle's or an object's, which the planner and appliers own)."""
     clusters = list(clusters)
     base = user(clusters)
-    tokens = [encode_token(c) for c in clusters]
     return Permissions(
-        publish=(*base.publish, *(f"{PREFIX}.status.{t}.*.source" for t in tokens)),
+        publish=(*base.publish, *(source_status_filter(c) for c in clusters)),
         subscribe=base.subscribe,
     )
 

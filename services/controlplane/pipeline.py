@@ -34,7 +34,7 @@ from schemas.messages import (
     ObjectStatus,
     SourceStatus,
 )
-from schemas.subjects import bundle_subject
+from schemas.subjects import bundle_status_filter, bundle_subject
 from services.common import bus
 from services.common.bundles import store_manifests
 from services.controlplane import servers
@@ -215,7 +215,6 @@ class StatusWatch:
         self._changed = asyncio.Event()
 
     async def start(self, nc: NATS, cluster: str, bundle: str) -> None:
-        from schemas.subjects import encode_token
 
         async def on_msg(msg: Any) -> None:
             if msg.subject.endswith(".bundle"):
@@ -226,9 +225,7 @@ class StatusWatch:
                 self.objects.append(decode(msg.data, ObjectStatus))
             self._changed.set()
 
-        await nc.subscribe(
-            f"driftbus.status.{encode_token(cluster)}.{encode_token(bundle)}.>", cb=on_msg
-        )
+        await nc.subscribe(bundle_status_filter(cluster, bundle), cb=on_msg)
 
     async def until(
         self,

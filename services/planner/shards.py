@@ -36,7 +36,7 @@ from nats.js.errors import BucketNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 from opentelemetry.metrics import Observation
 
-from schemas.subjects import PREFIX, SubjectError, decode_token, parse_subject
+from schemas.subjects import SubjectError, decode_token, family_filter, parse_subject
 from services.common import bus, telemetry
 from services.common.bus import Claim
 from services.planner.sharding import assign, live
@@ -145,7 +145,7 @@ class Coordinator:
             bundles = bus.Follower(
                 self.js,
                 bus.BUNDLES,
-                f"{PREFIX}.bundle.>",
+                family_filter("bundle"),
                 last_per_subject=False,
                 headers_only=True,
             )
@@ -302,7 +302,7 @@ class Coordinator:
 
     async def _discover(self) -> None:
         """The clusters that have bundles (the subjects of the bundle stream)."""
-        info = await self.js.stream_info(bus.BUNDLES, subjects_filter=f"{PREFIX}.bundle.>")
+        info = await self.js.stream_info(bus.BUNDLES, subjects_filter=family_filter("bundle"))
         for subject in (info.state.subjects or {}) if info.state else {}:
             try:
                 self.clusters.add(parse_subject(subject).cluster)

@@ -28,6 +28,7 @@ from nats.js import JetStreamContext
 
 from schemas.codec import WireError, decode
 from schemas.messages import BundleStatus, DecisionRecord, ObjectStatus, ServerEvent
+from schemas.subjects import family_filter
 from services.common import bus
 
 log = logging.getLogger("driftbus.ui")
@@ -176,11 +177,11 @@ class StatusPage:
 
     async def follow(self) -> None:
         """Replay current status (last per subject), then follow status and decisions live."""
-        status = bus.Follower(self.js, bus.STATUS, "driftbus.status.>")
+        status = bus.Follower(self.js, bus.STATUS, family_filter("status"))
         decisions = bus.Follower(
-            self.js, bus.DECISIONS, "driftbus.decision.>", last_per_subject=False
+            self.js, bus.DECISIONS, family_filter("decision"), last_per_subject=False
         )
-        facts = bus.Follower(self.js, bus.SERVER, "driftbus.server.>")
+        facts = bus.Follower(self.js, bus.SERVER, family_filter("server"))
 
         async def pump(f: bus.Follower, handle: Any) -> None:
             async for msg in f.messages():

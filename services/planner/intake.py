@@ -1,0 +1,121 @@
+"""A published revision taken in: its objects keyed, normalised, owned and hashed, or refused.
+
+Pure: the planner's shell decodes the bundle and loads its manifests, then calls
+``checked_revision``; a revision with one bad object is refused whole.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+import msgspec
+
+from schemas.messages import Bundle
+from schemas.subjects import ObjectKey, SubjectError, object_subject
+from services.core.manifest import ManifestError, check_size, key_of, owned
+from services.core.scope import Scopes, UnknownScope, normalise
+from services.core.sha import HashError, manifest_sha
+from services.planner.store import Slot
+
+MAX_LISTED_FAILURES = 50
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+MANIFEST_JSON = msgspec.json.Encoder()
+
+
+@dataclasses.dataclass
+class BundleView:
+    cluster: str
+    name: str
+    revision: str
+    seq: int
+    prune: bool
+    force: bool
+    allow_replace: bool
+    keys: set[ObjectKey]
+    errors: list[str]
+    """Objects of this revision not taken (another bundle declares them)."""
+    propagation: str = "Background"
+    refused: tuple[str, str] | None = None
+    """(revision, why) of the latest publish if it was refused; this view stays in force."""
+    source: str = ""
+    """Where the revision came from and what rendered it (``Bundle.source``)."""
+
+    @classmethod
+    def of(cls, bundle: Bundle, seq: int) -> BundleView:
+        """The view of a revision just taken in (its keys are filled as objects are taken)."""
+        o = bundle.options
+        return cls(
+            bundle.cluster,
+            bundle.bundle,
+            bundle.revision,
+            seq,
+            o.prune,
+            o.force,
+            o.allow_replace,
+            set(),
+            [],
+            propagation=o.propagation,
+            source=bundle.source,
+        )
+
+
+def learn_crds(scopes: Scopes, manifests: list[Any]) -> bool:
+    """Learn the scope of every kind a CRD of the revision defines; True if any was new."""
+    learned = False
+    for raw in manifests:
+        if isinstance(raw, dict) and raw.get("kind") == "CustomResourceDefinition":
+            learned |= scopes.learn_crd(raw)
+    return learned
+
+
+def checked_revision(
+    bundle: Bundle, manifests: list[Any], scopes: Scopes
+) -> list[tuple[Slot, bytes, bytes]]:
+    """Every object of the revision keyed, owned and hashed — or ManifestError naming every
+    bad one: a revision with one bad object is refused whole (applying the rest would prune
+    the bad one's live object), and so is an empty one unless the publisher says so."""
+    name = bundle.bundle
+    if not manifests and not bundle.options.allow_empty:
+        raise ManifestError(
+            "the revision has no objects; publishing it would prune every object of the "
+            "bundle (publish with allow-empty if that is what you want)"
+        )
+    out: list[tuple[Slot, bytes, bytes]] = []
+    errors: list[str] = []
+    scope_unknown = 0
+    seen: dict[ObjectKey, int] = {}
+    for i, raw in enumerate(manifests):
+        where_i = f"manifests[{i}]"
+        try:
+            key = key_of(raw, where_i)
+            raw = normalise(raw, scopes, bundle.options.namespace)
+            key = key_of(raw, where_i)
+            if key.namespace and not DNS_LABEL.match(key.namespace):
+                # no such namespace can ever exist: waiting for it would never end
+                raise ManifestError(
+                    f"{where_i}: {key}: metadata.namespace {key.namespace!r} is not a valid "
+                    "namespace name (a DNS label)"
+                )
+            object_subject("intent", bundle.cluster, key)  # its subjects fit (a name ≤ 253)
+            if key in seen:
+                raise ManifestError(f"{where_i}: {key} duplicates manifests[{seen[key]}]")
+            manifest = owned(raw, name)
+            encoded = check_size(MANIFEST_JSON.encode(manifest), f"{where_i}: {key}")
+            sha = manifest_sha(manifest)
+        except (ManifestError, HashError) as exc:
+            errors.append(str(exc))
+            scope_unknown += isinstance(exc, UnknownScope)
+            continue
+        except SubjectError as exc:
+            errors.append(f"{where_i}: {exc}")
+            continue
+        seen[key] = i
+        out.append(((bundle.cluster, key), encoded, sha))
+    if errors:
+        shown = "; ".join(errors[:MAX_LISTED_FAILURES])
+        # waiting on a scope only when nothing else is wrong: the rest needs a new revision
+        error = UnknownScope if scope_unknown == len(errors) else ManifestError
+        raise error(f"{len(errors)} of {len(manifests)} objects are invalid: {shown}")
+    return out

@@ -1,0 +1,40 @@
+"""The planner's settings: one declaration per setting (flag, env var, help, docs)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from services.common import bus, telemetry
+from services.common.settings import setting
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannerSettings(telemetry.TelemetrySettings, bus.NatsSettings):
+    planner_id: str = setting(
+        "", "name of this replica in intents and decisions (default: <hostname>-<pid>)"
+    )
+    status_interval: float = setting(
+        0.2, "seconds between bundle status recomputations; changes are coalesced within it"
+    )
+    stats_interval: float = setting(
+        30.0, "seconds between log lines with hit/miss counts by reason (only when changed)"
+    )
+    stream_replicas: int = setting(1, "replicas of the JetStream streams (3 on a NATS cluster)")
+    heartbeat_interval: float = setting(
+        2.0, "seconds between this replica's heartbeats (and claim rounds) in the shards bucket"
+    )
+    heartbeat_timeout: float = setting(
+        10.0,
+        "seconds without a heartbeat after which a replica counts as dead and others take its "
+        "clusters over (at least twice the interval)",
+    )
+    intent_timeout: float = setting(
+        60.0,
+        "seconds an intent may go without any word (applied, failed, still waiting) while no "
+        "longer queued before the planner sends it again: nothing stays lost",
+    )
+    members_interval: float = setting(
+        2.0,
+        "seconds between reads of the cluster's watcher/applier heartbeats (prune waits for the "
+        "watcher's initial lists; a cluster nobody serves is named in the bundle status)",
+    )

@@ -1,0 +1,129 @@
+"""Counting one bundle's objects into a ``Tally`` (then ``status.bundle_phase`` names the phase).
+
+Pure: reads the planner's entries, the appliers' last words and the watcher's health as they
+are, and changes nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+
+from schemas.messages import BundleStatus, Health, ObjectPhase, OutcomeEvent
+from schemas.subjects import ObjectKey
+from services.core.manifest import apply_order
+from services.planner.decide import DELETE_INFLIGHT
+from services.planner.emit import now
+from services.planner.intake import BundleView
+from services.planner.status import Tally, bundle_phase, counts, listed
+from services.planner.store import EntryStore, Slot
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Known:
+    """What the planner knows of a cluster, as the tally reads it."""
+
+    entries: EntryStore
+    outcomes: Mapping[Slot, OutcomeEvent]
+    """the last word of an applier that was not an applied fact"""
+    health: Mapping[Slot, tuple[Health, str]]
+    """the watcher's kstatus health of each live object"""
+    unserved: list[str]
+    watcher_synced: bool
+    in_use: Callable[[Slot, BundleView], str]
+    """why a prune of the object is held back ("" when it is not)"""
+
+
+def bundle_status(view: BundleView, t: Tally) -> BundleStatus:
+    """The status message of ``view`` from its tally."""
+    phase, message = bundle_phase(t)
+    revision = view.refused[0] if view.refused else view.revision
+    return BundleStatus(
+        cluster=view.cluster,
+        bundle=view.name,
+        revision=revision,
+        phase=phase,
+        counts=counts(t),
+        message=message,
+        failed_objects=listed(t),
+        at=now(),
+        source="" if view.refused else view.source,
+    )
+
+
+def tally(view: BundleView, known: Known) -> Tally:
+    """Count what is known about the objects of ``view`` (and of its prunes)."""
+    shown = view.refused[0] if view.refused else view.revision
+    t = Tally(shown, total=len(view.keys) + len(view.errors))
+    t.refused = view.refused[1] if view.refused else ""
+    t.unserved = list(known.unserved)
+    t.failed = len(view.errors)
+    failing: list[ObjectKey] = []
+    unhealthy: list[str] = []
+    waiting: list[str] = []
+    for key in view.keys:
+        slot = (view.cluster, key)
+        p = known.entries.progress(slot)
+        if p is None:
+            continue
+        if p.failed:
+            failing.append(key)
+            continue
+        if p.inflight:
+            t.in_flight += 1
+            oc = known.outcomes.get(slot)
+            if oc is not None and oc.phase in (ObjectPhase.WAITING, ObjectPhase.RETRYING):
+                waiting.append(f"{key}: {oc.phase}: {oc.message}")
+            continue
+        if not p.applied:
+            continue
+        t.applied += 1
+        if not p.observed:
+            t.unobserved += 1
+            continue
+        if p.drifted:
+            t.drifted += 1
+            t.problems.append(f"{key}: drifted")
+            continue
+        h, why = known.health.get(slot, (Health.UNKNOWN, ""))
+        if h is Health.READY:
+            t.ready += 1
+        elif h is Health.FAILED:
+            t.unhealthy += 1
+            unhealthy.append(f"{key}: unhealthy: {why}")
+    # sorted only now: sorting every key of a big bundle on every tick cost more than counting
+    for key in sorted(failing, key=apply_order):
+        oc = known.outcomes.get((view.cluster, key))
+        if oc is not None and oc.phase is ObjectPhase.CONFLICT:
+            t.conflicts += 1
+        else:
+            t.failed += 1
+        t.problems.append(f"{key}: {oc.phase}: {oc.message}" if oc else f"{key}: failed")
+    t.problems = view.errors + t.problems + sorted(unhealthy) + sorted(waiting)
+    _tally_prunes(view, known, t)
+    return t
+
+
+def _tally_prunes(view: BundleView, known: Known, t: Tally) -> None:
+    """Objects carrying this bundle's label that its revision no longer declares."""
+    if not view.prune:
+        return
+    for slot in known.entries.strays(view.cluster, view.name):
+        e = known.entries[slot]
+        if slot[1] in view.keys:
+            continue
+        if e.keep:
+            t.kept += 1
+        elif e.inflight == DELETE_INFLIGHT:
+            t.pruning += 1
+        elif e.failed == DELETE_INFLIGHT:
+            t.prune_failed += 1
+            oc = known.outcomes.get(slot)
+            t.problems.append(f"{slot[1]}: prune failed: {oc.message if oc else '?'}")
+        elif (why := known.in_use(slot, view)) and e.manifest_sha is None:
+            t.held += 1
+            t.problems.append(f"{slot[1]}: {why}")
+        else:
+            t.pruning += 1  # not decided yet (e.g. the watcher's lists are incomplete)
+            if not known.watcher_synced:
+                t.problems.append(f"{slot[1]}: prune waits for the watcher's initial list")
