@@ -1,0 +1,118 @@
+"""Replaying a compacted view (deliver-last-per-subject), then following live messages, telling
+when the replay caught up; and reading a subject's last message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from nats.aio.msg import Msg
+from nats.errors import TimeoutError as NatsTimeout
+from nats.js import JetStreamContext
+from nats.js import api as js_api
+from nats.js.errors import (
+    NotFoundError,
+)
+
+log = logging.getLogger("driftbus.bus")
+
+
+class Follower:
+    """Replay the last message per subject of a filter, then follow live messages.
+
+    ``caught_up`` is set once everything that existed at subscription time was delivered, which
+    is when a service may start deciding (the planner) or publishing (the watcher).
+    """
+
+    def __init__(
+        self,
+        js: JetStreamContext,
+        stream: str,
+        subject: str,
+        *,
+        last_per_subject: bool = True,
+        history: bool = False,
+        headers_only: bool = False,
+    ) -> None:
+        self._js = js
+        self._stream = stream
+        self._subject = subject
+        # history: every message (an audit log); otherwise the compacted view (last per subject)
+        # or, without last_per_subject, only new messages
+        self._policy = (
+            js_api.DeliverPolicy.ALL
+            if history
+            else js_api.DeliverPolicy.LAST_PER_SUBJECT
+            if last_per_subject
+            else js_api.DeliverPolicy.NEW
+        )
+        self._headers_only = headers_only  # subjects and headers, no payloads (cheap to watch)
+        self.caught_up = asyncio.Event()
+        self._sub: Any = None
+
+    async def _subscribe(self) -> Any:
+        return await self._js.subscribe(
+            self._subject,
+            stream=self._stream,
+            ordered_consumer=True,
+            deliver_policy=self._policy,
+            idle_heartbeat=2.0,
+            headers_only=self._headers_only or None,
+            pending_msgs_limit=1_000_000,
+            pending_bytes_limit=1024**3,
+        )
+
+    @staticmethod
+    async def _empty(sub: Any) -> bool:
+        """True only if the view is empty. A push consumer starts delivering as soon as it
+        exists, so ``num_pending == 0`` alone may just mean "all already in our buffer"; the
+        view is empty only if nothing was delivered either. Otherwise the message whose own
+        metadata says ``num_pending == 0`` is the last one of the view."""
+        info = await sub.consumer_info()
+        return (info.num_pending or 0) == 0 and (info.delivered.consumer_seq or 0) == 0
+
+    async def messages(self) -> AsyncIterator[Msg]:
+        """The current view, then live messages, forever; ``caught_up`` marks the boundary."""
+        sub = await self._subscribe()
+        try:
+            if await self._empty(sub):
+                self.caught_up.set()
+            while True:
+                try:
+                    msg = await sub.next_msg(timeout=1.0)
+                except (NatsTimeout, TimeoutError):
+                    continue
+                yield msg
+                if not self.caught_up.is_set() and msg.metadata.num_pending == 0:
+                    self.caught_up.set()
+        finally:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
+    async def snapshot(self, *, timeout: float = 30.0) -> AsyncIterator[Msg]:  # noqa: ASYNC109
+        """Only the current view (last message per subject), then stop."""
+        sub = await self._subscribe()
+        try:
+            if not await self._empty(sub):
+                while True:
+                    msg = await sub.next_msg(timeout=timeout)
+                    yield msg
+                    if msg.metadata.num_pending == 0:
+                        break
+            self.caught_up.set()
+        finally:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
+
+async def last_message(
+    js: JetStreamContext, stream: str, subject: str
+) -> js_api.RawStreamMsg | None:
+    try:
+        return await js.get_last_msg(stream, subject, direct=True)
+    except NotFoundError:
+        return None

@@ -1,0 +1,115 @@
+"""Bounded, deduplicated, timed publishing: a ``Nats-Msg-Id`` on every message (a retried publish
+is dropped as a repeat) and a timeout on every ack (nats-py's futures have none).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import nats
+from nats.errors import TimeoutError as NatsTimeout
+from nats.js import JetStreamContext
+from nats.js import api as js_api
+from nats.js.errors import (
+    APIError,
+    NoStreamResponseError,
+    ServiceUnavailableError,
+)
+
+from services.common import telemetry
+from services.common.bus.streams import COMPARE_REFUSED, DEDUPE_WINDOW, BusError
+
+log = logging.getLogger("driftbus.bus")
+
+T = TypeVar("T")
+
+
+class Publisher:
+    """Bounded, deduplicated, timed JetStream publishing."""
+
+    def __init__(
+        self,
+        js: JetStreamContext,
+        *,
+        max_inflight: int = 512,
+        ack_timeout: float = 10.0,
+        retry_for: float = 90.0,
+    ) -> None:
+        self._js = js
+        self._slots = asyncio.Semaphore(max_inflight)
+        self._timeout = ack_timeout
+        # Long enough to ride out a reconnect or a stream leader election on a NATS cluster,
+        # and within the dedupe window, so a retry of a publish that did land is dropped.
+        self._retry_for = min(retry_for, DEDUPE_WINDOW - ack_timeout)
+        self._pending: set[asyncio.Task[js_api.PubAck]] = set()
+        self.errors = 0
+
+    async def publish(
+        self, subject: str, data: bytes, *, msg_id: str, headers: dict[str, str] | None = None
+    ) -> asyncio.Task[js_api.PubAck]:
+        """Queue a publish; returns a task resolving to the ack (retried with the same id).
+        The current trace context travels along in the headers."""
+        headers = telemetry.inject(headers)
+        await self._slots.acquire()
+        task = asyncio.create_task(self._publish(subject, data, msg_id, headers))
+        self._pending.add(task)
+        task.add_done_callback(self._done)
+        return task
+
+    def _done(self, task: asyncio.Task[js_api.PubAck]) -> None:
+        self._pending.discard(task)
+        self._slots.release()
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            if isinstance(exc, APIError) and exc.err_code in COMPARE_REFUSED:
+                return  # a refused compare-and-publish: the caller compares again (newest.py)
+            self.errors += 1
+            # Never silent: a lost publish is a lost fact (the caller may also await the task).
+            log.error("publish failed: %s: %s", type(exc).__name__, exc)
+
+    async def _publish(
+        self, subject: str, data: bytes, msg_id: str, headers: dict[str, str] | None
+    ) -> js_api.PubAck:
+        hdrs = {"Nats-Msg-Id": msg_id, **(headers or {})}
+        # Unknown outcome on a timeout: retrying with the same Nats-Msg-Id cannot duplicate it.
+        return await self.retrying(
+            f"publish to {subject}",
+            lambda: self._js.publish(subject, data, headers=hdrs, timeout=self._timeout),
+        )
+
+    async def retrying(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
+        """``call()`` again, with backoff, while the bus is away or a stream has no leader (a
+        reconnect, a NATS cluster node lost), for as long as a publish is retried."""
+        delay = 0.2
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + self._retry_for
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return await call()
+            except (
+                NatsTimeout,
+                nats.errors.ConnectionClosedError,
+                nats.errors.NoRespondersError,
+                # the stream has no leader for a moment (a NATS cluster node was lost)
+                NoStreamResponseError,
+                ServiceUnavailableError,
+                TimeoutError,
+            ) as exc:
+                if loop.time() + delay > give_up:
+                    raise BusError(
+                        f"{what} failed after {attempt} tries: {type(exc).__name__}"
+                    ) from None
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    async def flush(self) -> None:
+        """Wait for every queued publish; raises the first failure."""
+        while self._pending:
+            done = await asyncio.gather(*list(self._pending), return_exceptions=True)
+            for result in done:
+                if isinstance(result, BaseException):
+                    raise result

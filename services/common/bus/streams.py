@@ -1,0 +1,231 @@
+"""The streams, buckets and limits of the bus (DESIGN §4), created idempotently with every limit
+spelled out, so nothing depends on a server default by accident.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from nats.errors import TimeoutError as NatsTimeout
+from nats.js import JetStreamContext
+from nats.js import api as js_api
+from nats.js.errors import (
+    BadRequestError,
+    BucketNotFoundError,
+    NotFoundError,
+    ServiceUnavailableError,
+)
+
+from schemas.subjects import family_filter
+
+log = logging.getLogger("driftbus.bus")
+
+
+BUNDLES, SERVER, APPLIED, INTENTS, STATUS, DECISIONS, OUTCOMES, MEMBERS = (
+    "DRIFTBUS_BUNDLES",
+    "DRIFTBUS_SERVER",
+    "DRIFTBUS_APPLIED",
+    "DRIFTBUS_INTENTS",
+    "DRIFTBUS_STATUS",
+    "DRIFTBUS_DECISIONS",
+    "DRIFTBUS_OUTCOMES",
+    "DRIFTBUS_MEMBERS",
+)
+OBJECT_STORE_BUCKET = "driftbus-bundles"
+SHARDS_BUCKET = "driftbus-shards"
+"""KV bucket of planner heartbeats (``planners.<id>``) and cluster claims (``clusters.<c>``)."""
+SHARDS_STREAM = f"KV_{SHARDS_BUCKET}"
+DAY = 24 * 3600.0
+DEDUPE_WINDOW = 120.0
+"""Seconds during which a repeated Nats-Msg-Id is dropped: covers publish retries across a
+reconnect and a restarted planner re-emitting the intents it had in flight."""
+
+
+WRONG_LAST_SEQUENCE = 10071
+"""JetStream's error code for a publish whose expected last sequence did not match."""
+COMPARE_REFUSED = frozenset((WRONG_LAST_SEQUENCE, 10163, 10164))
+"""Codes of a refused compare-and-publish worth comparing again: the wrong sequence, and on a
+clustered stream "not ready" (10163) and another expected-sequence publish on the subject still
+in flight (10164)."""
+
+
+class BusError(RuntimeError):
+    """A JetStream operation failed; the message says which and why."""
+
+
+def stream_configs(*, replicas: int = 1) -> list[js_api.StreamConfig]:
+    common: dict[str, Any] = {
+        "storage": js_api.StorageType.FILE,
+        "num_replicas": replicas,
+        "discard": js_api.DiscardPolicy.OLD,
+        "duplicate_window": DEDUPE_WINDOW,
+        "max_msg_size": -1,  # bounded by the server's max_payload
+        "allow_direct": True,  # get-last-by-subject without a consumer
+        "max_consumers": -1,
+    }
+
+    def cfg(name: str, family: str, description: str, **limits: Any) -> js_api.StreamConfig:
+        values = {
+            "retention": js_api.RetentionPolicy.LIMITS,
+            "max_msgs": -1,
+            "max_bytes": -1,
+            "max_age": 0.0,
+            "max_msgs_per_subject": -1,
+            **common,
+            **limits,
+        }
+        return js_api.StreamConfig(
+            name=name, subjects=[family_filter(family)], description=description, **values
+        )
+
+    return [
+        cfg(
+            BUNDLES,
+            "bundle",
+            "desired state: the last revisions of every bundle",
+            max_msgs_per_subject=5,
+        ),
+        cfg(
+            SERVER,
+            "server",
+            "compacted: latest serverSHA/health per live object",
+            max_msgs_per_subject=1,
+        ),
+        cfg(
+            APPLIED,
+            "applied",
+            "compacted: latest applySHA + applied manifestSHA per object",
+            max_msgs_per_subject=1,
+        ),
+        cfg(
+            INTENTS,
+            "intent",
+            "work queue of apply/delete intents; a newer intent for an "
+            "object replaces the pending one",
+            retention=js_api.RetentionPolicy.WORK_QUEUE,
+            max_msgs_per_subject=1,
+        ),
+        cfg(
+            STATUS,
+            "status",
+            "per-object and per-bundle status for users",
+            max_age=7 * DAY,
+            max_msgs_per_subject=20,
+        ),
+        cfg(
+            DECISIONS,
+            "decision",
+            "audit log of every planner decision",
+            max_age=14 * DAY,
+            max_bytes=2 * 1024**3,
+        ),
+        cfg(
+            OUTCOMES,
+            "outcome",
+            "compacted: the last failure/conflict/wait/declined prune per object; no age limit, "
+            "the planner decides on it for as long as the object is desired",
+            max_msgs_per_subject=1,
+        ),
+        cfg(
+            MEMBERS,
+            "member",
+            "the last heartbeat of the watchers and appliers of each cluster",
+            max_msgs_per_subject=1,
+            max_age=DAY,
+        ),
+    ]
+
+
+async def ensure_streams(
+    js: JetStreamContext, *, replicas: int = 1, manage: bool = True, within: float | None = None
+) -> None:
+    """Create or update every stream to exactly our configuration (``manage``: the planner's
+    job), or else wait until they exist. Only the planner may create streams when the bus is
+    locked down (docs/security.md), so the other roles never try: they wait for it, forever
+    (services) or ``within`` seconds (the CLI), then fail naming the missing stream."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    for config in stream_configs(replicas=replicas):
+        assert config.name is not None
+        if not manage:
+            waited = False
+            while True:
+                try:
+                    await js.stream_info(config.name)
+                    break
+                except (NotFoundError, ServiceUnavailableError, NatsTimeout, TimeoutError):
+                    pass  # not there yet, or a NATS cluster still electing its leaders
+                if within is not None and loop.time() - started > within:
+                    raise BusError(
+                        f"stream {config.name} does not exist; the planner creates the "
+                        "streams: is it running against this NATS?"
+                    )
+                if not waited:
+                    log.info(
+                        "waiting for the planner to create the streams",
+                        extra={"stream": config.name},
+                    )
+                    waited = True
+                await asyncio.sleep(0.5)
+            continue
+        await _create_or_update(js, config, started + (within or 120.0))
+    if manage:
+        await _ensure_shards_bucket(js, replicas)
+        # the bucket big bundles go to exists before any user needs it (users may not create it)
+        try:
+            await js.object_store(OBJECT_STORE_BUCKET)
+        except BucketNotFoundError:
+            await js.create_object_store(
+                OBJECT_STORE_BUCKET,
+                config=js_api.ObjectStoreConfig(storage=js_api.StorageType.FILE, replicas=replicas),
+            )
+
+
+async def _ensure_shards_bucket(js: JetStreamContext, replicas: int) -> None:
+    try:
+        await js.key_value(SHARDS_BUCKET)
+    except BucketNotFoundError:
+        with contextlib.suppress(BadRequestError):  # another planner created it meanwhile
+            await js.create_key_value(
+                js_api.KeyValueConfig(
+                    bucket=SHARDS_BUCKET,
+                    description="driftbus planner heartbeats and cluster claims",
+                    history=1,
+                    storage=js_api.StorageType.FILE,
+                    replicas=replicas,
+                    direct=True,  # appliers read their cluster's claim with a direct get
+                )
+            )
+
+
+async def _create_or_update(
+    js: JetStreamContext, config: js_api.StreamConfig, deadline: float
+) -> None:
+    """Create the stream, or bring an existing one (older driftbus) to ``config``. While a NATS
+    cluster is still forming (no meta leader, replicas' peers not yet online) the request fails
+    in passing: retried until ``deadline``, then the last error says why."""
+    loop = asyncio.get_running_loop()
+    while True:
+        try:
+            try:
+                await js.add_stream(config=config)
+            except BadRequestError as exc:
+                if exc.err_code == 10005:  # no suitable peers for placement: cluster forming
+                    raise
+                await js.update_stream(config=config)  # exists with another configuration
+            return
+        except (BadRequestError, NotFoundError, ServiceUnavailableError, NatsTimeout) as exc:
+            if isinstance(exc, BadRequestError) and exc.err_code != 10005:
+                raise  # a configuration the server refuses: retrying cannot help
+            if loop.time() > deadline:
+                raise BusError(f"stream {config.name} cannot be created: {exc}") from None
+            log.info(
+                "stream %s not created yet (%s); retrying",
+                config.name,
+                exc,
+                extra={"error": str(exc)},
+            )
+            await asyncio.sleep(1.0)
