@@ -62,12 +62,12 @@ async def test_up_reconciles_the_example_and_stops_cleanly(tmp_path: Path) -> No
             cr = await kube.discovery.resource("example.driftbus.dev/v1", "Greeting")
             assert (await kube.get(cr, "world", "hello"))["spec"]["text"] == "hello, world"
         pids = [info["pid"], *info["services"].values()]
-        assert all(servers._pid_alive(p) for p in pids)
+        assert all(servers.pid_alive(p) for p in pids)
     finally:
         proc.send_signal(signal.SIGINT)
         assert await asyncio.wait_for(proc.wait(), timeout=60) == 0
     assert servers.orphans(str(workdir)) == []
-    assert not [p for p in pids if servers._pid_alive(p)]
+    assert not [p for p in pids if servers.pid_alive(p)]
 
 
 async def test_detach_leaves_it_running_and_down_stops_it(
@@ -100,11 +100,11 @@ async def test_detach_leaves_it_running_and_down_stops_it(
     info = json.loads(out.strip().splitlines()[-1])
     assert info["kubeconfig"] == kubeconfig
     pids = [info["pid"], *info["services"].values()]
-    assert all(servers._pid_alive(p) for p in pids)
+    assert all(servers.pid_alive(p) for p in pids)
     code, out = await driftbus("up", "--detach", "--no-example", "--ui-port", "0")
     assert code == 1
     assert "already running" in out
     code, out = await driftbus("down")
     assert code == 0, out
-    assert not [p for p in pids if servers._pid_alive(p)]
+    assert not [p for p in pids if servers.pid_alive(p)]
     assert servers.orphans(str(workdir)) == []

@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 def _wait_dead(pid: int, timeout: float = 10.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not servers._pid_alive(pid):
+        if not servers.pid_alive(pid):
             return True
         time.sleep(0.05)
     return False
@@ -39,7 +39,7 @@ def test_server_dies_when_its_starter_is_sigkilled(tmp_path: Path) -> None:
     )
     assert starter.stdout is not None
     nats_pid = int(starter.stdout.readline())
-    assert servers._pid_alive(nats_pid)
+    assert servers.pid_alive(nats_pid)
     assert servers.orphans(str(tmp_path)) != []  # the check sees the live server...
 
     starter.kill()  # no chance to clean up: only PR_SET_PDEATHSIG can save us

@@ -1,0 +1,148 @@
+"""One supervised server process: start with a log file, stop, reap, and wait until it is ready.
+
+Every live child is tracked in ``RUNNING``; children get ``PR_SET_PDEATHSIG`` so they die with us.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import dataclasses
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+LOOPBACK = "127.0.0.1"
+RUNNING: dict[int, str] = {}
+"""pid → description of every child started here and not yet reaped."""
+
+
+class ServerError(RuntimeError):
+    """A server failed to start or to become ready; the message carries the tail of its log."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((LOOPBACK, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _die_with_parent() -> None:
+    # Linux: deliver SIGKILL to the child when the thread that spawned it exits, so a killed
+    # test run or `driftbus up` cannot leave servers behind.
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def log_tail(path: Path, lines: int = 60) -> str:
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return f"(no log at {path})"
+    return "\n".join(text[-lines:])
+
+
+@dataclasses.dataclass
+class Process:
+    """One supervised server process with its log file."""
+
+    name: str
+    argv: list[str]
+    workdir: Path
+    env: dict[str, str] | None = None
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / f"{self.name}.log"
+
+    def start(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open("ab")
+        try:
+            self.proc = subprocess.Popen(
+                self.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=self.workdir,
+                env=self.env,
+                preexec_fn=_die_with_parent,
+            )
+        finally:
+            log.close()
+        RUNNING[self.proc.pid] = f"{self.name} ({self.argv[0]})"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, f"{self.name} was never started"
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM, then SIGKILL after ``timeout``; always reaps the child."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        RUNNING.pop(self.proc.pid, None)
+
+    def kill(self) -> None:
+        """SIGKILL now (fault injection)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        if self.proc is not None:
+            RUNNING.pop(self.proc.pid, None)
+
+    def failure(self, why: str) -> ServerError:
+        return ServerError(
+            f"{self.name}: {why}\n--- last lines of {self.log_path} ---\n{log_tail(self.log_path)}"
+        )
+
+
+def wait_until(proc: Process, ready: Callable[[], bool], *, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not proc.alive():
+            raise proc.failure(
+                f"exited with code {proc.proc.returncode if proc.proc else '?'}"
+                f" before it was {what}"
+            )
+        if ready():
+            return
+        time.sleep(0.1)
+    raise proc.failure(f"not {what} after {timeout:.0f}s")
+
+
+def http_ok(
+    url: str,
+    *,
+    headers: dict[str, str] | None = None,
+    context: ssl.SSLContext | None = None,
+    expect: bytes | None = None,
+) -> bool:
+    req = urllib.request.Request(url, headers=headers or {})  # noqa: S310 - loopback URLs we built
+    try:
+        with urllib.request.urlopen(req, timeout=2, context=context) as resp:  # noqa: S310
+            body: bytes = resp.read()
+            return resp.status == 200 and (expect is None or body.strip() == expect)
+    except urllib.error.HTTPError as exc:
+        exc.close()  # an HTTPError is an open response: close it or its socket leaks
+        return False
+    except (urllib.error.URLError, OSError, ssl.SSLError):
+        return False

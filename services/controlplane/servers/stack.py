@@ -1,0 +1,99 @@
+"""The compositions: a Cluster (etcd + kube-apiserver) and a Stack (a cluster + a nats-server)."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from services.controlplane.servers.apiserver import KubeAPIServer, User
+from services.controlplane.servers.etcd import Etcd
+from services.controlplane.servers.natsserver import NatsServer
+
+
+@dataclasses.dataclass
+class Cluster:
+    """An etcd + kube-apiserver pair: one test Kubernetes cluster."""
+
+    name: str
+    workdir: Path
+    etcd: Etcd
+    apiserver: KubeAPIServer
+    kubeconfig: Path
+
+    @classmethod
+    def start(
+        cls,
+        name: str,
+        workdir: Path,
+        *,
+        apiserver_args: list[str] | None = None,
+        etcd_args: list[str] | None = None,
+        users: list[User] | None = None,
+    ) -> Cluster:
+        etcd = Etcd(workdir / "etcd", extra_args=etcd_args or [])
+        etcd.start()
+        api = KubeAPIServer(
+            workdir / "apiserver", etcd.url, extra_args=apiserver_args or [], users=users or []
+        )
+        try:
+            api.start()
+        except BaseException:
+            api.stop()
+            etcd.stop()
+            raise
+        kubeconfig = api.write_kubeconfig(workdir / "kubeconfig", context=name)
+        return cls(name, workdir, etcd, api, kubeconfig)
+
+    def stop(self) -> None:
+        self.apiserver.stop()
+        self.etcd.stop()
+
+    def logs(self) -> dict[str, Path]:
+        return {p.name: p.log_path for p in (self.etcd.process, self.apiserver.process) if p}
+
+
+@dataclasses.dataclass
+class Stack:
+    """What a test or `driftbus up` needs: one cluster and one JetStream server."""
+
+    workdir: Path
+    cluster: Cluster
+    nats: NatsServer
+    owns_workdir: bool = False
+
+    @classmethod
+    def start(cls, workdir: Path | None = None, *, cluster_name: str = "local") -> Stack:
+        owns = workdir is None
+        root = Path(tempfile.mkdtemp(prefix="driftbus-stack-")) if workdir is None else workdir
+        nats = NatsServer(root / "nats")
+        nats.start()
+        try:
+            cluster = Cluster.start(cluster_name, root / cluster_name)
+        except BaseException:
+            nats.stop()
+            raise
+        return cls(root, cluster, nats, owns)
+
+    def stop(self) -> None:
+        self.cluster.stop()
+        self.nats.stop()
+        if self.owns_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def logs(self) -> dict[str, Path]:
+        logs = self.cluster.logs()
+        if self.nats.process:
+            logs["nats-server"] = self.nats.process.log_path
+        return logs
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "nats_url": self.nats.client_url,
+            "nats_monitor_url": self.nats.monitor_url,
+            "kubeconfig": str(self.cluster.kubeconfig),
+            "apiserver_url": self.cluster.apiserver.url,
+            "workdir": str(self.workdir),
+        }
