@@ -1,7 +1,8 @@
 """``driftbus plan``: what a publish would do, and why, without writing anything.
 
 The decision for each object is the planner's own rule (``decide.evaluate``) over the state the
-streams hold (APPLIED, SERVER), so a plan cannot disagree with what the planner will do. For an
+streams hold (APPLIED, SERVER, OUTCOMES), replayed through the planner's own adapter
+(``planner.facts``), so a plan cannot disagree with what the planner will do. For an
 object that would be applied, the server computes the result by server-side dry-run and the plan
 shows the field-level difference to the live object (Secret values masked). Objects that would
 leave the bundle are listed as deletes (or kept, with ``--no-prune`` or when not ours).
@@ -11,22 +12,23 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Any
+from typing import Any, cast
 
 from nats.js import JetStreamContext
 
 from schemas.codec import WireError, decode
-from schemas.messages import AppliedEvent, DecisionAction, ServerEvent
-from schemas.subjects import ObjectKey, encode_token
+from schemas.messages import AppliedEvent, DecisionAction, OutcomeEvent, ServerEvent
+from schemas.subjects import ObjectKey, cluster_filter
 from services.cli.load import Loaded
 from services.common import bus
 from services.common.kube import KubeClient, KubeError, NotFound
 from services.core.diff import Change, diff, mask_sensitive
-from services.core.manifest import FIELD_MANAGER, apply_order, owned, rv_int
+from services.core.manifest import FIELD_MANAGER, apply_order, owned
 from services.core.scope import Scopes, normalise
 from services.core.scrub import scrub_for
 from services.core.sha import manifest_sha, prune
-from services.planner.decide import Applied, Desired, Entry, Observed, evaluate, restore
+from services.planner import facts
+from services.planner.decide import Decision, Desired, Entry, evaluate, restore
 
 
 @dataclasses.dataclass
@@ -48,21 +50,20 @@ class PlanRow:
         }
 
 
-async def _state(
-    js: JetStreamContext, cluster: str
-) -> tuple[dict[ObjectKey, AppliedEvent], dict[ObjectKey, ServerEvent]]:
-    applied: dict[ObjectKey, AppliedEvent] = {}
-    server: dict[ObjectKey, ServerEvent] = {}
-    c = encode_token(cluster)
-    async for m in bus.Follower(js, bus.APPLIED, f"driftbus.applied.{c}.>").snapshot():
-        with contextlib.suppress(WireError):
-            ev = decode(m.data, AppliedEvent)
-            applied[ev.key] = ev
-    async for m in bus.Follower(js, bus.SERVER, f"driftbus.server.{c}.>").snapshot():
-        with contextlib.suppress(WireError):
-            sev = decode(m.data, ServerEvent)
-            server[sev.key] = sev
-    return applied, server
+async def _state(js: JetStreamContext, cluster: str) -> dict[ObjectKey, list[facts.Fact]]:
+    """The last fact of each stream the planner rebuilds from (APPLIED, SERVER, OUTCOMES), per
+    object, in that order: the compacted view a planner starting now would replay."""
+    known: dict[ObjectKey, list[facts.Fact]] = {}
+    for stream, family, kind in (
+        (bus.APPLIED, "applied", AppliedEvent),
+        (bus.SERVER, "server", ServerEvent),
+        (bus.OUTCOMES, "outcome", OutcomeEvent),
+    ):
+        async for m in bus.Follower(js, stream, cluster_filter(family, cluster)).snapshot():
+            with contextlib.suppress(WireError):
+                fact = cast(facts.Fact, decode(m.data, kind))
+                known.setdefault(fact.key, []).append(fact)
+    return known
 
 
 async def _scopes(kube: KubeClient, loaded: Loaded) -> Scopes:
@@ -94,7 +95,7 @@ async def plan(
 ) -> list[PlanRow]:
     """One row per object of ``loaded`` and per object the publish would prune. Raises
     ``ManifestError`` for what the planner would refuse (see ``scope.normalise``)."""
-    applied, server = await _state(js, cluster)
+    known = await _state(js, cluster)
     rows: list[PlanRow] = []
     desired: set[ObjectKey] = set()
     scopes = await _scopes(kube, loaded)
@@ -102,34 +103,13 @@ async def plan(
         manifest = owned(normalise(m.obj, scopes, namespace), bundle)
         key = ObjectKey.of(manifest)
         desired.add(key)
-        entry = Entry(key)
-        if (ap := applied.get(key)) is not None and not ap.deleted and ap.apply_sha:
-            entry = restore(
-                entry,
-                Applied(
-                    bytes.fromhex(ap.manifest_sha),
-                    bytes.fromhex(ap.apply_sha),
-                    rv_int(ap.resource_version),
-                ),
-            )
-        if (sv := server.get(key)) is not None:
-            entry = restore(
-                entry,
-                Observed(
-                    rv_int(sv.resource_version),
-                    bytes.fromhex(sv.server_sha) if sv.server_sha else None,
-                    sv.deleted,
-                    sv.bundle,
-                ),
-            )
-        entry = restore(entry, Desired(bundle, "plan", manifest_sha(manifest)))
-        decision = evaluate(entry, republished=True)
+        decision = decide_republish(facts.rebuilt(key, known.get(key, [])), bundle, manifest)
         if decision is None or decision.action is DecisionAction.HIT:
             rows.append(PlanRow(key, "unchanged", "hit"))
             continue
         rows.append(await _dry_run(kube, key, manifest, str(decision.reason)))
-    for key, sv in server.items():
-        if sv.bundle == bundle and key not in desired and not sv.deleted:
+    for key, entry in ((k, facts.rebuilt(k, f)) for k, f in known.items()):
+        if entry.owner_bundle == bundle and key not in desired and entry.live:
             rows.append(
                 PlanRow(
                     key,
@@ -138,6 +118,13 @@ async def plan(
                 )
             )
     return sorted(rows, key=lambda r: apply_order(r.key))
+
+
+def decide_republish(entry: Entry, bundle: str, manifest: dict[str, Any]) -> Decision | None:
+    """What the planner decides when ``manifest`` is published (again) over ``entry``."""
+    return evaluate(
+        restore(entry, Desired(bundle, "plan", manifest_sha(manifest))), republished=True
+    )
 
 
 async def _dry_run(

@@ -121,7 +121,7 @@ def cmd_dev_certs(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     nc = sub.add_parser("nats-config", help="print nats-server users and permissions per role")
     nc.add_argument("--cluster", action="append", required=True, help="a cluster (repeatable)")
     nc.add_argument(

@@ -1,4 +1,4 @@
-"""Readable output: aligned tables, colour only on a terminal, JSON for machines."""
+"""Readable output: aligned tables, colour only on a terminal, JSON for machines, error lines."""
 
 from __future__ import annotations
 
@@ -58,3 +58,8 @@ def emit(rows: Sequence[dict[str, Any]], columns: Sequence[str], output: str) ->
         print(orjson.dumps(list(rows), option=orjson.OPT_INDENT_2).decode())
     else:
         print(render(rows, columns))
+
+
+def fail(command: str, exc: Exception) -> int:
+    print(f"driftbus {command}: {exc}", file=sys.stderr)
+    return 1

@@ -308,9 +308,43 @@ def cmd_down(args: argparse.Namespace) -> int:
         return 0
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        if not servers._pid_alive(pid):  # gone, or a zombie awaiting its reaper
+        if not servers.pid_alive(pid):  # gone, or a zombie awaiting its reaper
             print("driftbus stopped", file=sys.stderr)
             return 0
         time.sleep(0.2)
     print(f"driftbus down: pid {pid} did not stop within 60s", file=sys.stderr)
     return 1
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    up = sub.add_parser("up", help="run driftbus locally: NATS, a control plane, all services")
+    up.add_argument("--cluster", default="local", help="name of the cluster")
+    up.add_argument("--kubeconfig", help="use this cluster instead of starting a local one")
+    up.add_argument("--context", help="kubeconfig context (with --kubeconfig)")
+    up.add_argument("--appliers", type=int, default=2, help="applier replicas to run")
+    up.add_argument("--workdir", help="data and logs (default: ~/.cache/driftbus/up)")
+    up.add_argument("--detach", action="store_true", help="leave it running in the background")
+    up.add_argument("--no-example", action="store_true", help="do not publish examples/hello")
+    up.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the example")
+    up.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    up.add_argument(
+        "--ui-port", type=int, default=8080, help="port of the status page (0: no page)"
+    )
+    up.add_argument(
+        "--git",
+        metavar="REPO",
+        help="also run `driftbus source` following this repository (a local path or any URL "
+        "git clones) into bundle --git-bundle",
+    )
+    up.add_argument("--git-bundle", default="git", help="bundle the repository is published as")
+    up.add_argument("--path", help="directory in the repository (with --git)")
+    up.add_argument("--branch", help="branch to follow (with --git; default: the default one)")
+    up.add_argument("-n", "--namespace", help="default namespace of the repository's objects")
+    up.add_argument(
+        "--git-interval", type=float, default=5.0, help="seconds between polls (with --git)"
+    )
+    up.set_defaults(func=cmd_up)
+
+    down = sub.add_parser("down", help="stop a stack started with `driftbus up --detach`")
+    down.add_argument("--workdir", help="as given to `driftbus up`")
+    down.set_defaults(func=cmd_down)

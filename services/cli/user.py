@@ -1,4 +1,5 @@
-"""The user's commands: ``publish``, ``status`` and ``why``.
+"""The user's commands on the bus: ``publish``, ``status``, ``why`` and ``shards``, over the
+user's connection (``connect``).
 
 They read the same compacted streams the services use, so a late subscriber sees current state
 (last status per object and per bundle, live health from SERVER), not only new events.
@@ -6,6 +7,7 @@ They read the same compacted streams the services use, so a late subscriber sees
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import datetime as dt
@@ -43,7 +45,7 @@ from schemas.subjects import (
     source_status_subject,
 )
 from services.cli.load import Loaded
-from services.common import bus, members, telemetry
+from services.common import bus, members, settings, telemetry
 from services.common.bundles import store_manifests
 from services.core.manifest import check_bundle_name
 
@@ -56,6 +58,12 @@ def content_revision(loaded: Loaded) -> str:
         orjson.dumps([m.obj for m in loaded.manifests], option=orjson.OPT_SORT_KEYS)
     )
     return "sha256:" + digest.hexdigest()[:16]
+
+
+async def connect(args: argparse.Namespace) -> NATS:
+    """The user's connection: credentials and TLS from the --nats-* flags or environment."""
+    s = settings.load(bus.NatsSettings, args)
+    return await bus.connect(s, name="driftbus-cli", reconnect=False)
 
 
 async def publish(

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from schemas.messages import BundleOptions
-from services.cli import load
+from services.cli import load, publish
 from services.cli import main as cli
 from services.cli.gitrepo import load_git
 from services.cli.load import InputError, load_paths
@@ -362,7 +362,7 @@ def test_publish_flags_reach_the_bundle_options() -> None:
     args = cli.build_parser().parse_args(
         ["publish", "d", "--cluster", "c", "--bundle", "b", *flags]
     )
-    assert cli.bundle_options(args) == BundleOptions(
+    assert publish.bundle_options(args) == BundleOptions(
         prune=False,
         force=True,
         allow_replace=True,
@@ -371,7 +371,7 @@ def test_publish_flags_reach_the_bundle_options() -> None:
         propagation="Foreground",
     )
     plain = cli.build_parser().parse_args(["publish", "d", "--cluster", "c", "--bundle", "b"])
-    assert cli.bundle_options(plain) == BundleOptions()
+    assert publish.bundle_options(plain) == BundleOptions()
     with pytest.raises(SystemExit):
         cli.build_parser().parse_args(
             ["publish", "d", "--cluster", "c", "--bundle", "b", "--prune-propagation", "Later"]

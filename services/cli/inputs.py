@@ -1,0 +1,80 @@
+"""What ``publish`` and ``plan`` read: the PATH / ``--git`` / ``--helm`` flags and the bundle they
+name, and the manifests those flags select (the loaders themselves: ``load.py``, ``gitrepo.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def load_manifests(args: argparse.Namespace) -> Any:
+    """The manifests named on the command line: PATH... or --git REPO --ref REF [--path DIR];
+    a revision with no objects is refused unless --allow-empty (it would prune the bundle)."""
+    from services.cli import gitrepo, load
+
+    if sum(map(bool, (args.helm, args.git, args.paths))) > 1:
+        raise load.InputError(f"{args.command}: give one source: PATH..., --git or --helm")
+    if args.helm:
+        loaded = load.load_helm(
+            args.helm,
+            release=args.release or args.bundle,
+            namespace=args.namespace or "",
+            values=args.values,
+            sets=args.set,
+        )
+    elif args.git:
+        # a chart at --path is rendered like --helm, its --values relative to the chart
+        helm = gitrepo.HelmOptions(
+            release=args.release or args.bundle,
+            namespace=args.namespace or "",
+            values=tuple(args.values),
+            sets=tuple(args.set),
+        )
+        loaded = gitrepo.load_git(args.git, args.ref, args.path or "", helm)
+    elif args.paths:
+        loaded = load.load_paths(args.paths)
+    else:
+        raise load.InputError(
+            f"nothing to {args.command}: give PATH..., --git REPO [--ref REF] or --helm CHART"
+        )
+    if not args.allow_empty:
+        load.require_objects(loaded, args.bundle, args.command)
+    load.require_namespaces(loaded, args.namespace or "")
+    return loaded
+
+
+def add_source_args(p: argparse.ArgumentParser) -> None:
+    """Where the manifests come from, and which bundle of which cluster: publish and plan."""
+    p.add_argument(
+        "paths",
+        nargs="*",
+        metavar="PATH",
+        help="directories (recursive; hidden files and directories below them skipped), "
+        "YAML/JSON files, .tar.gz tarballs",
+    )
+    p.add_argument("--cluster", required=True, help="the cluster the bundle is for")
+    p.add_argument("--bundle", required=True, help="the bundle's name")
+    p.add_argument("--git", metavar="REPO", help="read the manifests from a Git repository")
+    p.add_argument("--ref", default="HEAD", help="Git ref to read (with --git)")
+    p.add_argument("--path", help="directory inside the repository (with --git)")
+    p.add_argument(
+        "--helm",
+        metavar="CHART",
+        help="render a Helm chart (a chart directory or .tgz) with `helm template`",
+    )
+    p.add_argument(
+        "--values",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="Helm values file (repeat; with --git, relative to the chart at --path)",
+    )
+    p.add_argument("--set", action="append", default=[], metavar="K=V", help="Helm value (repeat)")
+    p.add_argument("--release", help="Helm release name (default: the bundle's name)")
+    p.add_argument(
+        "-n",
+        "--namespace",
+        help="default namespace for objects of namespaced kinds that name none (as kubectl "
+        "apply -n); objects naming a namespace keep it",
+    )

@@ -1,0 +1,177 @@
+"""``driftbus publish``: send manifests as a bundle revision and, with ``--wait``, follow its status
+to an exit code (0 Ready; 1 Failed, Degraded or Conflict; 2 no end within ``--timeout``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from typing import get_args
+
+from schemas.messages import BundleOptions, Propagation
+from services.cli.inputs import add_source_args, load_manifests
+from services.common import settings
+from services.common.bus import NatsSettings
+
+
+def bundle_options(args: argparse.Namespace) -> BundleOptions:
+    """The BundleOptions a publish sends, from its flags (``_add_bundle_option_flags``)."""
+    return BundleOptions(
+        prune=not args.no_prune,
+        force=args.force,
+        allow_replace=args.allow_replace,
+        allow_empty=args.allow_empty,
+        take_over=args.take_over,
+        propagation=args.prune_propagation,
+        namespace=args.namespace or "",
+    )
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    from services.cli import load, table, user
+    from services.core.manifest import ManifestError
+
+    try:
+        loaded = load_manifests(args)
+        revision = args.revision or loaded.revision or user.content_revision(loaded)
+        options = bundle_options(args)
+    except (load.InputError, ManifestError) as exc:
+        return table.fail("publish", exc)
+
+    from services.common import telemetry
+
+    telemetry.setup("cli", telemetry.TelemetrySettings(otlp_endpoint=otlp_endpoint()))
+
+    async def run() -> int:
+        refused = user.quiet_members_denial()
+        nc = await user.connect(args)
+        js = nc.jetstream()
+        try:
+            # asked alongside the publish, so a slow or refused answer costs (almost) no time
+            served = asyncio.create_task(user.unserved(js, args.cluster, refused=refused))
+            waiter = user.BundleWait(nc, args.cluster, args.bundle)
+            if args.wait:
+                await waiter.start()
+            # the root of the bundle's trace: planner, watcher and appliers continue it
+            with telemetry.tracer.start_as_current_span(
+                "publish bundle",
+                attributes={
+                    "cluster": args.cluster,
+                    "bundle": args.bundle,
+                    "revision": revision,
+                    "objects": len(loaded.manifests),
+                },
+            ):
+                await user.publish(
+                    js,
+                    cluster=args.cluster,
+                    bundle=args.bundle,
+                    loaded=loaded,
+                    revision=revision,
+                    options=options,
+                )
+            print(
+                f"published {args.bundle}@{revision} to cluster {args.cluster}: "
+                f"{len(loaded.manifests)} objects",
+                file=sys.stderr,
+            )
+            if problems := await served:
+                for problem in problems:
+                    print(f"driftbus publish: warning: {problem}", file=sys.stderr)
+                print(
+                    "driftbus publish: warning: the bundle is published, but nothing reconciles "
+                    f"it until a watcher and an applier for cluster {args.cluster} run",
+                    file=sys.stderr,
+                )
+            if not args.wait:
+                return 0
+            st = await waiter.wait(revision, within=args.timeout, progress=sys.stderr.isatty())
+        finally:
+            await nc.drain()
+            telemetry.flush()
+        if st is None:
+            print(
+                f"driftbus publish: no status for {revision} within {args.timeout:.0f}s "
+                "(is a planner running?)",
+                file=sys.stderr,
+            )
+            return 2
+        print(f"{colour_phase(st.phase)}: {st.message}")
+        for line in st.failed_objects:
+            print(f"  {line}")
+        if st.phase is user.BundlePhase.READY:
+            return 0
+        if st.phase not in user.WAIT_ENDS:
+            print(
+                f"driftbus publish: {args.bundle}@{revision} not Ready within "
+                f"{args.timeout:.0f}s (last status: {st.phase})",
+                file=sys.stderr,
+            )
+            return 2
+        return 1
+
+    return asyncio.run(run())
+
+
+def otlp_endpoint() -> str:
+    """Where the CLI sends its spans: the services' setting, from the environment only."""
+    return os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+
+
+def colour_phase(phase: object) -> str:
+    from services.cli.table import colour
+
+    return colour(str(phase))
+
+
+def _add_bundle_option_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of ``BundleOptions`` (``bundle_options`` reads them back)."""
+    p.add_argument("--no-prune", action="store_true", help="keep objects that leave the bundle")
+    p.add_argument("--force", action="store_true", help="take over fields other managers own")
+    p.add_argument(
+        "--allow-replace",
+        action="store_true",
+        help="delete and recreate objects whose immutable fields changed",
+    )
+    p.add_argument(
+        "--allow-empty",
+        action="store_true",
+        help="publish even when PATH holds no objects, which prunes every object the bundle "
+        "has (without it an empty revision is refused: it is usually a wrong path)",
+    )
+    p.add_argument(
+        "--take-over",
+        action="store_true",
+        help="take objects another bundle declares: they move to this bundle (without it "
+        "such an object is refused, naming the bundle that has it)",
+    )
+    p.add_argument(
+        "--prune-propagation",
+        choices=get_args(Propagation),
+        default=BundleOptions().propagation,
+        help="how prune deletes treat the pruned object's dependents: Background (deleted "
+        "by the garbage collector afterwards), Foreground (deleted first, the object "
+        "last) or Orphan (kept); default %(default)s",
+    )
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    pub = sub.add_parser(
+        "publish",
+        help="publish manifests as a bundle",
+        description="Publish manifests as a bundle. With --wait the exit code says how it "
+        "ended: 0 Ready; 1 Failed, Degraded or Conflict; 2 not ended within --timeout.",
+    )
+    add_source_args(pub)
+    pub.add_argument("--revision", help="default: the Git commit, or a digest of the content")
+    _add_bundle_option_flags(pub)
+    pub.add_argument(
+        "--wait",
+        action="store_true",
+        help="follow status until Ready, Failed, Degraded or Conflict; exit non-zero unless Ready",
+    )
+    pub.add_argument("--timeout", type=float, default=300.0, help="seconds to --wait")
+    settings.add_arguments(pub, NatsSettings)
+    pub.set_defaults(func=cmd_publish)

@@ -1,0 +1,83 @@
+"""``driftbus watcher|planner|applier|source``: run one service in the foreground until a signal.
+
+What differs between services (settings model, help, how it stops) is a row of ``SERVICES``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import signal
+import sys
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from services.applier import service as applier
+from services.common import logs, settings
+from services.planner import service as planner
+from services.source import service as source
+from services.watcher import service as watcher
+
+
+@dataclasses.dataclass(frozen=True)
+class Service:
+    """One service as the CLI runs it."""
+
+    run: Callable[..., Coroutine[Any, Any, None]]
+    settings: type[Any]
+    help: str
+    # On SIGTERM/SIGINT, True: ``run`` gets a ``stopping`` event, set then, and finishes the work
+    # it started before returning (the applier's intents in flight). False: the task is
+    # cancelled, since everything the service holds is in the streams.
+    drains: bool = False
+
+
+SERVICES: dict[str, Service] = {
+    "watcher": Service(watcher.run, watcher.WatcherSettings, "list+watch a cluster, publish SHAs"),
+    "planner": Service(planner.run, planner.PlannerSettings, "decide what to apply"),
+    "applier": Service(
+        applier.run, applier.ApplierSettings, "server-side apply intents", drains=True
+    ),
+    "source": Service(
+        source.run, source.SourceSettings, "follow Git repositories, publish bundles"
+    ),
+}
+
+
+def cmd_service(args: argparse.Namespace) -> int:
+    service = SERVICES[args.command]
+    try:
+        config = settings.load(service.settings, args)
+    except settings.SettingsError as exc:
+        print(f"driftbus {args.command}: {exc}", file=sys.stderr)
+        return 2
+    logs.configure(args.command)
+    return asyncio.run(_until_signal(service, config))
+
+
+async def _until_signal(service: Service, config: Any) -> int:
+    """Run a service until SIGTERM/SIGINT, then stop it as its ``drains`` says."""
+    loop = asyncio.get_running_loop()
+    stopping = asyncio.Event()
+    kwargs = {"stopping": stopping} if service.drains else {}
+    task = asyncio.create_task(service.run(config, **kwargs))
+
+    def stop() -> None:
+        stopping.set()
+        if not service.drains:
+            task.cancel()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop)
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    return 0
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    for name, service in SERVICES.items():
+        p = sub.add_parser(name, help=service.help)
+        settings.add_arguments(p, service.settings)
+        p.set_defaults(func=cmd_service)
