@@ -1,5 +1,7 @@
 """The applier: server-side apply of intents from the shared durable consumer (DESIGN §6).
 
-The only component that writes to the cluster. Built in the reconcile pipeline issue; this
-package exists so the layout and import contracts hold from day one.
+The only component that writes to the cluster. ``service`` (settings, the ``Applier`` and
+``run``) wires together ``consumer`` (fetching, concurrency), ``fence`` (deposed planners),
+``verbs`` (apply, replace, prune), ``classify`` (errors → report / retry, pure) and ``report``
+(facts and status).
 """

@@ -4,12 +4,23 @@ A planner's claim on a cluster is a KV entry; the revision its claim got travels
 as ``fencing_token``. Revisions only grow, so once anything newer is known — a later claim or a
 release read from the bucket, or an intent carrying a higher token — an intent with a lower
 token comes from a deposed planner (paused, partitioned, or slow to notice) and must not reach
-the cluster. The planner that took over re-sends whatever was still in flight.
+the cluster. The planner that took over re-sends whatever was still in flight. The fence is read
+before the first intent is taken and then followed every ``fence_refresh`` seconds.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
+import logging
+
+from nats.errors import Error as NatsError
+from nats.js import JetStreamContext
+
+from services.common import bus
+
+log = logging.getLogger("driftbus.applier")
 
 
 @dataclasses.dataclass
@@ -28,3 +39,29 @@ class Fence:
         """The claim entry was read: its revision is the newest token anyone may hold."""
         if token is not None and token > self.token:
             self.token = token
+
+
+async def read_claim(
+    fence: Fence, js: JetStreamContext, cluster: str, *, max_backoff: float
+) -> None:
+    """The cluster's planner claim before the first intent is taken (a deposed planner's
+    late intents are refused from the start). A slow or absent NATS is waited out: an
+    applier that exits over one timed-out request would lose the work it could do."""
+    delay = 0.2
+    while True:
+        try:
+            fence.raise_to(await bus.claim_revision(js, cluster))
+            return
+        except (NatsError, TimeoutError) as exc:
+            log.warning("reading the planner claim failed (%s); retrying in %.1fs", exc, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, max_backoff)
+
+
+async def follow_claims(fence: Fence, js: JetStreamContext, cluster: str, *, every: float) -> None:
+    """Raise the fence to every newer claim (or release) of the cluster, read every ``every``
+    seconds, so a deposed planner's intents are dropped even before the new one's arrive."""
+    while True:
+        with contextlib.suppress(Exception):  # NATS away: the intents' own tokens still count
+            fence.raise_to(await bus.claim_revision(js, cluster))
+        await asyncio.sleep(every)

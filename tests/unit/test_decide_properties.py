@@ -333,7 +333,7 @@ class World:
         self.streams["server"].append(Fact(seen))
 
     def land(self, stream: Stream, fact: Fact) -> None:
-        """An applier's fact; applier/service.py ``_supersedes`` for APPLIED."""
+        """An applier's fact; applier/report.py ``supersedes`` for APPLIED."""
         last = self.streams[stream][-1].event if self.streams[stream] else None
         ev = fact.event
         if (

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.applier.retry import FIRST_DELAY, RETRY_AFTER_CAP, retry_delay
+from services.applier.classify import FIRST_DELAY, RETRY_AFTER_CAP, retry_delay
 
 CASES: list[tuple[str, int, float, float | None, float]] = [
     # (case, attempt, cap, retry_after, delay)

@@ -1,0 +1,124 @@
+"""The applier's writes to the cluster: server-side apply, replace (delete and re-create), prune.
+
+Each verb returns its result as data (an ``Outcome``, with the applied fact on success) or raises
+``Decided`` with the classification of the error that stopped it (``classify``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as dt
+from typing import Final
+
+from schemas.messages import AppliedEvent, ApplyIntent, DeleteIntent, ObjectPhase
+from services.applier.classify import Decided, Gone, Replace, Step, Wait, classify
+from services.common.kube import KubeClient, KubeError, NotFound, Resource
+from services.core.manifest import FIELD_MANAGER, PRUNE_ANNOTATION, owner_of, prune_disabled
+from services.core.sha import object_sha
+
+DELETED_SHA: Final = "0" * 64
+
+
+@dataclasses.dataclass
+class Outcome:
+    phase: ObjectPhase
+    message: str
+    applied: AppliedEvent | None = None
+
+
+async def apply(kube: KubeClient, intent: ApplyIntent, *, applier_id: str) -> Outcome:
+    """Server-side apply (``fieldManager=driftbus``); an immutable field is replaced if the
+    bundle allows it."""
+    m = intent.manifest
+    try:
+        res = await kube.resource_for(m)
+    except KubeError as exc:
+        raise Decided(classify(exc, Step.RESOLVE, intent)) from None
+    if res.namespaced and not intent.key.namespace:
+        return Outcome(
+            ObjectPhase.FAILED,
+            f"{res.kind} is namespaced but the manifest has no metadata.namespace and the "
+            "bundle no default namespace (publish with --namespace NS)",
+        )
+    try:
+        live = await kube.apply(m, field_manager=FIELD_MANAGER, force=intent.force, resource=res)
+    except KubeError as exc:
+        if not isinstance(verdict := classify(exc, Step.APPLY, intent), Replace):
+            raise Decided(verdict) from None
+        await replace_delete(kube, res, m["metadata"]["name"], m["metadata"].get("namespace", ""))
+        live = await kube.apply(m, field_manager=FIELD_MANAGER, force=intent.force, resource=res)
+    rv = live.get("metadata", {}).get("resourceVersion", "")
+    applied = AppliedEvent(
+        cluster=intent.cluster,
+        key=intent.key,
+        bundle=intent.bundle,
+        revision=intent.revision,
+        manifest_sha=intent.manifest_sha,
+        apply_sha=object_sha(live).hex(),
+        resource_version=rv,
+        applied_at=now(),
+        applier=applier_id,
+    )
+    return Outcome(ObjectPhase.APPLIED, f"applied ({intent.reason})", applied)
+
+
+async def replace_delete(kube: KubeClient, res: Resource, name: str, namespace: str) -> None:
+    """Delete for allow-replace and wait until it is gone (Background: no finalizer that
+    only a garbage collector would remove), so the re-create does not meet the old object."""
+    await kube.delete(res, name, namespace, propagation="Background")
+    for _ in range(300):
+        try:
+            await kube.get(res, name, namespace)
+        except NotFound:
+            return
+        await asyncio.sleep(0.1)
+    raise Wait(f"{res.kind}/{namespace}/{name} is still being deleted for replacement")
+
+
+async def delete(kube: KubeClient, intent: DeleteIntent, *, applier_id: str) -> Outcome:
+    """Prune: re-read the live object, delete it only if it still carries the bundle's label
+    and does not opt out, and only that very object (uid precondition)."""
+    key = intent.key
+    try:
+        # a kind the cluster does not serve has no objects: there is nothing to delete
+        res = await kube.discovery.resource(intent.api_version, key.kind)
+        live = await kube.get(res, key.name, key.namespace)
+        meta = live.get("metadata", {})
+        if (owner := owner_of(live)) != intent.bundle:
+            return Outcome(
+                ObjectPhase.KEPT,
+                f"not pruned: it carries the label of {owner or 'no bundle'} now, "
+                f"not of bundle {intent.bundle}",
+            )
+        if prune_disabled(live):
+            return Outcome(ObjectPhase.KEPT, f"not pruned: it carries {PRUNE_ANNOTATION}: disabled")
+        gone = await kube.delete(
+            res,
+            key.name,
+            key.namespace,
+            uid=str(meta.get("uid") or "") or None,
+            propagation=intent.propagation,
+        )
+        rv = str(gone.get("metadata", {}).get("resourceVersion", ""))
+    except KubeError as exc:
+        if not isinstance(verdict := classify(exc, Step.PRUNE, intent), Gone):
+            raise Decided(verdict) from None
+        rv = ""
+    applied = AppliedEvent(
+        cluster=intent.cluster,
+        key=key,
+        bundle=intent.bundle or "?",
+        revision=intent.revision,
+        manifest_sha=DELETED_SHA,
+        apply_sha=None,
+        resource_version=rv,
+        deleted=True,
+        applied_at=now(),
+        applier=applier_id,
+    )
+    return Outcome(ObjectPhase.PRUNED, f"pruned: not in revision {intent.revision}", applied)
+
+
+def now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
