@@ -46,26 +46,33 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return lines
 
 
-_MEASURED_KEY = pytest.StashKey[list[str]]()
-
-
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[_LOGS_KEY] = {}
-    config.stash[_MEASURED_KEY] = []
+
+
+_MEASURED = "driftbus-measured"
 
 
 @pytest.fixture
-def measured(pytestconfig: pytest.Config) -> Any:
-    """Record a figure a test measured; all of them are printed at the end of the run."""
+def measured(request: pytest.FixtureRequest) -> Any:
+    """Record a figure a test measured; all of them are printed at the end of the run. They
+    travel in the test's report, so figures measured on pytest-xdist workers arrive too."""
 
     def record(text: str) -> None:
-        pytestconfig.stash[_MEASURED_KEY].append(text)
+        request.node.user_properties.append((_MEASURED, text))
 
     return record
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    lines = config.stash.get(_MEASURED_KEY, [])
+    lines = [
+        str(value)
+        for reports in terminalreporter.stats.values()
+        for report in reports
+        if getattr(report, "when", "") == "call"
+        for name, value in getattr(report, "user_properties", ())
+        if name == _MEASURED
+    ]
     if lines:
         terminalreporter.section("driftbus measurements")
         for line in lines:
@@ -99,20 +106,34 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
+_ORPHANS_KEY = pytest.StashKey[list[str]]()
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     # Every fixture is torn down by now: any server still alive is an orphan, and a defect.
-    root = session.config.stash.get(_SESSION_ROOT_KEY, None)
+    config = session.config
+    root = config.stash.get(_SESSION_ROOT_KEY, None)
     left = sorted(set(servers.still_running()) | set(servers.orphans(str(root)) if root else set()))
+    for line in left:
+        with contextlib.suppress(OSError):
+            os.kill(int(line.split()[0]), 9)
+    if hasattr(config, "workeroutput"):  # a pytest-xdist worker: the controller reports them
+        config.workeroutput["driftbus_orphans"] = left
+        return
+    left += config.stash.get(_ORPHANS_KEY, [])
     if left:
-        for line in left:
-            pid = int(line.split()[0])
-            with contextlib.suppress(OSError):
-                os.kill(pid, 9)
-        tr = session.config.pluginmanager.get_plugin("terminalreporter")
+        tr = config.pluginmanager.get_plugin("terminalreporter")
         msg = "orphan server processes left behind (killed now):\n  " + "\n  ".join(left)
         if tr is not None:
             tr.write_line(msg, red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """pytest-xdist: a worker finished; keep the orphans it found for the session's verdict."""
+    left = getattr(node, "workeroutput", {}).get("driftbus_orphans", [])
+    node.config.stash.setdefault(_ORPHANS_KEY, []).extend(left)
 
 
 @pytest.fixture(scope="session")
