@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
+import nats
 from nats.js import JetStreamContext
 
 from services.common import bus
+from services.controlplane import servers
 
 from ..conftest import unique_name
 
@@ -87,3 +90,40 @@ async def test_follower_marks_the_end_of_the_view_then_delivers_live(js: JetStre
     await asyncio.wait_for(task, timeout=10)
     assert caught_up_before == [False] * 20 + [True]
     assert seen[-1] == b"live"
+
+
+async def test_a_follower_started_while_nats_is_away_waits_for_it(tmp_path: Path) -> None:
+    """A NATS restart at the moment a service subscribes (CI: the watcher subscribing to
+    BUNDLES as the fault test killed nats-server) must not end the follower, and with it the
+    service: it subscribes again once NATS is back, and delivers the view and what comes."""
+    server = servers.NatsServer(tmp_path / "nats")
+    server.start()
+    nc = await nats.connect(server.client_url, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
+    try:
+        js = nc.jetstream()
+        await bus.ensure_streams(js)
+        subject = f"driftbus.decision.{unique_name('away')}.a.b.c.d"
+        await bus.Publisher(js).publish(subject, b"before", msg_id="before")
+        server.kill()
+        got: list[bytes] = []
+
+        async def follow() -> None:
+            async for msg in bus.Follower(js, bus.DECISIONS, subject).messages():
+                got.append(msg.data)
+
+        task = asyncio.create_task(follow())
+        await asyncio.sleep(4)  # well past a request timeout: the old follower raised by now
+        assert not task.done(), task.exception()
+        server.start()
+        await (await bus.Publisher(js).publish(subject, b"after", msg_id="after"))
+        # (an ordered consumer that nats-py re-creates may deliver again what it had delivered)
+        for _ in range(100):
+            if set(got) == {b"before", b"after"}:
+                break
+            await asyncio.sleep(0.1)
+        assert set(got) == {b"before", b"after"}
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    finally:
+        await nc.close()
+        server.stop()

@@ -18,6 +18,8 @@ from nats.js.errors import (
     NotFoundError,
 )
 
+from services.common.bus.streams import BUS_AWAY
+
 log = logging.getLogger("driftbus.bus")
 
 
@@ -75,11 +77,38 @@ class Follower:
         info = await sub.consumer_info()
         return (info.num_pending or 0) == 0 and (info.delivered.consumer_seq or 0) == 0
 
+    async def _start(self, within: float | None) -> tuple[Any, bool]:
+        """Subscribe, and learn whether the view is empty. A bus away for a moment (a restart,
+        a stream electing its leader) is waited out: a service must not die of it, and a
+        follower that gave up would leave its service deaf (``within``: seconds, then raise)."""
+        loop = asyncio.get_running_loop()
+        give_up = None if within is None else loop.time() + within
+        delay = 0.2
+        while True:
+            sub = None
+            try:
+                sub = await self._subscribe()
+                return sub, await self._empty(sub)
+            except BUS_AWAY as exc:
+                if sub is not None:
+                    with contextlib.suppress(Exception):
+                        await sub.unsubscribe()
+                if give_up is not None and loop.time() + delay > give_up:
+                    raise
+                log.warning(
+                    "following %s: NATS did not answer (%s); subscribing again in %.1fs",
+                    self._subject,
+                    type(exc).__name__,
+                    delay,
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
     async def messages(self) -> AsyncIterator[Msg]:
         """The current view, then live messages, forever; ``caught_up`` marks the boundary."""
-        sub = await self._subscribe()
+        sub, empty = await self._start(None)
         try:
-            if await self._empty(sub):
+            if empty:
                 self.caught_up.set()
             while True:
                 try:
@@ -95,9 +124,9 @@ class Follower:
 
     async def snapshot(self, *, timeout: float = 30.0) -> AsyncIterator[Msg]:  # noqa: ASYNC109
         """Only the current view (last message per subject), then stop."""
-        sub = await self._subscribe()
+        sub, empty = await self._start(timeout)
         try:
-            if not await self._empty(sub):
+            if not empty:
                 while True:
                     msg = await sub.next_msg(timeout=timeout)
                     yield msg

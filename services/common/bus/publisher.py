@@ -9,18 +9,14 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-import nats
-from nats.errors import TimeoutError as NatsTimeout
 from nats.js import JetStreamContext
 from nats.js import api as js_api
 from nats.js.errors import (
     APIError,
-    NoStreamResponseError,
-    ServiceUnavailableError,
 )
 
 from services.common import telemetry
-from services.common.bus.streams import COMPARE_REFUSED, DEDUPE_WINDOW, BusError
+from services.common.bus.streams import COMPARE_REFUSED, DEDUPE_WINDOW, PUBLISH_RETRIED, BusError
 
 log = logging.getLogger("driftbus.bus")
 
@@ -90,15 +86,7 @@ class Publisher:
             attempt += 1
             try:
                 return await call()
-            except (
-                NatsTimeout,
-                nats.errors.ConnectionClosedError,
-                nats.errors.NoRespondersError,
-                # the stream has no leader for a moment (a NATS cluster node was lost)
-                NoStreamResponseError,
-                ServiceUnavailableError,
-                TimeoutError,
-            ) as exc:
+            except PUBLISH_RETRIED as exc:
                 if loop.time() + delay > give_up:
                     raise BusError(
                         f"{what} failed after {attempt} tries: {type(exc).__name__}"

@@ -9,12 +9,14 @@ import contextlib
 import logging
 from typing import Any
 
+from nats.errors import ConnectionClosedError, NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js import JetStreamContext
 from nats.js import api as js_api
 from nats.js.errors import (
     BadRequestError,
     BucketNotFoundError,
+    NoStreamResponseError,
     NotFoundError,
     ServiceUnavailableError,
 )
@@ -50,6 +52,20 @@ COMPARE_REFUSED = frozenset((WRONG_LAST_SEQUENCE, 10163, 10164))
 """Codes of a refused compare-and-publish worth comparing again: the wrong sequence, and on a
 clustered stream "not ready" (10163) and another expected-sequence publish on the subject still
 in flight (10164)."""
+
+
+BUS_AWAY: tuple[type[BaseException], ...] = (
+    NatsTimeout,
+    NoRespondersError,
+    # the stream has no leader for a moment (a NATS cluster node was lost)
+    NoStreamResponseError,
+    ServiceUnavailableError,
+    TimeoutError,
+)
+"""Errors of a bus that is away for a moment (a restart, a reconnect, a leader election): what
+is asked again rather than reported."""
+PUBLISH_RETRIED: tuple[type[BaseException], ...] = (*BUS_AWAY, ConnectionClosedError)
+"""A publish is retried on these too: the client may close while it reconnects."""
 
 
 class BusError(RuntimeError):
