@@ -93,6 +93,10 @@ YIELD_EVERY = 200
 without them the heartbeat starves and the lease lapses mid-burst."""
 
 
+class PlannerStopped(RuntimeError):
+    """A part of the planner ended that must run as long as it does."""
+
+
 class Planner:
     """Plans one cluster, under the fencing token of this replica's claim on it."""
 
@@ -166,8 +170,18 @@ class Planner:
         tasks.append(
             asyncio.create_task(self._resend_loop(lambda: queue.qsize()), name="resend lost")
         )
+        stopped: list[asyncio.Task[None]] = []
+        for t in tasks:
+            # A follower or loop that ended would leave this planner deaf to a stream or blind
+            # to a duty; raising ends the cluster's planning, and the replica claims it afresh.
+            t.add_done_callback(lambda t: None if t.cancelled() else stopped.append(t))
         try:
             while True:
+                if stopped:
+                    raise PlannerStopped(
+                        f"cluster {self.cluster}: {stopped[0].get_name()} ended: "
+                        f"{stopped[0].exception()!r}"
+                    )
                 if (
                     not self.live
                     and queue.empty()
