@@ -108,15 +108,18 @@ async def plan(
             rows.append(PlanRow(key, "unchanged", "hit"))
             continue
         rows.append(await _dry_run(kube, key, manifest, str(decision.reason)))
-    for key, entry in ((k, facts.rebuilt(k, f)) for k, f in known.items()):
-        if entry.owner_bundle == bundle and key not in desired and entry.live:
-            rows.append(
-                PlanRow(
-                    key,
-                    "delete" if prune_removed else "keep",
-                    "prune" if prune_removed else "prune-disabled",
-                )
-            )
+    for key, found in known.items():
+        if key in desired:
+            continue
+        entry = facts.rebuilt(key, found)
+        if entry.owner_bundle != bundle or not entry.live:
+            continue
+        if entry.keep:  # the live object opts out: the planner keeps it
+            rows.append(PlanRow(key, "keep", "annotation"))
+        elif prune_removed:
+            rows.append(PlanRow(key, "delete", "prune"))
+        else:
+            rows.append(PlanRow(key, "keep", "prune-disabled"))
     return sorted(rows, key=lambda r: apply_order(r.key))
 
 

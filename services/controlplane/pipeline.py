@@ -54,7 +54,9 @@ INLINE_LIMIT = 512 * 1024
 
 
 def write_counts(api: servers.KubeAPIServer) -> collections.Counter[tuple[str, str]]:
-    """(verb, resource) → count of write requests the API server served so far."""
+    """(verb, resource) → count of write requests the API server served so far. Writes to a
+    ``status`` subresource are not counted: driftbus never makes them (the API server's own
+    controllers do, late under load: a CRD's Established condition, and tests do)."""
     counts: collections.Counter[tuple[str, str]] = collections.Counter()
     for line in api.metrics().splitlines():
         m = _METRIC.match(line)
@@ -62,7 +64,7 @@ def write_counts(api: servers.KubeAPIServer) -> collections.Counter[tuple[str, s
             continue
         labels = dict(re.findall(r'(\w+)="([^"]*)"', m["labels"]))
         if labels.get("verb") in _WRITE_VERBS and labels.get("resource") not in _SYSTEM_RESOURCES:
-            if labels.get("dry_run"):
+            if labels.get("dry_run") or labels.get("subresource") == "status":
                 continue
             counts[(labels["verb"], labels.get("resource", ""))] += int(float(m["value"]))
     return counts

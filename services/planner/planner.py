@@ -87,7 +87,6 @@ STATUS_LAG = telemetry.meter.create_histogram(
     unit="s",
     description="from the first change to a bundle to its status published",
 )
-MAX_LISTED_FAILURES = 50
 YIELD_EVERY = 200
 """Decisions between two yields to the event loop in a burst (a big publish, the go-live):
 without them the heartbeat starves and the lease lapses mid-burst."""

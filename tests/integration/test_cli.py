@@ -126,6 +126,14 @@ async def test_plan_explains_changes_with_diffs_and_writes_nothing(
 ) -> None:
     pipeline.start_all()
     src = write_bundle(tmp_path / "v1", namespace)
+    kept = (
+        (src / "configmaps.yaml")
+        .read_text()
+        .replace(  # cli-3 opts out of prune
+            "name: cli-3\n", "name: cli-3\n  annotations:\n    driftbus.dev/prune: disabled\n"
+        )
+    )
+    (src / "configmaps.yaml").write_text(kept)
     (src / "secret.yaml").write_text(
         f"apiVersion: v1\nkind: Secret\nmetadata:\n  name: creds\n  namespace: {namespace}\n"
         "stringData:\n  password: old-pass-1234\n"
@@ -139,7 +147,7 @@ async def test_plan_explains_changes_with_diffs_and_writes_nothing(
 
     v2 = write_bundle(tmp_path / "v2", namespace, n=6)  # cli-5 is new
     text = (v2 / "configmaps.yaml").read_text().replace("i: '2'", "i: 'two'")  # cli-2 changes
-    docs = [d for d in text.split("---\n") if "cli-4" not in d]  # cli-4 leaves
+    docs = [d for d in text.split("---\n") if not {"cli-3", "cli-4"} & set(d.split())]
     (v2 / "configmaps.yaml").write_text("---\n".join(docs))
     (v2 / "secret.yaml").write_text(
         (src / "secret.yaml").read_text().replace("old-pass-1234", "new-pass-5678")
@@ -156,6 +164,7 @@ async def test_plan_explains_changes_with_diffs_and_writes_nothing(
     assert rows["cli-5"]["action"] == "apply"
     assert rows["cli-5"]["reason"] == "new (create)"
     assert rows["cli-4"]["action"] == "delete"
+    assert (rows["cli-3"]["action"], rows["cli-3"]["reason"]) == ("keep", "annotation")
     assert rows["cli-0"]["action"] == "unchanged"
     assert rows["creds"]["changes"] == ["~ data.password: *** → ***"]
     for value in ("old-pass-1234", "new-pass-5678"):

@@ -99,7 +99,7 @@ async def test_every_object_of_a_real_install_is_applied_and_a_republish_writes_
         assert again == 0, f"an identical republish of {directory} wrote {again} times"
         measured(
             f"corpus {directory}: {done.counts.total} objects applied in {took:.1f} s with "
-            f"{writes} API writes (all clients: the API server writes CRD status too) "
+            f"{writes} API writes (all clients, status subresources not counted) "
             f"(phase {done.phase}, {done.counts.ready} ready); "
             f"identical republish: {again} writes"
         )

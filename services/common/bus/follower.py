@@ -89,10 +89,13 @@ class Follower:
             try:
                 sub = await self._subscribe()
                 return sub, await self._empty(sub)
-            except BUS_AWAY as exc:
+            except BaseException as exc:
+                # never left subscribed: the consumer would buffer messages nobody reads
                 if sub is not None:
                     with contextlib.suppress(Exception):
                         await sub.unsubscribe()
+                if not isinstance(exc, BUS_AWAY):
+                    raise
                 if give_up is not None and loop.time() + delay > give_up:
                     raise
                 log.warning(
