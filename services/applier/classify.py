@@ -25,7 +25,9 @@ from services.core.scrub import scrub_for
 
 FIRST_DELAY: Final = 1.0
 RETRY_AFTER_CAP: Final = 600.0
-_BUS_AWAY: Final = (TimeoutError, BusError, ConnectionError)  # nats' TimeoutError is one too
+_LEAVE_UNACKED: Final = (TimeoutError, BusError, ConnectionError)
+"""Errors of the bus, not of the object (nats' TimeoutError is a TimeoutError too): the intent
+is left unacked and redelivered, unlike ``bus.BUS_AWAY``, which callers retry in place."""
 
 
 class Wait(Exception):
@@ -113,7 +115,7 @@ def classify(exc: Exception, step: Step, intent: ApplyIntent | DeleteIntent) -> 
         return exc.verdict
     if isinstance(exc, Wait):
         return Retry(ObjectPhase.WAITING, scrub_for(manifest, str(exc)))
-    if isinstance(exc, _BUS_AWAY):
+    if isinstance(exc, _LEAVE_UNACKED):
         return Leave()
     return Report(
         ObjectPhase.FAILED,
