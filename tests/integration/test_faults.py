@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import nats
+import nats.js.errors
 import pytest
 from nats.aio.client import Client as NATS
 
@@ -60,6 +61,23 @@ def fsync_ms(directory: Path, rounds: int = 50) -> float:
             times.append(time.perf_counter() - started)
     probe.unlink()
     return 1000 * statistics.median(times)
+
+
+async def _intents_leader(nc: NATS, within: float = 60) -> str:
+    """The intents stream's leader, asked until one answers: under ``sync_interval always`` on
+    a slow disk, or while the cluster elects after a node is lost, one stream-info request can
+    take longer than nats-py's 5 s (CI failed on exactly that, the product had converged)."""
+    js = nc.jetstream(timeout=15)
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            info = await js.stream_info(bus.INTENTS)
+            if info.cluster and info.cluster.leader:
+                return str(info.cluster.leader)
+        except (nats.errors.TimeoutError, nats.js.errors.Error):  # asked again below
+            pass
+        assert time.monotonic() < deadline, f"the intents stream has no leader after {within}s"
+        await asyncio.sleep(0.5)
 
 
 def _all_alive(p: Pipeline) -> None:
@@ -357,7 +375,7 @@ async def test_nats_cluster_node_lost_mid_reconcile_with_replicated_streams(
         await p.publish(js, bundle, configmaps(namespace, n), as_user=True)
         await watch.until(lambda s: s.counts.applied >= n // 10, 120, p.logs)
         applied_at_fault = watch.bundles[-1].counts.applied
-        leader = (await js.stream_info(bus.INTENTS)).cluster.leader  # type: ignore[union-attr]
+        leader = await _intents_leader(nc)
         victim = nodes[names.index(leader)]
         victim.kill()
         started = time.monotonic()
@@ -371,7 +389,7 @@ async def test_nats_cluster_node_lost_mid_reconcile_with_replicated_streams(
             await kube.close()
         await settle()
         duplicates = writes_since(p.api, before) - n
-        new_leader = (await js.stream_info(bus.INTENTS)).cluster.leader  # type: ignore[union-attr]
+        new_leader = await _intents_leader(nc)
         assert new_leader != leader
         measured(
             f"3-node NATS cluster, R3 streams, intents leader {leader} SIGKILLed at "
