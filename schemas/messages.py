@@ -84,6 +84,11 @@ class Bundle(_Message, frozen=True, tag=_tag("bundle")):
     published_at: dt.datetime | None = None
     source: str = ""
     """Where the manifests came from (path, git URL@commit), for humans."""
+    kinds: list[str] = []
+    """Every ``apiVersion/Kind`` the manifests contain, sorted, once each (``apps/v1/Deployment``,
+    ``v1/ConfigMap``): what the watcher must watch, without reading the manifests. The planner
+    refuses a revision whose list differs from its manifests; empty means not stated (an older
+    publisher), and the watcher then reads the manifests."""
 
 
 # --- watcher → driftbus.server.<cluster>.<key> --------------------------------------------------

@@ -22,6 +22,20 @@ class BundleError(ValueError):
     """A bundle's manifests cannot be read; the message names the bundle and the reason."""
 
 
+def bundle_kinds(manifests: list[Any]) -> list[str]:
+    """``Bundle.kinds`` of ``manifests``: each ``apiVersion/Kind`` once, sorted; entries without
+    both are left out (the planner refuses them with the object's position)."""
+    return sorted(
+        {
+            f"{m['apiVersion']}/{m['kind']}"
+            for m in manifests
+            if isinstance(m, dict)
+            and isinstance(m.get("apiVersion"), str)
+            and isinstance(m.get("kind"), str)
+        }
+    )
+
+
 async def load_manifests(js: JetStreamContext, bundle: Bundle) -> list[Any]:
     """The manifests of ``bundle`` (raw; validation is the caller's)."""
     ref = bundle.manifests_ref
