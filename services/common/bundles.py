@@ -16,24 +16,13 @@ from nats.js.errors import BucketNotFoundError, NotFoundError, ObjectNotFoundErr
 
 from schemas.messages import Bundle, ObjectStoreRef
 from services.common.bus import OBJECT_STORE_BUCKET
+from services.core.manifest import bundle_kinds
+
+__all__ = ["BundleError", "bundle_kinds", "load_manifests", "store_manifests"]
 
 
 class BundleError(ValueError):
     """A bundle's manifests cannot be read; the message names the bundle and the reason."""
-
-
-def bundle_kinds(manifests: list[Any]) -> list[str]:
-    """``Bundle.kinds`` of ``manifests``: each ``apiVersion/Kind`` once, sorted; entries without
-    both are left out (the planner refuses them with the object's position)."""
-    return sorted(
-        {
-            f"{m['apiVersion']}/{m['kind']}"
-            for m in manifests
-            if isinstance(m, dict)
-            and isinstance(m.get("apiVersion"), str)
-            and isinstance(m.get("kind"), str)
-        }
-    )
 
 
 async def load_manifests(js: JetStreamContext, bundle: Bundle) -> list[Any]:

@@ -115,6 +115,20 @@ def owned(obj: Mapping[str, Any], bundle: str) -> dict[str, Any]:
     return {**obj, "metadata": meta}
 
 
+def bundle_kinds(manifests: list[Any]) -> list[str]:
+    """``Bundle.kinds`` of ``manifests``: each ``apiVersion/Kind`` once, sorted; entries without
+    both are left out (the planner refuses them with the object's position)."""
+    return sorted(
+        {
+            f"{m['apiVersion']}/{m['kind']}"
+            for m in manifests
+            if isinstance(m, dict)
+            and isinstance(m.get("apiVersion"), str)
+            and isinstance(m.get("kind"), str)
+        }
+    )
+
+
 def key_of(obj: Any, where: str) -> ObjectKey:
     """Key of one manifest; ``where`` (e.g. ``manifests[3]``) starts the error if it is broken."""
     if not isinstance(obj, Mapping):

@@ -14,7 +14,7 @@ import msgspec
 
 from schemas.messages import Bundle
 from schemas.subjects import ObjectKey, SubjectError, object_subject
-from services.core.manifest import ManifestError, check_size, key_of, owned
+from services.core.manifest import ManifestError, bundle_kinds, check_size, key_of, owned
 from services.core.scope import Scopes, UnknownScope, normalise
 from services.core.sha import HashError, manifest_sha
 from services.planner.store import Slot
@@ -81,6 +81,11 @@ def checked_revision(
         raise ManifestError(
             "the revision has no objects; publishing it would prune every object of the "
             "bundle (publish with allow-empty if that is what you want)"
+        )
+    if bundle.kinds and bundle.kinds != (kinds := bundle_kinds(manifests)):
+        # the watcher watches what the message names: a kind left out would never be seen
+        raise ManifestError(
+            f"the message names the kinds {bundle.kinds} but the manifests contain {kinds}"
         )
     out: list[tuple[Slot, bytes, bytes]] = []
     errors: list[str] = []

@@ -40,7 +40,7 @@ from services.common.newest import publish_newest
 from services.common.runtime import cluster_connections
 from services.common.settings import replica_id, setting
 from services.core.health import health
-from services.core.manifest import OWNER_LABEL, owner_of, prune_disabled, rv_int
+from services.core.manifest import OWNER_LABEL, bundle_kinds, owner_of, prune_disabled, rv_int
 from services.core.scope import BUILTIN
 from services.core.sha import HashError, object_sha
 
@@ -152,18 +152,16 @@ class Watcher:
             ) as span:
                 try:
                     bundle = decode(msg.data, Bundle)
-                    manifests = await load_manifests(self.js, bundle)
+                    # the message names its kinds; an older publisher's does not, so read them
+                    kinds = bundle.kinds or bundle_kinds(await load_manifests(self.js, bundle))
                 except (WireError, BundleError) as exc:
                     log.warning("ignoring bundle: %s", exc)  # the planner reports it to the user
                     continue
                 span.set_attributes({"bundle": bundle.bundle, "revision": bundle.revision})
-                for m in manifests:
-                    if (
-                        isinstance(m, dict)
-                        and isinstance(m.get("apiVersion"), str)
-                        and isinstance(m.get("kind"), str)
-                    ):
-                        self._ensure_watch(m["apiVersion"], m["kind"])
+                for spec in kinds:
+                    api_version, _, kind = spec.rpartition("/")
+                    if api_version and kind:
+                        self._ensure_watch(api_version, kind)
 
     async def _seed(self) -> None:
         """Load what the SERVER stream already says, so only real changes are published."""
