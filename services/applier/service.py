@@ -40,7 +40,7 @@ from services.applier.report import Reporter
 from services.applier.verbs import Outcome, apply, delete, now
 from services.common import bus, members, telemetry
 from services.common.kube import KubeClient
-from services.common.runtime import cluster_connections
+from services.common.runtime import ClusterSettings, cluster_connections
 from services.common.settings import replica_id, setting
 
 log = logging.getLogger("driftbus.applier")
@@ -62,12 +62,7 @@ FENCED = telemetry.meter.create_counter(
 
 
 @dataclasses.dataclass(frozen=True)
-class ApplierSettings(telemetry.TelemetrySettings, bus.NatsSettings):
-    cluster: str = setting("", "name of the cluster this applier writes to (required)")
-    kubeconfig: str | None = setting(
-        None, "kubeconfig path (in-cluster config when unset)", env="KUBECONFIG"
-    )
-    context: str | None = setting(None, "kubeconfig context (current context when unset)")
+class ApplierSettings(ClusterSettings, telemetry.TelemetrySettings, bus.NatsSettings):
     applier_id: str = setting(
         "", "name of this replica in applied events (default: <hostname>-<pid>)"
     )

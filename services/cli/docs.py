@@ -15,7 +15,7 @@ from services.common.bus import NatsSettings
 from services.common.settings import document
 from services.planner.service import PlannerSettings
 from services.source.service import SourceSettings
-from services.watcher.service import WatcherSettings
+from services.watcher.settings import WatcherSettings
 
 OUT = Path(__file__).resolve().parents[2] / "docs" / "settings.md"
 

@@ -19,6 +19,7 @@ from services.common import logs, settings
 from services.planner import service as planner
 from services.source import service as source
 from services.watcher import service as watcher
+from services.watcher.settings import WatcherSettings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,7 +36,7 @@ class Service:
 
 
 SERVICES: dict[str, Service] = {
-    "watcher": Service(watcher.run, watcher.WatcherSettings, "list+watch a cluster, publish SHAs"),
+    "watcher": Service(watcher.run, WatcherSettings, "list+watch a cluster, publish SHAs"),
     "planner": Service(planner.run, planner.PlannerSettings, "decide what to apply"),
     "applier": Service(
         applier.run, applier.ApplierSettings, "server-side apply intents", drains=True

@@ -6,13 +6,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import AsyncIterator
-from typing import Protocol
 
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
 from services.common import bus, telemetry
 from services.common.kube import KubeClient
+from services.common.settings import setting
 
 
 @dataclasses.dataclass
@@ -70,15 +70,16 @@ async def connections(
             await runner.cleanup()
 
 
-class ClusterSettings(Protocol):
-    """What the services bound to one cluster (watcher, applier) share in their settings."""
+@dataclasses.dataclass(frozen=True)
+class ClusterSettings:
+    """The settings of a service bound to one cluster (watcher, applier): which cluster, and
+    how to reach its API server."""
 
-    @property
-    def cluster(self) -> str: ...
-    @property
-    def kubeconfig(self) -> str | None: ...
-    @property
-    def context(self) -> str | None: ...
+    cluster: str = setting("", "name of the cluster this process serves (required)")
+    kubeconfig: str | None = setting(
+        None, "kubeconfig path (in-cluster config when unset)", env="KUBECONFIG"
+    )
+    context: str | None = setting(None, "kubeconfig context (current context when unset)")
 
 
 @dataclasses.dataclass

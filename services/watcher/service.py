@@ -19,18 +19,16 @@ import asyncio
 import contextvars
 import dataclasses
 import logging
-from collections.abc import Callable
 from typing import Any
 
 from nats.js import JetStreamContext
 
 from schemas.codec import WireError, decode, encode
-from schemas.messages import Bundle, Health, KindScope, ServerEvent
+from schemas.messages import Bundle, KindScope, ServerEvent
 from schemas.subjects import (
     ObjectKey,
     SubjectError,
     cluster_filter,
-    key_tokens,
     object_subject,
 )
 from services.common import bus, members, telemetry
@@ -38,11 +36,12 @@ from services.common.bundles import BundleError, load_manifests
 from services.common.kube import Gone, KubeClient, KubeError, NotFound, Resource
 from services.common.newest import publish_newest
 from services.common.runtime import cluster_connections
-from services.common.settings import replica_id, setting
-from services.core.health import health
-from services.core.manifest import OWNER_LABEL, bundle_kinds, owner_of, prune_disabled, rv_int
+from services.common.settings import replica_id
+from services.core.manifest import OWNER_LABEL, bundle_kinds, rv_int
 from services.core.scope import BUILTIN
-from services.core.sha import HashError, object_sha
+from services.core.sha import HashError
+from services.watcher.facts import Change, Seen, change, fact_id, newer_than, tombstone
+from services.watcher.settings import WatcherSettings
 
 log = logging.getLogger("driftbus.watcher")
 RELISTS = telemetry.meter.create_counter(
@@ -54,45 +53,6 @@ WATCH_RESTARTS = telemetry.meter.create_counter(
 PUBLISHED = telemetry.meter.create_counter(
     "driftbus_server_events_published", description="server facts published (real changes only)"
 )
-
-
-@dataclasses.dataclass(frozen=True)
-class WatcherSettings(telemetry.TelemetrySettings, bus.NatsSettings):
-    cluster: str = setting("", "name of the cluster this watcher observes (required)")
-    kubeconfig: str | None = setting(
-        None, "kubeconfig path (in-cluster config when unset)", env="KUBECONFIG"
-    )
-    context: str | None = setting(None, "kubeconfig context (current context when unset)")
-    watcher_id: str = setting(
-        "", "name of this replica in server events (default: <hostname>-<pid>)"
-    )
-    extra_kinds: tuple[str, ...] = setting(
-        (), "apiVersion/Kind list to watch besides the kinds in bundles, comma-separated"
-    )
-    watch_timeout: int = setting(
-        300,
-        "seconds a single watch request stays open (server side); "
-        "resumed from the last resourceVersion after",
-    )
-    list_page_size: int = setting(500, "objects per list page (limit/continue)")
-    retry_delay: float = setting(
-        2.0, "seconds between attempts while a kind is unknown or the API server is unreachable"
-    )
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Seen:
-    sha: bytes | None
-    health: Health
-    rv: int
-    keep: bool = False
-    seq: int = 0
-    """stream sequence of the SERVER message holding this fact (0: not published yet)"""
-
-    @classmethod
-    def of(cls, ev: ServerEvent, seq: int) -> Seen:
-        sha = bytes.fromhex(ev.server_sha) if ev.server_sha else None
-        return cls(sha, ev.health, rv_int(ev.resource_version), ev.keep, seq)
 
 
 class Watcher:
@@ -294,31 +254,8 @@ class Watcher:
             await self._tombstone(key, rv)
         return rv
 
-    def _change(self, obj: dict[str, Any]) -> tuple[ObjectKey, tuple[Seen, ServerEvent] | None]:
-        """The fact to publish about ``obj``, if it says something new."""
-        key = ObjectKey.of(obj)
-        sha = object_sha(obj)
-        h, why = health(obj)
-        rv = rv_int(obj.get("metadata", {}).get("resourceVersion", ""))
-        keep = prune_disabled(obj)
-        seen = self.cache.get(key)
-        if seen is not None and (seen.sha, seen.health, seen.keep) == (sha, h, keep):
-            return key, None
-        if seen is not None and rv < seen.rv:
-            return key, None  # older than what the stream already holds
-        event = ServerEvent(
-            cluster=self.s.cluster,
-            key=key,
-            resource_version=str(rv),
-            server_sha=sha.hex(),
-            health=h,
-            health_message=why,
-            api_version=str(obj.get("apiVersion", "")),
-            bundle=owner_of(obj),
-            keep=keep,
-            watcher=self.s.watcher_id,
-        )
-        return key, (Seen(sha, h, rv, keep), event)
+    def _change(self, obj: dict[str, Any]) -> tuple[ObjectKey, Change | None]:
+        return change(obj, self.cache.get(ObjectKey.of(obj)), self.s.cluster, self.s.watcher_id)
 
     async def _observe(self, obj: dict[str, Any]) -> ObjectKey:
         key, change = self._change(obj)
@@ -330,17 +267,9 @@ class Watcher:
         seen = self.cache.get(key)
         if seen is not None and seen.sha is None:
             return
-        event = ServerEvent(
-            cluster=self.s.cluster,
-            key=key,
-            resource_version=rv,
-            server_sha=None,
-            deleted=True,
-            watcher=self.s.watcher_id,
-        )
-        await self._publish_all([(Seen(None, Health.UNKNOWN, rv_int(rv)), event)])
+        await self._publish_all([tombstone(key, rv, self.s.cluster, self.s.watcher_id)])
 
-    async def _publish_all(self, changes: list[tuple[Seen, ServerEvent]]) -> None:
+    async def _publish_all(self, changes: list[Change]) -> None:
         """Publish facts and wait for every acknowledgement; only then remember them as seen.
         A failure (NATS away longer than the publisher retries) raises: the supervisor relists
         and publishes again what did not land.
@@ -350,9 +279,7 @@ class Watcher:
         tasks = []
         for _, ev in changes:
             subject = object_subject("server", self.s.cluster, ev.key)
-            # Same object at the same resourceVersion is the same fact: active-active watchers
-            # publish it twice and JetStream keeps one.
-            msg_id = f"{key_tokens(ev.key)}@{ev.resource_version}{'-' if ev.deleted else ''}"
+            msg_id = fact_id(ev)
             seen = self.cache.get(ev.key)
             rv = rv_int(ev.resource_version)
             tasks.append(
@@ -364,7 +291,7 @@ class Watcher:
                         subject,
                         encode(ev),
                         msg_id=msg_id,
-                        supersedes=_newer_than(rv),
+                        supersedes=newer_than(rv),
                         last_seq=seen.seq if seen is not None else 0,
                     )
                 )
@@ -384,18 +311,6 @@ class Watcher:
                 self.cache[ev.key] = Seen.of(decode(result.data, ServerEvent), result.seq)
         if failed is not None:
             raise failed
-
-
-def _newer_than(rv: int) -> Callable[[bytes], bool]:
-    """Whether a fact at ``rv`` is newer than a SERVER message (an unreadable one always is)."""
-
-    def supersedes(other: bytes) -> bool:
-        try:
-            return rv > rv_int(decode(other, ServerEvent).resource_version)
-        except WireError:
-            return True
-
-    return supersedes
 
 
 async def run(settings: WatcherSettings) -> None:

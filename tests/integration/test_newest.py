@@ -20,7 +20,9 @@ from schemas.subjects import ObjectKey, object_subject
 from services.common import bus
 from services.common.kube import KubeClient
 from services.common.newest import Survivor, publish_newest
-from services.watcher.service import Seen, Watcher, WatcherSettings
+from services.watcher.facts import Seen
+from services.watcher.service import Watcher
+from services.watcher.settings import WatcherSettings
 
 from ..conftest import unique_name
 

@@ -1,0 +1,99 @@
+"""What the watcher says about an object: the server fact of a live object or a tombstone,
+published only when it says something new against what the watcher last saw.
+
+Pure: the watcher's shell lists and watches, calls these, and publishes what they return.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from schemas.codec import WireError, decode
+from schemas.messages import Health, ServerEvent
+from schemas.subjects import ObjectKey, key_tokens
+from services.core.health import health
+from services.core.manifest import owner_of, prune_disabled, rv_int
+from services.core.sha import object_sha
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Seen:
+    """What SERVER holds (or is about to hold) for one object: the watcher's cache entry."""
+
+    sha: bytes | None
+    health: Health
+    rv: int
+    keep: bool = False
+    seq: int = 0
+    """stream sequence of the SERVER message holding this fact (0: not published yet)"""
+
+    @classmethod
+    def of(cls, ev: ServerEvent, seq: int) -> Seen:
+        sha = bytes.fromhex(ev.server_sha) if ev.server_sha else None
+        return cls(sha, ev.health, rv_int(ev.resource_version), ev.keep, seq)
+
+
+Change = tuple[Seen, ServerEvent]
+
+
+def change(
+    obj: dict[str, Any], seen: Seen | None, cluster: str, watcher_id: str
+) -> tuple[ObjectKey, Change | None]:
+    """The fact to publish about live ``obj``, if it says something new against ``seen``
+    (its SHA, health or keep changed, and it is not older than what SERVER holds). Raises
+    HashError or SubjectError for an object that cannot be hashed or keyed."""
+    key = ObjectKey.of(obj)
+    sha = object_sha(obj)
+    h, why = health(obj)
+    rv = rv_int(obj.get("metadata", {}).get("resourceVersion", ""))
+    keep = prune_disabled(obj)
+    if seen is not None and (seen.sha, seen.health, seen.keep) == (sha, h, keep):
+        return key, None
+    if seen is not None and rv < seen.rv:
+        return key, None  # older than what the stream already holds
+    event = ServerEvent(
+        cluster=cluster,
+        key=key,
+        resource_version=str(rv),
+        server_sha=sha.hex(),
+        health=h,
+        health_message=why,
+        api_version=str(obj.get("apiVersion", "")),
+        bundle=owner_of(obj),
+        keep=keep,
+        watcher=watcher_id,
+    )
+    return key, (Seen(sha, h, rv, keep), event)
+
+
+def tombstone(key: ObjectKey, rv: str, cluster: str, watcher_id: str) -> Change:
+    """The fact that ``key`` is gone, noticed at ``rv`` (a watch event's or a relist's)."""
+    event = ServerEvent(
+        cluster=cluster,
+        key=key,
+        resource_version=rv,
+        server_sha=None,
+        deleted=True,
+        watcher=watcher_id,
+    )
+    return Seen(None, Health.UNKNOWN, rv_int(rv)), event
+
+
+def fact_id(ev: ServerEvent) -> str:
+    """The Nats-Msg-Id of a fact: the same object at the same resourceVersion is the same fact,
+    so active-active watchers publish it twice and JetStream keeps one."""
+    return f"{key_tokens(ev.key)}@{ev.resource_version}{'-' if ev.deleted else ''}"
+
+
+def newer_than(rv: int) -> Callable[[bytes], bool]:
+    """Whether a fact at ``rv`` is newer than a SERVER message (an unreadable one always is)."""
+
+    def supersedes(other: bytes) -> bool:
+        try:
+            return rv > rv_int(decode(other, ServerEvent).resource_version)
+        except WireError:
+            return True
+
+    return supersedes
