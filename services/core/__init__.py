@@ -1,0 +1,1 @@
+"""The pure core: manifests, SHAs, health, scopes and YAML, with no I/O."""

@@ -1,0 +1,1 @@
+"""The status page: a read-only web view of bundles and objects, fed from the bus."""
