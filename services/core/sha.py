@@ -1,6 +1,7 @@
 """The SHA functions: raw Kubernetes object → (pruned) canonical bytes → SHA-256.
 
-applySHA and serverSHA (DESIGN §2) are ``object_sha`` applied to different objects;
+applySHA and serverSHA (DESIGN §2) are ``object_sha`` applied to different objects, each
+projected first onto the fields driftbus owns (``owned.py``, issue 15);
 manifestSHA (``manifest_sha``) hashes the whole manifest, see there why. Pruning keeps what a
 user or another controller can *intend* and drops what the server maintains, so an object
 untouched since our apply hashes the same in the apply response and in every later watch event,
@@ -21,6 +22,8 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 import orjson
+
+from services.core.owned import owned_projection
 
 # metadata fields that belong to the intent of an object; everything else in metadata
 # (resourceVersion, uid, generation, managedFields, creationTimestamp, ownerReferences
@@ -64,8 +67,10 @@ def canonical_bytes(obj: Mapping[str, Any]) -> bytes:
 
 
 def object_sha(obj: Mapping[str, Any]) -> bytes:
-    """SHA-256 (32 raw bytes) of the pruned canonical form of a raw object."""
-    return hashlib.sha256(canonical_bytes(obj)).digest()
+    """applySHA / serverSHA: SHA-256 (32 raw bytes) of the pruned canonical form of the fields
+    driftbus owns in a live object (``owned.owned_projection``; the whole object when driftbus
+    owns none of it, which is also the case of a manifest)."""
+    return hashlib.sha256(canonical_bytes(owned_projection(obj))).digest()
 
 
 def manifest_sha(manifest: Mapping[str, Any]) -> bytes:

@@ -1,0 +1,235 @@
+"""Drift over the fields driftbus owns (issue 15), against the real API server's managedFields.
+
+driftbus applies an object; then other field managers write to it the way controllers and
+people do (the scale subresource as an HPA does, a merge-patch update as ``kubectl edit`` or a
+controller does, a forced apply). The SHA the watcher and the applier compute
+(``object_sha``, over the owned projection) must stay equal exactly when no field driftbus owns
+changed, and change when one did or when its ownership moved away.
+
+With ``DRIFTBUS_CAPTURE_OWNED=DIR`` each case also writes the objects it saw to DIR: that is how
+``tests/unit/data/managed_fields/`` was captured for the unit table.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from services.common.kube import Conflict, KubeClient
+from services.core.sha import object_sha
+
+MERGE_PATCH = "application/merge-patch+json"
+LABELS = {"driftbus.dev/bundle": "owned"}
+
+
+def deployment(ns: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": ns, "labels": LABELS},
+        "spec": {
+            **spec,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "web",
+                            "image": "nginx:1.27",
+                            "env": [{"name": "MODE", "value": "fast"}],
+                        }
+                    ]
+                },
+            },
+        },
+    }
+
+
+async def _patch(
+    kube: KubeClient, path: str, body: dict[str, Any], manager: str, subresource: str = ""
+) -> dict[str, Any]:
+    return await kube.request(
+        "PATCH",
+        path + (f"/{subresource}" if subresource else ""),
+        params={"fieldManager": manager},
+        body=orjson.dumps(body),
+        content_type=MERGE_PATCH,
+    )
+
+
+def _capture(name: str, applied: dict[str, Any], after: dict[str, Any], changed: bool) -> None:
+    where = os.environ.get("DRIFTBUS_CAPTURE_OWNED")
+    if where:
+        Path(where).mkdir(parents=True, exist_ok=True)
+        case = {"applied": applied, "after": after, "changed": changed}
+        (Path(where) / f"{name}.json").write_bytes(orjson.dumps(case, option=orjson.OPT_INDENT_2))
+
+
+Write = Callable[[KubeClient, str, str], Awaitable[dict[str, Any]]]
+
+
+async def _scale(kube: KubeClient, path: str, ns: str) -> dict[str, Any]:
+    # what an HPA does: the scale subresource, its own manager
+    await _patch(kube, path, {"spec": {"replicas": 7}}, "hpa-controller", "scale")
+    return await kube.request("GET", path)
+
+
+async def _annotate(kube: KubeClient, path: str, ns: str) -> dict[str, Any]:
+    # what the Deployment controller does with its revision annotation
+    body = {"metadata": {"annotations": {"deployment.kubernetes.io/revision": "2"}}}
+    return await _patch(kube, path, body, "kube-controller-manager")
+
+
+async def _other_label(kube: KubeClient, path: str, ns: str) -> dict[str, Any]:
+    return await _patch(kube, path, {"metadata": {"labels": {"team": "x"}}}, "kubectl-label")
+
+
+async def _extra_env(kube: KubeClient, path: str, ns: str) -> dict[str, Any]:
+    # a second env var added by someone else's apply: driftbus owns MODE only
+    body = deployment(ns)
+    body["spec"] = {
+        "selector": body["spec"]["selector"],
+        "template": {
+            "metadata": {"labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "web", "env": [{"name": "DEBUG", "value": "1"}]}]},
+        },
+    }
+    body["metadata"] = {"name": "web", "namespace": ns}
+    return await kube.apply(body, field_manager="sidecar-injector")
+
+
+async def _same_value(kube: KubeClient, path: str, ns: str) -> dict[str, Any]:
+    # another manager applies the very value driftbus owns: shared ownership, nothing changed
+    body = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": ns},
+        "spec": {
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]},
+            },
+        },
+    }
+    return await kube.apply(body, field_manager="other-applier")
+
+
+async def _edit_image(kube: KubeClient, path: str, ns: str) -> dict[str, Any]:
+    # kubectl edit of a field driftbus owns: an update moves the field's ownership away
+    live = await kube.request("GET", path)
+    edited = copy.deepcopy(live)
+    edited["spec"]["template"]["spec"]["containers"][0]["image"] = "nginx:1.28"
+    return await kube.request(
+        "PUT",
+        path,
+        params={"fieldManager": "kubectl-edit"},
+        body=orjson.dumps(edited),
+        content_type="application/json",
+    )
+
+
+async def _edit_env(kube: KubeClient, path: str, ns: str) -> dict[str, Any]:
+    env = [{"name": "MODE", "value": "slow"}]
+    body = {"spec": {"template": {"spec": {"containers": [{"name": "web", "env": env}]}}}}
+    # strategic merge: containers and env are keyed by name
+    return await kube.request(
+        "PATCH",
+        path,
+        params={"fieldManager": "kubectl-patch"},
+        body=orjson.dumps(body),
+        content_type="application/strategic-merge-patch+json",
+    )
+
+
+async def _forced_apply(kube: KubeClient, path: str, ns: str) -> dict[str, Any]:
+    body = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": ns},
+        "spec": {"selector": {"matchLabels": {"app": "web"}}, "minReadySeconds": 0},
+    }
+    # minReadySeconds is not driftbus's: force takes nothing from it, nothing changes...
+    await kube.apply(body, field_manager="rival", force=True)
+    # ...but forcing a field driftbus owns takes it away
+    body["spec"]["template"] = {
+        "metadata": {"labels": {"app": "web"}},
+        "spec": {"containers": [{"name": "web", "image": "nginx:1.29"}]},
+    }
+    return await kube.apply(body, field_manager="rival", force=True)
+
+
+async def _clear_managed_fields(kube: KubeClient, path: str, ns: str) -> dict[str, Any]:
+    # the documented way to reset ownership: driftbus owns nothing any more, so the whole
+    # object is compared (which differs from the projection) and the next apply re-owns
+    return await _patch(kube, path, {"metadata": {"managedFields": [{}]}}, "admin")
+
+
+CASES: list[tuple[str, Write, bool]] = [
+    ("scaled-by-hpa", _scale, False),
+    ("controller-annotation", _annotate, False),
+    ("someone-elses-label", _other_label, False),
+    ("someone-elses-env-var", _extra_env, False),
+    ("same-value-shared", _same_value, False),
+    ("owned-image-edited", _edit_image, True),
+    ("owned-env-patched", _edit_env, True),
+    ("owned-field-forced-away", _forced_apply, True),
+    ("managed-fields-cleared", _clear_managed_fields, True),
+]
+
+
+@pytest.mark.parametrize(("name", "write", "changed"), CASES, ids=[c[0] for c in CASES])
+async def test_only_a_change_to_a_field_driftbus_owns_changes_the_sha(
+    kube: KubeClient, namespace: str, name: str, write: Write, changed: bool
+) -> None:
+    manifest = deployment(namespace)
+    res = await kube.resource_for(manifest)
+    applied = await kube.apply(manifest, field_manager="driftbus")
+    path = res.path(namespace, "web")
+    after = await write(kube, path, namespace)
+    assert after["metadata"]["resourceVersion"] != applied["metadata"]["resourceVersion"], (
+        "the other manager's write did not reach the object: the case tests nothing"
+    )
+    _capture(name, applied, after, changed)
+    assert (object_sha(after) != object_sha(applied)) is changed
+
+
+async def test_twenty_scales_by_an_hpa_leave_the_sha_of_a_manifest_without_replicas(
+    kube: KubeClient, namespace: str
+) -> None:
+    manifest = deployment(namespace)
+    res = await kube.resource_for(manifest)
+    applied = await kube.apply(manifest, field_manager="driftbus")
+    path = res.path(namespace, "web")
+    for replicas in range(2, 22):
+        await _patch(kube, path, {"spec": {"replicas": replicas}}, "hpa-controller", "scale")
+        assert object_sha(await kube.request("GET", path)) == object_sha(applied)
+    # the manifest that does set replicas owns it: the HPA's next scale is drift
+    owning = await kube.apply(
+        deployment(namespace, replicas=3), field_manager="driftbus", force=True
+    )
+    await _patch(kube, path, {"spec": {"replicas": 9}}, "hpa-controller", "scale")
+    assert object_sha(await kube.request("GET", path)) != object_sha(owning)
+
+
+async def test_an_owned_field_edited_by_someone_else_conflicts_without_force(
+    kube: KubeClient, namespace: str
+) -> None:
+    """The correction of such drift: without force the API server refuses it (driftbus reports
+    Conflict, naming the other manager); with force it takes the field back."""
+    manifest = deployment(namespace)
+    res = await kube.resource_for(manifest)
+    applied = await kube.apply(manifest, field_manager="driftbus")
+    path = res.path(namespace, "web")
+    await _edit_image(kube, path, namespace)
+    with pytest.raises(Conflict, match="kubectl-edit"):
+        await kube.apply(manifest, field_manager="driftbus")
+    corrected = await kube.apply(manifest, field_manager="driftbus", force=True)
+    assert object_sha(corrected) == object_sha(applied)
