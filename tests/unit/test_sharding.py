@@ -1,4 +1,5 @@
-"""Planner sharding rules: who is live, and the fair, sticky share of clusters per replica."""
+"""Planner sharding rules: who is live, the fair, sticky share of clusters per replica, when a
+replica must stop planning, and which claims it may take."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.planner.sharding import assign, live, moves
+from services.planner.sharding import assign, heartbeat_problem, lease_holds, live, may_take, moves
 
 
 @pytest.mark.parametrize(
@@ -123,3 +124,45 @@ def test_a_new_replica_takes_only_its_share(clusters: set[str], m: int) -> None:
     # only what the new replica takes moves; nobody else trades clusters
     assert moves(before, after) == share
     assert share in (len(clusters) // (m + 1), -(-len(clusters) // (m + 1)))
+
+
+@pytest.mark.parametrize(
+    ("last_ok", "now", "holds"),
+    [
+        pytest.param(float("-inf"), 0.0, False, id="never-heartbeat-no-lease"),
+        pytest.param(100.0, 100.0, True, id="just-sent"),
+        pytest.param(100.0, 107.9, True, id="within-timeout-minus-one-interval"),
+        pytest.param(100.0, 108.0, False, id="stops-one-interval-before-others-take-over"),
+        pytest.param(100.0, 110.0, False, id="others-may-take-over-now"),
+    ],
+)
+def test_lease_holds(last_ok: float, now: float, holds: bool) -> None:
+    assert lease_holds(last_ok, now, interval=2.0, timeout=10.0) is holds
+
+
+@pytest.mark.parametrize(
+    ("holder", "takes"),
+    [
+        pytest.param("", True, id="released-is-free"),
+        pytest.param("me", True, id="own-claim-is-free"),
+        pytest.param("dead", True, id="held-by-a-replica-not-live-is-free"),
+        pytest.param("other", False, id="held-by-a-live-replica-waits-for-its-release"),
+    ],
+)
+def test_may_take(holder: str, takes: bool) -> None:
+    assert may_take(holder, "me", {"me", "other"}) is takes
+
+
+@pytest.mark.parametrize(
+    ("interval", "timeout", "ok"),
+    [
+        pytest.param(2.0, 10.0, True, id="defaults"),
+        pytest.param(2.0, 4.0, True, id="exactly-twice"),
+        pytest.param(2.0, 3.9, False, id="no-room-for-one-heartbeat-before-fencing"),
+    ],
+)
+def test_heartbeat_problem(interval: float, timeout: float, ok: bool) -> None:
+    problem = heartbeat_problem(interval, timeout)
+    assert (problem is None) is ok
+    if problem:
+        assert problem.startswith("--heartbeat-timeout (3.9s) must be at least twice")

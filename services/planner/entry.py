@@ -1,0 +1,171 @@
+"""What the planner knows about one object (``Entry``) and the events that change it: the
+pure records that ``decide`` folds, apart from the rule itself.
+
+``Entry`` holds three views of an object (desired from BUNDLES, last apply from APPLIED, live
+from SERVER) and the in-flight bookkeeping; each event is one fact, already decoded (``facts``
+reads the SERVER, APPLIED and OUTCOMES messages into them). All immutable: a step returns a new
+entry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from schemas.messages import DecisionReason
+from schemas.subjects import ObjectKey
+
+Sha = bytes  # 32 raw bytes in memory; hex only on the wire
+
+DELETE_INFLIGHT: Sha = b"\0" * 32
+"""The ``inflight``/``failed`` marker of a delete (prune) rather than an apply."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Desired:
+    """The object is in revision ``revision`` of ``bundle`` with this manifestSHA."""
+
+    bundle: str
+    revision: str
+    manifest_sha: Sha
+    prune: bool = True
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Removed:
+    """The object left ``bundle`` in ``revision`` (it was in the previous revision)."""
+
+    bundle: str
+    revision: str
+    prune: bool = True
+    in_use: str = ""
+    """Why deleting it would destroy what others still want (a Namespace holding other bundles'
+    objects, a CRD whose custom resources others declare); empty when nothing is in the way."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Observed:
+    """A server event from the watcher (``server_sha=None`` with ``deleted`` for a tombstone)."""
+
+    resource_version: int
+    server_sha: Sha | None
+    deleted: bool = False
+    owner_bundle: str = ""
+    api_version: str = ""
+    keep: bool = False
+    """The live object opts out of prune."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Applied:
+    """An applier applied ``manifest_sha`` (or deleted the object) and saw ``apply_sha``."""
+
+    manifest_sha: Sha
+    apply_sha: Sha | None
+    resource_version: int
+    deleted: bool = False
+    at: float = 0.0
+    """When it was applied (seconds since the epoch): orders it against failures."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Failed:
+    """An applier gave up on ``manifest_sha`` (invalid, conflict, ... : reported, not looped);
+    ``DELETE_INFLIGHT`` for a prune that failed."""
+
+    manifest_sha: Sha
+    at: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Working:
+    """An applier is still on the intent for ``manifest_sha`` (waiting for a prerequisite or
+    retrying a transient error), or it is still queued: it is not lost."""
+
+    manifest_sha: Sha
+    at: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Declined:
+    """The applier did not delete: at delete time the live object no longer carried the bundle's
+    label or opted out of prune."""
+
+    reason: DecisionReason = DecisionReason.NOT_OWNED
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Resend:
+    """The intent in flight got no outcome in time and is not queued any more: send it again."""
+
+
+Event = Desired | Removed | Observed | Applied | Failed | Working | Declined | Resend
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Entry:
+    """Everything the planner knows about one object. Immutable: ``step`` returns a new one."""
+
+    key: ObjectKey
+    # desired (from BUNDLES)
+    bundle: str = ""
+    revision: str = ""
+    manifest_sha: Sha | None = None
+    prune: bool = True
+    # last apply (from APPLIED)
+    applied_manifest_sha: Sha | None = None
+    apply_sha: Sha | None = None
+    applied_rv: int = 0
+    # live object (from SERVER)
+    server_sha: Sha | None = None
+    server_deleted: bool = False
+    server_rv: int = 0
+    owner_bundle: str = ""
+    api_version: str = ""
+    """apiVersion the watcher last saw it under: what a prune addresses it with (the manifest is
+    gone by then, and after a restart it was never known)."""
+    keep: bool = False
+    """The live object opts out of prune (annotation)."""
+    # bookkeeping
+    inflight: Sha | None = None
+    """manifestSHA of the apply intent sent and not yet answered; ``DELETE_INFLIGHT`` for a
+    delete."""
+    inflight_at: float = 0.0
+    """When the intent in flight was sent, or an applier last said it is working on it."""
+    failed: Sha | None = None
+    """manifestSHA whose apply failed; not retried until republished or changed.
+    ``DELETE_INFLIGHT``: the prune failed."""
+    failed_at: float = 0.0
+    applied_at: float = 0.0
+
+    @property
+    def failing(self) -> bool:
+        """The desired manifest failed and nothing succeeded since."""
+        return (
+            self.manifest_sha is not None
+            and self.failed == self.manifest_sha
+            and self.failed_at >= self.applied_at
+        )
+
+    @property
+    def live(self) -> bool:
+        return self.server_rv > 0 and not self.server_deleted
+
+    @property
+    def observed(self) -> bool:
+        """The watcher has shown the result of the last apply: a fact as new as it, or one
+        already equal to it (an apply changing nothing the pruned SHA covers — a finalizer —
+        brings no new fact, since the watcher publishes only SHA or health changes)."""
+        same = self.apply_sha is not None and self.server_sha == self.apply_sha
+        return self.server_rv > 0 and (
+            self.server_rv >= self.applied_rv or (same and not self.server_deleted)
+        )
+
+    @property
+    def drifted(self) -> bool:
+        """Applied, seen since, and the live object differs (or is gone)."""
+        return (
+            self.apply_sha is not None
+            and self.server_rv >= self.applied_rv
+            and self.server_rv > 0
+            and (self.server_deleted or self.server_sha != self.apply_sha)
+        )
