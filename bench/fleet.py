@@ -27,9 +27,9 @@ import nats
 
 from bench.report import Result
 from bench.stack import cpu_seconds
+from harness.fleet import Fleet, clusters
+from harness.pipeline import StatusWatch, write_counts, writes_since
 from services.controlplane import servers
-from services.controlplane.fleet import Fleet, clusters
-from services.controlplane.pipeline import StatusWatch, write_counts, writes_since
 from services.planner.service import PlannerSettings
 
 CLUSTERS = 5

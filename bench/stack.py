@@ -2,7 +2,7 @@
 
 One etcd + kube-apiserver per scenario (``servers.Cluster``), a fresh nats-server per driftbus run
 so every run starts from empty streams, and the services as real ``driftbus`` processes
-(``services.controlplane.pipeline``). The peers talk to the same API server:
+(``harness.pipeline``). The peers talk to the same API server:
 
 * ``kubectl apply --server-side -f DIR`` with the kubectl built from the same Kubernetes version;
 * the physical limit: raw server-side-apply PATCHes from one aiohttp client, 16 in flight;
@@ -33,10 +33,10 @@ import orjson
 import yaml
 from nats.aio.client import Client as NATS
 
+from harness.pipeline import Pipeline, StatusWatch, planner_ready, write_counts
 from schemas.messages import BundlePhase, BundleStatus
 from services.common import bus
 from services.controlplane import assets, servers
-from services.controlplane.pipeline import Pipeline, StatusWatch, planner_ready, write_counts
 from services.core.manifest import FIELD_MANAGER, owned
 
 CRD_GROUP = "bench.driftbus.dev"

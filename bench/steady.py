@@ -30,11 +30,11 @@ from nats.aio.client import Client as NATS
 
 from bench.report import Result
 from bench.stack import BenchStack, DriftbusRun, labelled, manifests, object_path
+from harness.pipeline import write_counts, writes_since
 from schemas.codec import decode
 from schemas.messages import DecisionAction, DecisionRecord
 from schemas.subjects import family_filter
 from services.common.kube import KubeClient, Resource
-from services.controlplane.pipeline import write_counts, writes_since
 from services.core.manifest import OWNER_LABEL
 
 RECONCILES_PER_REPETITION = 12  # 10 republishes, a planner restart, a watcher resync

@@ -11,9 +11,9 @@ from pathlib import Path
 from nats.js import JetStreamContext
 from nats.js.errors import BucketNotFoundError
 
+from harness.pipeline import Pipeline
 from services.common import bus
 from services.controlplane import servers
-from services.controlplane.pipeline import Pipeline
 
 
 @contextlib.contextmanager

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import os
 import re
 import sys
@@ -19,13 +18,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import msgspec
-from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError
 
-from schemas.codec import decode, encode
 from schemas.messages import (
-    Bundle,
     BundleOptions,
     BundlePhase,
     BundleStatus,
@@ -34,12 +30,10 @@ from schemas.messages import (
     ObjectStatus,
     SourceStatus,
 )
-from schemas.subjects import bundle_status_filter, bundle_subject
-from services.common import bus
-from services.common.bundles import store_manifests
+from services.common import bus, statuswatch
+from services.common.bundles import publish_bundle
 from services.controlplane import servers
 
-REPO = Path(__file__).resolve().parents[2]
 # Writes the API server makes to itself (leases, APF config) are not driftbus's.
 _SYSTEM_RESOURCES = {
     "leases",
@@ -50,7 +44,6 @@ _SYSTEM_RESOURCES = {
 }
 _WRITE_VERBS = {"POST", "PUT", "PATCH", "DELETE", "APPLY", "DELETECOLLECTION"}
 _METRIC = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>[0-9.e+]+)$")
-INLINE_LIMIT = 512 * 1024
 
 
 def write_counts(api: servers.KubeAPIServer) -> collections.Counter[tuple[str, str]]:
@@ -164,24 +157,18 @@ class Pipeline:
         as_user: bool = False,
         **options: Any,
     ) -> None:
-        """Publish a bundle; ``as_user`` waits for the planner's streams instead of creating
-        them, as a user of a locked-down bus must."""
-        await bus.ensure_streams(js, manage=not as_user, within=60)
-        msg = Bundle(
+        """Publish a bundle as ``driftbus publish`` does (``bundles.publish_bundle``), creating
+        the streams first; ``as_user`` waits for the planner's streams instead, as a user of a
+        locked-down bus must."""
+        await publish_bundle(
+            js,
             cluster=self.cluster,
             bundle=bundle,
             revision=revision,
-            options=BundleOptions(**options),
             manifests=manifests,
-        )
-        data = encode(msg)
-        if len(data) > INLINE_LIMIT:
-            ref = await store_manifests(js, self.cluster, bundle, revision, manifests)
-            data = encode(msgspec.structs.replace(msg, manifests=[], manifests_ref=ref))
-        await js.publish(
-            bundle_subject(self.cluster, bundle),
-            data,
-            headers={"Nats-Msg-Id": f"{bundle}@{revision}@{time.time_ns()}"},
+            options=BundleOptions(**options),
+            manage_streams=not as_user,
+            within=60,
         )
 
 
@@ -207,27 +194,10 @@ async def until_planner_ready(js: JetStreamContext, within: float = 60.0) -> Non
 E = TypeVar("E")
 
 
-class StatusWatch:
-    """Collects every status event of one bundle (object and bundle) as a user would see them."""
-
-    def __init__(self) -> None:
-        self.objects: list[ObjectStatus] = []
-        self.bundles: list[BundleStatus] = []
-        self.sources: list[SourceStatus] = []
-        self._changed = asyncio.Event()
-
-    async def start(self, nc: NATS, cluster: str, bundle: str) -> None:
-
-        async def on_msg(msg: Any) -> None:
-            if msg.subject.endswith(".bundle"):
-                self.bundles.append(decode(msg.data, BundleStatus))
-            elif msg.subject.endswith(".source"):
-                self.sources.append(decode(msg.data, SourceStatus))
-            else:
-                self.objects.append(decode(msg.data, ObjectStatus))
-            self._changed.set()
-
-        await nc.subscribe(bundle_status_filter(cluster, bundle), cb=on_msg)
+class StatusWatch(statuswatch.StatusWatch):
+    """Every status event of one bundle (object, bundle and Git source) as a user would see
+    them (``services.common.statuswatch``); a wait that runs out fails the test with what it
+    saw."""
 
     async def until(
         self,
@@ -235,21 +205,14 @@ class StatusWatch:
         within: float,
         logs: Callable[[], str] = lambda: "",
     ) -> BundleStatus:
-        deadline = time.monotonic() + within
-        while True:
-            for st in reversed(self.bundles[-1:]):
-                if pred(st):
-                    return st
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                last = self.bundles[-1] if self.bundles else None
-                raise AssertionError(
-                    f"bundle status never matched; last: {last}\n{self._objects_summary()}\n"
-                    f"{logs()}"
-                )
-            self._changed.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), timeout=min(remaining, 1.0))
+        """The bundle's latest status, once it matches ``pred``."""
+        async for _ in self.each(self.bundles, within):
+            if pred(latest := self.bundles[-1]):
+                return latest
+        last = self.bundles[-1] if self.bundles else None
+        raise AssertionError(
+            f"bundle status never matched; last: {last}\n{self._objects_summary()}\n{logs()}"
+        )
 
     def _objects_summary(self, shown: int = 20) -> str:
         """Each object's latest phase and health, counted, and the first few of the rest: a
@@ -273,7 +236,7 @@ class StatusWatch:
         logs: Callable[[], str] = lambda: "",
     ) -> ObjectStatus:
         """The first object event matching `pred`, waiting up to `within` seconds for it."""
-        return await self._first(self.objects, pred, within, logs)
+        return await self._expect(self.objects, pred, within, logs)
 
     async def source_status(
         self,
@@ -282,25 +245,16 @@ class StatusWatch:
         logs: Callable[[], str] = lambda: "",
     ) -> SourceStatus:
         """The first Git source event matching `pred`, waiting up to `within` seconds."""
-        return await self._first(self.sources, pred, within, logs)
+        return await self._expect(self.sources, pred, within, logs)
 
-    async def _first(
+    async def _expect(
         self, events: list[E], pred: Callable[[E], bool], within: float, logs: Callable[[], str]
     ) -> E:
-        deadline = time.monotonic() + within
-        seen = 0
-        while True:
-            for st in events[seen:]:
-                if pred(st):
-                    return st
-            seen = len(events)
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                lines = "\n".join(f"  {e}" for e in events)
-                raise AssertionError(f"no status event matched; events:\n{lines}\n{logs()}")
-            self._changed.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), timeout=min(remaining, 1.0))
+        found = await self.first(events, pred, within)
+        if found is None:
+            lines = "\n".join(f"  {e}" for e in events)
+            raise AssertionError(f"no status event matched; events:\n{lines}\n{logs()}")
+        return found
 
     async def ready(
         self, revision: str, within: float = 60.0, logs: Callable[[], str] = lambda: ""

@@ -1,5 +1,6 @@
 """What ``publish`` and ``plan`` read: the PATH / ``--git`` / ``--helm`` flags and the bundle they
-name, and the manifests those flags select (the loaders themselves: ``load.py``, ``gitrepo.py``).
+name, and the manifests those flags select (the loaders themselves: ``services.common.load`` and
+``.gitrepo``; a kubectl or helm they need and cannot find is built, ``assets.ensure``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from typing import Any
 def load_manifests(args: argparse.Namespace) -> Any:
     """The manifests named on the command line: PATH... or --git REPO --ref REF [--path DIR];
     a revision with no objects is refused unless --allow-empty (it would prune the bundle)."""
-    from services.cli import gitrepo, load
+    from services.common import gitrepo, load
+    from services.controlplane import assets
 
     if sum(map(bool, (args.helm, args.git, args.paths))) > 1:
         raise load.InputError(f"{args.command}: give one source: PATH..., --git or --helm")
@@ -22,6 +24,7 @@ def load_manifests(args: argparse.Namespace) -> Any:
             namespace=args.namespace or "",
             values=args.values,
             sets=args.set,
+            locate=assets.ensure,
         )
     elif args.git:
         # a chart at --path is rendered like --helm, its --values relative to the chart
@@ -31,9 +34,9 @@ def load_manifests(args: argparse.Namespace) -> Any:
             values=tuple(args.values),
             sets=tuple(args.set),
         )
-        loaded = gitrepo.load_git(args.git, args.ref, args.path or "", helm)
+        loaded = gitrepo.load_git(args.git, args.ref, args.path or "", helm, locate=assets.ensure)
     elif args.paths:
-        loaded = load.load_paths(args.paths)
+        loaded = load.load_paths(args.paths, locate=assets.ensure)
     else:
         raise load.InputError(
             f"nothing to {args.command}: give PATH..., --git REPO [--ref REF] or --helm CHART"

@@ -19,9 +19,9 @@ from nats.js import JetStreamContext
 from schemas.codec import WireError, decode
 from schemas.messages import AppliedEvent, DecisionAction, OutcomeEvent, ServerEvent
 from schemas.subjects import ObjectKey, cluster_filter
-from services.cli.load import Loaded
 from services.common import bus
 from services.common.kube import KubeClient, KubeError, NotFound
+from services.common.load import Loaded
 from services.core.diff import Change, diff, mask_sensitive
 from services.core.manifest import FIELD_MANAGER, apply_order, owned
 from services.core.scope import Scopes, normalise

@@ -14,8 +14,9 @@ from services.common.bus import NatsSettings
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from services.cli import load, table, user
+    from services.cli import table, user
     from services.cli.plan import plan
+    from services.common import load
     from services.common.kube import KubeClient
     from services.core.manifest import ManifestError
 

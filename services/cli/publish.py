@@ -30,17 +30,19 @@ def bundle_options(args: argparse.Namespace) -> BundleOptions:
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
-    from services.cli import load, table, user
+    from services.cli import table, user
+    from services.common import load
     from services.core.manifest import ManifestError
 
     try:
         loaded = load_manifests(args)
-        revision = args.revision or loaded.revision or user.content_revision(loaded)
+        revision = args.revision or loaded.revision or loaded.content_revision()
         options = bundle_options(args)
     except (load.InputError, ManifestError) as exc:
         return table.fail("publish", exc)
 
     from services.common import telemetry
+    from services.common.bundles import publish_bundle
 
     telemetry.setup("cli", telemetry.TelemetrySettings(otlp_endpoint=otlp_endpoint()))
 
@@ -64,13 +66,14 @@ def cmd_publish(args: argparse.Namespace) -> int:
                     "objects": len(loaded.manifests),
                 },
             ):
-                await user.publish(
+                await publish_bundle(
                     js,
                     cluster=args.cluster,
                     bundle=args.bundle,
-                    loaded=loaded,
                     revision=revision,
+                    manifests=[m.obj for m in loaded.manifests],
                     options=options,
+                    source=loaded.source,
                 )
             print(
                 f"published {args.bundle}@{revision} to cluster {args.cluster}: "

@@ -74,23 +74,26 @@ def source_args(args: argparse.Namespace) -> tuple[str, ...]:
 async def _publish_example(nats_url: str, cluster: str, within: float) -> Any:
     import nats
 
-    from services.cli import load, user
+    from services.cli import user
+    from services.common import load
+    from services.common.bundles import publish_bundle
 
-    loaded = load.load_paths([str(EXAMPLE)])
-    revision = user.content_revision(loaded)
+    loaded = load.load_paths([str(EXAMPLE)], locate=assets.ensure)
+    revision = loaded.content_revision()
     nc = await nats.connect(nats_url)
     try:
         waiter = user.BundleWait(nc, cluster, "hello")
         await waiter.start()
-        await user.publish(
+        await publish_bundle(
             nc.jetstream(),
             cluster=cluster,
             bundle="hello",
-            loaded=loaded,
             revision=revision,
+            manifests=[m.obj for m in loaded.manifests],
             # force: a hand edit (kubectl edit/patch) makes kubectl a field manager; healing it
             # means taking the field back. Without force driftbus reports a Conflict instead.
             options=user.BundleOptions(force=True),
+            source=loaded.source,
         )
         _say(f"published examples/hello ({len(loaded.manifests)} objects) as hello@{revision}")
         status = await waiter.wait(revision, within=within, progress=sys.stderr.isatty())

@@ -1,5 +1,6 @@
-"""The user's commands on the bus: ``publish``, ``status``, ``why`` and ``shards``, over the
-user's connection (``connect``).
+"""What the user's commands read on the bus: ``status``, ``why`` and ``shards``, the wait of
+``publish --wait`` and the served-cluster check of ``publish``, over the user's connection
+(``connect``). Publishing itself is ``services.common.bundles.publish_bundle``.
 
 They read the same compacted streams the services use, so a late subscriber sees current state
 (last status per object and per bundle, live health from SERVER), not only new events.
@@ -11,21 +12,17 @@ import argparse
 import asyncio
 import contextlib
 import datetime as dt
-import hashlib
 import logging
 import sys
-import time
 from typing import Any
 
-import msgspec
 import orjson
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
-from schemas.codec import WireError, decode, encode
+from schemas.codec import WireError, decode
 from schemas.messages import (
-    Bundle,
     BundleOptions,
     BundlePhase,
     BundleStatus,
@@ -38,73 +35,19 @@ from schemas.subjects import (
     ObjectKey,
     SubjectError,
     bundle_status_subject,
-    bundle_subject,
     decode_token,
     encode_token,
     key_tokens,
     source_status_subject,
 )
-from services.cli.load import Loaded
-from services.common import bus, members, settings, telemetry
-from services.common.bundles import store_manifests
-from services.core.manifest import check_bundle_name
-
-INLINE_LIMIT = 768 * 1024  # below NATS's default 1 MiB max payload, with room for headers
-
-
-def content_revision(loaded: Loaded) -> str:
-    """Same manifests, same revision: republishing unchanged content is recognisably the same."""
-    digest = hashlib.sha256(
-        orjson.dumps([m.obj for m in loaded.manifests], option=orjson.OPT_SORT_KEYS)
-    )
-    return "sha256:" + digest.hexdigest()[:16]
+from services.common import bus, members, settings
+from services.common.statuswatch import StatusWatch
 
 
 async def connect(args: argparse.Namespace) -> NATS:
     """The user's connection: credentials and TLS from the --nats-* flags or environment."""
     s = settings.load(bus.NatsSettings, args)
     return await bus.connect(s, name="driftbus-cli", reconnect=False)
-
-
-async def publish(
-    js: JetStreamContext,
-    *,
-    cluster: str,
-    bundle: str,
-    loaded: Loaded,
-    revision: str,
-    options: BundleOptions,
-) -> Bundle:
-    check_bundle_name(bundle)
-    if not loaded.manifests and not options.allow_empty:
-        # the CLI refuses earlier, with the path; this guards every other caller
-        raise ValueError(
-            f"refusing to publish an empty revision of {bundle}: it would prune every object "
-            "of the bundle (BundleOptions.allow_empty permits it)"
-        )
-    await bus.ensure_streams(js, manage=False, within=30)
-    msg = Bundle(
-        cluster=cluster,
-        bundle=bundle,
-        revision=revision,
-        options=options,
-        manifests=[m.obj for m in loaded.manifests],
-        published_at=dt.datetime.now(dt.UTC),
-        source=loaded.source,
-    )
-    data = encode(msg)
-    if len(data) > INLINE_LIMIT:
-        ref = await store_manifests(js, cluster, bundle, revision, msg.manifests)
-        msg = msgspec.structs.replace(msg, manifests=[], manifests_ref=ref)
-        data = encode(msg)
-    await js.publish(
-        bundle_subject(cluster, bundle),
-        data,
-        headers=telemetry.inject(
-            {"Nats-Msg-Id": f"{cluster}/{bundle}@{revision}/{time.time_ns()}"}
-        ),
-    )
-    return msg
 
 
 async def unserved(
@@ -266,29 +209,17 @@ class BundleWait:
 
     def __init__(self, nc: NATS, cluster: str, bundle: str) -> None:
         self.nc, self.cluster, self.bundle = nc, cluster, bundle
-        self.queue: asyncio.Queue[BundleStatus] = asyncio.Queue()
-        self._sub: Any = None
+        self.watch = StatusWatch()
 
     async def start(self) -> None:
-        async def on_msg(msg: Any) -> None:
-            with contextlib.suppress(WireError):
-                await self.queue.put(decode(msg.data, BundleStatus))
-
-        self._sub = await self.nc.subscribe(
-            bundle_status_subject(self.cluster, self.bundle), cb=on_msg
-        )
+        await self.watch.start(self.nc, self.cluster, self.bundle, objects=False)
 
     async def wait(self, revision: str, *, within: float, progress: bool) -> BundleStatus | None:
         """The status that ended the wait, or the last one seen when ``within`` ran out (its
         phase is then not in ``WAIT_ENDS``), or None when there was none for ``revision``."""
-        deadline = time.monotonic() + within
         last: BundleStatus | None = None
         try:
-            while (remaining := deadline - time.monotonic()) > 0:
-                try:
-                    st = await asyncio.wait_for(self.queue.get(), timeout=min(remaining, 1.0))
-                except TimeoutError:
-                    continue
+            async for st in self.watch.each(self.watch.bundles, within):
                 if st.revision != revision:
                     continue
                 last = st
@@ -304,7 +235,7 @@ class BundleWait:
         finally:
             if progress:
                 sys.stderr.write("\n")
-            await self._sub.unsubscribe()
+            await self.watch.stop()
         return last
 
 
@@ -314,10 +245,8 @@ __all__ = [
     "BundlePhase",
     "BundleWait",
     "bundle_statuses",
-    "content_revision",
     "decisions",
     "object_rows",
-    "publish",
     "quiet_members_denial",
     "unserved",
 ]

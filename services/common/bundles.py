@@ -1,24 +1,44 @@
-"""Reading and writing bundle manifests, inline or through the Object Store.
+"""Publishing a bundle revision, and reading and writing its manifests, inline or through the
+Object Store.
 
-A bundle message over the payload limit carries an ``ObjectStoreRef`` instead of its manifests;
+``publish_bundle`` is the one way a revision reaches ``driftbus.bundle.<cluster>.<bundle>``:
+``driftbus publish``, ``driftbus source``, ``driftbus up`` and the test harness all call it.
+A bundle message over ``INLINE_LIMIT`` carries an ``ObjectStoreRef`` instead of its manifests;
 the stored object is a JSON array whose SHA-256 is checked on read, so a dangling or tampered
 reference is an error naming the bundle, never a silently empty bundle.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
+import time
 from typing import Any
 
+import msgspec
 import orjson
 from nats.js import JetStreamContext
 from nats.js.errors import BucketNotFoundError, NotFoundError, ObjectNotFoundError
 
-from schemas.messages import Bundle, ObjectStoreRef
-from services.common.bus import OBJECT_STORE_BUCKET
-from services.core.manifest import bundle_kinds
+from schemas.codec import encode
+from schemas.messages import Bundle, BundleOptions, ObjectStoreRef
+from schemas.subjects import bundle_subject
+from services.common import telemetry
+from services.common.bus import OBJECT_STORE_BUCKET, ensure_streams
+from services.core.manifest import bundle_kinds, check_bundle_name
 
-__all__ = ["BundleError", "bundle_kinds", "load_manifests", "store_manifests"]
+__all__ = [
+    "INLINE_LIMIT",
+    "BundleError",
+    "bundle_kinds",
+    "load_manifests",
+    "publish_bundle",
+    "store_manifests",
+]
+
+INLINE_LIMIT = 768 * 1024
+"""A bundle message encoding to more bytes than this carries its manifests in the Object Store:
+below NATS's default 1 MiB max payload, with room for headers."""
 
 
 class BundleError(ValueError):
@@ -64,3 +84,55 @@ async def store_manifests(
     return ObjectStoreRef(
         bucket=OBJECT_STORE_BUCKET, name=name, sha=sha, size=len(data), count=len(manifests)
     )
+
+
+async def publish_bundle(
+    js: JetStreamContext,
+    *,
+    cluster: str,
+    bundle: str,
+    revision: str,
+    manifests: list[dict[str, Any]],
+    options: BundleOptions,
+    source: str = "",
+    manage_streams: bool = False,
+    within: float = 30.0,
+) -> Bundle:
+    """Publish ``manifests`` as ``revision`` of ``bundle`` for ``cluster``; the message sent.
+
+    An empty revision is refused unless ``options.allow_empty``: it prunes every object of the
+    bundle (the CLI refuses earlier, naming the path; this guards every caller). The streams
+    are waited for up to ``within`` seconds (the planner creates them), or created when
+    ``manage_streams`` (a test bus with no planner yet). The message names its kinds
+    (``Bundle.kinds``), carries the current trace (``telemetry.inject``), and its
+    ``Nats-Msg-Id`` is unique per publish: publishing the same revision again is a new message."""
+    check_bundle_name(bundle)
+    if not manifests and not options.allow_empty:
+        raise ValueError(
+            f"refusing to publish an empty revision of {bundle}: it would prune every object "
+            "of the bundle (BundleOptions.allow_empty permits it)"
+        )
+    await ensure_streams(js, manage=manage_streams, within=within)
+    msg = Bundle(
+        cluster=cluster,
+        bundle=bundle,
+        revision=revision,
+        options=options,
+        manifests=list(manifests),
+        published_at=dt.datetime.now(dt.UTC),
+        source=source,
+        kinds=bundle_kinds(manifests),
+    )
+    data = encode(msg)
+    if len(data) > INLINE_LIMIT:
+        ref = await store_manifests(js, cluster, bundle, revision, msg.manifests)
+        msg = msgspec.structs.replace(msg, manifests=[], manifests_ref=ref)
+        data = encode(msg)
+    await js.publish(
+        bundle_subject(cluster, bundle),
+        data,
+        headers=telemetry.inject(
+            {"Nats-Msg-Id": f"{cluster}/{bundle}@{revision}/{time.time_ns()}"}
+        ),
+    )
+    return msg

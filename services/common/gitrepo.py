@@ -21,9 +21,11 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from services.cli.load import (
+from services.common import binaries
+from services.common.load import (
     InputError,
     Loaded,
+    Locate,
     Manifest,
     TransientInputError,
     load_helm,
@@ -72,11 +74,13 @@ def _run(argv: list[str], what: str, **kwargs: Any) -> subprocess.CompletedProce
 
 class Repository:
     """A Git repository read through ``gitdir`` (bare copy or local repository); messages name
-    it by ``url`` without credentials."""
+    it by ``url`` without credentials. Kustomizations and charts in it are rendered by the
+    binaries ``locate`` names (``load.Locate``)."""
 
-    def __init__(self, gitdir: str | Path, url: str) -> None:
+    def __init__(self, gitdir: str | Path, url: str, *, locate: Locate = binaries.require) -> None:
         self.gitdir = str(gitdir)
         self.url = redacted(url)
+        self.locate = locate
 
     def git(self, *args: str, env: dict[str, str] | None = None) -> bytes:
         what = f"git {' '.join(args)} in {self.url}"
@@ -86,7 +90,7 @@ class Repository:
         return res.stdout
 
     @classmethod
-    def clone(cls, url: str, dest: Path) -> Repository:
+    def clone(cls, url: str, dest: Path, *, locate: Locate = binaries.require) -> Repository:
         """A bare copy of ``url`` (anything ``git clone`` takes) in ``dest``, which must not
         exist or be empty. Every branch and tag is fetched; ``fetch`` brings them up to date."""
         what = f"git clone {redacted(url)}"
@@ -94,7 +98,7 @@ class Repository:
         if res.returncode != 0:
             why = res.stderr.decode(errors="replace").strip().replace(url, redacted(url))
             raise InputError(f"{what}: {why or 'failed'}")
-        repo = cls(dest, url)
+        repo = cls(dest, url, locate=locate)
         # a bare clone maps branches 1:1 but sets no fetch refspec: say what a fetch updates
         repo.git("config", "remote.origin.fetch", "+refs/heads/*:refs/heads/*")
         return repo
@@ -165,9 +169,10 @@ class Repository:
                 namespace=helm.namespace,
                 values=[str(root / v) for v in helm.values],
                 sets=list(helm.sets),
+                locate=self.locate,
             )
         else:
-            loaded = load_paths([str(root)]) if root.is_dir() else Loaded([])
+            loaded = load_paths([str(root)], locate=self.locate) if root.is_dir() else Loaded([])
         # name files as they are in the repository, not in the temporary tree
         manifests = [
             Manifest(m.obj, _in_repository(m.where, tree, label)) for m in loaded.manifests
@@ -226,12 +231,19 @@ def _no_links_out(tree: Path, label: str) -> None:
             raise InputError(f"{label}{rel}: a symbolic link out of the repository")
 
 
-def load_git(repo: str, ref: str, subdir: str = "", helm: HelmOptions | None = None) -> Loaded:
+def load_git(
+    repo: str,
+    ref: str,
+    subdir: str = "",
+    helm: HelmOptions | None = None,
+    *,
+    locate: Locate = binaries.require,
+) -> Loaded:
     """Manifests under ``subdir`` of ``repo`` at ``ref``: a local repository, or any URL git
     clones (``file://``, ``https://``, ``ssh``), cloned bare into a temporary directory."""
     if Path(repo).is_dir():
-        local = Repository(repo, repo)
+        local = Repository(repo, repo, locate=locate)
         return local.load(local.commit_of(ref), subdir, helm)
     with tempfile.TemporaryDirectory(prefix="driftbus-git-") as tmp:
-        cloned = Repository.clone(repo, Path(tmp))
+        cloned = Repository.clone(repo, Path(tmp), locate=locate)
         return cloned.load(cloned.commit_of(ref), subdir, helm)

@@ -1,9 +1,11 @@
-"""Reading manifests for ``driftbus publish`` and ``driftbus plan``.
+"""Reading manifests for ``driftbus publish``, ``driftbus plan`` and ``driftbus source``.
 
 Directories, single files, ``.tar.gz`` tarballs, standard input and Helm charts (a Git
-repository at a commit is read through these: ``gitrepo``). Every problem is an ``InputError``
-naming the file and line or document index, and nothing is published when there is any: a
-half-published bundle would prune the other half.
+repository at a commit is read through these: ``gitrepo``). Kustomizations and charts are
+rendered by the kubectl and helm ``locate`` names: by default one found on this machine
+(``services.common.binaries``); the CLI passes one that builds a missing binary. Every problem
+is an ``InputError`` naming the file and line or document index, and nothing is published when
+there is any: a half-published bundle would prune the other half.
 
 Which files a path loads — what ``kubectl apply -f PATH -R`` loads, with one difference:
 
@@ -29,18 +31,20 @@ is the check the commands make, since an empty revision prunes the whole bundle.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import io
 import os
 import subprocess
 import sys
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path, PurePath, PurePosixPath
 from typing import Any, TextIO
 
 import orjson
 
 from schemas.subjects import ObjectKey
+from services.common import binaries
 from services.core import kyaml
 from services.core.manifest import (
     MAX_EXPANDED_NODES,
@@ -52,6 +56,10 @@ from services.core.manifest import (
 from services.core.scope import Scopes, normalise
 
 SUFFIXES = (".yaml", ".yml", ".json")
+
+Locate = Callable[[str], Path]
+"""Where a renderer is: ``kubectl`` or ``helm`` → its path, or ``binaries.AssetError`` (or an
+``OSError``) saying why there is none."""
 
 
 class InputError(ValueError):
@@ -78,6 +86,14 @@ class Loaded:
     """What was read, for messages: the paths as given, or ``repo@commit:path``."""
     files: int = 0
     """How many files were read (manifest files, not counting skipped ones)."""
+
+    def content_revision(self) -> str:
+        """Same manifests, same revision: republishing unchanged content is recognisably the
+        same."""
+        digest = hashlib.sha256(
+            orjson.dumps([m.obj for m in self.manifests], option=orjson.OPT_SORT_KEYS)
+        )
+        return "sha256:" + digest.hexdigest()[:16]
 
 
 def _documents(text: str, name: str) -> Iterator[tuple[int, Any]]:
@@ -183,36 +199,39 @@ def _render(argv: list[str], what: str) -> subprocess.CompletedProcess[str]:
         raise TransientInputError(f"{what}: {exc}") from None
 
 
-def render_kustomization(directory: Path) -> tuple[str, str]:
+def render_kustomization(directory: Path, locate: Locate) -> tuple[str, str]:
     """(the YAML ``kubectl kustomize`` renders, which kubectl did it). The kubectl is the one
     the project builds from pinned modules (or one of that version on PATH, ``TEST_ASSET_KUBECTL``):
     kustomize as ``kubectl apply -k`` runs it."""
-    from services.controlplane import assets
-
     try:
-        kubectl = assets.ensure("kubectl")
-    except (OSError, assets.AssetError) as exc:
+        kubectl = locate("kubectl")
+    except (OSError, binaries.AssetError) as exc:
         raise TransientInputError(
             f"{directory}: rendering a kustomization needs kubectl: {exc}"
         ) from None
     res = _render([str(kubectl), "kustomize", str(directory)], f"{directory}: kustomize")
     if res.returncode != 0:
         raise InputError(f"{directory}: kustomize failed: {res.stderr.strip()}")
-    return res.stdout, f"kustomize in kubectl {assets.version_of('kubectl', kubectl).split()[-1]}"
+    version = binaries.version_of("kubectl", kubectl).split()[-1]
+    return res.stdout, f"kustomize in kubectl {version}"
 
 
 def load_helm(
-    chart: str, *, release: str, namespace: str, values: list[str], sets: list[str]
+    chart: str,
+    *,
+    release: str,
+    namespace: str,
+    values: list[str],
+    sets: list[str],
+    locate: Locate = binaries.require,
 ) -> Loaded:
     """What ``helm template RELEASE CHART`` renders (the Helm the project builds from its
     pinned module, or one of that version on PATH / ``TEST_ASSET_HELM``), with the chart's CRDs
     and without its tests. Hooks are rendered as Helm renders them; driftbus applies them as
     ordinary objects."""
-    from services.controlplane import assets
-
     try:
-        helm = assets.ensure("helm")
-    except (OSError, assets.AssetError) as exc:
+        helm = locate("helm")
+    except (OSError, binaries.AssetError) as exc:
         raise TransientInputError(f"{chart}: rendering a chart needs helm: {exc}") from None
     # CRDs in crds/ too (helm install would create them first); a chart's test Pods are for
     # `helm test`, not objects to keep running
@@ -226,7 +245,7 @@ def load_helm(
     res = _render(argv, f"{chart}: helm template")
     if res.returncode != 0:
         raise InputError(f"{chart}: helm template failed: {res.stderr.strip()}")
-    tool = f"helm {assets.version_of('helm', helm).split('+')[0]}"
+    tool = f"helm {binaries.version_of('helm', helm).split('+')[0]}"
     where = f"{chart} (release {release}, {tool})"
     return Loaded(
         _no_duplicates(parse(res.stdout, where)),
@@ -239,7 +258,9 @@ def load_helm(
     )
 
 
-def load_paths(paths: list[str], *, stdin: TextIO | None = None) -> Loaded:
+def load_paths(
+    paths: list[str], *, stdin: TextIO | None = None, locate: Locate = binaries.require
+) -> Loaded:
     """Manifests of every path, in order; ``-`` is standard input (as ``kubectl apply -f -``)."""
     manifests: list[Manifest] = []
     files = 0
@@ -257,7 +278,7 @@ def load_paths(paths: list[str], *, stdin: TextIO | None = None) -> Loaded:
             continue
         for f in _files(path):
             if f.is_dir():
-                text, tool = render_kustomization(f)
+                text, tool = render_kustomization(f, locate)
                 manifests += parse(text, f"{f} ({tool})")
                 rendered.append(f"{f}: {tool}")
                 files += 1

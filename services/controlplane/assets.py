@@ -2,14 +2,9 @@
 
 Release binaries cannot be downloaded on our machines, but Go and the module proxy can, so the
 binaries are built from the pinned consumer modules in ``tools/go/`` and cached by version outside
-the repository. Lookup order follows the controller-runtime/envtest convention so a user who
-already has binaries keeps using them:
-
-1. ``TEST_ASSET_<NAME>`` (e.g. ``TEST_ASSET_KUBE_APISERVER``),
-2. ``$KUBEBUILDER_ASSETS/<name>``,
-3. ``<name>`` on ``PATH`` — only if it reports the pinned major.minor version (a machine's
-   kubectl is often years older than the API server we test against),
-4. the driftbus cache (``$DRIFTBUS_CACHE_DIR`` or ``~/.cache/driftbus``), built when missing.
+the repository. Where an existing binary is found first, and the pinned versions, are
+``services.common.binaries`` (the loader finds kubectl and helm there without building them);
+what this module adds is building a missing one into the cache.
 
 Standard library only: this runs before the project's Python dependencies exist.
 """
@@ -18,101 +13,39 @@ from __future__ import annotations
 
 import argparse
 import collections
-import dataclasses
 import os
-import re
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-TOOLS_DIR = REPO_ROOT / "tools" / "go"
-
-
-@dataclasses.dataclass(frozen=True)
-class Asset:
-    """One server binary and the pinned Go package it is built from."""
-
-    name: str  # binary name, e.g. "kube-apiserver"
-    module_dir: str  # consumer module under tools/go/
-    package: str  # Go main package to build
-    version: str  # pinned module version, also the cache key
-    ldflags: str = "-s -w"
-
-    @property
-    def env_var(self) -> str:
-        return "TEST_ASSET_" + self.name.upper().replace("-", "_")
-
-
-KUBE_VERSION = "v1.36.3"
-HELM_VERSION = "v4.3.1"
-_KUBE_LDFLAGS = (
-    "-s -w"
-    f" -X k8s.io/component-base/version.gitVersion={KUBE_VERSION}"
-    " -X k8s.io/component-base/version.gitMajor=1"
-    " -X k8s.io/component-base/version.gitMinor=36"
-    " -X k8s.io/component-base/version.gitTreeState=clean"
+from services.common.binaries import (
+    ASSETS,
+    Asset,
+    AssetError,
+    cache_dir,
+    cached_path,
+    find,
+    version_of,
 )
 
-ASSETS: dict[str, Asset] = {
-    a.name: a
-    for a in (
-        Asset("nats-server", "nats", "github.com/nats-io/nats-server/v2", "v2.14.9"),
-        Asset("etcd", "etcd", "go.etcd.io/etcd/server/v3", "v3.6.16"),
-        Asset(
-            "kube-apiserver",
-            "kube",
-            "k8s.io/kubernetes/cmd/kube-apiserver",
-            KUBE_VERSION,
-            _KUBE_LDFLAGS,
-        ),
-        Asset("kubectl", "kube", "k8s.io/kubernetes/cmd/kubectl", KUBE_VERSION, _KUBE_LDFLAGS),
-        Asset(
-            "helm",
-            "helm",
-            "helm.sh/helm/v4/cmd/helm",
-            HELM_VERSION,
-            f"-s -w -X helm.sh/helm/v4/internal/version.version={HELM_VERSION}",
-        ),
-    )
-}
+__all__ = [
+    "ASSETS",
+    "Asset",
+    "AssetError",
+    "cache_dir",
+    "cached_path",
+    "compose_schema_path",
+    "ensure",
+    "ensure_all",
+    "ensure_compose_schema",
+    "find",
+    "version_of",
+]
 
-
-class AssetError(RuntimeError):
-    """A binary could not be found or built; the message says which and why."""
-
-
-def cache_dir() -> Path:
-    env = os.environ.get("DRIFTBUS_CACHE_DIR")
-    if env:
-        return Path(env)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "driftbus"
-
-
-def cached_path(asset: Asset) -> Path:
-    return cache_dir() / "bin" / f"{asset.name}-{asset.version}" / asset.name
-
-
-def find(name: str) -> Path | None:
-    """Return an existing binary for ``name`` without building anything."""
-    asset = ASSETS[name]
-    explicit = os.environ.get(asset.env_var)
-    if explicit:
-        p = Path(explicit)
-        if not os.access(p, os.X_OK):
-            raise AssetError(f"{asset.env_var}={explicit} is not an executable file")
-        return p
-    kb = os.environ.get("KUBEBUILDER_ASSETS")
-    if kb and os.access(Path(kb) / name, os.X_OK):
-        return Path(kb) / name
-    on_path = shutil.which(name)
-    if on_path and _same_minor(asset, version_of(name, Path(on_path))):
-        return Path(on_path)
-    cached = cached_path(asset)
-    return cached if os.access(cached, os.X_OK) else None
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TOOLS_DIR = REPO_ROOT / "tools" / "go"
 
 
 def ensure(name: str, *, out: _Progress | None = None) -> Path:
@@ -224,12 +157,6 @@ class _Progress:
         self._last_decile = -1
 
 
-def _same_minor(asset: Asset, reported: str) -> bool:
-    want = re.match(r"v?(\d+)\.(\d+)\.", asset.version)
-    got = re.search(r"v?(\d+)\.(\d+)\.", reported)
-    return bool(want and got and want.groups() == got.groups())
-
-
 # The Compose specification's JSON Schema, as shipped in the last Python docker-compose wheel
 # (pinned by digest). Tests validate compose.yaml against it; no Docker engine is needed.
 COMPOSE_WHEEL_URL = (
@@ -269,23 +196,6 @@ def ensure_compose_schema() -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_bytes(schema)
     return target
-
-
-def version_of(name: str, path: Path) -> str:
-    """The version string a binary reports about itself (shown in the pytest header)."""
-    args = {
-        "nats-server": ["--version"],
-        "etcd": ["--version"],
-        "kube-apiserver": ["--version"],
-        "kubectl": ["version", "--client"],
-        "helm": ["version", "--short"],
-    }[name]
-    try:
-        res = subprocess.run([str(path), *args], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"unknown ({exc})"
-    text = (res.stdout or res.stderr).strip().splitlines()
-    return text[0] if text else "unknown"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -38,9 +38,9 @@ from nats.js import JetStreamContext
 from schemas.codec import encode
 from schemas.messages import BundleOptions, SourcePhase, SourceStatus
 from schemas.subjects import source_status_subject
-from services.cli import load, user
-from services.cli.gitrepo import HelmOptions, Repository, redacted
-from services.common import bus
+from services.common import bus, load
+from services.common.bundles import publish_bundle
+from services.common.gitrepo import HelmOptions, Repository, redacted
 from services.common.settings import setting
 from services.core import kyaml
 from services.core.manifest import ManifestError
@@ -189,7 +189,7 @@ class Follower:
         self.published = ""
         """The last revision (commit) this follower published."""
         self._content = ""
-        """``content_revision`` of what it published: an unchanged rendering is not republished."""
+        """``Loaded.content_revision`` of what it published: unchanged output is not republished."""
         self._tried = ""
         """The last commit read (published, unchanged or broken): not read again."""
         self._last_status: tuple[SourcePhase, str, str] | None = None
@@ -254,7 +254,7 @@ class Follower:
             log.exception("reading %s at %s failed", self.url, at.commit)
             why = f"commit {at.commit[:12]} not read: {type(exc).__name__}: {exc}; {kept}"
             return await self._report(SourcePhase.FAILED, at.commit, why)
-        content = user.content_revision(loaded)
+        content = loaded.content_revision()
         if content == self._content:
             why = (
                 f"commit {at.commit[:12]} is the revision in force"
@@ -265,13 +265,14 @@ class Follower:
             return await self._report(SourcePhase.PUBLISHED, at.commit, why)
         options = BundleOptions(prune=spec.prune, namespace=spec.namespace)
         try:
-            await user.publish(
+            await publish_bundle(
                 self.js,
                 cluster=spec.cluster,
                 bundle=spec.bundle,
-                loaded=loaded,
                 revision=at.commit,
+                manifests=[m.obj for m in loaded.manifests],
                 options=options,
+                source=loaded.source,
             )
         except Exception as exc:  # noqa: BLE001 - the bus, an oversized bundle: try again
             self._tried = ""

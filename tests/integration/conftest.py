@@ -10,8 +10,8 @@ import nats
 import pytest
 from nats.aio.client import Client as NATS
 
+from harness.pipeline import Pipeline
 from services.controlplane import servers
-from services.controlplane.pipeline import Pipeline
 
 from ..conftest import NAMESPACES_MADE, empty_namespace, unique_name
 

@@ -20,13 +20,13 @@ import orjson
 import pytest
 from nats.aio.client import Client as NATS
 
+from harness.pipeline import Pipeline, StatusWatch
 from schemas.codec import decode
 from schemas.messages import BundlePhase, BundleStatus, ObjectPhase, ObjectStatus
 from schemas.subjects import bundle_subject, encode_token
 from services.common import bus
 from services.common.bundles import store_manifests
 from services.common.kube import KubeClient, NotFound
-from services.controlplane.pipeline import Pipeline, StatusWatch
 
 from ..conftest import unique_name
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 from nats.aio.client import Client as NATS
 
+from harness.pipeline import Pipeline, write_counts, writes_since
 from schemas.subjects import bundle_subject
 from services.common import bus
-from services.controlplane.pipeline import Pipeline, write_counts, writes_since
 
 from ..gitrepo import git
 

@@ -19,11 +19,11 @@ from typing import Any
 import nats
 import pytest
 
+from harness.pipeline import Pipeline, StatusWatch, settle, write_counts, writes_since
 from schemas.messages import BundleStatus
-from services.cli.load import load_paths
 from services.common.kube import KubeClient
+from services.common.load import load_paths
 from services.controlplane import servers
-from services.controlplane.pipeline import Pipeline, StatusWatch, settle, write_counts, writes_since
 
 from .test_trust_cli import driftbus
 

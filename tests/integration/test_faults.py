@@ -22,16 +22,16 @@ import nats.js.errors
 import pytest
 from nats.aio.client import Client as NATS
 
-from services.common import bus
-from services.common.kube import KubeClient, NotFound
-from services.controlplane import servers
-from services.controlplane.pipeline import (
+from harness.pipeline import (
     Pipeline,
     StatusWatch,
     settle,
     write_counts,
     writes_since,
 )
+from services.common import bus
+from services.common.kube import KubeClient, NotFound
+from services.controlplane import servers
 from services.core.manifest import OWNER_LABEL
 
 from ..conftest import unique_name

@@ -12,9 +12,9 @@ from typing import Any
 import nats
 import pytest
 
+from harness.pipeline import Pipeline, StatusWatch
 from services.common.kube import Forbidden, KubeClient
 from services.controlplane import servers
-from services.controlplane.pipeline import Pipeline, StatusWatch
 
 from .test_deploy import rendered
 from .waits import until_object

@@ -12,9 +12,9 @@ from typing import Any
 import aiohttp
 from nats.aio.client import Client as NATS
 
+from harness.pipeline import Pipeline, StatusWatch
 from services.common.kube import KubeClient
 from services.controlplane import servers
-from services.controlplane.pipeline import Pipeline, StatusWatch
 
 from .test_scaling import configmaps
 from .waits import until_object

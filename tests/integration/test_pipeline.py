@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from nats.aio.client import Client as NATS
 
+from harness.pipeline import Pipeline, StatusWatch, settle, write_counts, writes_since
 from schemas.messages import BundlePhase, ObjectPhase
 from services.common.kube import KubeClient, NotFound
-from services.controlplane.pipeline import Pipeline, StatusWatch, settle, write_counts, writes_since
 
 from ..conftest import unique_name
 

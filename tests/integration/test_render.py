@@ -13,11 +13,11 @@ import orjson
 import pytest
 from nats.aio.client import Client as NATS
 
-from services.cli.gitrepo import HelmOptions, load_git
-from services.cli.load import InputError, load_paths
+from harness.pipeline import Pipeline
 from services.common import bus
+from services.common.gitrepo import HelmOptions, load_git
 from services.common.kube import KubeClient, NotFound
-from services.controlplane.pipeline import Pipeline
+from services.common.load import InputError, load_paths
 
 from ..conftest import unique_name
 from ..gitrepo import git

@@ -7,14 +7,15 @@ import collections
 import time
 from typing import Any
 
+import orjson
 import pytest
 from nats.aio.client import Client as NATS
 
+from harness.pipeline import Pipeline, StatusWatch, until_planner_ready
 from schemas.codec import decode
 from schemas.messages import AppliedEvent
 from schemas.subjects import encode_token
 from services.common.kube import KubeClient
-from services.controlplane.pipeline import Pipeline, StatusWatch, until_planner_ready
 
 from ..conftest import unique_name
 
@@ -104,9 +105,13 @@ async def test_5000_object_bundle_goes_through_the_object_store(
     from schemas.messages import Bundle
     from schemas.subjects import bundle_subject
     from services.common import bus
+    from services.common.bundles import INLINE_LIMIT
 
     n = 5000
     manifests = configmaps(namespace, n)
+    for m in manifests:  # 5,000 plain ConfigMaps encode to ~620 KiB: padded over the limit
+        m["data"]["padding"] = "x" * 64
+    assert len(orjson.dumps(manifests)) > INLINE_LIMIT
     watch = StatusWatch()
     bundle = unique_name("huge")
     await watch.start(pnc, pipeline.cluster, bundle)

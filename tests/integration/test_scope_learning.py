@@ -9,9 +9,9 @@ from typing import Any
 
 from nats.aio.client import Client as NATS
 
+from harness.pipeline import Pipeline, StatusWatch
 from schemas.messages import BundlePhase
 from services.common.kube import KubeClient
-from services.controlplane.pipeline import Pipeline, StatusWatch
 
 from ..conftest import unique_name
 from .manifests import crd

@@ -16,9 +16,9 @@ import pytest
 import yaml
 from nats.aio.client import Client as NATS
 
+from harness.pipeline import Pipeline, StatusWatch, settle
 from services.common import bus
 from services.common.kube import KubeClient
-from services.controlplane.pipeline import Pipeline, StatusWatch, settle
 
 from .test_cli import driftbus
 

@@ -19,10 +19,10 @@ from nats.aio.client import Client as NATS
 from nats.errors import Error as NatsError
 from nats.js import api as js_api
 
+from harness.pipeline import Pipeline, StatusWatch
 from schemas.subjects import encode_token
 from services.common import bus, permissions
 from services.controlplane import servers
-from services.controlplane.pipeline import Pipeline, StatusWatch
 from services.controlplane.tls import Authority
 
 from ..conftest import unique_name

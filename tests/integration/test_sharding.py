@@ -18,6 +18,8 @@ import orjson
 import pytest
 from nats.aio.client import Client as NATS
 
+from harness.fleet import Fleet
+from harness.pipeline import StatusWatch, settle, write_counts, writes_since
 from schemas.codec import decode
 from schemas.messages import ApplyIntent, DeleteIntent, Intent, ObjectPhase
 from schemas.subjects import encode_token, object_subject
@@ -25,8 +27,6 @@ from services.common.bus import Claim
 from services.common.kube import KubeClient
 from services.common.kube.discovery import Resource
 from services.controlplane import servers
-from services.controlplane.fleet import Fleet
-from services.controlplane.pipeline import StatusWatch, settle, write_counts, writes_since
 
 from ..conftest import unique_name
 from .test_cli import driftbus

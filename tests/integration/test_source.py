@@ -9,10 +9,10 @@ from pathlib import Path
 import aiohttp
 from nats.aio.client import Client as NATS
 
+from harness.pipeline import Pipeline, StatusWatch, settle, write_counts, writes_since
 from schemas.messages import SourcePhase
 from services.common.kube import KubeClient
 from services.controlplane import servers
-from services.controlplane.pipeline import Pipeline, StatusWatch, settle, write_counts, writes_since
 
 from ..conftest import unique_name
 from ..gitrepo import git

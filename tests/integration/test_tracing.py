@@ -20,8 +20,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
+from harness.pipeline import Pipeline
 from services.controlplane import servers
-from services.controlplane.pipeline import Pipeline
 
 from .test_cli import driftbus, write_bundle
 

@@ -12,13 +12,16 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from nats.aio.client import Client as NATS
 
-from schemas.messages import BundlePhase, ObjectPhase
-from services.cli.load import Loaded, Manifest
+from harness.pipeline import Pipeline, StatusWatch, settle, write_counts, writes_since
+from schemas.codec import encode
+from schemas.messages import Bundle, BundlePhase, ObjectPhase
+from schemas.subjects import bundle_subject
 from services.cli.plan import plan
 from services.common.kube import KubeClient, NotFound
-from services.controlplane.pipeline import Pipeline, StatusWatch, settle, write_counts, writes_since
+from services.common.load import Loaded, Manifest
 
 from ..conftest import unique_name
 from .waits import until_object
@@ -50,7 +53,11 @@ async def test_case1_an_empty_revision_is_refused_and_prunes_nothing(
     await pipeline.publish(js, bundle, [namespace_of(ns), cm(ns, "a"), cm(ns, "b")])
     await watch.ready("r1", 60, pipeline.logs)
 
-    await pipeline.publish(js, bundle, [], revision="r2")
+    # driftbus's own publish refuses it; a raw publisher's reaches the planner, which refuses it
+    with pytest.raises(ValueError, match="empty revision"):
+        await pipeline.publish(js, bundle, [], revision="r2")
+    raw = Bundle(cluster=pipeline.cluster, bundle=bundle, revision="r2")
+    await js.publish(bundle_subject(pipeline.cluster, bundle), encode(raw))
     status = await watch.until(lambda s: s.revision == "r2", 30, pipeline.logs)
     assert status.phase is BundlePhase.FAILED
     assert "no objects" in status.message

@@ -28,6 +28,7 @@ import nats
 import pytest
 from nats.aio.client import Client as NATS
 
+from harness.pipeline import Pipeline
 from schemas.codec import decode, encode
 from schemas.messages import (
     Bundle,
@@ -39,7 +40,6 @@ from schemas.messages import (
 from schemas.subjects import bundle_status_subject, bundle_subject, member_subject
 from services.common import bus, permissions
 from services.controlplane import servers
-from services.controlplane.pipeline import Pipeline
 
 pytestmark = pytest.mark.integration
 

@@ -27,10 +27,10 @@ import pytest
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
+from harness.pipeline import Pipeline, until_planner_ready
 from schemas.subjects import cluster_filter
 from services.common import bus
 from services.common.kube import KubeClient, NotFound
-from services.controlplane.pipeline import Pipeline, until_planner_ready
 
 from ..conftest import unique_name
 from .manifests import crd

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from nats.aio.client import Client as NATS
 
+from harness.pipeline import Pipeline, StatusWatch
 from services.common.kube import KubeClient, NotFound
-from services.controlplane.pipeline import Pipeline, StatusWatch
 
 from .webhook import AdmissionWebhook
 

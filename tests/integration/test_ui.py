@@ -12,9 +12,9 @@ import aiohttp
 import pytest
 from nats.aio.client import Client as NATS
 
+from harness.pipeline import Pipeline
 from services.common.kube import KubeClient
 from services.controlplane import servers
-from services.controlplane.pipeline import Pipeline
 
 from .browser import Browser
 from .test_scaling import configmaps

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from schemas.messages import BundleOptions
-from services.cli import load, publish
 from services.cli import main as cli
-from services.cli.gitrepo import load_git
-from services.cli.load import InputError, load_paths
+from services.cli import publish
+from services.common import load
+from services.common.gitrepo import load_git
+from services.common.load import InputError, load_paths
 from tests.gitrepo import git
 
 CM = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  namespace: ns\n"

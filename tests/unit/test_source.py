@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from services.cli.gitrepo import Repository, _in_repository, redacted
+from services.common.gitrepo import Repository, _in_repository, redacted
 from services.source.refs import RefError, RefRule, Resolved, resolve
 from services.source.service import Follower, SourceSettings, SpecError, _proven, specs
 from tests.gitrepo import git
