@@ -40,6 +40,30 @@ class _Message(msgspec.Struct, frozen=True, forbid_unknown_fields=False, tag_fie
 Propagation = Literal["Background", "Foreground", "Orphan"]
 
 
+JsonPointer = Annotated[
+    str,
+    Meta(
+        pattern=r"^(/([^~/]|~[01])*)+$",
+        max_length=1024,
+        description="RFC 6901 JSON pointer into an object, e.g. /spec/replicas",
+    ),
+]
+
+
+class IgnoreRule(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Fields of matching objects driftbus neither applies nor compares (what another controller
+    manages, e.g. an HPA's ``/spec/replicas``)."""
+
+    kind: Annotated[str, Meta(min_length=1, max_length=253)]
+    pointers: Annotated[list[JsonPointer], Meta(min_length=1)]
+    group: Annotated[str, Meta(max_length=253)] = ""
+    """API group ("" for the core group: ConfigMap, Service, …)."""
+    namespace: Annotated[str, Meta(max_length=63)] = "*"
+    """Only objects of this namespace ("*": any; "": cluster-scoped objects only)."""
+    name: Annotated[str, Meta(max_length=253)] = "*"
+    """Only the object of this name ("*": any)."""
+
+
 class BundleOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     prune: bool = True
     """Delete objects that left the bundle (only if they still carry its ownership label)."""
@@ -60,6 +84,10 @@ class BundleOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     ] = ""
     """Default namespace (``kubectl apply -n``): set on every object of a namespaced kind that
     names none. Objects that name a namespace keep it; cluster-scoped ones never get one."""
+    ignore: list[IgnoreRule] = []
+    """Fields other controllers manage: removed from matching manifests before they are hashed
+    and applied, named in each object's ``driftbus.dev/ignore`` annotation so that serverSHA and
+    applySHA leave them out too (docs/drift.md)."""
 
 
 class ObjectStoreRef(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

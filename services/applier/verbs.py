@@ -7,17 +7,22 @@ Each verb returns its result as data (an ``Outcome``, with the applied fact on s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime as dt
-from typing import Final
+from typing import Any, Final
 
 from schemas.messages import AppliedEvent, ApplyIntent, DeleteIntent, ObjectPhase
 from services.applier.classify import Decided, Gone, Replace, Step, Wait, classify
-from services.common.kube import KubeClient, KubeError, NotFound, Resource
+from services.common.kube import Conflict, KubeClient, KubeError, NotFound, Resource
+from services.core.ignore import owned_at, pointers_of, sparse, value_at
 from services.core.manifest import FIELD_MANAGER, PRUNE_ANNOTATION, owner_of, prune_disabled
+from services.core.owned import field_set
 from services.core.sha import object_sha
 
 DELETED_SHA: Final = "0" * 64
+HANDOVER_MANAGER: Final = "driftbus-ignored"
+"""The field manager that keeps an ignored field's value while driftbus lets go of it."""
 
 
 @dataclasses.dataclass
@@ -42,6 +47,8 @@ async def apply(kube: KubeClient, intent: ApplyIntent, *, applier_id: str) -> Ou
             "bundle no default namespace (publish with --namespace NS)",
         )
     try:
+        if ignored := pointers_of(m):
+            await hand_over(kube, res, m, ignored)
         live = await kube.apply(m, field_manager=FIELD_MANAGER, force=intent.force, resource=res)
     except KubeError as exc:
         if not isinstance(verdict := classify(exc, Step.APPLY, intent), Replace):
@@ -61,6 +68,29 @@ async def apply(kube: KubeClient, intent: ApplyIntent, *, applier_id: str) -> Ou
         applier=applier_id,
     )
     return Outcome(ObjectPhase.APPLIED, f"applied ({intent.reason})", applied)
+
+
+async def hand_over(
+    kube: KubeClient, res: Resource, manifest: dict[str, Any], ignored: list[str]
+) -> None:
+    """Before a field becomes ignored, driftbus may own it (an earlier revision set it). Applied
+    without it, server-side apply would *remove* it — a Deployment's replicas back to 1 under
+    its HPA. So each ignored field driftbus still owns is first co-owned at its live value by
+    ``HANDOVER_MANAGER`` (what the Kubernetes docs prescribe for handing a field over); the
+    apply then only drops driftbus's claim and the value stays. Costs a GET per apply of an
+    object with ignored fields, and one write per field handed over, once."""
+    meta = manifest["metadata"]
+    try:
+        live = await kube.get(res, meta["name"], meta.get("namespace", ""))
+    except NotFound:
+        return  # created now: nothing to hand over
+    fields = field_set(live)
+    for pointer in ignored:
+        found, value = value_at(live, pointer)
+        if found and owned_at(fields, pointer):
+            body = sparse(live, pointer, value)
+            with contextlib.suppress(Conflict):  # another manager took it meanwhile: not ours
+                await kube.apply(body, field_manager=HANDOVER_MANAGER, resource=res)
 
 
 async def replace_delete(kube: KubeClient, res: Resource, name: str, namespace: str) -> None:

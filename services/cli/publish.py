@@ -10,10 +10,11 @@ import os
 import sys
 from typing import get_args
 
-from schemas.messages import BundleOptions, Propagation
+from schemas.messages import BundleOptions, IgnoreRule, Propagation
 from services.cli.inputs import add_source_args, load_manifests
 from services.common import settings
 from services.common.bus import NatsSettings
+from services.core.ignore import IgnoreError, parse_rule
 
 
 def bundle_options(args: argparse.Namespace) -> BundleOptions:
@@ -26,7 +27,15 @@ def bundle_options(args: argparse.Namespace) -> BundleOptions:
         take_over=args.take_over,
         propagation=args.prune_propagation,
         namespace=args.namespace or "",
+        ignore=list(args.ignore or ()),
     )
+
+
+def _ignore_rule(text: str) -> IgnoreRule:
+    try:
+        return parse_rule(text)
+    except IgnoreError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
@@ -149,6 +158,15 @@ def _add_bundle_option_flags(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="take objects another bundle declares: they move to this bundle (without it "
         "such an object is refused, naming the bundle that has it)",
+    )
+    p.add_argument(
+        "--ignore",
+        action="append",
+        type=_ignore_rule,
+        metavar="[GROUP/]KIND[/NS/NAME]:POINTER",
+        help="fields another controller manages, neither applied nor compared, e.g. "
+        "apps/Deployment:/spec/replicas (repeatable; comma-separated pointers; NS and NAME may "
+        "be *; docs/drift.md)",
     )
     p.add_argument(
         "--prune-propagation",

@@ -23,6 +23,7 @@ from typing import Any, Final
 
 import orjson
 
+from services.core.ignore import pointers_of, without
 from services.core.owned import owned_projection
 
 # metadata fields that belong to the intent of an object; everything else in metadata
@@ -69,8 +70,12 @@ def canonical_bytes(obj: Mapping[str, Any]) -> bytes:
 def object_sha(obj: Mapping[str, Any]) -> bytes:
     """applySHA / serverSHA: SHA-256 (32 raw bytes) of the pruned canonical form of the fields
     driftbus owns in a live object (``owned.owned_projection``; the whole object when driftbus
-    owns none of it, which is also the case of a manifest)."""
-    return hashlib.sha256(canonical_bytes(owned_projection(obj))).digest()
+    owns none of it, which is also the case of a manifest), less the fields its
+    ``driftbus.dev/ignore`` annotation names (``ignore.py``)."""
+    projected = owned_projection(obj)
+    if ignored := pointers_of(obj):
+        projected = without(projected, ignored)
+    return hashlib.sha256(canonical_bytes(projected)).digest()
 
 
 def manifest_sha(manifest: Mapping[str, Any]) -> bytes:

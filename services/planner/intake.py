@@ -12,8 +12,15 @@ from typing import Any
 
 import msgspec
 
-from schemas.messages import Bundle
+from schemas.messages import Bundle, IgnoreRule
 from schemas.subjects import ObjectKey, SubjectError, object_subject
+from services.core.ignore import (
+    IgnoreError,
+    check_annotation,
+    pointers_of,
+    with_rules,
+    without,
+)
 from services.core.manifest import ManifestError, bundle_kinds, check_size, key_of, owned
 from services.core.scope import Scopes, UnknownScope, normalise
 from services.core.sha import HashError, manifest_sha
@@ -70,6 +77,19 @@ def learn_crds(scopes: Scopes, manifests: list[Any]) -> bool:
     return learned
 
 
+def ignoring(
+    raw: dict[str, Any], rules: list[IgnoreRule], key: ObjectKey, where: str
+) -> dict[str, Any]:
+    """The manifest without its ignored fields, which its annotation names (the bundle's rules
+    merged in) so the SHAs of the live object leave them out too."""
+    raw = with_rules(raw, rules, key)
+    try:
+        check_annotation(raw)
+    except IgnoreError as exc:
+        raise ManifestError(f"{where}: {key}: {exc}") from None
+    return dict(without(raw, pointers_of(raw)))
+
+
 def checked_revision(
     bundle: Bundle, manifests: list[Any], scopes: Scopes
 ) -> list[tuple[Slot, bytes, bytes]]:
@@ -97,6 +117,7 @@ def checked_revision(
             key = key_of(raw, where_i)
             raw = normalise(raw, scopes, bundle.options.namespace)
             key = key_of(raw, where_i)
+            raw = ignoring(raw, bundle.options.ignore, key, where_i)
             if key.namespace and not DNS_LABEL.match(key.namespace):
                 # no such namespace can ever exist: waiting for it would never end
                 raise ManifestError(

@@ -21,8 +21,14 @@ from typing import Any
 import orjson
 import pytest
 
+from schemas.messages import ApplyIntent
+from schemas.subjects import ObjectKey
+from services.applier import verbs
 from services.common.kube import Conflict, KubeClient
+from services.core.ignore import owned_at, parse_rule
+from services.core.owned import field_set
 from services.core.sha import object_sha
+from services.planner.intake import ignoring as ignored_manifest
 
 MERGE_PATCH = "application/merge-patch+json"
 LABELS = {"driftbus.dev/bundle": "owned"}
@@ -233,3 +239,55 @@ async def test_an_owned_field_edited_by_someone_else_conflicts_without_force(
         await kube.apply(manifest, field_manager="driftbus")
     corrected = await kube.apply(manifest, field_manager="driftbus", force=True)
     assert object_sha(corrected) == object_sha(applied)
+
+
+async def test_a_field_that_becomes_ignored_keeps_its_value_and_stops_counting(
+    kube: KubeClient, namespace: str
+) -> None:
+    """A manifest set ``replicas: 3``; the bundle then ignores /spec/replicas (an HPA takes
+    over). Applied as the planner sends it (the field removed, the annotation naming it), the
+    value stays 3 — plain server-side apply would have removed it and the server defaulted it
+    to 1 — driftbus no longer owns it, and the HPA's scales change no SHA."""
+    manifest = deployment(namespace, replicas=3)
+    key = ObjectKey.of(manifest)
+    res = await kube.resource_for(manifest)
+    path = res.path(namespace, "web")
+    await kube.apply(manifest, field_manager="driftbus")
+    rule = parse_rule("apps/Deployment:/spec/replicas")
+    ignoring = ignored_manifest(manifest, [rule], key, "manifests[0]")
+    assert "replicas" not in ignoring["spec"]
+
+    def intent(m: dict[str, Any]) -> ApplyIntent:
+        return ApplyIntent(
+            cluster="c",
+            key=key,
+            bundle="owned",
+            revision="r2",
+            manifest_sha="0" * 64,
+            manifest=m,
+            reason="test",
+        )
+
+    # what plain apply would do: the control case, on a second object
+    control = {
+        **deployment(namespace, replicas=3),
+        "metadata": {**manifest["metadata"], "name": "control"},
+    }
+    await kube.apply(control, field_manager="driftbus")
+    control_after = await kube.apply(
+        {**control, "spec": {k: v for k, v in control["spec"].items() if k != "replicas"}},
+        field_manager="driftbus",
+    )
+    assert control_after["spec"]["replicas"] == 1  # the hazard hand_over prevents
+
+    outcome = await verbs.apply(kube, intent(ignoring), applier_id="t")
+    live = await kube.request("GET", path)
+    assert live["spec"]["replicas"] == 3
+    assert not owned_at(field_set(live), "/spec/replicas")
+    assert outcome.applied is not None
+    for replicas in (5, 8, 2):
+        await _patch(kube, path, {"spec": {"replicas": replicas}}, "hpa-controller", "scale")
+        assert object_sha(await kube.request("GET", path)).hex() == outcome.applied.apply_sha
+    # applied again (a later revision): nothing to hand over, the HPA's value stays
+    await verbs.apply(kube, intent(ignoring), applier_id="t")
+    assert (await kube.request("GET", path))["spec"]["replicas"] == 2
