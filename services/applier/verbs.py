@@ -10,17 +10,23 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime as dt
+import logging
 from typing import Any, Final
+
+import orjson
 
 from schemas.messages import AppliedEvent, ApplyIntent, DeleteIntent, ObjectPhase
 from services.applier.classify import Decided, Gone, Replace, Step, Wait, classify
 from services.common.kube import Conflict, KubeClient, KubeError, NotFound, Resource
+from services.core.adopt import adoption_patch
 from services.core.ignore import owned_at, pointers_of, sparse, value_at
 from services.core.manifest import FIELD_MANAGER, PRUNE_ANNOTATION, owner_of, prune_disabled
 from services.core.owned import field_set
 from services.core.sha import object_sha
 
+log = logging.getLogger("driftbus.applier")
 DELETED_SHA: Final = "0" * 64
+JSON_PATCH: Final = "application/json-patch+json"
 HANDOVER_MANAGER: Final = "driftbus-ignored"
 """The field manager that keeps an ignored field's value while driftbus lets go of it."""
 
@@ -49,7 +55,7 @@ async def apply(kube: KubeClient, intent: ApplyIntent, *, applier_id: str) -> Ou
     try:
         if ignored := pointers_of(m):
             await hand_over(kube, res, m, ignored)
-        live = await kube.apply(m, field_manager=FIELD_MANAGER, force=intent.force, resource=res)
+        live = await apply_adopting(kube, res, m, force=intent.force)
     except KubeError as exc:
         if not isinstance(verdict := classify(exc, Step.APPLY, intent), Replace):
             raise Decided(verdict) from None
@@ -68,6 +74,49 @@ async def apply(kube: KubeClient, intent: ApplyIntent, *, applier_id: str) -> Ou
         applier=applier_id,
     )
     return Outcome(ObjectPhase.APPLIED, f"applied ({intent.reason})", applied)
+
+
+async def apply_adopting(
+    kube: KubeClient, res: Resource, manifest: dict[str, Any], *, force: bool
+) -> dict[str, Any]:
+    """Server-side apply. An object that kubectl made is adopted first or after (``adopt.py``:
+    the fields of kubectl's managers become driftbus's) and applied again, so the fields the
+    manifest leaves out are removed and what it changes does not conflict with kubectl."""
+    try:
+        live = await kube.apply(manifest, field_manager=FIELD_MANAGER, force=force, resource=res)
+    except Conflict:
+        meta = manifest["metadata"]
+        live = await kube.get(res, meta["name"], meta.get("namespace", ""))
+        if not await adopt(kube, res, live, manifest):
+            raise
+        return await kube.apply(manifest, field_manager=FIELD_MANAGER, force=force, resource=res)
+    if await adopt(kube, res, live, manifest):
+        live = await kube.apply(manifest, field_manager=FIELD_MANAGER, force=force, resource=res)
+    return live
+
+
+async def adopt(
+    kube: KubeClient, res: Resource, live: dict[str, Any], manifest: dict[str, Any]
+) -> bool:
+    """Send the adoption patch of ``live`` if it needs one; whether it was taken (a patch the
+    server refuses — the object changed meanwhile — is tried again at the next apply)."""
+    patch = adoption_patch(live, manifest)
+    if not patch:
+        return False
+    meta = live["metadata"]
+    try:
+        await kube.request(
+            "PATCH",
+            res.path(meta.get("namespace", ""), meta["name"]),
+            subject=f"{res.kind}/{meta.get('namespace', '')}/{meta['name']}",
+            params={"fieldManager": FIELD_MANAGER},
+            body=orjson.dumps(patch),
+            content_type=JSON_PATCH,
+        )
+    except KubeError as exc:
+        log.info("adopting %s/%s later: %s", res.kind, meta["name"], exc)
+        return False
+    return True
 
 
 async def hand_over(

@@ -49,14 +49,15 @@ def field_set(obj: Mapping[str, Any], manager: str = FIELD_MANAGER) -> dict[str,
             and not entry.get("subresource")
             and type(fields := entry.get("fieldsV1")) is dict
         ):
-            merged = fields if merged is None else _union(merged, fields)
+            merged = fields if merged is None else union(merged, fields)
     return merged
 
 
-def _union(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+def union(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Two ``fieldsV1`` sets as one (new dicts; neither is changed)."""
     out = dict(a)
     for k, v in b.items():
-        out[k] = _union(out[k], v) if k in out and type(v) is dict else v
+        out[k] = union(out[k], v) if k in out and type(v) is dict else v
     return out
 
 

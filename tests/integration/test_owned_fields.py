@@ -12,8 +12,10 @@ With ``DRIFTBUS_CAPTURE_OWNED=DIR`` each case also writes the objects it saw to 
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import os
+import subprocess
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,9 @@ import pytest
 from schemas.messages import ApplyIntent
 from schemas.subjects import ObjectKey
 from services.applier import verbs
+from services.common import binaries
 from services.common.kube import Conflict, KubeClient
+from services.controlplane import servers
 from services.core.ignore import owned_at, parse_rule
 from services.core.owned import field_set
 from services.core.sha import object_sha
@@ -291,3 +295,61 @@ async def test_a_field_that_becomes_ignored_keeps_its_value_and_stops_counting(
     # applied again (a later revision): nothing to hand over, the HPA's value stays
     await verbs.apply(kube, intent(ignoring), applier_id="t")
     assert (await kube.request("GET", path))["spec"]["replicas"] == 2
+
+
+@pytest.mark.parametrize(
+    "how", [["apply"], ["create"], ["apply", "--server-side"]], ids=["csa", "create", "ssa"]
+)
+async def test_an_object_kubectl_made_is_adopted_whole(
+    stack: servers.Stack, kube: KubeClient, namespace: str, tmp_path: Path, how: list[str]
+) -> None:
+    """kubectl made the object with data a and b; the manifest has a (changed) only. Adopted,
+    b is removed, a takes the manifest's value without a conflict, kubectl's annotation and
+    managers are gone, and the applied SHA is the live object's."""
+    made = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "adopted", "namespace": namespace},
+        "data": {"a": "kubectl", "b": "left over"},
+    }
+    path = tmp_path / "cm.json"
+    path.write_bytes(orjson.dumps(made))
+    await asyncio.to_thread(
+        subprocess.run,
+        [
+            str(binaries.require("kubectl")),
+            "--kubeconfig",
+            str(stack.cluster.kubeconfig),
+            *how,
+            "-f",
+            str(path),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "adopted", "namespace": namespace, "labels": LABELS},
+        "data": {"a": "driftbus"},
+    }
+    intent = ApplyIntent(
+        cluster="c",
+        key=ObjectKey.of(manifest),
+        bundle="owned",
+        revision="r1",
+        manifest_sha="0" * 64,
+        manifest=manifest,
+        reason="test",
+    )
+    outcome = await verbs.apply(kube, intent, applier_id="t")
+    assert outcome.applied is not None, outcome.message
+    res = await kube.resource_for(manifest)
+    live = await kube.get(res, "adopted", namespace)
+    assert live["data"] == {"a": "driftbus"}
+    assert "kubectl.kubernetes.io/last-applied-configuration" not in (
+        live["metadata"].get("annotations") or {}
+    )
+    managers = {(e["manager"], e["operation"]) for e in live["metadata"]["managedFields"]}
+    assert managers == {("driftbus", "Apply")}
+    assert object_sha(live).hex() == outcome.applied.apply_sha
