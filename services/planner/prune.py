@@ -4,7 +4,8 @@ Deleting a Namespace deletes everything in it; deleting a CustomResourceDefiniti
 custom resource of its kind. So a bundle that drops its Namespace or CRD must not take other
 bundles' objects (or objects still desired, its own included) down with it. ``in_use`` names
 what is inside; the planner then keeps the object and says why (a ``KEEP in-use`` decision, the
-bundle ``OutOfSync``), and prunes it once nothing is left inside.
+bundle ``OutOfSync``), and prunes it once nothing is left inside. ``strays_from`` says which
+objects a bundle's prune concerns at all, and ``removed`` is the event folded into each.
 """
 
 from __future__ import annotations
@@ -12,8 +13,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import msgspec
+
 from schemas.subjects import ObjectKey
-from services.planner.decide import Entry
+from services.planner.decide import Entry, Removed
+from services.planner.intake import BundleView
 
 CRD = ("apiextensions.k8s.io", "CustomResourceDefinition")
 NAMESPACE = ("", "Namespace")
@@ -67,3 +71,36 @@ def in_use(
     named = ", ".join(f"{k} (bundle {b})" for k, b in held[:MAX_NAMED])
     more = f" and {len(held) - MAX_NAMED} more" if len(held) > MAX_NAMED else ""
     return f"not pruned: still holds {named}{more}"
+
+
+def strays_from(entry: Entry, view: BundleView) -> bool:
+    """Whether ``entry`` is to be pruned (or kept) for ``view`` now: live, carrying the bundle's
+    label, declared by no bundle's current revision (its own previous one aside), and with no
+    intent on its way."""
+    return (
+        entry.inflight is None
+        and entry.owner_bundle == view.name
+        and entry.manifest_sha is None
+        and entry.live
+        and entry.key not in view.keys
+        and entry.bundle in ("", view.name)
+    )
+
+
+def removed(
+    key: ObjectKey,
+    view: BundleView,
+    entries: Iterable[tuple[tuple[str, ObjectKey], Entry]],
+    manifest: bytes | None,
+) -> Removed:
+    """The event of ``key`` leaving ``view``'s bundle: with why its prune is held back, when the
+    bundle prunes at all (``entries`` are then read; ``manifest`` names a CRD's kind)."""
+    why = ""
+    if view.prune:
+        why = in_use(
+            key,
+            entries,
+            pruning=view.name,
+            crd_kind=crd_kind(msgspec.json.decode(manifest)) if manifest else None,
+        )
+    return Removed(view.name, view.revision, view.prune, in_use=why)

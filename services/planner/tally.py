@@ -1,18 +1,19 @@
 """Counting one bundle's objects into a ``Tally`` (then ``status.bundle_phase`` names the phase).
 
-Pure: reads the planner's entries, the appliers' last words and the watcher's health as they
-are, and changes nothing.
+Pure: reads the planner's entries and details (the appliers' last words, the watcher's health)
+as they are, and changes nothing.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
-from schemas.messages import BundleStatus, Health, ObjectPhase, OutcomeEvent
+from schemas.messages import BundleStatus, Health, ObjectPhase
 from schemas.subjects import ObjectKey
 from services.core.manifest import apply_order
 from services.planner.decide import DELETE_INFLIGHT
+from services.planner.details import Details
 from services.planner.emit import now
 from services.planner.intake import BundleView
 from services.planner.status import Tally, bundle_phase, counts, listed
@@ -24,10 +25,8 @@ class Known:
     """What the planner knows of a cluster, as the tally reads it."""
 
     entries: EntryStore
-    outcomes: Mapping[Slot, OutcomeEvent]
-    """the last word of an applier that was not an applied fact"""
-    health: Mapping[Slot, tuple[Health, str]]
-    """the watcher's kstatus health of each live object"""
+    details: Details
+    """the applier's last word that was not an applied fact; the watcher's health"""
     unserved: list[str]
     watcher_synced: bool
     in_use: Callable[[Slot, BundleView], str]
@@ -71,7 +70,7 @@ def tally(view: BundleView, known: Known) -> Tally:
             continue
         if p.inflight:
             t.in_flight += 1
-            oc = known.outcomes.get(slot)
+            oc = known.details.outcome(slot)
             if oc is not None and oc.phase in (ObjectPhase.WAITING, ObjectPhase.RETRYING):
                 waiting.append(f"{key}: {oc.phase}: {oc.message}")
             continue
@@ -85,7 +84,7 @@ def tally(view: BundleView, known: Known) -> Tally:
             t.drifted += 1
             t.problems.append(f"{key}: drifted")
             continue
-        h, why = known.health.get(slot, (Health.UNKNOWN, ""))
+        h, why = known.details.health(slot)
         if h is Health.READY:
             t.ready += 1
         elif h is Health.FAILED:
@@ -93,7 +92,7 @@ def tally(view: BundleView, known: Known) -> Tally:
             unhealthy.append(f"{key}: unhealthy: {why}")
     # sorted only now: sorting every key of a big bundle on every tick cost more than counting
     for key in sorted(failing, key=apply_order):
-        oc = known.outcomes.get((view.cluster, key))
+        oc = known.details.outcome((view.cluster, key))
         if oc is not None and oc.phase is ObjectPhase.CONFLICT:
             t.conflicts += 1
         else:
@@ -118,7 +117,7 @@ def _tally_prunes(view: BundleView, known: Known, t: Tally) -> None:
             t.pruning += 1
         elif e.failed == DELETE_INFLIGHT:
             t.prune_failed += 1
-            oc = known.outcomes.get(slot)
+            oc = known.details.outcome(slot)
             t.problems.append(f"{slot[1]}: prune failed: {oc.message if oc else '?'}")
         elif (why := known.in_use(slot, view)) and e.manifest_sha is None:
             t.held += 1

@@ -1,0 +1,218 @@
+"""Taking a bundle message in: checked (``intake``), its objects taken (``takeover``) and folded
+in apply order, those it left released; or refused, and kept if it waits only on a kind's scope.
+
+A refused revision never replaces the one in force: that stays applied, and its status says the
+latest publish was refused. A revision refused only because a custom kind's scope is unknown
+waits for it (a CRD in another bundle, the watcher's discovery) instead of failing for good.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Awaitable, Callable
+
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from opentelemetry import trace
+
+from schemas.codec import WireError, decode, encode
+from schemas.messages import Bundle, BundleCounts, BundlePhase, BundleStatus, KindScope
+from schemas.subjects import SubjectError, bundle_status_subject, parse_subject
+from services.common import bus
+from services.common.bundles import BundleError, load_manifests
+from services.core.manifest import ManifestError, apply_order, check_bundle_name
+from services.core.scope import UnknownScope
+from services.planner import emit, takeover
+from services.planner.board import StatusBoard
+from services.planner.decide import DELETE_INFLIGHT, Desired, Event
+from services.planner.decisions import pace
+from services.planner.intake import BundleView, checked_revision, learn_crds
+from services.planner.state import ClusterState
+from services.planner.store import Slot
+
+log = logging.getLogger("driftbus.planner")
+
+Fold = Callable[[Slot, Event], Awaitable[None]]
+Prune = Callable[[BundleView], Awaitable[None]]
+
+
+class BundleIntake:
+    """One cluster's bundle messages, one at a time. Changes the state's bundles, scopes and
+    manifests; every change to an entry goes through ``fold`` (the planner's), except releasing
+    an object no longer desired with nothing of it in flight."""
+
+    def __init__(
+        self,
+        *,
+        state: ClusterState,
+        js: JetStreamContext,
+        publisher: bus.Publisher,
+        board: StatusBoard,
+        queue: asyncio.Queue[tuple[str, Msg]],
+        fold: Fold,
+        prune: Prune,
+    ) -> None:
+        self.state = state
+        self.js = js
+        self.pub = publisher
+        self.board = board
+        self._queue = queue
+        """Where a bundle waiting on a scope is queued (``recheck``) when one is learned."""
+        self.fold = fold
+        self.prune = prune
+        self._awaiting_scope: dict[tuple[str, str], Msg] = {}
+        """The latest revision of a bundle, refused only because a kind's scope was unknown:
+        handled again when a scope is learned (a CRD in another bundle, the watcher's
+        discovery). Dropped when a later revision of the bundle is handled."""
+        self._rechecks: set[asyncio.Task[None]] = set()
+
+    async def take_in(self, msg: Msg) -> None:
+        """A revision published to driftbus.bundle.<cluster>.<bundle>."""
+        try:
+            where = parse_subject(msg.subject)
+        except SubjectError as exc:
+            log.error("bundle on a malformed subject: %s", exc)
+            return
+        ident = (where.cluster, where.bundle or "")
+        checked = await self._checked(msg, ident)
+        if checked is not None:
+            await self._take(ident, *checked, seq=msg.metadata.sequence.stream)
+
+    async def recheck(self, msg: Msg) -> None:
+        """A bundle queued again when a scope was learned, unless a later revision came since."""
+        ident = (self.state.cluster, parse_subject(msg.subject).bundle or "")
+        if self._awaiting_scope.get(ident) is msg:  # not replaced since
+            log.info("bundle %s/%s: a kind's scope is known now: re-checked", *ident)
+            await self.take_in(msg)
+
+    def learn_scopes(self, scopes: list[KindScope]) -> None:
+        """Scopes of custom kinds from the watcher's discovery (its heartbeat)."""
+        learned = False
+        for sc in scopes:
+            learned |= self.state.scopes.learn(sc.group, sc.kind, sc.namespaced)
+        if learned:
+            self._recheck_awaiting()
+
+    def _recheck_awaiting(self) -> None:
+        """Queue every bundle waiting on a scope to be handled again, after what is queued."""
+        for msg in self._awaiting_scope.values():
+            try:
+                self._queue.put_nowait(("recheck", msg))
+            except asyncio.QueueFull:
+                task = asyncio.create_task(self._queue.put(("recheck", msg)))
+                self._rechecks.add(task)
+                task.add_done_callback(self._rechecks.discard)
+
+    async def _checked(
+        self, msg: Msg, ident: tuple[str, str]
+    ) -> tuple[Bundle, list[tuple[Slot, bytes, bytes]]] | None:
+        """The bundle and its objects checked, or None when the revision was refused."""
+        cluster, name = ident
+        revision = "?"
+        try:
+            bundle = decode(msg.data, Bundle)
+            revision = bundle.revision
+            if (bundle.cluster, bundle.bundle) != (cluster, name):
+                raise ManifestError(
+                    f"message names {bundle.cluster}/{bundle.bundle} but was "
+                    f"published to the subject of {cluster}/{name}"
+                )
+            check_bundle_name(bundle.bundle)
+            manifests = await load_manifests(self.js, bundle)
+            if learn_crds(self.state.scopes, manifests):
+                self._recheck_awaiting()
+            desired = checked_revision(bundle, manifests, self.state.scopes)
+        except (WireError, BundleError, ManifestError) as exc:
+            if isinstance(exc, UnknownScope) and cluster == self.state.cluster:
+                self._awaiting_scope[ident] = msg
+            else:
+                self._awaiting_scope.pop(ident, None)
+            await self._refused(ident, revision, str(exc))
+            return None
+        self._awaiting_scope.pop(ident, None)
+        return bundle, desired
+
+    async def _take(
+        self,
+        ident: tuple[str, str],
+        bundle: Bundle,
+        desired: list[tuple[Slot, bytes, bytes]],
+        *,
+        seq: int,
+    ) -> None:
+        st = self.state
+        cluster, name = ident
+        options = bundle.options
+        view = BundleView.of(bundle, seq)
+        previous = st.bundles.get(ident)
+        taken = takeover.take(view, desired, st.entries, st.bundles, take_over=options.take_over)
+        for slot, other in taken.moved:
+            log.warning("%s: taken over by bundle %s from bundle %s", slot[1], name, other)
+            st.bundles[(cluster, other)].keys.discard(slot[1])
+            self.board.mark((cluster, other))
+        st.bundles[ident] = view
+        self.board.mark(ident)
+        span = trace.get_current_span()
+        if span.get_span_context().is_valid:
+            span.set_attributes({"cluster": cluster, "bundle": name, "revision": view.revision})
+            self.board.continue_trace(ident, trace.set_span_in_context(span))
+        self.board.answer(ident)
+        objects = sorted(taken.objects, key=lambda d: apply_order(d[0][1]))
+        for i, (slot, encoded, sha) in enumerate(objects):
+            st.details.set_manifest(slot, encoded)
+            await self.fold(slot, Desired(name, bundle.revision, sha, options.prune))
+            await pace(i)  # heartbeats and publishes run between decisions
+        left = previous.keys - view.keys if previous is not None else set()
+        for key in left:
+            await self._release((cluster, key), view)
+        if st.live:
+            await self.prune(view)
+        for key in left:
+            # after the prune decisions, which may read a CRD's kind from its manifest
+            st.details.drop_manifest((cluster, key))
+        for err in view.errors:
+            log.warning("bundle %s/%s@%s: %s", cluster, name, bundle.revision, err)
+
+    async def _release(self, slot: Slot, view: BundleView) -> None:
+        """An object of the bundle's previous revision that ``view``'s revision leaves out."""
+        entry = self.state.entries.get(slot)
+        if entry is None or entry.bundle != view.name:
+            return
+        if self.state.live and entry.inflight not in (None, DELETE_INFLIGHT):
+            # an apply on its way is called back (a delete replaces it in the queue)
+            await self.fold(slot, self.state.removed(slot, view))
+        else:
+            # no longer desired, whether it is pruned now or later
+            self.state.entries[slot] = dataclasses.replace(
+                entry, bundle="", manifest_sha=None, revision=view.revision
+            )
+
+    async def _refused(self, ident: tuple[str, str], revision: str, reason: str) -> None:
+        cluster, name = ident
+        log.error("bundle %s/%s@%s refused: %s", cluster, name, revision, reason)
+        self.state.counters["bundles_refused"] += 1
+        if not name:
+            return
+        view = self.state.bundles.get(ident)
+        if view is not None:
+            # the revision in force stays applied; its status says the latest one was refused
+            view.refused = (revision, reason)
+            self.board.answer(ident)
+            self.board.mark(ident)
+            return
+        status = BundleStatus(
+            cluster=cluster or "?",
+            bundle=name,
+            revision=revision,
+            phase=BundlePhase.FAILED,
+            counts=BundleCounts(),
+            message=f"revision {revision} refused: {reason}",
+            at=emit.now(),
+        )
+        try:
+            subject = bundle_status_subject(cluster, name)
+        except SubjectError:
+            return
+        await self.pub.publish(subject, encode(status), msg_id=f"refused:{subject}:{emit.now()}")

@@ -1,0 +1,147 @@
+"""Publishing what the rule decided for one object: its status row, its intent, its decision
+record, in that order, under the claim's fencing token (``emit`` builds them; this sends them).
+
+The one place the planner writes for an object: counted by action and reason (the hit ratio), in
+a ``decide`` span when a traced event caused it, and held while this replica's lease on the
+cluster has lapsed rather than dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Callable
+
+from opentelemetry import trace
+
+from schemas.codec import encode
+from schemas.messages import DecisionReason, ObjectPhase
+from schemas.subjects import object_status_subject, object_subject
+from services.common import bus, telemetry
+from services.planner import emit
+from services.planner.decide import Decision
+from services.planner.intake import BundleView
+from services.planner.state import ClusterState
+from services.planner.store import Slot
+
+log = logging.getLogger("driftbus.planner")
+DECISIONS = telemetry.meter.create_counter(
+    "driftbus_decisions",
+    description="planner decisions by action and reason (action hit: a cache hit, nothing sent)",
+)
+DRIFT_DETECTED = telemetry.meter.create_counter(
+    "driftbus_drift_detected", description="objects changed or deleted out of band, by cluster"
+)
+YIELD_EVERY = 200
+"""Decisions between two yields to the event loop in a burst (a big publish, the go-live):
+without them the heartbeat starves and the lease lapses mid-burst."""
+
+
+async def pace(i: int) -> None:
+    """Yield to the event loop after every ``YIELD_EVERY``-th item ``i`` of a burst."""
+    if i % YIELD_EVERY == YIELD_EVERY - 1:
+        await asyncio.sleep(0)
+
+
+class Decisions:
+    """Sends each decision of one cluster's planner. Changes only the entry of a decision whose
+    intent cannot be built (nothing is in flight then), and the decision counters."""
+
+    def __init__(
+        self,
+        *,
+        state: ClusterState,
+        publisher: bus.Publisher,
+        planner_id: str,
+        fencing_token: int,
+        owns: Callable[[], bool],
+    ) -> None:
+        self.state = state
+        self.pub = publisher
+        self.planner_id = planner_id
+        self.fencing_token = fencing_token
+        self._owns = owns
+
+    async def publish(self, slot: Slot, d: Decision | None, *, after_rebuild: bool = False) -> None:
+        """Send ``d`` (a hit only as its record); nothing for no decision."""
+        if d is None:
+            return
+        if not trace.get_current_span().get_span_context().is_valid:
+            await self._send(slot, d, after_rebuild=after_rebuild)
+            return
+        e = self.state.entries[slot]
+        view = self.state.view_of(slot, e)
+        with telemetry.tracer.start_as_current_span(
+            "decide",
+            attributes={
+                "cluster": slot[0],
+                "bundle": e.bundle or e.owner_bundle or "",
+                "revision": view.revision if view else "",
+                "object": str(slot[1]),
+                "decision": str(d.action),
+                "reason": str(d.reason),
+            },
+        ):
+            await self._send(slot, d, after_rebuild=after_rebuild)
+
+    async def _send(self, slot: Slot, d: Decision, *, after_rebuild: bool) -> None:
+        cluster, key = slot
+        e = self.state.entries[slot]
+        view = self.state.view_of(slot, e)
+        self.state.counters[f"{d.action}:{d.reason}"] += 1
+        DECISIONS.add(1, {"action": str(d.action), "reason": str(d.reason), "cluster": cluster})
+        if d.reason in (DecisionReason.DRIFT, DecisionReason.DELETED):
+            DRIFT_DETECTED.add(1, {"cluster": cluster})
+        log.debug(
+            "%s: %s (%s)%s", key, d.action, d.reason, " after rebuild" if after_rebuild else ""
+        )
+        revision = e.revision or (view.revision if view else "")
+        intent = (
+            emit.intent(
+                slot,
+                e,
+                d,
+                view,
+                revision,
+                manifest=self.state.details.manifest(slot),
+                planner_id=self.planner_id,
+                fencing_token=self.fencing_token,
+            )
+            if d.writes
+            else None
+        )
+        if d.writes and intent is None:
+            # nothing went out, so nothing is in flight: a later fact decides afresh
+            self.state.entries[slot] = dataclasses.replace(e, inflight=None)
+            return
+        if intent is not None and not self._owns():
+            # Our lease lapsed (a burst of decisions starved the heartbeat, NATS was away):
+            # wait for it instead of dropping the decision — for an object not yet created no
+            # later fact would ever decide again. If the claim moved on, the coordinator
+            # cancels this task and the new holder decides from scratch.
+            log.warning("%s: lease lapsed; holding %s until it is renewed", key, d.action)
+            while not self._owns():  # noqa: ASYNC110 - a clock-based predicate, no event
+                await asyncio.sleep(0.05)
+        row = emit.ROW_OF.get(d.reason)
+        if row is not None and view is not None and (d.writes or not after_rebuild):
+            # before the intent: the applier's row must not be overtaken by this one
+            why = self.state.in_use(slot, view) if d.reason is DecisionReason.IN_USE else ""
+            await self._row(slot, view, row, why or emit.ROW_MESSAGES[d.reason])
+        if intent is not None:
+            await self.pub.publish(
+                object_subject("intent", cluster, key), encode(intent[0]), msg_id=intent[1]
+            )
+        record = emit.record(slot, e, d, revision, self.planner_id)
+        await self.pub.publish(
+            object_subject("decision", cluster, key),
+            encode(record),
+            msg_id=f"decision:{self.planner_id}:{id(record)}:{emit.now()}",
+        )
+
+    async def _row(self, slot: Slot, view: BundleView, phase: ObjectPhase, message: str) -> None:
+        status = emit.object_row(slot, self.state.entries[slot], view, phase, message)
+        subject = object_status_subject(view.cluster, view.name, slot[1])
+        await self.pub.publish(
+            subject, encode(status), msg_id=f"row:{subject}:{phase}:{emit.now()}"
+        )

@@ -1,0 +1,101 @@
+"""What the planner holds of each object beside its packed SHA entry: the desired manifest, the
+watcher's health and the applier's last word, in one record per object (pure).
+
+One record instead of three dicts keyed by the same slot: each object's key is held once (the
+dicts each held their own copy, from a different message), and a record goes as soon as it has
+nothing left to say, so objects neither desired nor live nor failing cost nothing here.
+"""
+
+from __future__ import annotations
+
+from schemas.messages import Health, OutcomeEvent
+from services.planner.store import Slot
+
+
+class Detail:
+    """One object's record (``__slots__``: 64 bytes; the fields are shared, not copied)."""
+
+    __slots__ = ("health", "health_message", "manifest", "outcome")
+
+    def __init__(self) -> None:
+        self.manifest: bytes | None = None
+        """The desired manifest as compact JSON: decoded only for the rare intent (a miss), or
+        to read a CRD's kind when it is pruned."""
+        self.health: Health | None = None
+        """The watcher's kstatus health of the live object; None when not live (or not seen)."""
+        self.health_message = ""
+        self.outcome: OutcomeEvent | None = None
+        """The last word of an applier that was not an applied fact (failed, conflict, waiting,
+        retrying), until an applied fact replaces it: what the status says about the object."""
+
+    def empty(self) -> bool:
+        return self.manifest is None and self.health is None and self.outcome is None
+
+
+class Details:
+    """``Slot -> Detail``: set and dropped field by field; empty records are removed."""
+
+    def __init__(self) -> None:
+        self._of: dict[Slot, Detail] = {}
+
+    def __len__(self) -> int:
+        return len(self._of)
+
+    def __contains__(self, slot: Slot) -> bool:
+        return slot in self._of
+
+    # --- reading --------------------------------------------------------------------------
+
+    def manifest(self, slot: Slot) -> bytes | None:
+        d = self._of.get(slot)
+        return d.manifest if d is not None else None
+
+    def health(self, slot: Slot) -> tuple[Health, str]:
+        """The live object's health and why; ``Unknown`` when it is not live or not seen."""
+        d = self._of.get(slot)
+        if d is None or d.health is None:
+            return Health.UNKNOWN, ""
+        return d.health, d.health_message
+
+    def outcome(self, slot: Slot) -> OutcomeEvent | None:
+        d = self._of.get(slot)
+        return d.outcome if d is not None else None
+
+    # --- writing --------------------------------------------------------------------------
+
+    def set_manifest(self, slot: Slot, manifest: bytes) -> None:
+        self._record(slot).manifest = manifest
+
+    def drop_manifest(self, slot: Slot) -> None:
+        if (d := self._of.get(slot)) is not None:
+            d.manifest = None
+            self._drop_if_empty(slot, d)
+
+    def set_health(self, slot: Slot, health: Health, message: str) -> None:
+        d = self._record(slot)
+        d.health, d.health_message = health, message
+
+    def drop_health(self, slot: Slot) -> None:
+        """The object is gone from the cluster (a tombstone)."""
+        if (d := self._of.get(slot)) is not None:
+            d.health, d.health_message = None, ""
+            self._drop_if_empty(slot, d)
+
+    def set_outcome(self, slot: Slot, outcome: OutcomeEvent) -> None:
+        self._record(slot).outcome = outcome
+
+    def drop_outcome(self, slot: Slot) -> None:
+        """An applied fact replaces the applier's earlier word."""
+        if (d := self._of.get(slot)) is not None:
+            d.outcome = None
+            self._drop_if_empty(slot, d)
+
+    def _record(self, slot: Slot) -> Detail:
+        d = self._of.get(slot)
+        if d is None:
+            d = self._of[slot] = Detail()
+        return d
+
+    def _drop_if_empty(self, slot: Slot, d: Detail) -> None:
+        if d.empty():
+            del self._of[slot]

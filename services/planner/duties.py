@@ -1,0 +1,141 @@
+"""The planner's periodic duties beside its run loop: who serves the cluster (heartbeats), lost
+intents sent again, the intents pending, and the bundle status tick.
+
+Each is a loop the planner runs as a task for as long as it plans the cluster; one that ends
+ends the planning (``PlannerStopped``). They share the cluster state with the run loop and change
+an entry only through its ``fold``, between two of its messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from nats.js import JetStreamContext
+
+from schemas.subjects import object_subject
+from services.common import bus, members
+from services.planner import emit
+from services.planner.board import StatusBoard
+from services.planner.bundles import BundleIntake, Fold, Prune
+from services.planner.decide import Resend, Working
+from services.planner.settings import PlannerSettings
+from services.planner.state import ClusterState
+
+log = logging.getLogger("driftbus.planner")
+
+
+class Duties:
+    """The periodic loops of one cluster's planner. Changes the state's ``unserved`` and
+    ``watcher_synced``, entries through ``fold``; ``pending`` is its own."""
+
+    def __init__(
+        self,
+        *,
+        settings: PlannerSettings,
+        js: JetStreamContext,
+        state: ClusterState,
+        board: StatusBoard,
+        intake: BundleIntake,
+        fold: Fold,
+        prune: Prune,
+    ) -> None:
+        self.s = settings
+        self.js = js
+        self.state = state
+        self.board = board
+        self.intake = intake
+        self.fold = fold
+        self.prune = prune
+        self.pending: int | None = None
+        """Intents of this cluster queued or being applied (None until known)."""
+
+    async def members(self) -> None:
+        """Who serves the cluster (watcher, applier heartbeats); prune waits for the watcher's
+        initial lists, and starts the moment they are complete."""
+        st, cluster = self.state, self.state.cluster
+        while True:
+            try:
+                beats = await members.heartbeats(self.js, cluster)
+            except Exception as exc:  # noqa: BLE001 - NATS away: keep the last view
+                log.debug("cluster %s: heartbeats not read: %s", cluster, exc)
+            else:
+                now = emit.now()
+                if (watcher_beat := beats.get("watcher")) is not None:
+                    self.intake.learn_scopes(watcher_beat.scopes)
+                unserved = members.serving(cluster, beats, now)
+                synced = members.watcher_synced(beats.get("watcher"), now)
+                became_synced = synced and not st.watcher_synced
+                if unserved != st.unserved or synced != st.watcher_synced:
+                    self.board.mark_all(st.bundles)
+                st.unserved, st.watcher_synced = unserved, synced
+                if became_synced and st.live:
+                    log.info("cluster %s: the watcher's lists are complete: prune", cluster)
+                    for view in list(st.bundles.values()):
+                        await self.prune(view)
+            await asyncio.sleep(self.s.members_interval)
+
+    async def resend(self, backlog: Callable[[], int]) -> None:
+        """Send again what got no word for ``intent_timeout`` and is no longer queued: a lost
+        intent (its publish never landed, a dedup-window collision, a crash between ack and
+        fact) must not silence the object's healing for good. Checked only when the planner has
+        caught up with its input: a backlog of applied facts is not a lost intent."""
+        timeout = self.s.intent_timeout
+        entries = self.state.entries
+        while True:
+            await asyncio.sleep(max(0.5, timeout / 4))
+            if not self.state.live or backlog() > 100:
+                continue
+            now = time.time()
+            for slot in list(entries.overdue(now - timeout)):
+                entry = entries.get(slot)
+                if entry is None or entry.inflight is None:
+                    continue
+                try:
+                    queued = await bus.last_message(
+                        self.js, bus.INTENTS, object_subject("intent", slot[0], slot[1])
+                    )
+                except Exception as exc:  # noqa: BLE001 - NATS away: ask again next round
+                    log.debug("%s: intent queue not read: %s", slot[1], exc)
+                    continue
+                if queued is not None and emit.is_inflight(queued.data, entry):
+                    await self.fold(slot, Working(entry.inflight, now))  # queued: not lost
+                    continue
+                log.warning(
+                    "%s: no outcome of its intent for %.0fs and it is not queued: sending again",
+                    slot[1],
+                    now - entry.inflight_at,
+                )
+                self.state.counters["resent"] += 1
+                await self.fold(slot, Resend())
+
+    async def intents_pending(self) -> None:
+        """Intents waiting (queued + being applied): the autoscaling signal."""
+        while True:
+            await asyncio.sleep(self.s.stats_interval / 6)
+            if (
+                self.state.bundles
+                and (n := await bus.intents_pending(self.js, self.state.cluster)) is not None
+            ):
+                self.pending = n
+
+    async def status(self) -> None:
+        """Every ``status_interval``: the status of the bundles that changed; every
+        ``stats_interval``, the cache's hits and misses when they changed."""
+        last_stats: dict[str, Any] = {}
+        next_stats = 0.0
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self.s.status_interval)
+            if not self.state.live:
+                continue
+            if loop.time() >= next_stats:
+                stats = self.state.cache_stats()
+                if stats != last_stats:
+                    log.info("cluster %s: cache: %s", self.state.cluster, stats)
+                    last_stats = stats
+                next_stats = loop.time() + self.s.stats_interval
+            await self.board.publish_changed()

@@ -1,0 +1,86 @@
+"""Everything one cluster's planner knows, in one place its parts share explicitly (pure).
+
+The planner's shell (``planner``), its bundle intake (``bundles``), its decision publisher
+(``decisions``) and its status board (``board``) each take this state as an argument and say which
+parts of it they change; the questions several of them ask of it are answered here.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Any
+
+from schemas.messages import BundleStatus
+from services.core.scope import Scopes
+from services.planner import prune
+from services.planner.decide import Entry, Removed
+from services.planner.details import Details
+from services.planner.intake import BundleView
+from services.planner.store import EntryStore, Slot
+from services.planner.tally import Known, bundle_status, tally
+
+
+@dataclasses.dataclass(eq=False)
+class ClusterState:
+    """One cluster's objects, bundles and who serves it, as this planner knows them."""
+
+    cluster: str
+    entries: EntryStore = dataclasses.field(default_factory=EntryStore)
+    """The SHA cache, packed (≈ 230 bytes per object): what ``decide`` folds."""
+    details: Details = dataclasses.field(default_factory=Details)
+    """Per object, what the cache does not hold: manifest, health, the applier's last word."""
+    bundles: dict[tuple[str, str], BundleView] = dataclasses.field(default_factory=dict)
+    """(cluster, bundle) -> the view of the bundle's revision in force."""
+    scopes: Scopes = dataclasses.field(default_factory=Scopes)
+    """Which kinds are namespaced: a cluster-scoped object's stray namespace is dropped."""
+    unserved: list[str] = dataclasses.field(default_factory=list)
+    """No live watcher/applier for this cluster (from their heartbeats)."""
+    watcher_synced: bool = False
+    """The cluster's watcher has completed its initial lists: prune may trust the view."""
+    live: bool = False
+    """The rebuild from the streams is complete: facts are decided, not only folded."""
+    counters: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    """Decisions by ``action:reason``, and ``bad_messages``, ``bundles_refused``, ``resent``."""
+
+    def may_prune(self) -> bool:
+        """Prune only from a complete view: the cluster's watcher has listed every kind."""
+        return self.live and self.watcher_synced
+
+    def view_of(self, slot: Slot, entry: Entry) -> BundleView | None:
+        """The bundle the object is desired by, or else the one whose label it carries."""
+        return self.bundles.get((slot[0], entry.bundle or entry.owner_bundle))
+
+    def removed(self, slot: Slot, view: BundleView) -> Removed:
+        """The event of the object leaving ``view``'s bundle (``prune.removed``)."""
+        return prune.removed(
+            slot[1], view, self.entries.items(cluster=slot[0]), self.details.manifest(slot)
+        )
+
+    def in_use(self, slot: Slot, view: BundleView) -> str:
+        """Why pruning the object for ``view`` is held back ("" when it is not)."""
+        return self.removed(slot, view).in_use
+
+    def bundle_status(self, view: BundleView) -> BundleStatus:
+        known = Known(self.entries, self.details, self.unserved, self.watcher_synced, self.in_use)
+        return bundle_status(view, tally(view, known))
+
+    def cache_stats(self) -> dict[str, Any]:
+        """Hits and misses by reason since start: what explains the hit ratio."""
+        return cache_stats(self.counters, len(self.entries))
+
+
+def cache_stats(counters: collections.Counter[str], objects: int) -> dict[str, Any]:
+    """Hits and misses by reason from the decision counters (``action:reason``)."""
+    hits = counters.get("hit:hit", 0)
+    misses = {
+        k.split(":", 1)[1]: v for k, v in counters.items() if k.startswith(("apply:", "delete:"))
+    }
+    total = hits + sum(misses.values())
+    return {
+        "hits": hits,
+        "misses": misses,
+        "hit_ratio": round(hits / total, 4) if total else None,
+        "objects": objects,
+        "bad_messages": counters["bad_messages"],
+    }

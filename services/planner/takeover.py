@@ -1,0 +1,63 @@
+"""Which objects a revision takes: one that another bundle's current revision declares stays with
+that bundle, unless the publish asks to take it over (pure).
+
+An object belongs to one bundle at a time, or two bundles would fight over it, each re-applying
+its own manifest. A revision that declares an object of another bundle is taken in without it
+(the bundle status lists it), or, published with take-over, takes it and the other bundle's
+view forgets it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from services.planner.intake import BundleView
+from services.planner.store import EntryStore, Slot
+
+Bundles = Mapping[tuple[str, str], BundleView]
+"""(cluster, bundle) -> the view of the bundle's revision in force."""
+
+
+def declared_by_other(slot: Slot, bundle: str, entries: EntryStore, bundles: Bundles) -> str | None:
+    """The other bundle whose current revision declares this object, if any."""
+    entry = entries.get(slot)
+    if entry is None or entry.bundle in ("", bundle) or entry.manifest_sha is None:
+        return None
+    view = bundles.get((slot[0], entry.bundle))
+    return entry.bundle if view is not None and slot[1] in view.keys else None
+
+
+@dataclasses.dataclass
+class Taken:
+    objects: list[tuple[Slot, bytes, bytes]]
+    """(slot, manifest, manifestSHA) of every object the revision takes, in its order."""
+    moved: list[tuple[Slot, str]]
+    """Objects taken over, each with the bundle it was taken from."""
+
+
+def take(
+    view: BundleView,
+    desired: list[tuple[Slot, bytes, bytes]],
+    entries: EntryStore,
+    bundles: Bundles,
+    *,
+    take_over: bool,
+) -> Taken:
+    """Sort a checked revision's objects into taken, taken over and left out: ``view.keys`` gets
+    every object taken, ``view.errors`` one line per object left out. The views of the bundles
+    objects are taken from are the caller's to change (nothing here changes ``bundles``)."""
+    taken = Taken([], [])
+    for slot, encoded, sha in desired:
+        other = declared_by_other(slot, view.name, entries, bundles)
+        if other is not None and not take_over:
+            view.errors.append(
+                f"{slot[1]}: already declared by bundle {other} (publish with take-over "
+                "to move it to this bundle)"
+            )
+            continue
+        if other is not None:
+            taken.moved.append((slot, other))
+        view.keys.add(slot[1])
+        taken.objects.append((slot, encoded, sha))
+    return taken

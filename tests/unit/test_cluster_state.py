@@ -1,0 +1,98 @@
+"""The questions the planner's parts ask of one cluster's state (services/planner/state.py)."""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+
+import pytest
+
+from schemas.messages import Bundle, BundlePhase, Health
+from schemas.subjects import ObjectKey
+from services.planner.decide import Entry
+from services.planner.intake import BundleView
+from services.planner.state import ClusterState, cache_stats
+
+KEY = ObjectKey("", "ConfigMap", "ns", "a")
+M = hashlib.sha256(b"m").digest()
+A = hashlib.sha256(b"a").digest()
+
+
+@pytest.mark.parametrize(
+    ("counters", "expected"),
+    [
+        pytest.param(
+            {},
+            {"hits": 0, "misses": {}, "hit_ratio": None, "objects": 3, "bad_messages": 0},
+            id="nothing-decided-has-no-ratio",
+        ),
+        pytest.param(
+            {"hit:hit": 3, "apply:new": 1, "keep:not-owned": 5, "bundles_refused": 2},
+            {"hits": 3, "misses": {"new": 1}, "hit_ratio": 0.75, "objects": 3, "bad_messages": 0},
+            id="only-applies-and-deletes-are-misses",
+        ),
+        pytest.param(
+            {"hit:hit": 1, "apply:drift": 1, "delete:pruned": 1, "bad_messages": 4},
+            {
+                "hits": 1,
+                "misses": {"drift": 1, "pruned": 1},
+                "hit_ratio": 0.3333,
+                "objects": 3,
+                "bad_messages": 4,
+            },
+            id="misses-by-reason",
+        ),
+    ],
+)
+def test_cache_stats(counters: dict[str, int], expected: dict[str, object]) -> None:
+    assert cache_stats(collections.Counter(counters), 3) == expected
+
+
+@pytest.mark.parametrize(
+    ("live", "synced", "expected"),
+    [(False, False, False), (False, True, False), (True, False, False), (True, True, True)],
+)
+def test_prune_only_live_from_a_complete_view(live: bool, synced: bool, expected: bool) -> None:
+    st = ClusterState("c", live=live, watcher_synced=synced)
+    assert st.may_prune() is expected
+
+
+def view(name: str) -> BundleView:
+    v = BundleView.of(Bundle(cluster="c", bundle=name, revision="r1"), 1)
+    v.keys.add(KEY)
+    return v
+
+
+def test_view_of_prefers_the_declaring_bundle_over_the_label() -> None:
+    st = ClusterState("c")
+    st.bundles = {("c", "a"): view("a"), ("c", "b"): view("b")}
+    slot = ("c", KEY)
+    assert st.view_of(slot, Entry(KEY, bundle="a", owner_bundle="b")) is st.bundles["c", "a"]
+    assert st.view_of(slot, Entry(KEY, owner_bundle="b")) is st.bundles["c", "b"]
+    assert st.view_of(slot, Entry(KEY, owner_bundle="gone")) is None
+
+
+def test_bundle_status_reads_health_from_the_details() -> None:
+    st = ClusterState("c", watcher_synced=True)
+    v = view("a")
+    st.bundles[("c", "a")] = v
+    slot = ("c", KEY)
+    st.entries[slot] = Entry(
+        KEY,
+        bundle="a",
+        revision="r1",
+        manifest_sha=M,
+        applied_manifest_sha=M,
+        apply_sha=A,
+        applied_rv=5,
+        server_sha=A,
+        server_rv=5,
+        owner_bundle="a",
+    )
+    assert st.bundle_status(v).phase is BundlePhase.RECONCILING  # applied, health not seen yet
+    st.details.set_health(slot, Health.READY, "")
+    assert st.bundle_status(v).phase is BundlePhase.READY
+    st.details.set_health(slot, Health.FAILED, "CrashLoopBackOff")
+    status = st.bundle_status(v)
+    assert status.phase is BundlePhase.DEGRADED
+    assert status.failed_objects == ["ConfigMap/ns/a: unhealthy: CrashLoopBackOff"]
