@@ -82,9 +82,12 @@ def tombstone(key: ObjectKey, rv: str, cluster: str, watcher_id: str) -> Change:
 
 
 def fact_id(ev: ServerEvent) -> str:
-    """The Nats-Msg-Id of a fact: the same object at the same resourceVersion is the same fact,
-    so active-active watchers publish it twice and JetStream keeps one."""
-    return f"{key_tokens(ev.key)}@{ev.resource_version}{'-' if ev.deleted else ''}"
+    """The Nats-Msg-Id of a fact: the same object of the same cluster at the same
+    resourceVersion is the same fact, so active-active watchers publish it twice and JetStream
+    keeps one. The cluster is part of it: SERVER deduplicates across all clusters, and two
+    clusters can hold an object of the same name at the same resourceVersion (each counts its
+    own) — without it the second cluster's fact was taken for a duplicate and never landed."""
+    return f"{ev.cluster}/{key_tokens(ev.key)}@{ev.resource_version}{'-' if ev.deleted else ''}"
 
 
 def newer_than(rv: int) -> Callable[[bytes], bool]:

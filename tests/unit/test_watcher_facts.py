@@ -94,3 +94,9 @@ def test_newer_than(rv: int, other: str | None, newer: bool) -> None:
         )
     )
     assert newer_than(rv)(data) is newer
+
+
+def test_the_same_object_at_the_same_rv_in_two_clusters_is_two_facts() -> None:
+    _, (_, a) = change(_cm(rv="12"), None, "east", "w1")  # type: ignore[misc]
+    _, (_, b) = change(_cm(rv="12"), None, "west", "w1")  # type: ignore[misc]
+    assert fact_id(a) != fact_id(b)
