@@ -43,6 +43,7 @@ class Asset:
 
 KUBE_VERSION = "v1.36.3"
 HELM_VERSION = "v4.3.1"
+KWOK_VERSION = "v0.8.0"
 _KUBE_LDFLAGS = (
     "-s -w"
     f" -X k8s.io/component-base/version.gitVersion={KUBE_VERSION}"
@@ -64,6 +65,21 @@ ASSETS: dict[str, Asset] = {
             _KUBE_LDFLAGS,
         ),
         Asset("kubectl", "kube", "k8s.io/kubernetes/cmd/kubectl", KUBE_VERSION, _KUBE_LDFLAGS),
+        Asset(
+            "kube-controller-manager",
+            "kube",
+            "k8s.io/kubernetes/cmd/kube-controller-manager",
+            KUBE_VERSION,
+            _KUBE_LDFLAGS,
+        ),
+        Asset(
+            "kube-scheduler",
+            "kube",
+            "k8s.io/kubernetes/cmd/kube-scheduler",
+            KUBE_VERSION,
+            _KUBE_LDFLAGS,
+        ),
+        Asset("kwok", "kwok", "sigs.k8s.io/kwok/cmd/kwok", KWOK_VERSION),
         Asset(
             "helm",
             "helm",

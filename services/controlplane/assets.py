@@ -61,7 +61,7 @@ def ensure_all(names: list[str] | None = None) -> dict[str, Path]:
     return {n: ensure(n, out=out) for n in (names or list(ASSETS))}
 
 
-def _go_env() -> dict[str, str]:
+def go_env() -> dict[str, str]:
     env = dict(os.environ)
     # The pinned modules name a newer toolchain patch; the go directive (1.26.0) is what counts,
     # and a toolchain download would need a network we do not have.
@@ -80,7 +80,7 @@ def build(asset: Asset, *, out: _Progress) -> Path:
     target = cached_path(asset)
     target.parent.mkdir(parents=True, exist_ok=True)
     mod = TOOLS_DIR / asset.module_dir
-    env = _go_env()
+    env = go_env()
     out.line(
         f"building {asset.name} {asset.version} from {asset.package} (cached in {target.parent})"
     )

@@ -11,6 +11,7 @@ exists. This module is the package's public API; the modules behind it are priva
 """
 
 from services.controlplane.servers.apiserver import KubeAPIServer, User
+from services.controlplane.servers.controllers import FAKE_NODE, Controllers
 from services.controlplane.servers.natsserver import NatsServer
 from services.controlplane.servers.orphans import orphans, pid_alive, still_running
 from services.controlplane.servers.process import (
@@ -23,8 +24,10 @@ from services.controlplane.servers.process import (
 from services.controlplane.servers.stack import Cluster, Stack
 
 __all__ = [
+    "FAKE_NODE",
     "RUNNING",
     "Cluster",
+    "Controllers",
     "KubeAPIServer",
     "NatsServer",
     "Process",

@@ -1,4 +1,5 @@
-"""The compositions: a Cluster (etcd + kube-apiserver) and a Stack (a cluster + a nats-server)."""
+"""The compositions: a Cluster (etcd + kube-apiserver, and optionally its controllers) and a Stack
+(a cluster + a nats-server)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from services.controlplane.servers.apiserver import KubeAPIServer, User
+from services.controlplane.servers.controllers import Controllers
 from services.controlplane.servers.etcd import Etcd
 from services.controlplane.servers.natsserver import NatsServer
 
@@ -22,6 +24,8 @@ class Cluster:
     etcd: Etcd
     apiserver: KubeAPIServer
     kubeconfig: Path
+    controllers: Controllers | None = None
+    """kube-controller-manager, kube-scheduler and kwok, when started with ``controllers``."""
 
     @classmethod
     def start(
@@ -32,6 +36,7 @@ class Cluster:
         apiserver_args: list[str] | None = None,
         etcd_args: list[str] | None = None,
         users: list[User] | None = None,
+        controllers: bool = False,
     ) -> Cluster:
         etcd = Etcd(workdir / "etcd", extra_args=etcd_args or [])
         etcd.start()
@@ -45,14 +50,27 @@ class Cluster:
             etcd.stop()
             raise
         kubeconfig = api.write_kubeconfig(workdir / "kubeconfig", context=name)
-        return cls(name, workdir, etcd, api, kubeconfig)
+        cluster = cls(name, workdir, etcd, api, kubeconfig)
+        if controllers:
+            cluster.controllers = Controllers(workdir / "controllers", api, kubeconfig)
+            try:
+                cluster.controllers.start()
+            except BaseException:
+                cluster.stop()
+                raise
+        return cluster
 
     def stop(self) -> None:
+        if self.controllers is not None:
+            self.controllers.stop()
         self.apiserver.stop()
         self.etcd.stop()
 
     def logs(self) -> dict[str, Path]:
-        return {p.name: p.log_path for p in (self.etcd.process, self.apiserver.process) if p}
+        logs = {p.name: p.log_path for p in (self.etcd.process, self.apiserver.process) if p}
+        if self.controllers is not None:
+            logs.update(self.controllers.logs())
+        return logs
 
 
 @dataclasses.dataclass
@@ -65,13 +83,15 @@ class Stack:
     owns_workdir: bool = False
 
     @classmethod
-    def start(cls, workdir: Path | None = None, *, cluster_name: str = "local") -> Stack:
+    def start(
+        cls, workdir: Path | None = None, *, cluster_name: str = "local", controllers: bool = False
+    ) -> Stack:
         owns = workdir is None
         root = Path(tempfile.mkdtemp(prefix="driftbus-stack-")) if workdir is None else workdir
         nats = NatsServer(root / "nats")
         nats.start()
         try:
-            cluster = Cluster.start(cluster_name, root / cluster_name)
+            cluster = Cluster.start(cluster_name, root / cluster_name, controllers=controllers)
         except BaseException:
             nats.stop()
             raise

@@ -1,0 +1,178 @@
+"""driftbus on a cluster whose controllers run (issue 15): kube-controller-manager,
+kube-scheduler and kwok's fake kubelet, all real binaries (``servers.Controllers``).
+
+Deployments roll out to ReplicaSets and Ready Pods and report Available, so health is what the
+controllers write, not what a test writes; a pruned Namespace really finishes terminating.
+driftbus's own writes are counted from its decisions (the API server's counters also count
+the controllers', which write all the time).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+from nats.aio.client import Client as NATS
+
+from harness.pipeline import Pipeline, StatusWatch, settle
+from schemas.codec import decode
+from schemas.messages import DecisionRecord
+from schemas.subjects import encode_token
+from services.common.kube import KubeClient, NotFound
+from services.controlplane import servers
+
+from ..conftest import unique_name
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Stack]:
+    stack = servers.Stack.start(
+        tmp_path_factory.mktemp("live"), cluster_name="live", controllers=True
+    )
+    try:
+        yield stack
+    finally:
+        stack.stop()
+
+
+@pytest.fixture
+async def live_kube(live: servers.Stack) -> AsyncIterator[KubeClient]:
+    client = await KubeClient.from_kubeconfig(str(live.cluster.kubeconfig))
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+@pytest.fixture
+async def live_pipeline(live: servers.Stack, tmp_path: Path) -> AsyncIterator[Pipeline]:
+    p = Pipeline(stack=live, nats=live.nats, cluster=unique_name("live"), workdir=tmp_path)
+    p.planner_env = {"DRIFTBUS_HEARTBEAT_INTERVAL": "0.5", "DRIFTBUS_HEARTBEAT_TIMEOUT": "3"}
+    try:
+        yield p
+    finally:
+        p.stop_all()
+
+
+@pytest.fixture
+async def lnc(live_pipeline: Pipeline) -> AsyncIterator[NATS]:
+    nc = await nats.connect(live_pipeline.nats.client_url)
+    try:
+        yield nc
+    finally:
+        await nc.drain()
+
+
+class Applies:
+    """driftbus's apply decisions for one cluster, per object name."""
+
+    def __init__(self) -> None:
+        self.records: list[DecisionRecord] = []
+
+    async def start(self, nc: NATS, cluster: str) -> None:
+        async def on_msg(msg: Any) -> None:
+            self.records.append(decode(msg.data, DecisionRecord))
+
+        await nc.subscribe(f"driftbus.decision.{encode_token(cluster)}.>", cb=on_msg)
+
+    def of(self, kind: str, name: str) -> list[str]:
+        return [
+            str(r.reason)
+            for r in self.records
+            if r.key.kind == kind and r.key.name == name and str(r.action) == "apply"
+        ]
+
+
+def deployment(ns: str, image: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": ns},
+        "spec": {
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "web", "image": image}]},
+            },
+        },
+    }
+
+
+def namespace_of(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+
+
+async def test_a_deployment_is_ready_when_its_controller_says_and_a_rollout_costs_no_write(
+    live_pipeline: Pipeline, lnc: NATS, live_kube: KubeClient, measured: Any
+) -> None:
+    ns = unique_name("roll")
+    bundle = unique_name("roll")
+    watch = StatusWatch()
+    await watch.start(lnc, live_pipeline.cluster, bundle)
+    applies = Applies()
+    await applies.start(lnc, live_pipeline.cluster)
+    live_pipeline.start_all()
+    js = lnc.jetstream()
+    started = time.monotonic()
+    await live_pipeline.publish(js, bundle, [namespace_of(ns), deployment(ns, "nginx:1.27")])
+    # Ready only once the Deployment controller, the scheduler and kwok made it Available
+    await watch.ready("r1", 120, live_pipeline.logs)
+    ready_r1 = time.monotonic() - started
+    res = await live_kube.discovery.resource("apps/v1", "Deployment")
+    live = await live_kube.get(res, "web", ns)
+    assert live["status"].get("availableReplicas") == 1, live["status"]
+    assert live["metadata"]["annotations"]["deployment.kubernetes.io/revision"] == "1"
+
+    started = time.monotonic()
+    await live_pipeline.publish(
+        js, bundle, [namespace_of(ns), deployment(ns, "nginx:1.28")], revision="r2"
+    )
+    await watch.ready("r2", 120, live_pipeline.logs)
+    ready_r2 = time.monotonic() - started
+    live = await live_kube.get(res, "web", ns)
+    assert live["metadata"]["annotations"]["deployment.kubernetes.io/revision"] == "2"
+    await settle(5)  # the controller's rollout writes (ReplicaSets, status, annotation) settle
+    assert applies.of("Deployment", "web") == ["new", "manifest"], applies.of("Deployment", "web")
+    measured(
+        f"live cluster: Deployment Ready (Available from its controller) {ready_r1:.1f}s after "
+        f"publish, rolled out to a new image in {ready_r2:.1f}s; driftbus applies: 2 (one per "
+        "revision), none for the controller's writes"
+    )
+
+
+async def test_a_pruned_namespace_is_really_gone(
+    live_pipeline: Pipeline, lnc: NATS, live_kube: KubeClient
+) -> None:
+    keep, leave = unique_name("keep"), unique_name("leave")
+    bundle = unique_name("prune-ns")
+    watch = StatusWatch()
+    await watch.start(lnc, live_pipeline.cluster, bundle)
+    live_pipeline.start_all()
+    js = lnc.jetstream()
+    cm = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "inside", "namespace": leave},
+        "data": {"k": "v"},
+    }
+    await live_pipeline.publish(js, bundle, [namespace_of(keep), namespace_of(leave), cm])
+    await watch.ready("r1", 60, live_pipeline.logs)
+    await live_pipeline.publish(js, bundle, [namespace_of(keep)], revision="r2")
+    await watch.ready("r2", 60, live_pipeline.logs)
+    res = await live_kube.discovery.resource("v1", "Namespace")
+    deadline = time.monotonic() + 60
+    while True:  # the namespace controller empties it, then it is removed
+        try:
+            state = await live_kube.get(res, leave)
+        except NotFound:
+            break
+        assert time.monotonic() < deadline, f"namespace still there: {state.get('status')}"
+        await asyncio.sleep(0.5)
+    await live_kube.get(res, keep)
