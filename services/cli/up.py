@@ -123,14 +123,19 @@ def cmd_up(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, _stop)
     try:
         try:
-            assets.ensure_all(
-                ["nats-server"] if args.kubeconfig else ["nats-server", "etcd", "kube-apiserver"]
-            )
+            needed = ["nats-server"]
+            if not args.kubeconfig:
+                needed += ["etcd", "kube-apiserver"]
+                if not args.no_controllers:
+                    needed += ["kube-controller-manager", "kube-scheduler", "kwok"]
+            assets.ensure_all(needed)
             nats_server.start()
             if args.kubeconfig:
                 kubeconfig = Path(args.kubeconfig)
             else:
-                cluster = servers.Cluster.start(args.cluster, workdir / args.cluster)
+                cluster = servers.Cluster.start(
+                    args.cluster, workdir / args.cluster, controllers=not args.no_controllers
+                )
                 kubeconfig = cluster.kubeconfig
         except (assets.AssetError, servers.ServerError) as exc:
             print(f"driftbus up: {exc}", file=sys.stderr)
@@ -262,6 +267,8 @@ def _detach(args: argparse.Namespace) -> int:
         argv += ["--context", args.context]
     if args.no_example:
         argv.append("--no-example")
+    if args.no_controllers:
+        argv.append("--no-controllers")
     if args.git:
         argv += ["--git", args.git, "--git-bundle", args.git_bundle]
         argv += ["--git-interval", str(args.git_interval)]
@@ -325,6 +332,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     up.add_argument("--kubeconfig", help="use this cluster instead of starting a local one")
     up.add_argument("--context", help="kubeconfig context (with --kubeconfig)")
     up.add_argument("--appliers", type=int, default=2, help="applier replicas to run")
+    up.add_argument(
+        "--no-controllers",
+        action="store_true",
+        help="start the local cluster without kube-controller-manager, kube-scheduler and kwok "
+        "(no Deployment ever becomes Available, no Namespace finishes terminating)",
+    )
     up.add_argument("--workdir", help="data and logs (default: ~/.cache/driftbus/up)")
     up.add_argument("--detach", action="store_true", help="leave it running in the background")
     up.add_argument("--no-example", action="store_true", help="do not publish examples/hello")
