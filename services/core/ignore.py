@@ -74,19 +74,21 @@ def matches(rule: IgnoreRule, key: ObjectKey) -> bool:
 def pointers_of(obj: Mapping[str, Any]) -> list[str]:
     """The pointers an object's annotation names (valid ones only: the planner refused any other
     when it took the manifest in, and a live object must always be hashable)."""
-    meta = obj.get("metadata")
-    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
-    raw = annotations.get(IGNORE_ANNOTATION) if isinstance(annotations, Mapping) else None
+    raw = _annotation(obj)
     if not isinstance(raw, str):
         return []
     return [p for p in (p.strip() for p in raw.split(",")) if _POINTER.match(p)]
 
 
-def check_annotation(obj: Mapping[str, Any]) -> None:
-    """Raise IgnoreError naming the first unusable entry of the object's annotation."""
+def _annotation(obj: Mapping[str, Any]) -> Any:
     meta = obj.get("metadata")
     annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
-    raw = annotations.get(IGNORE_ANNOTATION) if isinstance(annotations, Mapping) else None
+    return annotations.get(IGNORE_ANNOTATION) if isinstance(annotations, Mapping) else None
+
+
+def check_annotation(obj: Mapping[str, Any]) -> None:
+    """Raise IgnoreError naming the first unusable entry of the object's annotation."""
+    raw = _annotation(obj)
     if raw is None:
         return
     if not isinstance(raw, str):
