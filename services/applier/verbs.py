@@ -17,7 +17,7 @@ import orjson
 
 from schemas.messages import AppliedEvent, ApplyIntent, DeleteIntent, ObjectPhase
 from services.applier.classify import Decided, Gone, Replace, Step, Wait, classify
-from services.common.kube import Conflict, KubeClient, KubeError, NotFound, Resource
+from services.common.kube import Conflict, Invalid, KubeClient, KubeError, NotFound, Resource
 from services.core.adopt import adoption_patch
 from services.core.ignore import owned_at, pointers_of, sparse, value_at
 from services.core.manifest import FIELD_MANAGER, PRUNE_ANNOTATION, owner_of, prune_disabled
@@ -27,6 +27,7 @@ from services.core.sha import object_sha
 log = logging.getLogger("driftbus.applier")
 DELETED_SHA: Final = "0" * 64
 JSON_PATCH: Final = "application/json-patch+json"
+ADOPT_ATTEMPTS: Final = 5
 HANDOVER_MANAGER: Final = "driftbus-ignored"
 """The field manager that keeps an ignored field's value while driftbus lets go of it."""
 
@@ -98,25 +99,31 @@ async def apply_adopting(
 async def adopt(
     kube: KubeClient, res: Resource, live: dict[str, Any], manifest: dict[str, Any]
 ) -> bool:
-    """Send the adoption patch of ``live`` if it needs one; whether it was taken (a patch the
-    server refuses — the object changed meanwhile — is tried again at the next apply)."""
-    patch = adoption_patch(live, manifest)
-    if not patch:
-        return False
+    """Send the adoption patch of ``live`` if it needs one; whether it was taken. The patch is
+    guarded by the resourceVersion, which a controller's write right after the apply often
+    moves on: then the object is read again and the patch made again, a few times."""
     meta = live["metadata"]
-    try:
-        await kube.request(
-            "PATCH",
-            res.path(meta.get("namespace", ""), meta["name"]),
-            subject=f"{res.kind}/{meta.get('namespace', '')}/{meta['name']}",
-            params={"fieldManager": FIELD_MANAGER},
-            body=orjson.dumps(patch),
-            content_type=JSON_PATCH,
-        )
-    except KubeError as exc:
-        log.info("adopting %s/%s later: %s", res.kind, meta["name"], exc)
-        return False
-    return True
+    name, namespace = meta["name"], meta.get("namespace", "")
+    for attempt in range(ADOPT_ATTEMPTS):
+        patch = adoption_patch(live, manifest)
+        if not patch:
+            return attempt > 0
+        try:
+            await kube.request(
+                "PATCH",
+                res.path(namespace, name),
+                subject=f"{res.kind}/{namespace}/{name}" if namespace else f"{res.kind}/{name}",
+                params={"fieldManager": FIELD_MANAGER},
+                body=orjson.dumps(patch),
+                content_type=JSON_PATCH,
+            )
+        except (Conflict, Invalid) as exc:  # the guard failed: the object moved on
+            log.info("adopting %s/%s: %s; reading it again", res.kind, name, exc)
+            live = await kube.get(res, name, namespace)
+            continue
+        return True
+    log.warning("adopting %s/%s: gave up after %d attempts", res.kind, name, ADOPT_ATTEMPTS)
+    return False
 
 
 async def hand_over(

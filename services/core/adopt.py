@@ -12,7 +12,10 @@ does not have.
 
 Only the managers of the tools that *create* objects are adopted. Later edits by
 ``kubectl edit``/``label``/``patch`` or by controllers stay theirs: an edit of a field driftbus
-owns is drift (docs/drift.md), anything else is left alone.
+owns is drift (docs/drift.md), anything else is left alone. ``before-first-apply`` (Flux adopts
+it) is not: the API server files under it *every* field of an object that had no managedFields,
+an HPA's replicas and a controller's annotations included, and adopting those would remove them.
+Fields the manifest ignores (``ignore.py``) are never adopted: they stay whoever's they are.
 
 Pure: the patch is computed here, sent by the applier.
 """
@@ -22,13 +25,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from services.core.ignore import check_pointer, pointers_of
 from services.core.manifest import FIELD_MANAGER
 from services.core.owned import union
 
 ADOPTED_MANAGERS: Final = frozenset(
     {
         ("kubectl-client-side-apply", "Update"),  # kubectl apply (client-side)
-        ("before-first-apply", "Update"),  # the server's name for what predates the first apply
         ("kubectl-create", "Update"),  # kubectl create
         ("kubectl", "Update"),  # kubectl create/apply before 1.22 named itself so
         ("kubectl", "Apply"),  # kubectl apply --server-side
@@ -53,7 +56,9 @@ def adoption_patch(live: Mapping[str, Any], manifest: Mapping[str, Any]) -> list
         {"op": "test", "path": "/metadata/resourceVersion", "value": meta.get("resourceVersion")}
     ]
     if adopted:
-        ops.append({"op": "replace", "path": "/metadata/managedFields", "value": _folded(entries)})
+        ignored = [check_pointer(p) for p in pointers_of(manifest)]
+        folded = _folded(entries, ignored)
+        ops.append({"op": "replace", "path": "/metadata/managedFields", "value": folded})
     if drop_annotation:
         ops.append({"op": "remove", "path": "/metadata/annotations/" + _escaped(LAST_APPLIED)})
     return ops
@@ -67,16 +72,16 @@ def _adopted(entry: Any) -> bool:
     )
 
 
-def _folded(entries: list[Any]) -> list[Any]:
+def _folded(entries: list[Any], ignored: list[list[str]]) -> list[Any]:
     """The entries with every adopted one merged into driftbus's Apply entry (made when
-    missing, at the API version of the first adopted entry)."""
+    missing, at the API version of the first adopted entry), less the ignored fields."""
     adopted = [e for e in entries if _adopted(e)]
     kept = [e for e in entries if not _adopted(e)]
     own = next((i for i, e in enumerate(kept) if _ours(e)), None)
     base = kept[own] if own is not None else {k: adopted[0].get(k) for k in ("apiVersion", "time")}
     fields = base.get("fieldsV1") or {}
     for e in adopted:
-        fields = union(fields, e.get("fieldsV1") or {})
+        fields = union(fields, _without_paths(e.get("fieldsV1") or {}, ignored))
     merged = {
         **base,
         "manager": FIELD_MANAGER,
@@ -88,6 +93,25 @@ def _folded(entries: list[Any]) -> list[Any]:
         return [*kept, merged]
     kept[own] = merged
     return kept
+
+
+def _without_paths(fields: dict[str, Any], paths: list[list[str]]) -> dict[str, Any]:
+    """A ``fieldsV1`` set less the map paths given (a path through a list is left as it is)."""
+    for path in paths:
+        fields = _dropped(fields, [f"f:{t}" for t in path])
+    return fields
+
+
+def _dropped(node: dict[str, Any], path: list[str]) -> dict[str, Any]:
+    head = path[0]
+    if head not in node:
+        return node
+    out = dict(node)
+    if len(path) == 1:
+        del out[head]
+    elif isinstance(node[head], dict):
+        out[head] = _dropped(node[head], path[1:])
+    return out
 
 
 def _ours(entry: Any) -> bool:

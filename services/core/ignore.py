@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from schemas.messages import IgnoreRule
 from schemas.subjects import ObjectKey
-from services.core.manifest import ManifestError
+from services.core.manifest import OWNER_LABEL, ManifestError
 
 IGNORE_ANNOTATION: Final = "driftbus.dev/ignore"
 _POINTER: Final = re.compile(r"^(/([^~/]|~[01])*)+$")
@@ -26,6 +26,24 @@ _POINTER: Final = re.compile(r"^(/([^~/]|~[01])*)+$")
 
 class IgnoreError(ManifestError):
     """An ignore rule or pointer that cannot be used; the message says which and why."""
+
+
+_INDEX: Final = re.compile(r"^(0|[1-9][0-9]*)$")
+# Paths an ignore rule must not reach: the object's identity, and what driftbus's own ownership
+# and this very mechanism rest on (a pointer to a parent of one reaches it too).
+_PROTECTED: Final = (
+    ["apiVersion"],
+    ["kind"],
+    ["metadata", "name"],
+    ["metadata", "namespace"],
+    ["metadata", "labels", OWNER_LABEL],
+    ["metadata", "annotations", IGNORE_ANNOTATION],
+)
+
+
+def list_index(token: str) -> int | None:
+    """A reference token as an array index (RFC 6901: ASCII digits, no leading zero)."""
+    return int(token) if _INDEX.match(token) else None
 
 
 def tokens(pointer: str) -> list[str]:
@@ -44,8 +62,10 @@ def parse_rule(text: str) -> IgnoreRule:
     if not sep or not selector or not pointer_text:
         raise IgnoreError(f"ignore rule {text!r}: expected [GROUP/]KIND[/NAMESPACE/NAME]:POINTER")
     pointers = [p.strip() for p in pointer_text.split(",") if p.strip()]
+    if not pointers:
+        raise IgnoreError(f"ignore rule {text!r}: no pointer after ':'")
     for p in pointers:
-        tokens(p)
+        check_pointer(p)
     parts = selector.split("/")
     group, namespace, name = "", "*", "*"
     if len(parts) == 1:
@@ -95,7 +115,19 @@ def check_annotation(obj: Mapping[str, Any]) -> None:
         raise IgnoreError(f"annotation {IGNORE_ANNOTATION} must be a string")
     for p in raw.split(","):
         if p.strip():
-            tokens(p.strip())
+            check_pointer(p.strip())
+
+
+def check_pointer(pointer: str) -> list[str]:
+    """The tokens of a pointer an ignore rule may use; IgnoreError for a malformed one or one
+    that reaches the object's identity, its ownership label or the ignore annotation itself."""
+    path = tokens(pointer)
+    for protected in _PROTECTED:
+        if protected[: len(path)] == path:
+            raise IgnoreError(
+                f"{pointer!r} would ignore {'/'.join(protected)}, which driftbus needs"
+            )
+    return path
 
 
 def with_rules(
@@ -132,8 +164,7 @@ def _removed(node: Any, path: list[str]) -> Any:
         else:
             del copy[head]
         return copy
-    if isinstance(node, list) and head.isdigit() and int(head) < len(node):
-        i = int(head)
+    if isinstance(node, list) and (i := list_index(head)) is not None and i < len(node):
         copy_list = list(node)
         if rest:
             copy_list[i] = _removed(node[i], rest)
@@ -149,8 +180,8 @@ def value_at(obj: Any, pointer: str) -> tuple[bool, Any]:
     for t in tokens(pointer):
         if isinstance(node, Mapping) and t in node:
             node = node[t]
-        elif isinstance(node, list) and t.isdigit() and int(t) < len(node):
-            node = node[int(t)]
+        elif isinstance(node, list) and (i := list_index(t)) is not None and i < len(node):
+            node = node[i]
         else:
             return False, None
     return True, node

@@ -34,7 +34,7 @@ def rv_int(resource_version: str) -> int:
     """A resourceVersion as a number, to tell which of two states of one object is newer.
     Kubernetes calls it opaque, but every etcd-backed server hands out increasing integers;
     anything else counts as 0 (older than every real state)."""
-    return int(resource_version) if resource_version.isdigit() else 0
+    return int(resource_version) if resource_version.isascii() and resource_version.isdigit() else 0
 
 
 class ManifestError(ValueError):

@@ -68,7 +68,8 @@ def owned_projection(obj: Mapping[str, Any], manager: str = FIELD_MANAGER) -> Ma
     if fields is None:
         return obj
     projected = _project(obj, fields)
-    out: dict[str, Any] = projected if isinstance(projected, dict) else {}
+    # a copy even when the whole object is owned (_project then returns it as it is)
+    out: dict[str, Any] = dict(projected) if isinstance(projected, dict) else {}
     for k in _IDENTITY_TOP_LEVEL:
         if k in obj:
             out[k] = obj[k]
@@ -109,7 +110,7 @@ def _project_list(items: list[Any], fields: dict[str, Any]) -> list[Any]:
         elif tag == "v:":
             if (member := _decoded(k)) is not _ABSENT:
                 members.append((member, sub))
-        elif tag == "i:" and k[2:].isdigit():
+        elif tag == "i:" and k[2:].isascii() and k[2:].isdigit():
             indexed[int(k[2:])] = sub
     out = []
     for i, item in enumerate(items):

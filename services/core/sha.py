@@ -73,7 +73,8 @@ def object_sha(obj: Mapping[str, Any]) -> bytes:
     owns none of it, which is also the case of a manifest), less the fields its
     ``driftbus.dev/ignore`` annotation names (``ignore.py``)."""
     projected = owned_projection(obj)
-    if ignored := pointers_of(obj):
+    # the annotation counts only where driftbus owns it: anyone else's would switch off drift
+    if ignored := pointers_of(projected):
         projected = without(projected, ignored)
     return hashlib.sha256(canonical_bytes(projected)).digest()
 

@@ -353,3 +353,33 @@ async def test_an_object_kubectl_made_is_adopted_whole(
     managers = {(e["manager"], e["operation"]) for e in live["metadata"]["managedFields"]}
     assert managers == {("driftbus", "Apply")}
     assert object_sha(live).hex() == outcome.applied.apply_sha
+
+
+async def test_an_adoption_that_loses_a_race_reads_the_object_again(
+    stack: servers.Stack, kube: KubeClient, namespace: str, tmp_path: Path
+) -> None:
+    """The patch is guarded by the resourceVersion of what was read; a controller's write in
+    between fails the guard, and the object is read again rather than left half adopted."""
+    made = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "raced", "namespace": namespace},
+        "data": {"a": "kubectl", "b": "left over"},
+    }
+    path = tmp_path / "cm.json"
+    path.write_bytes(orjson.dumps(made))
+    kubectl = str(binaries.require("kubectl"))
+    kubeconfig = str(stack.cluster.kubeconfig)
+    await asyncio.to_thread(
+        subprocess.run, [kubectl, "--kubeconfig", kubeconfig, "create", "-f", str(path)], check=True
+    )
+    res = await kube.resource_for(made)
+    stale = await kube.get(res, "raced", namespace)
+    # another writer moves the object on (a label: not what adoption is about)
+    await _patch(kube, res.path(namespace, "raced"), {"metadata": {"labels": {"x": "y"}}}, "ctl")
+    manifest = {**made, "data": {"a": "driftbus"}}
+    assert await verbs.adopt(kube, res, stale, manifest)
+    live = await kube.get(res, "raced", namespace)
+    managers = {e["manager"] for e in live["metadata"]["managedFields"]}
+    assert "kubectl-create" not in managers
+    assert {"driftbus", "ctl"} <= managers

@@ -79,3 +79,17 @@ def test_the_last_applied_annotation_goes_unless_the_manifest_sets_it() -> None:
         }
     ]
     assert adoption_patch(live, {"metadata": {"annotations": {LAST_APPLIED: "{}"}}}) == []
+
+
+def test_before_first_apply_is_not_adopted() -> None:
+    """The API server files every field of an object without managedFields under it, other
+    controllers' included: adopting them would remove them."""
+    bfa = _entry("before-first-apply", "Update", {"f:spec": {"f:replicas": {}}})
+    assert adoption_patch(_live(OURS, bfa), {}) == []
+
+
+def test_ignored_fields_are_not_adopted() -> None:
+    csa = _entry("kubectl-client-side-apply", "Update", {"f:spec": {"f:replicas": {}, "f:x": {}}})
+    manifest = {"metadata": {"annotations": {"driftbus.dev/ignore": "/spec/replicas"}}}
+    entries = adoption_patch(_live(OURS, csa), manifest)[1]["value"]
+    assert entries[0]["fieldsV1"] == {"f:data": {"f:a": {}}, "f:spec": {"f:x": {}}}

@@ -11,6 +11,7 @@ from schemas.subjects import ObjectKey
 from services.core.ignore import (
     IGNORE_ANNOTATION,
     IgnoreError,
+    list_index,
     matches,
     owned_at,
     parse_rule,
@@ -185,3 +186,53 @@ def test_the_planner_applies_neither_ignored_fields_nor_a_bad_annotation() -> No
         match=r"manifests\[0\]: Deployment.apps/ns/web: 'spec/replicas' is not a JSON pointer",
     ):
         checked_revision(_bundle(bad), bad, Scopes())
+
+
+@pytest.mark.parametrize(
+    "pointer",
+    [
+        "/kind",
+        "/apiVersion",
+        "/metadata",
+        "/metadata/name",
+        "/metadata/namespace",
+        "/metadata/labels",
+        "/metadata/labels/driftbus.dev~1bundle",
+        "/metadata/annotations",
+        "/metadata/annotations/driftbus.dev~1ignore",
+    ],
+)
+def test_identity_ownership_and_the_annotation_itself_cannot_be_ignored(pointer: str) -> None:
+    with pytest.raises(IgnoreError, match="which driftbus needs"):
+        parse_rule(f"ConfigMap:{pointer}")
+    bad = [{**_deploy(**{IGNORE_ANNOTATION: pointer})}]
+    with pytest.raises(ManifestError, match="which driftbus needs"):
+        checked_revision(_bundle(bad), bad, Scopes())
+
+
+def test_a_rule_without_pointers_is_refused() -> None:
+    with pytest.raises(IgnoreError, match="no pointer"):
+        parse_rule("Deployment:,")
+
+
+def test_a_token_that_only_looks_like_a_number_is_no_index() -> None:
+    obj = {"l": ["a", "b"]}
+    assert list_index("1") == 1
+    assert list_index("01") is None
+    assert list_index("\u00b2") is None  # "²".isdigit() is True, int("²") raises
+    assert without(obj, ["/l/\u00b2"]) == obj
+    assert value_at(obj, "/l/\u00b2") == (False, None)
+
+
+def test_only_an_annotation_driftbus_owns_switches_fields_off() -> None:
+    """Someone else's ``driftbus.dev/ignore`` on a live object must not hide drift."""
+    live = _deploy(**{IGNORE_ANNOTATION: "/spec"})
+    live["metadata"]["managedFields"] = [
+        {
+            "manager": "driftbus",
+            "operation": "Apply",
+            "fieldsV1": {"f:spec": {"f:replicas": {}}},
+        }
+    ]
+    changed = {**live, "spec": {**live["spec"], "replicas": 4}}
+    assert object_sha(changed) != object_sha(live)

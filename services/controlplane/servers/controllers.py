@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import subprocess
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -166,7 +167,11 @@ class Controllers:
                 "capacity": {"cpu": "1000", "memory": "1Ti", "pods": "10000"},
             },
         }
-        self._request("POST", "/api/v1/nodes", node)
+        try:
+            self._request("POST", "/api/v1/nodes", node)
+        except urllib.error.HTTPError as exc:
+            if exc.code != 409:  # there already (a --workdir used again keeps etcd's data)
+                raise
 
     def _node_ready(self) -> bool:
         try:
