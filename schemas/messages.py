@@ -57,6 +57,10 @@ class ServerEvent(_Message, frozen=True, tag=_tag("server")):
     """The bundle named by the object's ownership label, if any."""
     keep: bool = False
     """The live object opts out of prune (annotation ``driftbus.dev/prune: disabled``)."""
+    retired: bool = False
+    """A tombstone of an object that finished its work and that its own controller removes, as
+    its manifest asks (a completed Job with ``ttlSecondsAfterFinished``): not re-created until its
+    manifest changes, and counted as Ready (docs/drift.md)."""
     observed_at: dt.datetime | None = None
     watcher: str = ""
 

@@ -114,6 +114,23 @@ def _job(obj: Mapping[str, Any], status: Mapping[str, Any]) -> Result:
     return Health.IN_PROGRESS, f"active: {_int(status.get('active'))}"
 
 
+def retiring(obj: Mapping[str, Any]) -> bool:
+    """Whether ``obj`` finished its work and its own controller will remove it, as it asks: a
+    Job that completed and sets ``ttlSecondsAfterFinished`` (the TTL-after-finished controller
+    deletes it then). Its deletion is the end of its life, not drift."""
+    api_version = obj.get("apiVersion")
+    if obj.get("kind") != "Job" or not (
+        isinstance(api_version, str) and api_version.startswith("batch/")
+    ):
+        return False
+    spec, status = obj.get("spec"), obj.get("status")
+    ttl = spec.get("ttlSecondsAfterFinished") if isinstance(spec, Mapping) else None
+    if not isinstance(ttl, int) or isinstance(ttl, bool) or ttl < 0:
+        return False
+    conds = _conditions(status if isinstance(status, Mapping) else {})
+    return _is(conds.get("Complete"), "True")
+
+
 def _pod(obj: Mapping[str, Any], status: Mapping[str, Any]) -> Result:
     phase = status.get("phase")
     if phase == "Succeeded":

@@ -191,7 +191,11 @@ def _step(e: Entry, event: Event) -> tuple[Entry, Decision | None]:
 
 def _observe(e: Entry, ev: Observed) -> Entry:
     e = dataclasses.replace(
-        e, server_sha=ev.server_sha, server_deleted=ev.deleted, server_rv=ev.resource_version
+        e,
+        server_sha=ev.server_sha,
+        server_deleted=ev.deleted,
+        server_rv=ev.resource_version,
+        server_retired=ev.deleted and ev.retired,
     )
     if ev.deleted:
         return dataclasses.replace(e, owner_bundle=ev.owner_bundle or e.owner_bundle)

@@ -53,6 +53,9 @@ class Observed:
     api_version: str = ""
     keep: bool = False
     """The live object opts out of prune."""
+    retired: bool = False
+    """A tombstone of an object that finished and that its controller removed (a completed Job
+    with ``ttlSecondsAfterFinished``): its end, not drift."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -125,6 +128,9 @@ class Entry:
     gone by then, and after a restart it was never known)."""
     keep: bool = False
     """The live object opts out of prune (annotation)."""
+    server_retired: bool = False
+    """It is gone because it finished (``Observed.retired``): not re-created, counted Ready,
+    until its manifest changes."""
     # bookkeeping
     inflight: Sha | None = None
     """manifestSHA of the apply intent sent and not yet answered; ``DELETE_INFLIGHT`` for a
@@ -167,5 +173,8 @@ class Entry:
             self.apply_sha is not None
             and self.server_rv >= self.applied_rv
             and self.server_rv > 0
-            and (self.server_deleted or self.server_sha != self.apply_sha)
+            and (
+                (self.server_deleted and not self.server_retired)
+                or (not self.server_deleted and self.server_sha != self.apply_sha)
+            )
         )

@@ -32,6 +32,7 @@ def observed(ev: ServerEvent) -> Observed:
         ev.bundle,
         api_version=ev.api_version,
         keep=ev.keep,
+        retired=ev.deleted and ev.retired,
     )
 
 

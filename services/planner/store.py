@@ -43,6 +43,7 @@ _SERVER = 7  # 0 none, 1 = apply_sha, 2 in tail
 _INFLIGHT = 9  # 0 none, 1 = manifest_sha, 2 DELETE_INFLIGHT, 3 in tail
 _FAILED = 11  # 0 none, 1 = manifest_sha, 2 in tail
 _KEEP = 1 << 13
+_RETIRED = 1 << 14
 _NONE, _SAME, _TAIL, _OTHER = 0, 1, 2, 3
 
 
@@ -99,6 +100,8 @@ class Progress(NamedTuple):
     """an intent is on its way"""
     drifted: bool
     """the live object seen since the last apply differs from it (or is gone)"""
+    retired: bool = False
+    """it is gone because it finished (a completed Job its TTL controller removed)"""
 
 
 class EntryStore:
@@ -177,6 +180,7 @@ class EntryStore:
         same_as_applied = (flags >> _SERVER) & 3 == _SAME and not flags & _SERVER_DELETED
         observed = server_rv > 0 and (server_rv >= applied_rv or same_as_applied)
         has_apply = (flags >> _APPLY) & 3 != _NONE
+        retired = bool(flags & _SERVER_DELETED and flags & _RETIRED)
         return Progress(
             applied=(flags >> _APPLIED_MANIFEST) & 3 == _SAME and not inflight,
             failed=(flags >> _FAILED) & 3 == _SAME and failed_at >= applied_at,
@@ -184,7 +188,9 @@ class EntryStore:
             inflight=inflight,
             drifted=has_apply
             and observed
+            and not retired
             and (bool(flags & _SERVER_DELETED) or (flags >> _SERVER) & 3 != _SAME),
+            retired=retired,
         )
 
     def strays(self, cluster: str, owner: str) -> Iterator[Slot]:
@@ -243,6 +249,8 @@ class EntryStore:
             flags |= _SERVER_DELETED
         if e.keep:
             flags |= _KEEP
+        if e.server_retired:
+            flags |= _RETIRED
         flags |= _sha_mode(e.applied_manifest_sha, e.manifest_sha, tail) << _APPLIED_MANIFEST
         if e.apply_sha is not None:
             flags |= _TAIL << _APPLY
@@ -323,6 +331,7 @@ class EntryStore:
             applied_rv=applied_rv,
             server_sha=server,
             server_deleted=bool(flags & _SERVER_DELETED),
+            server_retired=bool(flags & _RETIRED),
             server_rv=server_rv,
             owner_bundle=by_id[owner],
             api_version=by_id[api_version],

@@ -80,6 +80,9 @@ def tally(view: BundleView, known: Known) -> Tally:
         if not p.observed:
             t.unobserved += 1
             continue
+        if p.retired:
+            t.ready += 1  # finished, and removed by its controller as its manifest asks
+            continue
         if p.drifted:
             t.drifted += 1
             t.problems.append(f"{key}: drifted")

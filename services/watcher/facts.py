@@ -13,7 +13,7 @@ from typing import Any
 from schemas.codec import WireError, decode
 from schemas.messages import Health, ServerEvent
 from schemas.subjects import ObjectKey, key_tokens
-from services.core.health import health
+from services.core.health import health, retiring
 from services.core.manifest import owner_of, prune_disabled, rv_int
 from services.core.sha import object_sha
 
@@ -28,6 +28,9 @@ class Seen:
     keep: bool = False
     seq: int = 0
     """stream sequence of the SERVER message holding this fact (0: not published yet)"""
+    retiring: bool = False
+    """it finished and its controller will remove it (``health.retiring``): its tombstone says
+    so even when a relist, not a watch event with its last state, notices it gone"""
 
     @classmethod
     def of(cls, ev: ServerEvent, seq: int) -> Seen:
@@ -45,11 +48,22 @@ def change(
     (its SHA, health or keep changed, and it is not older than what SERVER holds). Raises
     HashError or SubjectError for an object that cannot be hashed or keyed."""
     key = ObjectKey.of(obj)
+    meta = obj.get("metadata") or {}
+    if meta.get("deletionTimestamp") and retiring(obj):
+        # its controller is removing it (the TTL controller deletes in the foreground, so it
+        # lingers a moment): that is its end already, not a change to correct
+        if seen is not None and seen.sha is None:
+            return key, None
+        rv_now = rv_int(meta.get("resourceVersion", ""))
+        if seen is not None and rv_now < seen.rv:
+            return key, None
+        return key, tombstone(key, str(rv_now), cluster, watcher_id, retired=True)
     sha = object_sha(obj)
     h, why = health(obj)
-    rv = rv_int(obj.get("metadata", {}).get("resourceVersion", ""))
+    rv = rv_int(meta.get("resourceVersion", ""))
     keep = prune_disabled(obj)
     if seen is not None and (seen.sha, seen.health, seen.keep) == (sha, h, keep):
+        # (a Job becomes retiring as it completes: its health changes with it)
         return key, None
     if seen is not None and rv < seen.rv:
         return key, None  # older than what the stream already holds
@@ -65,11 +79,14 @@ def change(
         keep=keep,
         watcher=watcher_id,
     )
-    return key, (Seen(sha, h, rv, keep), event)
+    return key, (Seen(sha, h, rv, keep, retiring=retiring(obj)), event)
 
 
-def tombstone(key: ObjectKey, rv: str, cluster: str, watcher_id: str) -> Change:
-    """The fact that ``key`` is gone, noticed at ``rv`` (a watch event's or a relist's)."""
+def tombstone(
+    key: ObjectKey, rv: str, cluster: str, watcher_id: str, *, retired: bool = False
+) -> Change:
+    """The fact that ``key`` is gone, noticed at ``rv`` (a watch event's or a relist's);
+    ``retired`` when it had finished and its controller removed it (``health.retiring``)."""
     event = ServerEvent(
         cluster=cluster,
         key=key,
@@ -77,6 +94,7 @@ def tombstone(key: ObjectKey, rv: str, cluster: str, watcher_id: str) -> Change:
         server_sha=None,
         deleted=True,
         watcher=watcher_id,
+        retired=retired,
     )
     return Seen(None, Health.UNKNOWN, rv_int(rv)), event
 

@@ -37,6 +37,7 @@ from services.common.kube import Gone, KubeClient, KubeError, NotFound, Resource
 from services.common.newest import publish_newest
 from services.common.runtime import cluster_connections
 from services.common.settings import replica_id
+from services.core.health import retiring
 from services.core.manifest import OWNER_LABEL, bundle_kinds, rv_int
 from services.core.scope import BUILTIN
 from services.core.sha import HashError
@@ -207,7 +208,11 @@ class Watcher:
                         if ev.type in ("ADDED", "MODIFIED"):
                             await self._observe(ev.object)
                         elif ev.type == "DELETED":
-                            await self._tombstone(ObjectKey.of(ev.object), ev.resource_version)
+                            await self._tombstone(
+                                ObjectKey.of(ev.object),
+                                ev.resource_version,
+                                retired=retiring(ev.object),  # its last state says
+                            )
                         rv = ev.resource_version or rv
                 except Gone:
                     self.relists += 1
@@ -263,11 +268,14 @@ class Watcher:
             await self._publish_all([change])
         return key
 
-    async def _tombstone(self, key: ObjectKey, rv: str) -> None:
+    async def _tombstone(self, key: ObjectKey, rv: str, *, retired: bool = False) -> None:
         seen = self.cache.get(key)
         if seen is not None and seen.sha is None:
             return
-        await self._publish_all([tombstone(key, rv, self.s.cluster, self.s.watcher_id)])
+        retired = retired or (seen is not None and seen.retiring)
+        await self._publish_all(
+            [tombstone(key, rv, self.s.cluster, self.s.watcher_id, retired=retired)]
+        )
 
     async def _publish_all(self, changes: list[Change]) -> None:
         """Publish facts and wait for every acknowledgement; only then remember them as seen.

@@ -176,3 +176,67 @@ async def test_a_pruned_namespace_is_really_gone(
         assert time.monotonic() < deadline, f"namespace still there: {state.get('status')}"
         await asyncio.sleep(0.5)
     await live_kube.get(res, keep)
+
+
+async def test_a_finished_job_its_ttl_controller_deletes_is_not_re_created(
+    live_pipeline: Pipeline, lnc: NATS, live_kube: KubeClient, measured: Any
+) -> None:
+    """kwok runs the Job's Pod to completion, the Job controller marks it Complete, the
+    TTL-after-finished controller deletes it at once (``ttlSecondsAfterFinished: 0``). driftbus
+    takes that as the Job's end: one apply in all, the bundle stays Ready; a new revision of the
+    Job runs it again."""
+    ns = unique_name("job")
+    bundle = unique_name("job")
+    watch = StatusWatch()
+    await watch.start(lnc, live_pipeline.cluster, bundle)
+    applies = Applies()
+    await applies.start(lnc, live_pipeline.cluster)
+    live_pipeline.start_all()
+    js = lnc.jetstream()
+
+    def job(image: str) -> dict[str, Any]:
+        return {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "migrate", "namespace": ns},
+            "spec": {
+                "ttlSecondsAfterFinished": 0,
+                "template": {
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "containers": [{"name": "m", "image": image}],
+                    }
+                },
+            },
+        }
+
+    res = await live_kube.discovery.resource("batch/v1", "Job")
+
+    async def gone() -> None:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                await live_kube.get(res, "migrate", ns)
+            except NotFound:
+                return
+            assert time.monotonic() < deadline, "the Job was never completed and removed"
+            await asyncio.sleep(0.5)
+
+    await live_pipeline.publish(js, bundle, [namespace_of(ns), job("busybox:1")])
+    await gone()
+    await settle(10)  # time for a re-create loop to show
+    with pytest.raises(NotFound):
+        await live_kube.get(res, "migrate", ns)
+    assert applies.of("Job", "migrate") == ["new"]
+    latest = watch.bundles[-1]
+    assert latest.phase.value == "Ready", latest
+    # a new revision of the Job is a new run
+    await live_pipeline.publish(js, bundle, [namespace_of(ns), job("busybox:2")], revision="r2")
+    await watch.until(lambda s: s.revision == "r2", 60, live_pipeline.logs)
+    await gone()
+    await settle(5)
+    assert applies.of("Job", "migrate") == ["new", "manifest"]
+    measured(
+        "live cluster: a Job with ttlSecondsAfterFinished: 0 completed and was removed by its "
+        "controller; driftbus applied it once per revision, no re-create loop"
+    )

@@ -41,6 +41,7 @@ entries = st.builds(
     owner_bundle=names,
     api_version=st.sampled_from(["", "v1", "apps/v1"]),
     keep=st.booleans(),
+    server_retired=st.booleans(),
     inflight=st.sampled_from([None, M, OTHER, DELETE_INFLIGHT]),
     inflight_at=st.floats(0, 2e9),
     failed=digests,
@@ -66,6 +67,7 @@ def test_round_trip(entry: Entry) -> None:
             entry.observed,
             entry.inflight is not None,
             entry.drifted,
+            entry.server_deleted and entry.server_retired,
         )
     # overdue: exactly the entries with an intent in flight since before the cut
     assert list(store.overdue(1e9)) == (
