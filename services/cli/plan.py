@@ -17,18 +17,20 @@ from typing import Any, cast
 from nats.js import JetStreamContext
 
 from schemas.codec import WireError, decode
-from schemas.messages import AppliedEvent, DecisionAction, OutcomeEvent, ServerEvent
+from schemas.messages import AppliedEvent, DecisionAction, IgnoreRule, OutcomeEvent, ServerEvent
 from schemas.subjects import ObjectKey, cluster_filter
 from services.common import bus
 from services.common.kube import KubeClient, KubeError, NotFound
 from services.common.load import Loaded
 from services.core.diff import Change, diff, mask_sensitive
+from services.core.ignore import pointers_of
 from services.core.manifest import FIELD_MANAGER, apply_order, owned
 from services.core.scope import Scopes, normalise
 from services.core.scrub import scrub_for
 from services.core.sha import manifest_sha, prune
 from services.planner import facts
 from services.planner.decide import Decision, Desired, Entry, evaluate, restore
+from services.planner.intake import ignoring
 
 
 @dataclasses.dataclass
@@ -37,6 +39,8 @@ class PlanRow:
     action: str  # apply / delete / keep / unchanged / error
     reason: str
     changes: list[Change] = dataclasses.field(default_factory=list)
+    ignored: list[str] = dataclasses.field(default_factory=list)
+    """Pointers of the fields neither applied nor compared (``--ignore``, the annotation)."""
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -47,6 +51,7 @@ class PlanRow:
             "action": self.action,
             "reason": self.reason,
             "changes": [str(c) for c in self.changes],
+            "ignored": self.ignored,
         }
 
 
@@ -92,6 +97,7 @@ async def plan(
     loaded: Loaded,
     prune_removed: bool = True,
     namespace: str = "",
+    ignore: list[IgnoreRule] | None = None,
 ) -> list[PlanRow]:
     """One row per object of ``loaded`` and per object the publish would prune. Raises
     ``ManifestError`` for what the planner would refuse (see ``scope.normalise``)."""
@@ -99,15 +105,20 @@ async def plan(
     rows: list[PlanRow] = []
     desired: set[ObjectKey] = set()
     scopes = await _scopes(kube, loaded)
-    for m in loaded.manifests:
-        manifest = owned(normalise(m.obj, scopes, namespace), bundle)
-        key = ObjectKey.of(manifest)
+    for i, m in enumerate(loaded.manifests):
+        # as the planner takes the object in (intake): normalised, ignored fields out, owned
+        normalised = normalise(m.obj, scopes, namespace)
+        key = ObjectKey.of(normalised)
+        manifest = owned(ignoring(normalised, ignore or [], key, f"manifests[{i}]"), bundle)
         desired.add(key)
+        ignored = pointers_of(manifest)
         decision = decide_republish(facts.rebuilt(key, known.get(key, [])), bundle, manifest)
         if decision is None or decision.action is DecisionAction.HIT:
-            rows.append(PlanRow(key, "unchanged", "hit"))
+            rows.append(PlanRow(key, "unchanged", "hit", ignored=ignored))
             continue
-        rows.append(await _dry_run(kube, key, manifest, str(decision.reason)))
+        row = await _dry_run(kube, key, manifest, str(decision.reason))
+        row.ignored = ignored
+        rows.append(row)
     for key, found in known.items():
         if key in desired:
             continue

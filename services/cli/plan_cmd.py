@@ -9,6 +9,7 @@ import asyncio
 import os
 
 from services.cli.inputs import add_source_args, load_manifests
+from services.cli.publish import add_ignore_arg
 from services.common import settings
 from services.common.bus import NatsSettings
 
@@ -37,6 +38,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
                 loaded=loaded,
                 prune_removed=not args.no_prune,
                 namespace=args.namespace or "",
+                ignore=list(args.ignore or ()),
             )
         except ManifestError as exc:
             return table.fail("plan", exc)
@@ -55,10 +57,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
                     "namespace": r.key.namespace,
                     "name": r.key.name,
                     "changes": len(r.changes) or "",
+                    "ignored": ",".join(r.ignored),
                 }
                 for r in rows
             ],
-            ["action", "reason", "kind", "namespace", "name", "changes"],
+            ["action", "reason", "kind", "namespace", "name", "changes", "ignored"],
             "table",
         )
         for r in rows:
@@ -86,6 +89,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         action="store_true",
         help="plan a revision with no objects (every object of the bundle would be deleted)",
     )
+    add_ignore_arg(pl)
     pl.add_argument(
         "--kubeconfig",
         default=os.environ.get("KUBECONFIG"),

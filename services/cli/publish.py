@@ -138,6 +138,19 @@ def colour_phase(phase: object) -> str:
     return colour(str(phase))
 
 
+def add_ignore_arg(p: argparse.ArgumentParser) -> None:
+    """``--ignore``, for ``publish`` and ``plan`` alike (``args.ignore``: the rules)."""
+    p.add_argument(
+        "--ignore",
+        action="append",
+        type=_ignore_rule,
+        metavar="[GROUP/]KIND[/NS/NAME]:POINTER",
+        help="fields another controller manages, neither applied nor compared, e.g. "
+        "apps/Deployment:/spec/replicas (repeatable; comma-separated pointers; NS and NAME may "
+        "be *; docs/drift.md)",
+    )
+
+
 def _add_bundle_option_flags(p: argparse.ArgumentParser) -> None:
     """The flags of ``BundleOptions`` (``bundle_options`` reads them back)."""
     p.add_argument("--no-prune", action="store_true", help="keep objects that leave the bundle")
@@ -159,15 +172,7 @@ def _add_bundle_option_flags(p: argparse.ArgumentParser) -> None:
         help="take objects another bundle declares: they move to this bundle (without it "
         "such an object is refused, naming the bundle that has it)",
     )
-    p.add_argument(
-        "--ignore",
-        action="append",
-        type=_ignore_rule,
-        metavar="[GROUP/]KIND[/NS/NAME]:POINTER",
-        help="fields another controller manages, neither applied nor compared, e.g. "
-        "apps/Deployment:/spec/replicas (repeatable; comma-separated pointers; NS and NAME may "
-        "be *; docs/drift.md)",
-    )
+    add_ignore_arg(p)
     p.add_argument(
         "--prune-propagation",
         choices=get_args(Propagation),

@@ -9,6 +9,7 @@ out, which does not matter to what is counted.)
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -19,6 +20,7 @@ from services.common.kube import KubeClient
 from services.core.ignore import parse_rule
 
 from ..conftest import unique_name
+from .test_trust_cli import driftbus
 
 SCALES = 20
 
@@ -84,7 +86,12 @@ async def test_a_scaler_changing_replicas_the_manifest_omits_costs_no_write(
 
 
 async def test_an_ignore_rule_hands_replicas_over_and_then_costs_no_write(
-    pipeline: Pipeline, pnc: NATS, kube: KubeClient, namespace: str, measured: Any
+    pipeline: Pipeline,
+    pnc: NATS,
+    kube: KubeClient,
+    namespace: str,
+    measured: Any,
+    tmp_path: Path,
 ) -> None:
     """r1 sets replicas: 3 (driftbus owns it); r2 adds the rule: replicas stays 3 (plain
     server-side apply would have removed it, and the API server defaulted it to 1), and the
@@ -106,6 +113,24 @@ async def test_an_ignore_rule_hands_replicas_over_and_then_costs_no_write(
     writes, last = await _scaled_twenty_times(pipeline, kube, path)
     assert writes == 0, f"driftbus wrote {writes} times over an ignored field"
     assert await _replicas(kube, path) == last
+    # plan agrees with the planner: with the rule nothing to do, the field shown as ignored
+    src = tmp_path / "web.json"
+    src.write_bytes(orjson.dumps(manifests[0]))
+    plan_args = ["plan", str(src), "--cluster", pipeline.cluster, "--bundle", bundle, "-o", "json"]
+    env = {"KUBECONFIG": str(pipeline.stack.cluster.kubeconfig)}
+    code, out, err = await driftbus(
+        pipeline.nats.client_url, *plan_args, "--ignore", "apps/Deployment:/spec/replicas", env=env
+    )
+    assert code == 0, err
+    [row] = orjson.loads(out)
+    assert (row["action"], row["ignored"]) == ("unchanged", ["/spec/replicas"]), row
+    code, out, err = await driftbus(pipeline.nats.client_url, *plan_args, env=env)
+    assert code == 0, err
+    [row] = orjson.loads(out)
+    # without it the manifest's replicas is back, and the scaler owns the field now
+    assert (row["action"], row["ignored"]) == ("error", []), row
+    assert "conflict" in row["reason"].lower(), row
+    assert "replicas" in row["reason"], row
     measured(
         f"{SCALES} scales of a Deployment whose manifest sets replicas, ignored by a rule "
         f"(handed over at 3): {writes} writes, the scaler's value stays"
