@@ -12,6 +12,7 @@ from msgspec import Meta
 from schemas.base import Message, Name, RawObject, Sha, tag
 
 Propagation = Literal["Background", "Foreground", "Orphan"]
+DriftMode = Literal["correct", "warn"]
 
 
 JsonPointer = Annotated[
@@ -58,6 +59,10 @@ class BundleOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     ] = ""
     """Default namespace (``kubectl apply -n``): set on every object of a namespaced kind that
     names none. Objects that name a namespace keep it; cluster-scoped ones never get one."""
+    drift: DriftMode = "correct"
+    """What a change made by someone else to a field driftbus owns (or a deletion) gets:
+    ``correct`` applies the manifest again; ``warn`` writes nothing and reports the bundle
+    ``OutOfSync``, naming the objects (``driftbus plan`` shows the fields)."""
     ignore: list[IgnoreRule] = []
     """Fields other controllers manage: removed from matching manifests before they are hashed
     and applied, named in each object's ``driftbus.dev/ignore`` annotation so that serverSHA and

@@ -24,6 +24,7 @@ from schemas.base import Sha as Sha
 from schemas.base import tag as _tag
 from schemas.bundle import Bundle as Bundle
 from schemas.bundle import BundleOptions as BundleOptions
+from schemas.bundle import DriftMode as DriftMode
 from schemas.bundle import IgnoreRule as IgnoreRule
 from schemas.bundle import JsonPointer as JsonPointer
 from schemas.bundle import ObjectStoreRef as ObjectStoreRef

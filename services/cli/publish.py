@@ -10,7 +10,7 @@ import os
 import sys
 from typing import get_args
 
-from schemas.messages import BundleOptions, IgnoreRule, Propagation
+from schemas.messages import BundleOptions, DriftMode, IgnoreRule, Propagation
 from services.cli.inputs import add_source_args, load_manifests
 from services.common import settings
 from services.common.bus import NatsSettings
@@ -28,6 +28,7 @@ def bundle_options(args: argparse.Namespace) -> BundleOptions:
         propagation=args.prune_propagation,
         namespace=args.namespace or "",
         ignore=list(args.ignore or ()),
+        drift=args.drift,
     )
 
 
@@ -173,6 +174,14 @@ def _add_bundle_option_flags(p: argparse.ArgumentParser) -> None:
         "such an object is refused, naming the bundle that has it)",
     )
     add_ignore_arg(p)
+    p.add_argument(
+        "--drift",
+        choices=get_args(DriftMode),
+        default=BundleOptions().drift,
+        help="what a change someone else makes to a field driftbus owns gets: correct (apply "
+        "the manifest again) or warn (write nothing, report the bundle OutOfSync naming the "
+        "objects); default %(default)s",
+    )
     p.add_argument(
         "--prune-propagation",
         choices=get_args(Propagation),

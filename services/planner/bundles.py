@@ -162,7 +162,9 @@ class BundleIntake:
         objects = sorted(taken.objects, key=lambda d: apply_order(d[0][1]))
         for i, (slot, encoded, sha) in enumerate(objects):
             st.details.set_manifest(slot, encoded)
-            await self.fold(slot, Desired(name, bundle.revision, sha, options.prune))
+            await self.fold(
+                slot, Desired(name, bundle.revision, sha, options.prune, options.drift == "correct")
+            )
             await pace(i)  # heartbeats and publishes run between decisions
         left = previous.keys - view.keys if previous is not None else set()
         for key in left:

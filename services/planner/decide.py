@@ -121,6 +121,8 @@ def evaluate(e: Entry, *, republished: bool = False) -> Decision | None:
     if e.applied_manifest_sha != e.manifest_sha:
         return _apply(DecisionReason.MANIFEST)
     if e.drifted:
+        if not e.correct_drift:
+            return None  # reported (the bundle is OutOfSync), never written: drift: warn
         return _apply(DecisionReason.DELETED if e.server_deleted else DecisionReason.DRIFT)
     return HIT
 
@@ -148,6 +150,7 @@ def _step(e: Entry, event: Event) -> tuple[Entry, Decision | None]:
                 revision=event.revision,
                 manifest_sha=event.manifest_sha,
                 prune=event.prune,
+                correct_drift=event.correct_drift,
             )
             return _emit(e, evaluate(e, republished=republished), Trigger.BUNDLE)
         case Removed():
@@ -227,6 +230,7 @@ def restore(e: Entry, event: Event) -> Entry:
                 revision=event.revision,
                 manifest_sha=event.manifest_sha,
                 prune=event.prune,
+                correct_drift=event.correct_drift,
             )
         case Observed() if event.resource_version >= e.server_rv:
             return _observe(e, event)

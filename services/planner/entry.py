@@ -28,6 +28,8 @@ class Desired:
     revision: str
     manifest_sha: Sha
     prune: bool = True
+    correct_drift: bool = True
+    """False for a bundle in ``drift: warn``: drift is reported, never corrected."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -114,6 +116,8 @@ class Entry:
     revision: str = ""
     manifest_sha: Sha | None = None
     prune: bool = True
+    correct_drift: bool = True
+    """The bundle corrects drift (``drift: correct``); False: it only reports it."""
     # last apply (from APPLIED)
     applied_manifest_sha: Sha | None = None
     apply_sha: Sha | None = None

@@ -44,6 +44,7 @@ _INFLIGHT = 9  # 0 none, 1 = manifest_sha, 2 DELETE_INFLIGHT, 3 in tail
 _FAILED = 11  # 0 none, 1 = manifest_sha, 2 in tail
 _KEEP = 1 << 13
 _RETIRED = 1 << 14
+_WARN_ONLY = 1 << 15  # drift: warn
 _NONE, _SAME, _TAIL, _OTHER = 0, 1, 2, 3
 
 
@@ -251,6 +252,8 @@ class EntryStore:
             flags |= _KEEP
         if e.server_retired:
             flags |= _RETIRED
+        if not e.correct_drift:
+            flags |= _WARN_ONLY
         flags |= _sha_mode(e.applied_manifest_sha, e.manifest_sha, tail) << _APPLIED_MANIFEST
         if e.apply_sha is not None:
             flags |= _TAIL << _APPLY
@@ -332,6 +335,7 @@ class EntryStore:
             server_sha=server,
             server_deleted=bool(flags & _SERVER_DELETED),
             server_retired=bool(flags & _RETIRED),
+            correct_drift=not flags & _WARN_ONLY,
             server_rv=server_rv,
             owner_bundle=by_id[owner],
             api_version=by_id[api_version],

@@ -164,3 +164,34 @@ async def test_without_a_rule_and_with_force_the_manifest_wins_each_time(
     corrections = writes_since(pipeline.api, before, {"deployments"}) - rounds
     assert corrections == rounds
     measured(f"replicas set with force, scaled {rounds} times: {corrections} corrections")
+
+
+async def test_drift_warn_reports_out_of_sync_and_writes_nothing(
+    pipeline: Pipeline, pnc: NATS, kube: KubeClient, namespace: str
+) -> None:
+    bundle = unique_name("warn")
+    watch = StatusWatch()
+    await watch.start(pnc, pipeline.cluster, bundle)
+    pipeline.start_all()
+    cm = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "settings", "namespace": namespace},
+        "data": {"mode": "fast"},
+    }
+    await pipeline.publish(pnc.jetstream(), bundle, [cm], drift="warn")
+    await watch.ready("r1", 60, pipeline.logs)
+    res = await kube.discovery.resource("v1", "ConfigMap")
+    before = write_counts(pipeline.api)
+    await kube.request(
+        "PATCH",
+        res.path(namespace, "settings"),
+        params={"fieldManager": "kubectl-edit"},
+        body=orjson.dumps({"data": {"mode": "slow"}}),
+        content_type="application/merge-patch+json",
+    )
+    status = await watch.until(lambda s: s.phase.value == "OutOfSync", 30, pipeline.logs)
+    assert any("settings" in f and "drifted" in f for f in status.failed_objects), status
+    await settle(3)
+    assert writes_since(pipeline.api, before, {"configmaps"}) == 1  # the edit, nothing else
+    assert (await kube.get(res, "settings", namespace))["data"] == {"mode": "slow"}

@@ -42,6 +42,7 @@ entries = st.builds(
     api_version=st.sampled_from(["", "v1", "apps/v1"]),
     keep=st.booleans(),
     server_retired=st.booleans(),
+    correct_drift=st.booleans(),
     inflight=st.sampled_from([None, M, OTHER, DELETE_INFLIGHT]),
     inflight_at=st.floats(0, 2e9),
     failed=digests,
