@@ -1,6 +1,7 @@
 """Scenario `hashing`: prune + canonical JSON + SHA-256 throughput of the driftbus SHA core.
 
-Peer: the straightforward implementation — ``copy.deepcopy``, prune by mutation,
+Peer: the straightforward implementation — the same owned-field projection (the rule, issue 15),
+then ``copy.deepcopy``, prune by mutation,
 ``json.dumps(sort_keys=True)``, ``hashlib`` — configured to produce the *same canonical bytes*
 (compact separators, no ASCII escaping), so the run first checks that both compute identical
 digests for every object and only then times them. Repetitions alternate the two so noise from
@@ -18,13 +19,18 @@ from typing import Any
 
 from bench import corpus
 from bench.report import Result
+from services.core.ignore import pointers_of, without
+from services.core.owned import owned_projection
 from services.core.sha import object_sha
 
 _KEEP = ("name", "namespace", "labels", "annotations", "deletionTimestamp")
 
 
 def baseline_sha(obj: dict[str, Any]) -> bytes:
-    pruned = copy.deepcopy(obj)
+    # the owned-field projection (issue 15) is the rule, not the technique compared: both sides
+    # run the same function for it
+    projected = owned_projection(obj)
+    pruned = copy.deepcopy(dict(without(projected, pointers_of(projected))))
     pruned.pop("status", None)
     meta = pruned.get("metadata", {})
     pruned["metadata"] = {k: meta[k] for k in _KEEP if meta.get(k) not in (None, {}, "")}
