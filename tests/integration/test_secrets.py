@@ -141,8 +141,11 @@ async def test_planted_secret_never_printed(
     for f in ("resourceVersion", "managedFields", "uid", "creationTimestamp"):
         tampered["metadata"].pop(f, None)
     await kube.apply(tampered, field_manager="intruder", force=True)
-    before_fix = watch.objects[:]
-    await watch.until(lambda s: len(watch.objects) > len(before_fix), 60, pipeline.logs)
+    # the correction's own row (a wait on bundle statuses would miss a correction that starts
+    # and ends between two of them: the bundle's summary never changes)
+    await watch.object_status(
+        lambda o: o.key.name == "creds" and o.message == "applied (drift)", 60, pipeline.logs
+    )
     await settle(3)
     fixed = await kube.get(res, "creds", namespace)
     assert fixed["data"]["token"] == b64(PLANTED + "-data"), "drift on the Secret not corrected"
