@@ -223,6 +223,9 @@ async def test_a_finished_job_its_ttl_controller_deletes_is_not_re_created(
             await asyncio.sleep(0.5)
 
     await live_pipeline.publish(js, bundle, [namespace_of(ns), job("busybox:1")])
+    await watch.object_status(  # created first (on a busy machine that can take a while)
+        lambda o: o.key.name == "migrate" and o.message == "applied (new)", 120, live_pipeline.logs
+    )
     await gone()
     await settle(10)  # time for a re-create loop to show
     with pytest.raises(NotFound):
@@ -232,7 +235,11 @@ async def test_a_finished_job_its_ttl_controller_deletes_is_not_re_created(
     assert latest.phase.value == "Ready", latest
     # a new revision of the Job is a new run
     await live_pipeline.publish(js, bundle, [namespace_of(ns), job("busybox:2")], revision="r2")
-    await watch.until(lambda s: s.revision == "r2", 60, live_pipeline.logs)
+    await watch.object_status(
+        lambda o: o.key.name == "migrate" and o.message == "applied (manifest)",
+        120,
+        live_pipeline.logs,
+    )
     await gone()
     await settle(5)
     assert applies.of("Job", "migrate") == ["new", "manifest"]
