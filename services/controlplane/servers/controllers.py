@@ -160,7 +160,14 @@ class Controllers:
             "metadata": {
                 "name": FAKE_NODE,
                 "annotations": {"kwok.x-k8s.io/node": "fake"},
-                "labels": {"type": "kwok", "kubernetes.io/hostname": FAKE_NODE},
+                # the well-known labels a kubelet sets: real installs select on them
+                # (Argo CD's and Flux's Deployments: nodeSelector kubernetes.io/os: linux)
+                "labels": {
+                    "type": "kwok",
+                    "kubernetes.io/hostname": FAKE_NODE,
+                    "kubernetes.io/os": "linux",
+                    "kubernetes.io/arch": "amd64",
+                },
             },
             "status": {
                 "allocatable": {"cpu": "1000", "memory": "1Ti", "pods": "10000"},
