@@ -28,7 +28,7 @@ import nats
 from bench.report import Result
 from bench.stack import cpu_seconds
 from harness.fleet import Fleet, clusters
-from harness.pipeline import StatusWatch, write_counts, writes_since
+from harness.pipeline import StatusWatch, write_requests
 from services.controlplane import servers
 from services.planner.service import PlannerSettings
 
@@ -93,7 +93,7 @@ async def _one_run(
         for i in range(planners):
             f.start_planner(f"planner-{i}")
         await asyncio.sleep(3 * DEFAULTS.heartbeat_interval)  # processes up, replicas met
-        writes_before = {n: write_counts(c.apiserver) for n, c in zip(names, cs, strict=True)}
+        writes_before = {n: write_requests(c.apiserver) for n, c in zip(names, cs, strict=True)}
         cpu_before = {p: cpu_seconds(proc.pid) for p, proc in f.planners.items()}
         started = time.monotonic()
         for i, name in enumerate(names):
@@ -106,8 +106,10 @@ async def _one_run(
         cpu = {p: cpu_seconds(proc.pid) - cpu_before[p] for p, proc in f.planners.items()}
         await asyncio.sleep(1.0)  # late writes would show now
         for n, c in zip(names, cs, strict=True):
-            writes = writes_since(c.apiserver, writes_before[n], _KINDS)
-            assert writes == objects, f"{n}: {writes} writes for {objects} objects"
+            delta = write_requests(c.apiserver) - writes_before[n]
+            mine = {k: v for k, v in delta.items() if k[1] in _KINDS}
+            writes = sum(mine.values())
+            assert writes == objects, f"{n}: {writes} writes for {objects} objects: {mine}"
         claims = await f.claims(nc.jetstream())
         per_planner = {p: sum(1 for c in claims.values() if c.planner == p) for p in f.planners}
         return took, cpu, per_planner

@@ -46,11 +46,12 @@ _WRITE_VERBS = {"POST", "PUT", "PATCH", "DELETE", "APPLY", "DELETECOLLECTION"}
 _METRIC = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>[0-9.e+]+)$")
 
 
-def write_counts(api: servers.KubeAPIServer) -> collections.Counter[tuple[str, str]]:
-    """(verb, resource) → count of write requests the API server served so far. Writes to a
-    ``status`` subresource are not counted: driftbus never makes them (the API server's own
-    controllers do, late under load: a CRD's Established condition, and tests do)."""
-    counts: collections.Counter[tuple[str, str]] = collections.Counter()
+def write_requests(api: servers.KubeAPIServer) -> collections.Counter[tuple[str, str, str]]:
+    """(verb, resource, HTTP code) → count of write requests the API server served so far, failed
+    ones included (a 404 on a namespace not created yet is load too). Writes to a ``status``
+    subresource are not counted: driftbus never makes them (the API server's own controllers do,
+    late under load: a CRD's Established condition, and tests do)."""
+    counts: collections.Counter[tuple[str, str, str]] = collections.Counter()
     for line in api.metrics().splitlines():
         m = _METRIC.match(line)
         if not m:
@@ -59,7 +60,17 @@ def write_counts(api: servers.KubeAPIServer) -> collections.Counter[tuple[str, s
         if labels.get("verb") in _WRITE_VERBS and labels.get("resource") not in _SYSTEM_RESOURCES:
             if labels.get("dry_run") or labels.get("subresource") == "status":
                 continue
-            counts[(labels["verb"], labels.get("resource", ""))] += int(float(m["value"]))
+            key = (labels["verb"], labels.get("resource", ""), labels.get("code", ""))
+            counts[key] += int(float(m["value"]))
+    return counts
+
+
+def write_counts(api: servers.KubeAPIServer) -> collections.Counter[tuple[str, str]]:
+    """(verb, resource) → count of write requests the API server served so far (``write_requests``
+    without the codes)."""
+    counts: collections.Counter[tuple[str, str]] = collections.Counter()
+    for (verb, resource, _), n in write_requests(api).items():
+        counts[(verb, resource)] += n
     return counts
 
 

@@ -36,6 +36,7 @@ from schemas.subjects import ObjectKey, object_subject
 from services.applier.classify import Report, Retry, Step, classify, schedule
 from services.applier.consumer import consume, keep_claimed, seq
 from services.applier.fence import Fence, follow_claims, read_claim
+from services.applier.gate import NamespaceGate
 from services.applier.report import Reporter
 from services.applier.verbs import Outcome, apply, delete, now
 from services.common import bus, members, telemetry
@@ -111,6 +112,7 @@ class Applier:
         self.redelivered_done = 0
         self.fenced = 0
         self.fence = Fence()
+        self.gate = NamespaceGate()
         self.bound = asyncio.Event()
 
     async def run(self) -> None:
@@ -187,6 +189,10 @@ class Applier:
             FENCED.add(1, {"cluster": intent.cluster})
             await msg.ack_sync()
             return "fenced"
+        async with self.gate.turn(intent):  # entered before the first await: see ``gate``
+            return await self._carry_out(intent, msg)
+
+    async def _carry_out(self, intent: ApplyIntent | DeleteIntent, msg: Msg) -> str:
         try:
             last = await bus.last_message(self.js, bus.INTENTS, msg.subject)
             if last is None or last.seq != msg.metadata.sequence.stream:

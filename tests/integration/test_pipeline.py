@@ -7,13 +7,21 @@ counters.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from typing import Any
 
 import pytest
 from nats.aio.client import Client as NATS
 
-from harness.pipeline import Pipeline, StatusWatch, settle, write_counts, writes_since
+from harness.pipeline import (
+    Pipeline,
+    StatusWatch,
+    settle,
+    write_counts,
+    write_requests,
+    writes_since,
+)
 from schemas.messages import BundlePhase, ObjectPhase
 from services.common.kube import KubeClient, NotFound
 
@@ -21,7 +29,7 @@ from ..conftest import unique_name
 
 # bundle names unique to this run: the API server is shared, and a bundle of an earlier test
 # with the same name would have its objects pruned by the next one
-STEADY, FIFTY, ERRS = (unique_name(n) for n in ("steady", "fifty", "errs"))
+STEADY, FIFTY, ERRS, NEWNS = (unique_name(n) for n in ("steady", "fifty", "errs", "newns"))
 
 
 def cm(ns: str, name: str, **data: str) -> dict[str, Any]:
@@ -207,6 +215,36 @@ async def test_steady_state_causes_zero_writes(
         f"steady state, {len(manifests)} objects: first publish {len(manifests)} writes; "
         "3 republishes, planner SIGKILL+restart, watcher restart: 0 writes"
     )
+
+
+async def test_objects_in_a_new_namespace_do_not_race_it(
+    pipeline: Pipeline, pnc: NATS, kube: KubeClient
+) -> None:
+    """One applier given new Namespaces and the objects inside them makes exactly one write per
+    object and none that fails: the objects wait for their namespace's apply instead of reaching
+    the API server first (a 404 and a retry each)."""
+    namespaces = [f"{NEWNS}-{i}" for i in range(8)]
+    manifests: list[dict[str, Any]] = []
+    for ns in namespaces:
+        manifests.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        manifests += [cm(ns, f"cm-{j}") for j in range(7)]
+    watch = StatusWatch()
+    await watch.start(pnc, pipeline.cluster, NEWNS)
+    pipeline.start_all()
+    before = write_requests(pipeline.api)
+    try:
+        await pipeline.publish(pnc.jetstream(), NEWNS, manifests)
+        await watch.ready("r1", 60, pipeline.logs)
+        await settle()
+        delta = write_requests(pipeline.api) - before
+        failed = {k: v for k, v in delta.items() if not k[2].startswith("2")}
+        assert not failed, f"failed writes: {failed} (all: {delta})"
+        assert sum(delta.values()) == len(manifests), delta
+    finally:
+        resource = await kube.discovery.resource("v1", "Namespace")
+        for ns in namespaces:  # the fixture empties only the test's own namespace
+            with contextlib.suppress(NotFound):
+                await kube.delete(resource, ns)
 
 
 class DecisionLog:
