@@ -211,7 +211,12 @@ class Applier:
                 await msg.ack_sync()
                 return "already-done"
             if isinstance(intent, ApplyIntent):
-                outcome = await apply(self.kube, intent, applier_id=self.s.applier_id)
+                outcome = await apply(
+                    self.kube,
+                    intent,
+                    applier_id=self.s.applier_id,
+                    whole=self.s.whole_object_drift,
+                )
             else:
                 outcome = await delete(self.kube, intent, applier_id=self.s.applier_id)
         except Exception as exc:

@@ -39,7 +39,9 @@ class Outcome:
     applied: AppliedEvent | None = None
 
 
-async def apply(kube: KubeClient, intent: ApplyIntent, *, applier_id: str) -> Outcome:
+async def apply(
+    kube: KubeClient, intent: ApplyIntent, *, applier_id: str, whole: bool = False
+) -> Outcome:
     """Server-side apply (``fieldManager=driftbus``); an immutable field is replaced if the
     bundle allows it."""
     m = intent.manifest
@@ -69,7 +71,7 @@ async def apply(kube: KubeClient, intent: ApplyIntent, *, applier_id: str) -> Ou
         bundle=intent.bundle,
         revision=intent.revision,
         manifest_sha=intent.manifest_sha,
-        apply_sha=object_sha(live).hex(),
+        apply_sha=object_sha(live, whole=whole).hex(),
         resource_version=rv,
         applied_at=now(),
         applier=applier_id,

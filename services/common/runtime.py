@@ -80,6 +80,12 @@ class ClusterSettings:
         None, "kubeconfig path (in-cluster config when unset)", env="KUBECONFIG"
     )
     context: str | None = setting(None, "kubeconfig context (current context when unset)")
+    whole_object_drift: bool = setting(
+        False,
+        "hash whole objects, not only the fields driftbus owns: every change by another "
+        "controller then counts as drift and is re-applied (the rule before issue 15, kept to "
+        "measure against; watcher and applier of a cluster must agree)",
+    )
 
 
 @dataclasses.dataclass

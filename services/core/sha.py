@@ -67,12 +67,14 @@ def canonical_bytes(obj: Mapping[str, Any]) -> bytes:
         raise HashError(f"{describe(obj)}: cannot be serialized canonically: {exc}") from None
 
 
-def object_sha(obj: Mapping[str, Any]) -> bytes:
+def object_sha(obj: Mapping[str, Any], *, whole: bool = False) -> bytes:
     """applySHA / serverSHA: SHA-256 (32 raw bytes) of the pruned canonical form of the fields
     driftbus owns in a live object (``owned.owned_projection``; the whole object when driftbus
     owns none of it, which is also the case of a manifest), less the fields its
-    ``driftbus.dev/ignore`` annotation names (``ignore.py``)."""
-    projected = owned_projection(obj)
+    ``driftbus.dev/ignore`` annotation names (``ignore.py``). ``whole``: of the whole pruned
+    object, the rule before issue 15 (every write by another controller is drift), kept only to
+    measure against (``bench/churn.py``)."""
+    projected = obj if whole else owned_projection(obj)
     # the annotation counts only where driftbus owns it: anyone else's would switch off drift
     if ignored := pointers_of(projected):
         projected = without(projected, ignored)

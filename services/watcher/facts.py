@@ -42,7 +42,12 @@ Change = tuple[Seen, ServerEvent]
 
 
 def change(
-    obj: dict[str, Any], seen: Seen | None, cluster: str, watcher_id: str
+    obj: dict[str, Any],
+    seen: Seen | None,
+    cluster: str,
+    watcher_id: str,
+    *,
+    whole: bool = False,
 ) -> tuple[ObjectKey, Change | None]:
     """The fact to publish about live ``obj``, if it says something new against ``seen``
     (its SHA, health or keep changed, and it is not older than what SERVER holds). Raises
@@ -58,7 +63,7 @@ def change(
         if seen is not None and rv_now < seen.rv:
             return key, None
         return key, tombstone(key, str(rv_now), cluster, watcher_id, retired=True)
-    sha = object_sha(obj)
+    sha = object_sha(obj, whole=whole)
     h, why = health(obj)
     rv = rv_int(meta.get("resourceVersion", ""))
     keep = prune_disabled(obj)

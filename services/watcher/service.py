@@ -260,7 +260,13 @@ class Watcher:
         return rv
 
     def _change(self, obj: dict[str, Any]) -> tuple[ObjectKey, Change | None]:
-        return change(obj, self.cache.get(ObjectKey.of(obj)), self.s.cluster, self.s.watcher_id)
+        return change(
+            obj,
+            self.cache.get(ObjectKey.of(obj)),
+            self.s.cluster,
+            self.s.watcher_id,
+            whole=self.s.whole_object_drift,
+        )
 
     async def _observe(self, obj: dict[str, Any]) -> ObjectKey:
         key, change = self._change(obj)

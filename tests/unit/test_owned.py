@@ -29,6 +29,25 @@ def test_captured_writes_by_other_managers(path: Path) -> None:
     assert (object_sha(after) != object_sha(applied)) is case["changed"]
 
 
+def test_whole_object_hashing_sees_every_other_managers_write() -> None:
+    """The peer rule (``whole_object_drift``) counts the writes the owned projection leaves out:
+    what the churn benchmark measures against."""
+    unchanged_owned = 0
+    for path in CASES:
+        case = orjson.loads(path.read_bytes())
+        applied, after = case["applied"], case["after"]
+        if case["changed"]:
+            continue
+        unchanged_owned += 1
+        if applied.get("spec") == after.get("spec") and (
+            applied["metadata"].get("labels") == after["metadata"].get("labels")
+            and applied["metadata"].get("annotations") == after["metadata"].get("annotations")
+        ):
+            continue  # nothing a whole-object hash keeps changed either
+        assert object_sha(after, whole=True) != object_sha(applied, whole=True), path.stem
+    assert unchanged_owned >= 3
+
+
 def test_the_projection_of_a_captured_apply_is_the_manifest() -> None:
     applied = orjson.loads((CAPTURED / "scaled-by-hpa.json").read_bytes())["applied"]
     p = owned_projection(applied)
