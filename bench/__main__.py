@@ -6,7 +6,18 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench import cold, durability, fleet, hashing, planner, report, scaling, steady, watcher
+from bench import (
+    churn,
+    cold,
+    durability,
+    fleet,
+    hashing,
+    planner,
+    report,
+    scaling,
+    steady,
+    watcher,
+)
 
 SCENARIOS = {
     "hashing": hashing.run,
@@ -14,6 +25,7 @@ SCENARIOS = {
     "cold": cold.run,
     "steady": steady.run_steady,
     "drift": steady.run_drift,
+    "churn": churn.run,
     "scaling": scaling.run,
     "watcher": watcher.run,
     "durability": durability.run,

@@ -18,18 +18,23 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import msgspec
+from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError
 
+from schemas.codec import decode
 from schemas.messages import (
     BundleOptions,
     BundlePhase,
     BundleStatus,
+    DecisionAction,
+    DecisionRecord,
     Health,
     ObjectPhase,
     ObjectStatus,
     SourceStatus,
 )
+from schemas.subjects import encode_token
 from services.common import bus, statuswatch
 from services.common.bundles import publish_bundle
 from services.controlplane import servers
@@ -273,6 +278,40 @@ class StatusWatch(statuswatch.StatusWatch):
         return await self.until(
             lambda s: s.revision == revision and s.phase is BundlePhase.READY, within, logs
         )
+
+
+class DecisionLog:
+    """Every decision record of a cluster since ``start``, as ``driftbus why`` reads them."""
+
+    def __init__(self) -> None:
+        self.records: list[DecisionRecord] = []
+
+    async def start(self, nc: NATS, cluster: str) -> None:
+        async def on_msg(msg: Any) -> None:
+            self.records.append(decode(msg.data, DecisionRecord))
+
+        await nc.subscribe(f"driftbus.decision.{encode_token(cluster)}.>", cb=on_msg)
+
+    def reasons(self, name: str) -> list[str]:
+        """``action:reason`` of every decision about objects called ``name``."""
+        return [f"{r.action}:{r.reason}" for r in self.records if r.key.name == name]
+
+    def applies(self, kind: str, name: str) -> list[str]:
+        """The reasons of driftbus's apply decisions for the ``kind`` objects called ``name``."""
+        return [
+            str(r.reason)
+            for r in self.records
+            if r.key.kind == kind and r.key.name == name and r.action is DecisionAction.APPLY
+        ]
+
+    def writes(self, since: int = 0) -> list[str]:
+        """``key: action reason`` of every write decision (apply, delete) from record ``since``
+        on: what driftbus wrote, whoever else writes to the same API server."""
+        return [
+            f"{r.key}: {r.action} {r.reason}"
+            for r in self.records[since:]
+            if r.action in (DecisionAction.APPLY, DecisionAction.DELETE)
+        ]
 
 
 async def settle(seconds: float = 1.5) -> None:

@@ -16,7 +16,7 @@ from services.planner.decide import DELETE_INFLIGHT
 from services.planner.details import Details
 from services.planner.emit import now
 from services.planner.intake import BundleView
-from services.planner.status import Tally, bundle_phase, counts, listed
+from services.planner.status import MAX_LISTED, Tally, bundle_phase, counts, listed
 from services.planner.store import EntryStore, Slot
 
 
@@ -60,6 +60,7 @@ def tally(view: BundleView, known: Known) -> Tally:
     failing: list[ObjectKey] = []
     unhealthy: list[str] = []
     waiting: list[str] = []
+    not_ready: list[str] = []
     for key in view.keys:
         slot = (view.cluster, key)
         p = known.entries.progress(slot)
@@ -93,6 +94,10 @@ def tally(view: BundleView, known: Known) -> Tally:
         elif h is Health.FAILED:
             t.unhealthy += 1
             unhealthy.append(f"{key}: unhealthy: {why}")
+        elif len(not_ready) < MAX_LISTED:
+            # what a Reconciling "18/19 ready" waits for, named (the first MAX_LISTED of them:
+            # a big bundle without controllers would otherwise build a line per object per tick)
+            not_ready.append(f"{key}: not ready ({h}): {why}" if why else f"{key}: not ready ({h})")
     # sorted only now: sorting every key of a big bundle on every tick cost more than counting
     for key in sorted(failing, key=apply_order):
         oc = known.details.outcome((view.cluster, key))
@@ -101,7 +106,7 @@ def tally(view: BundleView, known: Known) -> Tally:
         else:
             t.failed += 1
         t.problems.append(f"{key}: {oc.phase}: {oc.message}" if oc else f"{key}: failed")
-    t.problems = view.errors + t.problems + sorted(unhealthy) + sorted(waiting)
+    t.problems = view.errors + t.problems + sorted(unhealthy) + sorted(waiting) + sorted(not_ready)
     _tally_prunes(view, known, t)
     return t
 

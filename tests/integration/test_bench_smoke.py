@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import cold, fleet, hashing, planner, scaling, steady, watcher
+from bench import churn, cold, fleet, hashing, planner, scaling, steady, watcher
 from bench.report import Result, table
 
 pytestmark = pytest.mark.timeout(300)
@@ -55,6 +55,18 @@ def test_steady_and_drift_smoke() -> None:
     got = _sane(steady.run_drift(objects=100, repetitions=1))
     assert got["drift-writes"].driftbus_samples == [1.0]  # 1 % of 100: exactly one correction
     assert got["drift-hit-ratio"].driftbus_samples == [100 / 101]
+
+
+def test_churn_smoke() -> None:
+    got = _sane(churn.run(objects=60, repetitions=1, rounds=2, interval=3.0))
+    # one ConfigMap (1 % of the objects, at least one) was drifted in an owned field: driftbus
+    # wrote exactly once; the scaler's and the rollouts' writes cost it nothing
+    assert got["churn-writes-vs-whole-object"].driftbus_samples == [1.0]
+    # whole-object hashing re-applied after the scales and rollouts as well
+    assert got["churn-writes-vs-whole-object"].peer_samples[0] > 1
+    assert got["churn-writes-vs-flux-loop"].peer_samples == [1.0]
+    assert got["churn-hit-ratio"].driftbus_samples == [120 / 121]  # 2 reconciles x 60, 1 miss
+    assert got["churn-api-requests-vs-flux-loop"].ratio < 1
 
 
 def test_scaling_smoke(tmp_path: Path) -> None:

@@ -1,26 +1,32 @@
-"""Real install manifests other projects ship (``../shared/corpus/``), published as a user would.
+"""Real install manifests other projects ship (``../shared/corpus/``), published as a user would,
+on a cluster whose controllers run (kube-controller-manager, kube-scheduler, kwok for kubelets).
 
 Each directory is one bundle, published with the real CLI (``driftbus publish DIR -n NS``, the
 namespace its README names) to a fresh API server + nats-server of its own — the webhooks these
 installs register (Gatekeeper's on Namespaces, ingress-nginx's on Ingresses) would otherwise
-refuse other tests' objects, since no webhook server runs here. Every object must be applied
-(health may stay InProgress: no controllers run), and an identical republish must cost zero API
-writes. Objects, writes and time per directory go to the measurements summary.
+refuse other tests' objects, since no webhook server runs here. Every object must be applied and
+the bundle must become Ready, except for the objects ``NOT_READY_HERE`` names, each with the
+health reason a user would accept on a cluster like this one (no cloud load balancer, no GPU, no
+storage provisioner). Then an identical republish and a quiet period of running controllers must
+cost zero driftbus writes: its apply/delete decisions are counted (the API server's counters
+include the controllers' own writes). Objects, writes and time per directory go to the
+measurements summary.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import nats
 import pytest
 
-from harness.pipeline import Pipeline, StatusWatch, settle, write_counts, writes_since
-from schemas.messages import BundleStatus
+from harness.pipeline import DecisionLog, Pipeline, StatusWatch, settle
+from schemas.messages import BundlePhase, BundleStatus
 from services.common.kube import KubeClient
 from services.common.load import load_paths
 from services.controlplane import servers
@@ -30,6 +36,11 @@ from .test_trust_cli import driftbus
 CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus"
 NAMESPACE_FROM_README = {"argo-cd": "argocd", "kubernetes-examples": "default"}
 """Directories whose objects name no namespace: the one their README says to apply them to."""
+NOT_READY_HERE: dict[str, dict[str, str]] = {}
+"""Directory → object → a part of the health reason it must give for not being Ready here."""
+QUIET = float(os.environ.get("DRIFTBUS_CORPUS_QUIET", "15"))
+"""Seconds of running controllers after the republish in which driftbus must not write (600 in
+the one-off run the issue asks for: ``DRIFTBUS_CORPUS_QUIET=600``)."""
 DIRECTORIES = (
     sorted(p.name for p in CORPUS.iterdir() if p.is_dir()) if CORPUS.is_dir() else ["none"]
 )  # "none": one case, reported skipped with the reason below
@@ -37,7 +48,9 @@ DIRECTORIES = (
 
 @pytest.fixture
 async def own_stack(tmp_path: Path) -> AsyncIterator[servers.Stack]:
-    stack = await asyncio.to_thread(servers.Stack.start, tmp_path / "stack", cluster_name="corpus")
+    stack = await asyncio.to_thread(
+        servers.Stack.start, tmp_path / "stack", cluster_name="corpus", controllers=True
+    )
     try:
         yield stack
     finally:
@@ -47,6 +60,25 @@ async def own_stack(tmp_path: Path) -> AsyncIterator[servers.Stack]:
 def applied_all(st: BundleStatus) -> bool:
     c = st.counts
     return c.total > 0 and c.applied == c.total and c.failed == 0 and c.pruning == 0
+
+
+def settled(directory: str) -> Callable[[BundleStatus], bool]:
+    """Ready, or every object that is not is one ``NOT_READY_HERE`` accepts, for its reason."""
+    accepted = NOT_READY_HERE.get(directory, {})
+
+    def done(st: BundleStatus) -> bool:
+        if st.phase is BundlePhase.READY:
+            return True
+        if st.phase is not BundlePhase.RECONCILING or not applied_all(st):
+            return False
+        if st.counts.ready + len(accepted) != st.counts.total:
+            return False
+        return all(
+            any(line.startswith(f"{obj}: not ready") and why in line for line in st.failed_objects)
+            for obj, why in accepted.items()
+        )
+
+    return done
 
 
 @pytest.mark.skipif(not CORPUS.is_dir(), reason=f"no corpus at {CORPUS} (../shared/corpus)")
@@ -78,30 +110,38 @@ async def test_every_object_of_a_real_install_is_applied_and_a_republish_writes_
     try:
         watch = StatusWatch()
         await watch.start(nc, "corpus", directory)
+        decisions = DecisionLog()
+        await decisions.start(nc, "corpus")
         pipeline.start_all(appliers=2)
-        before = write_counts(own_stack.cluster.apiserver)
         started = time.monotonic()
         args = ["publish", str(CORPUS / directory), "--cluster", "corpus", "--bundle", directory]
         if namespace:
             args += ["-n", namespace]
         code, out, err = await driftbus(own_stack.nats.client_url, *args)
         assert code == 0, f"{out}\n{err}"
-        done = await watch.until(applied_all, 240, pipeline.logs)
+        await watch.until(applied_all, 240, pipeline.logs)
+        applied_in = time.monotonic() - started
+        done = await watch.until(settled(directory), 180, pipeline.logs)
         took = time.monotonic() - started
-        writes = writes_since(own_stack.cluster.apiserver, before)
+        first = decisions.writes()
         await settle(3)
 
-        quiet = write_counts(own_stack.cluster.apiserver)
+        mark = len(decisions.records)
         code, out, err = await driftbus(own_stack.nats.client_url, *args)
         assert code == 0, f"{out}\n{err}"
-        await settle(5)
-        again = writes_since(own_stack.cluster.apiserver, quiet)
-        assert again == 0, f"an identical republish of {directory} wrote {again} times"
+        await asyncio.sleep(QUIET)
+        again = decisions.writes(since=mark)
+        assert not again, f"an identical republish of {directory} and {QUIET:.0f} s: {again}"
+        not_ready = (
+            f", not ready here: {', '.join(NOT_READY_HERE[directory])}"
+            if (directory in NOT_READY_HERE)
+            else ""
+        )
         measured(
-            f"corpus {directory}: {done.counts.total} objects applied in {took:.1f} s with "
-            f"{writes} API writes (all clients, status subresources not counted) "
-            f"(phase {done.phase}, {done.counts.ready} ready); "
-            f"identical republish: {again} writes"
+            f"corpus {directory} (controllers running): {done.counts.total} objects applied in "
+            f"{applied_in:.1f} s ({len(first)} driftbus writes), {done.phase} with "
+            f"{done.counts.ready} ready after {took:.1f} s{not_ready}; identical republish + "
+            f"{QUIET:.0f} s of running controllers: 0 driftbus writes"
         )
     finally:
         pipeline.stop_all()

@@ -19,10 +19,7 @@ import nats
 import pytest
 from nats.aio.client import Client as NATS
 
-from harness.pipeline import Pipeline, StatusWatch, settle
-from schemas.codec import decode
-from schemas.messages import DecisionRecord
-from schemas.subjects import encode_token
+from harness.pipeline import DecisionLog, Pipeline, StatusWatch, settle
 from services.common.kube import KubeClient, NotFound
 from services.controlplane import servers
 
@@ -70,26 +67,6 @@ async def lnc(live_pipeline: Pipeline) -> AsyncIterator[NATS]:
         await nc.drain()
 
 
-class Applies:
-    """driftbus's apply decisions for one cluster, per object name."""
-
-    def __init__(self) -> None:
-        self.records: list[DecisionRecord] = []
-
-    async def start(self, nc: NATS, cluster: str) -> None:
-        async def on_msg(msg: Any) -> None:
-            self.records.append(decode(msg.data, DecisionRecord))
-
-        await nc.subscribe(f"driftbus.decision.{encode_token(cluster)}.>", cb=on_msg)
-
-    def of(self, kind: str, name: str) -> list[str]:
-        return [
-            str(r.reason)
-            for r in self.records
-            if r.key.kind == kind and r.key.name == name and str(r.action) == "apply"
-        ]
-
-
 def deployment(ns: str, image: str) -> dict[str, Any]:
     return {
         "apiVersion": "apps/v1",
@@ -116,8 +93,8 @@ async def test_a_deployment_is_ready_when_its_controller_says_and_a_rollout_cost
     bundle = unique_name("roll")
     watch = StatusWatch()
     await watch.start(lnc, live_pipeline.cluster, bundle)
-    applies = Applies()
-    await applies.start(lnc, live_pipeline.cluster)
+    decisions = DecisionLog()
+    await decisions.start(lnc, live_pipeline.cluster)
     live_pipeline.start_all()
     js = lnc.jetstream()
     started = time.monotonic()
@@ -139,7 +116,8 @@ async def test_a_deployment_is_ready_when_its_controller_says_and_a_rollout_cost
     live = await live_kube.get(res, "web", ns)
     assert live["metadata"]["annotations"]["deployment.kubernetes.io/revision"] == "2"
     await settle(5)  # the controller's rollout writes (ReplicaSets, status, annotation) settle
-    assert applies.of("Deployment", "web") == ["new", "manifest"], applies.of("Deployment", "web")
+    applies = decisions.applies("Deployment", "web")
+    assert applies == ["new", "manifest"], applies
     measured(
         f"live cluster: Deployment Ready (Available from its controller) {ready_r1:.1f}s after "
         f"publish, rolled out to a new image in {ready_r2:.1f}s; driftbus applies: 2 (one per "
@@ -189,8 +167,8 @@ async def test_a_finished_job_its_ttl_controller_deletes_is_not_re_created(
     bundle = unique_name("job")
     watch = StatusWatch()
     await watch.start(lnc, live_pipeline.cluster, bundle)
-    applies = Applies()
-    await applies.start(lnc, live_pipeline.cluster)
+    decisions = DecisionLog()
+    await decisions.start(lnc, live_pipeline.cluster)
     live_pipeline.start_all()
     js = lnc.jetstream()
 
@@ -230,7 +208,7 @@ async def test_a_finished_job_its_ttl_controller_deletes_is_not_re_created(
     await settle(10)  # time for a re-create loop to show
     with pytest.raises(NotFound):
         await live_kube.get(res, "migrate", ns)
-    assert applies.of("Job", "migrate") == ["new"]
+    assert decisions.applies("Job", "migrate") == ["new"]
     latest = watch.bundles[-1]
     assert latest.phase.value == "Ready", latest
     # a new revision of the Job is a new run
@@ -242,7 +220,7 @@ async def test_a_finished_job_its_ttl_controller_deletes_is_not_re_created(
     )
     await gone()
     await settle(5)
-    assert applies.of("Job", "migrate") == ["new", "manifest"]
+    assert decisions.applies("Job", "migrate") == ["new", "manifest"]
     measured(
         "live cluster: a Job with ttlSecondsAfterFinished: 0 completed and was removed by its "
         "controller; driftbus applied it once per revision, no re-create loop"

@@ -15,6 +15,7 @@ import pytest
 from nats.aio.client import Client as NATS
 
 from harness.pipeline import (
+    DecisionLog,
     Pipeline,
     StatusWatch,
     settle,
@@ -245,26 +246,6 @@ async def test_objects_in_a_new_namespace_do_not_race_it(
         for ns in namespaces:  # the fixture empties only the test's own namespace
             with contextlib.suppress(NotFound):
                 await kube.delete(resource, ns)
-
-
-class DecisionLog:
-    """Every decision record of a cluster, as `driftbus why` would read them."""
-
-    def __init__(self) -> None:
-        self.records: list[Any] = []
-
-    async def start(self, nc: NATS, cluster: str) -> None:
-        from schemas.codec import decode
-        from schemas.messages import DecisionRecord
-        from schemas.subjects import encode_token
-
-        async def on_msg(msg: Any) -> None:
-            self.records.append(decode(msg.data, DecisionRecord))
-
-        await nc.subscribe(f"driftbus.decision.{encode_token(cluster)}.>", cb=on_msg)
-
-    def reasons(self, name: str) -> list[str]:
-        return [f"{r.action}:{r.reason}" for r in self.records if r.key.name == name]
 
 
 async def test_new_revision_applies_and_prunes_exactly_what_changed(

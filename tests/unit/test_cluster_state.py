@@ -89,9 +89,19 @@ def test_bundle_status_reads_health_from_the_details() -> None:
         server_rv=5,
         owner_bundle="a",
     )
-    assert st.bundle_status(v).phase is BundlePhase.RECONCILING  # applied, health not seen yet
+    status = st.bundle_status(v)
+    assert status.phase is BundlePhase.RECONCILING  # applied, health not seen yet
+    assert status.failed_objects == ["ConfigMap/ns/a: not ready (Unknown)"]
+    st.details.set_health(slot, Health.IN_PROGRESS, "Available: 0/1 replicas")
+    status = st.bundle_status(v)
+    assert status.phase is BundlePhase.RECONCILING
+    # what a Reconciling bundle waits for is named, with the health's own reason
+    assert status.failed_objects == [
+        "ConfigMap/ns/a: not ready (InProgress): Available: 0/1 replicas"
+    ]
     st.details.set_health(slot, Health.READY, "")
     assert st.bundle_status(v).phase is BundlePhase.READY
+    assert st.bundle_status(v).failed_objects == []
     st.details.set_health(slot, Health.FAILED, "CrashLoopBackOff")
     status = st.bundle_status(v)
     assert status.phase is BundlePhase.DEGRADED
