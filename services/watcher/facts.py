@@ -31,11 +31,14 @@ class Seen:
     retiring: bool = False
     """it finished and its controller will remove it (``health.retiring``): its tombstone says
     so even when a relist, not a watch event with its last state, notices it gone"""
+    why: str = ""
+    """the health's reason: a new one is news too (a Deployment first has "no status reported
+    yet", then its controller's "ready: 0/1"; the status a user reads must not stay at the first)"""
 
     @classmethod
     def of(cls, ev: ServerEvent, seq: int) -> Seen:
         sha = bytes.fromhex(ev.server_sha) if ev.server_sha else None
-        return cls(sha, ev.health, rv_int(ev.resource_version), ev.keep, seq)
+        return cls(sha, ev.health, rv_int(ev.resource_version), ev.keep, seq, why=ev.health_message)
 
 
 Change = tuple[Seen, ServerEvent]
@@ -50,7 +53,8 @@ def change(
     whole: bool = False,
 ) -> tuple[ObjectKey, Change | None]:
     """The fact to publish about live ``obj``, if it says something new against ``seen``
-    (its SHA, health or keep changed, and it is not older than what SERVER holds). Raises
+    (its SHA, health, health reason or keep changed, and it is not older than what SERVER
+    holds). Raises
     HashError or SubjectError for an object that cannot be hashed or keyed."""
     key = ObjectKey.of(obj)
     meta = obj.get("metadata") or {}
@@ -67,7 +71,7 @@ def change(
     h, why = health(obj)
     rv = rv_int(meta.get("resourceVersion", ""))
     keep = prune_disabled(obj)
-    if seen is not None and (seen.sha, seen.health, seen.keep) == (sha, h, keep):
+    if seen is not None and (seen.sha, seen.health, seen.keep, seen.why) == (sha, h, keep, why):
         # (a Job becomes retiring as it completes: its health changes with it)
         return key, None
     if seen is not None and rv < seen.rv:
@@ -84,7 +88,7 @@ def change(
         keep=keep,
         watcher=watcher_id,
     )
-    return key, (Seen(sha, h, rv, keep, retiring=retiring(obj)), event)
+    return key, (Seen(sha, h, rv, keep, retiring=retiring(obj), why=why), event)
 
 
 def tombstone(

@@ -49,8 +49,9 @@ def _seen_of(obj: dict[str, Any], **changes: Any) -> Seen:
         (_cm(), _seen_of(_cm(), health=Health.IN_PROGRESS), True),
         (_cm(**{"driftbus.dev/prune": "disabled"}), _seen_of(_cm()), True),  # keep changed
         (_cm(rv="11"), _seen_of(_cm(), sha=None), True),  # was a tombstone
+        (_cm(rv="11"), _seen_of(_cm(), why="an older reason"), True),  # the reason changed
     ],
-    ids=["new", "same", "same-later-rv", "changed", "older", "health", "keep", "back"],
+    ids=["new", "same", "same-later-rv", "changed", "older", "health", "keep", "back", "reason"],
 )
 def test_change(obj: dict[str, Any], seen: Seen | None, published: bool) -> None:
     key, ch = change(obj, seen, "c", "w1")

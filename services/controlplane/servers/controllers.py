@@ -23,11 +23,12 @@ from services.controlplane.servers.process import LOOPBACK, Process, free_port, 
 
 FAKE_NODE = "kwok-node-0"
 # Off: tokens and CSR signing need key material of their own, node IPAM a pod CIDR, the cloud
-# and persistent-volume binders infrastructure there is none of.
+# controllers, volume expansion and attach/detach infrastructure there is none of. The
+# persistent-volume binder runs: a claim naming a static volume is bound, as in a real cluster.
 _CONTROLLERS = (
     "*,-serviceaccount-token,-csrsigning,-csrapproving,-csrcleaner,-nodeipam,"
     "-cloud-node-lifecycle,-service-lb-controller,-node-route-controller,"
-    "-persistentvolume-binder,-persistentvolume-expander,-attachdetach"
+    "-persistentvolume-expander,-attachdetach"
 )
 
 
