@@ -3,7 +3,7 @@
 A cluster with running controllers (kube-controller-manager, kube-scheduler, and kwok standing
 in for kubelets, so Pods run and Deployments become Available) holds ``objects`` objects of one
 bundle: 10 % Deployments whose manifests leave ``replicas`` to a scaler (as for an HPA), 10 %
-Services, 50 % ConfigMaps, 20 % Secrets, 10 % ServiceAccounts. Then, for ``rounds`` rounds of
+Services, 50 % ConfigMaps, 20 % Secrets, 10 % Roles. Then, for ``rounds`` rounds of
 ``interval`` seconds, the same seeded churn for every contender:
 
 * 10 % of the Deployments are scaled through ``/scale`` (manager ``hpa-like``);
@@ -66,7 +66,7 @@ def churn_manifests(objects: int, *, seed: int = 7) -> list[dict[str, Any]]:
     """The bundle: seeded, ``objects`` manifests in one namespace (the namespace itself first)."""
     rng = random.Random(seed)
     out: list[dict[str, Any]] = []
-    shares = [("Deployment", 0.1), ("Service", 0.1), ("Secret", 0.2), ("ServiceAccount", 0.1)]
+    shares = [("Deployment", 0.1), ("Service", 0.1), ("Secret", 0.2), ("Role", 0.1)]
     counts = {kind: max(1, int(objects * share)) for kind, share in shares}
     counts["ConfigMap"] = max(1, objects - sum(counts.values()))
     for kind, n in counts.items():
@@ -104,8 +104,16 @@ def churn_manifests(objects: int, *, seed: int = 7) -> list[dict[str, Any]]:
                 out.append(
                     {"apiVersion": "v1", "kind": kind, "metadata": meta, "stringData": value}
                 )
-            elif kind == "ServiceAccount":
-                out.append({"apiVersion": "v1", "kind": kind, "metadata": meta})
+            elif kind == "Role":
+                rule = {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}
+                out.append(
+                    {
+                        "apiVersion": "rbac.authorization.k8s.io/v1",
+                        "kind": kind,
+                        "metadata": meta,
+                        "rules": [rule],
+                    }
+                )
             else:
                 words = " ".join(rng.choices(["alpha", "beta", "gamma", "delta"], k=8))
                 data = {f"key-{k}": words for k in range(3)}
