@@ -38,27 +38,20 @@ import asyncio
 import collections
 import contextlib
 import random
-import re
 import sys
-import tempfile
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
-import aiohttp
 import orjson
 
 from bench.report import Result
 from bench.stack import BenchStack, labelled, object_path
 from bench.steady import Decisions
+from harness.pipeline import requests_served
 from schemas.messages import DecisionAction
-from services.controlplane import servers
 
 NAMESPACE = "churn"
 _APPLY = {"Content-Type": "application/apply-patch+yaml"}
-_METRIC = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>[0-9.e+]+)$")
-_NOT_COUNTED = {"leases", "events", "flowschemas", "prioritylevelconfigurations"}
 _SERVER_KEPT = ("managedFields", "resourceVersion", "generation")
 
 
@@ -119,21 +112,6 @@ def churn_manifests(objects: int, *, seed: int = 7) -> list[dict[str, Any]]:
                 data = {f"key-{k}": words for k in range(3)}
                 out.append({"apiVersion": "v1", "kind": kind, "metadata": meta, "data": data})
     return out
-
-
-def requests_served(api: servers.KubeAPIServer) -> int:
-    """Non-watch requests the API server has served (all clients, its own leases/events out)."""
-    total = 0
-    for line in api.metrics().splitlines():
-        if (m := _METRIC.match(line)) is None:
-            continue
-        labels = dict(re.findall(r'(\w+)="([^"]*)"', m["labels"]))
-        if (
-            labels.get("verb") not in ("WATCH", "CONNECT")
-            and labels.get("resource") not in _NOT_COUNTED
-        ):
-            total += int(float(m["value"]))
-    return total
 
 
 class Churn:
@@ -257,29 +235,8 @@ def _comparable(obj: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in obj.items() if k not in ("metadata", "status")} | {"metadata": meta}
 
 
-@contextlib.asynccontextmanager
-async def _cluster() -> AsyncIterator[BenchStack]:
-    workdir = Path(tempfile.mkdtemp(prefix="driftbus-bench-churn-"))
-    cluster = await asyncio.to_thread(
-        servers.Cluster.start, "bench", workdir / "cluster", controllers=True
-    )
-    api = cluster.apiserver
-    connector = aiohttp.TCPConnector(ssl=api.ssl_context(), limit=64)
-    headers = {"Authorization": f"Bearer {api.admin_token}"}
-    try:
-        async with aiohttp.ClientSession(api.url, connector=connector, headers=headers) as http:
-            b = BenchStack(workdir, cluster, http)
-            ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
-            await b.request(
-                "PATCH",
-                f"/api/v1/namespaces/{NAMESPACE}",
-                params={"fieldManager": "bench-setup"},
-                data=orjson.dumps(ns),
-                headers=_APPLY,
-            )
-            yield b
-    finally:
-        await asyncio.to_thread(cluster.stop)
+def _cluster(objects: int) -> contextlib.AbstractAsyncContextManager[BenchStack]:
+    return BenchStack.start(objects, controllers=True, namespaces=[NAMESPACE])
 
 
 async def _available(b: BenchStack, deployments: int, within: float = 300) -> None:
@@ -309,7 +266,7 @@ class Outcome:
 async def _driftbus(
     objs: list[dict[str, Any]], rounds: int, interval: float, *, whole: bool
 ) -> Outcome:
-    async with _cluster() as b, b.pipeline(2, start=False) as d:
+    async with _cluster(len(objs)) as b, b.pipeline(2, start=False) as d:
         if whole:
             d.p.extra_env["DRIFTBUS_WHOLE_OBJECT_DRIFT"] = "true"
         await d.start()
@@ -358,7 +315,7 @@ async def _quiet(decisions: Decisions, quiet: float = 5.0, within: float = 300) 
 
 
 async def _flux(objs: list[dict[str, Any]], rounds: int, interval: float) -> Outcome:
-    async with _cluster() as b:
+    async with _cluster(len(objs)) as b:
         loop = FluxLoop(b, objs)
         await loop.apply_all()
         await _available(b, sum(1 for o in objs if o["kind"] == "Deployment"))

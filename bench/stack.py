@@ -228,16 +228,22 @@ class BenchStack:
 
     @classmethod
     @contextlib.asynccontextmanager
-    async def start(cls, objects: int) -> AsyncIterator[BenchStack]:
+    async def start(
+        cls, objects: int, *, controllers: bool = False, namespaces: list[str] | None = None
+    ) -> AsyncIterator[BenchStack]:
+        """A fresh cluster (with kube-controller-manager, kube-scheduler and kwok when
+        ``controllers``), its ``namespaces`` (the mix's for ``objects`` by default) and the CRD."""
         workdir = Path(tempfile.mkdtemp(prefix="driftbus-bench-"))
-        cluster = await asyncio.to_thread(servers.Cluster.start, "bench", workdir / "cluster")
+        cluster = await asyncio.to_thread(
+            servers.Cluster.start, "bench", workdir / "cluster", controllers=controllers
+        )
         api = cluster.apiserver
         connector = aiohttp.TCPConnector(ssl=api.ssl_context(), limit=64)
         headers = {"Authorization": f"Bearer {api.admin_token}"}
         try:
             async with aiohttp.ClientSession(api.url, connector=connector, headers=headers) as http:
                 b = cls(workdir, cluster, http)
-                await b.prepare(namespaces_for(objects))
+                await b.prepare(namespaces or namespaces_for(objects))
                 yield b
         finally:
             await asyncio.to_thread(cluster.stop)

@@ -70,6 +70,21 @@ def write_requests(api: servers.KubeAPIServer) -> collections.Counter[tuple[str,
     return counts
 
 
+def requests_served(api: servers.KubeAPIServer) -> int:
+    """Requests the API server has served so far, reads and writes of all clients (not watches,
+    which are long-lived, nor what it does for itself: leases, events, APF configuration)."""
+    total = 0
+    for line in api.metrics().splitlines():
+        if (m := _METRIC.match(line)) is None:
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m["labels"]))
+        if labels.get("verb") not in ("WATCH", "CONNECT") and (
+            labels.get("resource") not in _SYSTEM_RESOURCES
+        ):
+            total += int(float(m["value"]))
+    return total
+
+
 def write_counts(api: servers.KubeAPIServer) -> collections.Counter[tuple[str, str]]:
     """(verb, resource) → count of write requests the API server served so far (``write_requests``
     without the codes)."""
