@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +11,7 @@ import pytest
 from nats.aio.client import Client as NATS
 
 from harness.pipeline import Pipeline
+from services.common.kube import KubeClient
 from services.controlplane import servers
 
 from ..conftest import NAMESPACES_MADE, empty_namespace, unique_name
@@ -34,6 +35,49 @@ async def pipeline(stack: servers.Stack, tmp_path: Path) -> AsyncIterator[Pipeli
 @pytest.fixture
 async def pnc(pipeline: Pipeline) -> AsyncIterator[NATS]:
     nc = await nats.connect(pipeline.nats.client_url)
+    try:
+        yield nc
+    finally:
+        await nc.drain()
+
+
+# A cluster whose controllers run (kube-controller-manager, kube-scheduler, kwok), one per test
+# module that asks for it: the tests of issue 15 that need what controllers write.
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Stack]:
+    stack = servers.Stack.start(
+        tmp_path_factory.mktemp("live"), cluster_name="live", controllers=True
+    )
+    try:
+        yield stack
+    finally:
+        stack.stop()
+
+
+@pytest.fixture
+async def live_kube(live: servers.Stack) -> AsyncIterator[KubeClient]:
+    client = await KubeClient.from_kubeconfig(str(live.cluster.kubeconfig))
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+@pytest.fixture
+async def live_pipeline(live: servers.Stack, tmp_path: Path) -> AsyncIterator[Pipeline]:
+    p = Pipeline(stack=live, nats=live.nats, cluster=unique_name("live"), workdir=tmp_path)
+    p.planner_env = {"DRIFTBUS_HEARTBEAT_INTERVAL": "0.5", "DRIFTBUS_HEARTBEAT_TIMEOUT": "3"}
+    try:
+        yield p
+    finally:
+        p.stop_all()
+
+
+@pytest.fixture
+async def lnc(live_pipeline: Pipeline) -> AsyncIterator[NATS]:
+    nc = await nats.connect(live_pipeline.nats.client_url)
     try:
         yield nc
     finally:

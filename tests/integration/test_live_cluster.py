@@ -11,60 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
-import nats
 import pytest
 from nats.aio.client import Client as NATS
 
 from harness.pipeline import DecisionLog, Pipeline, StatusWatch, settle
 from services.common.kube import KubeClient, NotFound
-from services.controlplane import servers
 
 from ..conftest import unique_name
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Stack]:
-    stack = servers.Stack.start(
-        tmp_path_factory.mktemp("live"), cluster_name="live", controllers=True
-    )
-    try:
-        yield stack
-    finally:
-        stack.stop()
-
-
-@pytest.fixture
-async def live_kube(live: servers.Stack) -> AsyncIterator[KubeClient]:
-    client = await KubeClient.from_kubeconfig(str(live.cluster.kubeconfig))
-    try:
-        yield client
-    finally:
-        await client.close()
-
-
-@pytest.fixture
-async def live_pipeline(live: servers.Stack, tmp_path: Path) -> AsyncIterator[Pipeline]:
-    p = Pipeline(stack=live, nats=live.nats, cluster=unique_name("live"), workdir=tmp_path)
-    p.planner_env = {"DRIFTBUS_HEARTBEAT_INTERVAL": "0.5", "DRIFTBUS_HEARTBEAT_TIMEOUT": "3"}
-    try:
-        yield p
-    finally:
-        p.stop_all()
-
-
-@pytest.fixture
-async def lnc(live_pipeline: Pipeline) -> AsyncIterator[NATS]:
-    nc = await nats.connect(live_pipeline.nats.client_url)
-    try:
-        yield nc
-    finally:
-        await nc.drain()
 
 
 def deployment(ns: str, image: str) -> dict[str, Any]:

@@ -1,28 +1,53 @@
-"""Living with other controllers (issue 15), end to end: the real watcher, planner and appliers,
-and another client scaling a Deployment through ``/scale`` the way an HPA does.
+"""Living with other controllers (issue 15), end to end: the real watcher, planner and appliers
+on a cluster whose controllers run (kube-controller-manager, kube-scheduler, kwok), and another
+client scaling a Deployment through ``/scale`` the way an HPA does, so its ReplicaSets and Pods
+really follow each scale.
 
-Counted with the API server's own request counters: the scaler's writes are known, so what is
-left over is driftbus's. (No kube-controller-manager runs here yet: the Deployments never roll
-out, which does not matter to what is counted.)
+driftbus's writes are its apply/delete decisions (``DecisionLog``): the API server's counters
+also count the controllers', which write all the time.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 from nats.aio.client import Client as NATS
 
-from harness.pipeline import Pipeline, StatusWatch, settle, write_counts, writes_since
-from services.common.kube import KubeClient
+from harness.pipeline import DecisionLog, Pipeline, StatusWatch, settle
+from services.common.kube import KubeClient, NotFound
 from services.core.ignore import parse_rule
 
 from ..conftest import unique_name
 from .test_trust_cli import driftbus
 
 SCALES = 20
+
+
+@pytest.fixture
+async def namespace(live_kube: KubeClient) -> AsyncIterator[str]:
+    """A fresh namespace on the cluster with controllers, deleted afterwards."""
+    name = unique_name("oc")
+    ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+    await live_kube.apply(ns, field_manager="test")
+    try:
+        yield name
+    finally:
+        with contextlib.suppress(NotFound):
+            await live_kube.delete(await live_kube.discovery.resource("v1", "Namespace"), name)
+
+
+async def _started(p: Pipeline, nc: NATS, bundle: str) -> tuple[StatusWatch, DecisionLog]:
+    watch, decisions = StatusWatch(), DecisionLog()
+    await watch.start(nc, p.cluster, bundle)
+    await decisions.start(nc, p.cluster)
+    p.start_all()
+    return watch, decisions
 
 
 def deployment(ns: str, name: str, **spec: Any) -> dict[str, Any]:
@@ -55,14 +80,16 @@ async def _replicas(kube: KubeClient, path: str) -> int:
     return int((await kube.request("GET", path))["spec"]["replicas"])
 
 
-async def _scaled_twenty_times(pipeline: Pipeline, kube: KubeClient, path: str) -> tuple[int, int]:
-    """(driftbus's writes to deployments while the scaler scaled 20 times, the last value)."""
-    before = write_counts(pipeline.api)
+async def _scaled_twenty_times(
+    decisions: DecisionLog, kube: KubeClient, path: str
+) -> tuple[list[str], int]:
+    """(driftbus's writes while the scaler scaled 20 times, the last value)."""
+    mark = len(decisions.records)
     for i in range(SCALES):
         await _scale(kube, path, 2 + i % 7)
         await asyncio.sleep(0.1)  # let the watcher see each one, as it would an HPA's
     await settle(3)
-    return writes_since(pipeline.api, before, {"deployments"}) - SCALES, 2 + (SCALES - 1) % 7
+    return decisions.writes(since=mark), 2 + (SCALES - 1) % 7
 
 
 async def _applied(watch: StatusWatch, revision: str, pipeline: Pipeline) -> None:
@@ -70,25 +97,27 @@ async def _applied(watch: StatusWatch, revision: str, pipeline: Pipeline) -> Non
 
 
 async def test_a_scaler_changing_replicas_the_manifest_omits_costs_no_write(
-    pipeline: Pipeline, pnc: NATS, kube: KubeClient, namespace: str, measured: Any
+    live_pipeline: Pipeline, lnc: NATS, live_kube: KubeClient, namespace: str, measured: Any
 ) -> None:
     bundle = unique_name("hpa")
-    watch = StatusWatch()
-    await watch.start(pnc, pipeline.cluster, bundle)
-    pipeline.start_all()
-    await pipeline.publish(pnc.jetstream(), bundle, [deployment(namespace, "web")])
-    await _applied(watch, "r1", pipeline)
-    path = (await kube.discovery.resource("apps/v1", "Deployment")).path(namespace, "web")
-    writes, last = await _scaled_twenty_times(pipeline, kube, path)
-    assert writes == 0, f"driftbus wrote {writes} times while another manager scaled"
-    assert await _replicas(kube, path) == last
-    measured(f"{SCALES} scales of a Deployment whose manifest omits replicas: {writes} writes")
+    watch, decisions = await _started(live_pipeline, lnc, bundle)
+    await live_pipeline.publish(lnc.jetstream(), bundle, [deployment(namespace, "web")])
+    await watch.ready("r1", 60, live_pipeline.logs)  # Available: its controller said so
+    path = (await live_kube.discovery.resource("apps/v1", "Deployment")).path(namespace, "web")
+    writes, last = await _scaled_twenty_times(decisions, live_kube, path)
+    assert not writes, f"driftbus wrote while another manager scaled: {writes}"
+    assert await _replicas(live_kube, path) == last
+    await watch.ready("r1", 60, live_pipeline.logs)  # the scaled ReplicaSet is Ready again
+    measured(
+        f"{SCALES} scales of a Deployment whose manifest omits replicas, controllers running: "
+        f"{len(writes)} writes"
+    )
 
 
 async def test_an_ignore_rule_hands_replicas_over_and_then_costs_no_write(
-    pipeline: Pipeline,
-    pnc: NATS,
-    kube: KubeClient,
+    live_pipeline: Pipeline,
+    lnc: NATS,
+    live_kube: KubeClient,
     namespace: str,
     measured: Any,
     tmp_path: Path,
@@ -97,34 +126,34 @@ async def test_an_ignore_rule_hands_replicas_over_and_then_costs_no_write(
     server-side apply would have removed it, and the API server defaulted it to 1), and the
     scaler's changes stay and cost nothing."""
     bundle = unique_name("ignore")
-    watch = StatusWatch()
-    await watch.start(pnc, pipeline.cluster, bundle)
-    pipeline.start_all()
-    js = pnc.jetstream()
+    watch, decisions = await _started(live_pipeline, lnc, bundle)
+    js = lnc.jetstream()
     manifests = [deployment(namespace, "web", replicas=3)]
-    await pipeline.publish(js, bundle, manifests)
-    await _applied(watch, "r1", pipeline)
-    path = (await kube.discovery.resource("apps/v1", "Deployment")).path(namespace, "web")
+    await live_pipeline.publish(js, bundle, manifests)
+    await _applied(watch, "r1", live_pipeline)
+    path = (await live_kube.discovery.resource("apps/v1", "Deployment")).path(namespace, "web")
     rule = parse_rule("apps/Deployment:/spec/replicas")
-    await pipeline.publish(js, bundle, manifests, revision="r2", ignore=[rule])
-    await _applied(watch, "r2", pipeline)
+    await live_pipeline.publish(js, bundle, manifests, revision="r2", ignore=[rule])
+    await _applied(watch, "r2", live_pipeline)
     await settle(2)
-    assert await _replicas(kube, path) == 3, "the field was removed when it became ignored"
-    writes, last = await _scaled_twenty_times(pipeline, kube, path)
-    assert writes == 0, f"driftbus wrote {writes} times over an ignored field"
-    assert await _replicas(kube, path) == last
+    assert await _replicas(live_kube, path) == 3, "the field was removed when it became ignored"
+    writes, last = await _scaled_twenty_times(decisions, live_kube, path)
+    assert not writes, f"driftbus wrote over an ignored field: {writes}"
+    assert await _replicas(live_kube, path) == last
     # plan agrees with the planner: with the rule nothing to do, the field shown as ignored
     src = tmp_path / "web.json"
     src.write_bytes(orjson.dumps(manifests[0]))
-    plan_args = ["plan", str(src), "--cluster", pipeline.cluster, "--bundle", bundle, "-o", "json"]
-    env = {"KUBECONFIG": str(pipeline.stack.cluster.kubeconfig)}
+    cluster = live_pipeline.cluster
+    plan_args = ["plan", str(src), "--cluster", cluster, "--bundle", bundle, "-o", "json"]
+    env = {"KUBECONFIG": str(live_pipeline.stack.cluster.kubeconfig)}
+    url = live_pipeline.nats.client_url
     code, out, err = await driftbus(
-        pipeline.nats.client_url, *plan_args, "--ignore", "apps/Deployment:/spec/replicas", env=env
+        url, *plan_args, "--ignore", "apps/Deployment:/spec/replicas", env=env
     )
     assert code == 0, err
     [row] = orjson.loads(out)
     assert (row["action"], row["ignored"]) == ("unchanged", ["/spec/replicas"]), row
-    code, out, err = await driftbus(pipeline.nats.client_url, *plan_args, env=env)
+    code, out, err = await driftbus(url, *plan_args, env=env)
     assert code == 0, err
     [row] = orjson.loads(out)
     # without it the manifest's replicas is back, and the scaler owns the field now
@@ -133,65 +162,117 @@ async def test_an_ignore_rule_hands_replicas_over_and_then_costs_no_write(
     assert "replicas" in row["reason"], row
     measured(
         f"{SCALES} scales of a Deployment whose manifest sets replicas, ignored by a rule "
-        f"(handed over at 3): {writes} writes, the scaler's value stays"
+        f"(handed over at 3), controllers running: {len(writes)} writes, the scaler's value stays"
     )
 
 
 async def test_without_a_rule_and_with_force_the_manifest_wins_each_time(
-    pipeline: Pipeline, pnc: NATS, kube: KubeClient, namespace: str, measured: Any
+    live_pipeline: Pipeline, lnc: NATS, live_kube: KubeClient, namespace: str, measured: Any
 ) -> None:
     """What the rule is for: a manifest that sets replicas fights the scaler, every change
-    corrected (the drift is real: the field driftbus owns left it)."""
+    corrected and reported (the drift is real: the field driftbus owns left it)."""
     bundle = unique_name("fight")
-    watch = StatusWatch()
-    await watch.start(pnc, pipeline.cluster, bundle)
-    pipeline.start_all()
-    await pipeline.publish(
-        pnc.jetstream(), bundle, [deployment(namespace, "web", replicas=3)], force=True
-    )
-    await _applied(watch, "r1", pipeline)
-    path = (await kube.discovery.resource("apps/v1", "Deployment")).path(namespace, "web")
-    before = write_counts(pipeline.api)
+    watch, decisions = await _started(live_pipeline, lnc, bundle)
+    manifests = [deployment(namespace, "web", replicas=3)]
+    await live_pipeline.publish(lnc.jetstream(), bundle, manifests, force=True)
+    await _applied(watch, "r1", live_pipeline)
+    path = (await live_kube.discovery.resource("apps/v1", "Deployment")).path(namespace, "web")
+    mark = len(decisions.records)
     rounds = 5
     for i in range(rounds):
-        await _scale(kube, path, 10 + i)
+        await _scale(live_kube, path, 10 + i)
         for _ in range(100):
-            if await _replicas(kube, path) == 3:
+            if await _replicas(live_kube, path) == 3:
                 break
             await asyncio.sleep(0.1)
-        assert await _replicas(kube, path) == 3, f"scale {i} was not corrected"
+        assert await _replicas(live_kube, path) == 3, f"scale {i} was not corrected"
     await settle(2)
-    corrections = writes_since(pipeline.api, before, {"deployments"}) - rounds
-    assert corrections == rounds
-    measured(f"replicas set with force, scaled {rounds} times: {corrections} corrections")
+    corrections = decisions.writes(since=mark)
+    assert len(corrections) == rounds, corrections
+    assert all(c.endswith("apply drift") for c in corrections), corrections
+    measured(f"replicas set with force, scaled {rounds} times: {len(corrections)} corrections")
+
+
+async def _edit_image(kube: KubeClient, namespace: str, image: str) -> str:
+    """``kubectl edit`` of the Deployment's image: an update, which takes the field's ownership
+    away from driftbus's apply. Returns the Deployment's path."""
+    path = (await kube.discovery.resource("apps/v1", "Deployment")).path(namespace, "web")
+    edit = {"spec": {"template": {"spec": {"containers": [{"name": "web", "image": image}]}}}}
+    await kube.request(
+        "PATCH",
+        path,
+        params={"fieldManager": "kubectl-edit"},
+        body=orjson.dumps(edit),
+        content_type="application/strategic-merge-patch+json",
+    )
+    return path
+
+
+async def test_an_owned_field_edited_by_hand_is_corrected_once_with_force(
+    live_pipeline: Pipeline, lnc: NATS, live_kube: KubeClient, namespace: str
+) -> None:
+    """With ``force`` the manifest takes the image back: one correction, and the rollouts
+    its controller makes each way cost nothing more."""
+    bundle = unique_name("edit")
+    watch, decisions = await _started(live_pipeline, lnc, bundle)
+    manifests = [deployment(namespace, "web")]
+    await live_pipeline.publish(lnc.jetstream(), bundle, manifests, force=True)
+    await watch.ready("r1", 60, live_pipeline.logs)
+    mark = len(decisions.records)
+    path = await _edit_image(live_kube, namespace, "evil:1")
+    for _ in range(100):
+        live = await live_kube.request("GET", path)
+        if live["spec"]["template"]["spec"]["containers"][0]["image"] == "nginx:1.27":
+            break
+        await asyncio.sleep(0.1)
+    else:
+        raise AssertionError(f"the edit was not corrected: {live['spec']['template']}")
+    await watch.ready("r1", 60, live_pipeline.logs)
+    await settle(3)
+    writes = decisions.writes(since=mark)
+    assert [w.rsplit(": ", 1)[1] for w in writes] == ["apply drift"], writes
+
+
+async def test_an_owned_field_edited_by_hand_is_a_conflict_without_force(
+    live_pipeline: Pipeline, lnc: NATS, live_kube: KubeClient, namespace: str
+) -> None:
+    """Without ``force`` driftbus does not take a field back from the manager that took it:
+    the bundle says Conflict and names it, and the edit stays."""
+    bundle = unique_name("edit")
+    watch, _ = await _started(live_pipeline, lnc, bundle)
+    await live_pipeline.publish(lnc.jetstream(), bundle, [deployment(namespace, "web")])
+    await watch.ready("r1", 60, live_pipeline.logs)
+    path = await _edit_image(live_kube, namespace, "evil:1")
+    status = await watch.until(lambda s: s.phase.value == "Conflict", 30, live_pipeline.logs)
+    assert any("kubectl-edit" in f for f in status.failed_objects), status
+    live = await live_kube.request("GET", path)
+    assert live["spec"]["template"]["spec"]["containers"][0]["image"] == "evil:1"
 
 
 async def test_drift_warn_reports_out_of_sync_and_writes_nothing(
-    pipeline: Pipeline, pnc: NATS, kube: KubeClient, namespace: str
+    live_pipeline: Pipeline, lnc: NATS, live_kube: KubeClient, namespace: str
 ) -> None:
     bundle = unique_name("warn")
-    watch = StatusWatch()
-    await watch.start(pnc, pipeline.cluster, bundle)
-    pipeline.start_all()
+    watch, decisions = await _started(live_pipeline, lnc, bundle)
     cm = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": "settings", "namespace": namespace},
         "data": {"mode": "fast"},
     }
-    await pipeline.publish(pnc.jetstream(), bundle, [cm], drift="warn")
-    await watch.ready("r1", 60, pipeline.logs)
-    res = await kube.discovery.resource("v1", "ConfigMap")
-    before = write_counts(pipeline.api)
-    await kube.request(
+    await live_pipeline.publish(lnc.jetstream(), bundle, [cm], drift="warn")
+    await watch.ready("r1", 60, live_pipeline.logs)
+    res = await live_kube.discovery.resource("v1", "ConfigMap")
+    mark = len(decisions.records)
+    await live_kube.request(
         "PATCH",
         res.path(namespace, "settings"),
         params={"fieldManager": "kubectl-edit"},
         body=orjson.dumps({"data": {"mode": "slow"}}),
         content_type="application/merge-patch+json",
     )
-    status = await watch.until(lambda s: s.phase.value == "OutOfSync", 30, pipeline.logs)
+    status = await watch.until(lambda s: s.phase.value == "OutOfSync", 30, live_pipeline.logs)
     assert any("settings" in f and "drifted" in f for f in status.failed_objects), status
     await settle(3)
-    assert writes_since(pipeline.api, before, {"configmaps"}) == 1  # the edit, nothing else
-    assert (await kube.get(res, "settings", namespace))["data"] == {"mode": "slow"}
+    assert not decisions.writes(since=mark), decisions.writes(since=mark)
+    assert (await live_kube.get(res, "settings", namespace))["data"] == {"mode": "slow"}
