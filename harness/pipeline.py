@@ -13,7 +13,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -51,38 +51,36 @@ _WRITE_VERBS = {"POST", "PUT", "PATCH", "DELETE", "APPLY", "DELETECOLLECTION"}
 _METRIC = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>[0-9.e+]+)$")
 
 
+def _requests(api: servers.KubeAPIServer) -> Iterator[tuple[dict[str, str], int]]:
+    """(labels, count) of each ``apiserver_request_total`` series, less what the API server does
+    for itself (leases, events, APF configuration, ClusterIP allocation)."""
+    for line in api.metrics().splitlines():
+        if (m := _METRIC.match(line)) is None:
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m["labels"]))
+        if labels.get("resource") not in _SYSTEM_RESOURCES:
+            yield labels, int(float(m["value"]))
+
+
 def write_requests(api: servers.KubeAPIServer) -> collections.Counter[tuple[str, str, str]]:
     """(verb, resource, HTTP code) → count of write requests the API server served so far, failed
     ones included (a 404 on a namespace not created yet is load too). Writes to a ``status``
     subresource are not counted: driftbus never makes them (the API server's own controllers do,
     late under load: a CRD's Established condition, and tests do)."""
     counts: collections.Counter[tuple[str, str, str]] = collections.Counter()
-    for line in api.metrics().splitlines():
-        m = _METRIC.match(line)
-        if not m:
+    for labels, n in _requests(api):
+        if labels.get("verb") not in _WRITE_VERBS or labels.get("dry_run"):
             continue
-        labels = dict(re.findall(r'(\w+)="([^"]*)"', m["labels"]))
-        if labels.get("verb") in _WRITE_VERBS and labels.get("resource") not in _SYSTEM_RESOURCES:
-            if labels.get("dry_run") or labels.get("subresource") == "status":
-                continue
-            key = (labels["verb"], labels.get("resource", ""), labels.get("code", ""))
-            counts[key] += int(float(m["value"]))
+        if labels.get("subresource") == "status":
+            continue
+        counts[(labels["verb"], labels.get("resource", ""), labels.get("code", ""))] += n
     return counts
 
 
 def requests_served(api: servers.KubeAPIServer) -> int:
     """Requests the API server has served so far, reads and writes of all clients (not watches,
-    which are long-lived, nor what it does for itself: leases, events, APF configuration)."""
-    total = 0
-    for line in api.metrics().splitlines():
-        if (m := _METRIC.match(line)) is None:
-            continue
-        labels = dict(re.findall(r'(\w+)="([^"]*)"', m["labels"]))
-        if labels.get("verb") not in ("WATCH", "CONNECT") and (
-            labels.get("resource") not in _SYSTEM_RESOURCES
-        ):
-            total += int(float(m["value"]))
-    return total
+    which are long-lived, nor what it does for itself)."""
+    return sum(n for labels, n in _requests(api) if labels.get("verb") not in ("WATCH", "CONNECT"))
 
 
 def write_counts(api: servers.KubeAPIServer) -> collections.Counter[tuple[str, str]]:
@@ -318,6 +316,16 @@ class DecisionLog:
             for r in self.records
             if r.key.kind == kind and r.key.name == name and r.action is DecisionAction.APPLY
         ]
+
+    async def until_hits(self, count: int, *, since: int = 0, within: float = 60) -> int:
+        """Hit decisions from record ``since`` on, once there are ``count`` (or ``within``
+        seconds passed)."""
+        deadline = time.monotonic() + within
+        while True:
+            hits = sum(1 for r in self.records[since:] if r.action is DecisionAction.HIT)
+            if hits >= count or time.monotonic() > deadline:
+                return hits
+            await asyncio.sleep(0.2)
 
     def writes(self, since: int = 0) -> list[str]:
         """``key: action reason`` of every write decision (apply, delete) from record ``since``

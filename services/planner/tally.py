@@ -7,6 +7,7 @@ as they are, and changes nothing.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 from collections.abc import Callable
 
 from schemas.messages import BundleStatus, Health, ObjectPhase
@@ -60,7 +61,7 @@ def tally(view: BundleView, known: Known) -> Tally:
     failing: list[ObjectKey] = []
     unhealthy: list[str] = []
     waiting: list[str] = []
-    not_ready: list[str] = []
+    not_ready: list[tuple[ObjectKey, Health, str]] = []
     for key in view.keys:
         slot = (view.cluster, key)
         p = known.entries.progress(slot)
@@ -94,10 +95,8 @@ def tally(view: BundleView, known: Known) -> Tally:
         elif h is Health.FAILED:
             t.unhealthy += 1
             unhealthy.append(f"{key}: unhealthy: {why}")
-        elif len(not_ready) < MAX_LISTED:
-            # what a Reconciling "18/19 ready" waits for, named (the first MAX_LISTED of them:
-            # a big bundle without controllers would otherwise build a line per object per tick)
-            not_ready.append(f"{key}: not ready ({h}): {why}" if why else f"{key}: not ready ({h})")
+        else:
+            not_ready.append((key, h, why))
     # sorted only now: sorting every key of a big bundle on every tick cost more than counting
     for key in sorted(failing, key=apply_order):
         oc = known.details.outcome((view.cluster, key))
@@ -106,7 +105,13 @@ def tally(view: BundleView, known: Known) -> Tally:
         else:
             t.failed += 1
         t.problems.append(f"{key}: {oc.phase}: {oc.message}" if oc else f"{key}: failed")
-    t.problems = view.errors + t.problems + sorted(unhealthy) + sorted(waiting) + sorted(not_ready)
+    # what a Reconciling "18/19 ready" waits for, named: the first MAX_LISTED in apply order (a
+    # line per object of a big bundle on every tick would cost more than the counting)
+    listed_not_ready = [
+        f"{key}: not ready ({h}): {why}" if why else f"{key}: not ready ({h})"
+        for key, h, why in heapq.nsmallest(MAX_LISTED, not_ready, key=lambda r: apply_order(r[0]))
+    ]
+    t.problems = view.errors + t.problems + sorted(unhealthy) + sorted(waiting) + listed_not_ready
     _tally_prunes(view, known, t)
     return t
 

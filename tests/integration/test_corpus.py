@@ -136,11 +136,15 @@ async def test_every_object_of_a_real_install_is_applied_and_a_republish_writes_
         done = await watch.until(settled(directory), 180, pipeline.logs)
         took = time.monotonic() - started
         first = decisions.writes()
-        await settle(3)
+        assert len(first) == done.counts.total, f"not one write per object: {first}"
 
         mark = len(decisions.records)
+        await settle(3)
         code, out, err = await driftbus(own_stack.nats.client_url, *args)
         assert code == 0, f"{out}\n{err}"
+        # the republish was taken in: a hit for every object (or this would prove nothing)
+        hits = await decisions.until_hits(done.counts.total, since=mark, within=60)
+        assert hits == done.counts.total, hits
         await asyncio.sleep(QUIET)
         again = decisions.writes(since=mark)
         assert not again, f"an identical republish of {directory} and {QUIET:.0f} s: {again}"

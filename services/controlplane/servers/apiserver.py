@@ -23,6 +23,7 @@ _BOOTSTRAPPED = (
     "/api/v1/namespaces/kube-public",
     "/api/v1/namespaces/kube-node-lease",
     "/api/v1/namespaces/kube-system/configmaps/kube-apiserver-legacy-service-account-token-tracking",
+    "/api/v1/namespaces/default/services/kubernetes",
 )
 """What a new kube-apiserver writes itself after /readyz says ok."""
 
