@@ -212,9 +212,11 @@ async def planner_ready(js: JetStreamContext, planner_id: str = "planner") -> bo
     return bool(msgspec.json.decode(entry.value or b"{}").get("ready"))
 
 
-async def until_planner_ready(js: JetStreamContext, within: float = 60.0) -> None:
+async def until_planner_ready(
+    js: JetStreamContext, within: float = 60.0, *, planner_id: str = "planner"
+) -> None:
     deadline = time.monotonic() + within
-    while not await planner_ready(js):
+    while not await planner_ready(js, planner_id):
         if time.monotonic() > deadline:
             raise TimeoutError("the planner never completed a claim round")
         await asyncio.sleep(0.1)

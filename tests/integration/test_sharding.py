@@ -19,7 +19,7 @@ import pytest
 from nats.aio.client import Client as NATS
 
 from harness.fleet import Fleet
-from harness.pipeline import StatusWatch, settle, write_counts, writes_since
+from harness.pipeline import StatusWatch, settle, until_planner_ready, write_counts, writes_since
 from schemas.codec import decode
 from schemas.messages import ApplyIntent, DeleteIntent, Intent, ObjectPhase
 from schemas.subjects import encode_token, object_subject
@@ -318,6 +318,9 @@ async def test_a_deposed_planners_late_intents_are_rejected(
     )
     await site.watch.ready("r1", 60, f.logs)
     f.start_planner("planner-b")  # a stand-by: one cluster, so planner-a keeps it
+    # up and heartbeating before planner-a freezes: the bound below is on the take-over, not on
+    # a Python process starting on a busy machine (CI's full run took longer than the bound)
+    await until_planner_ready(nc.jetstream(), planner_id="planner-b")
     old = [i for i in map(_intent, sent) if i.planner == "planner-a"]
     assert len(old) == n
     assert all(i.fencing_token > 0 for i in old)
