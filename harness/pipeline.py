@@ -103,6 +103,11 @@ def writes_since(
     return sum(v for (_, res), v in delta.items() if resources is None or res in resources)
 
 
+FAST_HEARTBEATS = {"DRIFTBUS_HEARTBEAT_INTERVAL": "0.5", "DRIFTBUS_HEARTBEAT_TIMEOUT": "3"}
+"""Planner environment for tests: a planner looks around for two heartbeat intervals before it
+claims anything (the defaults are exercised by the benchmarks, their smoke tests and ``up``)."""
+
+
 class Pipeline:
     def __init__(
         self, *, stack: servers.Stack, nats: servers.NatsServer, cluster: str, workdir: Path

@@ -177,13 +177,20 @@ def third_cluster(
     yield from _extra_cluster("third", tmp_path_factory, pytestconfig)
 
 
-@pytest.fixture(scope="session")
-async def kube(stack: servers.Stack) -> AsyncIterator[KubeClient]:
+@contextlib.asynccontextmanager
+async def kube_client(stack: servers.Stack) -> AsyncIterator[KubeClient]:
+    """An admin client of the stack's API server, closed afterwards."""
     client = await KubeClient.from_kubeconfig(str(stack.cluster.kubeconfig))
     try:
         yield client
     finally:
         await client.close()
+
+
+@pytest.fixture(scope="session")
+async def kube(stack: servers.Stack) -> AsyncIterator[KubeClient]:
+    async with kube_client(stack) as client:
+        yield client
 
 
 def unique_name(prefix: str) -> str:

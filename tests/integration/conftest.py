@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -10,11 +11,11 @@ import nats
 import pytest
 from nats.aio.client import Client as NATS
 
-from harness.pipeline import Pipeline
+from harness.pipeline import FAST_HEARTBEATS, Pipeline
 from services.common.kube import KubeClient
 from services.controlplane import servers
 
-from ..conftest import NAMESPACES_MADE, empty_namespace, unique_name
+from ..conftest import NAMESPACES_MADE, empty_namespace, kube_client, unique_name
 
 
 @pytest.fixture
@@ -22,9 +23,7 @@ async def pipeline(stack: servers.Stack, tmp_path: Path) -> AsyncIterator[Pipeli
     nats_server = servers.NatsServer(tmp_path / "nats")
     nats_server.start()
     p = Pipeline(stack=stack, nats=nats_server, cluster=unique_name("c"), workdir=tmp_path)
-    # short heartbeats: a planner looks around for two intervals before it claims anything
-    # (the defaults are exercised by the benchmarks, their smoke tests and `driftbus up`)
-    p.planner_env = {"DRIFTBUS_HEARTBEAT_INTERVAL": "0.5", "DRIFTBUS_HEARTBEAT_TIMEOUT": "3"}
+    p.planner_env = dict(FAST_HEARTBEATS)
     try:
         yield p
     finally:
@@ -32,13 +31,20 @@ async def pipeline(stack: servers.Stack, tmp_path: Path) -> AsyncIterator[Pipeli
         nats_server.stop()
 
 
-@pytest.fixture
-async def pnc(pipeline: Pipeline) -> AsyncIterator[NATS]:
-    nc = await nats.connect(pipeline.nats.client_url)
+@contextlib.asynccontextmanager
+async def _connected(p: Pipeline) -> AsyncIterator[NATS]:
+    """A NATS client of the pipeline's server, drained afterwards."""
+    nc = await nats.connect(p.nats.client_url)
     try:
         yield nc
     finally:
         await nc.drain()
+
+
+@pytest.fixture
+async def pnc(pipeline: Pipeline) -> AsyncIterator[NATS]:
+    async with _connected(pipeline) as nc:
+        yield nc
 
 
 # A cluster whose controllers run (kube-controller-manager, kube-scheduler, kwok), one per test
@@ -58,17 +64,14 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Stack]:
 
 @pytest.fixture
 async def live_kube(live: servers.Stack) -> AsyncIterator[KubeClient]:
-    client = await KubeClient.from_kubeconfig(str(live.cluster.kubeconfig))
-    try:
+    async with kube_client(live) as client:
         yield client
-    finally:
-        await client.close()
 
 
 @pytest.fixture
 async def live_pipeline(live: servers.Stack, tmp_path: Path) -> AsyncIterator[Pipeline]:
     p = Pipeline(stack=live, nats=live.nats, cluster=unique_name("live"), workdir=tmp_path)
-    p.planner_env = {"DRIFTBUS_HEARTBEAT_INTERVAL": "0.5", "DRIFTBUS_HEARTBEAT_TIMEOUT": "3"}
+    p.planner_env = dict(FAST_HEARTBEATS)
     try:
         yield p
     finally:
@@ -77,11 +80,8 @@ async def live_pipeline(live: servers.Stack, tmp_path: Path) -> AsyncIterator[Pi
 
 @pytest.fixture
 async def lnc(live_pipeline: Pipeline) -> AsyncIterator[NATS]:
-    nc = await nats.connect(live_pipeline.nats.client_url)
-    try:
+    async with _connected(live_pipeline) as nc:
         yield nc
-    finally:
-        await nc.drain()
 
 
 @pytest.hookimpl(wrapper=True)

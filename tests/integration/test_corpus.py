@@ -25,12 +25,12 @@ from typing import Any
 import nats
 import pytest
 
-from harness.pipeline import DecisionLog, Pipeline, StatusWatch, settle
+from harness.pipeline import FAST_HEARTBEATS, DecisionLog, Pipeline, StatusWatch, settle
 from schemas.messages import BundlePhase, BundleStatus
-from services.common.kube import KubeClient
 from services.common.load import load_paths
 from services.controlplane import servers
 
+from ..conftest import kube_client
 from .test_trust_cli import driftbus
 
 CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus"
@@ -102,22 +102,19 @@ async def test_every_object_of_a_real_install_is_applied_and_a_republish_writes_
         stack=own_stack, nats=own_stack.nats, cluster="corpus", workdir=tmp_path / "services"
     )
     pipeline.workdir.mkdir()
-    pipeline.planner_env = {"DRIFTBUS_HEARTBEAT_INTERVAL": "0.5", "DRIFTBUS_HEARTBEAT_TIMEOUT": "3"}
+    pipeline.planner_env = dict(FAST_HEARTBEATS)
     namespace = NAMESPACE_FROM_README.get(directory)
     # As a user does first (`kubectl create namespace argocd`): the namespaces the objects are
     # for that the directory does not create itself. kubectl apply would fail without them too.
     loaded = load_paths([str(CORPUS / directory)])
     declared = {m.obj["metadata"]["name"] for m in loaded.manifests if m.obj["kind"] == "Namespace"}
     needed = {m.obj["metadata"].get("namespace") for m in loaded.manifests} | {namespace}
-    kube = await KubeClient.from_kubeconfig(str(own_stack.cluster.kubeconfig))
-    try:
+    async with kube_client(own_stack) as kube:
         for ns in sorted(n for n in needed - declared - {None, "default"} if n):
             await kube.apply(
                 {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
                 field_manager="corpus-test",
             )
-    finally:
-        await kube.close()
     nc = await nats.connect(own_stack.nats.client_url)
     try:
         watch = StatusWatch()

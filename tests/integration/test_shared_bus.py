@@ -15,7 +15,7 @@ from typing import Any
 
 import nats
 
-from harness.pipeline import Pipeline, StatusWatch
+from harness.pipeline import FAST_HEARTBEATS, Pipeline, StatusWatch
 from services.controlplane import servers
 
 from ..conftest import unique_name
@@ -42,10 +42,7 @@ async def test_the_same_object_at_the_same_version_in_two_clusters_lands_for_bot
     nc = await nats.connect(bus.client_url)
     try:
         for p in (east, west):
-            p.planner_env = {
-                "DRIFTBUS_HEARTBEAT_INTERVAL": "0.5",
-                "DRIFTBUS_HEARTBEAT_TIMEOUT": "3",
-            }
+            p.planner_env = dict(FAST_HEARTBEATS)
         js = nc.jetstream()
         east_watch = StatusWatch()
         await east_watch.start(nc, east.cluster, "apps")
