@@ -34,7 +34,7 @@ from schemas.messages import (
     ObjectStatus,
     SourceStatus,
 )
-from schemas.subjects import encode_token
+from schemas.subjects import cluster_filter
 from services.common import bus, statuswatch
 from services.common.bundles import publish_bundle
 from services.controlplane import servers
@@ -310,7 +310,7 @@ class DecisionLog:
         async def on_msg(msg: Any) -> None:
             self.records.append(decode(msg.data, DecisionRecord))
 
-        await nc.subscribe(f"driftbus.decision.{encode_token(cluster)}.>", cb=on_msg)
+        await nc.subscribe(cluster_filter("decision", cluster), cb=on_msg)
 
     def reasons(self, name: str) -> list[str]:
         """``action:reason`` of every decision about objects called ``name``."""

@@ -9,7 +9,8 @@ Encoding, per value: ``A-Z a-z 0-9 - _`` pass through; every other byte of the U
 encode to (escapes always carry two hex digits). The mapping is injective, so distinct keys never
 collide, and ``decode_token(encode_token(v)) == v`` for every string.
 
-Subject layout (the contract; ``<key>`` is four tokens ``group.kind.namespace.name``):
+Subject layout (the contract; ``<key>`` is four tokens ``group.kind.namespace.name``,
+``<bundle>`` two tokens ``tenant.name``):
 
     driftbus.bundle.<cluster>.<bundle>
     driftbus.server.<cluster>.<key>
@@ -18,6 +19,11 @@ Subject layout (the contract; ``<key>`` is four tokens ``group.kind.namespace.na
     driftbus.status.<cluster>.<bundle>.object.<key>
     driftbus.status.<cluster>.<bundle>.bundle
     driftbus.decision.<cluster>.<key>
+
+A bundle's full name is ``tenant/name`` (``team-a/web``) or just ``name`` for a bundle of the
+platform team, whose tenant token is the empty one, ``=``. The tenant is a token of its own so
+that what a tenant's publisher may touch is a plain NATS permission
+(``driftbus.bundle.<cluster>.team-a.*``), which no platform bundle's subject can match.
 """
 
 from __future__ import annotations
@@ -149,8 +155,29 @@ def _checked(subject: str) -> str:
     return subject
 
 
+def split_bundle(bundle: str) -> tuple[str, str]:
+    """(tenant, name) of a bundle's full name; the tenant is "" for a platform bundle."""
+    tenant, _, name = bundle.rpartition("/")
+    return tenant, name
+
+
+def join_bundle(tenant: str, name: str) -> str:
+    """Inverse of ``split_bundle``."""
+    return f"{tenant}/{name}" if tenant else name
+
+
+def bundle_tokens(bundle: str) -> str:
+    """The two subject tokens ``tenant.name`` of a bundle's full name."""
+    tenant, name = split_bundle(bundle)
+    return f"{encode_token(tenant)}.{encode_token(name)}"
+
+
+def _bundle_of(tenant: str, name: str) -> str:
+    return join_bundle(decode_token(tenant), decode_token(name))
+
+
 def bundle_subject(cluster: str, bundle: str) -> str:
-    return _checked(f"{PREFIX}.bundle.{encode_token(cluster)}.{encode_token(bundle)}")
+    return _checked(f"{PREFIX}.bundle.{encode_token(cluster)}.{bundle_tokens(bundle)}")
 
 
 def object_subject(kind: str, cluster: str, key: ObjectKey) -> str:
@@ -162,16 +189,16 @@ def object_subject(kind: str, cluster: str, key: ObjectKey) -> str:
 
 def object_status_subject(cluster: str, bundle: str, key: ObjectKey) -> str:
     return _checked(
-        f"{PREFIX}.status.{encode_token(cluster)}.{encode_token(bundle)}.object.{key_tokens(key)}"
+        f"{PREFIX}.status.{encode_token(cluster)}.{bundle_tokens(bundle)}.object.{key_tokens(key)}"
     )
 
 
 def bundle_status_subject(cluster: str, bundle: str) -> str:
-    return _checked(f"{PREFIX}.status.{encode_token(cluster)}.{encode_token(bundle)}.bundle")
+    return _checked(f"{PREFIX}.status.{encode_token(cluster)}.{bundle_tokens(bundle)}.bundle")
 
 
 def source_status_subject(cluster: str, bundle: str) -> str:
-    return _checked(f"{PREFIX}.status.{encode_token(cluster)}.{encode_token(bundle)}.source")
+    return _checked(f"{PREFIX}.status.{encode_token(cluster)}.{bundle_tokens(bundle)}.source")
 
 
 def cluster_filter(kind: str, cluster: str) -> str:
@@ -186,12 +213,32 @@ def family_filter(kind: str) -> str:
 
 def bundle_status_filter(cluster: str, bundle: str) -> str:
     """Every status message of one bundle: its objects', its own, its source's."""
-    return f"{PREFIX}.status.{encode_token(cluster)}.{encode_token(bundle)}.>"
+    return f"{PREFIX}.status.{encode_token(cluster)}.{bundle_tokens(bundle)}.>"
+
+
+def bundle_statuses_filter(cluster: str) -> str:
+    """The bundle status of every bundle (every tenant's) of one cluster."""
+    return f"{PREFIX}.status.{encode_token(cluster)}.*.*.bundle"
+
+
+def object_status_filter(cluster: str, bundle: str) -> str:
+    """The object status messages of one bundle."""
+    return f"{PREFIX}.status.{encode_token(cluster)}.{bundle_tokens(bundle)}.object.>"
 
 
 def source_status_filter(cluster: str) -> str:
     """The Git source status of every bundle of one cluster."""
-    return f"{PREFIX}.status.{encode_token(cluster)}.*.source"
+    return f"{PREFIX}.status.{encode_token(cluster)}.*.*.source"
+
+
+def tenant_bundle_filter(cluster: str, tenant: str) -> str:
+    """Every bundle subject of one tenant in one cluster (what its publisher may publish)."""
+    return f"{PREFIX}.bundle.{encode_token(cluster)}.{encode_token(tenant)}.*"
+
+
+def tenant_status_filter(cluster: str, tenant: str) -> str:
+    """Every status message of one tenant's bundles in one cluster (what its publisher reads)."""
+    return f"{PREFIX}.status.{encode_token(cluster)}.{encode_token(tenant)}.>"
 
 
 def member_filter(cluster: str) -> str:
@@ -224,18 +271,18 @@ def parse_subject(subject: str) -> ParsedSubject:
         raise SubjectError(f"not a driftbus subject: {subject!r}")
     family, cluster = parts[1], decode_token(parts[2])
     rest = parts[3:]
-    if family == "bundle" and len(rest) == 1:
-        return ParsedSubject(family, cluster, bundle=decode_token(rest[0]))
+    if family == "bundle" and len(rest) == 2:
+        return ParsedSubject(family, cluster, bundle=_bundle_of(*rest))
     if family in _OBJECT_STREAMS:
         return ParsedSubject(family, cluster, key=parse_key_tokens(rest))
     if family == "member" and len(rest) == 1 and rest[0] in MEMBER_ROLES:
         return ParsedSubject("member." + rest[0], cluster)
-    if family == "status" and rest[1:] == ["bundle"]:
-        return ParsedSubject("status.bundle", cluster, bundle=decode_token(rest[0]))
-    if family == "status" and rest[1:] == ["source"]:
-        return ParsedSubject("status.source", cluster, bundle=decode_token(rest[0]))
-    if family == "status" and len(rest) == 6 and rest[1] == "object":
+    if family == "status" and rest[2:] == ["bundle"]:
+        return ParsedSubject("status.bundle", cluster, bundle=_bundle_of(*rest[:2]))
+    if family == "status" and rest[2:] == ["source"]:
+        return ParsedSubject("status.source", cluster, bundle=_bundle_of(*rest[:2]))
+    if family == "status" and len(rest) == 7 and rest[2] == "object":
         return ParsedSubject(
-            "status.object", cluster, bundle=decode_token(rest[0]), key=parse_key_tokens(rest[2:])
+            "status.object", cluster, bundle=_bundle_of(*rest[:2]), key=parse_key_tokens(rest[3:])
         )
     raise SubjectError(f"unknown driftbus subject layout: {subject!r}")

@@ -90,18 +90,17 @@ def cmd_status(args: argparse.Namespace) -> int:
 async def _subscribe_status(nc: Any, args: argparse.Namespace) -> asyncio.Queue[Any]:
     """Queue every status message of the followed bundle (its summary and its objects), or the
     summaries of all bundles of the cluster. One subscription, so nothing arrives twice."""
-    from schemas.subjects import encode_token
+    from schemas.subjects import bundle_status_filter, bundle_statuses_filter
 
     queue: asyncio.Queue[Any] = asyncio.Queue()
 
     async def on_msg(msg: Any) -> None:
         queue.put_nowait(msg)
 
-    c = encode_token(args.cluster)
     subject = (
-        f"driftbus.status.{c}.{encode_token(args.bundle)}.>"
+        bundle_status_filter(args.cluster, args.bundle)
         if args.bundle
-        else f"driftbus.status.{c}.*.bundle"
+        else bundle_statuses_filter(args.cluster)
     )
     # a slow terminal must not make the server drop messages: no limit on what waits here
     await nc.subscribe(subject, cb=on_msg, pending_msgs_limit=-1, pending_bytes_limit=-1)

@@ -35,9 +35,11 @@ from schemas.subjects import (
     ObjectKey,
     SubjectError,
     bundle_status_subject,
+    bundle_statuses_filter,
+    cluster_filter,
     decode_token,
-    encode_token,
-    key_tokens,
+    object_status_filter,
+    object_subject,
     source_status_subject,
 )
 from services.common import bus, members, settings
@@ -119,11 +121,7 @@ async def bundle_statuses(
 ) -> list[BundleStatus]:
     """The last status of each bundle of ``cluster`` (or of ``bundle``); ``seen`` collects the
     raw message read per subject (so a follower can tell which live ones it already showed)."""
-    subject = (
-        bundle_status_subject(cluster, bundle)
-        if bundle
-        else f"driftbus.status.{encode_token(cluster)}.*.bundle"
-    )
+    subject = bundle_status_subject(cluster, bundle) if bundle else bundle_statuses_filter(cluster)
     out = []
     for m in await _snapshot(js, bus.STATUS, subject):
         if seen is not None:
@@ -149,7 +147,7 @@ async def object_rows(
     js: JetStreamContext, cluster: str, bundle: str, *, seen: dict[str, bytes] | None = None
 ) -> list[dict[str, Any]]:
     statuses: dict[ObjectKey, ObjectStatus] = {}
-    subject = f"driftbus.status.{encode_token(cluster)}.{encode_token(bundle)}.object.>"
+    subject = object_status_filter(cluster, bundle)
     for m in await _snapshot(js, bus.STATUS, subject):
         if seen is not None:
             seen[m.subject] = m.data
@@ -159,7 +157,7 @@ async def object_rows(
             continue
         statuses[st.key] = st
     health: dict[ObjectKey, ServerEvent] = {}
-    for m in await _snapshot(js, bus.SERVER, f"driftbus.server.{encode_token(cluster)}.>"):
+    for m in await _snapshot(js, bus.SERVER, cluster_filter("server", cluster)):
         try:
             ev = decode(m.data, ServerEvent)
         except WireError:
@@ -188,7 +186,7 @@ async def object_rows(
 
 async def decisions(js: JetStreamContext, cluster: str, key: ObjectKey) -> list[DecisionRecord]:
     """Every decision about one object, oldest first (the DECISIONS stream keeps history)."""
-    subject = f"driftbus.decision.{encode_token(cluster)}.{key_tokens(key)}"
+    subject = object_subject("decision", cluster, key)
     out = []
     async for m in bus.Follower(js, bus.DECISIONS, subject, history=True).snapshot():
         with contextlib.suppress(WireError):

@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from schemas.messages import IgnoreRule
 from schemas.subjects import ObjectKey
-from services.core.manifest import OWNER_LABEL, ManifestError
+from services.core.manifest import OWNER_LABEL, TENANT_LABEL, ManifestError
 
 IGNORE_ANNOTATION: Final = "driftbus.dev/ignore"
 _POINTER: Final = re.compile(r"^(/([^~/]|~[01])*)+$")
@@ -37,6 +37,7 @@ _PROTECTED: Final = (
     ["metadata", "name"],
     ["metadata", "namespace"],
     ["metadata", "labels", OWNER_LABEL],
+    ["metadata", "labels", TENANT_LABEL],
     ["metadata", "annotations", IGNORE_ANNOTATION],
 )
 

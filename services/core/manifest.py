@@ -11,15 +11,19 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from schemas.subjects import ObjectKey, SubjectError
+from schemas.subjects import ObjectKey, SubjectError, join_bundle, split_bundle
 
 OWNER_LABEL: Final = "driftbus.dev/bundle"
+TENANT_LABEL: Final = "driftbus.dev/tenant"
+"""Next to ``OWNER_LABEL`` on the objects of a tenant's bundle (a label value holds no ``/``)."""
 FIELD_MANAGER: Final = "driftbus"
 PRUNE_ANNOTATION: Final = "driftbus.dev/prune"
 """``driftbus.dev/prune: disabled`` on an object (manifest or live) keeps it when it leaves its
 bundle (as Flux's ``kustomize.toolkit.fluxcd.io/prune: disabled``, Argo CD's ``Prune=false``)."""
 # A label value: ≤ 63 characters, alphanumerics with - _ . inside.
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$")
+TENANT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+"""A tenant's name: a DNS label (it also names the tenant's NATS user and subject token)."""
 
 
 MAX_MANIFEST_BYTES: Final = 1_000_000
@@ -82,13 +86,21 @@ def expanded_nodes(doc: Any, limit: int = MAX_EXPANDED_NODES) -> int:
     return count(doc)
 
 
-def check_bundle_name(name: str) -> str:
+def check_bundle_name(bundle: str) -> str:
+    """``bundle`` if it is ``name`` or ``tenant/name``; ManifestError in one line otherwise."""
+    tenant, name = split_bundle(bundle)
+    if "/" in bundle and not TENANT_NAME.match(tenant):
+        raise ManifestError(
+            f"bundle {bundle!r}: the tenant {tenant!r} must be a DNS label (≤ 63 characters, "
+            "lower-case letters, digits and '-', starting and ending with a letter or digit)"
+        )
     if not _LABEL_VALUE.match(name):
         raise ManifestError(
-            f"bundle {name!r}: must be a valid label value (≤ 63 characters, letters, digits, "
-            "'-', '_', '.', starting and ending with a letter or digit)"
+            f"bundle {bundle!r}: the name {name!r} must be a valid label value (≤ 63 "
+            "characters, letters, digits, '-', '_', '.', starting and ending with a letter or "
+            "digit)"
         )
-    return name
+    return bundle
 
 
 def prune_disabled(obj: Mapping[str, Any]) -> bool:
@@ -99,18 +111,29 @@ def prune_disabled(obj: Mapping[str, Any]) -> bool:
 
 
 def owner_of(obj: Mapping[str, Any]) -> str:
-    """The bundle named by the object's ownership label ("" when none)."""
+    """The bundle (its full name) named by the object's ownership labels ("" when none)."""
     meta = obj.get("metadata")
     labels = meta.get("labels") if isinstance(meta, Mapping) else None
-    value = labels.get(OWNER_LABEL) if isinstance(labels, Mapping) else None
-    return value if isinstance(value, str) else ""
+    if not isinstance(labels, Mapping):
+        return ""
+    name, tenant = labels.get(OWNER_LABEL), labels.get(TENANT_LABEL)
+    if not isinstance(name, str) or not name:
+        return ""
+    return join_bundle(tenant if isinstance(tenant, str) else "", name)
 
 
 def owned(obj: Mapping[str, Any], bundle: str) -> dict[str, Any]:
-    """A copy of ``obj`` carrying the ownership label (the input is not modified)."""
+    """A copy of ``obj`` carrying the ownership labels of ``bundle`` (the input is not
+    modified). A platform bundle's objects carry no tenant label, even if the manifest wrote
+    one: which tenant owns an object is never the manifest's to say."""
+    tenant, name = split_bundle(bundle)
     meta = dict(obj.get("metadata") or {})
     labels = dict(meta.get("labels") or {})
-    labels[OWNER_LABEL] = bundle
+    labels[OWNER_LABEL] = name
+    if tenant:
+        labels[TENANT_LABEL] = tenant
+    else:
+        labels.pop(TENANT_LABEL, None)
     meta["labels"] = labels
     return {**obj, "metadata": meta}
 

@@ -177,7 +177,7 @@ FACTS: list[tuple[str, str, bytes]] = [
     ("server-wrong-schema", f"driftbus.server.{{c}}.{KEY_TOKENS}", b'{"schema":"driftbus.server/v9"}'),
     ("applied-garbage", f"driftbus.applied.{{c}}.{KEY_TOKENS}", b"{}"),
     ("applied-bad-sha", f"driftbus.applied.{{c}}.{KEY_TOKENS}", b'{"schema":"driftbus.applied/v1","manifest_sha":"zz"}'),
-    ("status-garbage", f"driftbus.status.{{c}}.b.object.{KEY_TOKENS}", b"[1,2,3]"),
+    ("status-garbage", f"driftbus.status.{{c}}.=.b.object.{KEY_TOKENS}", b"[1,2,3]"),
     ("outcome-garbage", f"driftbus.outcome.{{c}}.{KEY_TOKENS}", b'{"schema":"driftbus.outcome/v1"}'),
     ("intent-garbage", f"driftbus.intent.{{c}}.{KEY_TOKENS}", b"\xff\xfe"),
     ("intent-wrong-schema", f"driftbus.intent.{{c}}.{KEY_TOKENS}", b'{"schema":"driftbus.apply-intent/v0"}'),

@@ -208,7 +208,7 @@ async def test_locked_down_bus_works_and_refuses_every_forbidden_operation(
             # a watcher publishes only its own cluster's server facts
             await refused_publish(sec, f"watcher-{A}", f"driftbus.server.{tb}.=.ConfigMap.ns.x"),
             await refused_publish(sec, f"watcher-{A}", f"driftbus.intent.{ta}.=.ConfigMap.ns.x"),
-            await refused_publish(sec, f"watcher-{A}", f"driftbus.bundle.{ta}.b"),
+            await refused_publish(sec, f"watcher-{A}", f"driftbus.bundle.{ta}.=.b"),
             await refused_publish(sec, f"watcher-{A}", f"driftbus.applied.{ta}.=.ConfigMap.ns.x"),
             await refused_subscribe(sec, f"watcher-{A}", "driftbus.>"),
             # an applier consumes only its own cluster's intents, publishes applied/status
@@ -219,12 +219,12 @@ async def test_locked_down_bus_works_and_refuses_every_forbidden_operation(
                 f"$JS.API.CONSUMER.MSG.NEXT.{bus.INTENTS}.{bus.intent_consumer_name(B)}",
             ),
             await refused_publish(sec, f"applier-{A}", f"driftbus.applied.{tb}.=.ConfigMap.ns.x"),
-            await refused_publish(sec, f"applier-{A}", f"driftbus.status.{tb}.b.bundle"),
+            await refused_publish(sec, f"applier-{A}", f"driftbus.status.{tb}.=.b.bundle"),
             await refused_publish(sec, f"applier-{A}", f"driftbus.server.{ta}.=.ConfigMap.ns.x"),
             await refused_publish(sec, f"applier-{A}", f"driftbus.intent.{ta}.=.ConfigMap.ns.x"),
             await refused_publish(sec, f"applier-{A}", f"$JS.API.STREAM.DELETE.{bus.INTENTS}"),
             # a user publishes bundles to and reads status of their clusters only
-            await refused_publish(sec, "alice", f"driftbus.bundle.{tb}.b"),
+            await refused_publish(sec, "alice", f"driftbus.bundle.{tb}.=.b"),
             await refused_subscribe(sec, "alice", f"driftbus.status.{tb}.>"),
             await refused_subscribe(sec, "alice", "driftbus.status.>"),
             await refused_publish(sec, "alice", f"driftbus.intent.{ta}.=.ConfigMap.ns.x"),
@@ -232,13 +232,13 @@ async def test_locked_down_bus_works_and_refuses_every_forbidden_operation(
             await refused_subscribe(sec, "alice", "_DRIFTBUS.planner.>"),
             await refused_publish(sec, "alice", f"$JS.API.STREAM.DELETE.{bus.BUNDLES}"),
             await refused_publish(sec, "alice", f"$JS.API.CONSUMER.CREATE.{bus.INTENTS}"),
-            await refused_publish(sec, "bob", f"driftbus.bundle.{ta}.b"),
+            await refused_publish(sec, "bob", f"driftbus.bundle.{ta}.=.b"),
             # a Git source reports its own status, never a bundle's or an object's
-            await refused_publish(sec, "gitops", f"driftbus.status.{ta}.b.bundle"),
-            await refused_publish(sec, "gitops", f"driftbus.status.{ta}.b.object.=.CM.ns.x"),
-            await refused_publish(sec, "gitops", f"driftbus.status.{tb}.b.source"),
-            await refused_publish(sec, "gitops", f"driftbus.bundle.{tb}.b"),
-            await refused_publish(sec, "alice", f"driftbus.status.{ta}.b.source"),
+            await refused_publish(sec, "gitops", f"driftbus.status.{ta}.=.b.bundle"),
+            await refused_publish(sec, "gitops", f"driftbus.status.{ta}.=.b.object.=.CM.ns.x"),
+            await refused_publish(sec, "gitops", f"driftbus.status.{tb}.=.b.source"),
+            await refused_publish(sec, "gitops", f"driftbus.bundle.{tb}.=.b"),
+            await refused_publish(sec, "alice", f"driftbus.status.{ta}.=.b.source"),
         ]
         # An applier of A creating a consumer that reads B's intents: the filter-bearing API
         # subject is how appliers create theirs, and B's filter is not theirs to use.

@@ -12,7 +12,9 @@ from schemas.subjects import (
     MAX_SUBJECT_LEN,
     ObjectKey,
     SubjectError,
+    bundle_status_filter,
     bundle_status_subject,
+    bundle_statuses_filter,
     bundle_subject,
     decode_token,
     encode_token,
@@ -20,6 +22,10 @@ from schemas.subjects import (
     object_status_subject,
     object_subject,
     parse_subject,
+    source_status_filter,
+    source_status_subject,
+    tenant_bundle_filter,
+    tenant_status_filter,
 )
 
 # What nats-server's KV layer accepts as a key, and what a subject token may not contain.
@@ -64,7 +70,10 @@ def test_object_subject_round_trip_and_is_a_valid_kv_key(cluster: str, key: Obje
         assert (parsed.family, parsed.cluster, parsed.key) == (family, cluster, key)
 
 
-@given(st.text(min_size=1, max_size=40), st.text(min_size=1, max_size=60), keys)
+bundles = st.text(min_size=1, max_size=60).filter(lambda b: not b.startswith("/"))
+
+
+@given(st.text(min_size=1, max_size=40), bundles, keys)
 def test_status_and_bundle_subjects_round_trip(cluster: str, bundle: str, key: ObjectKey) -> None:
     p = parse_subject(bundle_subject(cluster, bundle))
     assert (p.family, p.cluster, p.bundle) == ("bundle", cluster, bundle)
@@ -159,3 +168,52 @@ def test_key_of_incomplete_object_names_what_is_missing(
 ) -> None:
     with pytest.raises(SubjectError, match=reason):
         ObjectKey.of(obj)
+
+
+@pytest.mark.parametrize(
+    ("bundle", "subject"),
+    [
+        ("web", "driftbus.bundle.c.=.web"),
+        ("team-a/web", "driftbus.bundle.c.team-a.web"),
+        ("team-a.web", "driftbus.bundle.c.=.team-a=2Eweb"),
+    ],
+)
+def test_a_bundles_tenant_is_a_token_of_its_own(bundle: str, subject: str) -> None:
+    assert bundle_subject("c", bundle) == subject
+    assert parse_subject(subject).bundle == bundle
+
+
+def _matches(pattern: str, subject: str) -> bool:
+    """NATS wildcard matching: ``*`` one token, ``>`` the rest."""
+    p, s = pattern.split("."), subject.split(".")
+    for i, token in enumerate(p):
+        if token == ">":
+            return len(s) > i
+        if i >= len(s) or (token != "*" and token != s[i]):
+            return False
+    return len(p) == len(s)
+
+
+@pytest.mark.parametrize(
+    ("bundle", "mine"),
+    [
+        ("team-a/web", True),
+        ("team-a/x.y", True),
+        ("team-b/web", False),
+        ("team-a", False),  # a platform bundle named like the tenant
+        ("team-a.web", False),
+        ("web", False),
+    ],
+)
+def test_a_tenants_filters_match_its_bundles_only(bundle: str, mine: bool) -> None:
+    key = ObjectKey("", "ConfigMap", "ns", "x")
+    assert _matches(tenant_bundle_filter("c", "team-a"), bundle_subject("c", bundle)) is mine
+    for subject in (
+        bundle_status_subject("c", bundle),
+        object_status_subject("c", bundle, key),
+        source_status_subject("c", bundle),
+    ):
+        assert _matches(tenant_status_filter("c", "team-a"), subject) is mine
+        assert _matches(bundle_status_filter("c", bundle), subject)
+    assert _matches(bundle_statuses_filter("c"), bundle_status_subject("c", bundle))
+    assert _matches(source_status_filter("c"), source_status_subject("c", bundle))

@@ -40,6 +40,10 @@ OBJECT_STORE_BUCKET = "driftbus-bundles"
 SHARDS_BUCKET = "driftbus-shards"
 """KV bucket of planner heartbeats (``planners.<id>``) and cluster claims (``clusters.<c>``)."""
 SHARDS_STREAM = f"KV_{SHARDS_BUCKET}"
+TENANTS_BUCKET = "driftbus-tenants"
+"""KV bucket holding the tenant policy in force (key ``TENANTS_KEY``; docs/tenancy.md)."""
+TENANTS_STREAM = f"KV_{TENANTS_BUCKET}"
+TENANTS_KEY = "policy"
 DAY = 24 * 3600.0
 DEDUPE_WINDOW = 120.0
 """Seconds during which a repeated Nats-Msg-Id is dropped: covers publish retries across a
@@ -190,6 +194,7 @@ async def ensure_streams(
         await _create_or_update(js, config, started + (within or 120.0))
     if manage:
         await _ensure_shards_bucket(js, replicas)
+        await ensure_tenants_bucket(js, replicas)
         # the bucket big bundles go to exists before any user needs it (users may not create it)
         try:
             await js.object_store(OBJECT_STORE_BUCKET)
@@ -197,6 +202,24 @@ async def ensure_streams(
             await js.create_object_store(
                 OBJECT_STORE_BUCKET,
                 config=js_api.ObjectStoreConfig(storage=js_api.StorageType.FILE, replicas=replicas),
+            )
+
+
+async def ensure_tenants_bucket(js: JetStreamContext, replicas: int = 1) -> None:
+    """The tenant policy's bucket (made by the planner, or by whoever applies a policy
+    first). History 10: earlier policies stay readable for an audit."""
+    try:
+        await js.key_value(TENANTS_BUCKET)
+    except BucketNotFoundError:
+        with contextlib.suppress(BadRequestError):  # somebody else created it meanwhile
+            await js.create_key_value(
+                js_api.KeyValueConfig(
+                    bucket=TENANTS_BUCKET,
+                    description="driftbus tenant policy (driftbus tenants apply)",
+                    history=10,
+                    storage=js_api.StorageType.FILE,
+                    replicas=replicas,
+                )
             )
 
 
