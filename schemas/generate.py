@@ -1,4 +1,5 @@
-"""Generate the committed JSON Schema files from the msgspec Structs.
+"""Generate the committed JSON Schema files from the msgspec Structs: every wire message, and
+the files users write (the tenants file).
 
 python -m schemas.generate          # rewrite schemas/json/
 python -m schemas.generate --check  # exit 1 if the committed files differ
@@ -14,14 +15,17 @@ import msgspec
 import orjson
 
 from schemas.messages import MESSAGE_TYPES
+from schemas.tenants import TenantPolicy
 
 OUT_DIR = Path(__file__).parent / "json"
+FILE_TYPES: dict[str, type[msgspec.Struct]] = {"tenants": TenantPolicy}
+"""Files users write, by schema name (docs/tenancy.md)."""
 
 
 def rendered() -> dict[str, bytes]:
     """File name → exact bytes of each schema file."""
     files = {}
-    for name, kind in MESSAGE_TYPES.items():
+    for name, kind in {**MESSAGE_TYPES, **FILE_TYPES}.items():
         schema = msgspec.json.schema(kind)
         schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
         schema["$id"] = f"https://driftbus.dev/schemas/{name}.schema.json"

@@ -92,6 +92,14 @@ class AppliedEvent(_Message, frozen=True, tag=_tag("applied")):
 # --- planner → driftbus.intent.<cluster>.<key> --------------------------------------------------
 
 
+class Impersonation(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The identity a tenant's writes are made as (``Impersonate-User``/``-Group``): its
+    ServiceAccount, so that the API server's RBAC is the final judge (docs/tenancy.md)."""
+
+    user: Annotated[str, Meta(min_length=1, max_length=512)]
+    groups: list[str] = []
+
+
 class ApplyIntent(_Message, frozen=True, tag=_tag("apply-intent")):
     cluster: Name
     key: ObjectKey
@@ -107,6 +115,8 @@ class ApplyIntent(_Message, frozen=True, tag=_tag("apply-intent")):
     planner: str = ""
     fencing_token: int = 0
     """Revision of the planner's claim on the cluster; appliers drop intents of deposed planners."""
+    impersonate: Impersonation | None = None
+    """Set for a tenant's bundle: every request of the apply is made as this identity."""
 
 
 class DeleteIntent(_Message, frozen=True, tag=_tag("delete-intent")):
@@ -123,6 +133,8 @@ class DeleteIntent(_Message, frozen=True, tag=_tag("delete-intent")):
     issued_at: dt.datetime | None = None
     planner: str = ""
     fencing_token: int = 0
+    impersonate: Impersonation | None = None
+    """Set for a tenant's bundle: the prune is made as this identity."""
 
 
 Intent = ApplyIntent | DeleteIntent
@@ -146,6 +158,15 @@ class ObjectPhase(enum.StrEnum):
     """A transient error (429, 5xx, timeout); retried with backoff until it goes away."""
     KEPT = "Kept"
     """It left the bundle but was not pruned (an annotation, or other bundles' objects in it)."""
+    FORBIDDEN = "Forbidden"
+    """The API server refused the identity the write was made as (403: RBAC, or an admission
+    policy); retried with backoff, since the right may be granted later."""
+
+
+WORKING_PHASES: Final = frozenset(
+    (ObjectPhase.WAITING, ObjectPhase.RETRYING, ObjectPhase.FORBIDDEN)
+)
+"""Phases of an intent still being worked on: not final, never Ready."""
 
 
 class ObjectStatus(_Message, frozen=True, tag=_tag("object-status")):
@@ -275,6 +296,8 @@ class DecisionRecord(_Message, frozen=True, tag=_tag("decision")):
     server_sha: Sha | None = None
     at: dt.datetime | None = None
     planner: str = ""
+    identity: str = ""
+    """Whom a write was made as: the tenant's ServiceAccount user, "" for driftbus's own."""
 
 
 # --- applier → driftbus.outcome.<cluster>.<key> ------------------------------------------------

@@ -5,11 +5,12 @@ Errors are classified and reported, never swallowed (DESIGN §6). What an error 
 where it was raised (``Step``): a 404 while resolving a kind means its CRD is not served yet
 (Waiting), on the apply it means a missing namespace (Waiting) or a plain failure, on a prune it
 means there is nothing left to delete. Transient trouble — 429, 5xx (an admission webhook that
-is down answers 500), timeouts, a CRD or Namespace that is not there yet — is retried for as
-long as it lasts, with capped exponential backoff, never silently given up: a webhook down for
-ten minutes must end with the object applied once it is back, without anybody publishing again.
-The server's ``Retry-After`` is honoured (up to ``RETRY_AFTER_CAP``) when it asks for longer
-than the backoff. Every message is scrubbed of the intent's Secret values here, once.
+is down answers 500), timeouts, a CRD or Namespace that is not there yet, a 403 (a right that
+may be granted later: Forbidden) — is retried for as long as it lasts, with capped exponential
+backoff, never silently given up: a webhook down for ten minutes must end with the object
+applied once it is back, without anybody publishing again. The server's ``Retry-After`` is
+honoured (up to ``RETRY_AFTER_CAP``) when it asks for longer than the backoff. Every message is
+scrubbed of the intent's Secret values here, once.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any, Final
 
 from schemas.messages import ApplyIntent, DeleteIntent, ObjectPhase
 from services.common.bus import BusError
-from services.common.kube import Conflict, Invalid, KubeError, NotFound
+from services.common.kube import Conflict, Forbidden, Invalid, KubeError, NotFound
 from services.core.scrub import scrub_for
 
 FIRST_DELAY: Final = 1.0
@@ -105,6 +106,11 @@ class Decided(Exception):
 def classify(exc: Exception, step: Step, intent: ApplyIntent | DeleteIntent) -> Verdict:
     """What to do about ``exc``, raised at ``step`` while carrying out ``intent``."""
     manifest: dict[str, Any] = intent.manifest if isinstance(intent, ApplyIntent) else {}
+    if isinstance(exc, Forbidden):
+        # RBAC (of driftbus, or of the tenant's ServiceAccount it impersonates) or an admission
+        # policy said no: the right may be granted a minute later, so this waits, never Ready
+        who = f" (as {intent.impersonate.user})" if intent.impersonate else ""
+        return Retry(ObjectPhase.FORBIDDEN, scrub_for(manifest, str(exc)) + who)
     if isinstance(exc, KubeError):
         if (verdict := _at_step(exc, step, intent, manifest)) is not None:
             return verdict

@@ -210,15 +210,16 @@ class Applier:
                 self.redelivered_done += 1
                 await msg.ack_sync()
                 return "already-done"
+            kube = self._as(intent)
             if isinstance(intent, ApplyIntent):
                 outcome = await apply(
-                    self.kube,
+                    kube,
                     intent,
                     applier_id=self.s.applier_id,
                     whole=self.s.whole_object_drift,
                 )
             else:
-                outcome = await delete(self.kube, intent, applier_id=self.s.applier_id)
+                outcome = await delete(kube, intent, applier_id=self.s.applier_id)
         except Exception as exc:
             match classify(exc, Step.INTENT, intent):
                 case Retry() as retry:
@@ -264,6 +265,12 @@ class Applier:
         else:
             self.applied += 1
         await self.report.final(intent, msg, o)
+
+    def _as(self, intent: ApplyIntent | DeleteIntent) -> KubeClient:
+        """The client an intent's requests go through: a tenant's are made as its ServiceAccount
+        (the planner names it in the intent), so the API server's RBAC judges each one."""
+        who = intent.impersonate
+        return self.kube if who is None else self.kube.impersonating(who.user, who.groups)
 
     async def _carried_out(self, intent: ApplyIntent | DeleteIntent, msg: Msg) -> bool:
         """Whether this very intent was already applied: its fact names its stream sequence."""

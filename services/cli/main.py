@@ -16,6 +16,8 @@ Subcommands so far:
 * ``driftbus shards`` — planner replicas and which one plans which cluster.
 * ``driftbus plan PATH... --cluster C --bundle B`` — what a publish would do, with diffs
   (``services/cli/plan_cmd.py``; the plan itself: ``services/cli/plan.py``).
+* ``driftbus tenants [apply FILE]`` — the tenant policy in force, or a new one
+  (``services/cli/tenants.py``, docs/tenancy.md).
 * ``driftbus nats-config`` / ``driftbus dev-certs`` — NATS users and test certificates.
 * ``driftbus ui`` — the live status page; ``driftbus assets`` — show or build the server
   binaries (``services/cli/tools.py``).
@@ -26,7 +28,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from services.cli import plan_cmd, publish, run, security, status, tools, up
+from services.cli import plan_cmd, publish, run, security, status, tenants, tools, up
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     publish.add_parser(sub)
     plan_cmd.add_parser(sub)
     status.add_parser(sub)  # status, why, shards
+    tenants.add_parser(sub)
     security.add_parser(sub)  # nats-config, dev-certs
     tools.add_parser(sub)  # ui, assets
     return parser

@@ -17,18 +17,27 @@ from typing import Any, cast
 from nats.js import JetStreamContext
 
 from schemas.codec import WireError, decode
-from schemas.messages import AppliedEvent, DecisionAction, IgnoreRule, OutcomeEvent, ServerEvent
+from schemas.messages import (
+    AppliedEvent,
+    Bundle,
+    BundleOptions,
+    DecisionAction,
+    IgnoreRule,
+    OutcomeEvent,
+    ServerEvent,
+)
 from schemas.subjects import ObjectKey, cluster_filter
 from services.common import bus
 from services.common.kube import KubeClient, KubeError, NotFound
 from services.common.load import Loaded
+from services.common.policy import read_policy
 from services.core.diff import Change, diff, mask_sensitive
 from services.core.ignore import pointers_of
-from services.core.manifest import FIELD_MANAGER, apply_order, owned
+from services.core.manifest import FIELD_MANAGER, apply_order, check_bundle_name, owned
 from services.core.scope import Scopes, normalise
 from services.core.scrub import scrub_for
 from services.core.sha import manifest_sha, prune
-from services.planner import facts
+from services.planner import facts, limits
 from services.planner.decide import Decision, Desired, Entry, evaluate, restore
 from services.planner.intake import ignoring
 
@@ -100,7 +109,19 @@ async def plan(
     ignore: list[IgnoreRule] | None = None,
 ) -> list[PlanRow]:
     """One row per object of ``loaded`` and per object the publish would prune. Raises
-    ``ManifestError`` for what the planner would refuse (see ``scope.normalise``)."""
+    ``ManifestError`` for what the planner would refuse (see ``scope.normalise``), the tenant
+    policy in force included (``limits``)."""
+    tenant_policy = await read_policy(js)
+    as_published = limits.with_tenant_defaults(
+        Bundle(
+            cluster=cluster,
+            bundle=check_bundle_name(bundle),
+            revision="plan",
+            options=BundleOptions(namespace=namespace),
+        ),
+        tenant_policy,
+    )
+    namespace = as_published.options.namespace
     known = await _state(js, cluster)
     rows: list[PlanRow] = []
     desired: set[ObjectKey] = set()
@@ -119,6 +140,7 @@ async def plan(
         row = await _dry_run(kube, key, manifest, str(decision.reason))
         row.ignored = ignored
         rows.append(row)
+    limits.check(as_published, desired, scopes, tenant_policy)
     for key, found in known.items():
         if key in desired:
             continue

@@ -1,7 +1,8 @@
 """``driftbus nats-config`` and ``driftbus dev-certs``: the locked-down bus, generated.
 
 ``nats-config`` prints the ``authorization`` block of nats-server's configuration with one user
-per role (docs/security.md) — the very function the tests run nats-server with — and, with
+per role (docs/security.md) — the very function the tests run nats-server with; tenants'
+publishers (``tenant-<name>``) and admins (who write the tenant policy) included — and, with
 ``--passwords``, fresh random passwords as ``NAME=value`` lines for a ``.env`` file or a
 Kubernetes Secret. ``dev-certs`` writes a throwaway CA, a server certificate for NATS and a
 client certificate, for trying mutual TLS locally (use your PKI or cert-manager in production).
@@ -72,9 +73,16 @@ def write_config(directory: Path, users: list[permissions.NatsUser]) -> None:
 
 
 def cmd_nats_config(args: argparse.Namespace) -> int:
-    users = permissions.fleet(
-        args.cluster, _users(args.user), sources=_users(args.source, "--source")
-    )
+    try:
+        users = permissions.fleet(
+            args.cluster,
+            _users(args.user),
+            sources=_users(args.source, "--source"),
+            tenants=_users(args.tenant, "--tenant"),
+            admins=args.admin,
+        )
+    except ValueError as exc:  # a bad tenant name, a user named twice
+        raise SystemExit(f"driftbus nats-config: {exc}") from None
     if args.write:
         write_config(Path(args.write), users)
         print(
@@ -97,6 +105,8 @@ def cmd_nats_config(args: argparse.Namespace) -> int:
         + "".join(f" --cluster {c}" for c in args.cluster)
         + "".join(f" --user {u}" for u in args.user)
         + "".join(f" --source {u}" for u in args.source)
+        + "".join(f" --tenant {t}" for t in args.tenant)
+        + "".join(f" --admin {a}" for a in args.admin)
         + "`; passwords come from nats-server's environment"
     )
     print(permissions.authorization_conf(users), end="")
@@ -138,6 +148,22 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         metavar="NAME=CLUSTER[,CLUSTER]",
         help="a `driftbus source` identity: a user of these clusters that may also publish its "
         "own status (repeatable)",
+    )
+    nc.add_argument(
+        "--tenant",
+        action="append",
+        default=[],
+        metavar="NAME=CLUSTER[,CLUSTER]",
+        help="a tenant's publisher, NATS user tenant-NAME: publishes only NAME/* bundles to and "
+        "reads only their status in these clusters; NAME is a DNS label (repeatable)",
+    )
+    nc.add_argument(
+        "--admin",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a platform admin: a user of every cluster who may also write the tenant policy "
+        "(repeatable)",
     )
     nc.add_argument(
         "--passwords", action="store_true", help="print NAME=password lines for every user instead"

@@ -20,6 +20,7 @@ _COLOURS = {
     "Pending": "36",
     "Waiting": "36",
     "Retrying": "36",
+    "Forbidden": "31",
     "OutOfSync": "33",
     "Drifted": "33",
     "Kept": "90",

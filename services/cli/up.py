@@ -103,9 +103,31 @@ async def _publish_example(nats_url: str, cluster: str, within: float) -> Any:
     return status, rows
 
 
+async def _apply_policy(nats_url: str, tenant_policy: Any) -> None:
+    import nats
+
+    from services.common import policy
+
+    nc = await nats.connect(nats_url)
+    try:
+        await policy.put_policy(nc.jetstream(), tenant_policy)
+    finally:
+        await nc.drain()
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     if args.detach:
         return _detach(args)
+    tenant_policy = None
+    if args.tenants:
+        from services.cli import tenants
+        from services.core.tenancy import PolicyError
+
+        try:  # before anything starts: a wrong file is one line, not a half-started stack
+            tenant_policy = tenants.read_file(args.tenants)
+        except (PolicyError, OSError) as exc:
+            print(f"driftbus up: --tenants: {exc}", file=sys.stderr)
+            return 1
     workdir = Path(args.workdir) if args.workdir else default_workdir()
     if workdir.exists() and not args.workdir:
         shutil.rmtree(workdir)
@@ -141,6 +163,10 @@ def cmd_up(args: argparse.Namespace) -> int:
             print(f"driftbus up: {exc}", file=sys.stderr)
             return 1
         env = {**os.environ, "NATS_URL": nats_server.client_url, "KUBECONFIG": str(kubeconfig)}
+        if tenant_policy is not None:
+            # in force before the planner starts: no bundle is ever taken without it
+            asyncio.run(_apply_policy(nats_server.client_url, tenant_policy))
+            _say(f"tenant policy from {args.tenants}: {len(tenant_policy.tenants)} tenants")
         roles = [("watcher", "watcher"), ("planner", "planner")]
         roles += [(f"applier-{i}", "applier") for i in range(args.appliers)]
         if args.ui_port:
@@ -269,6 +295,8 @@ def _detach(args: argparse.Namespace) -> int:
         argv.append("--no-example")
     if args.no_controllers:
         argv.append("--no-controllers")
+    if args.tenants:
+        argv += ["--tenants", str(Path(args.tenants).resolve())]
     if args.git:
         argv += ["--git", args.git, "--git-bundle", args.git_bundle]
         argv += ["--git-interval", str(args.git_interval)]
@@ -329,6 +357,12 @@ def cmd_down(args: argparse.Namespace) -> int:
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     up = sub.add_parser("up", help="run driftbus locally: NATS, a control plane, all services")
     up.add_argument("--cluster", default="local", help="name of the cluster")
+    up.add_argument(
+        "--tenants",
+        metavar="FILE",
+        help="tenants file (docs/tenancy.md) put in force before the planner starts; "
+        "change it later with `driftbus tenants apply`",
+    )
     up.add_argument("--kubeconfig", help="use this cluster instead of starting a local one")
     up.add_argument("--context", help="kubeconfig context (with --kubeconfig)")
     up.add_argument("--appliers", type=int, default=2, help="applier replicas to run")

@@ -8,9 +8,14 @@ Every process authenticates as one role and may touch only its own subjects (doc
   cluster's applied facts and status;
 - ``planner`` owns the streams and reads everything (it serves every cluster), and writes
   its heartbeat and cluster claims to the shards KV bucket;
-- a user publishes bundles to, and reads status of, the clusters listed for them;
+- a user (the platform team's) publishes bundles to, and reads status of, the clusters listed
+  for them: every tenant's bundles and its own;
 - a Git source (``driftbus source``) is such a user that may also publish its own
-  ``driftbus.status.<cluster>.<bundle>.source`` status.
+  ``driftbus.status.<cluster>.<bundle>.source`` status;
+- ``tenant-<name>`` publishes only that tenant's bundles (``driftbus.bundle.<cluster>.<name>.*``)
+  and reads only their status, in the clusters listed for it;
+- an admin is a user of every cluster that also writes the tenant policy (the tenants KV
+  bucket), which nobody else but the planner may.
 
 JetStream is reached through ``$JS.API.*`` request subjects, so the sets below name the API calls
 each role makes. Replies arrive on a per-role inbox (``bus.inbox_prefix``) that nobody else may
@@ -30,12 +35,18 @@ from schemas.subjects import (
     member_filter,
     member_subject,
     source_status_filter,
+    tenant_bundle_filter,
+    tenant_status_filter,
 )
 from services.common import bus
+from services.core.manifest import TENANT_NAME
 
 JS = "$JS.API"
 OBJ = f"OBJ_{bus.OBJECT_STORE_BUCKET}"
 OBJ_SUBJECTS = f"$O.{bus.OBJECT_STORE_BUCKET}"
+KV_TENANTS = f"$KV.{bus.TENANTS_BUCKET}"
+TENANT_USER_PREFIX = "tenant-"
+"""A tenant's NATS user is ``tenant-<name>``."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +79,21 @@ def _read_streams(*streams: str) -> list[str]:
             f"$JS.FC.{s}.>",
         ]
     return out
+
+
+def _object_store_put() -> list[str]:
+    """What ``ObjectStore.put`` of nats-py takes: the bucket's info, the object's current
+    metadata (a stream message get by subject), its chunks and metadata, and purging the
+    chunks it replaces. Big bundles go there; its digest is checked against the bundle message
+    (which only the bundle's publishers may publish), so a publisher can spoil but not forge
+    another's stored manifests."""
+    return [
+        f"{JS}.STREAM.INFO.{OBJ}",
+        f"{JS}.STREAM.MSG.GET.{OBJ}",
+        f"{OBJ_SUBJECTS}.C.>",
+        f"{OBJ_SUBJECTS}.M.>",
+        f"{JS}.STREAM.PURGE.{OBJ}",
+    ]
 
 
 def _object_store_read() -> list[str]:
@@ -148,6 +174,9 @@ def planner() -> Permissions:
 
 
 def user(clusters: Iterable[str]) -> Permissions:
+    """The platform team's user: every bundle (every tenant's too) and all status of these
+    clusters."""
+    clusters = list(clusters)
     return Permissions(
         publish=(
             *(cluster_filter("bundle", c) for c in clusters),
@@ -163,6 +192,65 @@ def user(clusters: Iterable[str]) -> Permissions:
             *(f"{JS}.DIRECT.GET.{bus.MEMBERS}.{member_filter(c)}" for c in clusters),
         ),
         subscribe=(*(cluster_filter("status", c) for c in clusters), "_INBOX.>"),
+    )
+
+
+def tenant(tenant: str, clusters: Iterable[str]) -> Permissions:
+    """A tenant's publisher: that tenant's bundles of these clusters and their status, nothing
+    of another tenant's or of the platform's (whose bundles' tenant token is ``=``, which no
+    tenant name encodes to). Of the Object Store it gets what a put takes, not the consumers
+    that read objects back (only the planner and the watchers read manifests)."""
+    if not TENANT_NAME.match(tenant):
+        raise ValueError(
+            f"tenant {tenant!r} must be a DNS label (≤ 63 characters, lower-case letters, "
+            "digits and '-', starting and ending with a letter or digit)"
+        )
+    clusters = list(clusters)
+    return Permissions(
+        publish=(
+            *(tenant_bundle_filter(c, tenant) for c in clusters),
+            *STREAM_INFO,
+            *_object_store_put(),
+            # is anybody serving the cluster? (publish warns when not)
+            *(f"{JS}.DIRECT.GET.{bus.MEMBERS}.{member_filter(c)}" for c in clusters),
+        ),
+        subscribe=(*(tenant_status_filter(c, tenant) for c in clusters), "_INBOX.>"),
+    )
+
+
+def _tenants_bucket() -> list[str]:
+    """What nats-py's KV client takes on the tenants bucket: ``js.key_value`` (stream info),
+    ``js.create_key_value`` (stream create), ``kv.get`` (a direct get by subject, or with a
+    revision by sequence; a message get when the bucket is not direct), ``kv.put`` /
+    ``create`` / ``update`` / ``delete`` (publishes to ``$KV.<bucket>.<key>``), and
+    ``kv.watch`` / ``history`` (an ordered consumer) for reading earlier policies."""
+    s = bus.TENANTS_STREAM
+    return [
+        f"{KV_TENANTS}.>",
+        f"{JS}.STREAM.INFO.{s}",
+        f"{JS}.STREAM.CREATE.{s}",
+        f"{JS}.DIRECT.GET.{s}",
+        f"{JS}.DIRECT.GET.{s}.>",
+        f"{JS}.STREAM.MSG.GET.{s}",
+        *_read_streams(s),
+    ]
+
+
+def admin() -> Permissions:
+    """The platform admin: a user of every cluster (every bundle, all status) who also writes
+    and reads the tenant policy. Besides the planner, the only identity that may write it."""
+    return Permissions(
+        publish=(
+            family_filter("bundle"),
+            *STREAM_INFO,
+            f"{OBJ_SUBJECTS}.C.>",
+            f"{OBJ_SUBJECTS}.M.>",
+            f"{JS}.STREAM.PURGE.{OBJ}",
+            *_object_store_read(),
+            f"{JS}.DIRECT.GET.{bus.MEMBERS}.{family_filter('member')}",
+            *_tenants_bucket(),
+        ),
+        subscribe=(family_filter("status"), "_INBOX.>"),
     )
 
 
@@ -182,16 +270,26 @@ def fleet(
     users: Mapping[str, Iterable[str]] = {},
     passwords: Mapping[str, str] | None = None,
     sources: Mapping[str, Iterable[str]] = {},
+    tenants: Mapping[str, Iterable[str]] = {},
+    admins: Iterable[str] = (),
 ) -> list[NatsUser]:
     """Every identity of a deployment: a planner, a watcher and an applier per cluster, the
-    given users and Git sources (name → clusters). ``passwords`` (name → password) inlines them
-    (tests)."""
+    given users and Git sources (name → clusters), a ``tenant-<name>`` publisher per tenant
+    (tenant name → clusters) and the admins (names). ``passwords`` (name → password) inlines
+    them (tests). A name given twice is a ValueError (nats-server would refuse the file)."""
     clusters = list(clusters)
     entries = [("planner", planner())]
     for c in clusters:
         entries += [(f"watcher-{c}", watcher(c)), (f"applier-{c}", applier(c))]
     entries += [(name, user(cs)) for name, cs in users.items()]
     entries += [(name, source(cs)) for name, cs in sources.items()]
+    entries += [(TENANT_USER_PREFIX + name, tenant(name, cs)) for name, cs in tenants.items()]
+    entries += [(name, admin()) for name in admins]
+    seen: set[str] = set()
+    for name, _ in entries:
+        if name in seen:
+            raise ValueError(f"NATS user {name!r} is defined twice")
+        seen.add(name)
     pw = passwords or {}
     return [NatsUser(name, p, pw.get(name)) for name, p in entries]
 

@@ -20,11 +20,12 @@ from opentelemetry import trace
 from schemas.codec import WireError, decode, encode
 from schemas.messages import Bundle, BundleCounts, BundlePhase, BundleStatus, KindScope
 from schemas.subjects import SubjectError, bundle_status_subject, parse_subject
+from schemas.tenants import TenantPolicy
 from services.common import bus
 from services.common.bundles import BundleError, load_manifests
 from services.core.manifest import ManifestError, apply_order, check_bundle_name
 from services.core.scope import UnknownScope
-from services.planner import emit, takeover
+from services.planner import emit, limits, takeover
 from services.planner.board import StatusBoard
 from services.planner.decide import DELETE_INFLIGHT, Desired, Event
 from services.planner.decisions import pace
@@ -66,6 +67,9 @@ class BundleIntake:
         """The latest revision of a bundle, refused only because a kind's scope was unknown:
         handled again when a scope is learned (a CRD in another bundle, the watcher's
         discovery). Dropped when a later revision of the bundle is handled."""
+        self._awaiting_policy: dict[tuple[str, str], Msg] = {}
+        """The latest revision of a bundle, refused by the tenant policy: handled again when
+        the policy changes (so granting a tenant a right needs no republish)."""
         self._rechecks: set[asyncio.Task[None]] = set()
 
     async def take_in(self, msg: Msg) -> None:
@@ -81,11 +85,30 @@ class BundleIntake:
             await self._take(ident, *checked, seq=msg.metadata.sequence.stream)
 
     async def recheck(self, msg: Msg) -> None:
-        """A bundle queued again when a scope was learned, unless a later revision came since."""
+        """A bundle queued again when a scope was learned or the policy changed, unless a later
+        revision came since."""
         ident = (self.state.cluster, parse_subject(msg.subject).bundle or "")
-        if self._awaiting_scope.get(ident) is msg:  # not replaced since
-            log.info("bundle %s/%s: a kind's scope is known now: re-checked", *ident)
+        if self._awaiting_scope.get(ident) is msg or self._awaiting_policy.get(ident) is msg:
+            log.info("bundle %s/%s: re-checked (a scope was learned or the policy changed)", *ident)
             await self.take_in(msg)
+
+    def policy_changed(self, policy: TenantPolicy) -> None:
+        """A new tenant policy: revisions it refused are checked again, and what the revisions
+        in force now have outside it is reported on their status (never pruned for it)."""
+        st = self.state
+        st.policy = policy
+        for ident, view in st.bundles.items():
+            now_outside = limits.outside(view.name, view.cluster, view.keys, st.scopes, policy)
+            if now_outside != view.outside:
+                if now_outside:
+                    log.warning(
+                        "bundle %s/%s: outside its tenant's limits now: %s",
+                        *ident,
+                        "; ".join(now_outside[:3]),
+                    )
+                view.outside = now_outside
+                self.board.mark(ident)
+        self._requeue(list(self._awaiting_policy.values()))
 
     def learn_scopes(self, scopes: list[KindScope]) -> None:
         """Scopes of custom kinds from the watcher's discovery (its heartbeat)."""
@@ -97,7 +120,10 @@ class BundleIntake:
 
     def _recheck_awaiting(self) -> None:
         """Queue every bundle waiting on a scope to be handled again, after what is queued."""
-        for msg in self._awaiting_scope.values():
+        self._requeue(list(self._awaiting_scope.values()))
+
+    def _requeue(self, msgs: list[Msg]) -> None:
+        for msg in msgs:
             try:
                 self._queue.put_nowait(("recheck", msg))
             except asyncio.QueueFull:
@@ -120,18 +146,24 @@ class BundleIntake:
                     f"published to the subject of {cluster}/{name}"
                 )
             check_bundle_name(bundle.bundle)
+            bundle = limits.with_tenant_defaults(bundle, self.state.policy)
             manifests = await load_manifests(self.js, bundle)
             if learn_crds(self.state.scopes, manifests):
                 self._recheck_awaiting()
             desired = checked_revision(bundle, manifests, self.state.scopes)
+            keys = (slot[1] for slot, *_ in desired)
+            limits.check(bundle, keys, self.state.scopes, self.state.policy)
         except (WireError, BundleError, ManifestError) as exc:
+            self._awaiting_scope.pop(ident, None)
+            self._awaiting_policy.pop(ident, None)
             if isinstance(exc, UnknownScope) and cluster == self.state.cluster:
                 self._awaiting_scope[ident] = msg
-            else:
-                self._awaiting_scope.pop(ident, None)
+            elif isinstance(exc, limits.PolicyRefused):
+                self._awaiting_policy[ident] = msg
             await self._refused(ident, revision, str(exc))
             return None
         self._awaiting_scope.pop(ident, None)
+        self._awaiting_policy.pop(ident, None)
         return bundle, desired
 
     async def _take(

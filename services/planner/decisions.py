@@ -97,6 +97,7 @@ class Decisions:
             "%s: %s (%s)%s", key, d.action, d.reason, " after rebuild" if after_rebuild else ""
         )
         revision = e.revision or (view.revision if view else "")
+        identity = self.state.identity(e.bundle or e.owner_bundle or (view.name if view else ""))
         intent = (
             emit.intent(
                 slot,
@@ -107,6 +108,7 @@ class Decisions:
                 manifest=self.state.details.manifest(slot),
                 planner_id=self.planner_id,
                 fencing_token=self.fencing_token,
+                identity=identity,
             )
             if d.writes
             else None
@@ -132,7 +134,7 @@ class Decisions:
             await self.pub.publish(
                 object_subject("intent", cluster, key), encode(intent[0]), msg_id=intent[1]
             )
-        record = emit.record(slot, e, d, revision, self.planner_id)
+        record = emit.record(slot, e, d, revision, self.planner_id, identity)
         await self.pub.publish(
             object_subject("decision", cluster, key),
             encode(record),

@@ -20,6 +20,7 @@ from schemas.messages import (
     DecisionReason,
     DecisionRecord,
     DeleteIntent,
+    Impersonation,
     Intent,
     ObjectPhase,
     ObjectStatus,
@@ -72,6 +73,7 @@ def intent(
     manifest: bytes | None,
     planner_id: str,
     fencing_token: int,
+    identity: Impersonation | None = None,
 ) -> tuple[ApplyIntent | DeleteIntent, str] | None:
     """The intent for a writing decision and its message id; None when it cannot be built
     (its manifest or apiVersion unknown: logged)."""
@@ -99,6 +101,7 @@ def intent(
             issued_at=now(),
             planner=planner_id,
             fencing_token=fencing_token,
+            impersonate=identity,
         )
         return apply, (
             f"{key_tokens(key)}|{e.manifest_sha.hex()[:16]}|{d.reason}|{cause}"
@@ -120,12 +123,21 @@ def intent(
         issued_at=now(),
         planner=planner_id,
         fencing_token=fencing_token,
+        impersonate=identity,
     )
     return delete, f"{key_tokens(key)}|delete|{e.server_rv}|{fencing_token}{again}"
 
 
-def record(slot: Slot, e: Entry, d: Decision, revision: str, planner_id: str) -> DecisionRecord:
-    """The audit record of a decision (hits included), with every SHA it was made from."""
+def record(
+    slot: Slot,
+    e: Entry,
+    d: Decision,
+    revision: str,
+    planner_id: str,
+    identity: Impersonation | None = None,
+) -> DecisionRecord:
+    """The audit record of a decision (hits included), with every SHA it was made from and
+    whom its write is made as."""
     cluster, key = slot
     return DecisionRecord(
         cluster=cluster,
@@ -140,6 +152,7 @@ def record(slot: Slot, e: Entry, d: Decision, revision: str, planner_id: str) ->
         server_sha=hex_or_none(e.server_sha),
         at=now(),
         planner=planner_id,
+        identity=identity.user if identity is not None else "",
     )
 
 

@@ -8,7 +8,14 @@ that is no longer the one in flight, says nothing new and becomes no event.
 
 from __future__ import annotations
 
-from schemas.messages import AppliedEvent, DecisionReason, ObjectPhase, OutcomeEvent, ServerEvent
+from schemas.messages import (
+    WORKING_PHASES,
+    AppliedEvent,
+    DecisionReason,
+    ObjectPhase,
+    OutcomeEvent,
+    ServerEvent,
+)
 from schemas.subjects import ObjectKey
 from services.core.manifest import rv_int
 from services.planner.decide import (
@@ -55,7 +62,7 @@ def outcome(oc: OutcomeEvent, entry: Entry | None) -> Event | None:
         if entry is not None and at < max(entry.applied_at, entry.failed_at):
             return None  # older than what we know (a replayed fact superseded since)
         return Failed(sha, at)
-    if oc.phase in (ObjectPhase.WAITING, ObjectPhase.RETRYING):
+    if oc.phase in WORKING_PHASES:
         if entry is not None and entry.inflight == sha:
             return Working(sha, at)
         return None

@@ -48,6 +48,9 @@ class BundleView:
     """(revision, why) of the latest publish if it was refused; this view stays in force."""
     source: str = ""
     """Where the revision came from and what rendered it (``Bundle.source``)."""
+    outside: list[str] = dataclasses.field(default_factory=list)
+    """Objects of this revision that the tenant policy no longer allows (it changed since the
+    revision was taken in): reported, never pruned for it."""
 
     @classmethod
     def of(cls, bundle: Bundle, seq: int) -> BundleView:

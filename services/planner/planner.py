@@ -24,7 +24,7 @@ from opentelemetry import trace
 from schemas.codec import WireError, decode
 from schemas.messages import AppliedEvent, OutcomeEvent, ServerEvent
 from schemas.subjects import SubjectError, cluster_filter, parse_subject
-from services.common import bus, telemetry
+from services.common import bus, policy, telemetry
 from services.core.manifest import apply_order
 from services.planner import facts, prune
 from services.planner.board import StatusBoard
@@ -103,11 +103,14 @@ class Planner:
 
     async def run(self) -> None:
         queue = self._queue
+        # the policy first: bundles of the rebuild are held to it
+        self.intake.policy_changed(await policy.read_policy(self.js))
         followers = {
             "bundle": bus.Follower(self.js, bus.BUNDLES, cluster_filter("bundle", self.cluster)),
             "server": bus.Follower(self.js, bus.SERVER, cluster_filter("server", self.cluster)),
             "applied": bus.Follower(self.js, bus.APPLIED, cluster_filter("applied", self.cluster)),
             "outcome": bus.Follower(self.js, bus.OUTCOMES, cluster_filter("outcome", self.cluster)),
+            "policy": bus.Follower(self.js, bus.TENANTS_STREAM, policy.POLICY_SUBJECT),
         }
 
         async def pump(kind: str, f: bus.Follower) -> None:
@@ -243,6 +246,11 @@ class Planner:
                 await self._fold(slot, facts.applied(ap))
             elif kind == "outcome":
                 await self._on_outcome(decode(msg.data, OutcomeEvent))
+            elif kind == "policy":
+                new = policy.policy_of(msg)
+                if new != self.state.policy:
+                    log.info("cluster %s: tenant policy changed", self.cluster)
+                    self.intake.policy_changed(new)
         except (WireError, ValueError) as exc:
             # Bad input never stops the planner: report and carry on.
             log.error("ignoring message on %s: %s", msg.subject, exc)

@@ -11,9 +11,10 @@ import collections
 import dataclasses
 from typing import Any
 
-from schemas.messages import BundleStatus
+from schemas.messages import BundleStatus, Impersonation
+from schemas.tenants import TenantPolicy
 from services.core.scope import Scopes
-from services.planner import prune
+from services.planner import limits, prune
 from services.planner.decide import Entry, Removed
 from services.planner.details import Details
 from services.planner.intake import BundleView
@@ -42,6 +43,12 @@ class ClusterState:
     """The rebuild from the streams is complete: facts are decided, not only folded."""
     counters: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     """Decisions by ``action:reason``, and ``bad_messages``, ``bundles_refused``, ``resent``."""
+    policy: TenantPolicy = dataclasses.field(default_factory=TenantPolicy)
+    """The tenant policy in force (the tenants KV bucket's, followed live)."""
+
+    def identity(self, bundle: str) -> Impersonation | None:
+        """Whom the writes of ``bundle`` are made as (its tenant's ServiceAccount), now."""
+        return limits.identity(self.policy, bundle)
 
     def may_prune(self) -> bool:
         """Prune only from a complete view: the cluster's watcher has listed every kind."""

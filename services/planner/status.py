@@ -7,7 +7,8 @@ entries into a ``Tally``; ``bundle_phase`` turns the tally into a phase and a on
 in this order of precedence:
 
 =========== ================================================================================
-Failed      a revision was refused, an object failed to apply, or a prune failed
+Failed      a revision was refused, an object failed to apply, a prune failed, or the tenant
+            policy changed and no longer allows objects of the revision
 Conflict    an object's fields are owned by another field manager (publish with force)
 Degraded    everything applied, but an object is unhealthy (kstatus Failed)
 Reconciling applies or prunes on their way, waiting for a CRD/namespace, retrying a transient
@@ -53,6 +54,8 @@ class Tally:
     """prunes held back because the Namespace/CRD holds what others still want"""
     refused: str = ""
     """why the latest revision was refused (the one in force stays applied)"""
+    outside: int = 0
+    """objects of the revision in force that a changed tenant policy no longer allows"""
     unserved: list[str] = dataclasses.field(default_factory=list)
     problems: list[str] = dataclasses.field(default_factory=list)
 
@@ -62,6 +65,12 @@ def bundle_phase(t: Tally) -> tuple[BundlePhase, str]:
     failed = t.failed + t.prune_failed
     if t.refused:
         return BundlePhase.FAILED, f"revision {t.revision} refused: {t.refused}"
+    if t.outside:
+        return (
+            BundlePhase.FAILED,
+            f"{t.outside} objects outside the tenant's limits since the policy changed "
+            "(kept as they are: nothing is pruned for it)",
+        )
     if failed:
         parts = [f"{t.failed} of {t.total} objects failed"] if t.failed else []
         if t.prune_failed:

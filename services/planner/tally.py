@@ -10,7 +10,7 @@ import dataclasses
 import heapq
 from collections.abc import Callable
 
-from schemas.messages import BundleStatus, Health, ObjectPhase
+from schemas.messages import WORKING_PHASES, BundleStatus, Health, ObjectPhase
 from schemas.subjects import ObjectKey
 from services.core.manifest import apply_order
 from services.planner.decide import DELETE_INFLIGHT
@@ -56,6 +56,7 @@ def tally(view: BundleView, known: Known) -> Tally:
     shown = view.refused[0] if view.refused else view.revision
     t = Tally(shown, total=len(view.keys) + len(view.errors))
     t.refused = view.refused[1] if view.refused else ""
+    t.outside = len(view.outside)
     t.unserved = list(known.unserved)
     t.failed = len(view.errors)
     failing: list[ObjectKey] = []
@@ -73,7 +74,7 @@ def tally(view: BundleView, known: Known) -> Tally:
         if p.inflight:
             t.in_flight += 1
             oc = known.details.outcome(slot)
-            if oc is not None and oc.phase in (ObjectPhase.WAITING, ObjectPhase.RETRYING):
+            if oc is not None and oc.phase in WORKING_PHASES:
                 waiting.append(f"{key}: {oc.phase}: {oc.message}")
             continue
         if not p.applied:
@@ -111,7 +112,14 @@ def tally(view: BundleView, known: Known) -> Tally:
         f"{key}: not ready ({h}): {why}" if why else f"{key}: not ready ({h})"
         for key, h, why in heapq.nsmallest(MAX_LISTED, not_ready, key=lambda r: apply_order(r[0]))
     ]
-    t.problems = view.errors + t.problems + sorted(unhealthy) + sorted(waiting) + listed_not_ready
+    t.problems = (
+        view.outside
+        + view.errors
+        + t.problems
+        + sorted(unhealthy)
+        + sorted(waiting)
+        + listed_not_ready
+    )
     _tally_prunes(view, known, t)
     return t
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from nats.errors import TimeoutError as NatsTimeout
 
-from schemas.messages import ApplyIntent, DeleteIntent, ObjectPhase
+from schemas.messages import ApplyIntent, DeleteIntent, Impersonation, ObjectPhase
 from schemas.subjects import ObjectKey
 from services.applier.classify import (
     Decided,
@@ -30,6 +30,7 @@ from services.common.kube.errors import error_for
 
 FAILED, CONFLICT = ObjectPhase.FAILED, ObjectPhase.CONFLICT
 WAITING, RETRYING = ObjectPhase.WAITING, ObjectPhase.RETRYING
+FORBIDDEN = ObjectPhase.FORBIDDEN
 CM = "ConfigMap/team-a/settings"
 SECRET_VALUE = "hunter2-hunter2"
 
@@ -43,7 +44,7 @@ def manifest(kind: str = "ConfigMap", **extra: Any) -> dict[str, Any]:
     }
 
 
-def applying(m: dict[str, Any] | None = None, **flags: bool) -> ApplyIntent:
+def applying(m: dict[str, Any] | None = None, **flags: Any) -> ApplyIntent:
     m = m or manifest()
     return ApplyIntent(
         cluster="c1",
@@ -60,6 +61,9 @@ def applying(m: dict[str, Any] | None = None, **flags: bool) -> ApplyIntent:
 APPLY = applying()
 FORCED = applying(force=True)
 REPLACEABLE = applying(allow_replace=True)
+AS_TENANT = applying(
+    impersonate=Impersonation("system:serviceaccount:team-a:deployer", ["system:serviceaccounts"])
+)
 SECRET = applying(
     manifest("Secret", data={"password": base64.b64encode(SECRET_VALUE.encode()).decode()})
 )
@@ -97,7 +101,7 @@ CASES: list[tuple[str, Exception, Step, ApplyIntent | DeleteIntent, Verdict]] = 
     # --- anywhere: the status code decides --------------------------------------------------
     ("400-bad-request-fails", status(400), Step.INTENT, APPLY, Report(FAILED, text(400))),
     ("401-unauthorized-fails", status(401), Step.INTENT, APPLY, Report(FAILED, text(401))),
-    ("403-forbidden-fails", status(403), Step.INTENT, APPLY, Report(FAILED, text(403))),
+    ("403-forbidden-waits", status(403), Step.INTENT, APPLY, Retry(FORBIDDEN, text(403))),
     ("404-not-found-fails", status(404), Step.INTENT, APPLY, Report(FAILED, text(404))),
     (
         "409-conflict-on-a-re-apply-fails",
@@ -186,7 +190,7 @@ CASES: list[tuple[str, Exception, Step, ApplyIntent | DeleteIntent, Verdict]] = 
         APPLY,
         Retry(RETRYING, text(503)),
     ),
-    ("discovery-forbidden-fails", status(403), Step.RESOLVE, APPLY, Report(FAILED, text(403))),
+    ("discovery-forbidden-waits", status(403), Step.RESOLVE, APPLY, Retry(FORBIDDEN, text(403))),
     # --- the server-side apply --------------------------------------------------------------
     (
         "a-missing-namespace-waits",
@@ -238,7 +242,14 @@ CASES: list[tuple[str, Exception, Step, ApplyIntent | DeleteIntent, Verdict]] = 
         APPLY,
         Retry(RETRYING, text(429), 3.0),
     ),
-    ("an-apply-forbidden-fails", status(403), Step.APPLY, APPLY, Report(FAILED, text(403))),
+    ("an-apply-forbidden-waits", status(403), Step.APPLY, APPLY, Retry(FORBIDDEN, text(403))),
+    (
+        "an-impersonated-apply-forbidden-names-the-identity",
+        status(403),
+        Step.APPLY,
+        AS_TENANT,
+        Retry(FORBIDDEN, text(403) + " (as system:serviceaccount:team-a:deployer)"),
+    ),
     # --- the prune --------------------------------------------------------------------------
     ("pruning-what-is-not-there-is-done", status(404), Step.PRUNE, PRUNE, Gone()),
     (
@@ -255,7 +266,7 @@ CASES: list[tuple[str, Exception, Step, ApplyIntent | DeleteIntent, Verdict]] = 
         PRUNE,
         Retry(RETRYING, text(503), 5.0),
     ),
-    ("a-prune-forbidden-fails", status(403), Step.PRUNE, PRUNE, Report(FAILED, text(403))),
+    ("a-prune-forbidden-waits", status(403), Step.PRUNE, PRUNE, Retry(FORBIDDEN, text(403))),
     # --- secrets never leak -----------------------------------------------------------------
     (
         "a-secret-value-in-an-invalid-answer-is-masked",

@@ -9,13 +9,15 @@ which we use only for that: the HTTP is ours, so list/watch/apply behave predict
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 import ssl
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import orjson
+from multidict import CIMultiDict
 
 from services.common.kube.discovery import Discovery, Resource
 from services.common.kube.errors import Gone, KubeError, Retryable, error_for
@@ -56,7 +58,19 @@ class KubeClient:
         self.host: str = str(config.host or "").rstrip("/")
         self._timeout = timeout
         self._session: aiohttp.ClientSession | None = None
+        self._root = self
+        """The client whose connection pool this one uses (itself, or what it is a view of)."""
+        self._impersonate: tuple[str, tuple[str, ...]] | None = None
         self.discovery = Discovery(self.get_path)
+
+    def impersonating(self, user: str, groups: Sequence[str] = ()) -> KubeClient:
+        """A view of this client whose requests are made as ``user`` in ``groups``
+        (``Impersonate-User``/``-Group``): the API server authorises each one as that identity.
+        It shares the connection pool and the discovery cache, and discovery still runs as
+        this client's own identity (which kinds exist is not a tenant's secret)."""
+        view = copy.copy(self)
+        view._impersonate = (user, tuple(groups))
+        return view
 
     @classmethod
     async def from_kubeconfig(
@@ -92,17 +106,18 @@ class KubeClient:
         return ctx
 
     async def _client(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(ssl=self._ssl(), limit=64)
-            self._session = aiohttp.ClientSession(
+        root = self._root
+        if root._session is None or root._session.closed:
+            connector = aiohttp.TCPConnector(ssl=root._ssl(), limit=64)
+            root._session = aiohttp.ClientSession(
                 connector=connector,
                 read_bufsize=_READ_BUFFER,
                 json_serialize=_dumps_str,
             )
-        return self._session
+        return root._session
 
     async def close(self) -> None:
-        if self._session is not None:
+        if self._root is self and self._session is not None:
             await self._session.close()
 
     async def __aenter__(self) -> KubeClient:
@@ -111,13 +126,18 @@ class KubeClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def _headers(self, content_type: str | None) -> dict[str, str]:
-        headers = {"Accept": "application/json"}
+    async def _headers(self, content_type: str | None) -> CIMultiDict[str]:
+        headers: CIMultiDict[str] = CIMultiDict(Accept="application/json")
         token = await self._config.get_api_key_with_prefix("BearerToken")
         if token:
             headers["Authorization"] = token if token.startswith("Bearer ") else f"Bearer {token}"
         if content_type:
             headers["Content-Type"] = content_type
+        if self._impersonate is not None:
+            user, groups = self._impersonate
+            headers["Impersonate-User"] = user
+            for group in groups:  # one header per group, as the API server reads them
+                headers.add("Impersonate-Group", group)
         return headers
 
     async def request(

@@ -1,0 +1,45 @@
+"""The tenant policy on the bus: stored in the tenants KV bucket by ``driftbus tenants apply``,
+read by ``driftbus tenants`` and ``plan``, followed live by every planner (docs/tenancy.md).
+
+The policy is state on the bus, not a file each process reads, so a change reaches every planner
+at once and needs no restart; the bucket keeps the last ten policies for an audit.
+"""
+
+from __future__ import annotations
+
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.errors import BucketNotFoundError, KeyNotFoundError
+
+from schemas.tenants import TenantPolicy
+from services.common import bus
+from services.core import tenancy
+
+POLICY_SUBJECT = f"$KV.{bus.TENANTS_BUCKET}.{bus.TENANTS_KEY}"
+"""The subject the policy's KV entry is stored under (what a planner follows)."""
+_REMOVED = ("DEL", "PURGE")
+
+
+async def read_policy(js: JetStreamContext) -> TenantPolicy:
+    """The policy in force; the empty policy (no tenants, no lockdown) when none was applied."""
+    try:
+        kv = await js.key_value(bus.TENANTS_BUCKET)
+        entry = await kv.get(bus.TENANTS_KEY)
+    except (BucketNotFoundError, KeyNotFoundError):
+        return TenantPolicy()
+    return tenancy.decode_stored(entry.value or b"")
+
+
+async def put_policy(js: JetStreamContext, policy: TenantPolicy) -> int:
+    """Store ``policy`` as the one in force; returns its revision (the KV sequence)."""
+    await bus.ensure_tenants_bucket(js)
+    kv = await js.key_value(bus.TENANTS_BUCKET)
+    return int(await kv.put(bus.TENANTS_KEY, tenancy.dump_policy(policy)))
+
+
+def policy_of(msg: Msg) -> TenantPolicy:
+    """The policy a message of the bucket's stream carries (a deleted entry: the empty one).
+    Raises ``msgspec.ValidationError``/``DecodeError`` for a stored policy that is not one."""
+    if (msg.headers or {}).get("KV-Operation") in _REMOVED:
+        return TenantPolicy()
+    return tenancy.decode_stored(msg.data or b"")

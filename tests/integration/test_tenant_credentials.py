@@ -1,0 +1,299 @@
+"""Tenants' credentials on a real nats-server (issue 20): ``tenant-<name>`` publishes its own
+bundles and reads their status; every other tenant's and every platform bundle, other status,
+the services' streams and the tenant policy are refused by the server itself. Only an admin
+(and the planner) writes the policy. The configuration is ``permissions.fleet`` — what
+``driftbus nats-config --tenant … --admin …`` ships — served over the same mutual TLS as
+test_security.py, whose helpers check each refusal (each waits for the server's
+``Permissions Violation``, so an operation the server let through fails the test)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import secrets
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from nats.errors import Error as NatsError
+
+from schemas.messages import BundleOptions
+from schemas.subjects import (
+    bundle_status_subject,
+    bundle_statuses_filter,
+    bundle_subject,
+    cluster_filter,
+    encode_token,
+    tenant_bundle_filter,
+    tenant_status_filter,
+)
+from services.cli import security
+from services.common import bus, members, permissions
+from services.common.bundles import INLINE_LIMIT, publish_bundle
+from services.controlplane import assets
+
+from .test_security import Secured, _violation, refused_publish, refused_subscribe
+
+pytestmark = pytest.mark.integration
+
+C, OTHER = "prod", "staging"
+TENANT_A, TENANT_B = "team-a", "team-b"
+USER_A, USER_B = f"tenant-{TENANT_A}", f"tenant-{TENANT_B}"
+KV_POLICY = f"$KV.{bus.TENANTS_BUCKET}.{bus.TENANTS_KEY}"
+
+
+class TenantBus(Secured):
+    """test_security's locked-down server (mutual TLS, a password per identity) serving a fleet
+    with tenants, a platform user and an admin instead of that test's users."""
+
+    def __init__(self, workdir: Path) -> None:
+        super().__init__(workdir)  # CA, certificates, the server (not started yet)
+        users = permissions.fleet(
+            [C, OTHER],
+            {"platform": [C, OTHER]},
+            tenants={TENANT_A: [C], TENANT_B: [C]},
+            admins=["root"],
+        )
+        users = [dataclasses.replace(u, password=secrets.token_urlsafe(18)) for u in users]
+        self.passwords = {u.name: u.password or "" for u in users}
+        args = self.server.extra_args
+        Path(args[args.index("-c") + 1]).write_text(permissions.authorization_conf(users))
+
+
+@pytest.fixture(scope="module")
+async def sec(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[TenantBus]:
+    """The server, with the tenants bucket created by the admin (a policy may be applied
+    before any planner ran) and then the streams by the planner."""
+    sec = TenantBus(tmp_path_factory.mktemp("tenants"))
+    await asyncio.to_thread(sec.server.start)
+    try:
+        errors: list[str] = []
+        root = await sec.connect("root", errors)
+        try:
+            await bus.ensure_tenants_bucket(root.jetstream(timeout=5))
+        finally:
+            await root.close()
+        assert not errors, errors
+        planner = await sec.connect("planner", errors, inbox_prefix=bus.inbox_prefix("planner"))
+        try:
+            await bus.ensure_streams(planner.jetstream(timeout=5))
+        finally:
+            await planner.close()
+        assert not errors, errors
+        yield sec
+    finally:
+        sec.server.stop()
+
+
+def big_manifests(n: int = 12) -> list[dict[str, Any]]:
+    """ConfigMaps whose bundle message exceeds INLINE_LIMIT: it goes through the Object Store."""
+    filler = "x" * (INLINE_LIMIT // n + 1024)
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": f"big-{i}", "namespace": "team-a"},
+            "data": {"filler": filler},
+        }
+        for i in range(n)
+    ]
+
+
+async def test_a_tenant_publishes_its_own_bundles_and_reads_their_status(sec: TenantBus) -> None:
+    errors: list[str] = []
+    nc = await sec.connect(USER_A, errors)
+    planner = await sec.connect("planner", errors, inbox_prefix=bus.inbox_prefix("planner"))
+    try:
+        js = nc.jetstream(timeout=5)
+        received: list[str] = []
+        status = asyncio.Event()
+
+        async def on_status(msg: Any) -> None:
+            received.append(msg.subject)
+            status.set()
+
+        await nc.subscribe(bundle_status_subject(C, "team-a/web"), cb=on_status)
+        await nc.subscribe(tenant_status_filter(C, TENANT_A))  # all of its own, every bundle
+        await nc.flush()
+
+        # what `driftbus publish` does: a small bundle inline, a big one through the Object
+        # Store (twice: the second put replaces the stored object and purges its chunks), and
+        # the "is anybody serving the cluster" read of the members' heartbeats
+        small = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}}]
+        await publish_bundle(
+            js,
+            cluster=C,
+            bundle="team-a/web",
+            revision="r1",
+            manifests=small,
+            options=BundleOptions(),
+            within=10,
+        )
+        for revision in ("big-1", "big-2"):
+            sent = await publish_bundle(
+                js,
+                cluster=C,
+                bundle="team-a/big",
+                revision=revision,
+                manifests=big_manifests(),
+                options=BundleOptions(),
+                within=10,
+            )
+            assert sent.manifests_ref is not None, "the big bundle was meant to be stored"
+        assert await members.heartbeats(js, C) == {"watcher": None, "applier": None}
+
+        # what landed, read back by the planner
+        pjs = planner.jetstream(timeout=5)
+        for bundle, revision in (("team-a/web", "r1"), ("team-a/big", "big-2")):
+            last = await bus.last_message(pjs, bus.BUNDLES, bundle_subject(C, bundle))
+            assert last is not None, bundle
+            assert revision.encode() in last.data, bundle
+
+        # a status of its bundle (published by the planner, as in production) reaches it
+        await planner.publish(bundle_status_subject(C, "team-a/web"), b"{}")
+        await planner.flush()
+        await asyncio.wait_for(status.wait(), 10)
+        assert received == [bundle_status_subject(C, "team-a/web")]
+        assert not errors, errors  # nothing of the above was refused
+    finally:
+        await nc.close()
+        await planner.close()
+
+
+async def test_a_tenant_is_refused_everything_not_its_own(sec: TenantBus) -> None:
+    tc = encode_token(C)
+    api = "$JS.API"
+    refusals = [
+        # another tenant's bundles, platform bundles (the tenant token "="), another cluster
+        await refused_publish(sec, USER_A, bundle_subject(C, "team-b/web")),
+        await refused_publish(sec, USER_A, bundle_subject(C, "web")),
+        await refused_publish(sec, USER_A, bundle_subject(C, TENANT_A)),  # platform, named so
+        await refused_publish(sec, USER_A, bundle_subject(OTHER, "team-a/web")),
+        await refused_publish(sec, USER_B, bundle_subject(C, "team-a/web")),
+        # status: another tenant's, every tenant's, platform bundles'; never its own writes
+        await refused_subscribe(sec, USER_A, tenant_status_filter(C, TENANT_B)),
+        await refused_subscribe(sec, USER_A, bundle_status_subject(C, "team-b/web")),
+        await refused_subscribe(sec, USER_A, "driftbus.status.>"),
+        await refused_subscribe(sec, USER_A, cluster_filter("status", C)),
+        await refused_subscribe(sec, USER_A, bundle_statuses_filter(C)),
+        await refused_subscribe(sec, USER_A, bundle_status_subject(C, "web")),
+        await refused_subscribe(sec, USER_A, bundle_status_subject(C, TENANT_A)),
+        await refused_subscribe(sec, USER_A, tenant_status_filter(OTHER, TENANT_A)),
+        await refused_publish(sec, USER_A, bundle_status_subject(C, "team-a/web")),
+        # the services' subjects and streams: intents, facts, decisions, other bundles
+        await refused_subscribe(sec, USER_A, "driftbus.intent.>"),
+        await refused_subscribe(sec, USER_A, "driftbus.decision.>"),
+        await refused_subscribe(sec, USER_A, "driftbus.bundle.>"),
+        await refused_subscribe(sec, USER_A, "_DRIFTBUS.planner.>"),
+        await refused_publish(sec, USER_A, f"driftbus.intent.{tc}.=.ConfigMap.ns.x"),
+        await refused_publish(sec, USER_A, f"driftbus.server.{tc}.=.ConfigMap.ns.x"),
+        await refused_publish(sec, USER_A, f"{api}.CONSUMER.CREATE.{bus.BUNDLES}"),
+        await refused_publish(
+            sec, USER_A, f"{api}.DIRECT.GET.{bus.BUNDLES}.{bundle_subject(C, 'team-b/web')}"
+        ),
+        await refused_publish(sec, USER_A, f"{api}.STREAM.MSG.GET.{bus.BUNDLES}"),
+        await refused_publish(sec, USER_A, f"{api}.CONSUMER.CREATE.{bus.DECISIONS}"),
+        await refused_publish(sec, USER_A, f"{api}.CONSUMER.CREATE.{bus.STATUS}"),
+        await refused_publish(sec, USER_A, f"{api}.STREAM.MSG.GET.{bus.INTENTS}"),
+        await refused_publish(
+            sec, USER_A, f"{api}.DIRECT.GET.{bus.SERVER}.driftbus.server.{tc}.=.ConfigMap.ns.x"
+        ),
+        await refused_publish(sec, USER_A, f"{api}.STREAM.DELETE.{bus.BUNDLES}"),
+        # it stores big bundles but cannot read stored objects back (a consumer on the store)
+        await refused_publish(sec, USER_A, f"{api}.CONSUMER.CREATE.{permissions.OBJ}"),
+        # the tenant policy
+        await refused_publish(sec, USER_A, KV_POLICY),
+        await refused_publish(sec, USER_A, f"{api}.STREAM.CREATE.{bus.TENANTS_STREAM}"),
+        await refused_publish(sec, USER_A, f"{api}.STREAM.DELETE.{bus.TENANTS_STREAM}"),
+        await refused_publish(sec, USER_A, f"{api}.STREAM.PURGE.{bus.TENANTS_STREAM}"),
+    ]
+    print("\n".join(refusals))
+    assert len(refusals) == 33
+
+
+async def test_only_the_admin_writes_the_tenant_policy(sec: TenantBus) -> None:
+    errors: list[str] = []
+    root = await sec.connect("root", errors)
+    try:
+        # everything nats-py's KV client does with the policy: open, put, get, update, history
+        js = root.jetstream(timeout=5)
+        kv = await js.key_value(bus.TENANTS_BUCKET)
+        first = await kv.put(bus.TENANTS_KEY, b"policy-1")
+        assert (await kv.get(bus.TENANTS_KEY)).value == b"policy-1"
+        await kv.update(bus.TENANTS_KEY, b"policy-2", last=first)
+        assert [e.value for e in await kv.history(bus.TENANTS_KEY)][-2:] == [
+            b"policy-1",
+            b"policy-2",
+        ]
+        assert not errors, errors
+
+        # a tenant's and a platform user's puts are refused by the server ...
+        refusals = [
+            await refused_publish(sec, USER_A, KV_POLICY),
+            await refused_publish(sec, "platform", KV_POLICY),
+            await refused_publish(sec, "platform", f"$JS.API.STREAM.CREATE.{bus.TENANTS_STREAM}"),
+        ]
+        # ... and so is the KV client itself, which cannot even open the bucket
+        for who in (USER_A, "platform"):
+            theirs: list[str] = []
+            nc = await sec.connect(who, theirs)
+            try:
+                with pytest.raises((NatsError, TimeoutError)):
+                    await nc.jetstream(timeout=2).key_value(bus.TENANTS_BUCKET)
+                refusals.append(await _violation(theirs, "publish to"))
+            finally:
+                await nc.close()
+        print("\n".join(refusals))
+
+        # the policy is what the admin wrote: none of the refused writes landed
+        assert (await kv.get(bus.TENANTS_KEY)).value == b"policy-2"
+        assert not errors, errors
+    finally:
+        await root.close()
+
+
+def test_nats_config_flags_generate_a_configuration_nats_server_accepts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    parser = argparse.ArgumentParser()
+    security.add_parser(parser.add_subparsers())
+    flags = [
+        "nats-config",
+        "--cluster",
+        C,
+        "--cluster",
+        OTHER,
+        "--user",
+        f"platform={C}",
+        "--tenant",
+        f"{TENANT_A}={C},{OTHER}",
+        "--tenant",
+        f"{TENANT_B}={C}",
+        "--admin",
+        "root",
+    ]
+    args = parser.parse_args(flags)
+    assert args.func(args) == 0
+    conf = capsys.readouterr().out
+    assert f"--tenant {TENANT_A}={C},{OTHER} --tenant {TENANT_B}={C} --admin root`" in conf
+    for name in (USER_A, USER_B, "root", "platform"):
+        assert f'user: "{name}"' in conf
+    assert tenant_bundle_filter(OTHER, TENANT_A) in conf
+    (tmp_path / "auth.conf").write_text(conf)
+    args = parser.parse_args([*flags, "--passwords"])  # the .env nats-server reads them from
+    assert args.func(args) == 0
+    env = dict(line.split("=", 1) for line in capsys.readouterr().out.splitlines())
+    assert "DRIFTBUS_NATS_PASSWORD_TENANT_TEAM_A" in env
+    assert "DRIFTBUS_NATS_PASSWORD_ROOT" in env
+    check = subprocess.run(
+        [str(assets.ensure("nats-server")), "-c", "auth.conf", "-t"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
