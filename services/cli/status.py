@@ -16,6 +16,7 @@ from services.common.bus import NatsSettings
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from schemas.subjects import split_bundle
     from services.cli import table, user
 
     async def run() -> int:
@@ -56,9 +57,14 @@ def cmd_status(args: argparse.Namespace) -> int:
                         "table",
                     )
             else:
-                statuses = await user.bundle_statuses(js, args.cluster, seen=seen)
+                statuses = [
+                    b
+                    for b in await user.bundle_statuses(js, args.cluster, seen=seen)
+                    if args.tenant is None or split_bundle(b.bundle)[0] == args.tenant
+                ]
                 rows = [
                     {
+                        "tenant": split_bundle(b.bundle)[0],
                         "bundle": b.bundle,
                         "revision": b.revision,
                         "phase": str(b.phase),
@@ -69,11 +75,10 @@ def cmd_status(args: argparse.Namespace) -> int:
                     }
                     for b in statuses
                 ]
-                table.emit(
-                    rows,
-                    ["bundle", "revision", "phase", "applied", "ready", "failed", "message"],
-                    args.output,
-                )
+                columns = ["bundle", "revision", "phase", "applied", "ready", "failed", "message"]
+                if args.tenant is not None or any(r["tenant"] for r in rows):
+                    columns.insert(0, "tenant")
+                table.emit(rows, columns, args.output)
             sys.stdout.flush()
             if live is None:
                 return 0
@@ -209,6 +214,8 @@ def cmd_why(args: argparse.Namespace) -> int:
                 "manifest": (r.manifest_sha or "")[:12],
                 "applied": (r.apply_sha or "")[:12],
                 "live": (r.server_sha or "")[:12],
+                # whom a write was (or is to be) made as: a tenant's ServiceAccount
+                "as": r.identity or ("driftbus" if r.action != "hit" else ""),
             }
             for r in records
         ]
@@ -216,7 +223,7 @@ def cmd_why(args: argparse.Namespace) -> int:
             print(f"decisions for {key} in cluster {args.cluster}:")
         table.emit(
             rows,
-            ["at", "bundle", "revision", "action", "reason", "manifest", "applied", "live"],
+            ["at", "bundle", "revision", "action", "reason", "as", "manifest", "applied", "live"],
             args.output,
         )
         return 0 if records else 1
@@ -248,7 +255,10 @@ def cmd_shards(args: argparse.Namespace) -> int:
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     st = sub.add_parser("status", help="current state of bundles (and objects with --bundle)")
     st.add_argument("--cluster", required=True)
-    st.add_argument("--bundle")
+    st.add_argument("--bundle", help="one bundle (TENANT/NAME for a tenant's), with its objects")
+    st.add_argument(
+        "--tenant", help="only this tenant's bundles ('' for the platform team's, no tenant)"
+    )
     st.add_argument("-o", "--output", choices=["table", "json"], default="table")
     st.add_argument(
         "--follow",

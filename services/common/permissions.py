@@ -15,7 +15,8 @@ Every process authenticates as one role and may touch only its own subjects (doc
 - ``tenant-<name>`` publishes only that tenant's bundles (``driftbus.bundle.<cluster>.<name>.*``)
   and reads only their status, in the clusters listed for it;
 - an admin is a user of every cluster that also writes the tenant policy (the tenants KV
-  bucket), which nobody else but the planner may.
+  bucket), which nobody else may (the planner creates the bucket and follows the policy
+  through the JetStream API, but does not write it).
 
 JetStream is reached through ``$JS.API.*`` request subjects, so the sets below name the API calls
 each role makes. Replies arrive on a per-role inbox (``bus.inbox_prefix``) that nobody else may
@@ -220,10 +221,11 @@ def tenant(tenant: str, clusters: Iterable[str]) -> Permissions:
 
 def _tenants_bucket() -> list[str]:
     """What nats-py's KV client takes on the tenants bucket: ``js.key_value`` (stream info),
-    ``js.create_key_value`` (stream create), ``kv.get`` (a direct get by subject, or with a
-    revision by sequence; a message get when the bucket is not direct), ``kv.put`` /
-    ``create`` / ``update`` / ``delete`` (publishes to ``$KV.<bucket>.<key>``), and
-    ``kv.watch`` / ``history`` (an ordered consumer) for reading earlier policies."""
+    ``js.create_key_value`` (stream create), ``kv.get`` (a stream message get: the bucket is
+    not created ``direct``; the direct gets, by subject or by sequence, are there for when it
+    is), ``kv.put`` / ``create`` / ``update`` / ``delete`` (publishes to
+    ``$KV.<bucket>.<key>``), and ``kv.watch`` / ``history`` (an ordered consumer) for reading
+    earlier policies."""
     s = bus.TENANTS_STREAM
     return [
         f"{KV_TENANTS}.>",
@@ -238,7 +240,7 @@ def _tenants_bucket() -> list[str]:
 
 def admin() -> Permissions:
     """The platform admin: a user of every cluster (every bundle, all status) who also writes
-    and reads the tenant policy. Besides the planner, the only identity that may write it."""
+    and reads the tenant policy; the only identity that may write it."""
     return Permissions(
         publish=(
             family_filter("bundle"),
@@ -276,7 +278,7 @@ def fleet(
     """Every identity of a deployment: a planner, a watcher and an applier per cluster, the
     given users and Git sources (name → clusters), a ``tenant-<name>`` publisher per tenant
     (tenant name → clusters) and the admins (names). ``passwords`` (name → password) inlines
-    them (tests). A name given twice is a ValueError (nats-server would refuse the file)."""
+    them (tests). A name given twice is a ValueError (nats-server refuses a duplicate user)."""
     clusters = list(clusters)
     entries = [("planner", planner())]
     for c in clusters:

@@ -39,7 +39,7 @@ async def put_policy(js: JetStreamContext, policy: TenantPolicy) -> int:
 
 def policy_of(msg: Msg) -> TenantPolicy:
     """The policy a message of the bucket's stream carries (a deleted entry: the empty one).
-    Raises ``msgspec.ValidationError``/``DecodeError`` for a stored policy that is not one."""
+    Raises ``PolicyError`` (a ValueError) for a stored policy that is not one."""
     if (msg.headers or {}).get("KV-Operation") in _REMOVED:
         return TenantPolicy()
     return tenancy.decode_stored(msg.data or b"")

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from schemas.subjects import ObjectKey, SubjectError, join_bundle, split_bundle
+from schemas.tenants import DNS_LABEL
 
 OWNER_LABEL: Final = "driftbus.dev/bundle"
 TENANT_LABEL: Final = "driftbus.dev/tenant"
@@ -22,7 +23,7 @@ PRUNE_ANNOTATION: Final = "driftbus.dev/prune"
 bundle (as Flux's ``kustomize.toolkit.fluxcd.io/prune: disabled``, Argo CD's ``Prune=false``)."""
 # A label value: ≤ 63 characters, alphanumerics with - _ . inside.
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$")
-TENANT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+TENANT_NAME = re.compile(DNS_LABEL)
 """A tenant's name: a DNS label (it also names the tenant's NATS user and subject token)."""
 
 

@@ -2,8 +2,9 @@
 
 One page (``static/``, shipped in the package: no CDN) and two endpoints:
 
-- ``GET /api/state`` — everything the page shows, as JSON: bundles with revision and phase,
-  per-object phase, health and reason, the latest drift events, hit ratio, intents pending;
+- ``GET /api/state`` — everything the page shows, as JSON: bundles with tenant, revision and
+  phase, per-object phase, health and reason, the latest drift events, hit ratio, intents
+  pending; ``?tenant=T`` keeps only tenant T's bundles (``?tenant=`` the platform team's);
 - ``GET /events`` — the same as server-sent events, live: ``state`` once, then ``bundle``,
   ``object``, ``drift`` and ``stats`` events as they happen.
 
@@ -28,7 +29,7 @@ from nats.js import JetStreamContext
 
 from schemas.codec import WireError, decode
 from schemas.messages import BundleStatus, DecisionRecord, ObjectStatus, ServerEvent
-from schemas.subjects import family_filter
+from schemas.subjects import family_filter, split_bundle
 from services.common import bus
 
 log = logging.getLogger("driftbus.ui")
@@ -79,7 +80,7 @@ class LiveState:
         return row
 
     def on_bundle(self, st: BundleStatus) -> dict[str, Any]:
-        doc: dict[str, Any] = _plain(st)
+        doc: dict[str, Any] = _plain(st) | {"tenant": split_bundle(st.bundle)[0]}
         self.bundles[(st.cluster, st.bundle)] = doc
         return doc
 
@@ -126,14 +127,21 @@ class LiveState:
             "pending": dict(self.pending),
         }
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self, tenant: str | None = None) -> dict[str, Any]:
+        """What the page shows; only ``tenant``'s bundles and objects when one is given."""
+
+        def shown(bundle: str) -> bool:
+            return tenant is None or split_bundle(bundle)[0] == tenant
+
         return {
             "bundles": sorted(
-                self.bundles.values(), key=lambda b: (b.get("cluster", ""), b.get("bundle", ""))
+                (b for b in self.bundles.values() if shown(b.get("bundle", ""))),
+                key=lambda b: (b.get("cluster", ""), b.get("bundle", "")),
             ),
             "objects": {
                 f"{c}/{b}": sorted(objs.values(), key=lambda o: o["object"])
                 for (c, b), objs in self.objects.items()
+                if shown(b)
             },
             "drift": list(self.drift),
             "stats": self.stats(),
@@ -208,9 +216,10 @@ class StatusPage:
     async def index(self, _: web.Request) -> web.FileResponse:
         return web.FileResponse(STATIC / "index.html")
 
-    async def api_state(self, _: web.Request) -> web.Response:
+    async def api_state(self, request: web.Request) -> web.Response:
+        tenant = request.query.get("tenant")
         return web.Response(
-            body=orjson.dumps(self.state.snapshot()), content_type="application/json"
+            body=orjson.dumps(self.state.snapshot(tenant)), content_type="application/json"
         )
 
     async def events(self, request: web.Request) -> web.StreamResponse:

@@ -12,15 +12,19 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from nats.aio.client import Client as NATS
 
 from harness.pipeline import DecisionLog, Pipeline, StatusWatch, settle
 from schemas.codec import encode
 from schemas.messages import Bundle, BundlePhase, ObjectPhase
 from schemas.subjects import bundle_subject
+from services.cli.plan import plan
 from services.common import bus, policy
 from services.common.kube import KubeClient, NotFound
+from services.common.load import Loaded, Manifest
 from services.core import tenancy
+from services.core.manifest import ManifestError
 
 from ..conftest import unique_name
 
@@ -141,8 +145,12 @@ async def test_an_object_outside_the_tenants_namespaces_refuses_the_revision_who
     js = pnc.jetstream()
     await pipeline.publish(js, bundle, [cm(ns, "a")])
     await watch.ready("r1", 60, pipeline.logs)
-    # r2 leaves `a` out: were it taken, `a` would be pruned
-    await pipeline.publish(js, bundle, [cm(ns, "b"), cm(other, "c")], revision="r2")
+    # r2 leaves `a` out: were it taken, `a` would be pruned. `plan` refuses it first.
+    r2 = [cm(ns, "b"), cm(other, "c")]
+    loaded = Loaded([Manifest(m, f"r2.yaml#{i}") for i, m in enumerate(r2)])
+    with pytest.raises(ManifestError, match=f"ConfigMap/{other}/c"):
+        await plan(js, kube, cluster=pipeline.cluster, bundle=bundle, loaded=loaded)
+    await pipeline.publish(js, bundle, r2, revision="r2")
     status = await watch.until(lambda s: s.revision == "r2", 30, pipeline.logs)
     assert status.phase is BundlePhase.FAILED
     assert f"ConfigMap/{other}/c" in status.message
