@@ -19,9 +19,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from services.cli.plan import plan
     from services.common import load
     from services.common.kube import KubeClient
-    from services.core.manifest import ManifestError
+    from services.core.manifest import ManifestError, check_bundle_name
 
     try:
+        check_bundle_name(args.bundle)
         loaded = load_manifests(args)
     except (load.InputError, ManifestError) as exc:
         return table.fail("plan", exc)

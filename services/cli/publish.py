@@ -42,9 +42,10 @@ def _ignore_rule(text: str) -> IgnoreRule:
 def cmd_publish(args: argparse.Namespace) -> int:
     from services.cli import table, user
     from services.common import load
-    from services.core.manifest import ManifestError
+    from services.core.manifest import ManifestError, check_bundle_name
 
     try:
+        check_bundle_name(args.bundle)  # one line before anything is read or sent
         loaded = load_manifests(args)
         revision = args.revision or loaded.revision or loaded.content_revision()
         options = bundle_options(args)

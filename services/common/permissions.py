@@ -174,6 +174,14 @@ def planner() -> Permissions:
     )
 
 
+def _policy_read() -> list[str]:
+    """Reading the tenant policy in force (``policy.read_policy``: ``driftbus plan`` checks a
+    revision against it before anything is published): the limits are no secret from those
+    they bind. Writing it is the admin's alone."""
+    s = bus.TENANTS_STREAM
+    return [f"{JS}.STREAM.INFO.{s}", f"{JS}.STREAM.MSG.GET.{s}"]
+
+
 def user(clusters: Iterable[str]) -> Permissions:
     """The platform team's user: every bundle (every tenant's too) and all status of these
     clusters."""
@@ -191,6 +199,7 @@ def user(clusters: Iterable[str]) -> Permissions:
             *_object_store_read(),
             # is anybody serving the cluster? (publish warns when not)
             *(f"{JS}.DIRECT.GET.{bus.MEMBERS}.{member_filter(c)}" for c in clusters),
+            *_policy_read(),
         ),
         subscribe=(*(cluster_filter("status", c) for c in clusters), "_INBOX.>"),
     )
@@ -214,6 +223,7 @@ def tenant(tenant: str, clusters: Iterable[str]) -> Permissions:
             *_object_store_put(),
             # is anybody serving the cluster? (publish warns when not)
             *(f"{JS}.DIRECT.GET.{bus.MEMBERS}.{member_filter(c)}" for c in clusters),
+            *_policy_read(),
         ),
         subscribe=(*(tenant_status_filter(c, tenant) for c in clusters), "_INBOX.>"),
     )

@@ -8,6 +8,8 @@ at once and needs no restart; the bucket keeps the last ten policies for an audi
 from __future__ import annotations
 
 from nats.aio.msg import Msg
+from nats.errors import Error as NatsError
+from nats.errors import TimeoutError as NatsTimeout
 from nats.js import JetStreamContext
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError
 
@@ -20,13 +22,23 @@ POLICY_SUBJECT = f"$KV.{bus.TENANTS_BUCKET}.{bus.TENANTS_KEY}"
 _REMOVED = ("DEL", "PURGE")
 
 
+class PolicyUnreadable(RuntimeError):
+    """The policy in force could not be read (the bus refused or did not answer)."""
+
+
 async def read_policy(js: JetStreamContext) -> TenantPolicy:
-    """The policy in force; the empty policy (no tenants, no lockdown) when none was applied."""
+    """The policy in force; the empty policy (no tenants, no lockdown) when none was applied.
+    PolicyUnreadable when the bus does not say (a refused read times out in nats-py)."""
     try:
         kv = await js.key_value(bus.TENANTS_BUCKET)
         entry = await kv.get(bus.TENANTS_KEY)
     except (BucketNotFoundError, KeyNotFoundError):
         return TenantPolicy()
+    except (NatsTimeout, NatsError) as exc:
+        raise PolicyUnreadable(
+            f"cannot read the tenant policy ({type(exc).__name__}: {exc}); may this NATS "
+            f"identity read the {bus.TENANTS_BUCKET} bucket?"
+        ) from None
     return tenancy.decode_stored(entry.value or b"")
 
 

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from nats.errors import Error as NatsError
 
 from schemas.messages import BundleOptions
 from schemas.subjects import (
@@ -35,7 +34,7 @@ from services.common import bus, members, permissions
 from services.common.bundles import INLINE_LIMIT, publish_bundle
 from services.controlplane import assets
 
-from .test_security import Secured, _violation, refused_publish, refused_subscribe
+from .test_security import Secured, refused_publish, refused_subscribe
 
 pytestmark = pytest.mark.integration
 
@@ -236,14 +235,14 @@ async def test_only_the_admin_writes_the_tenant_policy(sec: TenantBus) -> None:
             await refused_publish(sec, "platform", KV_POLICY),
             await refused_publish(sec, "platform", f"$JS.API.STREAM.CREATE.{bus.TENANTS_STREAM}"),
         ]
-        # ... and so is the KV client itself, which cannot even open the bucket
+        # ... while reading the limits in force is allowed (driftbus plan checks against them)
         for who in (USER_A, "platform"):
             theirs: list[str] = []
             nc = await sec.connect(who, theirs)
             try:
-                with pytest.raises((NatsError, TimeoutError)):
-                    await nc.jetstream(timeout=2).key_value(bus.TENANTS_BUCKET)
-                refusals.append(await _violation(theirs, "publish to"))
+                read = await nc.jetstream(timeout=5).key_value(bus.TENANTS_BUCKET)
+                assert (await read.get(bus.TENANTS_KEY)).value == b"policy-2"
+                assert not theirs, theirs
             finally:
                 await nc.close()
         print("\n".join(refusals))

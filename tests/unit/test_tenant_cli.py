@@ -1,0 +1,42 @@
+"""The tenancy parts of the CLI that need no bus: a bundle name of a tenant is checked before
+anything is read or sent, and a tenants file is checked before it is applied (one line each,
+exit 1, never a traceback)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from services.cli.main import main
+
+
+@pytest.mark.parametrize(
+    ("bundle", "says"),
+    [
+        ("Team_A/app", "the tenant 'Team_A' must be a DNS label"),
+        ("team-a/", "the name '' must be a valid label value"),
+        ("team-a/app!", "the name 'app!' must be a valid label value"),
+    ],
+)
+@pytest.mark.parametrize("command", ["publish", "plan"])
+def test_a_bad_bundle_name_is_one_line(
+    command: str, bundle: str, says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main([command, "examples/hello", "--cluster", "c", "--bundle", bundle])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err.startswith(f"driftbus {command}: bundle {bundle!r}: {says}"), err
+    assert "Traceback" not in err
+
+
+def test_an_invalid_tenants_file_is_refused_with_its_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    f = tmp_path / "tenants.yaml"
+    f.write_text("tenants:\n  team-a:\n    serviceAccount: team-a/deployer\n    namespace: [x]\n")
+    code = main(["tenants", "apply", str(f), "--nats-url", "nats://127.0.0.1:1"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err.startswith(f"driftbus tenants apply: {f}:4: "), err
+    assert "namespace" in err
