@@ -32,7 +32,7 @@ from opentelemetry import trace
 
 from schemas.codec import WireError, decode
 from schemas.messages import AppliedEvent, ApplyIntent, DecisionReason, DeleteIntent, Intent
-from schemas.subjects import ObjectKey, object_subject
+from schemas.subjects import ObjectKey, object_subject, split_bundle
 from services.applier.classify import Report, Retry, Step, classify, schedule
 from services.applier.consumer import consume, keep_claimed, seq
 from services.applier.fence import Fence, follow_claims, read_claim
@@ -40,7 +40,7 @@ from services.applier.gate import NamespaceGate
 from services.applier.report import Reporter
 from services.applier.verbs import Outcome, apply, delete, now
 from services.common import bus, members, telemetry
-from services.common.kube import KubeClient
+from services.common.kube import Forbidden, KubeClient
 from services.common.runtime import ClusterSettings, cluster_connections
 from services.common.settings import replica_id, setting
 
@@ -270,6 +270,15 @@ class Applier:
         """The client an intent's requests go through: a tenant's are made as its ServiceAccount
         (the planner names it in the intent), so the API server's RBAC judges each one."""
         who = intent.impersonate
+        if who is None and split_bundle(intent.bundle)[0]:
+            # fail closed: never a tenant's write with the applier's own rights
+            raise Forbidden(
+                str(intent.key),
+                403,
+                "Forbidden",
+                f"intent of bundle {intent.bundle} names no "
+                "identity to act as (its tenant is not in the tenant policy)",
+            )
         return self.kube if who is None else self.kube.impersonating(who.user, who.groups)
 
     async def _carried_out(self, intent: ApplyIntent | DeleteIntent, msg: Msg) -> bool:

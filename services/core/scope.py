@@ -148,6 +148,11 @@ class Scopes:
         if not (isinstance(group, str) and group and isinstance(kind, str) and kind):
             return False
         namespaced = _CRD_SCOPES.get(scope) if isinstance(scope, str) else None
+        if (group, kind) in BUILTIN:
+            # a CRD cannot redefine a built-in kind (the API server refuses it); believing one
+            # would re-key objects of that kind, or let a tenant's ClusterRoleBinding pass as
+            # namespaced
+            return False
         return namespaced is not None and self.learn(group, kind, namespaced)
 
 

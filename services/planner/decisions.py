@@ -17,7 +17,7 @@ from opentelemetry import trace
 
 from schemas.codec import encode
 from schemas.messages import DecisionReason, ObjectPhase
-from schemas.subjects import object_status_subject, object_subject
+from schemas.subjects import object_status_subject, object_subject, split_bundle
 from services.common import bus, telemetry
 from services.planner import emit
 from services.planner.decide import Decision
@@ -97,7 +97,14 @@ class Decisions:
             "%s: %s (%s)%s", key, d.action, d.reason, " after rebuild" if after_rebuild else ""
         )
         revision = e.revision or (view.revision if view else "")
-        identity = self.state.identity(e.bundle or e.owner_bundle or (view.name if view else ""))
+        owner = e.bundle or e.owner_bundle or (view.name if view else "")
+        identity = self.state.identity(owner)
+        if d.writes and identity is None and split_bundle(owner)[0]:
+            # fail closed: a tenant's write never goes out with driftbus's own rights (its
+            # tenant left the policy); nothing is in flight, a later fact decides afresh
+            log.error("%s: not written: bundle %s's tenant is not in the tenant policy", key, owner)
+            self.state.entries[slot] = dataclasses.replace(e, inflight=None)
+            return
         intent = (
             emit.intent(
                 slot,

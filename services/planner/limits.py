@@ -18,7 +18,7 @@ from schemas.subjects import ObjectKey
 from schemas.tenants import TenantPolicy
 from services.core import tenancy
 from services.core.manifest import ManifestError
-from services.core.scope import Scopes
+from services.core.scope import Scopes, UnknownScope
 
 MAX_NAMED = 10
 """Objects named in one refusal message (the count says how many there are)."""
@@ -48,7 +48,19 @@ def scoped(keys: Iterable[ObjectKey], scopes: Scopes) -> list[tuple[ObjectKey, b
 
 
 def check(bundle: Bundle, keys: Iterable[ObjectKey], scopes: Scopes, policy: TenantPolicy) -> None:
-    """PolicyRefused naming every object of the revision outside its tenant's limits."""
+    """PolicyRefused naming every object of the revision outside its tenant's limits; for a
+    tenant's bundle, UnknownScope while a kind's scope is unknown (a namespace in the manifest
+    proves nothing: a cluster-scoped kind would pass as namespaced), so it waits for one."""
+    keys = list(keys)
+    if tenancy.tenant_of(bundle.bundle):
+        unknown = sorted(
+            {f"{k.kind}.{k.group}" for k in keys if scopes.namespaced(k.group, k.kind) is None}
+        )
+        if unknown:
+            raise UnknownScope(
+                f"the scope of {', '.join(unknown)} is not known yet (a tenant's objects are "
+                "held to its limits by scope); the revision waits for the cluster's discovery"
+            )
     if problems := tenancy.object_refusals(policy, bundle.bundle, scoped(keys, scopes)):
         raise PolicyRefused(refusal(bundle.bundle, problems))
 

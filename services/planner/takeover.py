@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
+from schemas.subjects import split_bundle
 from services.planner.intake import BundleView
 from services.planner.store import EntryStore, Slot
 
@@ -36,6 +37,13 @@ class Taken:
     """Objects taken over, each with the bundle it was taken from."""
 
 
+def may_take(taker: str, owner: str) -> bool:
+    """Whether bundle ``taker`` may take over what bundle ``owner`` declares: a platform bundle
+    may take anything, a tenant's bundle only its own tenant's."""
+    tenant = split_bundle(taker)[0]
+    return not tenant or split_bundle(owner)[0] == tenant
+
+
 def take(
     view: BundleView,
     desired: list[tuple[Slot, bytes, bytes]],
@@ -50,6 +58,12 @@ def take(
     taken = Taken([], [])
     for slot, encoded, sha in desired:
         other = declared_by_other(slot, view.name, entries, bundles)
+        if other is not None and take_over and not may_take(view.name, other):
+            view.errors.append(
+                f"{slot[1]}: declared by bundle {other} of another tenant: a tenant's bundle "
+                "may take over only its own tenant's objects"
+            )
+            continue
         if other is not None and not take_over:
             view.errors.append(
                 f"{slot[1]}: already declared by bundle {other} (publish with take-over "

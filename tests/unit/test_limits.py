@@ -9,9 +9,10 @@ import pytest
 from schemas.messages import Bundle, BundleOptions, BundlePhase, Impersonation
 from schemas.subjects import ObjectKey
 from services.core import tenancy
-from services.core.scope import Scopes
+from services.core.scope import Scopes, UnknownScope
 from services.planner import limits
 from services.planner.status import Tally, bundle_phase
+from services.planner.takeover import may_take
 
 POLICY = tenancy.load_policy(
     """
@@ -138,3 +139,43 @@ def test_the_identity_is_the_tenants_service_account_without_groups() -> None:
 )
 def test_objects_outside_the_policy_are_never_ready(tally: Tally, phase: BundlePhase) -> None:
     assert bundle_phase(tally)[0] is phase
+
+
+def test_a_tenants_revision_waits_while_a_kinds_scope_is_unknown() -> None:
+    """A namespace in the manifest proves nothing: an unknown cluster-scoped kind would pass."""
+    widget = ObjectKey("example.com", "Widget", "team-a", "w")
+    with pytest.raises(UnknownScope, match=r"Widget\.example\.com"):
+        limits.check(bundle("team-a/web"), [widget], Scopes(), POLICY)
+    limits.check(bundle("web"), [widget], Scopes(), POLICY)  # platform bundles: as before
+    scopes = Scopes()
+    scopes.learn("example.com", "Widget", True)
+    limits.check(bundle("team-a/web"), [widget], scopes, POLICY)
+
+
+def test_a_crd_cannot_redefine_a_built_in_kinds_scope() -> None:
+    scopes = Scopes()
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "clusterrolebindings.rbac.authorization.k8s.io"},
+        "spec": {
+            "group": "rbac.authorization.k8s.io",
+            "names": {"kind": "ClusterRoleBinding"},
+            "scope": "Namespaced",
+        },
+    }
+    assert scopes.learn_crd(crd) is False
+    assert scopes.namespaced("rbac.authorization.k8s.io", "ClusterRoleBinding") is False
+
+
+@pytest.mark.parametrize(
+    ("taker", "owner", "may"),
+    [
+        ("web", "team-a/x", True),
+        ("team-a/web", "team-a/x", True),
+        ("team-a/web", "team-b/x", False),
+        ("team-a/web", "x", False),
+    ],
+)
+def test_take_over_never_crosses_tenants(taker: str, owner: str, may: bool) -> None:
+    assert may_take(taker, owner) is may
