@@ -26,6 +26,7 @@ from schemas.subjects import (
 )
 from services.cli import security
 from services.common import bus, permissions
+from tests.unit.test_subjects import _matches
 
 KEY = ObjectKey("apps", "Deployment", "ns", "web")
 TENANTS_STREAM = bus.TENANTS_STREAM
@@ -41,17 +42,6 @@ POLICY_API = [
 ]
 POLICY_READ = POLICY_API[0::2][:2]  # stream info and the message get: what read_policy takes
 POLICY_WRITE = [s for s in POLICY_API if s not in POLICY_READ]
-
-
-def _matches(pattern: str, subject: str) -> bool:
-    """NATS wildcard matching: ``*`` one token, ``>`` the rest."""
-    p, s = pattern.split("."), subject.split(".")
-    for i, token in enumerate(p):
-        if token == ">":
-            return len(s) > i
-        if i >= len(s) or (token != "*" and token != s[i]):
-            return False
-    return len(p) == len(s)
 
 
 def _covers(pattern: str, subscription: str) -> bool:

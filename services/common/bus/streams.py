@@ -208,36 +208,39 @@ async def ensure_streams(
 async def ensure_tenants_bucket(js: JetStreamContext, replicas: int = 1) -> None:
     """The tenant policy's bucket (made by the planner, or by whoever applies a policy
     first). History 10: earlier policies stay readable for an audit."""
-    try:
-        await js.key_value(TENANTS_BUCKET)
-    except BucketNotFoundError:
-        with contextlib.suppress(BadRequestError):  # somebody else created it meanwhile
-            await js.create_key_value(
-                js_api.KeyValueConfig(
-                    bucket=TENANTS_BUCKET,
-                    description="driftbus tenant policy (driftbus tenants apply)",
-                    history=10,
-                    storage=js_api.StorageType.FILE,
-                    replicas=replicas,
-                )
-            )
+    await _ensure_bucket(
+        js,
+        js_api.KeyValueConfig(
+            bucket=TENANTS_BUCKET,
+            description="driftbus tenant policy (driftbus tenants apply)",
+            history=10,
+            storage=js_api.StorageType.FILE,
+            replicas=replicas,
+        ),
+    )
 
 
 async def _ensure_shards_bucket(js: JetStreamContext, replicas: int) -> None:
+    await _ensure_bucket(
+        js,
+        js_api.KeyValueConfig(
+            bucket=SHARDS_BUCKET,
+            description="driftbus planner heartbeats and cluster claims",
+            history=1,
+            storage=js_api.StorageType.FILE,
+            replicas=replicas,
+            direct=True,  # appliers read their cluster's claim with a direct get
+        ),
+    )
+
+
+async def _ensure_bucket(js: JetStreamContext, config: js_api.KeyValueConfig) -> None:
+    """Create the KV bucket unless it exists (another process may create it meanwhile)."""
     try:
-        await js.key_value(SHARDS_BUCKET)
+        await js.key_value(config.bucket)
     except BucketNotFoundError:
-        with contextlib.suppress(BadRequestError):  # another planner created it meanwhile
-            await js.create_key_value(
-                js_api.KeyValueConfig(
-                    bucket=SHARDS_BUCKET,
-                    description="driftbus planner heartbeats and cluster claims",
-                    history=1,
-                    storage=js_api.StorageType.FILE,
-                    replicas=replicas,
-                    direct=True,  # appliers read their cluster's claim with a direct get
-                )
-            )
+        with contextlib.suppress(BadRequestError):
+            await js.create_key_value(config)
 
 
 async def _create_or_update(
