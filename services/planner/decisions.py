@@ -63,15 +63,23 @@ class Decisions:
         self.fencing_token = fencing_token
         self._owns = owns
 
-    async def publish(self, slot: Slot, d: Decision | None, *, after_rebuild: bool = False) -> None:
-        """Send ``d`` (a hit only as its record); nothing for no decision."""
+    async def publish(
+        self,
+        slot: Slot,
+        d: Decision | None,
+        *,
+        after_rebuild: bool = False,
+        removed_from: str = "",
+    ) -> None:
+        """Send ``d`` (a hit only as its record); nothing for no decision. ``removed_from``:
+        the bundle ``d`` prunes the object for (``ClusterState.view_of``)."""
         if d is None:
             return
         if not trace.get_current_span().get_span_context().is_valid:
-            await self._send(slot, d, after_rebuild=after_rebuild)
+            await self._send(slot, d, after_rebuild=after_rebuild, removed_from=removed_from)
             return
         e = self.state.entries[slot]
-        view = self.state.view_of(slot, e)
+        view = self.state.view_of(slot, e, removed_from)
         with telemetry.tracer.start_as_current_span(
             "decide",
             attributes={
@@ -83,12 +91,14 @@ class Decisions:
                 "reason": str(d.reason),
             },
         ):
-            await self._send(slot, d, after_rebuild=after_rebuild)
+            await self._send(slot, d, after_rebuild=after_rebuild, removed_from=removed_from)
 
-    async def _send(self, slot: Slot, d: Decision, *, after_rebuild: bool) -> None:
+    async def _send(
+        self, slot: Slot, d: Decision, *, after_rebuild: bool, removed_from: str
+    ) -> None:
         cluster, key = slot
         e = self.state.entries[slot]
-        view = self.state.view_of(slot, e)
+        view = self.state.view_of(slot, e, removed_from)
         self.state.counters[f"{d.action}:{d.reason}"] += 1
         DECISIONS.add(1, {"action": str(d.action), "reason": str(d.reason), "cluster": cluster})
         if d.reason in (DecisionReason.DRIFT, DecisionReason.DELETED):

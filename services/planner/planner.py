@@ -29,7 +29,7 @@ from services.core.manifest import apply_order
 from services.planner import facts, prune
 from services.planner.board import StatusBoard
 from services.planner.bundles import BundleIntake
-from services.planner.decide import Decision, Entry, Event, reevaluate, restore, step
+from services.planner.decide import Decision, Entry, Event, Removed, reevaluate, restore, step
 from services.planner.decisions import Decisions, pace
 from services.planner.duties import Duties
 from services.planner.intake import BundleView
@@ -273,12 +273,13 @@ class Planner:
             return
         entry, decision = step(entry, event, now=time.time())
         entries[slot] = entry
-        bundle = entry.bundle or entry.owner_bundle
+        removed_from = event.bundle if isinstance(event, Removed) else ""
+        bundle = entry.bundle or entry.owner_bundle or removed_from
         if bundle:
             self.board.mark((slot[0], bundle))
             self.board.continue_current_span((slot[0], bundle))
         if decision is not None:
-            await self.decisions.publish(slot, decision)
+            await self.decisions.publish(slot, decision, removed_from=removed_from)
 
     # --- prune ----------------------------------------------------------------------------
 

@@ -54,9 +54,11 @@ class ClusterState:
         """Prune only from a complete view: the cluster's watcher has listed every kind."""
         return self.live and self.watcher_synced
 
-    def view_of(self, slot: Slot, entry: Entry) -> BundleView | None:
-        """The bundle the object is desired by, or else the one whose label it carries."""
-        return self.bundles.get((slot[0], entry.bundle or entry.owner_bundle))
+    def view_of(self, slot: Slot, entry: Entry, removed_from: str = "") -> BundleView | None:
+        """The bundle the object is desired by, or else the one whose label it carries, or else
+        the one it was just ``removed_from`` (an apply still on its way, cancelled by a prune:
+        the delete is that bundle's, made with its identity)."""
+        return self.bundles.get((slot[0], entry.bundle or entry.owner_bundle or removed_from))
 
     def removed(self, slot: Slot, view: BundleView) -> Removed:
         """The event of the object leaving ``view``'s bundle (``prune.removed``)."""

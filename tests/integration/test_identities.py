@@ -5,7 +5,9 @@ shipped bindings name, and everything still reconciles: apply, drift correction,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -13,10 +15,15 @@ import nats
 import pytest
 
 from harness.pipeline import Pipeline, StatusWatch
+from schemas.messages import ObjectPhase
+from services.common import policy
 from services.common.kube import Forbidden, KubeClient
 from services.controlplane import servers
+from services.core import tenancy
+from services.core.tenant_rbac import impersonation_rbac
 
 from .test_deploy import rendered
+from .test_tenancy import cm, exists, team, tenant_namespace
 from .waits import until_object
 
 pytestmark = pytest.mark.reliability
@@ -66,9 +73,11 @@ def _bundle(ns: str, *, with_secret: bool = True) -> list[dict[str, Any]]:
     return objs
 
 
-async def test_watcher_and_applier_reconcile_with_least_privilege_identities(
-    tmp_path: Path, measured: Any
-) -> None:
+@contextlib.asynccontextmanager
+async def least_privilege(tmp_path: Path) -> AsyncIterator[tuple[Pipeline, KubeClient, Any]]:
+    """A stack whose watcher and applier authenticate as the service accounts deploy/rbac.yaml
+    binds (with its ClusterRoles applied by the cluster admin); yields the pipeline (not yet
+    started), the admin's client and a NATS connection."""
     tokens = {role: secrets.token_urlsafe(24) for role in ("watcher", "applier")}
     users = [servers.User(SA.format(r), t, SA_GROUPS) for r, t in tokens.items()]
     cluster = await asyncio.to_thread(servers.Cluster.start, "rbac", tmp_path / "rbac", users=users)
@@ -105,8 +114,20 @@ async def test_watcher_and_applier_reconcile_with_least_privilege_identities(
                 )
         finally:
             await watcher_kube.close()
-
         p.role_env = {r: {"KUBECONFIG": str(k)} for r, k in kubeconfigs.items()}
+        yield p, admin, nc
+    finally:
+        p.stop_all()
+        await nc.close()
+        await admin.close()
+        nats_server.stop()
+        await asyncio.to_thread(cluster.stop)
+
+
+async def test_watcher_and_applier_reconcile_with_least_privilege_identities(
+    tmp_path: Path, measured: Any
+) -> None:
+    async with least_privilege(tmp_path) as (p, admin, nc):
         watch = StatusWatch()
         await watch.start(nc, "rbac", "app")
         p.start_all()
@@ -115,9 +136,9 @@ async def test_watcher_and_applier_reconcile_with_least_privilege_identities(
         await watch.ready("r1", 120, p.logs)
 
         # drift: an out-of-band delete is seen by the read-only watcher and undone by the applier
-        cm = await admin.discovery.resource("v1", "ConfigMap")
-        await admin.delete(cm, "settings", ns)
-        await until_object(admin, cm, "settings", ns, logs=p.logs)
+        cm_res = await admin.discovery.resource("v1", "ConfigMap")
+        await admin.delete(cm_res, "settings", ns)
+        await until_object(admin, cm_res, "settings", ns, logs=p.logs)
 
         # prune: the Secret leaves the bundle and the applier deletes it
         await p.publish(nc.jetstream(), "app", _bundle(ns, with_secret=False), revision="r2")
@@ -128,9 +149,49 @@ async def test_watcher_and_applier_reconcile_with_least_privilege_identities(
             "least-privilege identities (deploy/rbac.yaml bound to the watcher and applier "
             "service-account users): apply of 6 kinds incl. RBAC, drift corrected, prune done"
         )
-    finally:
-        p.stop_all()
-        await nc.close()
-        await admin.close()
-        nats_server.stop()
-        await asyncio.to_thread(cluster.stop)
+
+
+async def test_the_applier_impersonates_exactly_the_service_accounts_it_is_granted(
+    tmp_path: Path, measured: Any
+) -> None:
+    """Issue 20: deploy/rbac.yaml gives the applier no `impersonate`; `driftbus tenants rbac`
+    grants it on exactly the policy's ServiceAccounts. A tenant added to the policy but not yet
+    to that RBAC is refused by the API server (`Forbidden`, never Ready), and is applied once
+    the regenerated RBAC is applied, with no republish."""
+    async with least_privilege(tmp_path) as (p, admin, nc):
+        for ns in ("team-x", "team-y"):
+            await tenant_namespace(admin, ns, ["configmaps"])
+        only_x = tenancy.load_policy(f"tenants:{team('team-x', 'team-x')}", "tenants.yaml")
+        both = tenancy.load_policy(
+            f"tenants:{team('team-x', 'team-x')}{team('team-y', 'team-y')}", "tenants.yaml"
+        )
+        for doc in impersonation_rbac(only_x):  # generated before team-y joined
+            await admin.apply(doc, field_manager="admin")
+        await policy.put_policy(nc.jetstream(), both)
+        x, y = StatusWatch(), StatusWatch()
+        await x.start(nc, "rbac", "team-x/web")
+        await y.start(nc, "rbac", "team-y/web")
+        p.start_all()
+        js = nc.jetstream()
+        await p.publish(js, "team-x/web", [cm("team-x", "a"), cm("team-x", "b")])
+        await p.publish(js, "team-y/web", [cm("team-y", "a")])
+        await x.ready("r1", 120, p.logs)
+
+        row = await y.object_status(lambda o: o.phase is ObjectPhase.FORBIDDEN, 60, p.logs)
+        assert 'cannot impersonate resource "serviceaccounts"' in row.message, row.message
+        assert "driftbus-applier" in row.message, row.message
+        assert not await exists(admin, "ConfigMap", "a", "team-y")
+
+        for doc in impersonation_rbac(both):  # regenerated and applied: no republish
+            await admin.apply(doc, field_manager="admin")
+        await y.ready("r1", 90, p.logs)
+        assert await exists(admin, "ConfigMap", "a", "team-y")
+
+        # prune of a tenant's bundle is impersonated too, and allowed
+        await p.publish(js, "team-x/web", [cm("team-x", "a")], revision="r2")
+        await x.ready("r2", 60, p.logs)
+        assert not await exists(admin, "ConfigMap", "b", "team-x")
+        measured(
+            "least-privilege applier with `driftbus tenants rbac`: impersonation refused "
+            "for a ServiceAccount not granted, applied once granted, prune impersonated"
+        )

@@ -132,6 +132,16 @@ async def test_a_tenants_bundle_within_its_limits_converges_as_its_service_accou
     assert {r.identity for r in applies} == {f"system:serviceaccount:{ns}:{SA}"}
     assert {r.bundle for r in applies} == {bundle}
 
+    # prune is made as the ServiceAccount too
+    await pipeline.publish(pnc.jetstream(), bundle, [cm(ns, "a")], revision="r2")
+    await watch.ready("r2", 60, pipeline.logs)
+    await settle(1)
+    deletes = [r for r in decisions.records if r.action == "delete"]
+    assert [(r.key.name, r.identity) for r in deletes] == [
+        ("b", f"system:serviceaccount:{ns}:{SA}")
+    ]
+    assert not await exists(kube, "ConfigMap", "b", ns)
+
 
 async def test_an_object_outside_the_tenants_namespaces_refuses_the_revision_whole(
     pipeline: Pipeline, pnc: NATS, kube: KubeClient

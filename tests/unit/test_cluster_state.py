@@ -70,6 +70,10 @@ def test_view_of_prefers_the_declaring_bundle_over_the_label() -> None:
     assert st.view_of(slot, Entry(KEY, bundle="a", owner_bundle="b")) is st.bundles["c", "a"]
     assert st.view_of(slot, Entry(KEY, owner_bundle="b")) is st.bundles["c", "b"]
     assert st.view_of(slot, Entry(KEY, owner_bundle="gone")) is None
+    # a prune cancelling an apply still on its way: the object is in no bundle and carries no
+    # label yet; the delete is the bundle's it left (and is made with that bundle's identity)
+    assert st.view_of(slot, Entry(KEY), removed_from="b") is st.bundles["c", "b"]
+    assert st.view_of(slot, Entry(KEY, owner_bundle="a"), removed_from="b") is st.bundles["c", "a"]
 
 
 def test_bundle_status_reads_health_from_the_details() -> None:
