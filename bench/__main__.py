@@ -16,6 +16,7 @@ from bench import (
     report,
     scaling,
     steady,
+    tenancy,
     watcher,
 )
 
@@ -30,6 +31,7 @@ SCENARIOS = {
     "watcher": watcher.run,
     "durability": durability.run,
     "fleet": fleet.run,
+    "tenancy": tenancy.run,
 }
 
 

@@ -35,7 +35,9 @@ from nats.aio.client import Client as NATS
 
 from harness.pipeline import Pipeline, StatusWatch, planner_ready, write_counts
 from schemas.messages import BundlePhase, BundleStatus
+from schemas.tenants import TenantPolicy
 from services.common import bus
+from services.common.policy import put_policy
 from services.controlplane import assets, servers
 from services.core.manifest import FIELD_MANAGER, owned
 
@@ -365,10 +367,17 @@ class BenchStack:
 
     @contextlib.asynccontextmanager
     async def pipeline(
-        self, appliers: int, *, start: bool = True, sync_interval: str = ""
+        self,
+        appliers: int,
+        *,
+        start: bool = True,
+        sync_interval: str = "",
+        bundle: str = BUNDLE,
+        policy: TenantPolicy | None = None,
     ) -> AsyncIterator[DriftbusRun]:
         """A fresh nats-server (JetStream fsync policy ``sync_interval``, the server's default
-        when empty) and (unless ``start=False``) the services, warmed up and idle."""
+        when empty), the tenant ``policy`` in force if given, and (unless ``start=False``) the
+        services, warmed up and idle; the run publishes ``bundle``."""
         self.runs += 1
         workdir = self.workdir / f"run-{self.runs}"
         nats_server = servers.NatsServer(workdir / "nats", sync_interval=sync_interval)
@@ -378,8 +387,10 @@ class BenchStack:
         p.log_level = "INFO"
         nc = await nats.connect(nats_server.client_url)
         try:
-            run = DriftbusRun(p, nc, appliers)
+            run = DriftbusRun(p, nc, appliers, bundle)
             await bus.ensure_streams(run.js)
+            if policy is not None:
+                await put_policy(run.js, policy)
             if start:
                 await run.start()
             yield run
@@ -390,8 +401,9 @@ class BenchStack:
 
 
 class DriftbusRun:
-    def __init__(self, p: Pipeline, nc: NATS, appliers: int) -> None:
+    def __init__(self, p: Pipeline, nc: NATS, appliers: int, bundle: str = BUNDLE) -> None:
         self.p = p
+        self.bundle = bundle
         self.nc = nc
         self.js = nc.jetstream()
         self.appliers = appliers
@@ -399,7 +411,7 @@ class DriftbusRun:
         self.revisions = 0
 
     async def start(self) -> None:
-        await self.watch.start(self.nc, self.p.cluster, BUNDLE)
+        await self.watch.start(self.nc, self.p.cluster, self.bundle)
         self.p.start_all(appliers=self.appliers)
         # warm: every applier is waiting for intents and the planner is live
         deadline = time.monotonic() + 60
@@ -416,7 +428,7 @@ class DriftbusRun:
         if revision is None:
             self.revisions += 1
             revision = f"r{self.revisions}"
-        await self.p.publish(self.js, BUNDLE, objs, revision=revision, force=True)
+        await self.p.publish(self.js, self.bundle, objs, revision=revision, force=True)
         return revision
 
     async def applied(self, revision: str, total: int, within: float = 600) -> BundleStatus:

@@ -76,9 +76,10 @@ async def announce(
     state: Callable[[], tuple[bool, list[str]]] = lambda: (True, []),
     scopes: Callable[[], list[KindScope]] = list,
     interval: float = INTERVAL,
+    wake: asyncio.Event | None = None,
 ) -> None:
     """Publish this process's heartbeat forever; ``state()`` gives (synced, problems),
-    ``scopes()`` the custom kinds' scopes it discovered."""
+    ``scopes()`` the custom kinds' scopes it discovered. ``wake`` set: beat now (and clear)."""
     subject = member_subject(cluster, role)
     while True:
         synced, problems = state()
@@ -96,4 +97,9 @@ async def announce(
             await pub.publish(subject, encode(hb), msg_id=f"{subject}:{member_id}:{now}")
         except Exception as exc:  # noqa: BLE001 - NATS away: the next beat tries again
             log.warning("heartbeat on %s not published: %s", subject, exc)
-        await asyncio.sleep(interval)
+        if wake is None:
+            await asyncio.sleep(interval)
+            continue
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(wake.wait(), interval)
+        wake.clear()

@@ -160,7 +160,7 @@ class BundleIntake:
                 self._awaiting_scope[ident] = msg
             elif isinstance(exc, limits.PolicyRefused):
                 self._awaiting_policy[ident] = msg
-            await self._refused(ident, revision, str(exc))
+            await self._refused(ident, revision, str(exc), waits=ident in self._awaiting_scope)
             return None
         self._awaiting_scope.pop(ident, None)
         self._awaiting_policy.pop(ident, None)
@@ -223,16 +223,24 @@ class BundleIntake:
                 entry, bundle="", manifest_sha=None, revision=view.revision
             )
 
-    async def _refused(self, ident: tuple[str, str], revision: str, reason: str) -> None:
+    async def _refused(
+        self, ident: tuple[str, str], revision: str, reason: str, *, waits: bool = False
+    ) -> None:
+        """Say ``revision`` was not taken: Failed, or (``waits``: it is taken once a kind's scope
+        is known) Reconciling, never Failed for what discovery answers in a moment."""
         cluster, name = ident
-        log.error("bundle %s/%s@%s refused: %s", cluster, name, revision, reason)
-        self.state.counters["bundles_refused"] += 1
+        if waits:
+            log.warning("bundle %s/%s@%s waits: %s", cluster, name, revision, reason)
+        else:
+            log.error("bundle %s/%s@%s refused: %s", cluster, name, revision, reason)
+            self.state.counters["bundles_refused"] += 1
         if not name:
             return
         view = self.state.bundles.get(ident)
         if view is not None:
             # the revision in force stays applied; its status says the latest one was refused
             view.refused = (revision, reason)
+            view.refusal_waits = waits
             self.board.answer(ident)
             self.board.mark(ident)
             return
@@ -240,9 +248,9 @@ class BundleIntake:
             cluster=cluster or "?",
             bundle=name,
             revision=revision,
-            phase=BundlePhase.FAILED,
+            phase=BundlePhase.RECONCILING if waits else BundlePhase.FAILED,
             counts=BundleCounts(),
-            message=f"revision {revision} refused: {reason}",
+            message=f"revision {revision} {'waits' if waits else 'refused'}: {reason}",
             at=emit.now(),
         )
         try:

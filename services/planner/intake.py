@@ -46,6 +46,9 @@ class BundleView:
     propagation: str = "Background"
     refused: tuple[str, str] | None = None
     """(revision, why) of the latest publish if it was refused; this view stays in force."""
+    refusal_waits: bool = False
+    """The refusal is a wait, not a failure: the revision is taken once the cluster's discovery
+    tells a kind's scope (``UnknownScope``)."""
     source: str = ""
     """Where the revision came from and what rendered it (``Bundle.source``)."""
     outside: list[str] = dataclasses.field(default_factory=list)

@@ -11,8 +11,9 @@ Failed      a revision was refused, an object failed to apply, a prune failed, o
             policy changed and no longer allows objects of the revision
 Conflict    an object's fields are owned by another field manager (publish with force)
 Degraded    everything applied, but an object is unhealthy (kstatus Failed)
-Reconciling applies or prunes on their way, waiting for a CRD/namespace, retrying a transient
-            error, not yet seen by the watcher, or no watcher/applier serves the cluster
+Reconciling applies or prunes on their way, waiting for a CRD/namespace (or for discovery to
+            tell a kind's scope), retrying a transient error, not yet seen by the watcher, or
+            no watcher/applier serves the cluster
 OutOfSync   applied, but the live state differs and is not being corrected (drift left
             alone, a prune held back because others' objects are inside)
 Ready       all of the revision applied, seen, healthy; nothing left to prune
@@ -54,6 +55,8 @@ class Tally:
     """prunes held back because the Namespace/CRD holds what others still want"""
     refused: str = ""
     """why the latest revision was refused (the one in force stays applied)"""
+    refusal_waits: bool = False
+    """the refusal lasts only until a kind's scope is known: Reconciling, not Failed"""
     outside: int = 0
     """objects of the revision in force that a changed tenant policy no longer allows"""
     unserved: list[str] = dataclasses.field(default_factory=list)
@@ -63,6 +66,8 @@ class Tally:
 def bundle_phase(t: Tally) -> tuple[BundlePhase, str]:
     """The phase and its one-line explanation (see the module table)."""
     failed = t.failed + t.prune_failed
+    if t.refused and t.refusal_waits:
+        return BundlePhase.RECONCILING, f"revision {t.revision} waits: {t.refused}"
     if t.refused:
         return BundlePhase.FAILED, f"revision {t.revision} refused: {t.refused}"
     if t.outside:

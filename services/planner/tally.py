@@ -56,6 +56,7 @@ def tally(view: BundleView, known: Known) -> Tally:
     shown = view.refused[0] if view.refused else view.revision
     t = Tally(shown, total=len(view.keys) + len(view.errors))
     t.refused = view.refused[1] if view.refused else ""
+    t.refusal_waits = view.refusal_waits
     t.outside = len(view.outside)
     t.unserved = list(known.unserved)
     t.failed = len(view.errors)

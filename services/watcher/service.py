@@ -77,6 +77,9 @@ class Watcher:
         """Kinds whose watch is not running as it should, and why."""
         self.scopes: dict[tuple[str, str], bool] = {}
         """(group, kind) → namespaced, for the custom kinds discovery found (heartbeat)."""
+        self.scopes_changed = asyncio.Event()
+        """Set when a scope is learned: the heartbeat goes out now, not at its next beat (a
+        tenant's revision waits for the scopes of its kinds)."""
         self.ready = asyncio.Event()
         self.published = 0
         self.relists = 0
@@ -100,6 +103,7 @@ class Watcher:
 
     async def run(self) -> None:
         await self._seed()
+        await self._discover_scopes()
         for spec in self.s.extra_kinds:
             api_version, _, kind = spec.rpartition("/")
             self._ensure_watch(api_version, kind)
@@ -123,6 +127,21 @@ class Watcher:
                     api_version, _, kind = spec.rpartition("/")
                     if api_version and kind:
                         self._ensure_watch(api_version, kind)
+
+    async def _discover_scopes(self) -> None:
+        """Every custom kind's scope the server serves, in one aggregated discovery request, for
+        the planner (heartbeat): it checks a tenant's objects by scope before any is watched."""
+        try:
+            served = await self.kube.discovery.served_scopes()
+        except KubeError as exc:  # learned kind by kind then, as bundles name them
+            log.warning("aggregated discovery failed: %s", exc)
+            return
+        self._learn_scopes({gk: n for gk, n in served.items() if gk not in BUILTIN})
+
+    def _learn_scopes(self, scopes: dict[tuple[str, str], bool]) -> None:
+        if any(self.scopes.get(gk) != n for gk, n in scopes.items()):
+            self.scopes.update(scopes)
+            self.scopes_changed.set()
 
     async def _seed(self) -> None:
         """Load what the SERVER stream already says, so only real changes are published."""
@@ -178,7 +197,7 @@ class Watcher:
                 await asyncio.sleep(self.s.retry_delay)
             else:
                 if (res.group, res.kind) not in BUILTIN:
-                    self.scopes[(res.group, res.kind)] = res.namespaced
+                    self._learn_scopes({(res.group, res.kind): res.namespaced})
                 return res
 
     async def _watch_kind(self, api_version: str, kind: str) -> None:
@@ -342,6 +361,7 @@ async def run(settings: WatcherSettings) -> None:
                 member_id=settings.watcher_id,
                 state=watcher.synced,
                 scopes=watcher.discovered,
+                wake=watcher.scopes_changed,
             ),
             name="heartbeats",
         )

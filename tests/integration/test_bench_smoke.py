@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import churn, cold, fleet, hashing, planner, scaling, steady, watcher
+from bench import churn, cold, fleet, hashing, planner, scaling, steady, tenancy, watcher
 from bench.report import Result, table
 
 pytestmark = pytest.mark.timeout(300)
@@ -46,6 +46,14 @@ def test_cold_apply_smoke() -> None:
         "kubectl": 40,
         "raw": 40,
     }
+
+
+def test_tenancy_smoke() -> None:
+    """Impersonated and not, the same objects written (the scenario checks that the tenant's
+    applies were made as its ServiceAccount and the platform's as driftbus)."""
+    got = _sane(tenancy.run(objects=40, repetitions=2))
+    result = got["cold-apply-impersonated-vs-own-identity"]
+    assert len(result.driftbus_samples) == len(result.peer_samples) == 2
 
 
 def test_steady_and_drift_smoke() -> None:

@@ -148,3 +148,25 @@ async def test_table_is_exactly_what_a_server_with_every_api_serves(
     assert mismatches(served, Scopes()) == []
     assert sorted(BUILTIN.keys() - served.keys()) == [], "in the table but not served"
     measured(f"scope table: all {len(served)} kinds of a server with every API enabled match")
+
+
+async def test_aggregated_discovery_tells_every_scope_in_one_request(kube: KubeClient) -> None:
+    """What the watcher tells the planner at start (so a tenant's revision of custom kinds is
+    checked at once): one aggregated request agrees with every group-version's own document."""
+    group = f"{unique_name('agg')}.driftbus.test"
+    for manifest in (crd(group, "Tenant", "Cluster"), crd(group, "Widget", "Namespaced")):
+        await kube.apply(manifest, field_manager="driftbus-tests")
+    await until_served(kube, group, {"Tenant", "Widget"})
+    deadline = time.monotonic() + 30
+    while (group, "Widget") not in (aggregated := await kube.discovery.served_scopes()):
+        assert time.monotonic() < deadline, "the CRD never reached aggregated discovery"
+        await asyncio.sleep(0.2)
+    per_group = {gk: f for gk, f in (await served_scopes(kube)).items() if gk[0]}
+    assert aggregated[(group, "Tenant")] is False
+    assert aggregated[(group, "Widget")] is True
+    assert aggregated[("apps", "Deployment")] is True
+    assert aggregated[("rbac.authorization.k8s.io", "ClusterRole")] is False
+    # every kind both report is reported with the same scope (other tests add CRDs meanwhile)
+    both = aggregated.keys() & per_group.keys()
+    assert len(both) > 40
+    assert {gk: {aggregated[gk]} for gk in both} == {gk: per_group[gk] for gk in both}

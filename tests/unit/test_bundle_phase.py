@@ -46,6 +46,12 @@ CASES: list[tuple[str, Tally, P, str]] = [
         "revision r2 refused: too big",
     ),
     (
+        "a-revision-waiting-for-a-kinds-scope-is-reconciling-not-failed",
+        tally(refused="the scope of Widget.x is not known yet", refusal_waits=True, failed=1),
+        P.RECONCILING,
+        "revision r2 waits: the scope of Widget.x is not known yet",
+    ),
+    (
         "one-failed-object-fails-the-bundle",
         tally(failed=1, applied=8),
         P.FAILED,
@@ -217,6 +223,7 @@ def tallies(draw: st.DrawFn) -> Tally:
         kept=draw(small),
         held=draw(small),
         refused=draw(st.sampled_from(["", "outside the tenant's limits"])),
+        refusal_waits=draw(st.booleans()),
         unserved=draw(st.sampled_from([[], [UNSERVED]])),
     )
 
@@ -233,9 +240,12 @@ def test_ready_only_when_nothing_is_left_to_do(t: Tally) -> None:
         and not t.unserved
     )
     assert (phase is P.READY) == everything_done, (phase, message)
-    if t.conflicts and phase is not P.FAILED:
+    waits = bool(t.refused and t.refusal_waits)  # the latest revision is shown: it waits
+    if t.conflicts and phase is not P.FAILED and not waits:
         assert phase is P.CONFLICT
-    if t.refused:
+    if t.refused and t.refusal_waits:
+        assert (phase, message) == (P.RECONCILING, f"revision {t.revision} waits: {t.refused}")
+    elif t.refused:
         assert (phase, message) == (P.FAILED, f"revision {t.revision} refused: {t.refused}")
 
 

@@ -19,7 +19,7 @@ import aiohttp
 import orjson
 from multidict import CIMultiDict
 
-from services.common.kube.discovery import Discovery, Resource
+from services.common.kube.discovery import AGGREGATED, Discovery, Resource
 from services.common.kube.errors import Gone, KubeError, Retryable, error_for
 from services.common.telemetry import meter
 
@@ -61,7 +61,7 @@ class KubeClient:
         self._root = self
         """The client whose connection pool this one uses (itself, or what it is a view of)."""
         self._impersonate: tuple[str, tuple[str, ...]] | None = None
-        self.discovery = Discovery(self.get_path)
+        self.discovery = Discovery(self.get_path, self._get_aggregated)
 
     def impersonating(self, user: str, groups: Sequence[str] = ()) -> KubeClient:
         """A view of this client whose requests are made as ``user`` in ``groups``
@@ -126,8 +126,10 @@ class KubeClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def _headers(self, content_type: str | None) -> CIMultiDict[str]:
-        headers: CIMultiDict[str] = CIMultiDict(Accept="application/json")
+    async def _headers(
+        self, content_type: str | None, accept: str = "application/json"
+    ) -> CIMultiDict[str]:
+        headers: CIMultiDict[str] = CIMultiDict(Accept=accept)
         token = await self._config.get_api_key_with_prefix("BearerToken")
         if token:
             headers["Authorization"] = token if token.startswith("Bearer ") else f"Bearer {token}"
@@ -150,6 +152,7 @@ class KubeClient:
         body: bytes | None = None,
         content_type: str | None = None,
         timeout: float | None = None,  # noqa: ASYNC109 - a per-request HTTP timeout, passed on
+        accept: str = "application/json",
     ) -> dict[str, Any]:
         """One API call; returns the decoded JSON body or raises a typed ``KubeError``.
 
@@ -163,7 +166,7 @@ class KubeClient:
                 self.host + path,
                 params=params,
                 data=body,
-                headers=await self._headers(content_type),
+                headers=await self._headers(content_type, accept),
                 timeout=aiohttp.ClientTimeout(total=timeout or self._timeout),
             ) as resp:
                 raw = await resp.read()
@@ -189,6 +192,9 @@ class KubeClient:
 
     async def get_path(self, path: str) -> dict[str, Any]:
         return await self.request("GET", path)
+
+    async def _get_aggregated(self, path: str) -> dict[str, Any]:
+        return await self.request("GET", path, accept=AGGREGATED)
 
     async def resource_for(self, obj: Mapping[str, Any]) -> Resource:
         return await self.discovery.resource(

@@ -48,10 +48,31 @@ class Resource:
 
 Fetch = Callable[[str], Awaitable[dict[str, Any]]]
 
+AGGREGATED = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"
+"""Accept header of aggregated discovery (GA in Kubernetes 1.30): every group, version and
+resource of ``/apis`` in one response. An older server answers a plain ``APIGroupList``."""
+
+
+def aggregated_scopes(doc: dict[str, Any]) -> dict[tuple[str, str], bool]:
+    """(group, kind) → namespaced, for every resource of an aggregated discovery document;
+    nothing for any other document (a server without aggregated discovery)."""
+    if doc.get("kind") != "APIGroupDiscoveryList":
+        return {}
+    scopes: dict[tuple[str, str], bool] = {}
+    for group in doc.get("items") or []:
+        name = str((group.get("metadata") or {}).get("name", ""))
+        for version in group.get("versions") or []:
+            for r in version.get("resources") or []:
+                kind = (r.get("responseKind") or {}).get("kind")
+                if kind and r.get("scope") in ("Namespaced", "Cluster"):
+                    scopes.setdefault((name, str(kind)), r["scope"] == "Namespaced")
+    return scopes
+
 
 class Discovery:
-    def __init__(self, fetch: Fetch) -> None:
+    def __init__(self, fetch: Fetch, fetch_aggregated: Fetch | None = None) -> None:
         self._fetch = fetch
+        self._fetch_aggregated = fetch_aggregated
         self._by_gv: dict[str, dict[str, Resource]] = {}
         self.fetches = 0
         """How many group-version documents were fetched (tests assert it stays small)."""
@@ -87,6 +108,14 @@ class Discovery:
             kinds[r["kind"]] = Resource(group, version, r["kind"], name, bool(r.get("namespaced")))
         self._by_gv[api_version] = kinds
         return kinds
+
+    async def served_scopes(self) -> dict[tuple[str, str], bool]:
+        """The scope of every kind ``/apis`` serves, in one request (aggregated discovery); empty
+        when the server cannot answer so (then kinds are learned one group-version at a time)."""
+        if self._fetch_aggregated is None:
+            return {}
+        self.fetches += 1
+        return aggregated_scopes(await self._fetch_aggregated("/apis"))
 
     def forget(self, api_version: str) -> None:
         self._by_gv.pop(api_version, None)
