@@ -216,9 +216,11 @@ def bundle_status_filter(cluster: str, bundle: str) -> str:
     return f"{PREFIX}.status.{encode_token(cluster)}.{bundle_tokens(bundle)}.>"
 
 
-def bundle_statuses_filter(cluster: str) -> str:
-    """The bundle status of every bundle (every tenant's) of one cluster."""
-    return f"{PREFIX}.status.{encode_token(cluster)}.*.*.bundle"
+def bundle_statuses_filter(cluster: str, tenant: str | None = None) -> str:
+    """The bundle status of every bundle of one cluster: every tenant's (``tenant`` None), or
+    one tenant's ("": the platform team's, bundles of no tenant)."""
+    tenant_token = "*" if tenant is None else encode_token(tenant)
+    return f"{PREFIX}.status.{encode_token(cluster)}.{tenant_token}.*.bundle"
 
 
 def object_status_filter(cluster: str, bundle: str) -> str:

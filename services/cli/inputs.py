@@ -20,7 +20,7 @@ def load_manifests(args: argparse.Namespace) -> Any:
     if args.helm:
         loaded = load.load_helm(
             args.helm,
-            release=args.release or args.bundle,
+            release=args.release or load.release_name(args.bundle),
             namespace=args.namespace or "",
             values=args.values,
             sets=args.set,
@@ -29,7 +29,7 @@ def load_manifests(args: argparse.Namespace) -> Any:
     elif args.git:
         # a chart at --path is rendered like --helm, its --values relative to the chart
         helm = gitrepo.HelmOptions(
-            release=args.release or args.bundle,
+            release=args.release or load.release_name(args.bundle),
             namespace=args.namespace or "",
             values=tuple(args.values),
             sets=tuple(args.set),

@@ -94,7 +94,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 async def _subscribe_status(nc: Any, args: argparse.Namespace) -> asyncio.Queue[Any]:
     """Queue every status message of the followed bundle (its summary and its objects), or the
-    summaries of all bundles of the cluster. One subscription, so nothing arrives twice."""
+    summaries of all bundles of the cluster (of one tenant's with ``--tenant``). One
+    subscription, so nothing arrives twice."""
     from schemas.subjects import bundle_status_filter, bundle_statuses_filter
 
     queue: asyncio.Queue[Any] = asyncio.Queue()
@@ -105,7 +106,7 @@ async def _subscribe_status(nc: Any, args: argparse.Namespace) -> asyncio.Queue[
     subject = (
         bundle_status_filter(args.cluster, args.bundle)
         if args.bundle
-        else bundle_statuses_filter(args.cluster)
+        else bundle_statuses_filter(args.cluster, args.tenant)
     )
     # a slow terminal must not make the server drop messages: no limit on what waits here
     await nc.subscribe(subject, cb=on_msg, pending_msgs_limit=-1, pending_bytes_limit=-1)
@@ -214,8 +215,9 @@ def cmd_why(args: argparse.Namespace) -> int:
                 "manifest": (r.manifest_sha or "")[:12],
                 "applied": (r.apply_sha or "")[:12],
                 "live": (r.server_sha or "")[:12],
-                # whom a write was (or is to be) made as: a tenant's ServiceAccount
-                "as": r.identity or ("driftbus" if r.action != "hit" else ""),
+                # whom a write was made as: a tenant's ServiceAccount, or driftbus itself;
+                # hits and keeps write nothing
+                "as": r.identity or "driftbus" if r.action in ("apply", "delete") else "",
             }
             for r in records
         ]

@@ -43,7 +43,7 @@ from typing import Any, TextIO
 
 import orjson
 
-from schemas.subjects import ObjectKey
+from schemas.subjects import ObjectKey, split_bundle
 from services.common import binaries
 from services.core import kyaml
 from services.core.manifest import (
@@ -214,6 +214,12 @@ def render_kustomization(directory: Path, locate: Locate) -> tuple[str, str]:
         raise InputError(f"{directory}: kustomize failed: {res.stderr.strip()}")
     version = binaries.version_of("kubectl", kubectl).split()[-1]
     return res.stdout, f"kustomize in kubectl {version}"
+
+
+def release_name(bundle: str) -> str:
+    """The Helm release a bundle renders as unless told: its name without the tenant (a release
+    name is a DNS label, and ``team-a/web`` is not one)."""
+    return split_bundle(bundle)[1]
 
 
 def load_helm(

@@ -19,7 +19,12 @@ from nats.aio.client import Client as NATS
 
 from schemas.codec import WireError, decode
 from schemas.messages import BundleStatus, ObjectStatus, SourceStatus
-from schemas.subjects import bundle_status_filter, bundle_status_subject
+from schemas.subjects import (
+    SubjectError,
+    bundle_status_filter,
+    bundle_status_subject,
+    parse_subject,
+)
 
 E = TypeVar("E")
 
@@ -41,13 +46,17 @@ class StatusWatch:
 
         async def on_msg(msg: Any) -> None:
             try:
-                if msg.subject.endswith(".bundle"):
+                # by the subject's family, not its last token: an object may be named "bundle"
+                family = parse_subject(msg.subject).family
+                if family == "status.bundle":
                     self.bundles.append(decode(msg.data, BundleStatus))
-                elif msg.subject.endswith(".source"):
+                elif family == "status.source":
                     self.sources.append(decode(msg.data, SourceStatus))
-                else:
+                elif family == "status.object":
                     self.objects.append(decode(msg.data, ObjectStatus))
-            except WireError:
+                else:
+                    return
+            except (WireError, SubjectError):
                 return
             self._changed.set()
 

@@ -96,7 +96,7 @@ class BundleIntake:
         """A new tenant policy: revisions it refused are checked again, and what the revisions
         in force now have outside it is reported on their status (never pruned for it)."""
         st = self.state
-        st.policy = policy
+        st.policy, st.policy_unusable = policy, ""
         for ident, view in st.bundles.items():
             now_outside = limits.outside(view.name, view.cluster, view.keys, st.scopes, policy)
             if now_outside != view.outside:
@@ -146,6 +146,8 @@ class BundleIntake:
                     f"published to the subject of {cluster}/{name}"
                 )
             check_bundle_name(bundle.bundle)
+            if self.state.policy_unusable:
+                raise limits.PolicyRefused(self.state.policy_unusable)
             bundle = limits.with_tenant_defaults(bundle, self.state.policy)
             manifests = await load_manifests(self.js, bundle)
             if learn_crds(self.state.scopes, manifests):

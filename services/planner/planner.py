@@ -26,6 +26,7 @@ from schemas.messages import AppliedEvent, OutcomeEvent, ServerEvent
 from schemas.subjects import SubjectError, cluster_filter, parse_subject
 from services.common import bus, policy, telemetry
 from services.core.manifest import apply_order
+from services.core.tenancy import PolicyError
 from services.planner import facts, prune
 from services.planner.board import StatusBoard
 from services.planner.bundles import BundleIntake
@@ -104,7 +105,16 @@ class Planner:
     async def run(self) -> None:
         queue = self._queue
         # the policy first: bundles of the rebuild are held to it
-        self.intake.policy_changed(await policy.read_policy(self.js))
+        try:
+            self.intake.policy_changed(await policy.read_policy(self.js))
+        except PolicyError as exc:
+            # fail closed, and say so on every bundle's status; a valid policy applied later
+            # (the "policy" follower) lets the refused revisions in, with no restart
+            self.state.policy_unusable = (
+                f"the tenant policy on the bus is unusable ({exc}); no revision is taken until "
+                "a valid one is applied (driftbus tenants apply FILE)"
+            )
+            log.error("cluster %s: %s", self.cluster, self.state.policy_unusable)
         followers = {
             "bundle": bus.Follower(self.js, bus.BUNDLES, cluster_filter("bundle", self.cluster)),
             "server": bus.Follower(self.js, bus.SERVER, cluster_filter("server", self.cluster)),

@@ -68,7 +68,9 @@ class SourceSpec:
     prune: bool = True
 
     def helm(self) -> HelmOptions:
-        return HelmOptions(self.release or self.bundle, self.namespace, self.values)
+        return HelmOptions(
+            self.release or load.release_name(self.bundle), self.namespace, self.values
+        )
 
 
 @dataclasses.dataclass(frozen=True)

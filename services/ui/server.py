@@ -6,7 +6,8 @@ One page (``static/``, shipped in the package: no CDN) and two endpoints:
   phase, per-object phase, health and reason, the latest drift events, hit ratio, intents
   pending; ``?tenant=T`` keeps only tenant T's bundles (``?tenant=`` the platform team's);
 - ``GET /events`` — the same as server-sent events, live: ``state`` once, then ``bundle``,
-  ``object``, ``drift`` and ``stats`` events as they happen.
+  ``object``, ``drift`` and ``stats`` events as they happen; ``?tenant=T`` as above (the
+  ``stats``, hit ratio and intents pending, are the cluster's, not the tenant's).
 
 The page server is a NATS reader like any user (``driftbus.status.>`` and decisions): it needs
 read access only (docs/security.md).
@@ -29,7 +30,7 @@ from nats.js import JetStreamContext
 
 from schemas.codec import WireError, decode
 from schemas.messages import BundleStatus, DecisionRecord, ObjectStatus, ServerEvent
-from schemas.subjects import family_filter, split_bundle
+from schemas.subjects import SubjectError, family_filter, parse_subject, split_bundle
 from services.common import bus
 
 log = logging.getLogger("driftbus.ui")
@@ -143,7 +144,7 @@ class LiveState:
                 for (c, b), objs in self.objects.items()
                 if shown(b)
             },
-            "drift": list(self.drift),
+            "drift": [d for d in self.drift if shown(d.get("bundle", ""))],
             "stats": self.stats(),
         }
 
@@ -152,31 +153,39 @@ class StatusPage:
     def __init__(self, js: JetStreamContext) -> None:
         self.js = js
         self.state = LiveState()
-        self._clients: set[asyncio.Queue[bytes]] = set()
+        self._clients: dict[asyncio.Queue[bytes], str | None] = {}
+        """Each live page's queue, and the tenant it shows (None: all)."""
 
-    def _send(self, kind: str, data: Any) -> None:
+    def _send(self, kind: str, data: Any, bundle: str | None = None) -> None:
+        """To every page, or (``bundle`` given) to the pages showing that bundle's tenant."""
         frame = b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
-        for q in list(self._clients):
+        tenant = split_bundle(bundle)[0] if bundle is not None else None
+        for q, shows in list(self._clients.items()):
+            if shows is not None and tenant is not None and shows != tenant:
+                continue
             with contextlib.suppress(asyncio.QueueFull):  # a stuck browser loses events only
                 q.put_nowait(frame)
 
     def _on_status(self, msg: Msg) -> None:
-        if msg.subject.endswith(".bundle"):
+        try:  # by the subject's family, not its last token: an object may be named "bundle"
+            family = parse_subject(msg.subject).family
+        except SubjectError:
+            return
+        if family == "status.bundle":
             if (st := _decoded(msg, BundleStatus)) is not None:
-                self._send("bundle", self.state.on_bundle(st))
-        elif msg.subject.endswith(".source"):
-            return  # a Git source's status: shown by `driftbus status`, not (yet) on the page
-        elif (ost := _decoded(msg, ObjectStatus)) is not None:
+                self._send("bundle", self.state.on_bundle(st), st.bundle)
+        elif family == "status.object" and (ost := _decoded(msg, ObjectStatus)) is not None:
             doc, corrected = self.state.on_object(ost)
-            self._send("object", doc)
+            self._send("object", doc, ost.bundle)
             if corrected:
-                self._send("drift", corrected)
+                self._send("drift", corrected, ost.bundle)
+        # a Git source's status is shown by `driftbus status`, not (yet) on the page
 
     def _on_decision(self, msg: Msg) -> None:
         if (d := _decoded(msg, DecisionRecord)) is None:
             return
         if event := self.state.on_decision(d):
-            self._send("drift", event)
+            self._send("drift", event, d.bundle)
         self._send("stats", self.state.stats())
 
     def _on_server(self, msg: Msg) -> None:
@@ -228,10 +237,11 @@ class StatusPage:
         )
         await resp.prepare(request)
         q: asyncio.Queue[bytes] = asyncio.Queue(maxsize=10_000)
-        self._clients.add(q)
+        tenant = request.query.get("tenant")
+        self._clients[q] = tenant
         try:
             await resp.write(
-                b"event: state\ndata: " + orjson.dumps(self.state.snapshot()) + b"\n\n"
+                b"event: state\ndata: " + orjson.dumps(self.state.snapshot(tenant)) + b"\n\n"
             )
             while True:
                 try:
@@ -242,7 +252,7 @@ class StatusPage:
         except (ConnectionResetError, asyncio.CancelledError):
             pass
         finally:
-            self._clients.discard(q)
+            self._clients.pop(q, None)
         return resp
 
     def app(self) -> web.Application:

@@ -8,6 +8,7 @@ from pathlib import Path
 import nats
 from nats.js import JetStreamContext
 
+from schemas.subjects import object_status_filter
 from services.common import bus
 from services.controlplane import servers
 
@@ -48,7 +49,7 @@ async def test_snapshot_always_sees_the_whole_view(js: JetStreamContext) -> None
     # Regression: a push consumer delivers at once, so "nothing pending on the server" was
     # mistaken for "nothing to read" and snapshots came back empty, depending on timing.
     await bus.ensure_streams(js)
-    prefix = f"driftbus.status.{unique_name('snap')}.b.object.g.k.ns"
+    prefix = object_status_filter(unique_name("snap"), "b").removesuffix(">") + "g.k.ns"
     await _fill(js, prefix, subjects=50, per_subject=3)
     for _ in range(10):
         view = [m async for m in bus.Follower(js, bus.STATUS, f"{prefix}.>").snapshot()]
@@ -69,7 +70,7 @@ async def _collect(f: bus.Follower) -> list[bytes]:
 
 async def test_follower_marks_the_end_of_the_view_then_delivers_live(js: JetStreamContext) -> None:
     await bus.ensure_streams(js)
-    prefix = f"driftbus.status.{unique_name('live')}.b.object.g.k.ns"
+    prefix = object_status_filter(unique_name("live"), "b").removesuffix(">") + "g.k.ns"
     await _fill(js, prefix, subjects=20, per_subject=2)
     follower = bus.Follower(js, bus.STATUS, f"{prefix}.>")
     seen: list[bytes] = []

@@ -15,6 +15,7 @@ from harness.pipeline import Pipeline, write_counts, writes_since
 from schemas.subjects import bundle_subject
 from services.common import bus
 
+from ..conftest import unique_name
 from ..gitrepo import git
 
 
@@ -216,6 +217,51 @@ async def test_status_follow_shows_current_state_then_live_changes(
     follow.send_signal(signal.SIGINT)
     assert await asyncio.wait_for(follow.wait(), timeout=10) == 0
     await follow.stdout.read()  # drain to EOF so the pipe transport closes now, not at GC
+
+
+async def test_status_follow_of_one_tenant_shows_only_its_bundles(
+    pipeline: Pipeline, pnc: NATS, namespace: str, tmp_path: Path
+) -> None:
+    """`status --tenant T -f` follows T's bundles, not every tenant's and the platform's."""
+    import signal
+
+    pipeline.start_all()
+    c, tenant = pipeline.cluster, unique_name("tq")
+    follow = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "services.cli.main",
+        "status",
+        "--cluster",
+        c,
+        "--tenant",
+        tenant,
+        "--follow",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+        env={**pipeline.env(), "NATS_URL": pipeline.nats.client_url},
+    )
+    assert follow.stdout is not None
+    await asyncio.sleep(2)  # subscribed before anything below is published
+    src = write_bundle(tmp_path / "src", namespace, n=1)
+    platform = unique_name("plat")
+    code, out, err = await driftbus(
+        pipeline, "publish", str(src), "--cluster", c, "--bundle", platform, "--wait"
+    )
+    assert code == 0, err + out
+    # a bundle of a tenant no policy defines: refused, on the tenant's own status subject
+    code, out, err = await driftbus(
+        pipeline, "publish", str(src), "--cluster", c, "--bundle", f"{tenant}/web"
+    )
+    assert code == 0, err + out
+    lines: list[str] = []
+    while not any(f"{tenant}/web@" in line for line in lines):
+        line = await asyncio.wait_for(follow.stdout.readline(), timeout=30)
+        lines.append(line.decode())
+    follow.send_signal(signal.SIGINT)
+    assert await asyncio.wait_for(follow.wait(), timeout=10) == 0
+    lines += (await follow.stdout.read()).decode().splitlines()
+    assert not [line for line in lines if platform in line], lines
 
 
 async def test_publish_wait_fails_with_the_failed_objects_listed(

@@ -10,6 +10,7 @@ in a real cluster (``impersonate`` on exactly the ServiceAccounts named) is
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -27,6 +28,7 @@ from services.core import tenancy
 from services.core.manifest import ManifestError
 
 from ..conftest import unique_name
+from .test_cli import driftbus
 
 SA = "deployer"
 
@@ -141,6 +143,14 @@ async def test_a_tenants_bundle_within_its_limits_converges_as_its_service_accou
         ("b", f"system:serviceaccount:{ns}:{SA}")
     ]
     assert not await exists(kube, "ConfigMap", "b", ns)
+    # `why` names whom each write was made as, and nobody for what wrote nothing
+    code, out, err = await driftbus(
+        pipeline, "why", f"ConfigMap/{ns}/b", "--cluster", pipeline.cluster, "-o", "json"
+    )
+    assert code == 0, err
+    made_as = {(r["action"], r["as"]) for r in json.loads(out)}
+    sa = f"system:serviceaccount:{ns}:{SA}"
+    assert made_as - {("hit", "")} == {("apply", sa), ("delete", sa)}, made_as
 
 
 async def test_an_object_outside_the_tenants_namespaces_refuses_the_revision_whole(
@@ -339,3 +349,29 @@ async def test_a_raw_publish_naming_a_tenant_it_may_not_is_refused(
     status = await watch.until(lambda s: s.revision == "r1", 30, pipeline.logs)
     assert status.phase is BundlePhase.FAILED
     assert "published to the subject of" in status.message
+
+
+async def test_an_unusable_stored_policy_fails_closed_until_a_valid_one_is_applied(
+    pipeline: Pipeline, pnc: NATS, kube: KubeClient
+) -> None:
+    """A planner starting on a policy it cannot decode takes no revision (it cannot know the
+    tenants' limits, nor whether lockdown is on) and says why on the status, instead of dying;
+    a valid policy applied later lets the revision in with no restart."""
+    ns = unique_name("plat")
+    await tenant_namespace(kube, ns, ["configmaps"])
+    js = pnc.jetstream()
+    await bus.ensure_tenants_bucket(js)
+    kv = await js.key_value(bus.TENANTS_BUCKET)
+    await kv.put(bus.TENANTS_KEY, b'{"tenants": {"x": {"serviceAccount": 7}}}')
+    bundle = unique_name("web")
+    watch, _ = await started(pipeline, pnc, bundle)
+    await pipeline.publish(js, bundle, [cm(ns, "a")])
+    status = await watch.until(lambda s: s.revision == "r1", 60, pipeline.logs)
+    assert status.phase is BundlePhase.FAILED
+    assert "tenant policy on the bus is unusable" in status.message, status.message
+    await settle(2)
+    assert not await exists(kube, "ConfigMap", "a", ns)
+
+    await put_policy(pnc, "tenants: {}")
+    await watch.ready("r1", 60, pipeline.logs)
+    assert await exists(kube, "ConfigMap", "a", ns)

@@ -92,6 +92,19 @@ async def test_status_page_shows_a_bundle_going_ready_and_drift_corrected(
                 await asyncio.sleep(0.2)
         assert ui["phase"] == "Ready", (ui, pipeline.logs())
         assert any(d["object"].endswith("/cm-2") for d in state["drift"])
+        # one tenant's view: "ui" is a platform bundle, so it is the platform's ("") only,
+        # its bundle, objects and drift alike, on /api/state and on /events
+        async with aiohttp.ClientSession() as session:
+            for tenant, shown in (("", True), ("team-q", False)):
+                async with session.get(f"{url}api/state", params={"tenant": tenant}) as resp:
+                    view = await resp.json()
+                assert bool(view["bundles"]) is shown, view["bundles"]
+                assert bool(view["drift"]) is shown, view["drift"]
+                assert bool(view["objects"]) is shown
+                async with session.get(f"{url}events", params={"tenant": tenant}) as resp:
+                    first = (await resp.content.readuntil(b"\n\n")).decode()
+                assert first.startswith("event: state"), first
+                assert ('"bundle":"ui"' in first) is shown, first[:300]
         measured(
             f"status page in headless Chromium: bundle Ready with {n} objects, cm-2 drift "
             f"detected+corrected live, hit ratio shown {hit_ratio}; screenshots {ready_png}, "

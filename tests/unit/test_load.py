@@ -377,3 +377,14 @@ def test_publish_flags_reach_the_bundle_options() -> None:
         cli.build_parser().parse_args(
             ["publish", "d", "--cluster", "c", "--bundle", "b", "--prune-propagation", "Later"]
         )
+
+
+@pytest.mark.parametrize(
+    ("bundle", "release"),
+    [("web", "web"), ("team-a/web", "web"), ("team-a/my-app", "my-app")],
+)
+def test_a_helm_release_is_named_after_the_bundle_without_its_tenant(
+    bundle: str, release: str
+) -> None:
+    """helm refuses `team-a/web` as a release name (it is not a DNS label)."""
+    assert load.release_name(bundle) == release

@@ -216,4 +216,9 @@ def test_a_tenants_filters_match_its_bundles_only(bundle: str, mine: bool) -> No
         assert _matches(tenant_status_filter("c", "team-a"), subject) is mine
         assert _matches(bundle_status_filter("c", bundle), subject)
     assert _matches(bundle_statuses_filter("c"), bundle_status_subject("c", bundle))
+    assert (
+        _matches(bundle_statuses_filter("c", "team-a"), bundle_status_subject("c", bundle)) is mine
+    )
+    platform = "/" not in bundle
+    assert _matches(bundle_statuses_filter("c", ""), bundle_status_subject("c", bundle)) is platform
     assert _matches(source_status_filter("c"), source_status_subject("c", bundle))
