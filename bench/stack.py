@@ -231,13 +231,23 @@ class BenchStack:
     @classmethod
     @contextlib.asynccontextmanager
     async def start(
-        cls, objects: int, *, controllers: bool = False, namespaces: list[str] | None = None
+        cls,
+        objects: int,
+        *,
+        controllers: bool = False,
+        namespaces: list[str] | None = None,
+        users: list[servers.User] | None = None,
     ) -> AsyncIterator[BenchStack]:
         """A fresh cluster (with kube-controller-manager, kube-scheduler and kwok when
-        ``controllers``), its ``namespaces`` (the mix's for ``objects`` by default) and the CRD."""
+        ``controllers``; with token ``users`` besides the admin), its ``namespaces`` (the mix's
+        for ``objects`` by default) and the CRD."""
         workdir = Path(tempfile.mkdtemp(prefix="driftbus-bench-"))
         cluster = await asyncio.to_thread(
-            servers.Cluster.start, "bench", workdir / "cluster", controllers=controllers
+            servers.Cluster.start,
+            "bench",
+            workdir / "cluster",
+            controllers=controllers,
+            users=users or [],
         )
         api = cluster.apiserver
         connector = aiohttp.TCPConnector(ssl=api.ssl_context(), limit=64)
@@ -374,6 +384,7 @@ class BenchStack:
         sync_interval: str = "",
         bundle: str = BUNDLE,
         policy: TenantPolicy | None = None,
+        role_env: dict[str, dict[str, str]] | None = None,
     ) -> AsyncIterator[DriftbusRun]:
         """A fresh nats-server (JetStream fsync policy ``sync_interval``, the server's default
         when empty), the tenant ``policy`` in force if given, and (unless ``start=False``) the
@@ -385,6 +396,7 @@ class BenchStack:
         stack = servers.Stack(workdir, self.cluster, nats_server)
         p = Pipeline(stack=stack, nats=nats_server, cluster="bench", workdir=workdir)
         p.log_level = "INFO"
+        p.role_env = role_env or {}
         nc = await nats.connect(nats_server.client_url)
         try:
             run = DriftbusRun(p, nc, appliers, bundle)

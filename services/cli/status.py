@@ -57,11 +57,9 @@ def cmd_status(args: argparse.Namespace) -> int:
                         "table",
                     )
             else:
-                statuses = [
-                    b
-                    for b in await user.bundle_statuses(js, args.cluster, seen=seen)
-                    if args.tenant is None or split_bundle(b.bundle)[0] == args.tenant
-                ]
+                statuses = await user.bundle_statuses(
+                    js, args.cluster, tenant=args.tenant, seen=seen
+                )
                 rows = [
                     {
                         "tenant": split_bundle(b.bundle)[0],
@@ -115,27 +113,20 @@ async def _subscribe_status(nc: Any, args: argparse.Namespace) -> asyncio.Queue[
 
 def status_line(subject: str, data: bytes, output: str) -> str | None:
     """How ``status -f`` shows one status message (None: not a status it can read)."""
-    from schemas.codec import WireError, decode, encode
-    from schemas.messages import BundleStatus, ObjectStatus, SourceStatus
-    from schemas.subjects import SubjectError, parse_subject
+    from schemas.codec import encode
+    from schemas.messages import BundleStatus, ObjectStatus
     from services.cli.table import colour
+    from services.common.statuswatch import decode_status
 
-    event: BundleStatus | ObjectStatus | SourceStatus
-    try:
-        family = parse_subject(subject).family
-        if family == "status.bundle":
-            event = b = decode(data, BundleStatus)
-            line = f"{b.bundle}@{b.revision}: {colour(str(b.phase))} {b.message}"
-        elif family == "status.object":
-            event = o = decode(data, ObjectStatus)
-            line = f"{o.key}: {colour(str(o.phase))} {o.message}"
-        elif family == "status.source":
-            event = src = decode(data, SourceStatus)
-            line = f"{src.bundle} git source {src.ref}: {colour(str(src.phase))} {src.message}"
-        else:
-            return None
-    except (WireError, SubjectError):
+    event = decode_status(subject, data)
+    if event is None:
         return None
+    if isinstance(event, BundleStatus):
+        line = f"{event.bundle}@{event.revision}: {colour(str(event.phase))} {event.message}"
+    elif isinstance(event, ObjectStatus):
+        line = f"{event.key}: {colour(str(event.phase))} {event.message}"
+    else:
+        line = f"{event.bundle} git source {event.ref}: {colour(str(event.phase))} {event.message}"
     if output == "json":
         # re-encoded from the contract: only its fields, whatever else a publisher added
         return encode(event).decode()
@@ -217,7 +208,7 @@ def cmd_why(args: argparse.Namespace) -> int:
                 "live": (r.server_sha or "")[:12],
                 # whom a write was made as: a tenant's ServiceAccount, or driftbus itself;
                 # hits and keeps write nothing
-                "as": r.identity or "driftbus" if r.action in ("apply", "delete") else "",
+                "as": (r.identity or "driftbus") if r.action in ("apply", "delete") else "",
             }
             for r in records
         ]

@@ -76,6 +76,10 @@ def print_rbac(policy: TenantPolicy, applier: str, output: str) -> None:
     from services.core.tenant_rbac import impersonation_rbac
 
     docs = impersonation_rbac(policy, applier)
+    if not docs and output != "json":
+        # kubectl refuses an input of no objects: say it here rather than print one
+        print("# no tenants: the applier needs no impersonation right", file=sys.stderr)
+        return
     if output == "json":
         listed = {"apiVersion": "v1", "kind": "List", "items": docs}
         print(msgspec.json.encode(listed).decode())
@@ -101,6 +105,12 @@ def cmd_tenants(args: argparse.Namespace) -> int:
     new: TenantPolicy | None = None
     if args.action == "apply" and not args.file:
         return table.fail("tenants apply", ValueError("name the tenants file (or -)"))
+    if args.action == "show" and args.file:
+        # never a write from a command that reads: `show FILE` would look like a preview
+        return table.fail(
+            "tenants show",
+            ValueError("shows the policy in force and takes no file (apply one: tenants apply)"),
+        )
     if args.file:
         try:
             new = read_file(args.file)
@@ -121,9 +131,10 @@ def cmd_tenants(args: argparse.Namespace) -> int:
             if args.action == "rbac":
                 print_rbac(await policy.read_policy(js), args.applier, args.output)
                 return 0
-            if new is None:
+            if args.action == "show":
                 show(await policy.read_policy(js), args.output)
                 return 0
+            assert new is not None  # apply: read above
             revision = await policy.put_policy(js, new)
             print(
                 f"tenant policy revision {revision} in force: {len(new.tenants)} tenants, "

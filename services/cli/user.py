@@ -109,7 +109,12 @@ def quiet_members_denial() -> asyncio.Event:
 
 
 async def _snapshot(js: JetStreamContext, stream: str, subject: str) -> list[Any]:
-    return [m async for m in bus.Follower(js, stream, subject).snapshot()]
+    """The last message of each subject of ``stream`` under ``subject``; none while the stream
+    does not exist yet (nothing was published and no service has started: not an error)."""
+    try:
+        return [m async for m in bus.Follower(js, stream, subject).snapshot()]
+    except NotFoundError:
+        return []
 
 
 async def bundle_statuses(
@@ -117,11 +122,17 @@ async def bundle_statuses(
     cluster: str,
     bundle: str | None = None,
     *,
+    tenant: str | None = None,
     seen: dict[str, bytes] | None = None,
 ) -> list[BundleStatus]:
-    """The last status of each bundle of ``cluster`` (or of ``bundle``); ``seen`` collects the
-    raw message read per subject (so a follower can tell which live ones it already showed)."""
-    subject = bundle_status_subject(cluster, bundle) if bundle else bundle_statuses_filter(cluster)
+    """The last status of each bundle of ``cluster`` (or of ``bundle``, or of ``tenant``'s: all
+    that a tenant's credentials may read); ``seen`` collects the raw message read per subject
+    (so a follower can tell which live ones it already showed)."""
+    subject = (
+        bundle_status_subject(cluster, bundle)
+        if bundle
+        else bundle_statuses_filter(cluster, tenant)
+    )
     out = []
     for m in await _snapshot(js, bus.STATUS, subject):
         if seen is not None:

@@ -27,6 +27,22 @@ from schemas.subjects import (
 )
 
 E = TypeVar("E")
+StatusEvent = BundleStatus | ObjectStatus | SourceStatus
+_FAMILIES: dict[str, type[StatusEvent]] = {
+    "status.bundle": BundleStatus,
+    "status.object": ObjectStatus,
+    "status.source": SourceStatus,
+}
+
+
+def decode_status(subject: str, data: bytes) -> StatusEvent | None:
+    """The status a message on ``subject`` carries, chosen by the subject's family (never its
+    last token: an object may be named "bundle"); None for what this version cannot read."""
+    try:
+        kind = _FAMILIES.get(parse_subject(subject).family)
+        return decode(data, kind) if kind is not None else None
+    except (WireError, SubjectError):
+        return None
 
 
 class StatusWatch:
@@ -45,18 +61,14 @@ class StatusWatch:
         that is not a status this version can read is left out."""
 
         async def on_msg(msg: Any) -> None:
-            try:
-                # by the subject's family, not its last token: an object may be named "bundle"
-                family = parse_subject(msg.subject).family
-                if family == "status.bundle":
-                    self.bundles.append(decode(msg.data, BundleStatus))
-                elif family == "status.source":
-                    self.sources.append(decode(msg.data, SourceStatus))
-                elif family == "status.object":
-                    self.objects.append(decode(msg.data, ObjectStatus))
-                else:
-                    return
-            except (WireError, SubjectError):
+            event = decode_status(msg.subject, msg.data)
+            if isinstance(event, BundleStatus):
+                self.bundles.append(event)
+            elif isinstance(event, SourceStatus):
+                self.sources.append(event)
+            elif isinstance(event, ObjectStatus):
+                self.objects.append(event)
+            else:
                 return
             self._changed.set()
 

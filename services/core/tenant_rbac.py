@@ -35,8 +35,15 @@ def impersonation_rbac(policy: TenantPolicy, applier: str = APPLIER) -> list[dic
     """A Role and a RoleBinding per ServiceAccount namespace of ``policy``, in apply order: the
     ``applier`` ServiceAccount (NAMESPACE/NAME) may impersonate those ServiceAccounts only."""
     applier_ns, applier_name = _service_account(applier)
+    accounts = service_accounts(policy)
+    if applier_name in accounts.get(applier_ns, []):
+        # the tenant's writes would carry the applier's own, cluster-wide rights
+        raise ValueError(
+            f"a tenant's serviceAccount is the applier's own ({applier}): refusing to let the "
+            "applier impersonate itself"
+        )
     docs: list[dict[str, Any]] = []
-    for namespace, names in service_accounts(policy).items():
+    for namespace, names in accounts.items():
         meta = {
             "name": ROLE,
             "namespace": namespace,

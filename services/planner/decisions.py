@@ -151,7 +151,9 @@ class Decisions:
             await self.pub.publish(
                 object_subject("intent", cluster, key), encode(intent[0]), msg_id=intent[1]
             )
-        record = emit.record(slot, e, d, revision, self.planner_id, identity if d.writes else None)
+        record = emit.record(
+            slot, e, d, revision, self.planner_id, identity if d.writes else None, owner
+        )
         await self.pub.publish(
             object_subject("decision", cluster, key),
             encode(record),

@@ -135,14 +135,16 @@ def record(
     revision: str,
     planner_id: str,
     identity: Impersonation | None = None,
+    bundle: str = "",
 ) -> DecisionRecord:
     """The audit record of a decision (hits included), with every SHA it was made from and
-    whom its write is made as."""
+    whom its write is made as; ``bundle``: whose it is when the entry names none (a prune that
+    cancels an apply still on its way)."""
     cluster, key = slot
     return DecisionRecord(
         cluster=cluster,
         key=key,
-        bundle=e.bundle or e.owner_bundle,
+        bundle=e.bundle or e.owner_bundle or bundle,
         revision=revision,
         action=d.action,
         reason=d.reason,

@@ -257,14 +257,28 @@ class Planner:
             elif kind == "outcome":
                 await self._on_outcome(decode(msg.data, OutcomeEvent))
             elif kind == "policy":
-                new = policy.policy_of(msg)
-                if new != self.state.policy:
-                    log.info("cluster %s: tenant policy changed", self.cluster)
-                    self.intake.policy_changed(new)
+                self._on_policy(msg)
         except (WireError, ValueError) as exc:
             # Bad input never stops the planner: report and carry on.
             log.error("ignoring message on %s: %s", msg.subject, exc)
             self.state.counters["bad_messages"] += 1
+
+    def _on_policy(self, msg: Msg) -> None:
+        """A new tenant policy, or one that cannot be used: then no new revision is taken (the
+        ones in force stay as they are) until a valid one comes — the same as a planner that
+        starts on it, never the previous, perhaps wider, policy."""
+        try:
+            new = policy.policy_of(msg)
+        except PolicyError as exc:
+            self.state.policy_unusable = (
+                f"the tenant policy on the bus is unusable ({exc}); no new revision is taken "
+                "until a valid one is applied (driftbus tenants apply FILE)"
+            )
+            log.error("cluster %s: %s", self.cluster, self.state.policy_unusable)
+            return
+        if new != self.state.policy or self.state.policy_unusable:
+            log.info("cluster %s: tenant policy changed", self.cluster)
+            self.intake.policy_changed(new)
 
     async def _on_outcome(self, oc: OutcomeEvent) -> None:
         slot = (oc.cluster, oc.key)

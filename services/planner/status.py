@@ -66,9 +66,7 @@ class Tally:
 def bundle_phase(t: Tally) -> tuple[BundlePhase, str]:
     """The phase and its one-line explanation (see the module table)."""
     failed = t.failed + t.prune_failed
-    if t.refused and t.refusal_waits:
-        return BundlePhase.RECONCILING, f"revision {t.revision} waits: {t.refused}"
-    if t.refused:
+    if t.refused and not t.refusal_waits:
         return BundlePhase.FAILED, f"revision {t.revision} refused: {t.refused}"
     if t.outside:
         return (
@@ -86,6 +84,8 @@ def bundle_phase(t: Tally) -> tuple[BundlePhase, str]:
             BundlePhase.CONFLICT,
             f"{t.conflicts} of {t.total} objects in conflict with another field manager",
         )
+    if t.refused:  # it waits (for a kind's scope): after what the revision in force failed
+        return BundlePhase.RECONCILING, f"revision {t.revision} waits: {t.refused}"
     if t.unhealthy and t.applied == t.total:
         return BundlePhase.DEGRADED, f"{t.unhealthy} objects unhealthy"
     if t.unserved:

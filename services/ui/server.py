@@ -30,8 +30,9 @@ from nats.js import JetStreamContext
 
 from schemas.codec import WireError, decode
 from schemas.messages import BundleStatus, DecisionRecord, ObjectStatus, ServerEvent
-from schemas.subjects import SubjectError, family_filter, parse_subject, split_bundle
+from schemas.subjects import family_filter, split_bundle
 from services.common import bus
+from services.common.statuswatch import decode_status
 
 log = logging.getLogger("driftbus.ui")
 T = TypeVar("T")
@@ -167,18 +168,14 @@ class StatusPage:
                 q.put_nowait(frame)
 
     def _on_status(self, msg: Msg) -> None:
-        try:  # by the subject's family, not its last token: an object may be named "bundle"
-            family = parse_subject(msg.subject).family
-        except SubjectError:
-            return
-        if family == "status.bundle":
-            if (st := _decoded(msg, BundleStatus)) is not None:
-                self._send("bundle", self.state.on_bundle(st), st.bundle)
-        elif family == "status.object" and (ost := _decoded(msg, ObjectStatus)) is not None:
-            doc, corrected = self.state.on_object(ost)
-            self._send("object", doc, ost.bundle)
+        event = decode_status(msg.subject, msg.data)
+        if isinstance(event, BundleStatus):
+            self._send("bundle", self.state.on_bundle(event), event.bundle)
+        elif isinstance(event, ObjectStatus):
+            doc, corrected = self.state.on_object(event)
+            self._send("object", doc, event.bundle)
             if corrected:
-                self._send("drift", corrected, ost.bundle)
+                self._send("drift", corrected, event.bundle)
         # a Git source's status is shown by `driftbus status`, not (yet) on the page
 
     def _on_decision(self, msg: Msg) -> None:
@@ -190,7 +187,7 @@ class StatusPage:
 
     def _on_server(self, msg: Msg) -> None:
         if (ev := _decoded(msg, ServerEvent)) is not None and (row := self.state.on_server(ev)):
-            self._send("object", row)
+            self._send("object", row, row.get("bundle"))
 
     async def follow(self) -> None:
         """Replay current status (last per subject), then follow status and decisions live."""

@@ -238,7 +238,7 @@ async def test_status_follow_of_one_tenant_shows_only_its_bundles(
         tenant,
         "--follow",
         stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
         env={**pipeline.env(), "NATS_URL": pipeline.nats.client_url},
     )
     assert follow.stdout is not None
@@ -257,6 +257,9 @@ async def test_status_follow_of_one_tenant_shows_only_its_bundles(
     lines: list[str] = []
     while not any(f"{tenant}/web@" in line for line in lines):
         line = await asyncio.wait_for(follow.stdout.readline(), timeout=30)
+        if not line:  # it ended: say why
+            assert follow.stderr is not None
+            raise AssertionError(f"status -f ended: {(await follow.stderr.read()).decode()}")
         lines.append(line.decode())
     follow.send_signal(signal.SIGINT)
     assert await asyncio.wait_for(follow.wait(), timeout=10) == 0

@@ -14,7 +14,7 @@ from typing import Any
 import nats
 import pytest
 
-from harness.pipeline import Pipeline, StatusWatch
+from harness.pipeline import DecisionLog, Pipeline, StatusWatch
 from schemas.messages import ObjectPhase
 from services.common import policy
 from services.common.kube import Forbidden, KubeClient
@@ -168,6 +168,8 @@ async def test_the_applier_impersonates_exactly_the_service_accounts_it_is_grant
         for doc in impersonation_rbac(only_x):  # generated before team-y joined
             await admin.apply(doc, field_manager="admin")
         await policy.put_policy(nc.jetstream(), both)
+        decisions = DecisionLog()
+        await decisions.start(nc, "rbac")
         x, y = StatusWatch(), StatusWatch()
         await x.start(nc, "rbac", "team-x/web")
         await y.start(nc, "rbac", "team-y/web")
@@ -191,6 +193,9 @@ async def test_the_applier_impersonates_exactly_the_service_accounts_it_is_grant
         await p.publish(js, "team-x/web", [cm("team-x", "a")], revision="r2")
         await x.ready("r2", 60, p.logs)
         assert not await exists(admin, "ConfigMap", "b", "team-x")
+        # made as team-x's ServiceAccount (the applier's own role may delete it too)
+        deletes = [(r.key.name, r.identity) for r in decisions.records if r.action == "delete"]
+        assert deletes == [("b", "system:serviceaccount:team-x:deployer")], deletes
         measured(
             "least-privilege applier with `driftbus tenants rbac`: impersonation refused "
             "for a ServiceAccount not granted, applied once granted, prune impersonated"

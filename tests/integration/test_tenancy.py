@@ -372,6 +372,19 @@ async def test_an_unusable_stored_policy_fails_closed_until_a_valid_one_is_appli
     await settle(2)
     assert not await exists(kube, "ConfigMap", "a", ns)
 
-    await put_policy(pnc, "tenants: {}")
+    await put_policy(pnc, "tenants: {}")  # an empty policy is a valid one
     await watch.ready("r1", 60, pipeline.logs)
     assert await exists(kube, "ConfigMap", "a", ns)
+
+    # the same while running: no new revision is taken under an unusable policy (not the
+    # previous one), the revision in force stays; a valid policy lets the new one in
+    await kv.put(bus.TENANTS_KEY, b"not json")
+    await settle(1)
+    await pipeline.publish(js, bundle, [cm(ns, "b")], revision="r2")
+    status = await watch.until(lambda s: s.revision == "r2", 60, pipeline.logs)
+    assert status.phase is BundlePhase.FAILED
+    assert "tenant policy on the bus is unusable" in status.message, status.message
+    await settle(2)
+    assert await exists(kube, "ConfigMap", "a", ns), "the revision in force was pruned"
+    await put_policy(pnc, "tenants: {}")
+    await watch.ready("r2", 60, pipeline.logs)

@@ -47,9 +47,15 @@ CASES: list[tuple[str, Tally, P, str]] = [
     ),
     (
         "a-revision-waiting-for-a-kinds-scope-is-reconciling-not-failed",
-        tally(refused="the scope of Widget.x is not known yet", refusal_waits=True, failed=1),
+        tally(refused="the scope of Widget.x is not known yet", refusal_waits=True),
         P.RECONCILING,
         "revision r2 waits: the scope of Widget.x is not known yet",
+    ),
+    (
+        "a-waiting-revision-does-not-hide-what-failed-in-force",
+        tally(refused="the scope of Widget.x is not known yet", refusal_waits=True, failed=1),
+        P.FAILED,
+        "1 of 9 objects failed",
     ),
     (
         "one-failed-object-fails-the-bundle",
@@ -240,12 +246,12 @@ def test_ready_only_when_nothing_is_left_to_do(t: Tally) -> None:
         and not t.unserved
     )
     assert (phase is P.READY) == everything_done, (phase, message)
-    waits = bool(t.refused and t.refusal_waits)  # the latest revision is shown: it waits
-    if t.conflicts and phase is not P.FAILED and not waits:
+    if t.conflicts and phase is not P.FAILED:
         assert phase is P.CONFLICT
-    if t.refused and t.refusal_waits:
-        assert (phase, message) == (P.RECONCILING, f"revision {t.revision} waits: {t.refused}")
-    elif t.refused:
+    if t.refused and t.refusal_waits and not (t.failed or t.prune_failed or t.conflicts):
+        if not t.outside:
+            assert (phase, message) == (P.RECONCILING, f"revision {t.revision} waits: {t.refused}")
+    elif t.refused and not t.refusal_waits:
         assert (phase, message) == (P.FAILED, f"revision {t.revision} refused: {t.refused}")
 
 

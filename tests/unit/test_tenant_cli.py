@@ -40,3 +40,27 @@ def test_an_invalid_tenants_file_is_refused_with_its_line(
     assert code == 1
     assert err.startswith(f"driftbus tenants apply: {f}:4: "), err
     assert "namespace" in err
+
+
+def test_show_with_a_file_is_refused_and_never_applies_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`tenants show FILE` looks like a preview: it must not put FILE in force (it did once)."""
+    f = tmp_path / "tenants.yaml"
+    f.write_text("tenants:\n  team-a:\n    serviceAccount: team-a/deployer\n")
+    code = main(["tenants", "show", str(f), "--nats-url", "nats://127.0.0.1:1"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err.startswith("driftbus tenants show: shows the policy in force and takes no file")
+
+
+def test_rbac_of_no_tenants_prints_no_objects(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """kubectl refuses an input with no objects: nothing on stdout, a note on stderr."""
+    f = tmp_path / "tenants.yaml"
+    f.write_text("tenants: {}\n")
+    assert main(["tenants", "rbac", str(f)]) == 0
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "no tenants" in err

@@ -87,3 +87,10 @@ def test_shipped_deploy_tenants_is_generated_from_its_tenants_file() -> None:
     assert yaml.safe_load((here / "kustomization.yaml").read_text())["resources"] == [
         "impersonate.yaml"
     ]
+
+
+def test_the_applier_is_never_granted_to_impersonate_itself() -> None:
+    """A tenant whose serviceAccount is the applier's would write with the applier's rights."""
+    with pytest.raises(ValueError, match="impersonate itself"):
+        impersonation_rbac(policy("a/deployer", "driftbus/driftbus-applier"))
+    assert impersonation_rbac(policy("driftbus/other"))  # another account there is fine
