@@ -87,7 +87,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         finally:
             await nc.drain()
 
-    return asyncio.run(run())
+    try:
+        return asyncio.run(run())
+    except Exception as exc:  # noqa: BLE001 - the bus refused or is away: one line, no trace
+        return table.fail("status", exc)
 
 
 async def _subscribe_status(nc: Any, args: argparse.Namespace) -> asyncio.Queue[Any]:
@@ -221,7 +224,10 @@ def cmd_why(args: argparse.Namespace) -> int:
         )
         return 0 if records else 1
 
-    return asyncio.run(run())
+    try:
+        return asyncio.run(run())
+    except Exception as exc:  # noqa: BLE001 - the bus refused or is away: one line, no trace
+        return table.fail("why", exc)
 
 
 def cmd_shards(args: argparse.Namespace) -> int:
