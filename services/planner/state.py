@@ -46,9 +46,9 @@ class ClusterState:
     policy: TenantPolicy = dataclasses.field(default_factory=TenantPolicy)
     """The tenant policy in force (the tenants KV bucket's, followed live)."""
     policy_unusable: str = ""
-    """Why the policy stored on the bus could not be used when this planner started ("" when
-    it could): then no revision is taken, of any bundle, until a valid policy is applied —
-    a tenant's limits are never guessed, nor a lockdown forgotten."""
+    """Why the latest policy stored on the bus cannot be used, at start or since ("" when it
+    can): then no new revision is taken, of any bundle, until a valid policy is applied — a
+    tenant's limits are never guessed, nor a lockdown forgotten."""
 
     def identity(self, bundle: str) -> Impersonation | None:
         """Whom the writes of ``bundle`` are made as (its tenant's ServiceAccount), now."""
