@@ -11,7 +11,9 @@ from typing import Any
 
 def load_manifests(args: argparse.Namespace) -> Any:
     """The manifests named on the command line: PATH... or --git REPO --ref REF [--path DIR];
-    a revision with no objects is refused unless --allow-empty (it would prune the bundle)."""
+    a revision with no objects is refused unless --allow-empty (it would prune the bundle).
+    Objects naming no namespace take ``--namespace``, else (a tenant's bundle) the tenant's
+    ``defaultNamespace`` from the policy on the bus."""
     from services.common import gitrepo, load
     from services.controlplane import assets
 
@@ -43,8 +45,34 @@ def load_manifests(args: argparse.Namespace) -> Any:
         )
     if not args.allow_empty:
         load.require_objects(loaded, args.bundle, args.command)
-    load.require_namespaces(loaded, args.namespace or "")
+    load.require_namespaces(loaded, args.namespace or tenant_default_namespace(args))
     return loaded
+
+
+def tenant_default_namespace(args: argparse.Namespace) -> str:
+    """The default namespace the tenant policy gives the bundle's tenant ("" for a platform
+    bundle, a tenant with none, or a policy that cannot be read: the planner decides then)."""
+    import asyncio
+
+    from schemas.subjects import split_bundle
+    from services.cli import user
+    from services.common import policy
+    from services.core import tenancy
+
+    if not split_bundle(args.bundle)[0]:
+        return ""
+
+    async def read() -> str:
+        nc = await user.connect(args)
+        try:
+            return tenancy.default_namespace(await policy.read_policy(nc.jetstream()), args.bundle)
+        finally:
+            await nc.close()
+
+    try:
+        return asyncio.run(read())
+    except Exception:  # noqa: BLE001 - no bus, no right, no policy: the local check says why
+        return ""
 
 
 def add_source_args(p: argparse.ArgumentParser) -> None:

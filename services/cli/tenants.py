@@ -39,7 +39,7 @@ def _cell(t: Tenant, key: str) -> str:
     value = msgspec.to_builtins(t).get(key)
     if value is None:
         return "any" if key == "namespaces" else "-"
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):
         return ",".join(value) or "-"
     return str(value)
 

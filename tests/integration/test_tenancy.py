@@ -388,3 +388,31 @@ async def test_an_unusable_stored_policy_fails_closed_until_a_valid_one_is_appli
     assert await exists(kube, "ConfigMap", "a", ns), "the revision in force was pruned"
     await put_policy(pnc, "tenants: {}")
     await watch.ready("r2", 60, pipeline.logs)
+
+
+async def test_publish_fills_in_the_tenants_default_namespace(
+    pipeline: Pipeline, pnc: NATS, kube: KubeClient, tmp_path: Any
+) -> None:
+    """A new user's try: `publish --bundle team-a/web DIR` of objects naming no namespace was
+    refused on the command line, although the tenant's policy names a defaultNamespace."""
+    ns, tenant = unique_name("ta"), unique_name("t")
+    await tenant_namespace(kube, ns, ["configmaps"])
+    await put_policy(pnc, f"tenants:{team(tenant, ns, f'    defaultNamespace: {ns}')}")
+    pipeline.start_all()
+    src = tmp_path / "web"
+    src.mkdir()
+    (src / "cm.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: plain\n")
+    code, out, err = await driftbus(
+        pipeline,
+        "publish",
+        str(src),
+        "--cluster",
+        pipeline.cluster,
+        "--bundle",
+        f"{tenant}/web",
+        "--wait",
+        "--timeout",
+        "60",
+    )
+    assert code == 0, err + out
+    assert await exists(kube, "ConfigMap", "plain", ns)

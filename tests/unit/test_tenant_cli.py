@@ -64,3 +64,15 @@ def test_rbac_of_no_tenants_prints_no_objects(
     out, err = capsys.readouterr()
     assert out == ""
     assert "no tenants" in err
+
+
+def test_the_policy_table_lists_namespaces_plainly(capsys: pytest.CaptureFixture[str]) -> None:
+    """The namespaces cell read `('team-a', 'team-a-*')` (a tuple's repr) on a new user's try."""
+    from services.cli.tenants import show
+    from services.core import tenancy
+
+    text = "tenants:\n  team-a:\n    serviceAccount: team-a/d\n    namespaces: [team-a, team-a-*]\n"
+    show(tenancy.load_policy(text, "t.yaml"), "table")
+    out = capsys.readouterr().out
+    assert "team-a,team-a-*" in out, out
+    assert "(" not in out, out
