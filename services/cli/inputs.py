@@ -45,7 +45,15 @@ def load_manifests(args: argparse.Namespace) -> Any:
         )
     if not args.allow_empty:
         load.require_objects(loaded, args.bundle, args.command)
-    load.require_namespaces(loaded, args.namespace or tenant_default_namespace(args))
+    try:
+        load.require_namespaces(loaded, args.namespace or "")
+    except load.InputError:
+        # objects naming no namespace: a tenant's bundle may take its tenant's default (only
+        # then is the bus asked)
+        default = "" if args.namespace else tenant_default_namespace(args)
+        if not default:
+            raise
+        load.require_namespaces(loaded, default)
     return loaded
 
 
