@@ -18,7 +18,7 @@ import statistics
 import sys
 
 from bench.report import Result
-from bench.stack import BenchStack, Run, labelled, manifests, namespaces_for
+from bench.stack import BenchStack, Run, check_writes, labelled, manifests, namespaces_for
 
 
 async def _main(objects: int, repetitions: int) -> list[Result]:
@@ -42,10 +42,7 @@ async def _main(objects: int, repetitions: int) -> list[Result]:
                 file=sys.stderr,
                 flush=True,
             )
-    for name, rs in runs.items():
-        wrote = {r.writes for r in rs}
-        # every contender must have created exactly the N objects, no more, no less
-        assert wrote == {objects}, f"{name} wrote {[r.writes_by for r in rs]} for {objects} objects"
+    check_writes(runs, objects)
 
     def secs(name: str) -> list[float]:
         return [r.seconds for r in runs[name]]

@@ -219,6 +219,13 @@ class Run:
     """Share of the whole machine's CPU that was busy during the run (0..1)."""
 
 
+def check_writes(runs: dict[str, list[Run]], objects: int) -> None:
+    """Every contender created exactly the ``objects`` objects in every run, no more, no less."""
+    for name, rs in runs.items():
+        wrote = {r.writes for r in rs}
+        assert wrote == {objects}, f"{name} wrote {[r.writes_by for r in rs]} for {objects} objects"
+
+
 class BenchStack:
     """A cluster for one scenario: API server, raw client, fresh pipelines, peers, cleanup."""
 
@@ -272,6 +279,18 @@ class BenchStack:
                 raise RuntimeError(f"{method} {path}: {r.status} {body[:300]!r}")
             return orjson.loads(body) if body else None
 
+    async def apply(
+        self, path: str, obj: dict[str, Any], field_manager: str = "bench-setup"
+    ) -> None:
+        """One server-side apply of ``obj`` at ``path`` (forced)."""
+        await self.request(
+            "PATCH",
+            path,
+            params={"fieldManager": field_manager, "force": "true"},
+            data=orjson.dumps(obj),
+            headers={"Content-Type": "application/apply-patch+yaml"},
+        )
+
     async def prepare(self, namespaces: list[str]) -> None:
         """Namespaces and the CRD exist before anything is timed (for every contender)."""
         for obj in [CRD] + [
@@ -282,13 +301,7 @@ class BenchStack:
                 if obj["kind"] == "Namespace"
                 else f"{CRDS_PATH}/{CRD['metadata']['name']}"
             )
-            await self.request(
-                "PATCH",
-                path,
-                params={"fieldManager": "bench-setup", "force": "true"},
-                data=orjson.dumps(obj),
-                headers={"Content-Type": "application/apply-patch+yaml"},
-            )
+            await self.apply(path, obj)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:  # the CRD's resource is served when discovery has it
             async with self.http.get(f"/apis/{CRD_GROUP}/v1") as r:
@@ -338,13 +351,7 @@ class BenchStack:
             while queue:
                 obj = queue.pop()
                 start = time.perf_counter()
-                await self.request(
-                    "PATCH",
-                    object_path(obj),
-                    params={"fieldManager": FIELD_MANAGER, "force": "true"},
-                    data=orjson.dumps(obj),
-                    headers={"Content-Type": "application/apply-patch+yaml"},
-                )
+                await self.apply(object_path(obj), obj, FIELD_MANAGER)
                 latencies.append(time.perf_counter() - start)
 
         await asyncio.gather(*(worker() for _ in range(in_flight)))

@@ -28,13 +28,21 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import orjson
 import yaml
 
 from bench.report import Result
-from bench.stack import BUNDLE, CRD_GROUP, BenchStack, DriftbusRun, Run, manifests, namespaces_for
+from bench.stack import (
+    BUNDLE,
+    CRD_GROUP,
+    BenchStack,
+    DriftbusRun,
+    Run,
+    check_writes,
+    manifests,
+    namespaces_for,
+)
 from harness.pipeline import DecisionLog, settle
 from schemas.tenants import TenantPolicy
 from services.common import members
@@ -53,16 +61,6 @@ APPLIER_GROUPS = (
     "system:authenticated",
 )
 ROOT = Path(__file__).resolve().parents[1]
-
-
-async def apply(b: BenchStack, path: str, doc: dict[str, Any]) -> None:
-    await b.request(
-        "PATCH",
-        path,
-        params={"fieldManager": "bench-setup", "force": "true"},
-        data=orjson.dumps(doc),
-        headers={"Content-Type": "application/apply-patch+yaml"},
-    )
 
 
 async def allowed(b: BenchStack, user: str, groups: list[str], attributes: dict[str, str]) -> None:
@@ -93,7 +91,7 @@ async def least_privilege_applier(b: BenchStack) -> None:
     for doc in docs:
         if doc and doc["metadata"]["name"] == "driftbus:applier":
             plural = {"ClusterRole": "clusterroles", "ClusterRoleBinding": "clusterrolebindings"}
-            await apply(b, f"{rbac}/{plural[doc['kind']]}/driftbus:applier", doc)
+            await b.apply(f"{rbac}/{plural[doc['kind']]}/driftbus:applier", doc)
 
 
 async def grant_tenant(b: BenchStack, namespaces: list[str], policy: TenantPolicy) -> None:
@@ -139,7 +137,7 @@ async def grant_tenant(b: BenchStack, namespaces: list[str], policy: TenantPolic
         meta = doc["metadata"]
         docs.append((f"{rbac}/namespaces/{meta['namespace']}/{plural}/{meta['name']}", doc))
     for path, doc in docs:
-        await apply(b, path, doc)
+        await b.apply(path, doc)
     tenant_groups = ["system:serviceaccounts", f"system:serviceaccounts:{sa_ns}"]
     await allowed(
         b,
@@ -214,9 +212,7 @@ async def _main(objects: int, repetitions: int) -> list[Result]:
                 file=sys.stderr,
                 flush=True,
             )
-    for name, rs in runs.items():
-        wrote = {r.writes for r in rs}
-        assert wrote == {objects}, f"{name} wrote {[r.writes_by for r in rs]} for {objects} objects"
+    check_writes(runs, objects)
     params = {
         "objects": objects,
         "appliers": 4,

@@ -31,3 +31,20 @@ def crd(group: str, kind: str, scope: str = "Namespaced") -> dict[str, Any]:
             ],
         },
     }
+
+
+def cm(ns: str, name: str) -> dict[str, Any]:
+    """A ConfigMap ``ns/name`` whose data names it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": ns},
+        "data": {"k": name},
+    }
+
+
+def secret(ns: str, name: str) -> dict[str, Any]:
+    """A Secret ``ns/name`` whose data names it."""
+    obj = {**cm(ns, name), "kind": "Secret", "stringData": {"k": name}}
+    del obj["data"]
+    return obj

@@ -20,6 +20,15 @@ from ..gitrepo import git
 
 
 async def driftbus(pipeline: Pipeline, *args: str) -> tuple[int, str, str]:
+    """``driftbus ARGS`` run to completion: exit code, stdout, stderr."""
+    proc = await started(pipeline, *args)
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=120)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def started(pipeline: Pipeline, *args: str) -> asyncio.subprocess.Process:
+    """``driftbus ARGS`` running (``status -f``), its stdout and stderr piped."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -29,9 +38,9 @@ async def driftbus(pipeline: Pipeline, *args: str) -> tuple[int, str, str]:
         stderr=asyncio.subprocess.PIPE,
         env={**pipeline.env(), "NATS_URL": pipeline.nats.client_url},
     )
-    out, err = await asyncio.wait_for(proc.communicate(), timeout=120)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    return proc
 
 
 def write_bundle(root: Path, ns: str, n: int = 5) -> Path:
@@ -186,20 +195,7 @@ async def test_status_follow_shows_current_state_then_live_changes(
         pipeline, "publish", str(src), "--cluster", c, "--bundle", "f", "--wait", "--timeout", "90"
     )
     assert code == 0, err + out
-    follow = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "services.cli.main",
-        "status",
-        "--cluster",
-        c,
-        "--bundle",
-        "f",
-        "--follow",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-        env={**pipeline.env(), "NATS_URL": pipeline.nats.client_url},
-    )
+    follow = await started(pipeline, "status", "--cluster", c, "--bundle", "f", "--follow")
     assert follow.stdout is not None
     lines: list[str] = []
 
@@ -216,7 +212,8 @@ async def test_status_follow_shows_current_state_then_live_changes(
     await asyncio.wait_for(read_until("cli-1: Applied applied (manifest)"), timeout=30)
     follow.send_signal(signal.SIGINT)
     assert await asyncio.wait_for(follow.wait(), timeout=10) == 0
-    await follow.stdout.read()  # drain to EOF so the pipe transport closes now, not at GC
+    await follow.stdout.read()  # drain to EOF so the pipe transports close now, not at GC
+    await follow.stderr.read()  # type: ignore[union-attr]
 
 
 async def test_status_follow_of_one_tenant_shows_only_its_bundles(
@@ -227,20 +224,7 @@ async def test_status_follow_of_one_tenant_shows_only_its_bundles(
 
     pipeline.start_all()
     c, tenant = pipeline.cluster, unique_name("tq")
-    follow = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "services.cli.main",
-        "status",
-        "--cluster",
-        c,
-        "--tenant",
-        tenant,
-        "--follow",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={**pipeline.env(), "NATS_URL": pipeline.nats.client_url},
-    )
+    follow = await started(pipeline, "status", "--cluster", c, "--tenant", tenant, "--follow")
     assert follow.stdout is not None
     await asyncio.sleep(2)  # subscribed before anything below is published
     src = write_bundle(tmp_path / "src", namespace, n=1)
@@ -264,6 +248,7 @@ async def test_status_follow_of_one_tenant_shows_only_its_bundles(
     follow.send_signal(signal.SIGINT)
     assert await asyncio.wait_for(follow.wait(), timeout=10) == 0
     lines += (await follow.stdout.read()).decode().splitlines()
+    await follow.stderr.read()  # type: ignore[union-attr]
     assert not [line for line in lines if platform in line], lines
 
 

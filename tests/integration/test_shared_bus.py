@@ -11,7 +11,6 @@ for sure) under two cluster names.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import nats
 
@@ -19,15 +18,7 @@ from harness.pipeline import FAST_HEARTBEATS, Pipeline, StatusWatch
 from services.controlplane import servers
 
 from ..conftest import unique_name
-
-
-def cm(ns: str, name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": name, "namespace": ns},
-        "data": {"k": name},
-    }
+from .manifests import cm
 
 
 async def test_the_same_object_at_the_same_version_in_two_clusters_lands_for_both(

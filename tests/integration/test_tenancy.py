@@ -28,27 +28,10 @@ from services.core import tenancy
 from services.core.manifest import ManifestError
 
 from ..conftest import unique_name
+from .manifests import cm, secret
 from .test_cli import driftbus
 
 SA = "deployer"
-
-
-def cm(ns: str, name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": name, "namespace": ns},
-        "data": {"k": name},
-    }
-
-
-def secret(ns: str, name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": name, "namespace": ns},
-        "stringData": {"k": name},
-    }
 
 
 def rbac(kind: str, name: str, ns: str = "", **body: Any) -> dict[str, Any]:

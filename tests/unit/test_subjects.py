@@ -194,17 +194,20 @@ def _matches(pattern: str, subject: str) -> bool:
     return len(p) == len(s)
 
 
-@pytest.mark.parametrize(
-    ("bundle", "mine"),
-    [
-        ("team-a/web", True),
-        ("team-a/x.y", True),
-        ("team-b/web", False),
-        ("team-a", False),  # a platform bundle named like the tenant
-        ("team-a.web", False),
-        ("web", False),
-    ],
-)
+TEAM_A_BUNDLES = [
+    ("team-a/web", True),
+    ("team-a/x.y", True),
+    ("team-b/web", False),
+    ("team-a", False),  # a platform bundle named like the tenant
+    ("team-a.web", False),
+    ("web", False),
+    ("team-a-b/web", False),
+    ("team/web", False),
+]
+"""Bundles, and whether they are tenant team-a's: what its subjects and rights must tell."""
+
+
+@pytest.mark.parametrize(("bundle", "mine"), TEAM_A_BUNDLES)
 def test_a_tenants_filters_match_its_bundles_only(bundle: str, mine: bool) -> None:
     key = ObjectKey("", "ConfigMap", "ns", "x")
     assert _matches(tenant_bundle_filter("c", "team-a"), bundle_subject("c", bundle)) is mine

@@ -26,7 +26,7 @@ from schemas.subjects import (
 )
 from services.cli import security
 from services.common import bus, permissions
-from tests.unit.test_subjects import _matches
+from tests.unit.test_subjects import TEAM_A_BUNDLES, _matches
 
 KEY = ObjectKey("apps", "Deployment", "ns", "web")
 TENANTS_STREAM = bus.TENANTS_STREAM
@@ -84,18 +84,7 @@ def _status_subjects(cluster: str, bundle: str) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize(
-    ("bundle", "mine"),
-    [
-        ("team-a/web", True),
-        ("team-a/x.y", True),
-        ("team-b/web", False),
-        ("team-a", False),  # a platform bundle named like the tenant
-        ("web", False),
-        ("team-a-b/web", False),
-        ("team/web", False),
-    ],
-)
+@pytest.mark.parametrize(("bundle", "mine"), TEAM_A_BUNDLES)
 def test_a_tenant_publishes_and_reads_only_its_own_bundles(bundle: str, mine: bool) -> None:
     perms = permissions.tenant("team-a", ["c", "d"])
     for cluster in ("c", "d"):
