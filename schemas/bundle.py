@@ -15,6 +15,15 @@ Propagation = Literal["Background", "Foreground", "Orphan"]
 DriftMode = Literal["correct", "warn"]
 
 
+BundleRef = Annotated[
+    str,
+    Meta(
+        pattern=r"^(/[^/\s]+|[^/\s]+(/[^/\s]+)?)$",
+        max_length=317,
+        description="a bundle of the same cluster: name, tenant/name, or /name (the platform's)",
+    ),
+]
+
 JsonPointer = Annotated[
     str,
     Meta(
@@ -67,6 +76,11 @@ class BundleOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Fields other controllers manage: removed from matching manifests before they are hashed
     and applied, named in each object's ``driftbus.dev/ignore`` annotation so that serverSHA and
     applySHA leave them out too (docs/drift.md)."""
+    depends_on: Annotated[list[BundleRef], Meta(max_length=64)] = []
+    """Bundles of the same cluster that must be Ready before this one writes anything (applies
+    and prunes wait; the status says for which). ``name`` is a bundle of the same tenant,
+    ``tenant/name`` another tenant's (a tenant may name only its own and the platform's), and
+    ``/name`` a platform bundle. A revision that closes a cycle is refused (docs/lifecycle.md)."""
 
 
 class ObjectStoreRef(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -96,3 +110,51 @@ class Bundle(Message, frozen=True, tag=tag("bundle")):
     ``v1/ConfigMap``): what the watcher must watch, without reading the manifests. The planner
     refuses a revision whose list differs from its manifests; empty means not stated (an older
     publisher), and the watcher then reads the manifests."""
+    delete: bool = False
+    """Delete the bundle: its objects are pruned (with every prune safeguard: the ownership
+    label, ``driftbus.dev/prune: disabled``, objects in use; none with ``options.prune`` off),
+    then the bundle is forgotten (its last status says ``Deleted``). Carries no manifests."""
+    rollback_of: Annotated[str, Meta(max_length=256)] = ""
+    """Set on a revision republished by ``driftbus rollback``: the revision that was in force."""
+
+
+class BundleControl(Message, frozen=True, tag=tag("bundle-control")):
+    """A bundle's reconciliation switched off or on (user → ``driftbus.control.<cluster>.<tenant>.
+    <name>``; the stream keeps the last per bundle, so it is state, not an event).
+
+    Suspended: nothing of the bundle is written (no apply, no drift correction, no prune), while
+    drift and new revisions are still taken in and reported (the bundle is ``OutOfSync``).
+    Resumed: everything that differs is written at once."""
+
+    cluster: Name
+    bundle: Name
+    suspended: bool
+    reason: Annotated[str, Meta(max_length=1024)] = ""
+    """Why, for the people reading the status (an incident, a freeze)."""
+    at: dt.datetime | None = None
+
+
+class RollbackRequest(Message, frozen=True, tag=tag("rollback-request")):
+    """Put an earlier revision of a bundle back in force (user → ``driftbus.rollback.<cluster>.
+    <tenant>.<name>``, a request): the cluster's planner republishes it from the bundle's history
+    on the bus (the last few revisions) with ``Bundle.rollback_of`` set, and answers with a
+    ``RollbackAnswer``. Only the objects that differ from what is in force are written."""
+
+    cluster: Name
+    bundle: Name
+    to: Annotated[str, Meta(max_length=256)] = ""
+    """The revision to go back to; "" is the one before the revision in force."""
+
+
+class RollbackAnswer(Message, frozen=True, tag=tag("rollback-answer")):
+    """The planner's answer to a ``RollbackRequest``."""
+
+    ok: bool
+    message: str
+    """What was republished, or why nothing was (the revisions there are to go back to)."""
+    revision: str = ""
+    """The revision republished (ok)."""
+    rollback_of: str = ""
+    """The revision that was in force."""
+    history: list[str] = []
+    """The revisions on the bus, oldest first (what ``to`` may name)."""

@@ -10,22 +10,42 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import orjson
 
+from schemas.cli import (
+    BundleRow,
+    PlanDocument,
+    ShardsDocument,
+    StatusDocument,
+    UpInfo,
+    VersionDocument,
+    WhyRow,
+)
 from schemas.messages import MESSAGE_TYPES
 from schemas.tenants import TenantPolicy
 
 OUT_DIR = Path(__file__).parent / "json"
-FILE_TYPES: dict[str, type[msgspec.Struct]] = {"tenants": TenantPolicy}
+FILE_TYPES: dict[str, Any] = {"tenants": TenantPolicy}
 """Files users write, by schema name (docs/tenancy.md)."""
+CLI_TYPES: dict[str, Any] = {
+    "cli-bundles": list[BundleRow],
+    "cli-status-bundle": StatusDocument,
+    "cli-why": list[WhyRow],
+    "cli-shards": ShardsDocument,
+    "cli-plan": PlanDocument,
+    "cli-version": VersionDocument,
+    "cli-up": UpInfo,
+}
+"""What ``-o json`` of a command prints, by schema name."""
 
 
 def rendered() -> dict[str, bytes]:
     """File name → exact bytes of each schema file."""
     files = {}
-    for name, kind in {**MESSAGE_TYPES, **FILE_TYPES}.items():
+    for name, kind in {**MESSAGE_TYPES, **FILE_TYPES, **CLI_TYPES}.items():
         schema = msgspec.json.schema(kind)
         schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
         schema["$id"] = f"https://driftbus.dev/schemas/{name}.schema.json"

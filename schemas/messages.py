@@ -23,12 +23,16 @@ from schemas.base import RawObject as RawObject
 from schemas.base import Sha as Sha
 from schemas.base import tag as _tag
 from schemas.bundle import Bundle as Bundle
+from schemas.bundle import BundleControl as BundleControl
 from schemas.bundle import BundleOptions as BundleOptions
+from schemas.bundle import BundleRef as BundleRef
 from schemas.bundle import DriftMode as DriftMode
 from schemas.bundle import IgnoreRule as IgnoreRule
 from schemas.bundle import JsonPointer as JsonPointer
 from schemas.bundle import ObjectStoreRef as ObjectStoreRef
 from schemas.bundle import Propagation as Propagation
+from schemas.bundle import RollbackAnswer as RollbackAnswer
+from schemas.bundle import RollbackRequest as RollbackRequest
 from schemas.subjects import ObjectKey
 
 # --- watcher → driftbus.server.<cluster>.<key> --------------------------------------------------
@@ -195,6 +199,8 @@ class BundlePhase(enum.StrEnum):
     FAILED = "Failed"
     CONFLICT = "Conflict"
     OUT_OF_SYNC = "OutOfSync"
+    DELETED = "Deleted"
+    """The bundle was deleted (``Bundle.delete``): its objects pruned, the bundle forgotten."""
 
 
 class BundleCounts(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -223,6 +229,14 @@ class BundleStatus(_Message, frozen=True, tag=_tag("bundle-status")):
     at: dt.datetime | None = None
     source: str = ""
     """Where the revision came from and what rendered it (``Bundle.source``)."""
+    published_at: dt.datetime | None = None
+    """When the revision shown was published (``Bundle.published_at``)."""
+    suspended: bool = False
+    """Reconciliation is suspended (``BundleControl``): nothing of the bundle is written."""
+    depends_on: list[str] = []
+    """The bundles (full names) this one waits for (``BundleOptions.depends_on``)."""
+    rollback_of: str = ""
+    """The revision shown was republished by a rollback from this one (``Bundle.rollback_of``)."""
 
 
 # --- source → driftbus.status.<cluster>.<bundle>.source ------------------------------------------
@@ -261,6 +275,9 @@ class DecisionAction(enum.StrEnum):
     DELETE = "delete"
     KEEP = "keep"
     """An object left its bundle but prune=false (or it is not ours): left in place."""
+    HOLD = "hold"
+    """A write the rule asks for, not sent: the bundle is suspended or waits for a bundle it
+    depends on. Decided again when the hold ends."""
 
 
 class DecisionReason(enum.StrEnum):
@@ -279,6 +296,10 @@ class DecisionReason(enum.StrEnum):
     """Kept: the live object carries ``driftbus.dev/prune: disabled``."""
     IN_USE = "in-use"
     """Kept: a Namespace or CRD that still holds objects of other bundles (or desired ones)."""
+    SUSPENDED = "suspended"
+    """Held: the bundle is suspended (``driftbus suspend``)."""
+    DEPENDENCIES = "dependencies"
+    """Held: a bundle of ``depends_on`` is not Ready."""
 
 
 class DecisionRecord(_Message, frozen=True, tag=_tag("decision")):
@@ -360,6 +381,9 @@ MESSAGE_TYPES: Final[dict[str, type[_Message]]] = {
     "delete-intent": DeleteIntent,
     "object-status": ObjectStatus,
     "bundle-status": BundleStatus,
+    "bundle-control": BundleControl,
+    "rollback-request": RollbackRequest,
+    "rollback-answer": RollbackAnswer,
     "source-status": SourceStatus,
     "decision": DecisionRecord,
     "outcome": OutcomeEvent,

@@ -180,6 +180,28 @@ def bundle_subject(cluster: str, bundle: str) -> str:
     return _checked(f"{PREFIX}.bundle.{encode_token(cluster)}.{bundle_tokens(bundle)}")
 
 
+def control_subject(cluster: str, bundle: str) -> str:
+    """``driftbus.control.<cluster>.<tenant>.<name>``: the bundle's ``BundleControl`` (suspended
+    or not); the stream keeps the last one per bundle."""
+    return _checked(f"{PREFIX}.control.{encode_token(cluster)}.{bundle_tokens(bundle)}")
+
+
+def tenant_control_filter(cluster: str, tenant: str) -> str:
+    """Every control subject of one tenant's bundles in one cluster (what it may suspend)."""
+    return f"{PREFIX}.control.{encode_token(cluster)}.{encode_token(tenant)}.*"
+
+
+def rollback_subject(cluster: str, bundle: str) -> str:
+    """``driftbus.rollback.<cluster>.<tenant>.<name>``: a request (``RollbackRequest``) the
+    planner of the cluster answers (``RollbackAnswer``) by republishing an earlier revision."""
+    return _checked(f"{PREFIX}.rollback.{encode_token(cluster)}.{bundle_tokens(bundle)}")
+
+
+def tenant_rollback_filter(cluster: str, tenant: str) -> str:
+    """Every rollback subject of one tenant's bundles in one cluster."""
+    return f"{PREFIX}.rollback.{encode_token(cluster)}.{encode_token(tenant)}.*"
+
+
 def object_subject(kind: str, cluster: str, key: ObjectKey) -> str:
     """``driftbus.<kind>.<cluster>.<key>`` for the per-object streams (server, applied, ...)."""
     if kind not in _OBJECT_STREAMS:
@@ -243,6 +265,15 @@ def tenant_status_filter(cluster: str, tenant: str) -> str:
     return f"{PREFIX}.status.{encode_token(cluster)}.{encode_token(tenant)}.>"
 
 
+def decisions_named_filter(cluster: str, namespace: str, name: str) -> str:
+    """The decision subjects of every object of any group and kind called ``namespace/name``
+    (``driftbus why`` finds the group and kind a person left out)."""
+    return (
+        f"{PREFIX}.decision.{encode_token(cluster)}.*.*.{encode_token(namespace)}."
+        f"{encode_token(name)}"
+    )
+
+
 def member_filter(cluster: str) -> str:
     """The heartbeats of every watcher/applier role of one cluster."""
     return f"{PREFIX}.member.{encode_token(cluster)}.*"
@@ -273,7 +304,7 @@ def parse_subject(subject: str) -> ParsedSubject:
         raise SubjectError(f"not a driftbus subject: {subject!r}")
     family, cluster = parts[1], decode_token(parts[2])
     rest = parts[3:]
-    if family == "bundle" and len(rest) == 2:
+    if family in ("bundle", "control", "rollback") and len(rest) == 2:
         return ParsedSubject(family, cluster, bundle=_bundle_of(*rest))
     if family in _OBJECT_STREAMS:
         return ParsedSubject(family, cluster, key=parse_key_tokens(rest))

@@ -48,6 +48,13 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[_LOGS_KEY] = {}
+    # `driftbus up` writes a context file that commands read when NATS_URL is unset: never the
+    # user's own (~/.config/driftbus), and one per worker (inherited by every subprocess)
+    import tempfile
+
+    os.environ["DRIFTBUS_UP_CONTEXT"] = str(
+        Path(tempfile.mkdtemp(prefix="driftbus-context-")) / "context.json"
+    )
 
 
 _MEASURED = "driftbus-measured"

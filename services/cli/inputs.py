@@ -95,7 +95,9 @@ def add_source_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cluster", required=True, help="the cluster the bundle is for")
     p.add_argument("--bundle", required=True, help="the bundle's name")
     p.add_argument("--git", metavar="REPO", help="read the manifests from a Git repository")
-    p.add_argument("--ref", default="HEAD", help="Git ref to read (with --git)")
+    p.add_argument(
+        "--ref", default="HEAD", help="Git ref to read (with --git; default %(default)s)"
+    )
     p.add_argument("--path", help="directory inside the repository (with --git)")
     p.add_argument(
         "--helm",

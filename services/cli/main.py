@@ -14,6 +14,8 @@ Subcommands so far:
   then (``-f``) every change: bundle summaries, and with ``--bundle`` its objects too.
 * ``driftbus why KIND/NAMESPACE/NAME --cluster C`` — the decision history of one object.
 * ``driftbus shards`` — planner replicas and which one plans which cluster.
+* ``driftbus bundles|delete bundle|suspend|resume|rollback`` — a bundle's life after its
+  publish (``services/cli/lifecycle.py``, docs/lifecycle.md).
 * ``driftbus plan PATH... --cluster C --bundle B`` — what a publish would do, with diffs
   (``services/cli/plan_cmd.py``; the plan itself: ``services/cli/plan.py``).
 * ``driftbus tenants [apply FILE]`` — the tenant policy in force, or a new one
@@ -28,7 +30,17 @@ from __future__ import annotations
 import argparse
 import sys
 
-from services.cli import plan_cmd, publish, run, security, status, tenants, tools, up
+from services.cli import (
+    lifecycle,
+    plan_cmd,
+    publish,
+    run,
+    security,
+    status,
+    tenants,
+    tools,
+    up,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     publish.add_parser(sub)
     plan_cmd.add_parser(sub)
     status.add_parser(sub)  # status, why, shards
+    lifecycle.add_parser(sub)  # bundles, delete, suspend, resume, rollback
     tenants.add_parser(sub)
     security.add_parser(sub)  # nats-config, dev-certs
     tools.add_parser(sub)  # ui, assets
@@ -50,8 +63,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from services.cli.context import StaleContext
+    from services.cli.user import BusUnreachable
+
     args = build_parser().parse_args(argv)
-    code: int = args.func(args)
+    try:
+        code: int = args.func(args)
+    except (BusUnreachable, StaleContext) as exc:  # one line, no traceback
+        print(f"driftbus {args.command}: {exc}", file=sys.stderr)
+        return 1
     return code
 
 

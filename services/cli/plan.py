@@ -16,6 +16,7 @@ from typing import Any, cast
 
 from nats.js import JetStreamContext
 
+from schemas.cli import PlanAction
 from schemas.codec import WireError, decode
 from schemas.messages import (
     AppliedEvent,
@@ -45,23 +46,12 @@ from services.planner.intake import ignoring
 @dataclasses.dataclass
 class PlanRow:
     key: ObjectKey
-    action: str  # apply / delete / keep / unchanged / error
+    action: PlanAction
     reason: str
     changes: list[Change] = dataclasses.field(default_factory=list)
     ignored: list[str] = dataclasses.field(default_factory=list)
     """Pointers of the fields neither applied nor compared (``--ignore``, the annotation)."""
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "kind": self.key.kind,
-            "group": self.key.group,
-            "namespace": self.key.namespace,
-            "name": self.key.name,
-            "action": self.action,
-            "reason": self.reason,
-            "changes": [str(c) for c in self.changes],
-            "ignored": self.ignored,
-        }
+    api_version: str = ""
 
 
 async def _state(js: JetStreamContext, cluster: str) -> dict[ObjectKey, list[facts.Fact]]:
@@ -107,8 +97,10 @@ async def plan(
     prune_removed: bool = True,
     namespace: str = "",
     ignore: list[IgnoreRule] | None = None,
+    force: bool = False,
 ) -> list[PlanRow]:
-    """One row per object of ``loaded`` and per object the publish would prune. Raises
+    """One row per object of ``loaded`` and per object the publish would prune (``force``: as
+    a publish with ``--force`` would, taking fields other managers own). Raises
     ``ManifestError`` for what the planner would refuse (see ``scope.normalise``), the tenant
     policy in force included (``limits``)."""
     tenant_policy = await read_policy(js)
@@ -133,12 +125,14 @@ async def plan(
         manifest = owned(ignoring(normalised, ignore or [], key, f"manifests[{i}]"), bundle)
         desired.add(key)
         ignored = pointers_of(manifest)
+        api_version = str(manifest.get("apiVersion", ""))
         decision = decide_republish(facts.rebuilt(key, known.get(key, [])), bundle, manifest)
         if decision is None or decision.action is DecisionAction.HIT:
-            rows.append(PlanRow(key, "unchanged", "hit", ignored=ignored))
+            rows.append(PlanRow(key, "unchanged", "hit", ignored=ignored, api_version=api_version))
             continue
-        row = await _dry_run(kube, key, manifest, str(decision.reason))
+        row = await _dry_run(kube, key, manifest, str(decision.reason), force=force)
         row.ignored = ignored
+        row.api_version = api_version
         rows.append(row)
     limits.check(as_published, desired, scopes, tenant_policy)
     for key, found in known.items():
@@ -147,12 +141,13 @@ async def plan(
         entry = facts.rebuilt(key, found)
         if entry.owner_bundle != bundle or not entry.live:
             continue
+        v = entry.api_version
         if entry.keep:  # the live object opts out: the planner keeps it
-            rows.append(PlanRow(key, "keep", "annotation"))
+            rows.append(PlanRow(key, "keep", "annotation", api_version=v))
         elif prune_removed:
-            rows.append(PlanRow(key, "delete", "prune"))
+            rows.append(PlanRow(key, "delete", "prune", api_version=v))
         else:
-            rows.append(PlanRow(key, "keep", "prune-disabled"))
+            rows.append(PlanRow(key, "keep", "prune-disabled", api_version=v))
     return sorted(rows, key=lambda r: apply_order(r.key))
 
 
@@ -164,7 +159,7 @@ def decide_republish(entry: Entry, bundle: str, manifest: dict[str, Any]) -> Dec
 
 
 async def _dry_run(
-    kube: KubeClient, key: ObjectKey, manifest: dict[str, Any], reason: str
+    kube: KubeClient, key: ObjectKey, manifest: dict[str, Any], reason: str, *, force: bool
 ) -> PlanRow:
     try:
         res = await kube.resource_for(manifest)
@@ -175,7 +170,16 @@ async def _dry_run(
     except NotFound:
         live = {}
     try:
-        result = await kube.apply(manifest, field_manager=FIELD_MANAGER, dry_run=True, resource=res)
+        result = await kube.apply(
+            manifest, field_manager=FIELD_MANAGER, dry_run=True, resource=res, force=force
+        )
+    except NotFound as exc:
+        if not (key.namespace and f'namespaces "{key.namespace}" not found' in str(exc)):
+            return PlanRow(key, "error", scrub_for(manifest, str(exc)))
+        # a new namespace (the bundle's own Namespace is applied first; any other is waited
+        # for, as the applier does): nothing to dry-run against, the manifest is the object
+        changes = mask_sensitive(diff({}, prune(manifest)), key.kind)
+        return PlanRow(key, "apply", f"{reason} (create in new namespace {key.namespace})", changes)
     except KubeError as exc:
         return PlanRow(key, "error", scrub_for(manifest, str(exc)))
     changes = mask_sensitive(diff(prune(live) if live else {}, prune(result)), key.kind)

@@ -1,5 +1,7 @@
 """``driftbus plan`` as a command: its flags, the NATS and Kubernetes connections it opens, and
-how it prints the rows ``plan.plan`` computes.
+how it prints the rows ``plan.plan`` computes (table, JSON document or Markdown:
+``plan_render``). Exit: 1 when the revision would be refused or the server refuses an object in
+the dry-run; with ``--exit-code`` also 2 when anything would be applied or deleted; else 0.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from services.common.bus import NatsSettings
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from services.cli import table, user
+
+    from services.cli import context, output, plan_render, table, user
     from services.cli.plan import plan
     from services.common import load
     from services.common.kube import KubeClient
@@ -27,9 +30,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
     except (load.InputError, ManifestError) as exc:
         return table.fail("plan", exc)
 
+    # the running stack's cluster only when its bus is the one used too
+    stack = (context.read() if not (args.nats_url or os.environ.get("NATS_URL")) else None) or {}
+
     async def run() -> int:
         nc = await user.connect(args)
-        kube = await KubeClient.from_kubeconfig(args.kubeconfig, args.context)
+        try:
+            kube = await KubeClient.from_kubeconfig(
+                args.kubeconfig or stack.get("kubeconfig"), args.context
+            )
+        except Exception as exc:  # noqa: BLE001 - no usable kubeconfig: one line
+            await nc.drain()
+            return table.fail("plan", RuntimeError(f"the cluster cannot be reached: {exc}"))
         try:
             rows = await plan(
                 nc.jetstream(),
@@ -40,15 +52,23 @@ def cmd_plan(args: argparse.Namespace) -> int:
                 prune_removed=not args.no_prune,
                 namespace=args.namespace or "",
                 ignore=list(args.ignore or ()),
+                force=args.force,
             )
         except ManifestError as exc:
             return table.fail("plan", exc)
         finally:
             await kube.close()
             await nc.drain()
-        if args.output == "json":
-            table.emit([r.as_json() for r in rows], [], "json")
-            return 0
+        doc = plan_render.document(rows, cluster=args.cluster, bundle=args.bundle, force=args.force)
+        code = plan_render.exit_code(doc)
+        if code == plan_render.CHANGES and not args.exit_code:
+            code = plan_render.NO_CHANGES
+        if args.output in ("json", "yaml"):
+            output.dump(doc, args.output)
+            return code
+        if args.output == "markdown":
+            print(plan_render.markdown(doc), end="")
+            return code
         table.emit(
             [
                 {
@@ -70,17 +90,20 @@ def cmd_plan(args: argparse.Namespace) -> int:
                 print(f"\n{r.key}:")
                 for c in r.changes:
                     print(f"  {c}")
-        counts: dict[str, int] = {}
-        for r in rows:
-            counts[r.action] = counts.get(r.action, 0) + 1
-        print("\nplan: " + ", ".join(f"{n} {a}" for a, n in sorted(counts.items())))
-        return 0
+        print(f"\nplan: {plan_render.summary_line(doc)}")
+        return code
 
     return asyncio.run(run())
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    pl = sub.add_parser("plan", help="what a publish would apply, delete or skip, and why")
+    pl = sub.add_parser(
+        "plan",
+        help="what a publish would apply, delete or skip, and why",
+        description="What a publish would apply, delete or skip, and why, by server-side "
+        "dry-run (nothing is written). Exit: 1 when the revision would be refused or the server "
+        "refuses an object; with --exit-code also 2 when anything would change; else 0.",
+    )
     add_source_args(pl)
     pl.add_argument(
         "--no-prune", action="store_true", help="show objects leaving the bundle as kept"
@@ -94,9 +117,27 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     pl.add_argument(
         "--kubeconfig",
         default=os.environ.get("KUBECONFIG"),
-        help="the cluster to dry-run against (default: $KUBECONFIG)",
+        help="the cluster to dry-run against (default: $KUBECONFIG, else the one of the "
+        "stack `driftbus up` runs)",
     )
     pl.add_argument("--context", help="kubeconfig context (default: the current one)")
-    pl.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    pl.add_argument(
+        "--force",
+        action="store_true",
+        help="plan a publish with --force: fields other managers own are taken over",
+    )
+    pl.add_argument(
+        "--exit-code",
+        action="store_true",
+        help="exit 2 when anything would be applied or deleted (0 nothing, 1 errors): for CI",
+    )
+    pl.add_argument(
+        "-o",
+        "--output",
+        choices=["table", "json", "yaml", "markdown"],
+        default="table",
+        help="table (default), json or yaml (schemas/json/cli-plan.schema.json), or markdown "
+        "(a pull-request comment)",
+    )
     settings.add_arguments(pl, NatsSettings)
     pl.set_defaults(func=cmd_plan)

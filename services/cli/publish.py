@@ -29,6 +29,7 @@ def bundle_options(args: argparse.Namespace) -> BundleOptions:
         namespace=args.namespace or "",
         ignore=list(args.ignore or ()),
         drift=args.drift,
+        depends_on=list(getattr(args, "depends_on", None) or ()),
     )
 
 
@@ -101,30 +102,13 @@ def cmd_publish(args: argparse.Namespace) -> int:
                 )
             if not args.wait:
                 return 0
-            st = await waiter.wait(revision, within=args.timeout, progress=sys.stderr.isatty())
+            st = await waiter.wait(revision, within=args.timeout, progress=True)
         finally:
             await nc.drain()
             telemetry.flush()
-        if st is None:
-            print(
-                f"driftbus publish: no status for {revision} within {args.timeout:.0f}s "
-                "(is a planner running?)",
-                file=sys.stderr,
-            )
-            return 2
-        print(f"{colour_phase(st.phase)}: {st.message}")
-        for line in st.failed_objects:
-            print(f"  {line}")
-        if st.phase is user.BundlePhase.READY:
-            return 0
-        if st.phase not in user.WAIT_ENDS:
-            print(
-                f"driftbus publish: {args.bundle}@{revision} not Ready within "
-                f"{args.timeout:.0f}s (last status: {st.phase})",
-                file=sys.stderr,
-            )
-            return 2
-        return 1
+        return user.reported(
+            st, command="publish", bundle=args.bundle, revision=revision, timeout=args.timeout
+        )
 
     return asyncio.run(run())
 
@@ -132,12 +116,6 @@ def cmd_publish(args: argparse.Namespace) -> int:
 def otlp_endpoint() -> str:
     """Where the CLI sends its spans: the services' setting, from the environment only."""
     return os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "")
-
-
-def colour_phase(phase: object) -> str:
-    from services.cli.table import colour
-
-    return colour(str(phase))
 
 
 def add_ignore_arg(p: argparse.ArgumentParser) -> None:
@@ -176,6 +154,13 @@ def _add_bundle_option_flags(p: argparse.ArgumentParser) -> None:
     )
     add_ignore_arg(p)
     p.add_argument(
+        "--depends-on",
+        action="append",
+        metavar="BUNDLE",
+        help="a bundle of the same cluster that must be Ready before this one writes anything "
+        "(repeatable; NAME of the same tenant, TENANT/NAME, or /NAME for a platform bundle)",
+    )
+    p.add_argument(
         "--drift",
         choices=get_args(DriftMode),
         default=BundleOptions().drift,
@@ -208,6 +193,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         action="store_true",
         help="follow status until Ready, Failed, Degraded or Conflict; exit non-zero unless Ready",
     )
-    pub.add_argument("--timeout", type=float, default=300.0, help="seconds to --wait")
+    pub.add_argument(
+        "--timeout", type=float, default=300.0, help="seconds to --wait (default %(default)s)"
+    )
     settings.add_arguments(pub, NatsSettings)
     pub.set_defaults(func=cmd_publish)

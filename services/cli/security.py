@@ -183,7 +183,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     nc.set_defaults(func=cmd_nats_config)
 
     dc = sub.add_parser("dev-certs", help="write a throwaway CA and NATS server/client certs")
-    dc.add_argument("directory")
+    dc.add_argument("directory", help="where to write the CA, server and client certificates")
     dc.add_argument(
         "--host",
         action="append",

@@ -6,41 +6,76 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import signal
 import sys
-import time
 from typing import Any
 
+from services.cli import follow, output
 from services.common import settings
 from services.common.bus import NatsSettings
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    import datetime as dt
+
+    import msgspec
+
+    from schemas.cli import StatusDocument
     from schemas.subjects import split_bundle
-    from services.cli import table, user
+    from services.cli import output, table, user
+    from services.cli.lifecycle import bundle_row
+
+    link = follow.BusLink(args.reconnect_for)
 
     async def run() -> int:
-        nc = await user.connect(args)
+        if args.follow:
+            # told to stop (Ctrl-C, SIGTERM) at any moment from now on, not only once following
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, link.told.set)
+            # once without reconnecting: a bus that is not there at all is one line at once
+            # (nats-py would retry a first connect for ever when told to reconnect)
+            await (await user.connect(args)).close()
+            nc = await user.connect(
+                args,
+                reconnect=True,
+                disconnected_cb=link.lost,
+                reconnected_cb=link.back,
+                closed_cb=link.closed,
+                error_cb=link.error,
+            )
+            # host and port only: a URL may carry credentials
+            u = nc.connected_url
+            link.url = f"{u.hostname}:{u.port}" if u else ""
+        else:
+            nc = await user.connect(args)
         js = nc.jetstream()
         try:
             # with -f, subscribe before reading the current state: a change published while
             # it is read is then shown after it instead of falling in between
-            live = await _subscribe_status(nc, args) if args.follow else None
+            live = await follow.subscribe_status(nc, args) if args.follow else None
             seen: dict[str, bytes] = {}
+            now = dt.datetime.now(dt.UTC)
             if args.bundle:
                 rows = await user.object_rows(js, args.cluster, args.bundle, seen=seen)
                 bundles = await user.bundle_statuses(js, args.cluster, args.bundle, seen=seen)
                 followed = await user.source_status(js, args.cluster, args.bundle)
-                if args.output == "json":
-                    doc = {"bundle": [msgspec_to_builtins(b) for b in bundles], "objects": rows}
-                    if followed is not None:
-                        doc["git_source"] = msgspec_to_builtins(followed)
-                    table.emit([doc], [], "json")
+                if args.output != "table":
+                    output.dump(
+                        StatusDocument(
+                            bundle=bundle_row(bundles[-1], now) if bundles else None,
+                            objects=rows,
+                            git_source=msgspec.to_builtins(followed) if followed else None,
+                        ),
+                        args.output,
+                    )
                 else:
                     for b in bundles:
                         c = b.counts
+                        rolled = f" (rollback of {b.rollback_of})" if b.rollback_of else ""
                         print(
-                            f"{b.bundle}@{b.revision}: {table.colour(str(b.phase))} — "
+                            f"{b.bundle}@{b.revision}{rolled}: {table.colour(str(b.phase))} — "
                             f"{b.message} (applied {c.applied}/{c.total}, ready "
                             f"{c.ready}/{c.total})"
                         )
@@ -51,8 +86,12 @@ def cmd_status(args: argparse.Namespace) -> int:
                             f"  git source {followed.url} {followed.ref}: "
                             f"{table.colour(str(followed.phase))} — {followed.message}"
                         )
+                    shown = [
+                        r | {"last_change": (r["last_change"] or "")[:19].replace("T", " ")}
+                        for r in output.rows(rows)
+                    ]
                     table.emit(
-                        rows,
+                        shown,
                         ["kind", "namespace", "name", "phase", "health", "message", "last_change"],
                         "table",
                     )
@@ -60,117 +99,48 @@ def cmd_status(args: argparse.Namespace) -> int:
                 statuses = await user.bundle_statuses(
                     js, args.cluster, tenant=args.tenant, seen=seen
                 )
-                rows = [
-                    {
-                        "tenant": split_bundle(b.bundle)[0],
-                        "bundle": b.bundle,
-                        "revision": b.revision,
-                        "phase": str(b.phase),
-                        "applied": f"{b.counts.applied}/{b.counts.total}",
-                        "ready": f"{b.counts.ready}/{b.counts.total}",
-                        "failed": b.counts.failed,
-                        "message": b.message,
-                    }
-                    for b in statuses
-                ]
-                columns = ["bundle", "revision", "phase", "applied", "ready", "failed", "message"]
-                if args.tenant is not None or any(r["tenant"] for r in rows):
-                    columns.insert(0, "tenant")
-                table.emit(rows, columns, args.output)
+                if args.output != "table":
+                    output.dump([bundle_row(b, now) for b in statuses], args.output)
+                else:
+                    table_rows = [
+                        {
+                            "tenant": split_bundle(b.bundle)[0],
+                            "bundle": b.bundle,
+                            "revision": b.revision,
+                            "phase": str(b.phase),
+                            "applied": f"{b.counts.applied}/{b.counts.total}",
+                            "ready": f"{b.counts.ready}/{b.counts.total}",
+                            "failed": b.counts.failed,
+                            "message": b.message,
+                        }
+                        for b in statuses
+                    ]
+                    columns = [
+                        *("bundle", "revision", "phase", "applied", "ready", "failed", "message")
+                    ]
+                    if args.tenant is not None or any(r["tenant"] for r in table_rows):
+                        columns.insert(0, "tenant")
+                    table.emit(table_rows, columns, "table")
             sys.stdout.flush()
             if live is None:
                 return 0
             # a round trip: whatever the server sent this connection before (every live copy of
-            # a message the current state included) is in the queue now
-            await nc.flush()
-            return await _follow(live, seen, args)
+            # a message the current state included) is in the queue now; a bus lost meanwhile
+            # is the follow's to report (reconnecting, giving up), not an error here
+            with contextlib.suppress(Exception):
+                await nc.flush()
+            return await follow.follow(live, seen, args, link)
         finally:
-            await nc.drain()
+            link.closing = True
+            if link.lost_at is None and not link.ended.is_set():
+                await nc.drain()
+            else:  # the bus is away: nothing to drain, and nothing to wait for
+                await nc.close()
 
     try:
         return asyncio.run(run())
     except Exception as exc:  # noqa: BLE001 - the bus refused or is away: one line, no trace
         return table.fail("status", exc)
-
-
-async def _subscribe_status(nc: Any, args: argparse.Namespace) -> asyncio.Queue[Any]:
-    """Queue every status message of the followed bundle (its summary and its objects), or the
-    summaries of all bundles of the cluster (of one tenant's with ``--tenant``). One
-    subscription, so nothing arrives twice."""
-    from schemas.subjects import bundle_status_filter, bundle_statuses_filter
-
-    queue: asyncio.Queue[Any] = asyncio.Queue()
-
-    async def on_msg(msg: Any) -> None:
-        queue.put_nowait(msg)
-
-    subject = (
-        bundle_status_filter(args.cluster, args.bundle)
-        if args.bundle
-        else bundle_statuses_filter(args.cluster, args.tenant)
-    )
-    # a slow terminal must not make the server drop messages: no limit on what waits here
-    await nc.subscribe(subject, cb=on_msg, pending_msgs_limit=-1, pending_bytes_limit=-1)
-    return queue
-
-
-def status_line(subject: str, data: bytes, output: str) -> str | None:
-    """How ``status -f`` shows one status message (None: not a status it can read)."""
-    from schemas.codec import encode
-    from schemas.messages import BundleStatus, ObjectStatus
-    from services.cli.table import colour
-    from services.common.statuswatch import decode_status
-
-    event = decode_status(subject, data)
-    if event is None:
-        return None
-    if isinstance(event, BundleStatus):
-        line = f"{event.bundle}@{event.revision}: {colour(str(event.phase))} {event.message}"
-    elif isinstance(event, ObjectStatus):
-        line = f"{event.key}: {colour(str(event.phase))} {event.message}"
-    else:
-        line = f"{event.bundle} git source {event.ref}: {colour(str(event.phase))} {event.message}"
-    if output == "json":
-        # re-encoded from the contract: only its fields, whatever else a publisher added
-        return encode(event).decode()
-    return f"{time.strftime('%H:%M:%S')} {line}"
-
-
-async def _follow(
-    queue: asyncio.Queue[Any], seen: dict[str, bytes], args: argparse.Namespace
-) -> int:
-    """After the current state, print each status message as it comes until Ctrl-C.
-
-    The subscription started before the current state was read (``seen``: subject → message),
-    so what it queued meanwhile may be older than that state, the same, or newer. Per subject,
-    everything up to the message the state showed is skipped (older or shown already); on a
-    subject whose shown message never arrived live, all of it is newer."""
-    done = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, done.set)
-
-    def show(msg: Any) -> None:
-        if (line := status_line(msg.subject, msg.data, args.output)) is not None:
-            print(line, flush=True)
-
-    backlog = [queue.get_nowait() for _ in range(queue.qsize())]
-    shown_at = {m.subject: i for i, m in enumerate(backlog) if seen.get(m.subject) == m.data}
-    for i, msg in enumerate(backlog):
-        if i > shown_at.get(msg.subject, -1):
-            show(msg)
-    stop = asyncio.create_task(done.wait())
-    try:
-        while not done.is_set():
-            get = asyncio.create_task(queue.get())
-            await asyncio.wait({get, stop}, return_when=asyncio.FIRST_COMPLETED)
-            if not get.done():
-                get.cancel()
-                break
-            show(get.result())
-    finally:
-        stop.cancel()
-    return 0
 
 
 def msgspec_to_builtins(value: object) -> Any:
@@ -180,47 +150,73 @@ def msgspec_to_builtins(value: object) -> Any:
 
 
 def cmd_why(args: argparse.Namespace) -> int:
-    from schemas.subjects import ObjectKey
-    from services.cli import table, user
+    from schemas.cli import WhyRow
+    from services.cli import objectref, output, table, user
 
-    parts = args.object.split("/")
-    if len(parts) not in (2, 3):
-        return table.fail(
-            "why", ValueError("give KIND[.GROUP]/NAMESPACE/NAME or KIND[.GROUP]/NAME")
-        )
-    kind, _, group = parts[0].partition(".")
-    key = ObjectKey(
-        group=group, kind=kind, namespace=parts[1] if len(parts) == 3 else "", name=parts[-1]
-    )
+    try:
+        ref = objectref.parse(args.object)
+    except ValueError as exc:
+        return table.fail("why", exc)
 
     async def run() -> int:
         nc = await user.connect(args)
         try:
-            records = await user.decisions(nc.jetstream(), args.cluster, key)
+            js = nc.jetstream()
+            found = objectref.match(ref, await user.decided_keys(js, args.cluster, ref))
+            if len(found) != 1:
+                print(
+                    f"driftbus why: {objectref.explain(ref, found, args.cluster)}", file=sys.stderr
+                )
+                return 1
+            (key,) = found
+            records = await user.decisions(js, args.cluster, key)
+            api_version = await user.api_version(js, args.cluster, key)
         finally:
             await nc.drain()
         rows = [
-            {
-                "at": r.at.isoformat(timespec="milliseconds") if r.at else "",
-                "bundle": r.bundle,
-                "revision": r.revision,
-                "action": str(r.action),
-                "reason": str(r.reason),
-                "manifest": (r.manifest_sha or "")[:12],
-                "applied": (r.apply_sha or "")[:12],
-                "live": (r.server_sha or "")[:12],
+            WhyRow(
+                at=r.at,
+                api_version=api_version,
+                api_group=r.key.group,
+                kind=r.key.kind,
+                namespace=r.key.namespace,
+                name=r.key.name,
+                bundle=r.bundle,
+                revision=r.revision,
+                action=str(r.action),
+                reason=str(r.reason),
                 # whom a write was made as: a tenant's ServiceAccount, or driftbus itself;
-                # hits and keeps write nothing
-                "as": (r.identity or "driftbus") if r.action in ("apply", "delete") else "",
-            }
+                # hits, keeps and holds write nothing
+                made_as=(r.identity or "driftbus") if r.action in ("apply", "delete") else None,
+                manifest_sha=r.manifest_sha,
+                last_applied_manifest_sha=r.last_applied_manifest_sha,
+                apply_sha=r.apply_sha,
+                server_sha=r.server_sha,
+                planner=r.planner,
+            )
             for r in records
         ]
-        if args.output == "table":
-            print(f"decisions for {key} in cluster {args.cluster}:")
+        if args.output != "table":
+            output.dump(rows, args.output)
+            return 0 if records else 1
+        print(f"decisions for {key} in cluster {args.cluster}:")
         table.emit(
-            rows,
+            [
+                {
+                    "at": r.at.isoformat(timespec="milliseconds") if r.at else "",
+                    "bundle": r.bundle,
+                    "revision": r.revision,
+                    "action": r.action,
+                    "reason": r.reason,
+                    "as": r.made_as or "",
+                    "manifest": (r.manifest_sha or "")[:12],
+                    "applied": (r.apply_sha or "")[:12],
+                    "live": (r.server_sha or "")[:12],
+                }
+                for r in rows
+            ],
             ["at", "bundle", "revision", "action", "reason", "as", "manifest", "applied", "live"],
-            args.output,
+            "table",
         )
         return 0 if records else 1
 
@@ -231,7 +227,7 @@ def cmd_why(args: argparse.Namespace) -> int:
 
 
 def cmd_shards(args: argparse.Namespace) -> int:
-    from services.cli import table, user
+    from services.cli import output, table, user
 
     async def run() -> int:
         nc = await user.connect(args)
@@ -239,13 +235,36 @@ def cmd_shards(args: argparse.Namespace) -> int:
             got = await user.shards(nc.jetstream())
         finally:
             await nc.drain()
-        if args.output == "json":
-            table.emit([got], [], "json")
+        if args.output != "table":
+            output.dump(got, args.output)
             return 0
         print("planner replicas:")
-        table.emit(got["planners"], ["planner", "clusters", "heartbeat"], "table")
+        table.emit(
+            [
+                {
+                    "planner": p.planner,
+                    "clusters": ",".join(p.clusters) or "-",
+                    "heartbeat": f"{p.heartbeat_age_seconds:.1f}s ago",
+                }
+                for p in got.planners
+            ],
+            ["planner", "clusters", "heartbeat"],
+            "table",
+        )
         print("\nclusters:")
-        table.emit(got["clusters"], ["cluster", "planner", "fencing_token", "since"], "table")
+        table.emit(
+            [
+                {
+                    "cluster": c.cluster,
+                    "planner": c.planner or "(released)",
+                    "fencing_token": c.fencing_token,
+                    "since": f"{c.since_seconds:.1f}s ago",
+                }
+                for c in got.clusters
+            ],
+            ["cluster", "planner", "fencing_token", "since"],
+            "table",
+        )
         return 0
 
     return asyncio.run(run())
@@ -253,12 +272,20 @@ def cmd_shards(args: argparse.Namespace) -> int:
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     st = sub.add_parser("status", help="current state of bundles (and objects with --bundle)")
-    st.add_argument("--cluster", required=True)
+    st.add_argument("--cluster", required=True, help="the cluster whose bundles to show")
     st.add_argument("--bundle", help="one bundle (TENANT/NAME for a tenant's), with its objects")
     st.add_argument(
         "--tenant", help="only this tenant's bundles ('' for the platform team's, no tenant)"
     )
-    st.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    output.add_output_arg(st, "cli-bundles (cli-status-bundle with --bundle)")
+    st.add_argument(
+        "--reconnect-for",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="with -f: how long to keep reconnecting to a bus that went away before giving up "
+        "with exit 1 (default %(default)s)",
+    )
     st.add_argument(
         "--follow",
         "-f",
@@ -269,16 +296,26 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     settings.add_arguments(st, NatsSettings)
     st.set_defaults(func=cmd_status)
 
-    why = sub.add_parser("why", help="decision history of one object")
-    why.add_argument("object", metavar="KIND[.GROUP]/NAMESPACE/NAME")
-    why.add_argument("--cluster", required=True)
-    why.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    why = sub.add_parser(
+        "why",
+        help="decision history of one object",
+        description="Every decision about one object, oldest first. KIND is matched without "
+        "regard to case (configmap, ConfigMap); its API group is found from the decisions on "
+        "the bus when not given (ClusterRole/x, Deployment.apps/ns/web).",
+    )
+    why.add_argument(
+        "object",
+        metavar="KIND[.GROUP]/NAMESPACE/NAME",
+        help="the object; KIND[.GROUP]/NAME for a cluster-scoped one",
+    )
+    why.add_argument("--cluster", required=True, help="the cluster the object is in")
+    output.add_output_arg(why, "cli-why")
     settings.add_arguments(why, NatsSettings)
     why.set_defaults(func=cmd_why)
 
     sh = sub.add_parser(
         "shards", help="planner replicas, their heartbeats, and which one plans which cluster"
     )
-    sh.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    output.add_output_arg(sh, "cli-shards")
     settings.add_arguments(sh, NatsSettings)
     sh.set_defaults(func=cmd_shards)

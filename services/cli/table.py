@@ -43,7 +43,7 @@ def render(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
         return "(nothing)"
     cells = [[str(r.get(c, "")) for c in columns] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
-    head = "  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True))
+    head = "  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip()
     lines = [head]
     for row in cells:
         lines.append(

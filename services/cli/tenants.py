@@ -45,10 +45,11 @@ def _cell(t: Tenant, key: str) -> str:
 
 
 def show(policy: TenantPolicy, output: str) -> None:
+    from services.cli import output as out
     from services.cli import table
 
-    if output == "json":
-        print(msgspec.json.encode(msgspec.to_builtins(policy)).decode())
+    if output in ("json", "yaml"):
+        out.dump(policy, output)  # the tenants file's own schema (schemas/json/tenants)
         return
     print(f"lockdown: {'on' if policy.lockdown else 'off'}")
     table.emit(
@@ -175,9 +176,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     t.add_argument(
         "-o",
         "--output",
-        choices=["table", "json"],
+        choices=["table", "json", "yaml"],
         default="table",
-        help="json: the stored policy (show), a v1 List (rbac); table: YAML for rbac",
+        help="json or yaml: the stored policy (show, as schemas/json/tenants.schema.json), a v1 "
+        "List (rbac, json); table (default), and yaml for rbac: YAML documents",
     )
     t.add_argument(
         "--applier",

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -23,7 +23,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from services.cli import context
 from services.controlplane import assets, servers
+from services.ui import UI_PORT
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "hello"
@@ -96,7 +98,7 @@ async def _publish_example(nats_url: str, cluster: str, within: float) -> Any:
             source=loaded.source,
         )
         _say(f"published examples/hello ({len(loaded.manifests)} objects) as hello@{revision}")
-        status = await waiter.wait(revision, within=within, progress=sys.stderr.isatty())
+        status = await waiter.wait(revision, within=within, progress=True)
         rows = await user.object_rows(nc.jetstream(), cluster, "hello")
     finally:
         await nc.drain()
@@ -115,9 +117,51 @@ async def _apply_policy(nats_url: str, tenant_policy: Any) -> None:
         await nc.drain()
 
 
+def port_taken(port: int) -> bool:
+    """Whether something listens on 127.0.0.1:``port`` already (or it cannot be had)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def _terminate_children() -> None:
+    """SIGTERM to every child at once, so that stopping them one by one afterwards does not
+    wait for each in turn (a Ctrl-C must end everything within seconds)."""
+    for pid in list(servers.RUNNING):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGTERM)
+
+
 def cmd_up(args: argparse.Namespace) -> int:
+    if args.ui_port and port_taken(args.ui_port):
+        # before anything starts: a page that cannot listen would take the stack down later
+        print(
+            f"driftbus up: port {args.ui_port} for the status page is taken (another `driftbus "
+            "up`?); give --ui-port N, or 0 for no page",
+            file=sys.stderr,
+        )
+        return 1
     if args.detach:
-        return _detach(args)
+        from services.cli.detach import detach
+
+        return detach(args)
+    try:
+        return _up(args)
+    except KeyboardInterrupt:
+        print("driftbus up: interrupted; everything it started is stopped", file=sys.stderr)
+        return 130
+
+
+def _up(args: argparse.Namespace) -> int:
     tenant_policy = None
     if args.tenants:
         from services.cli import tenants
@@ -141,8 +185,11 @@ def cmd_up(args: argparse.Namespace) -> int:
     def _stop(signum: int, frame: FrameType | None) -> None:
         stopping.set()
 
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
+    # while starting, Ctrl-C (or SIGTERM) interrupts whatever is being waited for at once;
+    # once everything runs, it ends the supervision loop
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
+    interrupted = False
     try:
         try:
             needed = ["nats-server"]
@@ -192,22 +239,36 @@ def cmd_up(args: argparse.Namespace) -> int:
         }
         if args.ui_port:
             info["ui"] = f"http://127.0.0.1:{args.ui_port}/"
+        # from now on other terminals' commands find this stack (the example may take a while)
+        info["context"] = str(context.path())
+        context.write(info)
         if not args.no_example:
             status, rows = asyncio.run(
                 _publish_example(nats_server.client_url, args.cluster, args.timeout)
             )
             _print_example(status, rows, args.output)
         (workdir / "stack.json").write_text(json.dumps(info, indent=2))
-        _print_info(info, args.output)
+        signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGINT, _stop)
+        print_info(info, args.output)
         return _supervise(procs, stopping)
+    except KeyboardInterrupt:
+        interrupted = True
+        raise
     finally:
+        # a second Ctrl-C must not leave the stopping half done
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         _say("stopping driftbus …")
+        if interrupted:
+            _terminate_children()
         for p in reversed(procs):
             p.stop(timeout=10)
         if cluster is not None:
             cluster.stop()
         nats_server.stop()
         (workdir / "stack.json").unlink(missing_ok=True)
+        context.remove(os.getpid())
 
 
 def _supervise(procs: list[servers.Process], stopping: threading.Event) -> int:
@@ -230,133 +291,49 @@ def _supervise(procs: list[servers.Process], stopping: threading.Event) -> int:
     return 0
 
 
-def _print_example(status: Any, rows: list[dict[str, Any]], output: str) -> None:
-    from services.cli import table
+def _print_example(status: Any, rows: list[Any], fmt: str) -> None:
+    from services.cli import output, table
 
-    if output == "json":
+    if fmt == "json":
         return
     if status is None:
         print("example bundle: no status yet (see the service logs)")
     else:
         print(f"hello@{status.revision}: {table.colour(str(status.phase))} — {status.message}")
-    print(table.render(rows, ["kind", "namespace", "name", "phase", "health", "message"]))
+    columns = ["kind", "namespace", "name", "phase", "health", "message"]
+    print(table.render(output.rows(rows), columns))
 
 
-def _print_info(info: dict[str, Any], output: str) -> None:
+def print_info(info: dict[str, Any], output: str) -> None:
     if output == "json":
-        print(json.dumps(info), flush=True)
+        import msgspec
+
+        from schemas.cli import UpInfo
+
+        # typed, as schemas/json/cli-up.schema.json says
+        print(msgspec.json.encode(msgspec.convert(info, UpInfo)).decode(), flush=True)
         return
     width = max(len(k) for k in info)
     print()
     for k, v in info.items():
         print(f"  {k:<{width}}  {v}")
-    print(f"\n  export KUBECONFIG={info['kubeconfig']} NATS_URL={info['nats_url']}")
+    print(f"\n  driftbus commands find this stack through {info['context']} (no exports needed);")
+    print("  kubectl and other tools:")
+    print(f"  export KUBECONFIG={info['kubeconfig']} NATS_URL={info['nats_url']}")
     exe = "driftbus" if shutil.which("driftbus") else str(Path(sys.executable).parent / "driftbus")
     print(f"  {exe} status --cluster {info['cluster']} --bundle hello")
     print("\nCtrl-C stops everything.", flush=True)
 
 
-def _detach(args: argparse.Namespace) -> int:
-    """Run ``up`` in a new session and return once it is ready (its stack.json exists)."""
-    workdir = Path(args.workdir) if args.workdir else default_workdir()
-    if (workdir / "stack.json").exists():
-        print(
-            f"driftbus up: already running (see {workdir / 'stack.json'}; "
-            "`driftbus down` stops it)",
-            file=sys.stderr,
-        )
-        return 1
-    if workdir.exists() and not args.workdir:
-        shutil.rmtree(workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
-    argv = [
-        sys.executable,
-        "-m",
-        "services.cli.main",
-        "up",
-        "--workdir",
-        str(workdir),
-        "--cluster",
-        args.cluster,
-        "--appliers",
-        str(args.appliers),
-        "-o",
-        "json",
-        "--timeout",
-        str(args.timeout),
-        "--ui-port",
-        str(args.ui_port),
-    ]
-    if args.kubeconfig:
-        argv += ["--kubeconfig", args.kubeconfig]
-    if args.context:
-        argv += ["--context", args.context]
-    if args.no_example:
-        argv.append("--no-example")
-    if args.no_controllers:
-        argv.append("--no-controllers")
-    if args.tenants:
-        argv += ["--tenants", str(Path(args.tenants).resolve())]
-    if args.git:
-        argv += ["--git", args.git, "--git-bundle", args.git_bundle]
-        argv += ["--git-interval", str(args.git_interval)]
-        for flag in ("path", "branch", "namespace"):
-            if getattr(args, flag):
-                argv += [f"--{flag}", getattr(args, flag)]
-    with (workdir / "up.log").open("ab") as log:
-        child = subprocess.Popen(
-            argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True
-        )
-    deadline = time.monotonic() + 60 + args.timeout
-    while time.monotonic() < deadline:
-        if (workdir / "stack.json").exists():
-            info = json.loads((workdir / "stack.json").read_text())
-            _print_info(info, args.output) if args.output == "json" else _print_detached(info)
-            return 0
-        if child.poll() is not None:
-            print(
-                f"driftbus up: failed; see {workdir / 'up.log'}\n"
-                f"{servers.log_tail(workdir / 'up.log', 20)}",
-                file=sys.stderr,
-            )
-            return 1
-        time.sleep(0.2)
-    print(f"driftbus up: not ready in time; see {workdir / 'up.log'}", file=sys.stderr)
-    return 1
+def _cmd_down(args: argparse.Namespace) -> int:
+    from services.cli.detach import cmd_down
 
-
-def _print_detached(info: dict[str, Any]) -> None:
-    print(f"driftbus is running in the background (pid {info['pid']})")
-    print(f"  NATS_URL={info['nats_url']}\n  KUBECONFIG={info['kubeconfig']}")
-    print("  `driftbus down` stops it.")
-
-
-def cmd_down(args: argparse.Namespace) -> int:
-    workdir = Path(args.workdir) if args.workdir else default_workdir()
-    state = workdir / "stack.json"
-    if not state.exists():
-        print(f"driftbus down: nothing running ({state} does not exist)", file=sys.stderr)
-        return 1
-    pid = int(json.loads(state.read_text())["pid"])
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        state.unlink(missing_ok=True)
-        print("driftbus down: it had already stopped", file=sys.stderr)
-        return 0
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if not servers.pid_alive(pid):  # gone, or a zombie awaiting its reaper
-            print("driftbus stopped", file=sys.stderr)
-            return 0
-        time.sleep(0.2)
-    print(f"driftbus down: pid {pid} did not stop within 60s", file=sys.stderr)
-    return 1
+    return cmd_down(args)
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     up = sub.add_parser("up", help="run driftbus locally: NATS, a control plane, all services")
-    up.add_argument("--cluster", default="local", help="name of the cluster")
+    up.add_argument("--cluster", default="local", help="name of the cluster (default %(default)s)")
     up.add_argument(
         "--tenants",
         metavar="FILE",
@@ -365,7 +342,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     up.add_argument("--kubeconfig", help="use this cluster instead of starting a local one")
     up.add_argument("--context", help="kubeconfig context (with --kubeconfig)")
-    up.add_argument("--appliers", type=int, default=2, help="applier replicas to run")
+    up.add_argument(
+        "--appliers", type=int, default=2, help="applier replicas to run (default %(default)s)"
+    )
     up.add_argument(
         "--no-controllers",
         action="store_true",
@@ -375,10 +354,24 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     up.add_argument("--workdir", help="data and logs (default: ~/.cache/driftbus/up)")
     up.add_argument("--detach", action="store_true", help="leave it running in the background")
     up.add_argument("--no-example", action="store_true", help="do not publish examples/hello")
-    up.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the example")
-    up.add_argument("-o", "--output", choices=["table", "json"], default="table")
     up.add_argument(
-        "--ui-port", type=int, default=8080, help="port of the status page (0: no page)"
+        "--timeout",
+        type=float,
+        default=120.0,
+        help="seconds to wait for the example (default %(default)s)",
+    )
+    up.add_argument(
+        "-o",
+        "--output",
+        choices=["table", "json"],
+        default="table",
+        help="table (default), or json: one line describing the running stack",
+    )
+    up.add_argument(
+        "--ui-port",
+        type=int,
+        default=UI_PORT,
+        help="port of the status page (0: no page; default %(default)s)",
     )
     up.add_argument(
         "--git",
@@ -386,15 +379,22 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="also run `driftbus source` following this repository (a local path or any URL "
         "git clones) into bundle --git-bundle",
     )
-    up.add_argument("--git-bundle", default="git", help="bundle the repository is published as")
+    up.add_argument(
+        "--git-bundle",
+        default="git",
+        help="bundle the repository is published as (default %(default)s)",
+    )
     up.add_argument("--path", help="directory in the repository (with --git)")
     up.add_argument("--branch", help="branch to follow (with --git; default: the default one)")
     up.add_argument("-n", "--namespace", help="default namespace of the repository's objects")
     up.add_argument(
-        "--git-interval", type=float, default=5.0, help="seconds between polls (with --git)"
+        "--git-interval",
+        type=float,
+        default=5.0,
+        help="seconds between polls (with --git; default %(default)s)",
     )
     up.set_defaults(func=cmd_up)
 
     down = sub.add_parser("down", help="stop a stack started with `driftbus up --detach`")
     down.add_argument("--workdir", help="as given to `driftbus up`")
-    down.set_defaults(func=cmd_down)
+    down.set_defaults(func=_cmd_down)

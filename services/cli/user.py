@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
+import re
 import sys
 from typing import Any
 
@@ -21,6 +22,7 @@ from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
+from schemas.cli import ClaimRow, ObjectRow, PlannerRow, ShardsDocument
 from schemas.codec import WireError, decode
 from schemas.messages import (
     BundleOptions,
@@ -37,19 +39,43 @@ from schemas.subjects import (
     bundle_status_subject,
     bundle_statuses_filter,
     cluster_filter,
+    decisions_named_filter,
     decode_token,
     object_status_filter,
     object_subject,
+    parse_subject,
     source_status_subject,
 )
+from services.cli.objectref import ObjectRef
 from services.common import bus, members, settings
 from services.common.statuswatch import StatusWatch
 
 
-async def connect(args: argparse.Namespace) -> NATS:
-    """The user's connection: credentials and TLS from the --nats-* flags or environment."""
+class BusUnreachable(RuntimeError):
+    """No NATS server answered at the URL a command tried (the message names it)."""
+
+
+def shown_url(url: str) -> str:
+    """A NATS URL (or comma-separated list) as it may be printed: credentials written into it
+    (``nats://user:password@host``) are masked."""
+    return re.sub(r"//[^/@,]*@", "//***@", url)
+
+
+async def connect(args: argparse.Namespace, *, reconnect: bool = False, **callbacks: Any) -> NATS:
+    """The user's connection: credentials and TLS from the --nats-* flags or environment, the
+    URL from them or else from the running stack's context (``context``). A bus that does not
+    answer is one ``BusUnreachable`` line naming the URL tried."""
+    from services.cli import context
+
+    args.nats_url = context.nats_url(getattr(args, "nats_url", None))
     s = settings.load(bus.NatsSettings, args)
-    return await bus.connect(s, name="driftbus-cli", reconnect=False)
+    try:
+        return await bus.connect(s, name="driftbus-cli", reconnect=reconnect, **callbacks)
+    except Exception as exc:  # noqa: BLE001 - refused, unreachable, bad credentials: one line
+        reason = str(exc) or type(exc).__name__
+        raise BusUnreachable(
+            f"no NATS server answered at {shown_url(s.nats_url)} ({reason})"
+        ) from None
 
 
 async def unserved(
@@ -156,7 +182,8 @@ async def source_status(js: JetStreamContext, cluster: str, bundle: str) -> Sour
 
 async def object_rows(
     js: JetStreamContext, cluster: str, bundle: str, *, seen: dict[str, bytes] | None = None
-) -> list[dict[str, Any]]:
+) -> list[ObjectRow]:
+    """Each object of ``bundle``: its last status, with live health from SERVER."""
     statuses: dict[ObjectKey, ObjectStatus] = {}
     subject = object_status_filter(cluster, bundle)
     for m in await _snapshot(js, bus.STATUS, subject):
@@ -179,20 +206,47 @@ async def object_rows(
     for key, st in sorted(statuses.items()):
         found = health.get(key)
         rows.append(
-            {
-                "kind": key.kind,
-                "namespace": key.namespace,
-                "name": key.name,
-                "phase": str(st.phase),
-                "health": "Deleted"
+            ObjectRow(
+                api_version=found.api_version if found else "",
+                group=key.group,
+                kind=key.kind,
+                namespace=key.namespace,
+                name=key.name,
+                phase=str(st.phase),
+                health="Deleted"
                 if found and found.deleted
                 else str(found.health if found else st.health),
-                "message": found.health_message if found and found.health_message else st.message,
-                "revision": st.revision,
-                "last_change": st.at.isoformat(timespec="seconds") if st.at else "",
-            }
+                message=found.health_message if found and found.health_message else st.message,
+                revision=st.revision,
+                last_change=st.at,
+            )
         )
     return rows
+
+
+async def api_version(js: JetStreamContext, cluster: str, key: ObjectKey) -> str:
+    """The object's apiVersion as the watcher last saw it ("" when never seen)."""
+    with contextlib.suppress(NotFoundError, WireError):
+        last = await bus.last_message(js, bus.SERVER, object_subject("server", cluster, key))
+        if last is not None and last.data:
+            return decode(last.data, ServerEvent).api_version
+    return ""
+
+
+async def decided_keys(js: JetStreamContext, cluster: str, ref: ObjectRef) -> list[ObjectKey]:
+    """Every object of ``cluster`` named ``ref.namespace``/``ref.name``, of any kind and group,
+    that has a decision on the bus (subjects only: one filtered read, no payloads)."""
+    subject = decisions_named_filter(cluster, ref.namespace, ref.name)
+    keys = []
+    follower = bus.Follower(js, bus.DECISIONS, subject, headers_only=True)
+    try:
+        async for m in follower.snapshot():
+            with contextlib.suppress(SubjectError):
+                if (key := parse_subject(m.subject).key) is not None:
+                    keys.append(key)
+    except NotFoundError:
+        return []
+    return keys
 
 
 async def decisions(js: JetStreamContext, cluster: str, key: ObjectKey) -> list[DecisionRecord]:
@@ -216,8 +270,16 @@ class BundleWait:
     """Follow one bundle's status until a revision reaches a phase of ``WAIT_ENDS``. Start it
     before publishing so no status is missed."""
 
-    def __init__(self, nc: NATS, cluster: str, bundle: str) -> None:
+    def __init__(
+        self,
+        nc: NATS,
+        cluster: str,
+        bundle: str,
+        *,
+        ends: frozenset[BundlePhase] = WAIT_ENDS,
+    ) -> None:
         self.nc, self.cluster, self.bundle = nc, cluster, bundle
+        self.ends = ends
         self.watch = StatusWatch()
 
     async def start(self) -> None:
@@ -225,27 +287,64 @@ class BundleWait:
 
     async def wait(self, revision: str, *, within: float, progress: bool) -> BundleStatus | None:
         """The status that ended the wait, or the last one seen when ``within`` ran out (its
-        phase is then not in ``WAIT_ENDS``), or None when there was none for ``revision``."""
+        phase is then not in ``ends``), or None when there was none for ``revision``.
+        ``progress``: show it on stderr as it goes (bars on a terminal, lines elsewhere)."""
+        from services.cli.progress import Progress
+
         last: BundleStatus | None = None
+        shown = Progress(f"{self.bundle}@{revision[:23]}") if progress else None
+        if shown is not None:
+            shown.start()
         try:
             async for st in self.watch.each(self.watch.bundles, within):
                 if st.revision != revision:
                     continue
                 last = st
-                if progress:
-                    c = st.counts
-                    sys.stderr.write(
-                        f"\r{self.bundle}@{revision[:23]}: {st.phase:<11} applied {c.applied}/"
-                        f"{c.total}  ready {c.ready}/{c.total}  failed {c.failed}   "
-                    )
-                    sys.stderr.flush()
-                if st.phase in WAIT_ENDS:
+                if shown is not None:
+                    shown.update(st)
+                if st.phase in self.ends:
                     break
         finally:
-            if progress:
-                sys.stderr.write("\n")
+            if shown is not None:
+                shown.close(last)
             await self.watch.stop()
         return last
+
+
+def reported(
+    st: BundleStatus | None,
+    *,
+    command: str,
+    bundle: str,
+    revision: str,
+    timeout: float,
+    goal: str = "Ready",
+) -> int:
+    """How a ``--wait`` ended, printed: the last status and what keeps the bundle from its end;
+    the exit code 0 for Ready or Deleted, 1 for another end (Failed, Degraded, Conflict), 2 for
+    no end within ``timeout`` (or no status at all)."""
+    from services.cli.table import colour
+
+    if st is None:
+        print(
+            f"driftbus {command}: no status for {revision} within {timeout:.0f}s "
+            "(is a planner running?)",
+            file=sys.stderr,
+        )
+        return 2
+    print(f"{colour(str(st.phase))}: {st.message}")
+    for line in st.failed_objects:
+        print(f"  {line}")
+    if st.phase in (BundlePhase.READY, BundlePhase.DELETED):
+        return 0
+    if st.phase not in WAIT_ENDS | {BundlePhase.DELETED}:
+        print(
+            f"driftbus {command}: {bundle}@{revision} not {goal} within {timeout:.0f}s "
+            f"(last status: {st.phase})",
+            file=sys.stderr,
+        )
+        return 2
+    return 1
 
 
 __all__ = [
@@ -257,21 +356,22 @@ __all__ = [
     "decisions",
     "object_rows",
     "quiet_members_denial",
+    "reported",
     "unserved",
 ]
 
 
-async def shards(js: JetStreamContext) -> dict[str, list[dict[str, Any]]]:
+async def shards(js: JetStreamContext) -> ShardsDocument:
     """The planner replicas (their last heartbeat) and who plans which cluster under which
     fencing token, from the shards KV bucket."""
     now = dt.datetime.now(dt.UTC)
-    planners: list[dict[str, Any]] = []
-    claims: list[dict[str, Any]] = []
+    planners: list[PlannerRow] = []
+    claims: list[ClaimRow] = []
     prefix = f"$KV.{bus.SHARDS_BUCKET}."
     try:
         msgs = await _snapshot(js, bus.SHARDS_STREAM, prefix + ">")
     except NotFoundError:
-        return {"planners": [], "clusters": []}
+        return ShardsDocument(planners=[], clusters=[])
     for m in msgs:
         if (m.headers or {}).get("KV-Operation") in ("DEL", "PURGE"):
             continue
@@ -282,25 +382,25 @@ async def shards(js: JetStreamContext) -> dict[str, list[dict[str, Any]]]:
             at = dt.datetime.fromisoformat(value.get("at", ""))
         except (SubjectError, orjson.JSONDecodeError, ValueError, AttributeError):
             continue
-        age = f"{(now - at).total_seconds():.1f}s ago"
+        age = round((now - at).total_seconds(), 3)
         if kind == "planners":
+            clusters = [str(c) for c in value.get("clusters", [])]
             planners.append(
-                {
-                    "planner": name,
-                    "clusters": ",".join(value.get("clusters", [])) or "-",
-                    "heartbeat": age,
-                }
+                PlannerRow(
+                    planner=name, clusters=clusters, heartbeat_at=at, heartbeat_age_seconds=age
+                )
             )
         elif kind == "clusters":
             claims.append(
-                {
-                    "cluster": name,
-                    "planner": bus.claim_holder(m.data) or "(released)",
-                    "fencing_token": int(m.metadata.sequence.stream),
-                    "since": age,
-                }
+                ClaimRow(
+                    cluster=name,
+                    planner=bus.claim_holder(m.data) or None,
+                    fencing_token=int(m.metadata.sequence.stream),
+                    since=at,
+                    since_seconds=age,
+                )
             )
-    return {
-        "planners": sorted(planners, key=lambda r: r["planner"]),
-        "clusters": sorted(claims, key=lambda r: r["cluster"]),
-    }
+    return ShardsDocument(
+        planners=sorted(planners, key=lambda r: r.planner),
+        clusters=sorted(claims, key=lambda r: r.cluster),
+    )

@@ -10,6 +10,8 @@ reference is an error naming the bundle, never a silently empty bundle.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import datetime as dt
 import hashlib
 import time
@@ -20,11 +22,11 @@ import orjson
 from nats.js import JetStreamContext
 from nats.js.errors import BucketNotFoundError, NotFoundError, ObjectNotFoundError
 
-from schemas.codec import encode
+from schemas.codec import WireError, decode, encode
 from schemas.messages import Bundle, BundleOptions, ObjectStoreRef
 from schemas.subjects import bundle_subject
 from services.common import telemetry
-from services.common.bus import OBJECT_STORE_BUCKET, ensure_streams
+from services.common.bus import BUNDLES, OBJECT_STORE_BUCKET, Follower, ensure_streams
 from services.core.manifest import bundle_kinds, check_bundle_name
 
 __all__ = [
@@ -97,6 +99,7 @@ async def publish_bundle(
     source: str = "",
     manage_streams: bool = False,
     within: float = 30.0,
+    delete: bool = False,
 ) -> Bundle:
     """Publish ``manifests`` as ``revision`` of ``bundle`` for ``cluster``; the message sent.
 
@@ -105,9 +108,12 @@ async def publish_bundle(
     are waited for up to ``within`` seconds (the planner creates them), or created when
     ``manage_streams`` (a test bus with no planner yet). The message names its kinds
     (``Bundle.kinds``), carries the current trace (``telemetry.inject``), and its
-    ``Nats-Msg-Id`` is unique per publish: publishing the same revision again is a new message."""
+    ``Nats-Msg-Id`` is unique per publish: publishing the same revision again is a new message.
+    ``delete``: the revision deletes the bundle (``Bundle.delete``; no manifests)."""
     check_bundle_name(bundle)
-    if not manifests and not options.allow_empty:
+    if delete and manifests:
+        raise ValueError(f"a deletion of {bundle} carries no manifests")
+    if not manifests and not (options.allow_empty or delete):
         raise ValueError(
             f"refusing to publish an empty revision of {bundle}: it would prune every object "
             "of the bundle (BundleOptions.allow_empty permits it)"
@@ -122,6 +128,7 @@ async def publish_bundle(
         published_at=dt.datetime.now(dt.UTC),
         source=source,
         kinds=bundle_kinds(manifests),
+        delete=delete,
     )
     data = encode(msg)
     if len(data) > INLINE_LIMIT:
@@ -136,3 +143,18 @@ async def publish_bundle(
         ),
     )
     return msg
+
+
+async def revisions(js: JetStreamContext, cluster: str, bundle: str) -> list[Bundle]:
+    """The bundle's revisions on the bus, oldest first (the BUNDLES stream keeps the last few;
+    an undecodable message is skipped; none before the stream exists)."""
+    out: list[Bundle] = []
+    follower = Follower(js, BUNDLES, bundle_subject(cluster, bundle), history=True)
+    try:
+        async with asyncio.timeout(30):
+            async for m in follower.snapshot():
+                with contextlib.suppress(WireError):
+                    out.append(decode(m.data, Bundle))
+    except NotFoundError:
+        return []
+    return out

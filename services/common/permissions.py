@@ -37,6 +37,8 @@ from schemas.subjects import (
     member_subject,
     source_status_filter,
     tenant_bundle_filter,
+    tenant_control_filter,
+    tenant_rollback_filter,
     tenant_status_filter,
 )
 from services.common import bus
@@ -116,6 +118,7 @@ ALL_STREAMS = (
     bus.DECISIONS,
     bus.OUTCOMES,
     bus.MEMBERS,
+    bus.CONTROL,
 )
 STREAM_INFO = tuple(f"{JS}.STREAM.INFO.{s}" for s in ALL_STREAMS)
 
@@ -169,8 +172,10 @@ def planner() -> Permissions:
             f"$KV.{bus.SHARDS_BUCKET}.>",  # heartbeats and cluster claims
             "$JS.FC.>",
             "$JS.ACK.>",
+            family_filter("bundle"),  # a rollback republishes an earlier revision
+            "_INBOX.>",  # the answer to a rollback request
         ),
-        subscribe=(f"{bus.inbox_prefix('planner')}.>",),
+        subscribe=(f"{bus.inbox_prefix('planner')}.>", family_filter("rollback")),
     )
 
 
@@ -189,6 +194,8 @@ def user(clusters: Iterable[str]) -> Permissions:
     return Permissions(
         publish=(
             *(cluster_filter("bundle", c) for c in clusters),
+            *(cluster_filter("control", c) for c in clusters),
+            *(cluster_filter("rollback", c) for c in clusters),
             *STREAM_INFO,
             # big bundles go to the Object Store; its digest is checked against the bundle
             # message (which only the cluster's users may publish), so a user can spoil but not
@@ -219,6 +226,8 @@ def tenant(tenant: str, clusters: Iterable[str]) -> Permissions:
     return Permissions(
         publish=(
             *(tenant_bundle_filter(c, tenant) for c in clusters),
+            *(tenant_control_filter(c, tenant) for c in clusters),
+            *(tenant_rollback_filter(c, tenant) for c in clusters),
             *STREAM_INFO,
             *_object_store_put(),
             # is anybody serving the cluster? (publish warns when not)
@@ -254,6 +263,8 @@ def admin() -> Permissions:
     return Permissions(
         publish=(
             family_filter("bundle"),
+            family_filter("control"),
+            family_filter("rollback"),
             *STREAM_INFO,
             f"{OBJ_SUBJECTS}.C.>",
             f"{OBJ_SUBJECTS}.M.>",

@@ -58,6 +58,18 @@ def diff(old: Any, new: Any, path: str = "") -> list[Change]:
     return [] if old == new else [Change(path, old, new)]
 
 
+def project(live: Any, desired: Any) -> Any:
+    """``live`` cut to the shape of ``desired``: only the keys ``desired`` sets (at every depth
+    of nested mappings, and item by item in lists of the same length), so a diff shows what
+    differs from the manifest, not the server's defaults and status. A list whose length
+    differs is kept whole: the difference is the list."""
+    if isinstance(live, dict) and isinstance(desired, dict):
+        return {k: project(live[k], v) for k, v in desired.items() if k in live}
+    if isinstance(live, list) and isinstance(desired, list) and len(live) == len(desired):
+        return [project(a, b) for a, b in zip(live, desired, strict=True)]
+    return live
+
+
 _ENV_PATH = re.compile(r"(?:^|\.)env(?:\[\d+\](?:\.value)?)?$")
 
 

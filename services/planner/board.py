@@ -17,6 +17,7 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 
 from schemas.codec import encode
+from schemas.messages import BundlePhase
 from schemas.subjects import bundle_status_subject
 from services.common import bus, telemetry
 from services.planner import emit
@@ -35,7 +36,7 @@ Ident = tuple[str, str]  # (cluster, bundle)
 class StatusBoard:
     """Per bundle: changed or not, since when, what was last published, which trace it continues.
 
-    Reads the cluster state; changes nothing of it."""
+    Reads the cluster state; changes only its ``phases`` (each bundle's phase as published)."""
 
     def __init__(self, *, state: ClusterState, publisher: bus.Publisher) -> None:
         self.state = state
@@ -87,7 +88,15 @@ class StatusBoard:
             if view is None:
                 continue
             st = self.state.bundle_status(view)
-            fingerprint = (st.revision, st.phase, st.counts, tuple(st.failed_objects))
+            self.state.phases[view.name] = st.phase
+            fingerprint = (
+                st.revision,
+                st.phase,
+                st.counts,
+                tuple(st.failed_objects),
+                st.suspended,
+                st.message if st.phase is BundlePhase.DELETED else "",
+            )
             if self._last.get(ident) == fingerprint:
                 continue
             self._last[ident] = fingerprint

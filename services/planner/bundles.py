@@ -1,5 +1,7 @@
 """Taking a bundle message in: checked (``intake``), its objects taken (``takeover``) and folded
 in apply order, those it left released; or refused, and kept if it waits only on a kind's scope.
+And the bundle's control: suspended or resumed (``control``), and released when a hold ends
+(``release``: every object decided again, then the prune).
 
 A refused revision never replaces the one in force: that stays applied, and its status says the
 latest publish was refused. A revision refused only because a custom kind's scope is unknown
@@ -12,22 +14,30 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from opentelemetry import trace
 
 from schemas.codec import WireError, decode, encode
-from schemas.messages import Bundle, BundleCounts, BundlePhase, BundleStatus, KindScope
+from schemas.messages import (
+    Bundle,
+    BundleControl,
+    BundleCounts,
+    BundlePhase,
+    BundleStatus,
+    KindScope,
+)
 from schemas.subjects import SubjectError, bundle_status_subject, parse_subject
 from schemas.tenants import TenantPolicy
 from services.common import bus
 from services.common.bundles import BundleError, load_manifests
 from services.core.manifest import ManifestError, apply_order, check_bundle_name
 from services.core.scope import UnknownScope
-from services.planner import emit, limits, takeover
+from services.planner import emit, holds, limits, takeover
 from services.planner.board import StatusBoard
-from services.planner.decide import DELETE_INFLIGHT, Desired, Event
+from services.planner.decide import DELETE_INFLIGHT, Desired, Event, Release
 from services.planner.decisions import pace
 from services.planner.intake import BundleView, checked_revision, learn_crds
 from services.planner.state import ClusterState
@@ -51,7 +61,7 @@ class BundleIntake:
         js: JetStreamContext,
         publisher: bus.Publisher,
         board: StatusBoard,
-        queue: asyncio.Queue[tuple[str, Msg]],
+        queue: asyncio.Queue[tuple[str, Any]],
         fold: Fold,
         prune: Prune,
     ) -> None:
@@ -155,6 +165,7 @@ class BundleIntake:
             desired = checked_revision(bundle, manifests, self.state.scopes)
             keys = (slot[1] for slot, *_ in desired)
             limits.check(bundle, keys, self.state.scopes, self.state.policy)
+            self._check_dependencies(bundle)
         except (WireError, BundleError, ManifestError) as exc:
             self._awaiting_scope.pop(ident, None)
             self._awaiting_policy.pop(ident, None)
@@ -167,6 +178,14 @@ class BundleIntake:
         self._awaiting_scope.pop(ident, None)
         self._awaiting_policy.pop(ident, None)
         return bundle, desired
+
+    def _check_dependencies(self, bundle: Bundle) -> None:
+        """ManifestError when the revision may not depend on what it names, or would close a
+        cycle with the dependencies of the bundles in force."""
+        deps = holds.dependencies(bundle.bundle, bundle.options.depends_on)
+        graph = {v.name: v.depends_on for v in self.state.bundles.values() if not v.deleting}
+        if loop := holds.cycle(bundle.bundle, deps, graph):
+            raise ManifestError(f"dependsOn closes a cycle: {' → '.join(loop)}")
 
     async def _take(
         self,
@@ -187,6 +206,7 @@ class BundleIntake:
             st.bundles[(cluster, other)].keys.discard(slot[1])
             self.board.mark((cluster, other))
         st.bundles[ident] = view
+        st.phases.pop(name, None)  # not Ready for its dependents until this revision is
         self.board.mark(ident)
         span = trace.get_current_span()
         if span.get_span_context().is_valid:
@@ -260,3 +280,52 @@ class BundleIntake:
         except SubjectError:
             return
         await self.pub.publish(subject, encode(status), msg_id=f"refused:{subject}:{emit.now()}")
+
+    async def control(self, msg: Msg) -> None:
+        """A bundle suspended or resumed: resumed, everything of it that differs is written."""
+        ctl = decode(msg.data, BundleControl)
+        where = parse_subject(msg.subject)
+        if (ctl.cluster, ctl.bundle) != (where.cluster, where.bundle):
+            raise ValueError(
+                f"control message names {ctl.cluster}/{ctl.bundle} but was published to the "
+                f"subject of {where.cluster}/{where.bundle}"
+            )
+        st = self.state
+        was = ctl.bundle in st.suspended
+        if ctl.suspended:
+            st.suspended[ctl.bundle] = ctl.reason
+        else:
+            st.suspended.pop(ctl.bundle, None)
+        ident = (self.state.cluster, ctl.bundle)
+        self.board.mark(ident)
+        self.board.answer(ident)
+        log.info(
+            "bundle %s/%s: %s%s",
+            *ident,
+            "suspended" if ctl.suspended else "resumed",
+            f" ({ctl.reason})" if ctl.reason else "",
+        )
+        if was and not ctl.suspended and st.live:
+            await self.release(ctl.bundle)
+
+    async def request_release(self, bundle: str) -> None:
+        """The hold on ``bundle`` ended (seen by the status tick): release it in the run loop,
+        between two messages, like every other change to the entries."""
+        self.state.held.discard(bundle)
+        await self._queue.put(("release", bundle))
+
+    async def release(self, bundle: str) -> None:
+        """The hold on ``bundle`` ended: decide again on each of its objects, then prune (a
+        write still held, by another hold, holds the bundle again)."""
+        st = self.state
+        st.held.discard(bundle)
+        log.info("bundle %s/%s: hold ended: deciding again", self.state.cluster, bundle)
+        mine = [
+            slot for slot, e in st.entries.items(cluster=self.state.cluster) if e.bundle == bundle
+        ]
+        for i, slot in enumerate(sorted(mine, key=lambda s: apply_order(s[1]))):
+            await self.fold(slot, Release())
+            await pace(i)
+        view = st.bundles.get((self.state.cluster, bundle))
+        if view is not None:
+            await self.prune(view)

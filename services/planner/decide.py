@@ -31,6 +31,10 @@ Level-triggered safeguards instead of locks:
   ``inflight_at`` says how long it has waited.
 * **Prune** deletes only what still carries the bundle's label, was seen live, does not opt out
   (``keep``: the live object's annotation) and holds nothing of others (``Removed.in_use``).
+* **Holds.** While the object's bundle is suspended or waits for a bundle it depends on, the
+  shell passes ``hold``: every fact is folded as usual, but a write the rule asks for becomes a
+  ``hold`` decision (recorded, nothing sent, nothing marked in flight). ``Release`` decides
+  again when the hold ends, and the shell's level-triggered prune catches up on deletes.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from services.planner.entry import (
     Event,
     Failed,
     Observed,
+    Release,
     Removed,
     Resend,
     Sha,
@@ -66,6 +71,7 @@ __all__ = [
     "Event",
     "Failed",
     "Observed",
+    "Release",
     "Removed",
     "Resend",
     "Sha",
@@ -127,20 +133,24 @@ def evaluate(e: Entry, *, republished: bool = False) -> Decision | None:
     return HIT
 
 
-def step(e: Entry, event: Event, *, now: float = 0.0) -> tuple[Entry, Decision | None]:
+def step(
+    e: Entry, event: Event, *, now: float = 0.0, hold: DecisionReason | None = None
+) -> tuple[Entry, Decision | None]:
     """Fold one event into ``e``; return the new entry and the decision to publish, if any.
 
     Intents go out for every returned decision that ``writes``; a HIT is returned (and recorded)
     only when a bundle publish asked, so the audit log holds one row per object per publish.
-    ``now`` (seconds since the epoch) stamps an intent sent, for ``Resend``.
+    ``now`` (seconds since the epoch) stamps an intent sent, for ``Resend``. ``hold`` (why the
+    bundle's writes wait) turns a write into a ``hold`` decision with that reason.
     """
-    e, d = _step(e, event)
+    held = Decision(DecisionAction.HOLD, hold) if hold is not None else None
+    e, d = _step(e, event, held)
     if d is not None and d.writes:
         e = dataclasses.replace(e, inflight_at=now)
     return e, d
 
 
-def _step(e: Entry, event: Event) -> tuple[Entry, Decision | None]:
+def _step(e: Entry, event: Event, held: Decision | None) -> tuple[Entry, Decision | None]:
     match event:
         case Desired():
             republished = e.manifest_sha == event.manifest_sha
@@ -152,22 +162,22 @@ def _step(e: Entry, event: Event) -> tuple[Entry, Decision | None]:
                 prune=event.prune,
                 correct_drift=event.correct_drift,
             )
-            return _emit(e, evaluate(e, republished=republished), Trigger.BUNDLE)
+            return _emit(e, evaluate(e, republished=republished), Trigger.BUNDLE, held)
         case Removed():
-            return _removed(e, event)
+            return _removed(e, event, held)
         case Observed():
             if event.resource_version < max(e.applied_rv, e.server_rv):
                 return e, None  # older than our last apply or the last event: a stale fact
             e = _observe(e, event)
-            return _emit(e, evaluate(e), Trigger.SERVER)
+            return _emit(e, evaluate(e), Trigger.SERVER, held)
         case Applied():
-            return _applied(e, event)
+            return _applied(e, event, held)
         case Failed():
             if e.inflight == event.manifest_sha:
                 e = dataclasses.replace(e, inflight=None)
             if event.manifest_sha in (e.manifest_sha, DELETE_INFLIGHT):
                 e = dataclasses.replace(e, failed=event.manifest_sha, failed_at=event.at)
-            return _emit(e, evaluate(e), Trigger.FAILED)
+            return _emit(e, evaluate(e), Trigger.FAILED, held)
         case Working():
             if e.inflight == event.manifest_sha:
                 e = dataclasses.replace(e, inflight_at=max(e.inflight_at, event.at))
@@ -182,13 +192,17 @@ def _step(e: Entry, event: Event) -> tuple[Entry, Decision | None]:
             if e.inflight is None:
                 return e, None
             if e.inflight == DELETE_INFLIGHT:
+                if held is not None:  # lost, and not sent again while held: a prune decides
+                    return dataclasses.replace(e, inflight=None), held
                 return e, Decision(DecisionAction.DELETE, DecisionReason.RESEND)
             settled = dataclasses.replace(e, inflight=None)
             d = evaluate(settled)
             if d is None or not d.writes:
                 return settled, None
             resend = Decision(DecisionAction.APPLY, DecisionReason.RESEND)
-            return _emit(settled, resend, Trigger.BUNDLE)
+            return _emit(settled, resend, Trigger.BUNDLE, held)
+        case Release():
+            return _emit(e, evaluate(e), Trigger.SERVER, held)
     raise TypeError(f"{e.key}: unknown event {event!r}")  # pragma: no cover
 
 
@@ -208,9 +222,12 @@ def _observe(e: Entry, ev: Observed) -> Entry:
     )
 
 
-def reevaluate(e: Entry, *, now: float = 0.0) -> tuple[Entry, Decision | None]:
+def reevaluate(
+    e: Entry, *, now: float = 0.0, hold: DecisionReason | None = None
+) -> tuple[Entry, Decision | None]:
     """Decide on a restored entry (after the rebuild), marking what it sends as in flight."""
-    e, d = _emit(e, evaluate(e), Trigger.BUNDLE)
+    held = Decision(DecisionAction.HOLD, hold) if hold is not None else None
+    e, d = _emit(e, evaluate(e), Trigger.BUNDLE, held)
     if d is not None and d.writes:
         e = dataclasses.replace(e, inflight_at=now)
     return e, d
@@ -251,15 +268,19 @@ def restore(e: Entry, event: Event) -> Entry:
     return e
 
 
-def _emit(e: Entry, d: Decision | None, trigger: Trigger) -> tuple[Entry, Decision | None]:
+def _emit(
+    e: Entry, d: Decision | None, trigger: Trigger, held: Decision | None
+) -> tuple[Entry, Decision | None]:
     if d is None:
         return e, None
+    if d.writes and held is not None:
+        return e, held  # nothing sent, nothing in flight: decided again on ``Release``
     if d.writes:
         return dataclasses.replace(e, inflight=e.manifest_sha, failed=None), d
     return e, (d if trigger is Trigger.BUNDLE else None)
 
 
-def _applied(e: Entry, ev: Applied) -> tuple[Entry, Decision | None]:
+def _applied(e: Entry, ev: Applied, held: Decision | None) -> tuple[Entry, Decision | None]:
     if ev.deleted:
         if e.inflight == DELETE_INFLIGHT:
             # pruned: forget the applied state, keep desired (none) and the tombstone
@@ -284,32 +305,36 @@ def _applied(e: Entry, ev: Applied) -> tuple[Entry, Decision | None]:
             applied_at=max(e.applied_at, ev.at),
         )
     e = dataclasses.replace(e, inflight=inflight)
-    return _emit(e, evaluate(e), Trigger.APPLIED)
+    return _emit(e, evaluate(e), Trigger.APPLIED, held)
 
 
-def _removed(e: Entry, ev: Removed) -> tuple[Entry, Decision | None]:
+def _removed(e: Entry, ev: Removed, held: Decision | None) -> tuple[Entry, Decision | None]:
     if e.bundle and e.bundle != ev.bundle:
         return e, None  # the object moved to another bundle meanwhile: not ours to prune
     e = dataclasses.replace(e, bundle="", revision=ev.revision, manifest_sha=None, prune=ev.prune)
+    d = _prune(e, ev)
+    if d is None or not d.writes:
+        return e, d
+    if held is not None:
+        return e, held  # the level-triggered prune deletes it when the hold ends
+    return dataclasses.replace(e, inflight=DELETE_INFLIGHT), d
+
+
+def _prune(e: Entry, ev: Removed) -> Decision | None:
+    """What an object that left ``ev``'s bundle gets: deleted, kept (and why), or nothing."""
     applying = e.inflight is not None and e.inflight != DELETE_INFLIGHT
     if applying and ev.prune and e.owner_bundle in ("", ev.bundle) and not (e.keep or ev.in_use):
         # an apply is on its way (perhaps waiting for its CRD): a delete replaces it in the
         # queue, so it neither creates the object after all nor waits for ever
-        return (
-            dataclasses.replace(e, inflight=DELETE_INFLIGHT),
-            Decision(DecisionAction.DELETE, DecisionReason.PRUNE),
-        )
+        return Decision(DecisionAction.DELETE, DecisionReason.PRUNE)
     if not e.live or e.owner_bundle != ev.bundle:
-        return e, Decision(DecisionAction.KEEP, DecisionReason.NOT_OWNED)
+        return Decision(DecisionAction.KEEP, DecisionReason.NOT_OWNED)
     if not ev.prune:
-        return e, Decision(DecisionAction.KEEP, DecisionReason.PRUNE_DISABLED)
+        return Decision(DecisionAction.KEEP, DecisionReason.PRUNE_DISABLED)
     if e.keep:
-        return e, Decision(DecisionAction.KEEP, DecisionReason.ANNOTATION)
+        return Decision(DecisionAction.KEEP, DecisionReason.ANNOTATION)
     if ev.in_use:
-        return e, Decision(DecisionAction.KEEP, DecisionReason.IN_USE)
+        return Decision(DecisionAction.KEEP, DecisionReason.IN_USE)
     if e.inflight == DELETE_INFLIGHT:
-        return e, None
-    return (
-        dataclasses.replace(e, inflight=DELETE_INFLIGHT),
-        Decision(DecisionAction.DELETE, DecisionReason.PRUNE),
-    )
+        return None
+    return Decision(DecisionAction.DELETE, DecisionReason.PRUNE)

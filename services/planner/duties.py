@@ -11,11 +11,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from nats.js import JetStreamContext
 
+from schemas.messages import BundlePhase
 from schemas.subjects import object_subject
 from services.common import bus, members
 from services.planner import emit
@@ -26,6 +27,8 @@ from services.planner.settings import PlannerSettings
 from services.planner.state import ClusterState
 
 log = logging.getLogger("driftbus.planner")
+STATUS_REFRESH = 24 * 3600.0
+"""Every bundle's status is published again this often, changed or not (STATUS keeps 7 days)."""
 
 
 class Duties:
@@ -42,6 +45,7 @@ class Duties:
         intake: BundleIntake,
         fold: Fold,
         prune: Prune,
+        release: Callable[[str], Awaitable[None]],
     ) -> None:
         self.s = settings
         self.js = js
@@ -50,6 +54,7 @@ class Duties:
         self.intake = intake
         self.fold = fold
         self.prune = prune
+        self.release = release
         self.pending: int | None = None
         """Intents of this cluster queued or being applied (None until known)."""
 
@@ -128,6 +133,7 @@ class Duties:
         last_stats: dict[str, Any] = {}
         next_stats = 0.0
         loop = asyncio.get_running_loop()
+        next_refresh = loop.time() + STATUS_REFRESH
         while True:
             await asyncio.sleep(self.s.status_interval)
             if not self.state.live:
@@ -138,4 +144,24 @@ class Duties:
                     log.info("cluster %s: cache: %s", self.state.cluster, stats)
                     last_stats = stats
                 next_stats = loop.time() + self.s.stats_interval
+            if loop.time() >= next_refresh:
+                # STATUS keeps messages for 7 days: a bundle unchanged for longer would vanish
+                # from `driftbus bundles`, `status` and the page
+                for ident in self.state.bundles:
+                    self.board.answer(ident)
+                self.board.mark_all(self.state.bundles)
+                next_refresh = loop.time() + STATUS_REFRESH
             await self.board.publish_changed()
+            await self._holds_and_deletions()
+
+    async def _holds_and_deletions(self) -> None:
+        """After the tick (phases are current): release the bundles whose hold ended (their
+        dependencies became Ready), and forget the deleted bundles whose prunes are done."""
+        st = self.state
+        for bundle in list(st.held):
+            if st.hold(bundle) is None:
+                await self.release(bundle)
+        for ident, view in list(st.bundles.items()):
+            if view.deleting and st.phases.get(view.name) is BundlePhase.DELETED:
+                log.info("bundle %s/%s: deleted; forgotten", *ident)
+                del st.bundles[ident]

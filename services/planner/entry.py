@@ -103,7 +103,12 @@ class Resend:
     """The intent in flight got no outcome in time and is not queued any more: send it again."""
 
 
-Event = Desired | Removed | Observed | Applied | Failed | Working | Declined | Resend
+@dataclasses.dataclass(frozen=True, slots=True)
+class Release:
+    """The hold on the object's bundle ended (resumed, its dependencies Ready): decide again."""
+
+
+Event = Desired | Removed | Observed | Applied | Failed | Working | Declined | Resend | Release
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

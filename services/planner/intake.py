@@ -7,6 +7,7 @@ Pure: the planner's shell decodes the bundle and loads its manifests, then calls
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import re
 from typing import Any
 
@@ -24,6 +25,7 @@ from services.core.ignore import (
 from services.core.manifest import ManifestError, bundle_kinds, check_size, key_of, owned
 from services.core.scope import Scopes, UnknownScope, normalise
 from services.core.sha import HashError, manifest_sha
+from services.planner import holds
 from services.planner.store import Slot
 
 MAX_LISTED_FAILURES = 50
@@ -54,6 +56,12 @@ class BundleView:
     outside: list[str] = dataclasses.field(default_factory=list)
     """Objects of this revision that the tenant policy no longer allows (it changed since the
     revision was taken in): reported, never pruned for it."""
+    depends_on: list[str] = dataclasses.field(default_factory=list)
+    """Full names of the bundles that must be Ready before this one writes (``holds``)."""
+    deleting: bool = False
+    """The revision is a deletion (``Bundle.delete``): pruned, then forgotten."""
+    rollback_of: str = ""
+    published_at: dt.datetime | None = None
 
     @classmethod
     def of(cls, bundle: Bundle, seq: int) -> BundleView:
@@ -71,6 +79,10 @@ class BundleView:
             [],
             propagation=o.propagation,
             source=bundle.source,
+            depends_on=holds.dependencies(bundle.bundle, o.depends_on),
+            deleting=bundle.delete,
+            rollback_of=bundle.rollback_of,
+            published_at=bundle.published_at,
         )
 
 
@@ -103,7 +115,9 @@ def checked_revision(
     bad one: a revision with one bad object is refused whole (applying the rest would prune
     the bad one's live object), and so is an empty one unless the publisher says so."""
     name = bundle.bundle
-    if not manifests and not bundle.options.allow_empty:
+    if bundle.delete and manifests:
+        raise ManifestError("a deletion carries no manifests")
+    if not manifests and not (bundle.options.allow_empty or bundle.delete):
         raise ManifestError(
             "the revision has no objects; publishing it would prune every object of the "
             "bundle (publish with allow-empty if that is what you want)"

@@ -17,12 +17,18 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from opentelemetry import trace
 
 from schemas.codec import WireError, decode
-from schemas.messages import AppliedEvent, OutcomeEvent, ServerEvent
+from schemas.messages import (
+    AppliedEvent,
+    DecisionAction,
+    OutcomeEvent,
+    ServerEvent,
+)
 from schemas.subjects import SubjectError, cluster_filter, parse_subject
 from services.common import bus, policy, telemetry
 from services.core.manifest import apply_order
@@ -30,10 +36,20 @@ from services.core.tenancy import PolicyError
 from services.planner import facts, prune
 from services.planner.board import StatusBoard
 from services.planner.bundles import BundleIntake
-from services.planner.decide import Decision, Entry, Event, Removed, reevaluate, restore, step
+from services.planner.decide import (
+    Decision,
+    Desired,
+    Entry,
+    Event,
+    Removed,
+    reevaluate,
+    restore,
+    step,
+)
 from services.planner.decisions import Decisions, pace
 from services.planner.duties import Duties
 from services.planner.intake import BundleView
+from services.planner.rollback import RollbackDesk
 from services.planner.settings import PlannerSettings
 from services.planner.state import ClusterState
 from services.planner.store import Slot
@@ -57,13 +73,16 @@ class Planner:
         cluster: str,
         fencing_token: int = 0,
         owns: Callable[[], bool] = lambda: True,
+        nc: NATS | None = None,
     ) -> None:
         self.js = js
+        self.nc = nc
         self.cluster = cluster
         self.state = ClusterState(cluster)
         self.ready = asyncio.Event()
-        self._queue: asyncio.Queue[tuple[str, Msg]] = asyncio.Queue(maxsize=10_000)
-        """Every input, handled one at a time (the followers', and bundle re-checks)."""
+        self._queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue(maxsize=10_000)
+        """Every input, handled one at a time: the followers' messages, bundle re-checks, and
+        bundles whose hold ended (``release``, a bundle name)."""
         self.board = StatusBoard(state=self.state, publisher=publisher)
         self.decisions = Decisions(
             state=self.state,
@@ -89,7 +108,9 @@ class Planner:
             intake=self.intake,
             fold=self._fold,
             prune=self._prune,
+            release=self.intake.request_release,
         )
+        self.rollbacks = RollbackDesk(js=js, state=self.state)
 
     @property
     def pending(self) -> int | None:
@@ -121,6 +142,7 @@ class Planner:
             "applied": bus.Follower(self.js, bus.APPLIED, cluster_filter("applied", self.cluster)),
             "outcome": bus.Follower(self.js, bus.OUTCOMES, cluster_filter("outcome", self.cluster)),
             "policy": bus.Follower(self.js, bus.TENANTS_STREAM, policy.POLICY_SUBJECT),
+            "control": bus.Follower(self.js, bus.CONTROL, cluster_filter("control", self.cluster)),
         }
 
         async def pump(kind: str, f: bus.Follower) -> None:
@@ -133,6 +155,10 @@ class Planner:
         tasks.append(asyncio.create_task(duties.intents_pending(), name="intents pending"))
         tasks.append(asyncio.create_task(duties.members(), name="members"))
         tasks.append(asyncio.create_task(duties.resend(lambda: queue.qsize()), name="resend lost"))
+        if self.nc is not None:
+            tasks.append(
+                asyncio.create_task(self.rollbacks.serve(self.nc), name="rollback requests")
+            )
         stopped: list[asyncio.Task[None]] = []
         for t in tasks:
             # A follower or loop that ended would leave this planner deaf to a stream or blind
@@ -182,7 +208,13 @@ class Planner:
         by_bundle: dict[str, list[tuple[Slot, Decision | None]]] = {}
         now = time.time()
         for i, slot in enumerate(slots):
-            st.entries[slot], decision = reevaluate(st.entries[slot], now=now)
+            entry = st.entries[slot]
+            hold = st.hold(entry.bundle)
+            st.entries[slot], decision = reevaluate(
+                entry, now=now, hold=hold.reason if hold else None
+            )
+            if decision is not None and decision.action is DecisionAction.HOLD:
+                st.held.add(entry.bundle)
             await pace(i)
             by_bundle.setdefault(st.entries[slot].bundle, []).append((slot, decision))
         for bundle, decided in by_bundle.items():
@@ -214,7 +246,10 @@ class Planner:
             await self.decisions.publish(slot, decision, after_rebuild=True)
             await pace(i)
 
-    async def _handle(self, kind: str, msg: Msg) -> None:
+    async def _handle(self, kind: str, msg: Any) -> None:
+        if kind == "release":
+            await self.intake.release(msg)
+            return
         ctx = telemetry.traced(msg.headers)
         if not self.state.live:
             await self._handle_message(kind, msg)
@@ -258,6 +293,8 @@ class Planner:
                 await self._on_outcome(decode(msg.data, OutcomeEvent))
             elif kind == "policy":
                 self._on_policy(msg)
+            elif kind == "control":
+                await self.intake.control(msg)
         except (WireError, ValueError) as exc:
             # Bad input never stops the planner: report and carry on.
             log.error("ignoring message on %s: %s", msg.subject, exc)
@@ -295,8 +332,14 @@ class Planner:
         if not self.state.live:
             entries[slot] = restore(entry, event)
             return
-        entry, decision = step(entry, event, now=time.time())
+        of = event.bundle if isinstance(event, Desired | Removed) else entry.bundle
+        hold = self.state.hold(of or entry.owner_bundle) if of or entry.owner_bundle else None
+        entry, decision = step(
+            entry, event, now=time.time(), hold=hold.reason if hold is not None else None
+        )
         entries[slot] = entry
+        if decision is not None and decision.action is DecisionAction.HOLD:
+            self.state.held.add(of or entry.owner_bundle)
         removed_from = event.bundle if isinstance(event, Removed) else ""
         bundle = entry.bundle or entry.owner_bundle or removed_from
         if bundle:

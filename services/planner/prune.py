@@ -52,8 +52,10 @@ def in_use(
 ) -> str:
     """Why pruning ``key`` for bundle ``pruning`` would delete what is still wanted, or "".
 
-    Wanted: desired by any bundle's current revision, or live and carrying another bundle's
-    label. Objects of ``pruning`` itself that are being pruned too go down with it, as asked.
+    Wanted: desired by any bundle's current revision, live and carrying another bundle's
+    label, or live and opting out of prune (``driftbus.dev/prune: disabled``, whoever's it is:
+    deleting its Namespace would delete it all the same). Objects of ``pruning`` itself that
+    are being pruned too go down with it, as asked.
     """
     if (key.group, key.kind) not in (NAMESPACE, CRD):
         return ""
@@ -63,12 +65,12 @@ def in_use(
             continue
         if e.manifest_sha is not None:
             held.append((k, e.bundle))
-        elif e.live and e.owner_bundle not in ("", pruning):
+        elif e.live and (e.owner_bundle not in ("", pruning) or e.keep):
             held.append((k, e.owner_bundle))
     if not held:
         return ""
     held.sort()
-    named = ", ".join(f"{k} (bundle {b})" for k, b in held[:MAX_NAMED])
+    named = ", ".join(f"{k} (bundle {b})" if b else str(k) for k, b in held[:MAX_NAMED])
     more = f" and {len(held) - MAX_NAMED} more" if len(held) > MAX_NAMED else ""
     return f"not pruned: still holds {named}{more}"
 

@@ -12,6 +12,7 @@ import dataclasses
 import logging
 from typing import Any
 
+from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 from opentelemetry.metrics import Observation
 
@@ -31,10 +32,16 @@ class Replica:
     """One planner process: plans the clusters its claims give it, one ``Planner`` each."""
 
     def __init__(
-        self, *, settings: PlannerSettings, js: JetStreamContext, publisher: bus.Publisher
+        self,
+        *,
+        settings: PlannerSettings,
+        js: JetStreamContext,
+        publisher: bus.Publisher,
+        nc: NATS | None = None,
     ) -> None:
         self.s = settings
         self.js = js
+        self.nc = nc
         self.pub = publisher
         self.planners: dict[str, Planner] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -68,6 +75,7 @@ class Replica:
             cluster=cluster,
             fencing_token=token,
             owns=lambda: self.shards.owns(cluster, token),
+            nc=self.nc,
         )
         task = asyncio.create_task(planner.run(), name=f"plan {cluster}")
         task.add_done_callback(lambda t: self._ended(cluster, t))
@@ -131,6 +139,6 @@ async def run(settings: PlannerSettings) -> None:
         manage_streams=True,
         telemetry_settings=settings,
     ) as c:
-        replica = Replica(settings=settings, js=c.js, publisher=c.publisher)
+        replica = Replica(settings=settings, js=c.js, publisher=c.publisher, nc=c.nc)
         c.health.add("claimed its clusters, each rebuilt from the streams and live", replica.ready)
         await replica.run()

@@ -11,10 +11,10 @@ import collections
 import dataclasses
 from typing import Any
 
-from schemas.messages import BundleStatus, Impersonation
+from schemas.messages import BundlePhase, BundleStatus, Impersonation
 from schemas.tenants import TenantPolicy
 from services.core.scope import Scopes
-from services.planner import limits, prune
+from services.planner import holds, limits, prune
 from services.planner.decide import Entry, Removed
 from services.planner.details import Details
 from services.planner.intake import BundleView
@@ -45,6 +45,13 @@ class ClusterState:
     """Decisions by ``action:reason``, and ``bad_messages``, ``bundles_refused``, ``resent``."""
     policy: TenantPolicy = dataclasses.field(default_factory=TenantPolicy)
     """The tenant policy in force (the tenants KV bucket's, followed live)."""
+    suspended: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Bundles whose reconciliation is suspended (the CONTROL stream), with the reason given."""
+    phases: dict[str, BundlePhase] = dataclasses.field(default_factory=dict)
+    """Each bundle's phase as last published (the status board writes it; a new revision taken
+    in drops it): what a bundle that depends on it waits for."""
+    held: set[str] = dataclasses.field(default_factory=set)
+    """Bundles with a write held back since their hold began: released when it ends."""
     policy_unusable: str = ""
     """Why the latest policy stored on the bus cannot be used, at start or since ("" when it
     can): then no new revision is taken, of any bundle, until a valid policy is applied — a
@@ -53,6 +60,12 @@ class ClusterState:
     def identity(self, bundle: str) -> Impersonation | None:
         """Whom the writes of ``bundle`` are made as (its tenant's ServiceAccount), now."""
         return limits.identity(self.policy, bundle)
+
+    def hold(self, bundle: str) -> holds.Hold | None:
+        """Why ``bundle``'s writes wait now (suspended, a dependency not Ready), or None."""
+        view = self.bundles.get((self.cluster, bundle))
+        deps = view.depends_on if view is not None else []
+        return holds.hold_of(deps, self.phases, suspended=self.suspended.get(bundle))
 
     def may_prune(self) -> bool:
         """Prune only from a complete view: the cluster's watcher has listed every kind."""
@@ -76,7 +89,11 @@ class ClusterState:
 
     def bundle_status(self, view: BundleView) -> BundleStatus:
         known = Known(self.entries, self.details, self.unserved, self.watcher_synced, self.in_use)
-        return bundle_status(view, tally(view, known))
+        hold = self.hold(view.name)
+        t = tally(view, known)
+        t.hold = hold.message if hold is not None else ""
+        t.suspended = view.name in self.suspended
+        return bundle_status(view, t)
 
     def cache_stats(self) -> dict[str, Any]:
         """Hits and misses by reason since start: what explains the hit ratio."""

@@ -15,9 +15,15 @@ Reconciling applies or prunes on their way, waiting for a CRD/namespace (or for 
             tell a kind's scope), retrying a transient error, not yet seen by the watcher, or
             no watcher/applier serves the cluster
 OutOfSync   applied, but the live state differs and is not being corrected (drift left
-            alone, a prune held back because others' objects are inside)
+            alone, a prune held back because others' objects are inside), or anything differs
+            while the bundle is suspended
 Ready       all of the revision applied, seen, healthy; nothing left to prune
+Deleted     a deletion whose prunes are done (what was kept is named); the bundle is forgotten
 =========== ================================================================================
+
+A bundle whose writes are held (``holds``) and that is not Ready says why first: suspended
+(OutOfSync: nothing will change until it is resumed), or which dependency it waits for
+(Reconciling).
 """
 
 from __future__ import annotations
@@ -61,10 +67,39 @@ class Tally:
     """objects of the revision in force that a changed tenant policy no longer allows"""
     unserved: list[str] = dataclasses.field(default_factory=list)
     problems: list[str] = dataclasses.field(default_factory=list)
+    hold: str = ""
+    """why the bundle's writes wait ("" when they do not): suspended, or a dependency"""
+    suspended: bool = False
+    deleting: bool = False
+    """the revision is a deletion: Deleted once its prunes are done"""
 
 
 def bundle_phase(t: Tally) -> tuple[BundlePhase, str]:
     """The phase and its one-line explanation (see the module table)."""
+    phase, message = _phase(t)
+    if t.hold and phase in (BundlePhase.RECONCILING, BundlePhase.OUT_OF_SYNC):
+        phase = BundlePhase.OUT_OF_SYNC if t.suspended else BundlePhase.RECONCILING
+        return phase, f"{t.hold}: {message}"
+    if t.suspended and phase is BundlePhase.READY:
+        return phase, f"{message} (suspended)"
+    return phase, message
+
+
+def _deletion_phase(t: Tally) -> tuple[BundlePhase, str]:
+    if t.unserved:
+        return BundlePhase.RECONCILING, "deleting: " + "; ".join(t.unserved)
+    if t.prune_failed:
+        return BundlePhase.FAILED, f"deleting: {t.prune_failed} prunes failed"
+    if t.pruning:
+        return BundlePhase.RECONCILING, f"deleting: {t.pruning} objects to prune"
+    if t.kept or t.held:
+        return BundlePhase.DELETED, f"deleted; {t.kept + t.held} objects kept (not pruned)"
+    return BundlePhase.DELETED, "deleted; its objects are pruned"
+
+
+def _phase(t: Tally) -> tuple[BundlePhase, str]:
+    if t.deleting and not t.refused:
+        return _deletion_phase(t)
     failed = t.failed + t.prune_failed
     if t.refused and not t.refusal_waits:
         return BundlePhase.FAILED, f"revision {t.revision} refused: {t.refused}"

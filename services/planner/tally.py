@@ -48,6 +48,10 @@ def bundle_status(view: BundleView, t: Tally) -> BundleStatus:
         failed_objects=listed(t),
         at=now(),
         source="" if view.refused else view.source,
+        published_at=view.published_at,
+        suspended=t.suspended,
+        depends_on=list(view.depends_on),
+        rollback_of="" if view.refused else view.rollback_of,
     )
 
 
@@ -57,6 +61,7 @@ def tally(view: BundleView, known: Known) -> Tally:
     t = Tally(shown, total=len(view.keys) + len(view.errors))
     t.refused = view.refused[1] if view.refused else ""
     t.refusal_waits = view.refusal_waits
+    t.deleting = view.deleting
     t.outside = len(view.outside)
     t.unserved = list(known.unserved)
     t.failed = len(view.errors)
@@ -125,9 +130,31 @@ def tally(view: BundleView, known: Known) -> Tally:
     return t
 
 
+def _deletion_pending(view: BundleView, known: Known, t: Tally) -> None:
+    """A deletion is done only when nothing of the bundle is on its way or unseen: an apply
+    or a delete in flight, or an object applied that the watcher has not shown yet (it may be
+    live, carrying the label, with no bundle left to prune it once this one is forgotten)."""
+    if not known.watcher_synced:
+        t.pruning += 1
+        t.problems.append("deletion waits for the watcher's initial lists")
+        return
+    for _, e in known.entries.items(cluster=view.cluster):
+        if e.bundle or e.revision != view.revision:
+            continue
+        if e.live and e.owner_bundle == view.name:
+            continue  # a prune candidate: counted with the prunes
+        if e.inflight is not None or (e.apply_sha is not None and not e.observed):
+            t.pruning += 1
+            t.problems.append(f"{e.key}: deletion waits for it (on its way, or not seen yet)")
+
+
 def _tally_prunes(view: BundleView, known: Known, t: Tally) -> None:
     """Objects carrying this bundle's label that its revision no longer declares."""
+    if view.deleting:
+        _deletion_pending(view, known, t)
     if not view.prune:
+        if view.deleting:  # deleted with its objects kept: they are what it leaves behind
+            t.kept += sum(1 for _ in known.entries.strays(view.cluster, view.name))
         return
     for slot in known.entries.strays(view.cluster, view.name):
         e = known.entries[slot]

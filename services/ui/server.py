@@ -7,10 +7,17 @@ One page (``static/``, shipped in the package: no CDN) and two endpoints:
   pending; ``?tenant=T`` keeps only tenant T's bundles (``?tenant=`` the platform team's);
 - ``GET /events`` — the same as server-sent events, live: ``state`` once, then ``bundle``,
   ``object``, ``drift`` and ``stats`` events as they happen; ``?tenant=T`` as above (the
-  ``stats``, hit ratio and intents pending, are the cluster's, not the tenant's).
+  ``stats``, hit ratio and intents pending, are the cluster's, not the tenant's);
+- ``GET /api/object?cluster=&bundle=&group=&kind=&namespace=&name=`` — one object explained
+  (``detail``): its decision history, last error, desired-vs-live difference (masked);
+- ``GET /api/bundle?cluster=&bundle=`` — the bundle's revision history, rollbacks marked.
 
-The page server is a NATS reader like any user (``driftbus.status.>`` and decisions): it needs
-read access only (docs/security.md).
+``stats`` also carries the last hour per minute: writes made (apply, delete) against writes
+avoided (cache hits), and each drift's time to correct (detected → corrected), for the charts.
+
+The page server only reads the bus: STATUS, DECISIONS and SERVER; for the detail also OUTCOMES,
+BUNDLES and the Object Store (manifests: on a locked-down bus, the admin's identity;
+docs/observability.md).
 """
 
 from __future__ import annotations
@@ -18,7 +25,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import datetime as dt
 import logging
+import time
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -30,19 +39,32 @@ from nats.js import JetStreamContext
 
 from schemas.codec import WireError, decode
 from schemas.messages import BundleStatus, DecisionRecord, ObjectStatus, ServerEvent
-from schemas.subjects import family_filter, split_bundle
+from schemas.subjects import ObjectKey, family_filter, split_bundle
 from services.common import bus
 from services.common.statuswatch import decode_status
+from services.ui import detail
 
 log = logging.getLogger("driftbus.ui")
 T = TypeVar("T")
 STATIC = Path(__file__).parent / "static"
 DRIFT_REASONS = ("drift", "deleted")
 MAX_DRIFT_EVENTS = 200
+HOUR = 3600.0
+MAX_CORRECTIONS = 500
 
 
 def _plain(obj: Any) -> Any:
     return msgspec.to_builtins(obj)
+
+
+def _epoch(at: Any) -> float:
+    """An RFC 3339 time (as the page's documents carry them) in epoch seconds; 0 if none."""
+    if not isinstance(at, str):
+        return 0.0
+    try:
+        return dt.datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
 
 
 def _decoded(msg: Msg, kind: type[T]) -> T | None:
@@ -69,6 +91,14 @@ class LiveState:
         self.health: dict[tuple[str, str], tuple[str, str]] = {}
         """(cluster, object) → (health, message) as the watcher last saw it."""
         self._bundle_of: dict[tuple[str, str], str] = {}
+        self.minutes: dict[int, collections.Counter[str]] = {}
+        """minute (epoch // 60) → writes made and avoided (hits) in it, for the last hour."""
+        self.corrections: collections.deque[dict[str, Any]] = collections.deque(
+            maxlen=MAX_CORRECTIONS
+        )
+        """Each drift corrected: when, which object, seconds from detected to corrected."""
+        self._detected: dict[str, float] = {}
+        """object → when its drift was detected (epoch seconds), until it is corrected."""
 
     def on_server(self, ev: ServerEvent) -> dict[str, Any] | None:
         """Health from the watcher's facts; the object row it changes, if the page has it."""
@@ -104,12 +134,30 @@ class LiveState:
                 "detail": st.message,
             }
             self.drift.appendleft(corrected)
+            since = self._detected.pop(f"{st.cluster}/{st.key}", None)
+            if since is not None and st.at is not None:
+                self.corrections.append(
+                    {
+                        "at": doc.get("at"),
+                        "object": str(st.key),
+                        "seconds": round(max(0.0, st.at.timestamp() - since), 3),
+                    }
+                )
         return doc, corrected
 
     def on_decision(self, d: DecisionRecord) -> dict[str, Any] | None:
         self.decisions["hit" if str(d.action) == "hit" else "miss"] += 1
+        at = d.at.timestamp() if d.at is not None else time.time()
+        if str(d.action) in ("apply", "delete", "hit"):
+            minute = int(at // 60)
+            self.minutes.setdefault(minute, collections.Counter())[
+                "hits" if str(d.action) == "hit" else "writes"
+            ] += 1
+            for old in [m for m in self.minutes if m <= minute - 60]:
+                del self.minutes[old]
         if str(d.reason) not in DRIFT_REASONS:
             return None
+        self._detected.setdefault(f"{d.cluster}/{d.key}", at)
         event = {
             "event": "detected",
             "cluster": d.cluster,
@@ -121,12 +169,25 @@ class LiveState:
         self.drift.appendleft(event)
         return event
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self, now: float | None = None) -> dict[str, Any]:
         total = sum(self.decisions.values())
+        now = time.time() if now is None else now
+        first = int(now // 60) - 59
+        empty: collections.Counter[str] = collections.Counter()
         return {
             "hit_ratio": round(self.decisions["hit"] / total, 4) if total else None,
             "decisions": total,
             "pending": dict(self.pending),
+            # the charts: the last 60 minutes, oldest first, empty minutes included
+            "minutes": [
+                {
+                    "minute": m * 60,
+                    "writes": self.minutes.get(m, empty)["writes"],
+                    "avoided": self.minutes.get(m, empty)["hits"],
+                }
+                for m in range(first, first + 60)
+            ],
+            "corrections": [c for c in self.corrections if _epoch(c.get("at")) >= now - HOUR],
         }
 
     def snapshot(self, tenant: str | None = None) -> dict[str, Any]:
@@ -154,6 +215,7 @@ class StatusPage:
     def __init__(self, js: JetStreamContext) -> None:
         self.js = js
         self.state = LiveState()
+        self.live = detail.LiveReader()
         self._clients: dict[asyncio.Queue[bytes], str | None] = {}
         """Each live page's queue, and the tenant it shows (None: all)."""
 
@@ -192,8 +254,12 @@ class StatusPage:
     async def follow(self) -> None:
         """Replay current status (last per subject), then follow status and decisions live."""
         status = bus.Follower(self.js, bus.STATUS, family_filter("status"))
+        # the last hour of decisions: the charts start full, not empty
         decisions = bus.Follower(
-            self.js, bus.DECISIONS, family_filter("decision"), last_per_subject=False
+            self.js,
+            bus.DECISIONS,
+            family_filter("decision"),
+            since=dt.datetime.now(dt.UTC) - dt.timedelta(seconds=HOUR),
         )
         facts = bus.Follower(self.js, bus.SERVER, family_filter("server"))
 
@@ -252,10 +318,35 @@ class StatusPage:
             self._clients.pop(q, None)
         return resp
 
+    async def api_object(self, request: web.Request) -> web.Response:
+        q = request.query
+        try:
+            key = ObjectKey(
+                group=q.get("group", ""),
+                kind=q["kind"],
+                namespace=q.get("namespace", ""),
+                name=q["name"],
+            )
+            cluster, bundle = q["cluster"], q["bundle"]
+        except KeyError as exc:
+            raise web.HTTPBadRequest(text=f"missing query parameter {exc}") from None
+        doc = await detail.object_detail(self.js, self.live, cluster, bundle, key)
+        return web.Response(body=orjson.dumps(doc), content_type="application/json")
+
+    async def api_bundle(self, request: web.Request) -> web.Response:
+        try:
+            cluster, bundle = request.query["cluster"], request.query["bundle"]
+        except KeyError as exc:
+            raise web.HTTPBadRequest(text=f"missing query parameter {exc}") from None
+        doc = {"revisions": await detail.bundle_history(self.js, cluster, bundle)}
+        return web.Response(body=orjson.dumps(doc), content_type="application/json")
+
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_get("/", self.index)
         app.router.add_get("/api/state", self.api_state)
+        app.router.add_get("/api/object", self.api_object)
+        app.router.add_get("/api/bundle", self.api_bundle)
         app.router.add_get("/events", self.events)
         app.router.add_static("/static/", STATIC)
         return app

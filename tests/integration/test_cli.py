@@ -75,6 +75,11 @@ async def test_publish_wait_status_and_why(
     assert code == 0, err + out + pipeline.logs()
     assert "Ready" in out
     assert "published cli@sha256:" in err
+    # not a terminal: progress as plain lines, the first at once, the last the end
+    lines = [x for x in err.splitlines() if x.startswith("cli@sha256:")]
+    assert lines[0].endswith("waiting for the planner …"), err
+    assert lines[-1].endswith("Ready applied 5/5  ready 5/5"), err
+    assert "\r" not in err
 
     # republishing the same content answers at once, with the same revision and zero writes
     code, out, err = await driftbus(
@@ -96,7 +101,7 @@ async def test_publish_wait_status_and_why(
     (row,) = json.loads(out)
     assert row["bundle"] == "cli"
     assert row["phase"] == "Ready"
-    assert row["applied"] == "5/5"
+    assert (row["applied"], row["objects"]) == (5, 5)
 
     code, out, _ = await driftbus(pipeline, "status", "--cluster", c, "--bundle", "cli")
     assert code == 0
@@ -167,16 +172,21 @@ async def test_plan_explains_changes_with_diffs_and_writes_nothing(
         pipeline, "plan", str(v2), "--cluster", c, "--bundle", "p", "-o", "json"
     )
     assert code == 0, err + out
-    rows = {r["name"]: r for r in json.loads(out)}
+    rows = {r["name"]: r for r in json.loads(out)["objects"]}
     assert rows["cli-2"]["action"] == "apply"
     assert rows["cli-2"]["reason"] == "manifest"
-    assert rows["cli-2"]["changes"] == ["~ data.i: 2 → two"]
+    assert rows["cli-2"]["api_version"] == "v1"
+    assert rows["cli-2"]["changes"] == [
+        {"op": "change", "path": "data.i", "old": "2", "new": "two"}
+    ]
     assert rows["cli-5"]["action"] == "apply"
     assert rows["cli-5"]["reason"] == "new (create)"
     assert rows["cli-4"]["action"] == "delete"
     assert (rows["cli-3"]["action"], rows["cli-3"]["reason"]) == ("keep", "annotation")
     assert rows["cli-0"]["action"] == "unchanged"
-    assert rows["creds"]["changes"] == ["~ data.password: *** → ***"]
+    assert rows["creds"]["changes"] == [
+        {"op": "change", "path": "data.password", "old": "***", "new": "***"}
+    ]
     for value in ("old-pass-1234", "new-pass-5678"):
         assert value not in out
         assert base64.b64encode(value.encode()).decode() not in out

@@ -150,11 +150,11 @@ async def test_an_ignore_rule_hands_replicas_over_and_then_costs_no_write(
         url, *plan_args, "--ignore", "apps/Deployment:/spec/replicas", env=env
     )
     assert code == 0, err
-    [row] = orjson.loads(out)
+    [row] = orjson.loads(out)["objects"]
     assert (row["action"], row["ignored"]) == ("unchanged", ["/spec/replicas"]), row
     code, out, err = await driftbus(url, *plan_args, env=env)
-    assert code == 0, err
-    [row] = orjson.loads(out)
+    assert code == 1, err  # the server refuses the dry-run: an error, which CI must see
+    [row] = orjson.loads(out)["objects"]
     # without it the manifest's replicas is back, and the scaler owns the field now
     assert (row["action"], row["ignored"]) == ("error", []), row
     assert "conflict" in row["reason"].lower(), row

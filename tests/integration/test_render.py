@@ -82,7 +82,7 @@ async def test_a_kustomize_overlay_publishes_what_kubectl_kustomize_renders_and_
         env={"KUBECONFIG": str(pipeline.stack.cluster.kubeconfig)},
     )
     assert code == 0, err + out
-    rows = {(r["name"], r["action"]) for r in orjson.loads(out)}
+    rows = {(r["name"], r["action"]) for r in orjson.loads(out)["objects"]}
     assert (names[0], "delete") in rows
     assert any(n.startswith("prod-colors-") and a == "apply" for n, a in rows if n != names[0])
     code, out, err = await driftbus(pipeline.nats.client_url, *publish, "--timeout", "120")
@@ -169,9 +169,9 @@ async def test_a_local_helm_chart_with_a_values_file_publishes_plans_and_converg
         env={"KUBECONFIG": str(pipeline.stack.cluster.kubeconfig)},
     )
     assert code == 0, err + out
-    rows = {r["name"]: r for r in orjson.loads(out)}
+    rows = {r["name"]: r for r in orjson.loads(out)["objects"]}
     assert rows[f"{bundle}-config"]["action"] == "apply"
-    assert any("green" in change for change in rows[f"{bundle}-config"]["changes"])
+    assert any("green" in str(change["new"]) for change in rows[f"{bundle}-config"]["changes"])
     assert rows[bundle]["action"] == "unchanged"
 
 

@@ -263,7 +263,7 @@ async def test_a_new_planner_takes_its_share_without_restarting_the_others(
     # what an operator sees: the same claims, with their fencing tokens
     code, out, err = await driftbus(f.pipelines[sites[0].name], "shards", "-o", "json")
     assert code == 0, err
-    shown = orjson.loads(out)[0]
+    shown = orjson.loads(out)
     assert {r["planner"] for r in shown["planners"]} == {"planner-a", "planner-b", "planner-c"}
     assert {r["cluster"]: (r["planner"], r["fencing_token"]) for r in shown["clusters"]} == {
         c: (cl.planner, cl.revision) for c, cl in rebalanced.items()

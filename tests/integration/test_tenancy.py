@@ -131,9 +131,9 @@ async def test_a_tenants_bundle_within_its_limits_converges_as_its_service_accou
         pipeline, "why", f"ConfigMap/{ns}/b", "--cluster", pipeline.cluster, "-o", "json"
     )
     assert code == 0, err
-    made_as = {(r["action"], r["as"]) for r in json.loads(out)}
+    made_as = {(r["action"], r["made_as"]) for r in json.loads(out)}
     sa = f"system:serviceaccount:{ns}:{SA}"
-    assert made_as - {("hit", "")} == {("apply", sa), ("delete", sa)}, made_as
+    assert made_as - {("hit", None)} == {("apply", sa), ("delete", sa)}, made_as
 
 
 async def test_an_object_outside_the_tenants_namespaces_refuses_the_revision_whole(

@@ -19,13 +19,16 @@ from typing import Any
 
 import pytest
 
-from schemas.messages import BundleOptions
+from schemas.codec import encode
+from schemas.messages import BundleControl, BundleOptions
 from schemas.subjects import (
     bundle_status_subject,
     bundle_statuses_filter,
     bundle_subject,
     cluster_filter,
+    control_subject,
     encode_token,
+    rollback_subject,
     tenant_bundle_filter,
     tenant_status_filter,
 )
@@ -143,6 +146,11 @@ async def test_a_tenant_publishes_its_own_bundles_and_reads_their_status(sec: Te
             )
             assert sent.manifests_ref is not None, "the big bundle was meant to be stored"
         assert await members.heartbeats(js, C) == {"watcher": None, "applier": None}
+        # suspend its own bundle (a JetStream publish: acknowledged), ask for its rollback
+        suspend = BundleControl(cluster=C, bundle="team-a/web", suspended=True)
+        await js.publish(control_subject(C, "team-a/web"), encode(suspend))
+        await nc.publish(rollback_subject(C, "team-a/web"), b"{}")
+        await nc.flush()
 
         # what landed, read back by the planner
         pjs = planner.jetstream(timeout=5)
@@ -172,6 +180,11 @@ async def test_a_tenant_is_refused_everything_not_its_own(sec: TenantBus) -> Non
         await refused_publish(sec, USER_A, bundle_subject(C, TENANT_A)),  # platform, named so
         await refused_publish(sec, USER_A, bundle_subject(OTHER, "team-a/web")),
         await refused_publish(sec, USER_B, bundle_subject(C, "team-a/web")),
+        # suspend/resume and rollback of another tenant's or a platform bundle (lifecycle.md)
+        await refused_publish(sec, USER_A, control_subject(C, "team-b/web")),
+        await refused_publish(sec, USER_A, control_subject(C, "web")),
+        await refused_publish(sec, USER_A, rollback_subject(C, "team-b/web")),
+        await refused_publish(sec, USER_A, rollback_subject(C, "web")),
         # status: another tenant's, every tenant's, platform bundles'; never its own writes
         await refused_subscribe(sec, USER_A, tenant_status_filter(C, TENANT_B)),
         await refused_subscribe(sec, USER_A, bundle_status_subject(C, "team-b/web")),
@@ -210,7 +223,7 @@ async def test_a_tenant_is_refused_everything_not_its_own(sec: TenantBus) -> Non
         await refused_publish(sec, USER_A, f"{api}.STREAM.PURGE.{bus.TENANTS_STREAM}"),
     ]
     print("\n".join(refusals))
-    assert len(refusals) == 33
+    assert len(refusals) == 37
 
 
 async def test_only_the_admin_writes_the_tenant_policy(sec: TenantBus) -> None:

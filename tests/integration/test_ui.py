@@ -24,6 +24,16 @@ pytestmark = pytest.mark.ui
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "ui"
 
 
+async def opened(browser: Browser, url: str) -> None:
+    """Navigate to the page; the page server may still be starting, so until it is there."""
+    for _ in range(150):
+        await browser.goto(url)
+        await asyncio.sleep(0.2)
+        if await browser.evaluate("!!document.querySelector('#bundles')"):
+            return
+    raise AssertionError(f"the status page never loaded at {url}")
+
+
 async def test_status_page_shows_a_bundle_going_ready_and_drift_corrected(
     pipeline: Pipeline, pnc: NATS, kube: KubeClient, namespace: str, tmp_path: Path, measured: Any
 ) -> None:
@@ -34,12 +44,7 @@ async def test_status_page_shows_a_bundle_going_ready_and_drift_corrected(
     await browser.start()
     try:
         url = f"http://127.0.0.1:{port}/"
-        # the page server may still be starting: retry navigation until the page is there
-        for _ in range(150):
-            await browser.goto(url)
-            await asyncio.sleep(0.2)
-            if await browser.evaluate("!!document.querySelector('#bundles')"):
-                break
+        await opened(browser, url)
         await browser.until("document.querySelector('#live').textContent === 'live'", 30, "live")
 
         n = 12
@@ -109,6 +114,139 @@ async def test_status_page_shows_a_bundle_going_ready_and_drift_corrected(
             f"status page in headless Chromium: bundle Ready with {n} objects, cm-2 drift "
             f"detected+corrected live, hit ratio shown {hit_ratio}; screenshots {ready_png}, "
             f"{drift_png}"
+        )
+    finally:
+        await browser.close()
+
+
+async def test_status_page_explains_an_object_and_charts_writes_made_and_avoided(
+    pipeline: Pipeline, pnc: NATS, kube: KubeClient, namespace: str, tmp_path: Path, measured: Any
+) -> None:
+    """Issue 16: a click on an object shows its decisions, last error and what differs from the
+    manifest (Secret values masked); a bundle shows its revisions (rollback marked); charts
+    show writes made vs avoided and time to correct over the last hour."""
+    import base64
+    import json
+    import shutil
+
+    port = servers.free_port()
+    pipeline.start_all()
+    pipeline.start("ui", None, "--port", str(port))
+    js = pnc.jetstream()
+    planted = ("s3cret-old-7731", "s3cret-new-9924")
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "explain-secret", "namespace": namespace},
+        "stringData": {"password": planted[0]},
+    }
+    mode = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "explain-cm", "namespace": namespace},
+        "data": {"mode": "fast"},
+    }
+    # drift: warn — what someone else changes stays, reported, so there is a difference to see
+    await pipeline.publish(js, "explain", [mode, secret], revision="r1", drift="warn")
+    await pipeline.publish(
+        js, "explain", [mode, secret, *configmaps(namespace, 2)], revision="r2", drift="warn"
+    )
+    await pipeline.publish(js, "ui2", configmaps(namespace, 3)[2:], revision="a")
+    browser = Browser(tmp_path / "chromium")
+    await browser.start()
+    try:
+        url = f"http://127.0.0.1:{port}/"
+        await opened(browser, url)
+        row = "document.querySelector('tr[data-bundle$=\"/explain\"]')"
+        await browser.until(f"{row} && {row}.dataset.phase === 'Ready'", 90, "explain Ready")
+        await kube.apply({**mode, "data": {"mode": "slow"}}, field_manager="intruder", force=True)
+        await kube.apply(
+            {**secret, "stringData": {"password": planted[1]}}, field_manager="intruder", force=True
+        )
+        await browser.until(f"{row}.dataset.phase === 'OutOfSync'", 60, "explain OutOfSync")
+        # the bundle's revisions, newest first
+        await browser.evaluate(f"{row}.click()")
+        revisions = await browser.until(
+            "document.querySelectorAll('#revisions li').length === 2 && "
+            "[...document.querySelectorAll('#revisions li')].map(li => li.dataset.revision)",
+            30,
+            "two revisions",
+        )
+        assert revisions == ["r2", "r1"], revisions
+        # one object explained: its decisions and the field that differs from the manifest
+        cm_row = "document.querySelector('#objects tr[data-object$=\"/explain-cm\"]')"
+        await browser.until(f"!!{cm_row}", 30, "the ConfigMap's row")
+        await browser.evaluate(f"{cm_row}.click()")
+        shown = await browser.until(
+            "!document.querySelector('#detail').hidden && "
+            "document.querySelector('#detail-diff').innerText.includes('data.mode') && "
+            "document.querySelector('#detail-diff').innerText",
+            30,
+            "the ConfigMap's difference",
+        )
+        assert 'data.mode: live "slow" → desired "fast"' in shown, shown
+        actions = await browser.until(
+            "[...document.querySelectorAll('#detail-decisions tbody tr')]"
+            ".map(r => r.dataset.action + ':' + r.dataset.reason)",
+            10,
+            "decisions",
+        )
+        assert "apply:new" in actions, actions
+        await browser.evaluate("document.querySelector('#detail').scrollIntoView()")
+        detail_png = await browser.screenshot(ARTIFACTS / "object-detail.png")
+        # a Secret: the path of what differs, never its values
+        secret_row = "document.querySelector('#objects tr[data-object$=\"/explain-secret\"]')"
+        await browser.evaluate(f"{secret_row}.click()")
+        shown = await browser.until(
+            "document.querySelector('#detail-object').innerText.includes('explain-secret') && "
+            "document.querySelector('#detail-diff').innerText.includes('data.password') && "
+            "document.querySelector('#detail-diff').innerText",
+            30,
+            "the Secret's difference",
+        )
+        assert "***" in shown, shown
+        page = await browser.evaluate("document.documentElement.outerHTML")
+        async with aiohttp.ClientSession() as session:
+            q = {"cluster": pipeline.cluster, "bundle": "explain", "kind": "Secret"}
+            q |= {"namespace": namespace, "name": "explain-secret"}
+            async with session.get(f"{url}api/object", params=q) as resp:
+                api = await resp.text()
+        for value in planted:
+            for form in (value, base64.b64encode(value.encode()).decode()):
+                assert form not in page
+                assert form not in api
+        assert json.loads(api)["diff"], api
+
+        # the charts: writes made (every apply) and avoided (a republish: all hits); a drift
+        # corrected (an out-of-band delete in a bundle that corrects) and its time
+        await pipeline.publish(js, "ui2", configmaps(namespace, 3)[2:], revision="a")
+        res = await kube.discovery.resource("v1", "ConfigMap")
+        await kube.delete(res, "cm-2", namespace)
+        await until_object(kube, res, "cm-2", namespace, logs=pipeline.logs)
+        writes = await browser.until(
+            "[...document.querySelectorAll('#writes-chart rect.writes')]"
+            ".reduce((n, r) => n + Number(r.dataset.writes), 0)",
+            30,
+            "writes charted",
+        )
+        avoided = await browser.until(
+            "[...document.querySelectorAll('#writes-chart rect.avoided')]"
+            ".reduce((n, r) => n + Number(r.dataset.avoided), 0)",
+            30,
+            "writes avoided charted",
+        )
+        corrections = await browser.until(
+            "document.querySelectorAll('#ttc-chart circle').length", 60, "a correction charted"
+        )
+        assert writes >= 6, writes  # 2 + 2 (explain), 1 (ui2), 1 re-creation
+        assert avoided >= 1, avoided
+        await browser.evaluate("window.scrollTo(0, 0)")
+        charts_png = await browser.screenshot(ARTIFACTS / "charts.png")
+        shutil.copyfile(charts_png, ARTIFACTS / "status-page.png")
+        measured(
+            f"status page explains: object detail (decisions {len(actions)}, masked Secret "
+            f"diff), revisions {revisions}, charts: {writes} writes made, {avoided} avoided, "
+            f"{corrections} corrections; screenshots {detail_png}, {charts_png}"
         )
     finally:
         await browser.close()

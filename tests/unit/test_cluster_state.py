@@ -110,3 +110,72 @@ def test_bundle_status_reads_health_from_the_details() -> None:
     status = st.bundle_status(v)
     assert status.phase is BundlePhase.DEGRADED
     assert status.failed_objects == ["ConfigMap/ns/a: unhealthy: CrashLoopBackOff"]
+
+
+def deletion(name: str) -> BundleView:
+    return BundleView.of(Bundle(cluster="c", bundle=name, revision="del", delete=True), 2)
+
+
+@pytest.mark.parametrize(
+    ("entry", "synced", "phase", "says"),
+    [
+        pytest.param(None, False, BundlePhase.RECONCILING, "initial lists", id="not-synced"),
+        pytest.param(None, True, BundlePhase.DELETED, "objects are pruned", id="nothing-left"),
+        pytest.param(
+            Entry(KEY, revision="del", inflight=M), True, BundlePhase.RECONCILING, "on its way",
+            id="an-apply-still-on-its-way",
+        ),
+        pytest.param(
+            Entry(KEY, revision="del", apply_sha=A, applied_rv=5),
+            True,
+            BundlePhase.RECONCILING,
+            "not seen yet",
+            id="applied-never-seen-by-the-watcher",
+        ),
+        pytest.param(
+            Entry(KEY, revision="del", apply_sha=A, applied_rv=5, server_sha=A, server_rv=6,
+                  server_deleted=True),
+            True,
+            BundlePhase.DELETED,
+            "objects are pruned",
+            id="seen-deleted",
+        ),
+        pytest.param(
+            Entry(KEY, revision="r7", inflight=M, bundle="other"), True, BundlePhase.DELETED, "",
+            id="another-bundles-work-does-not-count",
+        ),
+    ],
+)  # fmt: skip
+def test_a_deletion_is_deleted_only_when_nothing_of_it_is_pending_or_unseen(
+    entry: Entry | None, synced: bool, phase: BundlePhase, says: str
+) -> None:
+    st = ClusterState("c", live=True, watcher_synced=synced)
+    v = deletion("gone")
+    st.bundles[("c", "gone")] = v
+    if entry is not None:
+        st.entries[("c", entry.key)] = entry
+    status = st.bundle_status(v)
+    assert status.phase is phase, status
+    assert says in status.message + " ".join(status.failed_objects)
+
+
+def test_a_deletion_counts_each_prune_once() -> None:
+    """A live object of the bundle whose delete is on its way is one prune, not two (the
+    deletion's pending work and the prune candidates are the same object)."""
+    from services.planner.decide import DELETE_INFLIGHT
+
+    st = ClusterState("c", live=True, watcher_synced=True)
+    v = deletion("gone")
+    st.bundles[("c", "gone")] = v
+    st.entries[("c", KEY)] = Entry(
+        KEY,
+        revision="del",
+        inflight=DELETE_INFLIGHT,
+        apply_sha=A,
+        applied_rv=5,
+        server_sha=A,
+        server_rv=5,
+        owner_bundle="gone",
+    )
+    status = st.bundle_status(v)
+    assert (status.phase, status.counts.pruning) == (BundlePhase.RECONCILING, 1), status

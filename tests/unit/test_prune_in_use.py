@@ -71,6 +71,16 @@ NAMESPACE_CASES: list[tuple[str, Slots, str]] = [
         "",
     ),
     ("a-deleted-object-of-another-bundle-holds-nothing", slots(gone(cm("x"), "other")), ""),
+    (
+        "the-pruning-bundles-own-annotated-object-holds-it",
+        slots(Entry(cm("k"), server_sha=S, server_rv=7, owner_bundle="b", keep=True)),
+        "not pruned: still holds ConfigMap/team-a/k (bundle b)",
+    ),
+    (
+        "an-unlabelled-annotated-object-holds-it",
+        slots(Entry(cm("k"), server_sha=S, server_rv=7, keep=True)),
+        "not pruned: still holds ConfigMap/team-a/k",
+    ),
     ("an-unlabelled-object-holds-nothing", slots(live(cm("x"), "")), ""),
     (
         "holding-a-desired-object-of-another-bundle-is-in-use",

@@ -81,7 +81,8 @@ async def connect(
     s: NatsSettings, *, name: str, inbox: str = "_INBOX", reconnect: bool = True, **kwargs: Any
 ) -> NATS:
     """Connect with the credentials and TLS of ``s``. Services reconnect forever; the CLI
-    (``reconnect=False``) fails fast with the server's reason."""
+    (``reconnect=False``) fails fast with the server's reason. ``error_cb`` replaces the
+    default (a warning per error) for a caller that reports errors itself."""
 
     async def on_error(exc: Exception) -> None:
         # permission violations arrive here: they name the subject, never a credential
@@ -98,7 +99,7 @@ async def connect(
         max_reconnect_attempts=-1 if reconnect else 3,
         reconnect_time_wait=0.5,
         connect_timeout=5,
-        error_cb=on_error,
+        error_cb=kwargs.pop("error_cb", on_error),
         **auth,
         **kwargs,
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -21,6 +22,17 @@ from nats.js.errors import (
 from services.common.bus.streams import BUS_AWAY
 
 log = logging.getLogger("driftbus.bus")
+
+
+CONSUMER_NOT_FOUND = 10014
+"""JetStream's error code for a consumer that does not exist (any more)."""
+
+
+def _consumer_lost(exc: BaseException) -> bool:
+    """The consumer just made is gone: the server restarted between its creation and the first
+    question about it (an ephemeral consumer does not survive that). Subscribing again is the
+    answer; a missing *stream* is another code, and is raised."""
+    return isinstance(exc, NotFoundError) and getattr(exc, "err_code", None) == CONSUMER_NOT_FOUND
 
 
 class Follower:
@@ -39,14 +51,19 @@ class Follower:
         last_per_subject: bool = True,
         history: bool = False,
         headers_only: bool = False,
+        since: dt.datetime | None = None,
     ) -> None:
         self._js = js
         self._stream = stream
         self._subject = subject
         # history: every message (an audit log); otherwise the compacted view (last per subject)
         # or, without last_per_subject, only new messages
+        # since: every message from that time on (the status page's last hour)
+        self._since = since
         self._policy = (
-            js_api.DeliverPolicy.ALL
+            js_api.DeliverPolicy.BY_START_TIME
+            if since is not None
+            else js_api.DeliverPolicy.ALL
             if history
             else js_api.DeliverPolicy.LAST_PER_SUBJECT
             if last_per_subject
@@ -64,6 +81,7 @@ class Follower:
             deliver_policy=self._policy,
             idle_heartbeat=2.0,
             headers_only=self._headers_only or None,
+            config=js_api.ConsumerConfig(opt_start_time=self._since) if self._since else None,
             pending_msgs_limit=1_000_000,
             pending_bytes_limit=1024**3,
         )
@@ -94,7 +112,7 @@ class Follower:
                 if sub is not None:
                     with contextlib.suppress(Exception):
                         await sub.unsubscribe()
-                if not isinstance(exc, BUS_AWAY):
+                if not (isinstance(exc, BUS_AWAY) or _consumer_lost(exc)):
                     raise
                 if give_up is not None and loop.time() + delay > give_up:
                     raise

@@ -26,6 +26,8 @@ from schemas.subjects import family_filter
 log = logging.getLogger("driftbus.bus")
 
 
+CONTROL = "DRIFTBUS_CONTROL"
+"""Each bundle's last ``BundleControl`` (suspended or not), per ``driftbus.control.<c>.<b>``."""
 BUNDLES, SERVER, APPLIED, INTENTS, STATUS, DECISIONS, OUTCOMES, MEMBERS = (
     "DRIFTBUS_BUNDLES",
     "DRIFTBUS_SERVER",
@@ -147,6 +149,12 @@ def stream_configs(*, replicas: int = 1) -> list[js_api.StreamConfig]:
             "outcome",
             "compacted: the last failure/conflict/wait/declined prune per object; no age limit, "
             "the planner decides on it for as long as the object is desired",
+            max_msgs_per_subject=1,
+        ),
+        cfg(
+            CONTROL,
+            "control",
+            "compacted: each bundle's last suspend/resume",
             max_msgs_per_subject=1,
         ),
         cfg(

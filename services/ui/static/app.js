@@ -2,6 +2,14 @@
 "use strict";
 const state = { bundles: {}, objects: {}, drift: [], stats: {} };
 let selected = null;
+let selectedObject = null;
+let shownRevisionsOf = null;
+const SVG = "http://www.w3.org/2000/svg";
+const svgEl = (tag, attrs = {}) => {
+  const e = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+  return e;
+};
 
 const el = (tag, attrs = {}, ...children) => {
   const e = document.createElement(tag);
@@ -22,10 +30,58 @@ function renderBundles() {
         el("td", {}, b.cluster), el("td", {}, b.bundle), el("td", {}, b.revision),
         el("td", {}, badge(b.phase)), el("td", {}, `${b.counts.applied}/${b.counts.total}`),
         el("td", {}, `${b.counts.ready}/${b.counts.total}`), el("td", {}, `${b.counts.failed}`),
-        el("td", {}, b.message));
-      row.onclick = () => { selected = bundleId(b); render(); };
+        el("td", {}, notes(b)), el("td", {}, b.message));
+      row.onclick = () => { selected = bundleId(b); selectedObject = null; render(); };
       return row;
     }));
+}
+
+function notes(b) {
+  const out = [];
+  if (b.suspended) out.push("suspended");
+  if (b.rollback_of) out.push(`rollback of ${b.rollback_of}`);
+  if ((b.depends_on || []).length) out.push(`after ${b.depends_on.join(", ")}`);
+  return out.join("; ");
+}
+
+async function renderRevisions() {
+  const b = state.bundles[selected];
+  if (!b || shownRevisionsOf === `${selected}@${b.revision}`) return;
+  shownRevisionsOf = `${selected}@${b.revision}`;
+  const q = new URLSearchParams({ cluster: b.cluster, bundle: b.bundle });
+  const doc = await (await fetch(`/api/bundle?${q}`)).json();
+  document.querySelector("#revisions").replaceChildren(...doc.revisions.map((r, i) =>
+    el("li", { "data-revision": r.revision, class: i === 0 ? "current" : "" },
+      `${(r.published_at || "").replace("T", " ").slice(0, 19)} ${r.revision}`,
+      r.delete ? " — deletion" : ` — ${r.objects} objects`,
+      r.rollback_of ? el("span", { class: "badge rollback" }, `rollback of ${r.rollback_of}`) : "",
+      r.source ? el("span", { class: "muted" }, ` ${r.source}`) : "")));
+}
+
+async function showObject(o) {
+  selectedObject = o;
+  const q = new URLSearchParams({ cluster: o.cluster, bundle: o.bundle, group: o.key.group,
+                                  kind: o.key.kind, namespace: o.key.namespace, name: o.key.name });
+  const doc = await (await fetch(`/api/object?${q}`)).json();
+  if (selectedObject !== o) return;
+  document.querySelector("#detail").hidden = false;
+  document.querySelector("#detail-object").textContent = `${doc.object} (${doc.cluster}/${doc.bundle})`;
+  const err = doc.last_error;
+  document.querySelector("#detail-error").replaceChildren(err
+    ? el("span", {}, badge(err.phase), ` ${err.message}`)
+    : el("span", { class: "muted" }, "no error reported"));
+  document.querySelector("#detail-diff-note").textContent =
+    doc.diff == null ? doc.diff_note : (doc.diff.length ? "fields that differ from the manifest:" : "live matches the manifest");
+  document.querySelector("#detail-diff").replaceChildren(...(doc.diff || []).map((c) =>
+    el("div", { class: c.added ? "add" : c.removed ? "remove" : "change" },
+      c.added ? `+ ${c.path}: ${JSON.stringify(c.desired)} (not live)`
+        : c.removed ? `- ${c.path}: ${JSON.stringify(c.live)}`
+        : `~ ${c.path}: live ${JSON.stringify(c.live)} → desired ${JSON.stringify(c.desired)}`)));
+  document.querySelector("#detail-decisions tbody").replaceChildren(...[...doc.decisions].reverse().map((d) =>
+    el("tr", { "data-action": d.action, "data-reason": d.reason },
+      el("td", {}, (d.at || "").replace("T", " ").slice(0, 23)), el("td", {}, d.revision),
+      el("td", {}, badge(d.action)), el("td", {}, d.reason),
+      el("td", {}, ["apply", "delete"].includes(d.action) ? (d.identity || "driftbus") : ""))));
 }
 
 function renderObjects() {
@@ -33,10 +89,42 @@ function renderObjects() {
   document.querySelector("#selected").textContent = selected ? `of ${selected}` : "";
   const objs = Object.values(state.objects[selected] || {}).sort((a, b) => a.object.localeCompare(b.object));
   document.querySelector("#objects tbody").replaceChildren(...objs.map((o) =>
-    el("tr", { "data-object": o.object, "data-phase": o.phase },
+    Object.assign(el("tr", { "data-object": o.object, "data-phase": o.phase,
+                             class: "selectable" + (selectedObject && selectedObject.object === o.object ? " selected" : "") },
       el("td", {}, o.object), el("td", {}, badge(o.phase)),
       el("td", { title: o.health_message || "" }, badge(o.health)),
-      el("td", {}, o.message), el("td", {}, `${o.attempts}`))));
+      el("td", {}, o.message), el("td", {}, `${o.attempts}`)), { onclick: () => showObject(o) })));
+}
+
+function renderCharts() {
+  const minutes = state.stats.minutes || [];
+  const chart = document.querySelector("#writes-chart");
+  const top = Math.max(1, ...minutes.map((m) => m.writes + m.avoided));
+  const w = 600 / Math.max(1, minutes.length);
+  chart.replaceChildren(...minutes.flatMap((m, i) => {
+    const hw = (130 * m.writes) / top, ha = (130 * m.avoided) / top;
+    return [
+      svgEl("rect", { class: "avoided", x: i * w + 1, width: w - 2, y: 140 - ha - hw, height: ha,
+                      "data-minute": m.minute, "data-avoided": m.avoided }),
+      svgEl("rect", { class: "writes", x: i * w + 1, width: w - 2, y: 140 - hw, height: hw,
+                      "data-minute": m.minute, "data-writes": m.writes }),
+    ];
+  }));
+  const fixes = state.stats.corrections || [];
+  const ttc = document.querySelector("#ttc-chart");
+  const slowest = Math.max(0.001, ...fixes.map((c) => c.seconds));
+  const now = Date.now() / 1000;
+  ttc.replaceChildren(...fixes.map((c) => {
+    const x = 600 - (600 * (now - Date.parse(c.at) / 1000)) / 3600;
+    const dot = svgEl("circle", { class: "correction", cx: Math.max(4, Math.min(596, x)),
+                                  cy: 136 - (128 * c.seconds) / slowest, r: 4, "data-seconds": c.seconds });
+    dot.append(svgEl("title")); dot.firstChild.textContent = `${c.object}: ${c.seconds}s`;
+    return dot;
+  }));
+  const sorted = fixes.map((c) => c.seconds).sort((a, b) => a - b);
+  document.querySelector("#ttc-summary").textContent = sorted.length
+    ? `${sorted.length} corrected, median ${sorted[Math.floor(sorted.length / 2)].toFixed(3)} s, slowest ${sorted[sorted.length - 1].toFixed(3)} s`
+    : "none";
 }
 
 // newest first; at the same instant a correction goes above the detection it answers
@@ -58,7 +146,9 @@ function renderStats() {
     Object.values(s.pending || {}).reduce((a, b) => a + b, 0);
 }
 
-function render() { renderBundles(); renderObjects(); renderDrift(); renderStats(); }
+function render() {
+  renderBundles(); renderObjects(); renderDrift(); renderStats(); renderCharts(); renderRevisions();
+}
 
 function connect() {
   const live = document.querySelector("#live");
@@ -82,7 +172,9 @@ function connect() {
   source.addEventListener("drift", (e) => {
     state.drift.unshift(JSON.parse(e.data)); state.drift.length = Math.min(state.drift.length, 200); render();
   });
-  source.addEventListener("stats", (e) => { state.stats = JSON.parse(e.data); renderStats(); });
+  source.addEventListener("stats", (e) => {
+    state.stats = JSON.parse(e.data); renderStats(); renderCharts();
+  });
 }
 
 connect();

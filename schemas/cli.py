@@ -1,0 +1,196 @@
+"""What the command line prints with ``-o json``, as typed Structs (``schemas/json/cli-*``):
+numbers are numbers, times RFC 3339, absent values null — never a table's display strings."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, Literal
+
+import msgspec
+
+
+class BundleRow(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One bundle of ``driftbus bundles -o json`` (the output is a JSON array of these)."""
+
+    cluster: str
+    bundle: str
+    """Full name: ``name``, or ``tenant/name`` for a tenant's."""
+    phase: str
+    """Reconciling, Ready, Degraded, Failed, Conflict, OutOfSync or Deleted."""
+    revision: str
+    published_at: dt.datetime | None
+    age_seconds: float | None
+    """Seconds since the revision shown was published."""
+    objects: int
+    applied: int
+    ready: int
+    failed: int
+    suspended: bool
+    depends_on: list[str]
+    rollback_of: str | None
+    """The revision that was in force when this one was put back by ``driftbus rollback``."""
+    message: str
+    updated_at: dt.datetime | None
+    """When the status last changed."""
+
+
+class ObjectRow(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One object of ``driftbus status --bundle B -o json``."""
+
+    api_version: str
+    """As last seen live ("" before the watcher saw it)."""
+    group: str
+    kind: str
+    namespace: str
+    name: str
+    phase: str
+    """The object's phase (Pending, Applied, Failed, Conflict, Drifted, Kept, Pruned, …)."""
+    health: str
+    """Live health (Ready, InProgress, Failed, Unknown), or Deleted."""
+    message: str
+    revision: str
+    last_change: dt.datetime | None
+
+
+class StatusDocument(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """``driftbus status --bundle B -o json``."""
+
+    bundle: BundleRow | None
+    objects: list[ObjectRow]
+    git_source: dict[str, Any] | None
+    """The Git source's last report (``schemas/json/source-status.schema.json``), if followed."""
+
+
+class WhyRow(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One decision of ``driftbus why … -o json`` (the output is an array, oldest first)."""
+
+    at: dt.datetime | None
+    api_version: str
+    """As last seen live ("" when the watcher never saw the object)."""
+    api_group: str
+    kind: str
+    namespace: str
+    name: str
+    bundle: str
+    revision: str
+    action: str
+    """hit, apply, delete, keep or hold."""
+    reason: str
+    made_as: str | None
+    """Whom a write was made as (a tenant's ServiceAccount, or ``driftbus``); null for what
+    wrote nothing."""
+    manifest_sha: str | None
+    last_applied_manifest_sha: str | None
+    apply_sha: str | None
+    server_sha: str | None
+    planner: str
+
+
+class PlannerRow(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    planner: str
+    clusters: list[str]
+    heartbeat_at: dt.datetime
+    heartbeat_age_seconds: float
+
+
+class ClaimRow(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    cluster: str
+    planner: str | None
+    """null: released."""
+    fencing_token: int
+    since: dt.datetime
+    since_seconds: float
+
+
+class ShardsDocument(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """``driftbus shards -o json``: the planner replicas and who plans which cluster."""
+
+    planners: list[PlannerRow]
+    clusters: list[ClaimRow]
+
+
+PlanAction = Literal["apply", "delete", "keep", "unchanged", "error"]
+
+
+class PlanChange(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One field that differs between the live object and the server's dry-run of the manifest
+    (Secret values are ``***``)."""
+
+    op: Literal["add", "remove", "change"]
+    path: str
+    """Dotted path into the object, list items as ``[i]``: ``spec.template.spec.containers[0]``."""
+    old: Any = None
+    new: Any = None
+
+
+class PlanObject(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    api_version: str
+    """``apps/v1``; "" only for an object to delete whose version was never seen."""
+    group: str
+    kind: str
+    namespace: str
+    name: str
+    action: PlanAction
+    reason: str
+    """The planner's reason (``new``, ``manifest``, ``drift``, ``prune``, ``annotation``…) or,
+    for ``error``, what the server answered to the dry-run."""
+    changes: list[PlanChange]
+    ignored: list[str]
+    """JSON pointers of fields neither applied nor compared."""
+
+
+class PlanSummary(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    apply: int
+    delete: int
+    keep: int
+    unchanged: int
+    error: int
+
+
+class PlanDocument(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """``driftbus plan -o json``: what a publish would do, and why."""
+
+    cluster: str
+    bundle: str
+    changes: bool
+    """Anything to apply or delete (``--exit-code`` 2)."""
+    errors: bool
+    """An object the server refuses in a dry-run (``--exit-code`` 1)."""
+    force: bool
+    """Planned as a publish with ``--force`` (field conflicts taken over)."""
+    summary: PlanSummary
+    objects: list[PlanObject]
+
+
+class BinaryVersion(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    name: str
+    version: str
+    """The pinned version driftbus builds it at (``tools/go/``)."""
+    path: str | None
+    """Where it is found (a cache build, ``PATH``, ``KUBEBUILDER_ASSETS``); null: not built."""
+
+
+class VersionDocument(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """``driftbus version -o json``."""
+
+    driftbus: str
+    python: str
+    binaries: list[BinaryVersion]
+
+
+class UpInfo(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """``driftbus up -o json``: one line describing the running stack, once it runs."""
+
+    cluster: str
+    nats_url: str
+    kubeconfig: str
+    workdir: str
+    pid: int
+    """The ``up`` process: stop it (SIGINT/SIGTERM, or ``driftbus down``) to stop everything."""
+    services: dict[str, int]
+    """Each service's name and pid."""
+    logs: str
+    context: str
+    """The context file commands read to find this stack."""
+    ui: str | None = None
+    """The status page's URL (null: no page)."""

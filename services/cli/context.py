@@ -1,0 +1,92 @@
+"""Finding the running stack, as kubectl finds its cluster: ``driftbus up`` writes a context file
+(its NATS URL, kubeconfig, cluster and pid), and every command reads it when neither
+``--nats-url`` nor ``NATS_URL`` says where the bus is.
+
+The file is ``$DRIFTBUS_UP_CONTEXT`` (not ``DRIFTBUS_CONTEXT``: that is the services' kubeconfig
+context), else ``$XDG_CONFIG_HOME/driftbus/context.json`` (default
+``~/.config/driftbus/context.json``). A context whose ``up`` is no longer running is stale: a
+command then says so in one line, naming the file, instead of trying an address nothing listens
+on. ``up`` removes its context when it stops.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+CONTEXT_ENV = "DRIFTBUS_UP_CONTEXT"
+
+
+class StaleContext(RuntimeError):
+    """The context names a stack that is no longer running."""
+
+
+def path() -> Path:
+    if explicit := os.environ.get(CONTEXT_ENV):
+        return Path(explicit)
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "driftbus" / "context.json"
+
+
+def write(info: dict[str, Any]) -> Path:
+    """Write the context of a stack ``up`` started (``info``: its stack.json)."""
+    p = path()
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_suffix(".tmp")
+    tmp.write_text(json.dumps(info, indent=2))
+    tmp.replace(p)
+    return p
+
+
+def remove(pid: int) -> None:
+    """Remove the context if it is the one of process ``pid`` (another ``up`` may own it now)."""
+    p = path()
+    try:
+        if json.loads(p.read_text()).get("pid") == pid:
+            p.unlink()
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:  # 0 and negatives name process groups, not a process
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def read() -> dict[str, Any] | None:
+    """The context of the running stack; None when there is none; StaleContext when the file
+    names a stack that stopped."""
+    p = path()
+    try:
+        info = json.loads(p.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise StaleContext(f"the context {p} cannot be read ({exc}); remove it") from None
+    if not isinstance(info, dict):
+        raise StaleContext(f"the context {p} is not a JSON object; remove it")
+    pid = info.get("pid")
+    if not isinstance(pid, int) or not _alive(pid):
+        raise StaleContext(
+            f"the stack of the context {p} is not running (driftbus up, pid {pid}, stopped); "
+            "start it again, or set NATS_URL"
+        )
+    return dict(info)
+
+
+def nats_url(flag: str | None) -> str | None:
+    """Where the bus is for a command: the flag, else ``NATS_URL``, else the running stack's
+    (None: the settings' default)."""
+    if flag or os.environ.get("NATS_URL"):
+        return flag
+    info = read()
+    return str(info["nats_url"]) if info and info.get("nats_url") else None

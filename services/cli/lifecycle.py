@@ -1,0 +1,325 @@
+"""A bundle's life after its publish: ``bundles`` (list), ``delete bundle``, ``suspend``,
+``resume`` and ``rollback`` (docs/lifecycle.md).
+
+Each is one message on a documented subject, so any NATS client can do the same: a deletion is
+a ``Bundle`` with ``delete`` on the bundle's subject, suspend/resume a ``BundleControl`` on
+``driftbus.control.<cluster>.<tenant>.<name>``, a rollback a ``RollbackRequest`` the planner
+answers on ``driftbus.rollback.<cluster>.<tenant>.<name>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import sys
+from typing import Any, get_args
+
+from schemas.cli import BundleRow
+from schemas.messages import BundleOptions, BundlePhase, BundleStatus, Propagation
+from services.cli import output
+from services.common import settings
+from services.common.bus import NatsSettings
+
+WAIT_HELP = "follow the bundle's status until it ends; the exit code says how (0 success)"
+
+
+def age(since: dt.datetime | None, now: dt.datetime) -> str:
+    """``42s``, ``7m``, ``3h``, ``2d``: how long ago, at a glance ("" unknown)."""
+    if since is None:
+        return ""
+    s = max(0, int((now - since).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size:
+            return f"{s // size}{unit}"
+    return f"{s}s"
+
+
+def bundle_row(st: BundleStatus, now: dt.datetime) -> BundleRow:
+    """One bundle as ``bundles -o json`` prints it (``schemas/json/cli-bundles.schema.json``)."""
+    return BundleRow(
+        cluster=st.cluster,
+        bundle=st.bundle,
+        phase=str(st.phase),
+        revision=st.revision,
+        published_at=st.published_at,
+        age_seconds=round((now - st.published_at).total_seconds(), 3) if st.published_at else None,
+        objects=st.counts.total,
+        applied=st.counts.applied,
+        ready=st.counts.ready,
+        failed=st.counts.failed,
+        suspended=st.suspended,
+        depends_on=list(st.depends_on),
+        rollback_of=st.rollback_of or None,
+        message=st.message,
+        updated_at=st.at,
+    )
+
+
+def table_row(st: BundleStatus, now: dt.datetime) -> dict[str, Any]:
+    notes = []
+    if st.suspended:
+        notes.append("suspended")
+    if st.rollback_of:
+        notes.append(f"rollback of {st.rollback_of}")
+    if st.depends_on:
+        notes.append("after " + ",".join(st.depends_on))
+    return {
+        "bundle": st.bundle,
+        "phase": str(st.phase),
+        "revision": st.revision[:24],
+        "age": age(st.published_at, now),
+        "ready": f"{st.counts.ready}/{st.counts.total}",
+        "notes": "; ".join(notes),
+    }
+
+
+def cmd_bundles(args: argparse.Namespace) -> int:
+    from services.cli import output, table, user
+
+    async def run() -> list[BundleStatus]:
+        nc = await user.connect(args)
+        try:
+            return await user.bundle_statuses(nc.jetstream(), args.cluster, tenant=args.tenant)
+        finally:
+            await nc.drain()
+
+    try:
+        statuses = asyncio.run(run())
+    except Exception as exc:  # noqa: BLE001 - the bus refused or is away: one line
+        return table.fail("bundles", exc)
+    now = dt.datetime.now(dt.UTC)
+    shown = [s for s in statuses if args.all or s.phase is not BundlePhase.DELETED]
+    if args.output != "table":
+        output.dump([bundle_row(s, now) for s in shown], args.output)
+    else:
+        columns = ["bundle", "phase", "revision", "age", "ready", "notes"]
+        table.emit([table_row(s, now) for s in shown], columns, "table")
+    return 0
+
+
+async def _watch(nc: Any, args: argparse.Namespace, ends: frozenset[Any]) -> Any:
+    """A wait on ``args.bundle``, started (subscribed) before what it waits for is sent."""
+    from services.cli import user
+
+    waiter = user.BundleWait(nc, args.cluster, args.bundle, ends=ends)
+    await waiter.start()
+    return waiter
+
+
+async def _wait(waiter: Any, args: argparse.Namespace, revision: str) -> int:
+    """Follow the bundle until ``revision`` reaches a phase the wait ends on (``reported``)."""
+    from services.cli import user
+
+    st = await waiter.wait(revision, within=args.timeout, progress=True)
+    return user.reported(
+        st,
+        command=args.command,
+        bundle=args.bundle,
+        revision=revision,
+        timeout=args.timeout,
+        goal="Deleted" if args.command == "delete" else "Ready",
+    )
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    from services.cli import table, user
+    from services.common.bundles import publish_bundle
+    from services.core.manifest import check_bundle_name
+
+    async def run() -> int:
+        check_bundle_name(args.bundle)
+        nc = await user.connect(args)
+        js = nc.jetstream()
+        try:
+            if not await user.bundle_statuses(js, args.cluster, args.bundle):
+                print(
+                    f"driftbus delete: no bundle {args.bundle} in cluster {args.cluster}",
+                    file=sys.stderr,
+                )
+                return 1
+            revision = "delete-" + dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+            options = BundleOptions(
+                prune=not args.keep_objects, allow_empty=True, propagation=args.propagation
+            )
+            waiter = await _watch(nc, args, DELETE_ENDS) if args.wait else None
+            await publish_bundle(
+                js,
+                cluster=args.cluster,
+                bundle=args.bundle,
+                revision=revision,
+                manifests=[],
+                options=options,
+                source="driftbus delete bundle",
+                delete=True,
+            )
+            kept = "its objects are kept" if args.keep_objects else "its objects are pruned"
+            print(f"deleting {args.bundle} in cluster {args.cluster}: {kept}", file=sys.stderr)
+            return await _wait(waiter, args, revision) if waiter is not None else 0
+        finally:
+            await nc.drain()
+
+    try:
+        return asyncio.run(run())
+    except Exception as exc:  # noqa: BLE001 - one line, naming the bundle
+        return table.fail("delete", exc)
+
+
+DELETE_ENDS = frozenset((BundlePhase.DELETED, BundlePhase.FAILED))
+
+
+def cmd_suspend(args: argparse.Namespace, *, suspended: bool) -> int:
+    from schemas.codec import encode
+    from schemas.messages import BundleControl
+    from schemas.subjects import control_subject
+    from services.cli import table, user
+    from services.core.manifest import check_bundle_name
+
+    verb = "suspend" if suspended else "resume"
+
+    async def run() -> None:
+        check_bundle_name(args.bundle)
+        nc = await user.connect(args)
+        try:
+            if not await user.bundle_statuses(nc.jetstream(), args.cluster, args.bundle):
+                print(
+                    f"driftbus {verb}: warning: no bundle {args.bundle} in cluster "
+                    f"{args.cluster} yet; this holds for it once it is published",
+                    file=sys.stderr,
+                )
+            ctl = BundleControl(
+                cluster=args.cluster,
+                bundle=args.bundle,
+                suspended=suspended,
+                reason=getattr(args, "reason", "") or "",
+                at=dt.datetime.now(dt.UTC),
+            )
+            await nc.jetstream().publish(control_subject(args.cluster, args.bundle), encode(ctl))
+        finally:
+            await nc.drain()
+
+    try:
+        asyncio.run(run())
+    except Exception as exc:  # noqa: BLE001 - one line, naming the bundle
+        return table.fail(verb, exc)
+    if suspended:
+        print(
+            f"suspended {args.bundle} in cluster {args.cluster}: nothing of it is written "
+            "(drift is reported, not corrected) until `driftbus resume`"
+        )
+    else:
+        print(f"resumed {args.bundle} in cluster {args.cluster}: what differs is written now")
+    return 0
+
+
+def cmd_rollback(args: argparse.Namespace) -> int:
+    from schemas.codec import decode, encode
+    from schemas.messages import RollbackAnswer, RollbackRequest
+    from schemas.subjects import rollback_subject
+    from services.cli import table, user
+    from services.core.manifest import check_bundle_name
+
+    async def run() -> int:
+        check_bundle_name(args.bundle)
+        nc = await user.connect(args)
+        try:
+            req = RollbackRequest(cluster=args.cluster, bundle=args.bundle, to=args.to or "")
+            waiter = await _watch(nc, args, user.WAIT_ENDS) if args.wait else None
+            try:
+                reply = await nc.request(
+                    rollback_subject(args.cluster, args.bundle), encode(req), timeout=15.0
+                )
+            except Exception as exc:  # noqa: BLE001 - no responders, a timeout
+                print(
+                    f"driftbus rollback: no planner of cluster {args.cluster} answered "
+                    f"({type(exc).__name__}); is one running?",
+                    file=sys.stderr,
+                )
+                return 2
+            answer = decode(reply.data, RollbackAnswer)
+            if not answer.ok:
+                print(f"driftbus rollback: {args.bundle}: {answer.message}", file=sys.stderr)
+                return 1
+            print(f"{args.bundle}: {answer.message}", file=sys.stderr)
+            if waiter is None:
+                return 0
+            return await _wait(waiter, args, answer.revision)
+        finally:
+            await nc.drain()
+
+    try:
+        return asyncio.run(run())
+    except Exception as exc:  # noqa: BLE001 - one line, naming the bundle
+        return table.fail("rollback", exc)
+
+
+def _bundle_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("bundle", metavar="BUNDLE", help="the bundle (TENANT/NAME for a tenant's)")
+    p.add_argument("--cluster", required=True, help="the cluster the bundle is for")
+
+
+def _wait_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--wait", action="store_true", help=WAIT_HELP)
+    p.add_argument(
+        "--timeout", type=float, default=300.0, help="seconds to --wait (default %(default)s)"
+    )
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    ls = sub.add_parser(
+        "bundles", help="list bundles: phase, revision, age, objects ready, suspended"
+    )
+    ls.add_argument("--cluster", required=True, help="the cluster whose bundles to list")
+    ls.add_argument(
+        "--tenant", help="only this tenant's bundles ('' for the platform team's, no tenant)"
+    )
+    ls.add_argument("--all", action="store_true", help="also deleted bundles")
+    output.add_output_arg(ls, "cli-bundles")
+    settings.add_arguments(ls, NatsSettings)
+    ls.set_defaults(func=cmd_bundles)
+
+    de = sub.add_parser(
+        "delete",
+        help="delete a bundle: prune its objects, then forget it",
+        description="Delete a bundle: its objects are pruned with every prune safeguard "
+        "(only what carries its label; driftbus.dev/prune: disabled and objects in use are "
+        "kept), then the bundle is forgotten. With --wait: 0 Deleted, 1 a prune failed.",
+    )
+    de.add_argument("what", choices=["bundle"], help="what to delete")
+    _bundle_args(de)
+    de.add_argument(
+        "--keep-objects", action="store_true", help="forget the bundle, leave its objects"
+    )
+    de.add_argument(
+        "--propagation",
+        choices=get_args(Propagation),
+        default=BundleOptions().propagation,
+        help="how the prune deletes treat dependents (default %(default)s)",
+    )
+    _wait_args(de)
+    settings.add_arguments(de, NatsSettings)
+    de.set_defaults(func=cmd_delete)
+
+    su = sub.add_parser("suspend", help="stop writing a bundle's objects (drift is still reported)")
+    _bundle_args(su)
+    su.add_argument("--reason", default="", help="why, shown in the bundle's status")
+    settings.add_arguments(su, NatsSettings)
+    su.set_defaults(func=lambda a: cmd_suspend(a, suspended=True))
+
+    re_ = sub.add_parser("resume", help="write a suspended bundle's objects again")
+    _bundle_args(re_)
+    settings.add_arguments(re_, NatsSettings)
+    re_.set_defaults(func=lambda a: cmd_suspend(a, suspended=False))
+
+    rb = sub.add_parser(
+        "rollback",
+        help="put an earlier revision back in force (from the bus's last revisions)",
+        description="Republish an earlier revision of a bundle (the bus keeps the last 5 "
+        "per bundle); only the objects that differ are written. With --wait: 0 Ready, 1 "
+        "Failed, Degraded or Conflict, 2 no end within --timeout.",
+    )
+    _bundle_args(rb)
+    rb.add_argument("--to", metavar="REVISION", help="default: the revision before this one")
+    _wait_args(rb)
+    settings.add_arguments(rb, NatsSettings)
+    rb.set_defaults(func=cmd_rollback)

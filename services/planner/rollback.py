@@ -1,0 +1,142 @@
+"""Rollback: an earlier revision of a bundle put back in force by republishing it from the
+bundle's history on the bus (the BUNDLES stream keeps the last few revisions per bundle).
+
+The planner answers the request (``driftbus.rollback.<cluster>.<tenant>.<name>``) because it
+reads the BUNDLES stream, which users may not (a user of one cluster would read every
+cluster's manifests, Secrets included); a tenant may ask for its own bundles only, as for
+publishing. The revision republished is an ordinary publish with ``rollback_of`` set, so the
+decision rule writes exactly the objects that differ from what is in force, and a planner that
+restarts finds it as the bundle's latest revision. ``choose`` is the pure part.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import logging
+import time
+
+import msgspec
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+
+from schemas.codec import WireError, decode, encode
+from schemas.messages import Bundle, RollbackAnswer, RollbackRequest
+from schemas.subjects import SubjectError, bundle_subject, cluster_filter, parse_subject
+from services.common import telemetry
+from services.common.bundles import revisions
+from services.planner.state import ClusterState
+
+log = logging.getLogger("driftbus.planner")
+QUEUE = "driftbus-planner"
+"""Queue group: while a cluster's claim moves between replicas, one of them answers."""
+
+
+def choose(history: list[Bundle], in_force: str, to: str) -> Bundle | str:
+    """The revision to republish from ``history`` (oldest first), or why there is none.
+
+    ``to`` names it; "" means the newest one before ``in_force`` (the revision of the view in
+    force, "" for a deleted bundle: then the newest one, an undelete). Deletions are never
+    chosen; a revision equal to the one in force is nothing to roll back to."""
+    revisions = [b for b in history if not b.delete]
+    listed = ", ".join(dict.fromkeys(b.revision for b in revisions)) or "none"
+    if to:
+        for b in reversed(revisions):
+            if b.revision == to:
+                if to == in_force:
+                    return f"revision {to} is the one in force"
+                return b
+        return f"revision {to} is not among the revisions on the bus ({listed})"
+    start = len(revisions)
+    if in_force:
+        start = next(
+            (i for i in range(len(revisions) - 1, -1, -1) if revisions[i].revision == in_force),
+            len(revisions),
+        )
+    for b in reversed(revisions[:start]):
+        if b.revision != in_force:
+            return b
+    return f"no revision before {in_force or 'the deletion'} on the bus ({listed})"
+
+
+class RollbackDesk:
+    """Answers the rollback requests of one cluster."""
+
+    def __init__(self, *, js: JetStreamContext, state: ClusterState) -> None:
+        self.js = js
+        self.state = state
+
+    async def serve(self, nc: NATS) -> None:
+        sub = await nc.subscribe(cluster_filter("rollback", self.state.cluster), queue=QUEUE)
+        try:
+            async for msg in sub.messages:
+                if not self.state.live:
+                    answer = RollbackAnswer(
+                        ok=False, message="the planner is still rebuilding its state; try again"
+                    )
+                else:
+                    try:
+                        answer = await self.answer(msg)
+                    except Exception as exc:  # noqa: BLE001 - one request failed, not the planner
+                        log.warning("rollback request on %s failed: %s", msg.subject, exc)
+                        answer = RollbackAnswer(ok=False, message=f"the rollback failed: {exc}")
+                if msg.reply:
+                    with contextlib.suppress(Exception):
+                        await nc.publish(msg.reply, encode(answer))
+        finally:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
+    async def answer(self, msg: Msg) -> RollbackAnswer:
+        try:
+            req = decode(msg.data, RollbackRequest)
+            where = parse_subject(msg.subject)
+        except (WireError, SubjectError) as exc:
+            return RollbackAnswer(ok=False, message=f"not a rollback request: {exc}")
+        if (req.cluster, req.bundle) != (where.cluster, where.bundle):
+            return RollbackAnswer(
+                ok=False,
+                message=f"the request names {req.cluster}/{req.bundle} but was sent to the "
+                f"subject of {where.cluster}/{where.bundle}",
+            )
+        view = self.state.bundles.get((req.cluster, req.bundle))
+        in_force = view.revision if view is not None else ""
+        try:
+            history = await revisions(self.js, req.cluster, req.bundle)
+        except Exception as exc:  # noqa: BLE001 - NATS away: the requester is told
+            return RollbackAnswer(ok=False, message=f"the bundle's history was not read: {exc}")
+        names = [b.revision for b in history]
+        if not history:
+            return RollbackAnswer(ok=False, message=f"no bundle {req.bundle} on the bus")
+        chosen = choose(history, in_force, req.to)
+        if isinstance(chosen, str):
+            return RollbackAnswer(ok=False, message=chosen, rollback_of=in_force, history=names)
+        again = msgspec.structs.replace(
+            chosen, published_at=dt.datetime.now(dt.UTC), rollback_of=in_force
+        )
+        subject = bundle_subject(req.cluster, req.bundle)
+        await self.js.publish(
+            subject,
+            encode(again),
+            headers=telemetry.inject(
+                {
+                    "Nats-Msg-Id": f"rollback:{req.cluster}/{req.bundle}@{again.revision}/"
+                    f"{time.time_ns()}"
+                }
+            ),
+        )
+        log.info(
+            "bundle %s/%s: rolled back from %s to %s",
+            req.cluster,
+            req.bundle,
+            in_force or "(deleted)",
+            again.revision,
+        )
+        return RollbackAnswer(
+            ok=True,
+            message=f"republished {again.revision} (was {in_force or 'deleted'})",
+            revision=again.revision,
+            rollback_of=in_force,
+            history=names,
+        )
