@@ -18,6 +18,7 @@ from bench import (
     steady,
     tenancy,
     watcher,
+    webhook,
 )
 
 SCENARIOS = {
@@ -32,6 +33,7 @@ SCENARIOS = {
     "durability": durability.run,
     "fleet": fleet.run,
     "tenancy": tenancy.run,
+    "webhook": webhook.run,
 }
 
 

@@ -217,6 +217,8 @@ class Run:
     writes_by: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)
     machine_busy: float = 0.0
     """Share of the whole machine's CPU that was busy during the run (0..1)."""
+    cpu_by_process: dict[str, float] = dataclasses.field(default_factory=dict)
+    """CPU seconds (user + system) each of the given processes used during the run."""
 
 
 def check_writes(runs: dict[str, list[Run]], objects: int) -> None:
@@ -321,14 +323,17 @@ class BenchStack:
 
     # --- contenders -----------------------------------------------------------------------
 
-    async def measured(self, work: Awaitable[Any]) -> Run:
-        """Time ``work`` and what it cost the API server."""
+    async def measured(self, work: Awaitable[Any], processes: dict[str, int] | None = None) -> Run:
+        """Time ``work`` and what it cost the API server (and each of ``processes``, name → pid,
+        in CPU seconds)."""
         pid = self.api.process.pid if self.api.process else 0
         writes0, cpu0, (busy0, total0) = write_counts(self.api), cpu_seconds(pid), machine_busy()
+        procs0 = {name: cpu_seconds(p) for name, p in (processes or {}).items()}
         start = time.perf_counter()
         await work
         seconds = time.perf_counter() - start
         cpu = cpu_seconds(pid) - cpu0
+        used = {name: cpu_seconds((processes or {})[name]) - c for name, c in procs0.items()}
         busy1, total1 = machine_busy()
         by = write_counts(self.api) - writes0
         return Run(
@@ -337,6 +342,7 @@ class BenchStack:
             sum(by.values()),
             dict(by),
             (busy1 - busy0) / max(total1 - total0, 1e-9),
+            used,
         )
 
     async def raw_apply(self, objs: list[dict[str, Any]], *, in_flight: int = 16) -> list[float]:
@@ -460,6 +466,10 @@ class DriftbusRun:
             return s.revision == revision and s.counts.applied == total
 
         return await self.watch.until(done, within, self.p.logs)
+
+    def pids(self) -> dict[str, int]:
+        """The services' processes (watcher, planner, applier-N), name → pid."""
+        return {name: p.pid for name, p in self.p.procs.items()}
 
     async def cold_apply(self, objs: list[dict[str, Any]]) -> None:
         revision = await self.publish(objs)

@@ -12,7 +12,18 @@ from pathlib import Path
 
 import pytest
 
-from bench import churn, cold, fleet, hashing, planner, scaling, steady, tenancy, watcher
+from bench import (
+    churn,
+    cold,
+    fleet,
+    hashing,
+    planner,
+    scaling,
+    steady,
+    tenancy,
+    watcher,
+    webhook,
+)
 from bench.report import Result, table
 
 pytestmark = pytest.mark.timeout(300)
@@ -38,8 +49,12 @@ def test_cold_apply_smoke() -> None:
     assert set(got) == {
         "cold-apply-4-appliers-vs-kubectl",
         "cold-apply-4-appliers-vs-raw-limit",
+        "cold-apply-4-appliers-cpu-per-object",
         "cold-apply-1-applier-vs-kubectl",
     }
+    cpu = got["cold-apply-4-appliers-cpu-per-object"].parameters["driftbus_cpu_ms_per_object"]
+    assert set(cpu) == {"watcher", "planner", "applier", "all"}
+    assert all(v > 0 for v in cpu.values()), cpu
     assert got["cold-apply-4-appliers-vs-kubectl"].parameters["writes"] == {
         "driftbus-1": 40,
         "driftbus-4": 40,
@@ -99,3 +114,13 @@ def test_fleet_smoke() -> None:
     three, one = ready.parameters["clusters_per_planner"]
     assert sorted(three.values()) == [0, 1, 1]
     assert one == {"planner-0": 2}
+
+
+def test_webhook_smoke() -> None:
+    """Every write of every contender passed the real webhook exactly once (the scenario checks
+    the API server's write counts and the webhook's reviews: 30 each)."""
+    got = _sane(webhook.run(objects=30, repetitions=1, delay=0.02))
+    params = got["webhook-4-vs-1-appliers"].parameters
+    assert params["writes"] == {"1": 30, "2": 30, "4": 30, "8": 30, "raw": 30}
+    assert params["reviews"] == {"1": 30, "2": 30, "4": 30, "8": 30, "raw": 30}
+    assert set(got) == {"webhook-4-vs-1-appliers", "webhook-8-appliers-vs-raw-limit"}

@@ -17,9 +17,8 @@ import pytest
 from nats.aio.client import Client as NATS
 
 from harness.pipeline import Pipeline, StatusWatch
+from harness.webhook import AdmissionWebhook
 from services.common.kube import KubeClient, NotFound
-
-from .webhook import AdmissionWebhook
 
 pytestmark = pytest.mark.reliability
 

@@ -1,5 +1,5 @@
-"""A real validating admission webhook, served from the test process, that the real API server
-calls.
+"""A real validating admission webhook, served from the test or bench process, that the real API
+server calls.
 
 An aiohttp HTTPS server on 127.0.0.1 (random port) with its own CA and a serving certificate for
 IP 127.0.0.1, minted here with ``cryptography``. It answers ``AdmissionReview`` v1 according to
@@ -10,12 +10,16 @@ IP 127.0.0.1, minted here with ``cryptography``. It answers ``AdmissionReview`` 
   server refuses the write);
 * ``"deny"``: ``allowed: false`` with ``deny_message`` — the webhook's policy says no.
 
+Each answer is sent ``delay`` seconds after the request arrived (0 by default): what a policy
+engine such as Gatekeeper or Kyverno adds to every write (the ``webhook`` benchmark scenario).
+
 Every request it received is kept in ``reviews`` (``requests`` counts them). ``register``
 installs it as a ``ValidatingWebhookConfiguration`` for CREATE/UPDATE of v1 ConfigMaps in one
 namespace only (optionally only objects with given labels), so other tests sharing the session's
-API server never meet it; ``unregister`` removes it. The API server loads webhook configurations
-through an informer: ``register`` waits until a dry-run probe is seen here, so the webhook is
-really in force when it returns.
+API server never meet it; ``configuration`` also takes other ``rules`` and several namespaces.
+``unregister`` removes it. The API server loads webhook configurations through an informer:
+``register`` waits until a dry-run probe is seen here, so the webhook is really in force when it
+returns.
 
     async with AdmissionWebhook() as hook:
         await hook.register(kube, namespace)
@@ -174,8 +178,15 @@ class Review:
 class AdmissionWebhook:
     """See the module documentation."""
 
-    def __init__(self, *, mode: Mode = "allow", deny_message: str = "denied by the test webhook"):
+    def __init__(
+        self,
+        *,
+        mode: Mode = "allow",
+        deny_message: str = "denied by the test webhook",
+        delay: float = 0.0,
+    ):
         self.mode: Mode = mode
+        self.delay = delay
         self.deny_message = deny_message
         self.reviews: list[Review] = []
         self.tls = mint_tls()
@@ -243,6 +254,8 @@ class AdmissionWebhook:
             )
         )
         self._changed.set()
+        if self.delay:
+            await asyncio.sleep(self.delay)
         if mode == "error":
             return web.Response(status=500, text="test webhook is failing on purpose (mode=error)")
         response: dict[str, Any] = {"uid": req.get("uid", ""), "allowed": mode == "allow"}
@@ -282,17 +295,21 @@ class AdmissionWebhook:
     def configuration(
         self,
         name: str,
-        namespace: str,
+        namespace: str | list[str],
         *,
         object_labels: dict[str, str] | None = None,
         timeout_seconds: int = 3,
+        rules: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
-        """The ``ValidatingWebhookConfiguration``: CREATE/UPDATE of v1 ConfigMaps in
-        ``namespace`` only (and, with ``object_labels``, only objects carrying them)."""
+        """The ``ValidatingWebhookConfiguration``: CREATE/UPDATE of v1 ConfigMaps (or what
+        ``rules`` name) in ``namespace`` only, or in each of a list (and, with
+        ``object_labels``, only objects carrying them)."""
+        names = [namespace] if isinstance(namespace, str) else list(namespace)
         webhook: dict[str, Any] = {
             "name": f"{name}.driftbus.test",
             "clientConfig": {"url": self.url, "caBundle": self.ca_bundle},
-            "rules": [
+            "rules": rules
+            or [
                 {
                     "apiGroups": [""],
                     "apiVersions": ["v1"],
@@ -302,7 +319,11 @@ class AdmissionWebhook:
                 }
             ],
             # the API server labels every namespace with its own name
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+            "namespaceSelector": {
+                "matchExpressions": [
+                    {"key": "kubernetes.io/metadata.name", "operator": "In", "values": names}
+                ]
+            },
             "failurePolicy": "Fail",
             "sideEffects": "None",  # also lets dry-run requests (the probe) reach it
             "admissionReviewVersions": ["v1"],
