@@ -12,6 +12,7 @@ from bench import (
     durability,
     fleet,
     hashing,
+    memory,
     planner,
     report,
     scaling,
@@ -34,6 +35,7 @@ SCENARIOS = {
     "fleet": fleet.run,
     "tenancy": tenancy.run,
     "webhook": webhook.run,
+    "memory": memory.run,
 }
 
 

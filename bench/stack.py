@@ -33,7 +33,13 @@ import orjson
 import yaml
 from nats.aio.client import Client as NATS
 
-from harness.pipeline import Pipeline, StatusWatch, planner_ready, write_counts
+from harness.pipeline import (
+    FAST_HEARTBEATS,
+    Pipeline,
+    StatusWatch,
+    planner_ready,
+    write_counts,
+)
 from schemas.messages import BundlePhase, BundleStatus
 from schemas.tenants import TenantPolicy
 from services.common import bus
@@ -398,10 +404,13 @@ class BenchStack:
         bundle: str = BUNDLE,
         policy: TenantPolicy | None = None,
         role_env: dict[str, dict[str, str]] | None = None,
+        quick_claim: bool = False,
     ) -> AsyncIterator[DriftbusRun]:
         """A fresh nats-server (JetStream fsync policy ``sync_interval``, the server's default
         when empty), the tenant ``policy`` in force if given, and (unless ``start=False``) the
-        services, warmed up and idle; the run publishes ``bundle``."""
+        services, warmed up and idle; the run publishes ``bundle``. ``quick_claim`` shortens the
+        planner's heartbeats as the tests do (it claims the cluster in ~1 s instead of ~10 s;
+        nothing timed depends on it)."""
         self.runs += 1
         workdir = self.workdir / f"run-{self.runs}"
         nats_server = servers.NatsServer(workdir / "nats", sync_interval=sync_interval)
@@ -410,6 +419,8 @@ class BenchStack:
         p = Pipeline(stack=stack, nats=nats_server, cluster="bench", workdir=workdir)
         p.log_level = "INFO"
         p.role_env = role_env or {}
+        if quick_claim:
+            p.planner_env = dict(FAST_HEARTBEATS)
         nc = await nats.connect(nats_server.client_url)
         try:
             run = DriftbusRun(p, nc, appliers, bundle)

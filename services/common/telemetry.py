@@ -62,13 +62,17 @@ def setup(service: str, s: TelemetrySettings) -> None:
             ],
         )
     )
-    provider = TracerProvider(resource=resource)
-    if s.otlp_endpoint:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    if not s.otlp_endpoint:
+        # No exporter: keep the API's no-op tracer. It still passes a message's trace context
+        # on (a traced publish stays one trace through this process), but records nothing; an
+        # SDK provider without an exporter would build and drop a span per object.
+        return
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-        endpoint = s.otlp_endpoint.rstrip("/") + "/v1/traces"
-        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
+    provider = TracerProvider(resource=resource)
+    endpoint = s.otlp_endpoint.rstrip("/") + "/v1/traces"
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
     trace.set_tracer_provider(provider)
 
 

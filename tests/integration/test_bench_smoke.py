@@ -17,6 +17,7 @@ from bench import (
     cold,
     fleet,
     hashing,
+    memory,
     planner,
     scaling,
     steady,
@@ -124,3 +125,13 @@ def test_webhook_smoke() -> None:
     assert params["writes"] == {"1": 30, "2": 30, "4": 30, "8": 30, "raw": 30}
     assert params["reviews"] == {"1": 30, "2": 30, "4": 30, "8": 30, "raw": 30}
     assert set(got) == {"webhook-4-vs-1-appliers", "webhook-8-appliers-vs-raw-limit"}
+
+
+def test_memory_smoke() -> None:
+    """Resident memory is read from the real processes after the bundle is applied; the scenario
+    checks the API server saw exactly one write per object."""
+    got = _sane(memory.run(objects=40, repetitions=1))
+    assert set(got) == {"memory-planner-rss", "memory-watcher-rss"}
+    assert got["memory-planner-rss"].parameters["writes"] == 40
+    for r in got.values():
+        assert 10 < r.driftbus < 1000, r.driftbus_samples  # MiB: a live Python process
