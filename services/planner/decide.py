@@ -154,14 +154,21 @@ def _step(e: Entry, event: Event, held: Decision | None) -> tuple[Entry, Decisio
     match event:
         case Desired():
             republished = e.manifest_sha == event.manifest_sha
-            e = dataclasses.replace(
-                e,
-                bundle=event.bundle,
-                revision=event.revision,
-                manifest_sha=event.manifest_sha,
-                prune=event.prune,
-                correct_drift=event.correct_drift,
-            )
+            if not (
+                republished
+                and e.bundle == event.bundle
+                and e.revision == event.revision
+                and e.prune == event.prune
+                and e.correct_drift == event.correct_drift
+            ):  # a republish of the same revision (a periodic reconcile) changes nothing
+                e = dataclasses.replace(
+                    e,
+                    bundle=event.bundle,
+                    revision=event.revision,
+                    manifest_sha=event.manifest_sha,
+                    prune=event.prune,
+                    correct_drift=event.correct_drift,
+                )
             return _emit(e, evaluate(e, republished=republished), Trigger.BUNDLE, held)
         case Removed():
             return _removed(e, event, held)

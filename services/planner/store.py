@@ -114,6 +114,8 @@ class EntryStore:
         self._groups: dict[tuple[str, str, str, str], dict[str, bytes]] = {}
         self._strings = _Strings()
         self._count = 0
+        self._last: tuple[Entry | None, bytes | None] = (None, None)
+        """The entry ``get`` unpacked last and its record."""
         self._sweep_at = 1024
 
     # --- mapping interface ----------------------------------------------------------------
@@ -131,7 +133,13 @@ class EntryStore:
 
     def get(self, slot: Slot) -> Entry | None:
         record = self._record(slot)
-        return None if record is None else self._unpack(slot[1], record)
+        if record is None:
+            return None
+        entry = self._unpack(slot[1], record)
+        # an entry written back unchanged (a hit: ``step`` returns the very entry it was given)
+        # is not packed again
+        self._last = (entry, record)
+        return entry
 
     def __getitem__(self, slot: Slot) -> Entry:
         entry = self.get(slot)
@@ -147,6 +155,9 @@ class EntryStore:
             names = self._groups[group] = {}
         if k.name not in names:
             self._count += 1
+        last_entry, last_record = self._last
+        if entry is last_entry and names.get(k.name) is last_record:
+            return
         names[k.name] = self._pack(entry)
         if len(self._strings) > self._sweep_at:
             self._sweep()

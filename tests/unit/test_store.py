@@ -138,3 +138,31 @@ def test_old_revisions_are_swept_from_the_string_table() -> None:
     store["c", keys[0]] = dataclasses.replace(store["c", keys[0]], revision="rev-3000")
     assert store["c", keys[0]].revision == "rev-3000"
     assert store["c", keys[1]].revision == "rev-2999"
+
+
+def test_an_entry_written_back_unchanged_keeps_its_record_and_a_changed_one_is_packed() -> None:
+    """A hit (``step`` returns the very entry it got) is not packed again; anything else is,
+    including the same entry written after its record was replaced or deleted."""
+    store = EntryStore()
+    slot = ("c", KEY)
+    store[slot] = Entry(KEY, bundle="b", revision="r1", manifest_sha=sha("m"))
+    record = store._record(slot)
+
+    store[slot] = store[slot]  # unchanged: the record object itself stays
+    assert store._record(slot) is record
+
+    e = store[slot]
+    store[slot] = dataclasses.replace(e, revision="r2")  # changed: packed
+    assert store._record(slot) is not record
+    assert store[slot].revision == "r2"
+
+    stale = store[slot]
+    store[slot] = dataclasses.replace(stale, inflight=sha("m"))
+    store[slot] = stale  # the record was replaced since ``stale`` was read: written again
+    assert store[slot] == stale
+
+    gone = store[slot]
+    del store[slot]
+    store[slot] = gone  # deleted since it was read: stored again, and counted
+    assert store[slot] == gone
+    assert len(store) == 1

@@ -19,6 +19,7 @@ import aiohttp
 import orjson
 from multidict import CIMultiDict
 
+from services.common.kube import credentials
 from services.common.kube.discovery import AGGREGATED, Discovery, Resource
 from services.common.kube.errors import Gone, KubeError, Retryable, error_for
 from services.common.telemetry import meter
@@ -76,25 +77,11 @@ class KubeClient:
     async def from_kubeconfig(
         cls, path: str | None = None, context: str | None = None, **kwargs: Any
     ) -> KubeClient:
-        # imported here: kubernetes_asyncio.client loads every API model (~0.5 s of CPU), a
-        # cost the planner, the CLI's bus-only commands and every test subprocess need not pay
-        from kubernetes_asyncio.client import Configuration
-        from kubernetes_asyncio.config import load_kube_config
-
-        config = Configuration()
-        await load_kube_config(
-            config_file=path, context=context, client_configuration=config, persist_config=False
-        )
-        return cls(config, **kwargs)
+        return cls(await credentials.from_kubeconfig(path, context), **kwargs)
 
     @classmethod
     def in_cluster(cls, **kwargs: Any) -> KubeClient:
-        from kubernetes_asyncio.client import Configuration
-        from kubernetes_asyncio.config import load_incluster_config
-
-        config = Configuration()
-        load_incluster_config(client_configuration=config)  # type: ignore[no-untyped-call]
-        return cls(config, **kwargs)
+        return cls(credentials.in_cluster(), **kwargs)
 
     def _ssl(self) -> ssl.SSLContext | bool:
         c = self._config
