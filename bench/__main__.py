@@ -36,6 +36,7 @@ SCENARIOS = {
     "tenancy": tenancy.run,
     "webhook": webhook.run,
     "memory": memory.run,
+    "memory-fleet": memory.run_fleet,
 }
 
 

@@ -38,7 +38,7 @@ _KINDS = {"namespaces", "configmaps", "secrets"}
 DEFAULTS = PlannerSettings()
 
 
-def _objects(namespace: str, n: int, seed: int) -> list[dict[str, Any]]:
+def bundle_objects(namespace: str, n: int, seed: int) -> list[dict[str, Any]]:
     """ConfigMaps and Secrets (Ready once applied: no controllers run in this stack)."""
     rng = random.Random(seed)
     words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"]
@@ -98,7 +98,10 @@ async def _one_run(
         started = time.monotonic()
         for i, name in enumerate(names):
             await f.pipelines[name].publish(
-                nc.jetstream(), bundle, _objects(f"fleet-{tag}-{i}", objects, seed=i), force=True
+                nc.jetstream(),
+                bundle,
+                bundle_objects(f"fleet-{tag}-{i}", objects, seed=i),
+                force=True,
             )
         for name in names:
             await watches[name].ready("r1", 900, f.logs)

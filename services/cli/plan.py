@@ -15,6 +15,7 @@ import dataclasses
 from typing import Any, cast
 
 from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
 
 from schemas.cli import PlanAction
 from schemas.codec import WireError, decode
@@ -56,17 +57,22 @@ class PlanRow:
 
 async def _state(js: JetStreamContext, cluster: str) -> dict[ObjectKey, list[facts.Fact]]:
     """The last fact of each stream the planner rebuilds from (APPLIED, SERVER, OUTCOMES), per
-    object, in that order: the compacted view a planner starting now would replay."""
+    object, in that order: the compacted view a planner starting now would replay. A stream
+    not made yet (no planner has run on this bus) holds nothing."""
     known: dict[ObjectKey, list[facts.Fact]] = {}
     for stream, family, kind in (
         (bus.APPLIED, "applied", AppliedEvent),
         (bus.SERVER, "server", ServerEvent),
         (bus.OUTCOMES, "outcome", OutcomeEvent),
     ):
-        async for m in bus.Follower(js, stream, cluster_filter(family, cluster)).snapshot():
-            with contextlib.suppress(WireError):
-                fact = cast(facts.Fact, decode(m.data, kind))
-                known.setdefault(fact.key, []).append(fact)
+        try:
+            async for m in bus.Follower(js, stream, cluster_filter(family, cluster)).snapshot():
+                with contextlib.suppress(WireError):
+                    fact = cast(facts.Fact, decode(m.data, kind))
+                    known.setdefault(fact.key, []).append(fact)
+        except NotFoundError as exc:
+            if exc.err_code != bus.STREAM_NOT_FOUND:
+                raise
     return known
 
 

@@ -135,3 +135,7 @@ def test_memory_smoke() -> None:
     assert got["memory-planner-rss"].parameters["writes"] == 40
     for r in got.values():
         assert 10 < r.driftbus < 1000, r.driftbus_samples  # MiB: a live Python process
+    # across clusters: every cluster got exactly one write per object (checked inside)
+    got = _sane(memory.run_fleet(objects=20, repetitions=1, clusters=2))
+    assert set(got) == {"memory-fleet-planner-rss", "memory-fleet-watcher-rss"}
+    assert got["memory-fleet-planner-rss"].parameters["writes_per_cluster"] == 20

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import pytest
 from nats.aio.client import Client as NATS
 
 from harness.pipeline import DecisionLog, Pipeline, StatusWatch, settle, write_counts, writes_since
@@ -18,6 +19,7 @@ from services.common.kube import KubeClient
 
 from ..conftest import unique_name
 from .test_cli import driftbus
+from .test_corpus import CORPUS
 from .test_pipeline import mixed_bundle
 from .test_tenancy import started
 from .test_trust import cm, namespace_of
@@ -282,6 +284,37 @@ esac
 """
 
 
+async def test_plan_on_a_bus_nothing_ran_on_yet_plans_creates(
+    pipeline: Pipeline, tmp_path: Path
+) -> None:
+    """A CI job may plan before any planner has made the streams (a new bus, a first
+    cluster): nothing is known yet, so every object is a create; not a traceback."""
+    ns, bundle = unique_name("fresh"), unique_name("fresh")
+    (tmp_path / "all.json").write_text(
+        json.dumps({"kind": "List", "items": [namespace_of(ns), cm(ns, "a")]})
+    )
+    code, out, err = await driftbus(
+        pipeline,
+        "plan",
+        str(tmp_path / "all.json"),
+        "--cluster",
+        pipeline.cluster,
+        "--bundle",
+        bundle,
+        "--exit-code",
+        "-o",
+        "json",
+    )
+    assert code == 2, err
+    assert "Traceback" not in err, err
+    doc = json.loads(out)
+    assert sorted((o["kind"], o["action"]) for o in doc["objects"]) == [
+        ("ConfigMap", "apply"),
+        ("Namespace", "apply"),
+    ], doc
+    assert (doc["changes"], doc["errors"]) == (True, False), doc
+
+
 async def test_plan_exit_code_gates_a_scripted_ci_step(
     pipeline: Pipeline, pnc: NATS, kube: KubeClient, tmp_path: Path
 ) -> None:
@@ -377,6 +410,7 @@ async def test_plan_exit_code_gates_a_scripted_ci_step(
     assert b["changes"] == [{"op": "change", "path": "data.k", "old": "theirs", "new": "ours"}]
 
 
+@pytest.mark.skipif(not CORPUS.is_dir(), reason=f"no corpus at {CORPUS} (../shared/corpus)")
 async def test_a_real_install_split_into_its_crds_and_the_rest_applies_in_order(
     pipeline: Pipeline, pnc: NATS, kube: KubeClient
 ) -> None:
@@ -387,8 +421,6 @@ async def test_a_real_install_split_into_its_crds_and_the_rest_applies_in_order(
     the worker and no Gatekeeper runs here, so they would refuse every Namespace written after
     (check-ignore-label fails closed). test_corpus applies them whole, to a cluster of its own."""
     from services.common.load import load_paths
-
-    from .test_corpus import CORPUS
 
     loaded = load_paths([str(CORPUS / "gatekeeper")])
     webhooks = {"ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"}

@@ -55,6 +55,8 @@ reconnect and a restarted planner re-emitting the intents it had in flight."""
 WRONG_LAST_SEQUENCE = 10071
 """JetStream's error code for a publish whose expected last sequence did not match."""
 COMPARE_REFUSED = frozenset((WRONG_LAST_SEQUENCE, 10163, 10164))
+STREAM_NOT_FOUND = 10059
+"""JetStream's err_code for a stream that does not exist (yet: planners make them)."""
 """Codes of a refused compare-and-publish worth comparing again: the wrong sequence, and on a
 clustered stream "not ready" (10163) and another expected-sequence publish on the subject still
 in flight (10164)."""
