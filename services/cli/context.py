@@ -11,6 +11,7 @@ on. ``up`` removes its context when it stops.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 from pathlib import Path
@@ -90,3 +91,22 @@ def nats_url(flag: str | None) -> str | None:
         return flag
     info = read()
     return str(info["nats_url"]) if info and info.get("nats_url") else None
+
+
+def add_cluster_arg(p: argparse.ArgumentParser, what: str) -> None:
+    """``--cluster``, defaulting to the running stack's (``main`` fills it in: ``cluster``)."""
+    p.add_argument(
+        "--cluster",
+        help=f"{what} (default: the cluster of the stack `driftbus up` runs, when NATS_URL "
+        "is unset)",
+    )
+    p.set_defaults(cluster_from_context=True)
+
+
+def cluster(flag: str | None) -> str | None:
+    """The cluster a command is about: the flag, else the running stack's when the bus is its
+    own (``NATS_URL`` unset); None when neither says."""
+    if flag or os.environ.get("NATS_URL"):
+        return flag
+    info = read()
+    return str(info["cluster"]) if info and info.get("cluster") else None

@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from services.cli import context
+
 
 def load_manifests(args: argparse.Namespace) -> Any:
     """The manifests named on the command line: PATH... or --git REPO --ref REF [--path DIR];
@@ -92,7 +94,7 @@ def add_source_args(p: argparse.ArgumentParser) -> None:
         help="directories (recursive; hidden files and directories below them skipped), "
         "YAML/JSON files, .tar.gz tarballs",
     )
-    p.add_argument("--cluster", required=True, help="the cluster the bundle is for")
+    context.add_cluster_arg(p, "the cluster the bundle is for")
     p.add_argument("--bundle", required=True, help="the bundle's name")
     p.add_argument("--git", metavar="REPO", help="read the manifests from a Git repository")
     p.add_argument(

@@ -17,7 +17,7 @@ from typing import Any, get_args
 
 from schemas.cli import BundleRow
 from schemas.messages import BundleOptions, BundlePhase, BundleStatus, Propagation
-from services.cli import output
+from services.cli import context, output
 from services.common import settings
 from services.common.bus import NatsSettings
 
@@ -255,7 +255,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
 
 def _bundle_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("bundle", metavar="BUNDLE", help="the bundle (TENANT/NAME for a tenant's)")
-    p.add_argument("--cluster", required=True, help="the cluster the bundle is for")
+    context.add_cluster_arg(p, "the cluster the bundle is for")
 
 
 def _wait_args(p: argparse.ArgumentParser) -> None:
@@ -269,7 +269,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     ls = sub.add_parser(
         "bundles", help="list bundles: phase, revision, age, objects ready, suspended"
     )
-    ls.add_argument("--cluster", required=True, help="the cluster whose bundles to list")
+    context.add_cluster_arg(ls, "the cluster whose bundles to list")
     ls.add_argument(
         "--tenant", help="only this tenant's bundles ('' for the platform team's, no tenant)"
     )

@@ -63,11 +63,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from services.cli import context
     from services.cli.context import StaleContext
     from services.cli.user import BusUnreachable
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     try:
+        if getattr(args, "cluster_from_context", False) and args.cluster is None:
+            args.cluster = context.cluster(None)
+            if args.cluster is None:
+                parser.error(f"{args.command}: --cluster is required (no driftbus up is running)")
         code: int = args.func(args)
     except (BusUnreachable, StaleContext) as exc:  # one line, no traceback
         print(f"driftbus {args.command}: {exc}", file=sys.stderr)

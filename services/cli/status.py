@@ -11,7 +11,7 @@ import signal
 import sys
 from typing import Any
 
-from services.cli import follow, output
+from services.cli import context, follow, output
 from services.common import settings
 from services.common.bus import NatsSettings
 
@@ -272,7 +272,7 @@ def cmd_shards(args: argparse.Namespace) -> int:
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     st = sub.add_parser("status", help="current state of bundles (and objects with --bundle)")
-    st.add_argument("--cluster", required=True, help="the cluster whose bundles to show")
+    context.add_cluster_arg(st, "the cluster whose bundles to show")
     st.add_argument("--bundle", help="one bundle (TENANT/NAME for a tenant's), with its objects")
     st.add_argument(
         "--tenant", help="only this tenant's bundles ('' for the platform team's, no tenant)"
@@ -308,7 +308,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         metavar="KIND[.GROUP]/NAMESPACE/NAME",
         help="the object; KIND[.GROUP]/NAME for a cluster-scoped one",
     )
-    why.add_argument("--cluster", required=True, help="the cluster the object is in")
+    context.add_cluster_arg(why, "the cluster the object is in")
     output.add_output_arg(why, "cli-why")
     settings.add_arguments(why, NatsSettings)
     why.set_defaults(func=cmd_why)
