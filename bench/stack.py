@@ -484,7 +484,8 @@ class DriftbusRun:
 
     async def cold_apply(self, objs: list[dict[str, Any]]) -> None:
         revision = await self.publish(objs)
-        await self.applied(revision, len(objs))
+        # 600 s, or more for big bundles: 100,000 objects take ~13 min on two shared cores
+        await self.applied(revision, len(objs), within=max(600.0, len(objs) / 50))
 
 
 def labelled(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
