@@ -20,6 +20,7 @@ import random
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -65,19 +66,30 @@ def bundle_objects(namespace: str, n: int, seed: int) -> list[dict[str, Any]]:
     return out
 
 
-async def _one_run(
-    cs: list[servers.Cluster], workdir: Path, planners: int, objects: int, tag: str
-) -> tuple[float, dict[str, float], dict[str, int]]:
+async def one_run(
+    cs: list[servers.Cluster],
+    workdir: Path,
+    planners: int,
+    objects: int,
+    tag: str,
+    *,
+    heartbeat: tuple[float, float] = (DEFAULTS.heartbeat_interval, DEFAULTS.heartbeat_timeout),
+    measure: Callable[[Fleet], dict[str, float]] | None = None,
+) -> tuple[float, dict[str, float], dict[str, int], dict[str, float]]:
+    """One bundle of ``objects`` per cluster, planned by ``planners`` replicas: seconds until
+    all are Ready, CPU seconds per planner, clusters per planner, and what ``measure`` reads
+    of the running fleet then (the ``memory-fleet`` scenario's RSS)."""
     nats_server = servers.NatsServer(workdir / "nats")
     await asyncio.to_thread(nats_server.start)
     names = [f"{tag}-k{i}" for i in range(len(cs))]
+    interval, timeout = heartbeat
     f = Fleet(
         clusters=cs,
         names=names,
         nats=nats_server,
         workdir=workdir,
-        heartbeat_interval=DEFAULTS.heartbeat_interval,
-        heartbeat_timeout=DEFAULTS.heartbeat_timeout,
+        heartbeat_interval=interval,
+        heartbeat_timeout=timeout,
     )
     f.set_log_level("INFO")
     nc = await nats.connect(nats_server.client_url)
@@ -92,7 +104,7 @@ async def _one_run(
         f.start_cluster_services()
         for i in range(planners):
             f.start_planner(f"planner-{i}")
-        await asyncio.sleep(3 * DEFAULTS.heartbeat_interval)  # processes up, replicas met
+        await asyncio.sleep(3 * interval)  # processes up, replicas met
         writes_before = {n: write_requests(c.apiserver) for n, c in zip(names, cs, strict=True)}
         cpu_before = {p: cpu_seconds(proc.pid) for p, proc in f.planners.items()}
         started = time.monotonic()
@@ -115,7 +127,7 @@ async def _one_run(
             assert writes == objects, f"{n}: {writes} writes for {objects} objects: {mine}"
         claims = await f.claims(nc.jetstream())
         per_planner = {p: sum(1 for c in claims.values() if c.planner == p) for p in f.planners}
-        return took, cpu, per_planner
+        return took, cpu, per_planner, measure(f) if measure is not None else {}
     finally:
         await nc.drain()
         await asyncio.to_thread(f.stop_all)
@@ -133,7 +145,7 @@ async def _main(objects: int, repetitions: int, count: int) -> list[Result]:
             for rep in range(repetitions):
                 for planners in (3, 1):
                     tag = f"r{rep}p{planners}"
-                    took, cpu, shares = await _one_run(cs, root / tag, planners, objects, tag)
+                    took, cpu, shares, _ = await one_run(cs, root / tag, planners, objects, tag)
                     seconds[planners].append(took)
                     busiest[planners].append(max(cpu.values()))
                     total_cpu[planners].append(sum(cpu.values()))

@@ -28,19 +28,14 @@ import tempfile
 import time
 from pathlib import Path
 
-import nats
-
-from bench.fleet import bundle_objects
+from bench.fleet import one_run
 from bench.report import Result
 from bench.stack import BenchStack, labelled, manifests, rss_bytes
 from harness.fleet import Fleet, clusters
-from harness.pipeline import FAST_HEARTBEATS, StatusWatch, write_requests
-from services.controlplane import servers
+from harness.pipeline import FAST_HEARTBEATS
 
 MIB = 1024 * 1024
 TARGET_MIB = {"planner": 150.0, "watcher": 200.0}
-FLEET_KINDS = {"namespaces", "configmaps", "secrets"}
-"""What the fleet bundles hold: only these writes count (fresh API servers write their own)."""
 
 
 async def _main(objects: int, repetitions: int) -> list[Result]:
@@ -94,55 +89,28 @@ async def _main(objects: int, repetitions: int) -> list[Result]:
 
 
 async def _fleet(count: int, objects: int) -> dict[str, float]:
-    """One run across ``count`` clusters of ``objects`` each: RSS of the planner and of the
-    largest watcher (MiB), and the seconds until every bundle was Ready."""
+    """One run across ``count`` clusters of ``objects`` each (the ``fleet`` scenario's run, one
+    planner): RSS of the planner and of the largest watcher (MiB) once every bundle is Ready,
+    and the seconds that took."""
+
+    def rss(f: Fleet) -> dict[str, float]:
+        watchers = [p.procs["watcher-0"].pid for p in f.pipelines.values()]
+        return {
+            "planner": rss_bytes(f.planners["planner-0"].pid) / MIB,
+            "watcher": max(rss_bytes(pid) for pid in watchers) / MIB,
+        }
+
+    heartbeat = (
+        float(FAST_HEARTBEATS["DRIFTBUS_HEARTBEAT_INTERVAL"]),
+        float(FAST_HEARTBEATS["DRIFTBUS_HEARTBEAT_TIMEOUT"]),
+    )
     with tempfile.TemporaryDirectory(prefix="driftbus-bench-memory-") as tmp:
         root = Path(tmp)
         with clusters(root / "clusters", count) as cs:
-            nats_server = servers.NatsServer(root / "nats")
-            await asyncio.to_thread(nats_server.start)
-            names = [f"mem-k{i}" for i in range(count)]
-            f = Fleet(
-                clusters=cs,
-                names=names,
-                nats=nats_server,
-                workdir=root / "run",
-                heartbeat_interval=float(FAST_HEARTBEATS["DRIFTBUS_HEARTBEAT_INTERVAL"]),
-                heartbeat_timeout=float(FAST_HEARTBEATS["DRIFTBUS_HEARTBEAT_TIMEOUT"]),
+            took, _, _, measured = await one_run(
+                cs, root / "run", 1, objects, "mem", heartbeat=heartbeat, measure=rss
             )
-            f.set_log_level("INFO")
-            nc = await nats.connect(nats_server.client_url)
-            try:
-                watches = {name: StatusWatch() for name in names}
-                for name, w in watches.items():
-                    await w.start(nc, name, "memory")
-                f.start_cluster_services()
-                f.start_planner("planner-0")
-                await asyncio.sleep(3)  # processes up, the planner claimed the clusters
-                before = {n: write_requests(c.apiserver) for n, c in zip(names, cs, strict=True)}
-                start = time.perf_counter()
-                for i, name in enumerate(names):
-                    await f.pipelines[name].publish(
-                        nc.jetstream(), "memory", bundle_objects(f"mem-{i}", objects, seed=i)
-                    )
-                for w in watches.values():
-                    await w.ready("r1", 1800, f.logs)
-                took = time.perf_counter() - start
-                for n, c in zip(names, cs, strict=True):
-                    delta = write_requests(c.apiserver) - before[n]
-                    writes = sum(v for k, v in delta.items() if k[1] in FLEET_KINDS)
-                    assert writes == objects, f"{n}: {writes} writes for {objects} objects"
-                await asyncio.sleep(2)
-                watchers = [p.procs["watcher-0"].pid for p in f.pipelines.values()]
-                return {
-                    "planner": rss_bytes(f.planners["planner-0"].pid) / MIB,
-                    "watcher": max(rss_bytes(pid) for pid in watchers) / MIB,
-                    "seconds": took,
-                }
-            finally:
-                await nc.drain()
-                await asyncio.to_thread(f.stop_all)
-                await asyncio.to_thread(nats_server.stop)
+    return {**measured, "seconds": took}
 
 
 def run_fleet(*, objects: int = 20_000, repetitions: int = 1, clusters: int = 5) -> list[Result]:

@@ -18,17 +18,12 @@ Targets: 4 appliers ≥ 3.5 × one applier; 8 appliers ≥ 0.8 × the raw limit 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import statistics
 import sys
-import time
 from typing import Any
-
-import orjson
 
 from bench.report import Result
 from bench.stack import (
-    CRD_GROUP,
     KINDS,
     BenchStack,
     Run,
@@ -38,6 +33,7 @@ from bench.stack import (
     namespaces_for,
 )
 from harness.webhook import AdmissionWebhook
+from services.common.kube import KubeClient
 
 APPLIERS = (1, 2, 4, 8)
 PER_APPLIER = 2
@@ -65,61 +61,34 @@ def rules() -> list[dict[str, Any]]:
     ]
 
 
-async def register(b: BenchStack, hook: AdmissionWebhook, namespaces: list[str]) -> None:
-    """Install the webhook for the mix in ``namespaces`` and wait until the API server calls it
-    (its informer loads configurations a moment after they are written)."""
-    name = "driftbus-bench-latency"
-    config = hook.configuration(name, namespaces, rules=rules(), timeout_seconds=10)
-    await b.apply(
-        f"/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{name}", config
-    )
-    probe = {
-        "apiVersion": f"{CRD_GROUP}/v1",
-        "kind": "Widget",
-        "metadata": {"name": "webhook-probe", "namespace": namespaces[0]},
-    }
-    path = f"/apis/{CRD_GROUP}/v1/namespaces/{namespaces[0]}/widgets/webhook-probe"
-    deadline = time.monotonic() + 60
-    while not hook.calls("webhook-probe", dry_run=True):
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"the API server never called the bench webhook at {hook.url}")
-        with contextlib.suppress(RuntimeError):
-            await b.request(
-                "PATCH",
-                path,
-                params={"fieldManager": "bench-setup", "force": "true", "dryRun": "All"},
-                data=orjson.dumps(probe),
-                headers={"Content-Type": "application/apply-patch+yaml"},
-            )
-        await asyncio.sleep(0.2)
-
-
 async def _main(objects: int, repetitions: int, delay: float) -> list[Result]:
     objs = manifests(objects)
     namespaces = namespaces_for(objects)
     runs: dict[str, list[Run]] = {**{str(n): [] for n in APPLIERS}, "raw": []}
     reviewed: dict[str, list[int]] = {k: [] for k in runs}
-    async with BenchStack.start(objects) as b, AdmissionWebhook(delay=delay) as hook:
-        await register(b, hook, namespaces)
+    async with BenchStack.start(objects) as b:
+        kube = await KubeClient.from_kubeconfig(str(b.cluster.kubeconfig))
+        async with kube, AdmissionWebhook(delay=delay) as hook:
+            await hook.register(kube, namespaces, rules=rules(), timeout_seconds=10, within=60)
 
-        async def measured(key: str, work: Any) -> None:
-            before = len(hook.calls())
-            runs[key].append(await b.measured(work))
-            reviewed[key].append(len(hook.calls()) - before)
-            await b.cleanup(namespaces)
+            async def measured(key: str, work: Any) -> None:
+                before = len(hook.calls())
+                runs[key].append(await b.measured(work))
+                reviewed[key].append(len(hook.calls()) - before)
+                await b.cleanup(namespaces)
 
-        for rep in range(repetitions):
-            for n in APPLIERS:
-                env = {"applier": {"DRIFTBUS_CONCURRENCY": str(PER_APPLIER)}}
-                async with b.pipeline(n, role_env=env, quick_claim=True) as d:
-                    await measured(str(n), d.cold_apply(objs))
-            await measured("raw", b.raw_apply(labelled(objs)))
-            print(
-                f"  webhook rep {rep + 1}/{repetitions}: "
-                + ", ".join(f"{k}: {objects / v[-1].seconds:.0f}/s" for k, v in runs.items()),
-                file=sys.stderr,
-                flush=True,
-            )
+            for rep in range(repetitions):
+                for n in APPLIERS:
+                    env = {"applier": {"DRIFTBUS_CONCURRENCY": str(PER_APPLIER)}}
+                    async with b.pipeline(n, role_env=env, quick_claim=True) as d:
+                        await measured(str(n), d.cold_apply(objs))
+                await measured("raw", b.raw_apply(labelled(objs)))
+                print(
+                    f"  webhook rep {rep + 1}/{repetitions}: "
+                    + ", ".join(f"{k}: {objects / v[-1].seconds:.0f}/s" for k, v in runs.items()),
+                    file=sys.stderr,
+                    flush=True,
+                )
     check_writes(runs, objects)
     # every write passed the webhook (a create is reviewed once; nothing was written twice)
     assert all(set(v) == {objects} for v in reviewed.values()), reviewed

@@ -342,27 +342,34 @@ class AdmissionWebhook:
     async def register(
         self,
         kube: KubeClient,
-        namespace: str,
+        namespace: str | list[str],
         *,
         object_labels: dict[str, str] | None = None,
         timeout_seconds: int = 3,
+        rules: list[dict[str, Any]] | None = None,
         within: float = 30.0,
     ) -> str:
-        """Install the webhook for ConfigMaps in ``namespace`` and wait until the API server
-        calls it (a dry-run probe reaches it, whatever the mode); returns the configuration's
-        name. Must be started first."""
+        """Install the webhook for ConfigMaps (or what ``rules`` name, ConfigMaps among them)
+        in ``namespace`` (or each of a list) and wait until the API server calls it (a dry-run
+        ConfigMap probe in the first namespace reaches it, whatever the mode); returns the
+        configuration's name. Must be started first."""
         if not self.port:
             raise RuntimeError("start the webhook before registering it")
         name = f"driftbus-test-{uuid.uuid4().hex[:8]}"
         await kube.apply(
             self.configuration(
-                name, namespace, object_labels=object_labels, timeout_seconds=timeout_seconds
+                name,
+                namespace,
+                object_labels=object_labels,
+                timeout_seconds=timeout_seconds,
+                rules=rules,
             ),
             field_manager="driftbus-tests",
             force=True,
         )
         self.config_name, self._kube = name, kube
-        await self._until_in_force(kube, namespace, object_labels or {}, within)
+        first = namespace if isinstance(namespace, str) else namespace[0]
+        await self._until_in_force(kube, first, object_labels or {}, within)
         return name
 
     async def _until_in_force(
