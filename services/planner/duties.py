@@ -25,6 +25,7 @@ from services.planner.bundles import BundleIntake, Fold, Prune
 from services.planner.decide import Resend, Working
 from services.planner.settings import PlannerSettings
 from services.planner.state import ClusterState
+from services.planner.store import Slot
 
 log = logging.getLogger("driftbus.planner")
 STATUS_REFRESH = 24 * 3600.0
@@ -103,12 +104,17 @@ class Duties:
                     queued = await bus.last_message(
                         self.js, bus.INTENTS, object_subject("intent", slot[0], slot[1])
                     )
+                    unread = queued is None and await self._fact_unread(slot)
                 except Exception as exc:  # noqa: BLE001 - NATS away: ask again next round
                     log.debug("%s: intent queue not read: %s", slot[1], exc)
                     continue
+                if entries.get(slot) != entry:
+                    continue  # a fact was folded meanwhile: ask again next round if need be
                 if queued is not None and emit.is_inflight(queued.data, entry):
                     await self.fold(slot, Working(entry.inflight, now))  # queued: not lost
                     continue
+                if unread:
+                    continue  # answered: the fact is on its way to us
                 log.warning(
                     "%s: no outcome of its intent for %.0fs and it is not queued: sending again",
                     slot[1],
@@ -116,6 +122,17 @@ class Duties:
                 )
                 self.state.counters["resent"] += 1
                 await self.fold(slot, Resend())
+
+    async def _fact_unread(self, slot: Slot) -> bool:
+        """Whether the object has a fact on the bus this planner has not folded yet. An applier
+        publishes its fact *before* it acks the intent, and the ack takes the intent off the
+        queue at once: an intent just carried out is no longer queued while its fact still
+        waits in our follower. Read after the queue, so such a fact is always seen here."""
+        for stream, kind in ((bus.APPLIED, "applied"), (bus.OUTCOMES, "outcome")):
+            last = await bus.last_message(self.js, stream, object_subject(kind, *slot))
+            if last is not None and (last.seq or 0) > self.state.read_up_to.get(stream, 0):
+                return True
+        return False
 
     async def intents_pending(self) -> None:
         """Intents waiting (queued + being applied): the autoscaling signal."""

@@ -57,6 +57,10 @@ from services.planner.store import Slot
 log = logging.getLogger("driftbus.planner")
 
 
+FACT_STREAMS = {"applied": bus.APPLIED, "outcome": bus.OUTCOMES}
+"""The answers to intents, by the kind of message the run loop reads them as."""
+
+
 class PlannerStopped(RuntimeError):
     """A part of the planner ended that must run as long as it does."""
 
@@ -299,6 +303,9 @@ class Planner:
             # Bad input never stops the planner: report and carry on.
             log.error("ignoring message on %s: %s", msg.subject, exc)
             self.state.counters["bad_messages"] += 1
+        if (stream := FACT_STREAMS.get(kind)) is not None:
+            # read, good or bad: the lost-intent check asks whether a fact was (``duties``)
+            self.state.read_up_to[stream] = msg.metadata.sequence.stream
 
     def _on_policy(self, msg: Msg) -> None:
         """A new tenant policy, or one that cannot be used: then no new revision is taken (the

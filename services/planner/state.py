@@ -41,6 +41,9 @@ class ClusterState:
     """The cluster's watcher has completed its initial lists: prune may trust the view."""
     live: bool = False
     """The rebuild from the streams is complete: facts are decided, not only folded."""
+    read_up_to: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Stream name -> sequence of the last message of it this planner has folded (each stream
+    is followed in order): whether a fact on the bus was read yet."""
     counters: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     """Decisions by ``action:reason``, and ``bad_messages``, ``bundles_refused``, ``resent``."""
     policy: TenantPolicy = dataclasses.field(default_factory=TenantPolicy)

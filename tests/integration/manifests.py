@@ -33,6 +33,10 @@ def crd(group: str, kind: str, scope: str = "Namespaced") -> dict[str, Any]:
     }
 
 
+def namespace_of(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+
+
 def cm(ns: str, name: str) -> dict[str, Any]:
     """A ConfigMap ``ns/name`` whose data names it."""
     return {

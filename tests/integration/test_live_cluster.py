@@ -20,6 +20,7 @@ from harness.pipeline import DecisionLog, Pipeline, StatusWatch, settle
 from services.common.kube import KubeClient, NotFound
 
 from ..conftest import unique_name
+from .manifests import namespace_of
 
 pytestmark = pytest.mark.integration
 
@@ -37,10 +38,6 @@ def deployment(ns: str, image: str) -> dict[str, Any]:
             },
         },
     }
-
-
-def namespace_of(name: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
 
 
 async def test_a_deployment_is_ready_when_its_controller_says_and_a_rollout_costs_no_write(

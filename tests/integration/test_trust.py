@@ -24,6 +24,7 @@ from services.common.kube import KubeClient, NotFound
 from services.common.load import Loaded, Manifest
 
 from ..conftest import unique_name
+from .manifests import namespace_of
 from .waits import until_object
 
 
@@ -34,10 +35,6 @@ def cm(ns: str, name: str, **data: str) -> dict[str, Any]:
         "metadata": {"name": name, "namespace": ns},
         "data": data or {"k": name},
     }
-
-
-def namespace_of(name: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
 
 
 async def test_case1_an_empty_revision_is_refused_and_prunes_nothing(
