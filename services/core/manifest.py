@@ -8,7 +8,7 @@ revision label would change every object's SHA on every revision and re-apply ev
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from schemas.subjects import ObjectKey, SubjectError, join_bundle, split_bundle
@@ -139,7 +139,7 @@ def owned(obj: Mapping[str, Any], bundle: str) -> dict[str, Any]:
     return {**obj, "metadata": meta}
 
 
-def bundle_kinds(manifests: list[Any]) -> list[str]:
+def bundle_kinds(manifests: Iterable[Any]) -> list[str]:
     """``Bundle.kinds`` of ``manifests``: each ``apiVersion/Kind`` once, sorted; entries without
     both are left out (the planner refuses them with the object's position)."""
     return sorted(

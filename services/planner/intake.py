@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import re
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import msgspec
@@ -86,7 +87,7 @@ class BundleView:
         )
 
 
-def learn_crds(scopes: Scopes, manifests: list[Any]) -> bool:
+def learn_crds(scopes: Scopes, manifests: Iterable[Any]) -> bool:
     """Learn the scope of every kind a CRD of the revision defines; True if any was new."""
     learned = False
     for raw in manifests:
@@ -109,7 +110,7 @@ def ignoring(
 
 
 def checked_revision(
-    bundle: Bundle, manifests: list[Any], scopes: Scopes
+    bundle: Bundle, manifests: Sequence[Any], scopes: Scopes
 ) -> list[tuple[Slot, bytes, bytes]]:
     """Every object of the revision keyed, owned and hashed — or ManifestError naming every
     bad one: a revision with one bad object is refused whole (applying the rest would prune
