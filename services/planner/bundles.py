@@ -31,12 +31,13 @@ from schemas.messages import (
 )
 from schemas.subjects import SubjectError, bundle_status_subject, parse_subject
 from schemas.tenants import TenantPolicy
-from services.common import bus
+from services.common import bus, heap
 from services.common.bundles import BundleError, load_manifests
 from services.core.manifest import ManifestError, apply_order, check_bundle_name
 from services.core.scope import UnknownScope
 from services.planner import emit, holds, limits, takeover
 from services.planner.board import StatusBoard
+from services.planner.codebook import Codebook
 from services.planner.decide import DELETE_INFLIGHT, Desired, Event, Release
 from services.planner.decisions import pace
 from services.planner.intake import BundleView, checked_revision, learn_crds
@@ -47,6 +48,10 @@ log = logging.getLogger("driftbus.planner")
 
 Fold = Callable[[Slot, Event], Awaitable[None]]
 Prune = Callable[[BundleView], Awaitable[None]]
+
+
+RELEASE_AFTER = 5_000
+"""Objects in a revision after whose intake the heap's freed memory is handed back."""
 
 
 class BundleIntake:
@@ -91,8 +96,12 @@ class BundleIntake:
             return
         ident = (where.cluster, where.bundle or "")
         checked = await self._checked(msg, ident)
-        if checked is not None:
-            await self._take(ident, *checked, seq=msg.metadata.sequence.stream)
+        if checked is None:
+            return
+        await self._take(ident, *checked, seq=msg.metadata.sequence.stream)
+        if len(checked[1]) >= RELEASE_AFTER:
+            del checked  # every object's decoded and encoded copies are garbage now
+            heap.release_freed()
 
     async def recheck(self, msg: Msg) -> None:
         """A bundle queued again when a scope was learned or the policy changed, unless a later
@@ -214,12 +223,16 @@ class BundleIntake:
             self.board.continue_trace(ident, trace.set_span_in_context(span))
         self.board.answer(ident)
         objects = sorted(taken.objects, key=lambda d: apply_order(d[0][1]))
+        book = Codebook.of([encoded for _, encoded, _ in objects])
         for i, (slot, encoded, sha) in enumerate(objects):
-            st.details.set_manifest(slot, encoded)
+            if st.details.manifest(slot) != encoded:  # a republish: no packing again
+                st.details.set_manifest(slot, encoded, book)
             await self.fold(
                 slot, Desired(name, bundle.revision, sha, options.prune, options.drift == "correct")
             )
             await pace(i)  # heartbeats and publishes run between decisions
+        if book is not None:
+            book.seal()
         left = previous.keys - view.keys if previous is not None else set()
         for key in left:
             await self._release((cluster, key), view)

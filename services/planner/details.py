@@ -9,18 +9,20 @@ nothing left to say, so objects neither desired nor live nor failing cost nothin
 from __future__ import annotations
 
 from schemas.messages import Health, OutcomeEvent
+from services.planner.codebook import Codebook
 from services.planner.store import Slot
 
 
 class Detail:
-    """One object's record (``__slots__``: 64 bytes; the fields are shared, not copied)."""
+    """One object's record (``__slots__``: 72 bytes; the fields are shared, not copied)."""
 
-    __slots__ = ("health", "health_message", "manifest", "outcome")
+    __slots__ = ("book", "health", "health_message", "manifest", "outcome")
 
     def __init__(self) -> None:
         self.manifest: bytes | None = None
-        """The desired manifest as compact JSON: decoded only for the rare intent (a miss), or
-        to read a CRD's kind when it is pruned."""
+        """The desired manifest as compact JSON, deflated by ``book`` when there is one: read
+        only for the rare intent (a miss), or to read a CRD's kind when it is pruned."""
+        self.book: Codebook | None = None
         self.health: Health | None = None
         """The watcher's kstatus health of the live object; None when not live (or not seen)."""
         self.health_message = ""
@@ -47,8 +49,11 @@ class Details:
     # --- reading --------------------------------------------------------------------------
 
     def manifest(self, slot: Slot) -> bytes | None:
+        """The desired manifest as compact JSON."""
         d = self._of.get(slot)
-        return d.manifest if d is not None else None
+        if d is None or d.manifest is None:
+            return None
+        return d.manifest if d.book is None else d.book.unpack(d.manifest)
 
     def health(self, slot: Slot) -> tuple[Health, str]:
         """The live object's health and why; ``Unknown`` when it is not live or not seen."""
@@ -63,12 +68,14 @@ class Details:
 
     # --- writing --------------------------------------------------------------------------
 
-    def set_manifest(self, slot: Slot, manifest: bytes) -> None:
-        self._record(slot).manifest = manifest
+    def set_manifest(self, slot: Slot, manifest: bytes, book: Codebook | None = None) -> None:
+        """Hold ``manifest``, deflated by its revision's ``book`` if given (``codebook``)."""
+        d = self._record(slot)
+        d.manifest, d.book = (manifest if book is None else book.pack(manifest)), book
 
     def drop_manifest(self, slot: Slot) -> None:
         if (d := self._of.get(slot)) is not None:
-            d.manifest = None
+            d.manifest = d.book = None
             self._drop_if_empty(slot, d)
 
     def set_health(self, slot: Slot, health: Health, message: str) -> None:

@@ -8,6 +8,7 @@ import pytest
 
 from schemas.messages import Health, ObjectPhase, OutcomeEvent
 from schemas.subjects import ObjectKey
+from services.planner.codebook import Codebook
 from services.planner.details import Details
 
 SLOT = ("c", ObjectKey("", "ConfigMap", "ns", "a"))
@@ -27,6 +28,10 @@ Step = Callable[[Details], None]
 
 def manifest(d: Details) -> None:
     d.set_manifest(SLOT, b'{"kind":"ConfigMap"}')
+
+
+def packed_manifest(d: Details) -> None:
+    d.set_manifest(SLOT, CM, Codebook([CM, b'{"kind":"Secret"}']))
 
 
 def healthy(d: Details) -> None:
@@ -57,6 +62,10 @@ CM = b'{"kind":"ConfigMap"}'
 CASES: list[tuple[str, list[Step], bytes | None, tuple[Health, str], OutcomeEvent | None, bool]] = [
     ("nothing-known-reads-as-unknown", [], None, UNKNOWN, None, False),
     ("desired-object-keeps-its-manifest", [manifest], CM, UNKNOWN, None, True),
+    ("a-manifest-held-packed-reads-as-it-was", [packed_manifest], CM, UNKNOWN, None, True),
+    ("a-packed-manifest-dropped", [packed_manifest, left_bundle], None, UNKNOWN, None, False),
+    ("a-new-revision-holds-it-plain-again", [packed_manifest, manifest], CM, UNKNOWN, None,
+     True),
     ("seen-healthy", [healthy], None, READY, None, True),
     ("tombstone-forgets-health", [healthy, deleted], None, UNKNOWN, None, False),
     ("failure-is-kept-until-applied", [failed], None, UNKNOWN, FAILED, True),
