@@ -84,13 +84,19 @@ def read() -> dict[str, Any] | None:
     return dict(info)
 
 
-def nats_url(flag: str | None) -> str | None:
-    """Where the bus is for a command: the flag, else ``NATS_URL``, else the running stack's
-    (None: the settings' default)."""
+def _flag_or_running(flag: str | None, field: str) -> str | None:
+    """The flag, else (when ``NATS_URL`` does not name another bus) the running stack's
+    ``field``; None when neither says."""
     if flag or os.environ.get("NATS_URL"):
         return flag
     info = read()
-    return str(info["nats_url"]) if info and info.get("nats_url") else None
+    return str(info[field]) if info and info.get(field) else None
+
+
+def nats_url(flag: str | None) -> str | None:
+    """Where the bus is for a command: the flag, else ``NATS_URL``, else the running stack's
+    (None: the settings' default)."""
+    return _flag_or_running(flag, "nats_url")
 
 
 def add_cluster_arg(p: argparse.ArgumentParser, what: str) -> None:
@@ -106,7 +112,4 @@ def add_cluster_arg(p: argparse.ArgumentParser, what: str) -> None:
 def cluster(flag: str | None) -> str | None:
     """The cluster a command is about: the flag, else the running stack's when the bus is its
     own (``NATS_URL`` unset); None when neither says."""
-    if flag or os.environ.get("NATS_URL"):
-        return flag
-    info = read()
-    return str(info["cluster"]) if info and info.get("cluster") else None
+    return _flag_or_running(flag, "cluster")

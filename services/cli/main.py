@@ -64,7 +64,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from services.cli import context
-    from services.cli.context import StaleContext
     from services.cli.user import BusUnreachable
 
     parser = build_parser()
@@ -75,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.cluster is None:
                 parser.error(f"{args.command}: --cluster is required (no driftbus up is running)")
         code: int = args.func(args)
-    except (BusUnreachable, StaleContext) as exc:  # one line, no traceback
+    except (BusUnreachable, context.StaleContext) as exc:  # one line, no traceback
         print(f"driftbus {args.command}: {exc}", file=sys.stderr)
         return 1
     return code

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
 
+from bench.stack import rss_bytes
 from services.common import heap
 
 
 def _rss() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise LookupError("VmRSS")
+    return rss_bytes(os.getpid())
 
 
 def test_a_freed_burst_of_manifest_sized_objects_is_handed_back() -> None:
