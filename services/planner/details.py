@@ -39,6 +39,9 @@ class Details:
 
     def __init__(self) -> None:
         self._of: dict[Slot, Detail] = {}
+        self.changed: set[Slot] | None = None
+        """Once a reader sets it (``ledger``): every slot whose health or outcome changed since
+        it last looked (the manifest is not counted: no status reads it)."""
 
     def __len__(self) -> int:
         return len(self._of)
@@ -81,21 +84,29 @@ class Details:
     def set_health(self, slot: Slot, health: Health, message: str) -> None:
         d = self._record(slot)
         d.health, d.health_message = health, message
+        self._note(slot)
 
     def drop_health(self, slot: Slot) -> None:
         """The object is gone from the cluster (a tombstone)."""
         if (d := self._of.get(slot)) is not None:
             d.health, d.health_message = None, ""
             self._drop_if_empty(slot, d)
+            self._note(slot)
 
     def set_outcome(self, slot: Slot, outcome: OutcomeEvent) -> None:
         self._record(slot).outcome = outcome
+        self._note(slot)
 
     def drop_outcome(self, slot: Slot) -> None:
         """An applied fact replaces the applier's earlier word."""
         if (d := self._of.get(slot)) is not None:
             d.outcome = None
             self._drop_if_empty(slot, d)
+            self._note(slot)
+
+    def _note(self, slot: Slot) -> None:
+        if self.changed is not None:
+            self.changed.add(slot)
 
     def _record(self, slot: Slot) -> Detail:
         d = self._of.get(slot)

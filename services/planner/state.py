@@ -18,8 +18,9 @@ from services.planner import holds, limits, prune
 from services.planner.decide import Entry, Removed
 from services.planner.details import Details
 from services.planner.intake import BundleView
+from services.planner.ledger import Ledger
 from services.planner.store import EntryStore, Slot
-from services.planner.tally import Known, bundle_status, tally
+from services.planner.tally import Known, bundle_status
 
 
 @dataclasses.dataclass(eq=False)
@@ -59,6 +60,8 @@ class ClusterState:
     """Why the latest policy stored on the bus cannot be used, at start or since ("" when it
     can): then no new revision is taken, of any bundle, until a valid policy is applied — a
     tenant's limits are never guessed, nor a lockdown forgotten."""
+    ledger: Ledger = dataclasses.field(default_factory=Ledger)
+    """Each bundle's tally, kept current from the objects that changed (what the status reads)."""
 
     def identity(self, bundle: str) -> Impersonation | None:
         """Whom the writes of ``bundle`` are made as (its tenant's ServiceAccount), now."""
@@ -93,7 +96,7 @@ class ClusterState:
     def bundle_status(self, view: BundleView) -> BundleStatus:
         known = Known(self.entries, self.details, self.unserved, self.watcher_synced, self.in_use)
         hold = self.hold(view.name)
-        t = tally(view, known)
+        t = self.ledger.tally(view, known, self.bundles)
         t.hold = hold.message if hold is not None else ""
         t.suspended = view.name in self.suspended
         return bundle_status(view, t)

@@ -88,6 +88,14 @@ def _sha_mode(value: Sha | None, same_as: Sha | None, tail: list[bytes]) -> int:
     return _TAIL
 
 
+def _stray_of(record: bytes) -> int:
+    """The id of the bundle whose label a live object carries when no bundle declares it, else 0."""
+    flags, bundle, _, owner_of, _, _, server_rv, *_ = _HEADER.unpack_from(record)
+    if bundle or flags & (_MANIFEST | _SERVER_DELETED) or server_rv <= 0:
+        return 0
+    return int(owner_of)
+
+
 class Progress(NamedTuple):
     """Of an object with a desired manifest (see ``EntryStore.progress``)."""
 
@@ -117,6 +125,8 @@ class EntryStore:
         self._last: tuple[Entry | None, bytes | None] = (None, None)
         """The entry ``get`` unpacked last and its record."""
         self._sweep_at = 1024
+        self.changed: set[Slot] | None = None
+        """Once a reader sets it (``ledger``): each slot written or deleted since it last looked."""
 
     # --- mapping interface ----------------------------------------------------------------
 
@@ -159,6 +169,8 @@ class EntryStore:
         if entry is last_entry and names.get(k.name) is last_record:
             return
         names[k.name] = self._pack(entry)
+        if self.changed is not None:
+            self.changed.add(slot)
         if len(self._strings) > self._sweep_at:
             self._sweep()
 
@@ -169,6 +181,8 @@ class EntryStore:
         self._count -= 1
         if not self._groups[group]:
             del self._groups[group]
+        if self.changed is not None:
+            self.changed.add(slot)
 
     def progress(self, slot: Slot) -> Progress | None:
         """How far one desired object got, read from the record's header alone.
@@ -215,14 +229,22 @@ class EntryStore:
             if c != cluster:
                 continue
             for name, record in names.items():
-                flags, bundle, _, owner_of, _, _, server_rv, *_ = _HEADER.unpack_from(record)
-                if (
-                    owner_of == owner_id
-                    and not bundle
-                    and not flags & (_MANIFEST | _SERVER_DELETED)
-                    and server_rv > 0
-                ):
+                if _stray_of(record) == owner_id:
                     yield c, ObjectKey(group, kind, namespace, name)
+
+    def stray_of(self, slot: Slot) -> str:
+        """The bundle whose label the object carries if it is a stray of it (see ``strays``),
+        else ""."""
+        record = self._record(slot)
+        return self._strings.by_id[_stray_of(record)] if record is not None else ""
+
+    def all_strays(self) -> Iterator[tuple[Slot, str]]:
+        """Every stray with the bundle whose label it carries."""
+        by_id = self._strings.by_id
+        for (c, group, kind, namespace), names in self._groups.items():
+            for name, record in names.items():
+                if owner_id := _stray_of(record):
+                    yield (c, ObjectKey(group, kind, namespace, name)), by_id[owner_id]
 
     def overdue(self, before: float) -> Iterator[Slot]:
         """Slots with an intent in flight since before ``before`` (header only: cheap enough to

@@ -1,14 +1,21 @@
 """Counting one bundle's objects into a ``Tally`` (then ``status.bundle_phase`` names the phase).
 
+Each object of the revision gets a ``mark`` (what it counts as, and the line naming it), held in
+the bundle's ``Book``; ``tally_of`` turns a book, the revision's own problems and its strays into
+the tally. ``tally`` counts from scratch; the planner keeps its books current from the objects
+that changed (``ledger``), and ``tally`` is what that must equal.
+
 Pure: reads the planner's entries and details (the appliers' last words, the watcher's health)
-as they are, and changes nothing.
+as they are, and changes nothing of them.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import heapq
-from collections.abc import Callable
+import itertools
+from collections.abc import Callable, Collection
+from typing import Any
 
 from schemas.messages import WORKING_PHASES, BundleStatus, Health, ObjectPhase
 from schemas.subjects import ObjectKey
@@ -55,8 +62,134 @@ def bundle_status(view: BundleView, t: Tally) -> BundleStatus:
     )
 
 
+# What an object of a bundle counts as (``mark``): READY is no mark at all, so a bundle that is
+# Ready holds nothing per object in its ``Book``.
+SKIP, FAILED, CONFLICT, IN_FLIGHT, WAITING, UNOBSERVED, DRIFTED, UNHEALTHY, NOT_READY = range(9)
+Mark = tuple[int, str]
+"""(what the object counts as, the line that names it in the status, or "")"""
+
+
+def mark(slot: Slot, known: Known) -> Mark | None:
+    """What one desired object counts as in its bundle's tally; None when it is Ready."""
+    key = slot[1]
+    p = known.entries.progress(slot)
+    if p is None:
+        return SKIP, ""
+    if p.failed:
+        oc = known.details.outcome(slot)
+        line = f"{key}: {oc.phase}: {oc.message}" if oc else f"{key}: failed"
+        return (CONFLICT if oc is not None and oc.phase is ObjectPhase.CONFLICT else FAILED), line
+    if p.inflight:
+        oc = known.details.outcome(slot)
+        if oc is not None and oc.phase in WORKING_PHASES:
+            return WAITING, f"{key}: {oc.phase}: {oc.message}"
+        return IN_FLIGHT, ""
+    if not p.applied:
+        return SKIP, ""
+    if not p.observed:
+        return UNOBSERVED, ""
+    if p.retired:
+        return None  # finished, and removed by its controller as its manifest asks
+    if p.drifted:
+        return DRIFTED, f"{key}: drifted"
+    h, why = known.details.health(slot)
+    if h is Health.READY:
+        return None
+    if h is Health.FAILED:
+        return UNHEALTHY, f"{key}: unhealthy: {why}"
+    return NOT_READY, f"{key}: not ready ({h}): {why}" if why else f"{key}: not ready ({h})"
+
+
+def _in_apply_order(item: tuple[ObjectKey, str]) -> tuple[int, str, str, str, str]:
+    return apply_order(item[0])
+
+
+def _by_line(item: tuple[ObjectKey, str]) -> str:
+    return item[1]
+
+
+# the lines of the status, in this order: each group ordered as given, and only the first
+# MAX_LISTED of each kept (the status lists no more; ordering every line of a big bundle on
+# every tick cost more than the counting)
+_GROUPS: list[tuple[tuple[int, ...], Callable[[tuple[ObjectKey, str]], Any]]] = [
+    ((DRIFTED,), _in_apply_order),
+    ((FAILED, CONFLICT), _in_apply_order),
+    ((UNHEALTHY,), _by_line),
+    ((WAITING,), _by_line),
+    ((NOT_READY,), _in_apply_order),
+]
+
+
+class Book:
+    """The marks of one bundle revision's objects: per mark, the objects with it and their lines.
+
+    Ready objects hold nothing. ``put`` changes one object's mark; the counts are the sizes of the
+    per-mark maps, and each group's listed lines are ordered again only when it changed."""
+
+    def __init__(self, view: BundleView) -> None:
+        self.view = view
+        self.size = len(view.keys)
+        """how many keys the view had when this book was filled: a key taken away since (by
+        another bundle's take-over) needs a new book"""
+        self._of: list[dict[ObjectKey, str]] = [{} for _ in range(NOT_READY + 1)]
+        self._listed: dict[int, list[str]] = {}
+
+    @classmethod
+    def filled(cls, view: BundleView, known: Known) -> Book:
+        book = cls(view)
+        for key in view.keys:
+            book.put(key, mark((view.cluster, key), known))
+        return book
+
+    def fits(self, view: BundleView) -> bool:
+        return self.view is view and self.size == len(view.keys)
+
+    def put(self, key: ObjectKey, m: Mark | None) -> None:
+        for i, of in enumerate(self._of):
+            if key in of:
+                if m is not None and m[0] == i and of[key] == m[1]:
+                    return
+                del of[key]
+                self._changed(i)
+                break
+        if m is not None:
+            self._of[m[0]][key] = m[1]
+            self._changed(m[0])
+
+    def _changed(self, m: int) -> None:
+        for i, (marks, _) in enumerate(_GROUPS):
+            if m in marks:
+                self._listed.pop(i, None)
+
+    def count(self, *marks: int) -> int:
+        return sum(len(self._of[m]) for m in marks)
+
+    def ready(self) -> int:
+        return self.size - sum(len(of) for of in self._of)
+
+    def lines(self) -> list[str]:
+        """The lines naming the objects that are not Ready, in the status's order."""
+        out: list[str] = []
+        for i, (marks, order) in enumerate(_GROUPS):
+            listed = self._listed.get(i)
+            if listed is None:
+                items = itertools.chain.from_iterable(self._of[m].items() for m in marks)
+                listed = self._listed[i] = [
+                    line for _, line in heapq.nsmallest(MAX_LISTED, items, key=order)
+                ]
+            out += listed
+        return out
+
+
 def tally(view: BundleView, known: Known) -> Tally:
-    """Count what is known about the objects of ``view`` (and of its prunes)."""
+    """Count what is known about the objects of ``view`` (and of its prunes), from scratch."""
+    strays = list(known.entries.strays(view.cluster, view.name))
+    return tally_of(view, known, Book.filled(view, known), strays)
+
+
+def tally_of(view: BundleView, known: Known, book: Book, strays: Collection[Slot]) -> Tally:
+    """The tally of ``view`` from its filled ``book`` and the live objects carrying its label
+    that no bundle declares (``strays``)."""
     shown = view.refused[0] if view.refused else view.revision
     t = Tally(shown, total=len(view.keys) + len(view.errors))
     t.refused = view.refused[1] if view.refused else ""
@@ -64,69 +197,16 @@ def tally(view: BundleView, known: Known) -> Tally:
     t.deleting = view.deleting
     t.outside = len(view.outside)
     t.unserved = list(known.unserved)
-    t.failed = len(view.errors)
-    failing: list[ObjectKey] = []
-    unhealthy: list[str] = []
-    waiting: list[str] = []
-    not_ready: list[tuple[ObjectKey, Health, str]] = []
-    for key in view.keys:
-        slot = (view.cluster, key)
-        p = known.entries.progress(slot)
-        if p is None:
-            continue
-        if p.failed:
-            failing.append(key)
-            continue
-        if p.inflight:
-            t.in_flight += 1
-            oc = known.details.outcome(slot)
-            if oc is not None and oc.phase in WORKING_PHASES:
-                waiting.append(f"{key}: {oc.phase}: {oc.message}")
-            continue
-        if not p.applied:
-            continue
-        t.applied += 1
-        if not p.observed:
-            t.unobserved += 1
-            continue
-        if p.retired:
-            t.ready += 1  # finished, and removed by its controller as its manifest asks
-            continue
-        if p.drifted:
-            t.drifted += 1
-            t.problems.append(f"{key}: drifted")
-            continue
-        h, why = known.details.health(slot)
-        if h is Health.READY:
-            t.ready += 1
-        elif h is Health.FAILED:
-            t.unhealthy += 1
-            unhealthy.append(f"{key}: unhealthy: {why}")
-        else:
-            not_ready.append((key, h, why))
-    # sorted only now: sorting every key of a big bundle on every tick cost more than counting
-    for key in sorted(failing, key=apply_order):
-        oc = known.details.outcome((view.cluster, key))
-        if oc is not None and oc.phase is ObjectPhase.CONFLICT:
-            t.conflicts += 1
-        else:
-            t.failed += 1
-        t.problems.append(f"{key}: {oc.phase}: {oc.message}" if oc else f"{key}: failed")
-    # what a Reconciling "18/19 ready" waits for, named: the first MAX_LISTED in apply order (a
-    # line per object of a big bundle on every tick would cost more than the counting)
-    listed_not_ready = [
-        f"{key}: not ready ({h}): {why}" if why else f"{key}: not ready ({h})"
-        for key, h, why in heapq.nsmallest(MAX_LISTED, not_ready, key=lambda r: apply_order(r[0]))
-    ]
-    t.problems = (
-        view.outside
-        + view.errors
-        + t.problems
-        + sorted(unhealthy)
-        + sorted(waiting)
-        + listed_not_ready
-    )
-    _tally_prunes(view, known, t)
+    t.failed = len(view.errors) + book.count(FAILED)
+    t.conflicts = book.count(CONFLICT)
+    t.in_flight = book.count(IN_FLIGHT, WAITING)
+    t.unobserved = book.count(UNOBSERVED)
+    t.drifted = book.count(DRIFTED)
+    t.unhealthy = book.count(UNHEALTHY)
+    t.ready = book.ready()
+    t.applied = t.ready + book.count(UNOBSERVED, DRIFTED, UNHEALTHY, NOT_READY)
+    t.problems = view.outside + view.errors + book.lines()
+    _tally_prunes(view, known, t, strays)
     return t
 
 
@@ -148,15 +228,15 @@ def _deletion_pending(view: BundleView, known: Known, t: Tally) -> None:
             t.problems.append(f"{e.key}: deletion waits for it (on its way, or not seen yet)")
 
 
-def _tally_prunes(view: BundleView, known: Known, t: Tally) -> None:
+def _tally_prunes(view: BundleView, known: Known, t: Tally, strays: Collection[Slot]) -> None:
     """Objects carrying this bundle's label that its revision no longer declares."""
     if view.deleting:
         _deletion_pending(view, known, t)
     if not view.prune:
         if view.deleting:  # deleted with its objects kept: they are what it leaves behind
-            t.kept += sum(1 for _ in known.entries.strays(view.cluster, view.name))
+            t.kept += len(strays)
         return
-    for slot in known.entries.strays(view.cluster, view.name):
+    for slot in sorted(strays, key=lambda s: apply_order(s[1])):
         e = known.entries[slot]
         if slot[1] in view.keys:
             continue
