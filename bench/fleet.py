@@ -115,8 +115,10 @@ async def one_run(
                 bundle_objects(f"fleet-{tag}-{i}", objects, seed=i),
                 force=True,
             )
+        # a guard against a run that stalls, not a target: at least 50 objects/s overall
+        deadline = max(900.0, objects * len(cs) / 50)
         for name in names:
-            await watches[name].ready("r1", 900, f.logs)
+            await watches[name].ready("r1", deadline, f.logs)
         took = time.monotonic() - started
         cpu = {p: cpu_seconds(proc.pid) - cpu_before[p] for p, proc in f.planners.items()}
         await asyncio.sleep(1.0)  # late writes would show now
