@@ -16,6 +16,7 @@ object over), and everything is whenever the store itself is replaced.
 
 from __future__ import annotations
 
+from schemas.subjects import ObjectKey
 from services.planner.intake import BundleView
 from services.planner.status import Tally
 from services.planner.store import EntryStore, Slot
@@ -53,11 +54,15 @@ class Ledger:
         entries.changed, details.changed = set(), set()
         for ident in [i for i in self._books if views.get(i) is not self._books[i].view]:
             del self._books[ident]
+        keys: dict[str, set[ObjectKey]] = {}
         for slot in changed:
             self._restray(slot, entries.stray_of(slot))
-            for book in self._books.values():
-                if slot[1] in book.view.keys and slot[0] == book.view.cluster:
-                    book.put(slot[1], mark(slot, known))
+            keys.setdefault(slot[0], set()).add(slot[1])
+        for book in self._books.values():
+            cluster = book.view.cluster
+            # a set intersection: with many bundles, each costs what the smaller side holds
+            for key in book.view.keys & keys.get(cluster, set()):
+                book.put(key, mark((cluster, key), known))
 
     def _start(self, known: Known) -> None:
         """Follow this store from now: every book is filled again, the strays indexed anew."""
