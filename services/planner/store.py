@@ -219,22 +219,9 @@ class EntryStore:
             retired=retired,
         )
 
-    def strays(self, cluster: str, owner: str) -> Iterator[Slot]:
-        """Live objects carrying ``owner``'s label that no bundle declares (prune candidates),
-        read from headers alone."""
-        owner_id = self._strings.ids.get(owner)
-        if owner_id is None:
-            return
-        for (c, group, kind, namespace), names in self._groups.items():
-            if c != cluster:
-                continue
-            for name, record in names.items():
-                if _stray_of(record) == owner_id:
-                    yield c, ObjectKey(group, kind, namespace, name)
-
     def stray_of(self, slot: Slot) -> str:
-        """The bundle whose label the object carries if it is a stray of it (see ``strays``),
-        else ""."""
+        """The bundle whose label the object carries if it is a stray of it (a prune candidate:
+        live, carrying the label, declared by no bundle), else ""; read from the header alone."""
         record = self._record(slot)
         return self._strings.by_id[_stray_of(record)] if record is not None else ""
 

@@ -118,6 +118,7 @@ _GROUPS: list[tuple[tuple[int, ...], Callable[[tuple[ObjectKey, str]], Any]]] = 
     ((WAITING,), _by_line),
     ((NOT_READY,), _in_apply_order),
 ]
+_GROUP_OF = {m: i for i, (marks, _) in enumerate(_GROUPS) for m in marks}
 
 
 class Book:
@@ -159,9 +160,8 @@ class Book:
             self._changed(m[0])
 
     def _changed(self, m: int) -> None:
-        for i, (marks, _) in enumerate(_GROUPS):
-            if m in marks:
-                self._listed.pop(i, None)
+        if (group := _GROUP_OF.get(m)) is not None:
+            self._listed.pop(group, None)
 
     def count(self, *marks: int) -> int:
         return sum(len(self._of[m]) for m in marks)
@@ -185,7 +185,8 @@ class Book:
 
 def tally(view: BundleView, known: Known) -> Tally:
     """Count what is known about the objects of ``view`` (and of its prunes), from scratch."""
-    strays = list(known.entries.strays(view.cluster, view.name))
+    ident = (view.cluster, view.name)
+    strays = [slot for slot, owner in known.entries.all_strays() if (slot[0], owner) == ident]
     return tally_of(view, known, Book.filled(view, known), strays)
 
 
