@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
 import os
 import subprocess
 import tempfile
@@ -22,6 +21,14 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from services.common import binaries
+from services.common.confine import (
+    ConfinementError,
+    check_ref,
+    redact_text,
+    redacted,
+    refuse_links_out,
+)
+from services.common.limits import InputLimits
 from services.common.load import (
     InputError,
     Loaded,
@@ -46,18 +53,6 @@ class HelmOptions:
     sets: tuple[str, ...] = ()
 
 
-def redacted(url: str) -> str:
-    """``url`` as messages may show it: without the user and password of
-    ``https://user:token@host/…`` (a token in a URL must not reach statuses, logs or bundles)."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        # a path, or scp-like [user@]host:path: a user name is no secret, "user:pass@" is
-        who, at, where = url.partition("@")
-        return where if at and ":" in who and "/" not in who else url
-    authority, slash, path = rest.partition("/")
-    return f"{scheme}://{authority.rpartition('@')[2]}{slash}{path}"
-
-
 def _text(out: bytes) -> str:
     """git output as text: ref and file names may be any bytes, and must not stop a read."""
     return out.decode(errors="surrogateescape")
@@ -72,33 +67,59 @@ def _run(argv: list[str], what: str, **kwargs: Any) -> subprocess.CompletedProce
         raise TransientInputError(f"{what}: {exc}") from None
 
 
+@dataclasses.dataclass(frozen=True)
+class ReadOptions:
+    """How a repository's files are read: the bundle's limits and whether kustomize may fetch
+    remote bases (``confine``)."""
+
+    limits: InputLimits | None = None
+    allow_remote_bases: bool = False
+
+
 class Repository:
     """A Git repository read through ``gitdir`` (bare copy or local repository); messages name
-    it by ``url`` without credentials. Kustomizations and charts in it are rendered by the
-    binaries ``locate`` names (``load.Locate``)."""
+    it by ``url`` without credentials (git's own error text too). Kustomizations and charts in
+    it are rendered by the binaries ``locate`` names (``load.Locate``)."""
 
-    def __init__(self, gitdir: str | Path, url: str, *, locate: Locate = binaries.require) -> None:
+    def __init__(
+        self,
+        gitdir: str | Path,
+        url: str,
+        *,
+        locate: Locate = binaries.require,
+        read: ReadOptions | None = None,
+    ) -> None:
         self.gitdir = str(gitdir)
+        self._raw_url = url
         self.url = redacted(url)
         self.locate = locate
+        self.read = read or ReadOptions()
 
     def git(self, *args: str, env: dict[str, str] | None = None) -> bytes:
         what = f"git {' '.join(args)} in {self.url}"
         res = _run(["git", "-C", self.gitdir, *args], what, env=env)
         if res.returncode != 0:
-            raise InputError(f"{what}: {res.stderr.decode(errors='replace').strip()}")
+            why = redact_text(res.stderr.decode(errors="replace").strip(), self._raw_url)
+            raise InputError(f"{what}: {why}")
         return res.stdout
 
     @classmethod
-    def clone(cls, url: str, dest: Path, *, locate: Locate = binaries.require) -> Repository:
+    def clone(
+        cls,
+        url: str,
+        dest: Path,
+        *,
+        locate: Locate = binaries.require,
+        read: ReadOptions | None = None,
+    ) -> Repository:
         """A bare copy of ``url`` (anything ``git clone`` takes) in ``dest``, which must not
         exist or be empty. Every branch and tag is fetched; ``fetch`` brings them up to date."""
         what = f"git clone {redacted(url)}"
         res = _run(["git", "clone", "--bare", "--quiet", "--", url, str(dest)], what)
         if res.returncode != 0:
-            why = res.stderr.decode(errors="replace").strip().replace(url, redacted(url))
+            why = redact_text(res.stderr.decode(errors="replace").strip(), url)
             raise InputError(f"{what}: {why or 'failed'}")
-        repo = cls(dest, url, locate=locate)
+        repo = cls(dest, url, locate=locate, read=read)
         # a bare clone maps branches 1:1 but sets no fetch refspec: say what a fetch updates
         repo.git("config", "remote.origin.fetch", "+refs/heads/*:refs/heads/*")
         return repo
@@ -135,7 +156,15 @@ class Repository:
         return _text(self.git("symbolic-ref", "HEAD")).strip()
 
     def commit_of(self, ref: str) -> str:
-        return self.git("rev-parse", "--verify", f"{ref}^{{commit}}").decode().strip()
+        try:
+            check_ref(ref, "--ref")
+        except ConfinementError as exc:
+            raise InputError(str(exc)) from None
+        return (
+            self.git("rev-parse", "--verify", "--end-of-options", f"{ref}^{{commit}}")
+            .decode()
+            .strip()
+        )
 
     def load(self, commit: str, subdir: str = "", helm: HelmOptions | None = None) -> Loaded:
         """The manifests under ``subdir`` at ``commit``; a chart there is rendered with
@@ -158,7 +187,10 @@ class Repository:
         self, tree: Path, top: PurePosixPath, label: str, commit: str, helm: HelmOptions | None
     ) -> Loaded:
         """What ``load`` returns, read from the checked-out ``tree``."""
-        _no_links_out(tree, label)
+        try:
+            refuse_links_out(tree, label, "the repository")
+        except ConfinementError as exc:
+            raise InputError(str(exc)) from None
         root = tree / top
         if (root / "Chart.yaml").is_file():
             if helm is None:
@@ -170,9 +202,17 @@ class Repository:
                 values=[str(root / v) for v in helm.values],
                 sets=list(helm.sets),
                 locate=self.locate,
+                limits=self.read.limits,
+            )
+        elif root.is_dir():
+            loaded = load_paths(
+                [str(root)],
+                locate=self.locate,
+                limits=self.read.limits,
+                allow_remote_bases=self.read.allow_remote_bases,
             )
         else:
-            loaded = load_paths([str(root)], locate=self.locate) if root.is_dir() else Loaded([])
+            loaded = Loaded([])
         # name files as they are in the repository, not in the temporary tree
         manifests = [
             Manifest(m.obj, _in_repository(m.where, tree, label)) for m in loaded.manifests
@@ -206,31 +246,6 @@ def _in_repository(text: str, tree: Path, label: str) -> str:
     return text.replace(f"{tree}/", label).replace(str(tree), f"{label}.")
 
 
-def _loops(path: Path) -> bool:
-    try:
-        path.stat()
-    except OSError as exc:
-        return exc.errno == errno.ELOOP
-    return False
-
-
-def _no_links_out(tree: Path, label: str) -> None:
-    """A repository's symbolic link must not make us read a file outside it (nor loop)."""
-    top = tree.resolve()
-    for path in tree.rglob("*"):
-        if not path.is_symlink():
-            continue
-        rel = path.relative_to(tree)
-        try:
-            target = path.resolve(strict=False)  # 3.11, 3.12: RuntimeError on a loop
-            if _loops(path):  # 3.13 resolves leniently: stat says ELOOP
-                raise OSError(errno.ELOOP, "symbolic link loop")
-        except (RuntimeError, OSError) as exc:  # 3.11: RuntimeError("Symlink loop …")
-            raise InputError(f"{label}{rel}: an unreadable symbolic link: {exc}") from None
-        if not target.is_relative_to(top):
-            raise InputError(f"{label}{rel}: a symbolic link out of the repository")
-
-
 def load_git(
     repo: str,
     ref: str,
@@ -238,12 +253,17 @@ def load_git(
     helm: HelmOptions | None = None,
     *,
     locate: Locate = binaries.require,
+    read: ReadOptions | None = None,
 ) -> Loaded:
     """Manifests under ``subdir`` of ``repo`` at ``ref``: a local repository, or any URL git
     clones (``file://``, ``https://``, ``ssh``), cloned bare into a temporary directory."""
+    try:
+        check_ref(ref, "--ref")  # before anything is cloned
+    except ConfinementError as exc:
+        raise InputError(str(exc)) from None
     if Path(repo).is_dir():
-        local = Repository(repo, repo, locate=locate)
+        local = Repository(repo, repo, locate=locate, read=read)
         return local.load(local.commit_of(ref), subdir, helm)
     with tempfile.TemporaryDirectory(prefix="driftbus-git-") as tmp:
-        cloned = Repository.clone(repo, Path(tmp), locate=locate)
+        cloned = Repository.clone(repo, Path(tmp), locate=locate, read=read)
         return cloned.load(cloned.commit_of(ref), subdir, helm)

@@ -32,11 +32,11 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import io
 import os
 import subprocess
 import sys
 import tarfile
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path, PurePath, PurePosixPath
 from typing import Any, TextIO
@@ -45,14 +45,18 @@ import orjson
 
 from schemas.subjects import ObjectKey, split_bundle
 from services.common import binaries
-from services.core import kyaml
-from services.core.manifest import (
-    MAX_EXPANDED_NODES,
-    ManifestError,
-    check_size,
-    expanded_nodes,
-    key_of,
+from services.common.confine import (
+    KUSTOMIZATION_FILES,
+    ConfinementError,
+    check_kustomization,
+    redact_text,
+    redacted,
+    refuse_links_out,
+    renderer_env,
 )
+from services.common.limits import InputLimits, LimitError, measure, setting_name
+from services.core import kyaml
+from services.core.manifest import ManifestError, key_of
 from services.core.scope import Scopes, normalise
 
 SUFFIXES = (".yaml", ".yml", ".json")
@@ -112,14 +116,84 @@ def _documents(text: str, name: str) -> Iterator[tuple[int, Any]]:
         raise InputError(f"{name}{line}: invalid YAML: {exc.problem}") from None
 
 
-def parse(text: str, name: str) -> list[Manifest]:
+class Tally:
+    """What one bundle has read so far, against its ``InputLimits``: files, objects, bytes."""
+
+    def __init__(self, limits: InputLimits | None = None) -> None:
+        self.limits = limits or InputLimits.from_env()
+        self.files = 0
+        self.objects = 0
+        self.bytes = 0
+
+    def file(self, name: str, size: int) -> None:
+        """Count one file of ``size`` bytes (refused over the file or files limits)."""
+        lim = self.limits
+        if size > lim.max_file_bytes:
+            raise InputError(
+                f"{name}: {size:,} bytes, over the {lim.max_file_bytes:,}-byte limit for one "
+                f"file ({setting_name('max_file_bytes')})"
+            )
+        self.files += 1
+        if self.files > lim.max_files:
+            raise InputError(
+                f"{name}: over the limit of {lim.max_files:,} files per bundle "
+                f"({setting_name('max_files')})"
+            )
+
+    def add(self, where: str, key: object, size: int) -> None:
+        """Count one object of ``size`` bytes as JSON (refused over the object, objects and
+        bundle limits)."""
+        lim = self.limits
+        if size > lim.max_object_bytes:
+            raise InputError(
+                f"{where}: {key}: {size:,} bytes as JSON, over the {lim.max_object_bytes:,}-byte "
+                f"limit for one object ({setting_name('max_object_bytes')}; split it: a "
+                "ConfigMap or Secret holds at most 1 MiB anyway)"
+            )
+        self.objects += 1
+        self.bytes += size
+        if self.objects > lim.max_objects:
+            raise InputError(
+                f"{where}: {key}: over the limit of {lim.max_objects:,} objects per bundle "
+                f"({setting_name('max_objects')})"
+            )
+        if self.bytes > lim.max_bundle_bytes:
+            raise InputError(
+                f"{where}: {key}: the bundle reaches {self.bytes:,} bytes as JSON, over the "
+                f"{lim.max_bundle_bytes:,}-byte limit for one bundle "
+                f"({setting_name('max_bundle_bytes')})"
+            )
+
+
+def parse(text: str, name: str, tally: Tally | None = None) -> list[Manifest]:
+    """The objects of one file's ``text`` (``name`` for messages), counted in ``tally`` (a
+    bundle of this file alone when not given)."""
+    tally = tally or Tally()
+    if len(text) * 4 > tally.limits.max_file_bytes:  # cheap first; exact below
+        size = len(text.encode(errors="surrogatepass"))
+        if size > tally.limits.max_file_bytes:
+            tally.file(name, size)
     out: list[Manifest] = []
     for i, doc in _documents(text, name):
-        _flatten(doc, f"{name}#{i}", out)
+        where = f"{name}#{i}"
+        try:
+            measure(doc, tally.limits, f"{where}: {_label(doc, where)}")
+        except LimitError as exc:
+            raise InputError(str(exc)) from None
+        _flatten(doc, where, out, tally)
     return out
 
 
-def _flatten(doc: Any, where: str, out: list[Manifest]) -> None:
+def _label(doc: Any, where: str) -> str:
+    """How a refusal names a whole document: its object's key, or its kind, or its type."""
+    try:
+        return str(key_of(doc, where))
+    except ManifestError:
+        kind = doc.get("kind") if isinstance(doc, dict) else None
+        return kind if isinstance(kind, str) and kind else f"a {type(doc).__name__}"
+
+
+def _flatten(doc: Any, where: str, out: list[Manifest], tally: Tally) -> None:
     """A ``List`` (any kind ending in ``List`` with ``items``: ``v1/List``, ``ConfigMapList``)
     stands for its items, recursively, as kubectl's FlattenListVisitor has it."""
     kind = doc.get("kind") if isinstance(doc, dict) else None
@@ -128,23 +202,15 @@ def _flatten(doc: Any, where: str, out: list[Manifest]) -> None:
         if not isinstance(items, list):
             raise InputError(f"{where}: {kind}.items is not a list")
         for j, item in enumerate(items):
-            _flatten(item, f"{where}.items[{j}]", out)
+            _flatten(item, f"{where}.items[{j}]", out, tally)
         return
-    out.append(_checked(doc, where))
-
-
-def _checked(doc: Any, where: str) -> Manifest:
     try:
         key = key_of(doc, where)
-        if expanded_nodes(doc) > MAX_EXPANDED_NODES:
-            raise ManifestError(
-                f"{where}: {key} expands to over {MAX_EXPANDED_NODES:,} values through YAML "
-                "aliases (an alias bomb?)"
-            )
-        check_size(orjson.dumps(doc), f"{where}: {key}")
     except ManifestError as exc:
         raise InputError(str(exc)) from None
-    return Manifest(doc, where)
+    # measured with its document: bounded, so encoding it costs at most that
+    tally.add(where, key, len(orjson.dumps(doc)))
+    out.append(Manifest(doc, where))
 
 
 def hidden(relative: PurePath) -> bool:
@@ -153,12 +219,10 @@ def hidden(relative: PurePath) -> bool:
     return any(part.startswith(".") for part in relative.parts)
 
 
-KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
-
-
 def _files(root: Path) -> Iterator[Path]:
     """The manifest files under ``root`` and the kustomizations (directories holding a
-    kustomization file, rendered as one unit and not walked further), sorted by path."""
+    kustomization file, rendered as one unit and not walked further), sorted by path. A
+    symbolic link anywhere under a directory ``root`` must stay inside it."""
     if root.is_file():
         yield root  # named explicitly: read whatever its name is
         return
@@ -166,6 +230,10 @@ def _files(root: Path) -> Iterator[Path]:
         raise InputError(f"{root}: no such file or directory")
     if not root.is_dir():
         raise InputError(f"{root}: not a regular file or directory")
+    try:
+        refuse_links_out(root)
+    except ConfinementError as exc:
+        raise InputError(str(exc)) from None
 
     def unreadable(exc: OSError) -> None:
         raise InputError(f"{exc.filename or root}: cannot read: {exc.strerror or exc}")
@@ -189,9 +257,16 @@ RENDER_TIMEOUT = 300
 
 
 def _render(argv: list[str], what: str) -> subprocess.CompletedProcess[str]:
+    """Run a renderer with no cluster in reach (``confine.renderer_env``)."""
     try:
         return subprocess.run(
-            argv, capture_output=True, text=True, errors="replace", timeout=RENDER_TIMEOUT
+            argv,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=RENDER_TIMEOUT,
+            env=renderer_env(),
+            stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired:
         raise TransientInputError(f"{what}: not done within {RENDER_TIMEOUT} s") from None
@@ -199,19 +274,27 @@ def _render(argv: list[str], what: str) -> subprocess.CompletedProcess[str]:
         raise TransientInputError(f"{what}: {exc}") from None
 
 
-def render_kustomization(directory: Path, locate: Locate) -> tuple[str, str]:
+def render_kustomization(
+    directory: Path, locate: Locate, *, allow_remote_bases: bool = False
+) -> tuple[str, str]:
     """(the YAML ``kubectl kustomize`` renders, which kubectl did it). The kubectl is the one
     the project builds from pinned modules (or one of that version on PATH, ``TEST_ASSET_KUBECTL``):
-    kustomize as ``kubectl apply -k`` runs it."""
+    kustomize as ``kubectl apply -k`` runs it, with its load restrictor on (files only from
+    below each kustomization) and remote bases only when allowed (``confine``)."""
+    try:
+        check_kustomization(directory, allow_remote=allow_remote_bases)
+    except ConfinementError as exc:
+        raise InputError(str(exc)) from None
     try:
         kubectl = locate("kubectl")
     except (OSError, binaries.AssetError) as exc:
         raise TransientInputError(
             f"{directory}: rendering a kustomization needs kubectl: {exc}"
         ) from None
-    res = _render([str(kubectl), "kustomize", str(directory)], f"{directory}: kustomize")
+    argv = [str(kubectl), "kustomize", "--load-restrictor=LoadRestrictionsRootOnly", str(directory)]
+    res = _render(argv, f"{directory}: kustomize")
     if res.returncode != 0:
-        raise InputError(f"{directory}: kustomize failed: {res.stderr.strip()}")
+        raise InputError(f"{directory}: kustomize failed: {redact_text(res.stderr.strip())}")
     version = binaries.version_of("kubectl", kubectl).split()[-1]
     return res.stdout, f"kustomize in kubectl {version}"
 
@@ -230,15 +313,23 @@ def load_helm(
     values: list[str],
     sets: list[str],
     locate: Locate = binaries.require,
+    limits: InputLimits | None = None,
 ) -> Loaded:
     """What ``helm template RELEASE CHART`` renders (the Helm the project builds from its
     pinned module, or one of that version on PATH / ``TEST_ASSET_HELM``), with the chart's CRDs
     and without its tests. Hooks are rendered as Helm renders them; driftbus applies them as
-    ordinary objects."""
+    ordinary objects. No cluster is in reach (``lookup`` finds nothing), a chart directory's
+    symbolic links stay inside it, and a chart or values URL is shown without credentials."""
+    shown = redacted(chart)
+    if Path(chart).is_dir():
+        try:
+            refuse_links_out(Path(chart))
+        except ConfinementError as exc:
+            raise InputError(str(exc)) from None
     try:
         helm = locate("helm")
     except (OSError, binaries.AssetError) as exc:
-        raise TransientInputError(f"{chart}: rendering a chart needs helm: {exc}") from None
+        raise TransientInputError(f"{shown}: rendering a chart needs helm: {exc}") from None
     # CRDs in crds/ too (helm install would create them first); a chart's test Pods are for
     # `helm test`, not objects to keep running
     argv = [str(helm), "template", release, chart, "--include-crds", "--skip-tests"]
@@ -248,75 +339,107 @@ def load_helm(
         argv += ["--values", v]
     for kv in sets:
         argv += ["--set", kv]
-    res = _render(argv, f"{chart}: helm template")
+    res = _render(argv, f"{shown}: helm template")
     if res.returncode != 0:
-        raise InputError(f"{chart}: helm template failed: {res.stderr.strip()}")
+        why = redact_text(res.stderr.strip(), chart, *values)
+        raise InputError(f"{shown}: helm template failed: {why}")
+    tally = Tally(limits)
+    tally.file(f"{shown}: helm template output", len(res.stdout.encode(errors="replace")))
     tool = f"helm {binaries.version_of('helm', helm).split('+')[0]}"
-    where = f"{chart} (release {release}, {tool})"
+    where = f"{shown} (release {release}, {tool})"
     return Loaded(
-        _no_duplicates(parse(res.stdout, where)),
-        source=f"{chart} [rendered: {tool}, release {release}"
-        + "".join(f", values {v}" for v in values)
+        _no_duplicates(parse(res.stdout, where, tally)),
+        source=f"{shown} [rendered: {tool}, release {release}"
+        + "".join(f", values {redacted(v)}" for v in values)
         + "".join(f", --set {kv.split('=', 1)[0]}" for kv in sets)  # values may be secrets
         + "]",
-        where=chart,
+        where=shown,
         files=1,
     )
 
 
 def load_paths(
-    paths: list[str], *, stdin: TextIO | None = None, locate: Locate = binaries.require
+    paths: list[str],
+    *,
+    stdin: TextIO | None = None,
+    locate: Locate = binaries.require,
+    limits: InputLimits | None = None,
+    allow_remote_bases: bool = False,
 ) -> Loaded:
-    """Manifests of every path, in order; ``-`` is standard input (as ``kubectl apply -f -``)."""
+    """Manifests of every path, in order; ``-`` is standard input (as ``kubectl apply -f -``).
+    Everything read counts against one bundle's ``limits`` (by default the environment's)."""
+    tally = Tally(limits)
     manifests: list[Manifest] = []
-    files = 0
     rendered: list[str] = []
     for raw in paths:
         if raw == "-":
-            manifests += parse((stdin or sys.stdin).read(), "<stdin>")
-            files += 1
+            text = _read_bounded(stdin or sys.stdin, tally.limits.max_file_bytes, "<stdin>")
+            tally.file("<stdin>", 0)
+            manifests += parse(text, "<stdin>", tally)
             continue
         path = Path(raw)
         if raw.endswith((".tar.gz", ".tgz")):
-            got, n = _load_tarball(path)
-            manifests += got
-            files += n
+            manifests += _load_tarball(path, tally)
             continue
         for f in _files(path):
             if f.is_dir():
-                text, tool = render_kustomization(f, locate)
-                manifests += parse(text, f"{f} ({tool})")
+                text, tool = render_kustomization(f, locate, allow_remote_bases=allow_remote_bases)
+                name = f"{f} ({tool})"
+                tally.file(name, len(text.encode(errors="replace")))
+                manifests += parse(text, name, tally)
                 rendered.append(f"{f}: {tool}")
-                files += 1
                 continue
             try:
+                tally.file(str(f), f.stat().st_size)
                 text = f.read_text()
             except (OSError, UnicodeDecodeError) as exc:
                 raise InputError(f"{f}: cannot read: {exc}") from None
-            manifests += parse(text, str(f))
-            files += 1
+            manifests += parse(text, str(f), tally)
     where = " ".join(paths)
     source = where + (f" [rendered: {'; '.join(rendered)}]" if rendered else "")
-    return Loaded(_no_duplicates(manifests), source=source, where=where, files=files)
+    return Loaded(_no_duplicates(manifests), source=source, where=where, files=tally.files)
 
 
-def _load_tarball(path: Path) -> tuple[list[Manifest], int]:
+def _read_bounded(stream: TextIO, limit: int, name: str) -> str:
+    text = stream.read(limit + 1)
+    if len(text) > limit or len(text.encode(errors="surrogatepass")) > limit:
+        raise InputError(
+            f"{name}: over the {limit:,}-byte limit for one file ({setting_name('max_file_bytes')})"
+        )
+    return text
+
+
+def _load_tarball(path: Path, tally: Tally) -> list[Manifest]:
+    """The manifests of a ``.tar.gz``; a member's declared size is checked before it is read,
+    and the member list is bounded (``max_files``) before it is sorted."""
     out: list[Manifest] = []
-    files = 0
     try:
         with tarfile.open(path, "r:gz") as tar:
-            for member in sorted(tar.getmembers(), key=lambda m: m.name):
+            members: list[tarfile.TarInfo] = []
+            for member in tar:
+                members.append(member)
+                if len(members) > 4 * tally.limits.max_files:
+                    raise InputError(
+                        f"{path}: over {4 * tally.limits.max_files:,} members, four times the "
+                        f"limit of files per bundle ({setting_name('max_files')})"
+                    )
+            for member in sorted(members, key=lambda m: m.name):
                 name = PurePosixPath(member.name)  # "./a/b.yaml" → a/b.yaml
                 if not member.isfile() or name.suffix not in SUFFIXES or hidden(name):
                     continue
+                where = f"{path}:{member.name}"
+                tally.file(where, member.size)
                 data = tar.extractfile(member)
                 if data is None:
                     continue
-                out += parse(io.TextIOWrapper(data).read(), f"{path}:{member.name}")
-                files += 1
-    except (tarfile.TarError, OSError) as exc:
+                try:
+                    text = data.read(tally.limits.max_file_bytes + 1).decode()
+                except UnicodeDecodeError as exc:
+                    raise InputError(f"{where}: cannot read: {exc}") from None
+                out += parse(text, where, tally)
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
         raise InputError(f"{path}: not a readable .tar.gz: {exc}") from None
-    return out, files
+    return out
 
 
 def require_objects(loaded: Loaded, bundle: str, command: str = "publish") -> None:
