@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import secrets
 import sys
 from pathlib import Path
@@ -127,13 +128,20 @@ def cmd_dev_certs(args: argparse.Namespace) -> int:
     ca = Authority.create(out)
     server = ca.issue("tls", server=True, names=args.host)  # cert-manager's file names
     client = ca.issue("client")
-    for label, path in [
+    shown = [
         ("CA", ca.ca.cert),
         ("server certificate", server.cert),
         ("server key", server.key),
         ("client certificate", client.cert),
         ("client key", client.key),
-    ]:
+    ]
+    for name in args.client:  # one client pair per service: each mounts only its own
+        if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,62}", name) or name in ("ca", "tls", "client"):
+            print(f"driftbus dev-certs: --client {name!r}: expected a DNS label", file=sys.stderr)
+            return 2
+        pair = ca.issue(name)
+        shown += [(f"{name} certificate", pair.cert), (f"{name} key", pair.key)]
+    for label, path in shown:
         print(f"{label:>19}: {path}")
     return 0
 
@@ -189,5 +197,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         action="append",
         default=[],
         help="DNS name the server certificate is valid for, besides localhost (repeatable)",
+    )
+    dc.add_argument(
+        "--client",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also a client certificate NAME.crt/NAME.key, e.g. one per service (repeatable)",
     )
     dc.set_defaults(func=cmd_dev_certs)
