@@ -17,7 +17,15 @@ def load_manifests(args: argparse.Namespace) -> Any:
     Objects naming no namespace take ``--namespace``, else (a tenant's bundle) the tenant's
     ``defaultNamespace`` from the policy on the bus."""
     from services.common import gitrepo, load
+    from services.common.limits import InputLimits
+    from services.common.settings import SettingsError
     from services.controlplane import assets
+
+    try:
+        limits = InputLimits.from_env(args=args)
+    except SettingsError as exc:
+        raise load.InputError(str(exc)) from None
+    allow_remote = bool(getattr(args, "allow_remote_bases", False))
 
     if sum(map(bool, (args.helm, args.git, args.paths))) > 1:
         raise load.InputError(f"{args.command}: give one source: PATH..., --git or --helm")
@@ -29,6 +37,7 @@ def load_manifests(args: argparse.Namespace) -> Any:
             values=args.values,
             sets=args.set,
             locate=assets.ensure,
+            limits=limits,
         )
     elif args.git:
         # a chart at --path is rendered like --helm, its --values relative to the chart
@@ -38,9 +47,14 @@ def load_manifests(args: argparse.Namespace) -> Any:
             values=tuple(args.values),
             sets=tuple(args.set),
         )
-        loaded = gitrepo.load_git(args.git, args.ref, args.path or "", helm, locate=assets.ensure)
+        read = gitrepo.ReadOptions(limits, allow_remote)
+        loaded = gitrepo.load_git(
+            args.git, args.ref, args.path or "", helm, locate=assets.ensure, read=read
+        )
     elif args.paths:
-        loaded = load.load_paths(args.paths, locate=assets.ensure)
+        loaded = load.load_paths(
+            args.paths, locate=assets.ensure, limits=limits, allow_remote_bases=allow_remote
+        )
     else:
         raise load.InputError(
             f"nothing to {args.command}: give PATH..., --git REPO [--ref REF] or --helm CHART"
@@ -86,7 +100,11 @@ def tenant_default_namespace(args: argparse.Namespace) -> str:
 
 
 def add_source_args(p: argparse.ArgumentParser) -> None:
-    """Where the manifests come from, and which bundle of which cluster: publish and plan."""
+    """Where the manifests come from, and which bundle of which cluster: publish and plan
+    (with the input limits, ``services.common.limits``)."""
+    from services.common import settings
+    from services.common.limits import InputLimits
+
     p.add_argument(
         "paths",
         nargs="*",
@@ -114,6 +132,12 @@ def add_source_args(p: argparse.ArgumentParser) -> None:
         help="Helm values file (repeat; with --git, relative to the chart at --path)",
     )
     p.add_argument("--set", action="append", default=[], metavar="K=V", help="Helm value (repeat)")
+    p.add_argument(
+        "--allow-remote-bases",
+        action="store_true",
+        help="let kustomize fetch remote bases and resources (URLs) while rendering; without "
+        "it a kustomization naming one is refused (what is fetched is not pinned by the input)",
+    )
     p.add_argument("--release", help="Helm release name (default: the bundle's name)")
     p.add_argument(
         "-n",
@@ -121,3 +145,4 @@ def add_source_args(p: argparse.ArgumentParser) -> None:
         help="default namespace for objects of namespaced kinds that name none (as kubectl "
         "apply -n); objects naming a namespace keep it",
     )
+    settings.add_arguments(p, InputLimits)

@@ -43,7 +43,9 @@ class InputLimits:
         OBJECT_BYTES_CEILING, "bytes of one object as JSON (at most 1,000,000: one message)"
     )
     max_objects: int = setting(50_000, "objects in one bundle")
-    max_bundle_bytes: int = setting(256 * MiB, "bytes of all of a bundle's objects as JSON")
+    max_bundle_bytes: int = setting(
+        64 * MiB, "bytes of all of a bundle's objects as JSON (as DRIFTBUS_BUNDLE_MAX_BYTES)"
+    )
     max_depth: int = setting(100, "levels of nesting of one document (at most 200)")
     max_expanded_nodes: int = setting(
         1_000_000, "values, lists and maps of one document, every alias expanded"

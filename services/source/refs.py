@@ -14,6 +14,8 @@ from collections.abc import Mapping
 
 import semantic_version
 
+from services.common.confine import ConfinementError, check_ref
+
 
 class RefError(ValueError):
     """The source's ref rule names nothing in the repository (or is not a valid rule)."""
@@ -32,6 +34,12 @@ class RefRule:
             raise RefError("follow one of a branch, a tag or a semver range, not several")
         if self.semver:
             _spec(self.semver)  # fail at start-up, not on the first poll
+        for what, ref in (("branch", self.branch), ("tag", self.tag)):
+            try:
+                if ref:
+                    check_ref(ref, what)
+            except ConfinementError as exc:
+                raise RefError(str(exc)) from None
 
     def follows_default(self) -> bool:
         """Whether the repository's default branch is what is followed (no rule given)."""

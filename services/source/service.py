@@ -13,7 +13,12 @@ A commit that cannot be fetched, read or rendered publishes nothing: the bundle 
 good revision, and the failure is reported as a ``SourceStatus`` on
 ``driftbus.status.<cluster>.<bundle>.source`` (``driftbus status --bundle`` shows it). The
 source tries that commit again only when the ref moves (a broken commit stays broken); a fetch
-error is retried every interval.
+error is retried every interval. A repository is read within the input limits
+(``services.common.limits``, ``DRIFTBUS_MAX_*``) and confined (``services.common.confine``: no
+symbolic link out of it, kustomize remote bases only for a source the operator allowed them), so
+no repository can take the process — and every other source it follows — down with it.
+
+The webhook (``services.source.webhook``) answers other hosts only when it has a secret.
 """
 
 from __future__ import annotations
@@ -23,7 +28,6 @@ import contextlib
 import dataclasses
 import datetime as dt
 import hashlib
-import hmac
 import logging
 import shutil
 import tempfile
@@ -40,11 +44,15 @@ from schemas.messages import BundleOptions, SourcePhase, SourceStatus
 from schemas.subjects import source_status_subject
 from services.common import bus, load
 from services.common.bundles import publish_bundle
-from services.common.gitrepo import HelmOptions, Repository, redacted
-from services.common.settings import setting
+from services.common.confine import redacted
+from services.common.gitrepo import HelmOptions, ReadOptions, Repository
+from services.common.limits import InputLimits
+from services.common.settings import SettingsError, setting
 from services.core import kyaml
 from services.core.manifest import ManifestError
 from services.source.refs import RefError, RefRule, resolve
+from services.source.webhook import _proven as _proven
+from services.source.webhook import loopback, webhook_app
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +74,9 @@ class SourceSpec:
     release: str = ""
     values: tuple[str, ...] = ()
     prune: bool = True
+    allow_remote_bases: bool = False
+    """kustomize may fetch remote bases: the operator's choice in the sources file or flags,
+    never the repository's."""
 
     def helm(self) -> HelmOptions:
         return HelmOptions(
@@ -90,17 +101,23 @@ class SourceSettings(bus.NatsSettings):
     release: str = setting("", "Helm release name for a chart (default: the bundle's name)")
     values: tuple[str, ...] = setting((), "Helm values files, relative to the chart (a,b)")
     prune: bool = setting(True, "delete objects that leave the repository")
+    allow_remote_bases: bool = setting(
+        False,
+        "let kustomize fetch remote bases (URLs) when rendering; off, a kustomization naming "
+        "one is the source's error (what is fetched is not pinned by the commit)",
+    )
     sources: str = setting(
         "",
         "YAML file listing several sources (each: cluster, bundle, git, branch|tag|semver, "
-        "path, namespace, release, values, prune); replaces the single-source settings",
+        "path, namespace, release, values, prune, allow_remote_bases); replaces the "
+        "single-source settings",
     )
     interval: float = setting(60.0, "seconds between polls of each repository")
     webhook: str = setting("", "HOST:PORT to serve push webhooks on (POST /hook[/BUNDLE])")
     webhook_secret: str = setting(
         "",
         "shared secret webhooks must prove (GitHub X-Hub-Signature-256, GitLab X-Gitlab-Token "
-        "or Authorization: Bearer); unset: any POST triggers a poll",
+        "or Authorization: Bearer); unset: only POSTs from loopback trigger a poll",
         secret=True,
     )
     cache_dir: str = setting(
@@ -117,7 +134,7 @@ def specs(s: SourceSettings) -> list[SourceSpec]:
     if not s.sources:
         entries: list[dict[str, Any]] = [
             {f: getattr(s, f) for f in _SPEC_FIELDS if getattr(s, f) not in ("", ())}
-            | {"prune": s.prune}
+            | {"prune": s.prune, "allow_remote_bases": s.allow_remote_bases}
         ]
     else:
         try:
@@ -130,7 +147,7 @@ def specs(s: SourceSettings) -> list[SourceSpec]:
     out = []
     for i, e in enumerate(entries):
         where = f"{s.sources}[{i}]" if s.sources else "source"
-        unknown = set(e) - set(_SPEC_FIELDS) - {"prune"}
+        unknown = set(e) - set(_SPEC_FIELDS) - {"prune", "allow_remote_bases"}
         if unknown:
             raise SpecError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
         for required in ("cluster", "bundle", "git"):
@@ -154,6 +171,7 @@ def specs(s: SourceSettings) -> list[SourceSpec]:
                 release=str(e.get("release", "")),
                 values=(values,) if isinstance(values, str) else tuple(map(str, values)),
                 prune=bool(e.get("prune", True)),
+                allow_remote_bases=e.get("allow_remote_bases") is True,
             )
         )
     if len({(o.cluster, o.bundle) for o in out}) < len(out):
@@ -178,9 +196,16 @@ _SPEC_FIELDS = (
 class Follower:
     """Follows one source: polls, renders new commits, publishes changed output."""
 
-    def __init__(self, spec: SourceSpec, js: JetStreamContext, cache: Path) -> None:
+    def __init__(
+        self,
+        spec: SourceSpec,
+        js: JetStreamContext,
+        cache: Path,
+        limits: InputLimits | None = None,
+    ) -> None:
         self.spec = spec
         self.js = js
+        self._read = ReadOptions(limits, spec.allow_remote_bases)
         # one copy per followed source: two sources of one repository never share a clone
         ident = f"{spec.git}\n{spec.cluster}\n{spec.bundle}".encode()
         self._cache = cache / hashlib.sha256(ident).hexdigest()[:16]
@@ -204,12 +229,12 @@ class Follower:
         copy cloned once and fetched on every poll."""
         if self._repo is None:
             if Path(self.spec.git).is_dir():
-                self._repo = Repository(self.spec.git, self.spec.git)
+                self._repo = Repository(self.spec.git, self.spec.git, read=self._read)
                 return self._repo
             if self._cache.exists():
                 shutil.rmtree(self._cache)  # a copy from an earlier life may be half-cloned
             self._cache.parent.mkdir(parents=True, exist_ok=True)
-            self._repo = Repository.clone(self.spec.git, self._cache)
+            self._repo = Repository.clone(self.spec.git, self._cache, read=self._read)
             return self._repo
         if not Path(self.spec.git).is_dir():
             self._repo.fetch(head=self.spec.rule.follows_default())
@@ -245,6 +270,7 @@ class Follower:
             loaded = await asyncio.to_thread(repo.load, at.commit, spec.path, spec.helm())
             load.require_objects(loaded, spec.bundle)
             load.require_namespaces(loaded, spec.namespace)
+            content = loaded.content_revision()  # bounded by the limits the read kept
         except (load.InputError, ManifestError) as exc:
             if isinstance(exc, load.TransientInputError):
                 self._tried = ""  # a timeout, the disk: the same commit may read next time
@@ -256,7 +282,6 @@ class Follower:
             log.exception("reading %s at %s failed", self.url, at.commit)
             why = f"commit {at.commit[:12]} not read: {type(exc).__name__}: {exc}; {kept}"
             return await self._report(SourcePhase.FAILED, at.commit, why)
-        content = loaded.content_revision()
         if content == self._content:
             why = (
                 f"commit {at.commit[:12]} is the revision in force"
@@ -331,45 +356,13 @@ class Follower:
                 await asyncio.wait_for(self.trigger.wait(), timeout=interval)
 
 
-def webhook_app(followers: list[Follower], secret: str) -> web.Application:
-    """``POST /hook`` polls every source now, ``POST /hook/BUNDLE`` the one of that bundle."""
-
-    async def hook(request: web.Request) -> web.Response:
-        body = await request.read()
-        if secret and not _proven(request.headers, body, secret):
-            return web.Response(status=401, text="webhook secret not proven\n")
-        bundle = request.match_info.get("bundle")
-        hit = [f for f in followers if bundle in (None, f.spec.bundle)]
-        if not hit:
-            return web.Response(status=404, text=f"no source publishes bundle {bundle}\n")
-        for f in hit:
-            f.trigger.set()
-        return web.Response(status=202, text=f"polling {len(hit)} source(s)\n")
-
-    app = web.Application()
-    app.router.add_post("/hook", hook)
-    app.router.add_post("/hook/{bundle}", hook)
-    return app
-
-
-def _proven(headers: Any, body: bytes, secret: str) -> bool:
-    signature = headers.get("X-Hub-Signature-256", "")
-    if signature.startswith("sha256="):
-        want = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-        return hmac.compare_digest(signature.removeprefix("sha256=").encode(), want.encode())
-    token = headers.get("X-Gitlab-Token") or headers.get("Authorization", "").removeprefix(
-        "Bearer "
-    )
-    # bytes: compare_digest refuses non-ASCII str, and a header is whatever a client sends
-    return bool(token) and hmac.compare_digest(token.encode(), secret.encode())
-
-
 async def run(settings: SourceSettings) -> None:
     try:
         sources = specs(settings)
+        limits = InputLimits.from_env()
         if settings.webhook and not settings.webhook.rpartition(":")[2].isdigit():
             raise SpecError(f"--webhook {settings.webhook!r}: expected HOST:PORT")
-    except SpecError as exc:
+    except (SpecError, SettingsError) as exc:
         log.error("driftbus source: %s", exc)
         raise SystemExit(2) from None
     nc = await bus.connect(settings, name="driftbus-source")
@@ -379,9 +372,15 @@ async def run(settings: SourceSettings) -> None:
     runner: web.AppRunner | None = None
     try:
         await bus.ensure_streams(js, manage=False)  # the planner creates them
-        followers = [Follower(s, js, cache) for s in sources]
+        followers = [Follower(s, js, cache, limits) for s in sources]
         if settings.webhook:
             host, _, port = settings.webhook.rpartition(":")
+            if not settings.webhook_secret and not loopback(host or "127.0.0.1"):
+                log.warning(
+                    "WEBHOOK WITHOUT A SECRET listening beyond loopback on %s: POSTs from other "
+                    "hosts are refused (403) until --webhook-secret is set",
+                    settings.webhook,
+                )
             runner = web.AppRunner(webhook_app(followers, settings.webhook_secret))
             await runner.setup()
             await web.TCPSite(runner, host or "127.0.0.1", int(port)).start()
