@@ -5,7 +5,9 @@ Object Store.
 ``driftbus publish``, ``driftbus source``, ``driftbus up`` and the test harness all call it.
 A bundle message over ``INLINE_LIMIT`` carries an ``ObjectStoreRef`` instead of its manifests;
 the stored object is a JSON array whose SHA-256 is checked on read, so a dangling or tampered
-reference is an error naming the bundle, never a silently empty bundle.
+reference is an error naming the bundle, never a silently empty bundle. Anyone who may publish a
+bundle may write to the Object Store, so its size is checked before a fetch and the fetch stops
+at the limit (``bus.read_object``).
 """
 
 from __future__ import annotations
@@ -21,12 +23,12 @@ from typing import Any, overload
 import msgspec
 import orjson
 from nats.js import JetStreamContext
-from nats.js.errors import BucketNotFoundError, NotFoundError, ObjectNotFoundError
+from nats.js.errors import APIError, BucketNotFoundError, NotFoundError
 
 from schemas.codec import WireError, decode, encode
 from schemas.messages import Bundle, BundleOptions, ObjectStoreRef
 from schemas.subjects import bundle_subject
-from services.common import telemetry
+from services.common import bus, telemetry
 from services.common.bus import BUNDLES, OBJECT_STORE_BUCKET, Follower, ensure_streams
 from services.core.manifest import bundle_kinds, check_bundle_name
 
@@ -49,23 +51,34 @@ class BundleError(ValueError):
     """A bundle's manifests cannot be read; the message names the bundle and the reason."""
 
 
-async def load_manifests(js: JetStreamContext, bundle: Bundle) -> Sequence[Any]:
+async def load_manifests(
+    js: JetStreamContext, bundle: Bundle, *, limit: int | None = None
+) -> Sequence[Any]:
     """The manifests of ``bundle`` (raw; validation is the caller's): a stored bundle's are
-    decoded one by one as they are read (``StoredManifests``)."""
+    decoded one by one as they are read (``StoredManifests``). The one way anything reads a
+    bundle's stored manifests (planner, watcher, status page): read chunk by chunk within
+    ``limit`` bytes (default: the process's ``--bundle-max-bytes``), refused before any fetch
+    when the reference declares more (``bus.read_object``)."""
     ref = bundle.manifests_ref
     if ref is None:
         return list(bundle.manifests)
     where = f"bundle {bundle.cluster}/{bundle.bundle}@{bundle.revision}"
-    try:
-        store = await js.object_store(ref.bucket)
-        result = await store.get(ref.name)
-    except (BucketNotFoundError, ObjectNotFoundError, NotFoundError):
+    if ref.bucket != OBJECT_STORE_BUCKET:
         raise BundleError(
-            f"{where}: object store reference {ref.bucket}/{ref.name} does not exist"
+            f"{where}: object store reference {ref.bucket}/{ref.name} is outside the "
+            f"{OBJECT_STORE_BUCKET} bucket, the only one bundles are read from"
+        )
+    limit = bus.objects.limits().bundle_max_bytes if limit is None else limit
+    try:
+        data = await bus.read_object(
+            js, ref.bucket, ref.name, limit=limit, ref_size=ref.size, ref_sha256=ref.sha
+        )
+    except bus.ObjectCorrupt as exc:
+        raise BundleError(
+            f"{where}: stored manifests do not match their digest {ref.sha[:12]}…: {exc}"
         ) from None
-    data = result.data or b""
-    if hashlib.sha256(data).hexdigest() != ref.sha:
-        raise BundleError(f"{where}: stored manifests do not match their digest {ref.sha[:12]}…")
+    except bus.ObjectError as exc:
+        raise BundleError(f"{where}: {exc}") from None
     try:
         return StoredManifests(msgspec.json.decode(data, type=list[msgspec.Raw]))
     except msgspec.ValidationError:
@@ -105,14 +118,29 @@ class StoredManifests(Sequence[Any]):
 async def store_manifests(
     js: JetStreamContext, cluster: str, bundle: str, revision: str, manifests: list[Any]
 ) -> ObjectStoreRef:
+    """Store ``manifests`` in the Object Store; BundleError when they are over the bundle limit
+    (``--bundle-max-bytes``: every reader would refuse them) or the bucket is full."""
     data = orjson.dumps(manifests)
+    limit = bus.objects.limits().bundle_max_bytes
+    if len(data) > limit:
+        raise BundleError(
+            f"bundle {cluster}/{bundle}@{revision}: its manifests are {len(data):,} bytes of "
+            f"JSON, over the {limit:,}-byte bundle limit ({bus.objects.BUNDLE_LIMIT_SETTING})"
+        )
     sha = hashlib.sha256(data).hexdigest()
     try:
         store = await js.object_store(OBJECT_STORE_BUCKET)
     except BucketNotFoundError:
-        store = await js.create_object_store(OBJECT_STORE_BUCKET)
+        await bus.ensure_object_store(js)
+        store = await js.object_store(OBJECT_STORE_BUCKET)
     name = f"{cluster}/{bundle}/{sha}"
-    await store.put(name, data)
+    try:
+        await store.put(name, data)
+    except APIError as exc:  # the bucket is full (discard new), or refuses the chunk size
+        raise BundleError(
+            f"bundle {cluster}/{bundle}@{revision}: the Object Store bucket "
+            f"{OBJECT_STORE_BUCKET} refused its {len(data):,} bytes: {exc.description}"
+        ) from None
     return ObjectStoreRef(
         bucket=OBJECT_STORE_BUCKET, name=name, sha=sha, size=len(data), count=len(manifests)
     )

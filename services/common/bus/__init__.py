@@ -2,7 +2,8 @@
 
 ``streams`` (names, limits, creation), ``connection`` (settings, TLS, credentials, connect),
 ``claims`` (planner claims on clusters), ``intents`` (the appliers' work queue), ``publisher``
-(bounded, deduplicated, timed publishing) and ``follower`` (compacted replay, then live).
+(bounded, deduplicated, timed publishing), ``follower`` (compacted replay, then live) and
+``objects`` (the Object Store: read chunk by chunk within a limit, and its bucket's limits).
 """
 
 from services.common.bus.claims import (
@@ -27,6 +28,14 @@ from services.common.bus.intents import (
     intent_consumer_name,
     intents_pending,
 )
+from services.common.bus.objects import (
+    ObjectCorrupt,
+    ObjectError,
+    ObjectMissing,
+    ObjectTooLarge,
+    StoreLimits,
+    read_object,
+)
 from services.common.bus.publisher import Publisher
 from services.common.bus.streams import (
     APPLIED,
@@ -50,6 +59,7 @@ from services.common.bus.streams import (
     TENANTS_STREAM,
     WRONG_LAST_SEQUENCE,
     BusError,
+    ensure_object_store,
     ensure_streams,
     ensure_tenants_bucket,
     log,
@@ -82,13 +92,19 @@ __all__ = [
     "Follower",
     "IntentConsumerSettings",
     "NatsSettings",
+    "ObjectCorrupt",
+    "ObjectError",
+    "ObjectMissing",
+    "ObjectTooLarge",
     "Publisher",
+    "StoreLimits",
     "claim_holder",
     "claim_key",
     "claim_revision",
     "connect",
     "credentials",
     "ensure_intent_consumer",
+    "ensure_object_store",
     "ensure_streams",
     "ensure_tenants_bucket",
     "heartbeat_key",
@@ -98,6 +114,7 @@ __all__ = [
     "last_message",
     "log",
     "read_claim",
+    "read_object",
     "stream_configs",
     "tls_context",
 ]

@@ -1,4 +1,5 @@
-"""How a process reaches NATS: its settings (URL, credentials, TLS), reply inbox and connection."""
+"""How a process reaches NATS: its settings (URL, credentials, TLS, and the limits of what it
+reads from the Object Store), reply inbox and connection."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import nats
 from nats.aio.client import Client as NATS
 
 from schemas.subjects import encode_token
+from services.common.bus import objects
 from services.common.bus.streams import BusError
 from services.common.settings import setting
 
@@ -39,6 +41,18 @@ class NatsSettings:
     nats_ca: str = setting("", "CA bundle that signed the NATS server's certificate (TLS)")
     nats_cert: str = setting("", "client certificate for mutual TLS with NATS")
     nats_key: str = setting("", "private key of --nats-cert")
+    bundle_max_bytes: int = setting(
+        objects.DEFAULT_BUNDLE_MAX_BYTES,
+        "most bytes of stored manifests (JSON) one bundle may have: a bigger Object Store "
+        "reference is refused before it is fetched, a stored object holding more is refused as "
+        "soon as the bytes read pass it; the same limit refuses a publish",
+        env=objects.BUNDLE_LIMIT_SETTING,
+    )
+    object_store_max_bytes: int = setting(
+        objects.DEFAULT_STORE_MAX_BYTES,
+        "most bytes the Object Store bucket of big bundles may hold (the planner creates it so; "
+        "when full, a big bundle's publish is refused and nothing stored is dropped)",
+    )
     publish_retry: float = setting(
         90.0,
         "seconds a publish is retried through a NATS outage before the caller is told (at most "
@@ -88,6 +102,10 @@ async def connect(
         # permission violations arrive here: they name the subject, never a credential
         log.warning("nats connection error", extra={"error": str(exc)})
 
+    try:
+        objects.configure(objects.StoreLimits(s.bundle_max_bytes, s.object_store_max_bytes))
+    except ValueError as exc:
+        raise BusError(str(exc)) from None
     auth = credentials(s)
     tls = tls_context(s)
     if tls is not None:

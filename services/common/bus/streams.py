@@ -22,6 +22,7 @@ from nats.js.errors import (
 )
 
 from schemas.subjects import family_filter
+from services.common.bus import objects
 
 log = logging.getLogger("driftbus.bus")
 
@@ -205,14 +206,22 @@ async def ensure_streams(
     if manage:
         await _ensure_shards_bucket(js, replicas)
         await ensure_tenants_bucket(js, replicas)
-        # the bucket big bundles go to exists before any user needs it (users may not create it)
-        try:
-            await js.object_store(OBJECT_STORE_BUCKET)
-        except BucketNotFoundError:
-            await js.create_object_store(
-                OBJECT_STORE_BUCKET,
-                config=js_api.ObjectStoreConfig(storage=js_api.StorageType.FILE, replicas=replicas),
-            )
+        # the bucket big bundles go to exists before any user needs it (users may not create
+        # it), bounded; an older driftbus's unbounded bucket gets the limits
+        await ensure_object_store(js, replicas, started + (within or 120.0))
+
+
+async def ensure_object_store(
+    js: JetStreamContext, replicas: int = 1, deadline: float | None = None
+) -> None:
+    """Create the Object Store bucket with the limits in force (``objects.configure``), or bring
+    an existing one to them."""
+    config = objects.bucket_config(
+        OBJECT_STORE_BUCKET, replicas=replicas, max_bytes=objects.limits().store_max_bytes
+    )
+    if deadline is None:
+        deadline = asyncio.get_running_loop().time() + 120.0
+    await _create_or_update(js, config, deadline)
 
 
 async def ensure_tenants_bucket(js: JetStreamContext, replicas: int = 1) -> None:
