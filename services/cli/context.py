@@ -7,12 +7,17 @@ context), else ``$XDG_CONFIG_HOME/driftbus/context.json`` (default
 ``~/.config/driftbus/context.json``). A context whose ``up`` is no longer running is stale: a
 command then says so in one line, naming the file, instead of trying an address nothing listens
 on. ``up`` removes its context when it stops.
+
+The bus of ``up`` is closed (``localbus``): the context also names the operator's NATS
+credentials (``nats_auth``: user, password file, CA, client certificate — paths, no secret), which
+a command takes with the URL (``fill_nats``). The file is owner-only.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -36,6 +41,8 @@ def write(info: dict[str, Any]) -> Path:
     p = path()
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_suffix(".tmp")
+    tmp.unlink(missing_ok=True)
+    tmp.touch(mode=0o600)  # it names the page's token and the operator's credential files
     tmp.write_text(json.dumps(info, indent=2))
     tmp.replace(p)
     return p
@@ -97,6 +104,34 @@ def nats_url(flag: str | None) -> str | None:
     """Where the bus is for a command: the flag, else ``NATS_URL``, else the running stack's
     (None: the settings' default)."""
     return _flag_or_running(flag, "nats_url")
+
+
+AUTH_FIELDS = ("nats_user", "nats_password_file", "nats_ca", "nats_cert", "nats_key")
+"""What ``up`` puts in ``nats_auth``: ``NatsSettings`` fields, paths and a user name."""
+
+
+def fill_nats(args: argparse.Namespace) -> None:
+    """Where the bus is for a command, and as whom: the flags, else ``NATS_URL`` (and the
+    ``DRIFTBUS_NATS_*`` variables), else the running stack's URL and the operator's credentials
+    from its context — each credential unless a flag or variable gives it."""
+    from_context = not (getattr(args, "nats_url", None) or os.environ.get("NATS_URL"))
+    args.nats_url = nats_url(getattr(args, "nats_url", None))
+    if not from_context or args.nats_url is None:
+        return
+    info = read() or {}
+    auth = info.get("nats_auth")
+    if not isinstance(auth, dict):
+        return
+    for field in AUTH_FIELDS:
+        given = getattr(args, field, None) or os.environ.get(f"DRIFTBUS_{field.upper()}")
+        if not given and isinstance(auth.get(field), str):
+            setattr(args, field, auth[field])
+    # asyncio warns on every TLS connection nats-py closes; a command's output is no place
+    logging.getLogger("asyncio").addFilter(_quiet_tls_eof)
+
+
+def _quiet_tls_eof(record: logging.LogRecord) -> bool:
+    return "eof_received() has no effect when using ssl" not in record.getMessage()
 
 
 def add_cluster_arg(p: argparse.ArgumentParser, what: str) -> None:

@@ -33,6 +33,7 @@ def detach(args: argparse.Namespace) -> int:
     if workdir.exists() and not args.workdir:
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
+    workdir.chmod(0o700)  # its log, credentials and the page's token: the owner's only
     argv = [
         sys.executable,
         "-m",
@@ -106,7 +107,10 @@ def _until_ready(child: subprocess.Popen[bytes], workdir: Path, args: argparse.N
 def print_detached(info: dict[str, Any]) -> None:
     print(f"driftbus is running in the background (pid {info['pid']})")
     print(f"  driftbus commands find it through {context.path()}; kubectl and other tools:")
-    print(f"  NATS_URL={info['nats_url']}\n  KUBECONFIG={info['kubeconfig']}")
+    print(f"  KUBECONFIG={info['kubeconfig']}")
+    print(f"  NATS at {info['nats_url']}: mutual TLS and a password per role (see the context)")
+    if info.get("ui"):
+        print(f"  status page: {info['ui']}")
     print("  `driftbus down` stops it.")
 
 

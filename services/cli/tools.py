@@ -17,13 +17,14 @@ from services.ui import UI_PORT
 
 def cmd_ui(args: argparse.Namespace) -> int:
     from services.cli import context
-    from services.ui import server
+    from services.ui import guard, server
 
     logs.configure("ui")
-    args.nats_url = context.nats_url(args.nats_url)  # the running stack's, as for every command
+    context.fill_nats(args)  # the running stack's bus and credentials, as for every command
     nats_settings = settings.load(NatsSettings, args)
+    page = guard.PageSettings.load(args)
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(server.run(nats_settings, args.host, args.port))
+        asyncio.run(server.run(nats_settings, page))
     return 0
 
 
@@ -73,6 +74,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     ui.add_argument(
         "--port", type=int, default=UI_PORT, help="port to listen on (default %(default)s)"
     )
+    from services.ui import guard
+
+    guard.add_arguments(ui)  # --allow-host, --tenant (the token: DRIFTBUS_UI_TOKEN)
     settings.add_arguments(ui, NatsSettings)
     ui.set_defaults(func=cmd_ui)
 

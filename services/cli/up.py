@@ -5,6 +5,10 @@ cluster — the local control plane (etcd + kube-apiserver), then a watcher, the
 ``--appliers`` appliers as supervised child processes (restarted if they crash), publishes the
 example bundle with live progress, prints a status table and keeps running until Ctrl-C, which
 stops everything. ``--detach`` leaves it running in the background; ``driftbus down`` stops it.
+
+The stack is closed to other local processes: NATS requires mutual TLS and a password per role
+(``localbus``; the operator's go into the context every command reads), etcd a client
+certificate only the API server has, the status page its token; everything binds to loopback.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import asyncio
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import sys
@@ -23,21 +28,18 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from services.cli import context
+from services.cli import context, localbus
+from services.cli.example import apply_policy, print_example, publish_example
+from services.cli.example import say as _say
 from services.controlplane import assets, servers
 from services.ui import UI_PORT
+from services.ui.guard import TOKEN_ENV
 
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLE = REPO / "examples" / "hello"
 MAX_RESTARTS = 5
 
 
 def default_workdir() -> Path:
     return assets.cache_dir() / "up"
-
-
-def _say(text: str) -> None:
-    print(f"\033[1m{text}\033[0m" if sys.stderr.isatty() else text, file=sys.stderr, flush=True)
 
 
 def _service(
@@ -71,50 +73,6 @@ def source_args(args: argparse.Namespace) -> tuple[str, ...]:
         if value := getattr(args, flag):
             out += [f"--{flag}", value]
     return tuple(out)
-
-
-async def _publish_example(nats_url: str, cluster: str, within: float) -> Any:
-    import nats
-
-    from services.cli import user
-    from services.common import load
-    from services.common.bundles import publish_bundle
-
-    loaded = load.load_paths([str(EXAMPLE)], locate=assets.ensure)
-    revision = loaded.content_revision()
-    nc = await nats.connect(nats_url)
-    try:
-        waiter = user.BundleWait(nc, cluster, "hello")
-        await waiter.start()
-        await publish_bundle(
-            nc.jetstream(),
-            cluster=cluster,
-            bundle="hello",
-            revision=revision,
-            manifests=[m.obj for m in loaded.manifests],
-            # force: a hand edit (kubectl edit/patch) makes kubectl a field manager; healing it
-            # means taking the field back. Without force driftbus reports a Conflict instead.
-            options=user.BundleOptions(force=True),
-            source=loaded.source,
-        )
-        _say(f"published examples/hello ({len(loaded.manifests)} objects) as hello@{revision}")
-        status = await waiter.wait(revision, within=within, progress=True)
-        rows = await user.object_rows(nc.jetstream(), cluster, "hello")
-    finally:
-        await nc.drain()
-    return status, rows
-
-
-async def _apply_policy(nats_url: str, tenant_policy: Any) -> None:
-    import nats
-
-    from services.common import policy
-
-    nc = await nats.connect(nats_url)
-    try:
-        await policy.put_policy(nc.jetstream(), tenant_policy)
-    finally:
-        await nc.drain()
 
 
 def port_taken(port: int) -> bool:
@@ -176,8 +134,14 @@ def _up(args: argparse.Namespace) -> int:
     if workdir.exists() and not args.workdir:
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
+    workdir.chmod(0o700)  # credentials, the page's token, the cluster's data
+    try:
+        creds = localbus.create(workdir / "bus", args.cluster)
+    except localbus.LocalBusError as exc:
+        print(f"driftbus up: {exc}", file=sys.stderr)
+        return 1
     _say(f"starting driftbus in {workdir} …")
-    nats_server = servers.NatsServer(workdir / "nats")
+    nats_server = servers.NatsServer(workdir / "nats", extra_args=creds.server_args())
     cluster: servers.Cluster | None = None
     procs: list[servers.Process] = []
     stopping = threading.Event()
@@ -203,34 +167,46 @@ def _up(args: argparse.Namespace) -> int:
                 kubeconfig = Path(args.kubeconfig)
             else:
                 cluster = servers.Cluster.start(
-                    args.cluster, workdir / args.cluster, controllers=not args.no_controllers
+                    args.cluster,
+                    workdir / args.cluster,
+                    controllers=not args.no_controllers,
+                    etcd_tls=True,  # its storage: the API server's client certificate only
                 )
                 kubeconfig = cluster.kubeconfig
         except (assets.AssetError, servers.ServerError) as exc:
             print(f"driftbus up: {exc}", file=sys.stderr)
             return 1
-        env = {**os.environ, "NATS_URL": nats_server.client_url, "KUBECONFIG": str(kubeconfig)}
+        nats_url = creds.url(nats_server.port)
+        operator = creds.nats("cli", nats_server.port)
+        # the caller's own NATS identity is not the services': each gets its role's
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DRIFTBUS_NATS_")}
+        env |= {"NATS_URL": nats_url, "KUBECONFIG": str(kubeconfig)}
         if tenant_policy is not None:
             # in force before the planner starts: no bundle is ever taken without it
-            asyncio.run(_apply_policy(nats_server.client_url, tenant_policy))
+            asyncio.run(apply_policy(operator, tenant_policy))
             _say(f"tenant policy from {args.tenants}: {len(tenant_policy.tenants)} tenants")
         roles = [("watcher", "watcher"), ("planner", "planner")]
         roles += [(f"applier-{i}", "applier") for i in range(args.appliers)]
         if args.ui_port:
             roles.append(("ui", "ui"))
+        token = secrets.token_urlsafe(32)
+        envs = {r: env | creds.env(r) for r in ("watcher", "planner", "applier", "ui", "source")}
+        envs["ui"][TOKEN_ENV] = token  # the page's token: its environment only, never a flag
         procs = [
-            _service(n, r, args.cluster, workdir, env, args.context, args.ui_port) for n, r in roles
+            _service(n, r, args.cluster, workdir, envs[r], args.context, args.ui_port)
+            for n, r in roles
         ]
         if args.git:
+            extra = source_args(args)
             procs.append(
-                _service("source", "source", args.cluster, workdir, env, None, 0, source_args(args))
+                _service("source", "source", args.cluster, workdir, envs["source"], None, 0, extra)
             )
         for p in procs:
             p.start()
         _say(f"started {', '.join(p.name for p in procs)}")
         info = {
             "cluster": args.cluster,
-            "nats_url": nats_server.client_url,
+            "nats_url": nats_url,
             "kubeconfig": str(kubeconfig),
             "workdir": str(workdir),
             "pid": os.getpid(),
@@ -238,16 +214,17 @@ def _up(args: argparse.Namespace) -> int:
             "logs": str(workdir / "services"),
         }
         if args.ui_port:
-            info["ui"] = f"http://127.0.0.1:{args.ui_port}/"
+            # as Jupyter does: the address with the token, which sets a cookie when opened
+            info["ui"] = f"http://127.0.0.1:{args.ui_port}/?token={token}"
         # from now on other terminals' commands find this stack (the example may take a while)
         info["context"] = str(context.path())
-        context.write(info)
+        context.write({**info, "nats_auth": creds.settings("cli")})
         if not args.no_example:
-            status, rows = asyncio.run(
-                _publish_example(nats_server.client_url, args.cluster, args.timeout)
-            )
-            _print_example(status, rows, args.output)
-        (workdir / "stack.json").write_text(json.dumps(info, indent=2))
+            status, rows = asyncio.run(publish_example(operator, args.cluster, args.timeout))
+            print_example(status, rows, args.output)
+        state = workdir / "stack.json"
+        state.touch(mode=0o600)
+        state.write_text(json.dumps(info, indent=2))
         signal.signal(signal.SIGTERM, _stop)
         signal.signal(signal.SIGINT, _stop)
         print_info(info, args.output)
@@ -291,19 +268,6 @@ def _supervise(procs: list[servers.Process], stopping: threading.Event) -> int:
     return 0
 
 
-def _print_example(status: Any, rows: list[Any], fmt: str) -> None:
-    from services.cli import output, table
-
-    if fmt == "json":
-        return
-    if status is None:
-        print("example bundle: no status yet (see the service logs)")
-    else:
-        print(f"hello@{status.revision}: {table.colour(str(status.phase))} — {status.message}")
-    columns = ["kind", "namespace", "name", "phase", "health", "message"]
-    print(table.render(output.rows(rows), columns))
-
-
 def print_info(info: dict[str, Any], output: str) -> None:
     if output == "json":
         import msgspec
@@ -318,8 +282,9 @@ def print_info(info: dict[str, Any], output: str) -> None:
     for k, v in info.items():
         print(f"  {k:<{width}}  {v}")
     print(f"\n  driftbus commands find this stack through {info['context']} (no exports needed);")
+    print("  its NATS takes mutual TLS and a password per role (the context names the files);")
     print("  kubectl and other tools:")
-    print(f"  export KUBECONFIG={info['kubeconfig']} NATS_URL={info['nats_url']}")
+    print(f"  export KUBECONFIG={info['kubeconfig']}")
     exe = "driftbus" if shutil.which("driftbus") else str(Path(sys.executable).parent / "driftbus")
     print(f"  {exe} status --cluster {info['cluster']} --bundle hello")
     print("\nCtrl-C stops everything.", flush=True)

@@ -63,11 +63,12 @@ def shown_url(url: str) -> str:
 
 async def connect(args: argparse.Namespace, *, reconnect: bool = False, **callbacks: Any) -> NATS:
     """The user's connection: credentials and TLS from the --nats-* flags or environment, the
-    URL from them or else from the running stack's context (``context``). A bus that does not
+    URL from them or else, with the operator's credentials, from the running stack's context
+    (``context``). A bus that does not
     answer is one ``BusUnreachable`` line naming the URL tried."""
     from services.cli import context
 
-    args.nats_url = context.nats_url(getattr(args, "nats_url", None))
+    context.fill_nats(args)  # the running stack's URL and operator credentials, if not given
     s = settings.load(bus.NatsSettings, args)
     try:
         return await bus.connect(s, name="driftbus-cli", reconnect=reconnect, **callbacks)

@@ -277,6 +277,43 @@ def admin() -> Permissions:
     )
 
 
+UI_INBOX = bus.inbox_prefix("ui")
+"""Where the status page's replies arrive (``driftbus ui`` connects with it)."""
+
+
+def viewer() -> Permissions:
+    """Reads what ``driftbus status``, ``why``, ``bundles`` and the status page show: every
+    stream but the intents (whose consumer it may only ask how much is pending), the Object
+    Store and the tenant policy; publishes nothing but those reads. The identity ``driftbus up``
+    gives its status page; replies on the page's own inbox."""
+    streams = [s for s in ALL_STREAMS if s != bus.INTENTS] + [bus.SHARDS_STREAM]
+    gets = [f"{JS}.DIRECT.GET.{s}" for s in streams]
+    gets += [f"{JS}.DIRECT.GET.{s}.>" for s in streams]
+    gets += [f"{JS}.STREAM.MSG.GET.{s}" for s in streams]
+    return Permissions(
+        publish=(
+            *STREAM_INFO,
+            f"{JS}.STREAM.INFO.{bus.SHARDS_STREAM}",
+            *_read_streams(*streams),
+            *gets,
+            f"{JS}.CONSUMER.INFO.{bus.INTENTS}.*",
+            *_object_store_read(),
+            *_policy_read(),
+        ),
+        subscribe=(f"{UI_INBOX}.>",),
+    )
+
+
+def operator() -> Permissions:
+    """An admin who also reads what a viewer reads: the person who ran ``driftbus up``, whose
+    commands (publish, status, why, plan, tenants…) find the stack through its context."""
+    a, v = admin(), viewer()
+    return Permissions(
+        publish=tuple(dict.fromkeys([*a.publish, *v.publish])),
+        subscribe=tuple(dict.fromkeys([*a.subscribe, *v.subscribe])),
+    )
+
+
 def source(clusters: Iterable[str]) -> Permissions:
     """``driftbus source``: a user of these clusters that also reports its own status (and only
     that: not a bundle's or an object's, which the planner and appliers own)."""

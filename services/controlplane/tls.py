@@ -61,15 +61,25 @@ class Authority:
         )
         return cls(directory, _write(directory, "ca", cert, key))
 
-    def issue(self, name: str, *, server: bool = False, names: list[str] | None = None) -> Pair:
+    def issue(
+        self,
+        name: str,
+        *,
+        server: bool = False,
+        names: list[str] | None = None,
+        client: bool = False,
+    ) -> Pair:
         """A certificate for ``name``: a server one valid for 127.0.0.1, localhost and
-        ``names``, or a client one (for mutual TLS)."""
+        ``names`` (``client`` too: also a client one, as etcd's peers present), or a client
+        one (for mutual TLS)."""
         ca_key = serialization.load_pem_private_key(self.ca.key.read_bytes(), None)
         ca_cert = x509.load_pem_x509_certificate(self.ca.cert.read_bytes())
         assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
         key = ec.generate_private_key(ec.SECP256R1())
         now = dt.datetime.now(dt.UTC)
-        usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
+        usages = [ExtendedKeyUsageOID.SERVER_AUTH] if server else []
+        if client or not server:
+            usages.append(ExtendedKeyUsageOID.CLIENT_AUTH)
         builder = (
             x509.CertificateBuilder()
             .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
@@ -78,7 +88,7 @@ class Authority:
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - dt.timedelta(minutes=5))
             .not_valid_after(now + dt.timedelta(days=1))
-            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+            .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
         )
         if server:
             builder = builder.add_extension(

@@ -32,6 +32,16 @@ from services.core.sha import prune
 
 log = logging.getLogger("driftbus.ui")
 MAX_DECISIONS = 50
+SHA_FIELDS = ("manifest_sha", "last_applied_manifest_sha", "apply_sha", "server_sha")
+
+
+def without_secret_shas(doc: dict[str, Any], key: ObjectKey) -> dict[str, Any]:
+    """``doc`` (a status or decision of ``key``) without its SHAs when ``key`` is a Secret: a
+    SHA-256 of a Secret's pruned form is an unsalted hash of its values, which a guess can be
+    checked against offline. Other objects' SHAs stay (they explain a decision)."""
+    if key.group or key.kind != "Secret":
+        return doc
+    return {k: v for k, v in doc.items() if k not in SHA_FIELDS}
 
 
 async def _history(js: JetStreamContext, stream: str, subject: str) -> list[Any]:
@@ -131,7 +141,9 @@ async def object_detail(
         -MAX_DECISIONS:
     ]:
         with contextlib.suppress(WireError):
-            decisions.append(msgspec.to_builtins(decode(m.data, DecisionRecord)))
+            decisions.append(
+                without_secret_shas(msgspec.to_builtins(decode(m.data, DecisionRecord)), key)
+            )
     error = None
     last = await bus.last_message(js, bus.OUTCOMES, object_subject("outcome", cluster, key))
     if last is not None and last.data:

@@ -12,6 +12,11 @@ One page (``static/``, shipped in the package: no CDN) and two endpoints:
   (``detail``): its decision history, last error, desired-vs-live difference (masked);
 - ``GET /api/bundle?cluster=&bundle=`` — the bundle's revision history, rollbacks marked.
 
+Every endpoint takes ``?tenant=T`` (and one pinned with ``--tenant`` holds for all): a bundle of
+another tenant is not found. Nothing is served without the page's token or under a Host name
+that is not this machine's (``guard``). A Secret's SHAs (manifest, applied, server: unsalted
+hashes of its values) appear in no response (``detail.without_secret_shas``).
+
 ``stats`` also carries the last hour per minute: writes made (apply, delete) against writes
 avoided (cache hits), and each drift's time to correct (detected → corrected), for the charts.
 
@@ -41,8 +46,9 @@ from schemas.codec import WireError, decode
 from schemas.messages import BundleStatus, DecisionRecord, ObjectStatus, ServerEvent
 from schemas.subjects import ObjectKey, family_filter, split_bundle
 from services.common import bus
+from services.common.permissions import UI_INBOX
 from services.common.statuswatch import decode_status
-from services.ui import detail
+from services.ui import detail, guard
 
 log = logging.getLogger("driftbus.ui")
 T = TypeVar("T")
@@ -117,7 +123,7 @@ class LiveState:
         return doc
 
     def on_object(self, st: ObjectStatus) -> tuple[dict[str, Any], dict[str, Any] | None]:
-        doc = _plain(st) | {"object": str(st.key)}
+        doc = detail.without_secret_shas(_plain(st) | {"object": str(st.key)}, st.key)
         ident = (st.cluster, str(st.key))
         self._bundle_of[ident] = st.bundle
         if ident in self.health:
@@ -212,8 +218,9 @@ class LiveState:
 
 
 class StatusPage:
-    def __init__(self, js: JetStreamContext) -> None:
+    def __init__(self, js: JetStreamContext, page: guard.PageSettings | None = None) -> None:
         self.js = js
+        self.page = page or guard.PageSettings()
         self.state = LiveState()
         self.live = detail.LiveReader()
         self._clients: dict[asyncio.Queue[bytes], str | None] = {}
@@ -288,8 +295,14 @@ class StatusPage:
     async def index(self, _: web.Request) -> web.FileResponse:
         return web.FileResponse(STATIC / "index.html")
 
+    def _bundle_shown(self, request: web.Request, bundle: str) -> None:
+        """404 unless the request's tenant (pinned or asked) is the bundle's."""
+        tenant = guard.tenant_of(request, self.page)
+        if tenant is not None and split_bundle(bundle)[0] != tenant:
+            raise web.HTTPNotFound(text=f"no bundle {bundle!r} of tenant {tenant!r}\n")
+
     async def api_state(self, request: web.Request) -> web.Response:
-        tenant = request.query.get("tenant")
+        tenant = guard.tenant_of(request, self.page)
         return web.Response(
             body=orjson.dumps(self.state.snapshot(tenant)), content_type="application/json"
         )
@@ -298,9 +311,9 @@ class StatusPage:
         resp = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )
+        tenant = guard.tenant_of(request, self.page)
         await resp.prepare(request)
         q: asyncio.Queue[bytes] = asyncio.Queue(maxsize=10_000)
-        tenant = request.query.get("tenant")
         self._clients[q] = tenant
         try:
             await resp.write(
@@ -330,6 +343,7 @@ class StatusPage:
             cluster, bundle = q["cluster"], q["bundle"]
         except KeyError as exc:
             raise web.HTTPBadRequest(text=f"missing query parameter {exc}") from None
+        self._bundle_shown(request, bundle)
         doc = await detail.object_detail(self.js, self.live, cluster, bundle, key)
         return web.Response(body=orjson.dumps(doc), content_type="application/json")
 
@@ -338,11 +352,12 @@ class StatusPage:
             cluster, bundle = request.query["cluster"], request.query["bundle"]
         except KeyError as exc:
             raise web.HTTPBadRequest(text=f"missing query parameter {exc}") from None
+        self._bundle_shown(request, bundle)
         doc = {"revisions": await detail.bundle_history(self.js, cluster, bundle)}
         return web.Response(body=orjson.dumps(doc), content_type="application/json")
 
     def app(self) -> web.Application:
-        app = web.Application()
+        app = web.Application(middlewares=[guard.middleware(self.page)])
         app.router.add_get("/", self.index)
         app.router.add_get("/api/state", self.api_state)
         app.router.add_get("/api/object", self.api_object)
@@ -352,13 +367,17 @@ class StatusPage:
         return app
 
 
-async def run(nats: bus.NatsSettings, host: str, port: int) -> None:
-    nc = await bus.connect(nats, name="driftbus-ui")
-    page = StatusPage(nc.jetstream())
+async def run(nats: bus.NatsSettings, settings: guard.PageSettings) -> None:
+    # replies on the page's own inbox: on a locked-down bus its identity (`driftbus up`'s
+    # viewer) may read no one else's
+    nc = await bus.connect(nats, name="driftbus-ui", inbox=UI_INBOX)
+    page = StatusPage(nc.jetstream(), settings)
     runner = web.AppRunner(page.app(), access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, host, port).start()
-    print(f"driftbus ui: http://{host}:{port}/", flush=True)
+    await web.TCPSite(runner, settings.host, settings.port).start()
+    # the token in the address is the one secret ever printed (as Jupyter does): it is how
+    # the person who started the page opens it
+    print(f"driftbus ui: {settings.url()}", flush=True)
     try:
         await bus.ensure_streams(page.js, manage=False)  # the planner creates them
         while True:

@@ -11,9 +11,10 @@ import sys
 from pathlib import Path
 
 import jsonschema
-import nats
+from nats.aio.client import Client as NATS
 
 from services.cli import user
+from services.common import bus
 from services.common.kube import KubeClient
 from services.controlplane import servers
 
@@ -47,8 +48,10 @@ async def test_up_reconciles_the_example_and_stops_cleanly(tmp_path: Path) -> No
         assert set(info["services"]) == {
             *("watcher", "planner", "applier-0", "applier-1", "ui", "source")
         }
-        assert info["ui"] == f"http://127.0.0.1:{ui_port}/"
-        nc = await nats.connect(info["nats_url"])
+        # as Jupyter prints it: the address with the page's token
+        assert info["ui"].startswith(f"http://127.0.0.1:{ui_port}/?token="), info["ui"]
+        assert len(info["ui"].partition("token=")[2]) >= 32
+        nc = await operator(info)
         try:
             (hello,) = await user.bundle_statuses(nc.jetstream(), "local", "hello")
             assert str(hello.phase) == "Ready"
@@ -122,6 +125,17 @@ async def test_detach_leaves_it_running_and_down_stops_it(
 
 def context_file() -> Path:
     return Path(os.environ["DRIFTBUS_UP_CONTEXT"])
+
+
+async def operator(info: dict[str, object]) -> NATS:
+    """A connection to the stack's closed bus as its operator, with what the context names
+    (mutual TLS, a password file): how every `driftbus` command reaches it."""
+    ctx = json.loads(context_file().read_text())
+    assert ctx["nats_url"] == info["nats_url"]
+    assert str(info["nats_url"]).startswith("tls://127.0.0.1:"), info
+    assert context_file().stat().st_mode & 0o077 == 0, "the context is the owner's only"
+    settings = bus.NatsSettings(**ctx["nats_auth"], nats_url=ctx["nats_url"])
+    return await bus.connect(settings, name="test-operator")
 
 
 async def command(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:

@@ -5,6 +5,7 @@ Screenshots are kept in ``test-artifacts/ui/``."""
 from __future__ import annotations
 
 import asyncio
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from nats.aio.client import Client as NATS
 from harness.pipeline import Pipeline
 from services.common.kube import KubeClient
 from services.controlplane import servers
+from services.ui.guard import TOKEN_ENV
 
 from .browser import Browser
 from .test_scaling import configmaps
@@ -22,6 +24,14 @@ from .waits import until_object
 
 pytestmark = pytest.mark.ui
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "ui"
+
+
+def page_token(pipeline: Pipeline) -> tuple[str, dict[str, str]]:
+    """The token the page is started with (as `driftbus up` gives it), and the header a script
+    sends it in."""
+    token = secrets.token_urlsafe(16)
+    pipeline.role_env["ui"] = {TOKEN_ENV: token}
+    return token, {"Authorization": f"Bearer {token}"}
 
 
 async def opened(browser: Browser, url: str) -> None:
@@ -38,13 +48,14 @@ async def test_status_page_shows_a_bundle_going_ready_and_drift_corrected(
     pipeline: Pipeline, pnc: NATS, kube: KubeClient, namespace: str, tmp_path: Path, measured: Any
 ) -> None:
     port = servers.free_port()
+    token, auth = page_token(pipeline)
     pipeline.start_all()
     pipeline.start("ui", None, "--port", str(port))
     browser = Browser(tmp_path / "chromium")
     await browser.start()
     try:
         url = f"http://127.0.0.1:{port}/"
-        await opened(browser, url)
+        await opened(browser, f"{url}?token={token}")  # sets the cookie, as `up`'s address does
         await browser.until("document.querySelector('#live').textContent === 'live'", 30, "live")
 
         n = 12
@@ -87,7 +98,7 @@ async def test_status_page_shows_a_bundle_going_ready_and_drift_corrected(
         assert "cm-2" in text
         # the drift "corrected" event and the bundle's return to Ready are two status events:
         # the page may show the first before the second; Ready must follow, bounded
-        async with aiohttp.ClientSession() as session:
+        async with aiohttp.ClientSession(headers=auth) as session:
             for _ in range(150):
                 async with session.get(f"{url}api/state") as resp:
                     state = await resp.json()
@@ -99,7 +110,7 @@ async def test_status_page_shows_a_bundle_going_ready_and_drift_corrected(
         assert any(d["object"].endswith("/cm-2") for d in state["drift"])
         # one tenant's view: "ui" is a platform bundle, so it is the platform's ("") only,
         # its bundle, objects and drift alike, on /api/state and on /events
-        async with aiohttp.ClientSession() as session:
+        async with aiohttp.ClientSession(headers=auth) as session:
             for tenant, shown in (("", True), ("team-q", False)):
                 async with session.get(f"{url}api/state", params={"tenant": tenant}) as resp:
                     view = await resp.json()
@@ -130,6 +141,7 @@ async def test_status_page_explains_an_object_and_charts_writes_made_and_avoided
     import shutil
 
     port = servers.free_port()
+    token, auth = page_token(pipeline)
     pipeline.start_all()
     pipeline.start("ui", None, "--port", str(port))
     js = pnc.jetstream()
@@ -156,7 +168,7 @@ async def test_status_page_explains_an_object_and_charts_writes_made_and_avoided
     await browser.start()
     try:
         url = f"http://127.0.0.1:{port}/"
-        await opened(browser, url)
+        await opened(browser, f"{url}?token={token}")
         row = "document.querySelector('tr[data-bundle$=\"/explain\"]')"
         await browser.until(f"{row} && {row}.dataset.phase === 'Ready'", 90, "explain Ready")
         await kube.apply({**mode, "data": {"mode": "slow"}}, field_manager="intruder", force=True)
@@ -206,7 +218,7 @@ async def test_status_page_explains_an_object_and_charts_writes_made_and_avoided
         )
         assert "***" in shown, shown
         page = await browser.evaluate("document.documentElement.outerHTML")
-        async with aiohttp.ClientSession() as session:
+        async with aiohttp.ClientSession(headers=auth) as session:
             q = {"cluster": pipeline.cluster, "bundle": "explain", "kind": "Secret"}
             q |= {"namespace": namespace, "name": "explain-secret"}
             async with session.get(f"{url}api/object", params=q) as resp:
@@ -216,6 +228,9 @@ async def test_status_page_explains_an_object_and_charts_writes_made_and_avoided
                 assert form not in page
                 assert form not in api
         assert json.loads(api)["diff"], api
+        # nor a hash of them: a Secret's SHAs are in no decision or row the page serves
+        assert json.loads(api)["decisions"], api
+        assert "_sha" not in api, api
 
         # the charts: writes made (every apply) and avoided (a republish: all hits); a drift
         # corrected (an out-of-band delete in a bundle that corrects) and its time

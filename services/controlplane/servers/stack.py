@@ -37,11 +37,24 @@ class Cluster:
         etcd_args: list[str] | None = None,
         users: list[User] | None = None,
         controllers: bool = False,
+        etcd_tls: bool = False,
     ) -> Cluster:
-        etcd = Etcd(workdir / "etcd", extra_args=etcd_args or [])
+        """``etcd_tls``: etcd requires a client certificate (its own CA), which only the API
+        server is given (``driftbus up``: no other local process reaches the storage)."""
+        etcd = Etcd(workdir / "etcd", extra_args=etcd_args or [], tls=etcd_tls)
         etcd.start()
+        storage: list[str] = []
+        if etcd.ca is not None and etcd.client is not None:
+            storage = [
+                f"--etcd-cafile={etcd.ca.ca.cert}",
+                f"--etcd-certfile={etcd.client.cert}",
+                f"--etcd-keyfile={etcd.client.key}",
+            ]
         api = KubeAPIServer(
-            workdir / "apiserver", etcd.url, extra_args=apiserver_args or [], users=users or []
+            workdir / "apiserver",
+            etcd.url,
+            extra_args=[*storage, *(apiserver_args or [])],
+            users=users or [],
         )
         try:
             api.start()

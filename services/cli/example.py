@@ -1,0 +1,71 @@
+"""What ``driftbus up`` does on its bus as the operator: put the tenant policy in force and
+publish ``examples/hello`` with live progress, then print its table."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from services.common import bus
+from services.controlplane import assets
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "hello"
+
+
+def say(text: str) -> None:
+    print(f"\033[1m{text}\033[0m" if sys.stderr.isatty() else text, file=sys.stderr, flush=True)
+
+
+async def publish_example(nats: bus.NatsSettings, cluster: str, within: float) -> Any:
+    from services.cli import user
+    from services.common import load
+    from services.common.bundles import publish_bundle
+
+    loaded = load.load_paths([str(EXAMPLE)], locate=assets.ensure)
+    revision = loaded.content_revision()
+    nc = await bus.connect(nats, name="driftbus-up", reconnect=False)
+    try:
+        waiter = user.BundleWait(nc, cluster, "hello")
+        await waiter.start()
+        await publish_bundle(
+            nc.jetstream(),
+            cluster=cluster,
+            bundle="hello",
+            revision=revision,
+            manifests=[m.obj for m in loaded.manifests],
+            # force: a hand edit (kubectl edit/patch) makes kubectl a field manager; healing it
+            # means taking the field back. Without force driftbus reports a Conflict instead.
+            options=user.BundleOptions(force=True),
+            source=loaded.source,
+        )
+        say(f"published examples/hello ({len(loaded.manifests)} objects) as hello@{revision}")
+        status = await waiter.wait(revision, within=within, progress=True)
+        rows = await user.object_rows(nc.jetstream(), cluster, "hello")
+    finally:
+        await nc.drain()
+    return status, rows
+
+
+async def apply_policy(nats: bus.NatsSettings, tenant_policy: Any) -> None:
+    from services.common import policy
+
+    nc = await bus.connect(nats, name="driftbus-up", reconnect=False)
+    try:
+        await policy.put_policy(nc.jetstream(), tenant_policy)
+    finally:
+        await nc.drain()
+
+
+def print_example(status: Any, rows: list[Any], fmt: str) -> None:
+    from services.cli import output, table
+
+    if fmt == "json":
+        return
+    if status is None:
+        print("example bundle: no status yet (see the service logs)")
+    else:
+        print(f"hello@{status.revision}: {table.colour(str(status.phase))} — {status.message}")
+    columns = ["kind", "namespace", "name", "phase", "health", "message"]
+    print(table.render(output.rows(rows), columns))
