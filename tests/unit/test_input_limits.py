@@ -396,3 +396,38 @@ def test_fuzz_tarballs_never_crash_the_loader(tmp_path: Path, data: bytes) -> No
         path.write_bytes(payload)
         with contextlib.suppress(InputError):
             load_paths([str(path)])  # refused (naming it: test_tarballs) or loaded
+
+
+# --- credentials in URLs never reach a message (item 7) -----------------------------------------
+
+
+def test_git_fetch_errors_do_not_show_credentials(tmp_path: Path) -> None:
+    from services.common.gitrepo import Repository
+    from tests.gitrepo import git
+
+    origin = tmp_path / "origin"
+    write(origin, "a.yaml", CM.format(name="a"))
+    git(origin, "init", "-q")
+    git(origin, "add", ".")
+    git(origin, "commit", "-qm", "one")
+    repo = Repository.clone(f"file://{origin}", tmp_path / "copy")
+    # the remote as a source may name it; git quotes it whole when it cannot parse it
+    repo.git("config", "remote.origin.url", "http://bot:s3cret-token@127.0.0.1:1/x%0a.git")
+    with pytest.raises(InputError) as err:
+        repo.fetch()
+    assert "s3cret-token" not in str(err.value), err.value
+    assert "http://127.0.0.1:1/x%0a.git" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("fatal: 'https://u:p@h/r.git' x", "fatal: 'https://h/r.git' x"),
+        ("a http://tok@h/ b ssh://git:pw@h:22/r", "a http://h/ b ssh://h:22/r"),
+        ("no url here", "no url here"),
+    ],
+)
+def test_credentials_are_cut_from_tool_output(text: str, shown: str) -> None:
+    from services.common.confine import redact_text
+
+    assert redact_text(text) == shown
