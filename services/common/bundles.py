@@ -23,7 +23,7 @@ from typing import Any, overload
 import msgspec
 import orjson
 from nats.js import JetStreamContext
-from nats.js.errors import APIError, BucketNotFoundError, NotFoundError
+from nats.js.errors import NotFoundError
 
 from schemas.codec import WireError, decode, encode
 from schemas.messages import Bundle, BundleOptions, ObjectStoreRef
@@ -128,18 +128,17 @@ async def store_manifests(
             f"JSON, over the {limit:,}-byte bundle limit ({bus.objects.BUNDLE_LIMIT_SETTING})"
         )
     sha = hashlib.sha256(data).hexdigest()
-    try:
-        store = await js.object_store(OBJECT_STORE_BUCKET)
-    except BucketNotFoundError:
-        await bus.ensure_object_store(js)
-        store = await js.object_store(OBJECT_STORE_BUCKET)
     name = f"{cluster}/{bundle}/{sha}"
     try:
-        await store.put(name, data)
-    except APIError as exc:  # the bucket is full (discard new), or refuses the chunk size
+        try:
+            await bus.put_object(js, OBJECT_STORE_BUCKET, name, data)
+        except bus.ObjectMissing:  # the planner makes it; a test bus may have no planner yet
+            await bus.ensure_object_store(js)
+            await bus.put_object(js, OBJECT_STORE_BUCKET, name, data)
+    except bus.ObjectError as exc:
         raise BundleError(
-            f"bundle {cluster}/{bundle}@{revision}: the Object Store bucket "
-            f"{OBJECT_STORE_BUCKET} refused its {len(data):,} bytes: {exc.description}"
+            f"bundle {cluster}/{bundle}@{revision}: its {len(data):,} bytes of manifests "
+            f"cannot be stored: {exc}"
         ) from None
     return ObjectStoreRef(
         bucket=OBJECT_STORE_BUCKET, name=name, sha=sha, size=len(data), count=len(manifests)

@@ -22,6 +22,7 @@ import base64
 import hashlib
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -85,6 +86,14 @@ async def forge_meta(js: JetStreamContext, name: str, size: int) -> None:
     await js.publish(subject, json.dumps(meta).encode(), headers={"Nats-Rollup": "sub"})
 
 
+def peak_rss(pid: int) -> int:
+    """The peak resident memory of process ``pid`` (VmHWM), in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
 async def sent_to(pipeline: Pipeline, role: str) -> int:
     """Bytes nats-server has sent to the connections of ``role`` (named driftbus-<role>…)."""
     async with (
@@ -98,10 +107,19 @@ async def sent_to(pipeline: Pipeline, role: str) -> int:
 async def test_a_hostile_stored_bundle_stalls_nobody(
     pipeline: Pipeline, pnc: NATS, namespace: str, measured: Any
 ) -> None:
-    c = pipeline.cluster
-    js = pnc.jetstream()
     pipeline.extra_env["DRIFTBUS_BUNDLE_MAX_BYTES"] = str(LIMIT)
     pipeline.extra_env["DRIFTBUS_OBJECT_STORE_MAX_BYTES"] = str(256 * MIB)
+    # this process publishes with the harness, which manages the streams (and the bucket) too
+    bus.objects.configure(bus.StoreLimits(bundle_max_bytes=LIMIT, store_max_bytes=256 * MIB))
+    try:
+        await _hostile(pipeline, pnc, namespace, measured)
+    finally:
+        bus.objects.configure(bus.StoreLimits())
+
+
+async def _hostile(pipeline: Pipeline, pnc: NATS, namespace: str, measured: Any) -> None:
+    c = pipeline.cluster
+    js = pnc.jetstream()
     statuses: dict[str, list[BundleStatus]] = {}
 
     async def on_status(msg: Any) -> None:
@@ -142,8 +160,10 @@ async def test_a_hostile_stored_bundle_stalls_nobody(
         bound = (LIE + CHUNK) * WIRE + MIB  # + the bus's own traffic
         for role, n in read.items():
             assert n < bound, f"the {role} read {n:,} bytes of two hostile references"
+        peak = peak_rss(pipeline.procs["planner"].pid) / MIB
         measured(
-            f"hostile store: planner read {read['planner']:,} B, watcher {read['watcher']:,} B"
+            f"hostile store: two hostile references cost the planner {read['planner']:,} "
+            f"bytes from NATS, the watcher {read['watcher']:,}; planner peak RSS {peak:.0f} MiB"
         )
         return messages
 
@@ -237,3 +257,21 @@ async def test_a_publish_over_the_limit_is_refused_before_storing(
     assert info.state.bytes == before, "nothing was stored"
     assert info.config.max_bytes == bus.objects.DEFAULT_STORE_MAX_BYTES, "the bucket is bounded"
     assert info.config.max_msg_size == CHUNK, "a chunk is bounded"
+
+    # a full bucket refuses the put (nothing stored is dropped to make room), and says so;
+    # an existing bucket (an older driftbus's, unbounded) is brought to the limits
+    bus.objects.configure(bus.StoreLimits(store_max_bytes=before + 512 * 1024))
+    try:
+        await bus.ensure_object_store(js)
+        with pytest.raises(BundleError, match=r"cannot be stored: .* refused by the bucket"):
+            await publish_bundle(
+                js,
+                cluster=pipeline.cluster,
+                bundle="big",
+                revision="r2",
+                manifests=big[:900],  # ~900 kB: over the inline limit, stored
+                options=BundleOptions(),
+            )
+    finally:
+        bus.objects.configure(bus.StoreLimits())
+        await bus.ensure_object_store(js)

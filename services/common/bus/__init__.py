@@ -32,8 +32,10 @@ from services.common.bus.objects import (
     ObjectCorrupt,
     ObjectError,
     ObjectMissing,
+    ObjectRefused,
     ObjectTooLarge,
     StoreLimits,
+    put_object,
     read_object,
 )
 from services.common.bus.publisher import Publisher
@@ -95,6 +97,7 @@ __all__ = [
     "ObjectCorrupt",
     "ObjectError",
     "ObjectMissing",
+    "ObjectRefused",
     "ObjectTooLarge",
     "Publisher",
     "StoreLimits",
@@ -113,6 +116,7 @@ __all__ = [
     "intents_pending",
     "last_message",
     "log",
+    "put_object",
     "read_claim",
     "read_object",
     "stream_configs",

@@ -28,7 +28,7 @@ from typing import Annotated, Final
 import msgspec
 from nats.js import JetStreamContext
 from nats.js import api as js_api
-from nats.js.errors import NotFoundError
+from nats.js.errors import APIError, BucketNotFoundError, NotFoundError
 
 MIB: Final = 1024 * 1024
 DEFAULT_BUNDLE_MAX_BYTES: Final = 64 * MIB
@@ -63,6 +63,10 @@ class ObjectTooLarge(ObjectError):
 
 class ObjectCorrupt(ObjectError):
     """The object's metadata or chunks disagree with each other or with the reference."""
+
+
+class ObjectRefused(ObjectError):
+    """The bucket would not store the object (full, or a chunk over its message size)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,6 +123,22 @@ class ObjectMeta(msgspec.Struct):
     digest: str = ""
     deleted: bool = False
     options: dict[str, object] | None = None
+
+
+async def put_object(js: JetStreamContext, bucket: str, name: str, data: bytes) -> None:
+    """Store ``data`` as ``bucket/name`` (nats-py's put: 128 KiB chunks, then the metadata);
+    ObjectMissing when there is no such bucket, ObjectRefused when the bucket says no."""
+    try:
+        store = await js.object_store(bucket)
+        await store.put(name, data)
+    except BucketNotFoundError:
+        raise ObjectMissing(bucket, name, "cannot be stored: the bucket does not exist") from None
+    except APIError as exc:  # full (discard new: nothing stored is dropped) or a chunk too big
+        raise ObjectRefused(
+            bucket,
+            name,
+            f"was refused by the bucket ({exc.description}; its size is --object-store-max-bytes)",
+        ) from None
 
 
 def meta_subject(bucket: str, name: str) -> str:
