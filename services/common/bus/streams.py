@@ -14,6 +14,7 @@ from nats.errors import TimeoutError as NatsTimeout
 from nats.js import JetStreamContext
 from nats.js import api as js_api
 from nats.js.errors import (
+    APIError,
     BadRequestError,
     BucketNotFoundError,
     NoStreamResponseError,
@@ -221,7 +222,13 @@ async def ensure_object_store(
     )
     if deadline is None:
         deadline = asyncio.get_running_loop().time() + 120.0
-    await _create_or_update(js, config, deadline)
+    try:
+        await _create_or_update(js, config, deadline)
+    except APIError as exc:  # e.g. 10047: the server cannot reserve max_bytes of storage
+        raise BusError(
+            f"the Object Store bucket {OBJECT_STORE_BUCKET} cannot be given "
+            f"--object-store-max-bytes={config.max_bytes:,}: {exc.description}"
+        ) from None
 
 
 async def ensure_tenants_bucket(js: JetStreamContext, replicas: int = 1) -> None:
