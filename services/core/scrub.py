@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 MASK: Final = "***"
+_MAX_DEPTH: Final = 64
 _MIN_LEN: Final = 4  # shorter values would mask ordinary words; Secret errors are also cut below
 _INVALID_VALUE = re.compile(r'(Invalid value: )("(?:[^"\\]|\\.)*"|\S+)')
 _TYPED_VALUE = re.compile(r"(valueUnstructured\{Value:).*\}", re.DOTALL)
@@ -47,11 +48,12 @@ def secret_values(obj: Mapping[str, Any]) -> list[str]:
     return values
 
 
-def printed_forms(value: Any) -> list[str]:
+def printed_forms(value: Any, _depth: int = 0) -> list[str]:
     """The ways ``value`` may come back in an error message: a string as is; a number or a
     boolean as Python, JSON and Go's ``%v`` print it (``12345678``, ``1.2345678e+07``); a list
-    or map as its leaves and its JSON."""
-    if value is None:
+    or map as its leaves and its JSON (to ``_MAX_DEPTH`` levels: deeper is hostile input, and a
+    Secret's message loses its echoed value anyway, ``_TYPED_VALUE``)."""
+    if value is None or _depth > _MAX_DEPTH:
         return []
     if isinstance(value, str):
         return [value]
@@ -67,8 +69,8 @@ def printed_forms(value: Any) -> list[str]:
         items = list(value)
     else:
         return [str(value)]
-    forms = [f for item in items for f in printed_forms(item)]
-    with contextlib.suppress(TypeError, ValueError):
+    forms = [f for item in items for f in printed_forms(item, _depth + 1)]
+    with contextlib.suppress(TypeError, ValueError, RecursionError):
         forms += [json.dumps(value, separators=(",", ":")), json.dumps(value)]
     return forms
 

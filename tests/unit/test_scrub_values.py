@@ -44,6 +44,16 @@ def test_printed_forms_of_nothing_to_hide_do_not_crash(value: Any) -> None:
     assert all(isinstance(f, str) for f in printed_forms(value))
 
 
+def test_a_deeply_nested_value_does_not_crash_the_scrubber() -> None:
+    deep: Any = 31337000
+    for _ in range(5000):
+        deep = [deep]
+    out = scrub_for(
+        secret(stringData={"d": deep}), "got &value.valueUnstructured{Value:[[[31337000]]]}"
+    )
+    assert "31337000" not in out
+
+
 def secret(**fields: Any) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
