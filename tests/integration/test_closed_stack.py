@@ -23,6 +23,7 @@ from services.controlplane import servers
 
 pytestmark = pytest.mark.integration
 SECRET = "Secret/hello/credentials"
+TENANTS = Path(__file__).resolve().parents[2] / "deploy" / "tenants" / "tenants.yaml"
 
 
 async def driftbus(*args: str, within: float = 240) -> tuple[int, str]:
@@ -296,11 +297,29 @@ async def test_the_owner_s_commands_work_through_the_context(
         ("plan", str(src), "--bundle", "closed"),
         ("suspend", "closed"),
         ("resume", "closed"),
+        ("rollback", "hello"),  # no revision before: refused by the planner (exit 1)
+        ("tenants", "apply", str(TENANTS)),  # the admin's alone
+        ("tenants", "show"),
+        ("shards",),
     ]
     for step in steps:
         code, out = await driftbus(*step, within=180)
-        assert code == 0, f"driftbus {' '.join(step)}: {out}"
+        assert code == (1 if step[0] == "rollback" else 0), f"driftbus {' '.join(step)}: {out}"
+        if step[0] == "rollback":  # the planner's answer came back on the operator's inbox
+            assert "timed out" not in out.lower(), out
+            print(out)
         assert "Traceback" not in out, out
         assert "ermission" not in out, out
     code, out = await driftbus("bundles", "-o", "json")
     assert {b["bundle"] for b in json.loads(out)} >= {"hello", "closed"}, out
+    # and no service, nor the page, needed more than its role grants
+    logs = await asyncio.to_thread(_logs, up)
+    assert len(logs) >= 6, list(logs)
+    for log, text in logs.items():
+        assert "iolation" not in text, f"{log}: {text[-3000:]}"
+
+
+def _logs(up: dict[str, Any]) -> dict[Path, str]:
+    """nats-server's log and every service's."""
+    found = [*Path(up["workdir"], "nats").rglob("*.log"), *Path(up["logs"]).rglob("*.log")]
+    return {p: p.read_text(errors="replace") for p in found}

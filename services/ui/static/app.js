@@ -19,6 +19,9 @@ const el = (tag, attrs = {}, ...children) => {
 };
 const badge = (text) => el("span", { class: `badge ${text}` }, text);
 const bundleId = (b) => `${b.cluster}/${b.bundle}`;
+// the page's own ?tenant= (one tenant's view) goes to every request it makes
+const tenant = new URLSearchParams(location.search).get("tenant");
+const withTenant = (q) => { if (tenant !== null) q.set("tenant", tenant); return q; };
 
 function renderBundles() {
   const body = document.querySelector("#bundles tbody");
@@ -48,7 +51,7 @@ async function renderRevisions() {
   const b = state.bundles[selected];
   if (!b || shownRevisionsOf === `${selected}@${b.revision}`) return;
   shownRevisionsOf = `${selected}@${b.revision}`;
-  const q = new URLSearchParams({ cluster: b.cluster, bundle: b.bundle });
+  const q = withTenant(new URLSearchParams({ cluster: b.cluster, bundle: b.bundle }));
   const doc = await (await fetch(`/api/bundle?${q}`)).json();
   document.querySelector("#revisions").replaceChildren(...doc.revisions.map((r, i) =>
     el("li", { "data-revision": r.revision, class: i === 0 ? "current" : "" },
@@ -60,8 +63,8 @@ async function renderRevisions() {
 
 async function showObject(o) {
   selectedObject = o;
-  const q = new URLSearchParams({ cluster: o.cluster, bundle: o.bundle, group: o.key.group,
-                                  kind: o.key.kind, namespace: o.key.namespace, name: o.key.name });
+  const q = withTenant(new URLSearchParams({ cluster: o.cluster, bundle: o.bundle,
+    group: o.key.group, kind: o.key.kind, namespace: o.key.namespace, name: o.key.name }));
   const doc = await (await fetch(`/api/object?${q}`)).json();
   if (selectedObject !== o) return;
   document.querySelector("#detail").hidden = false;
@@ -152,7 +155,7 @@ function render() {
 
 function connect() {
   const live = document.querySelector("#live");
-  const source = new EventSource("/events");
+  const source = new EventSource(`/events?${withTenant(new URLSearchParams())}`);
   source.addEventListener("open", () => { live.textContent = "live"; live.className = "badge on"; });
   source.addEventListener("error", () => { live.textContent = "reconnecting"; live.className = "badge off"; });
   source.addEventListener("state", (e) => {
