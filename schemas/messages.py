@@ -215,6 +215,9 @@ class BundleCounts(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """objects that left the revision and are still to be deleted"""
     kept: Annotated[int, Meta(ge=0)] = 0
     """objects that left the revision and were deliberately not pruned"""
+    not_declared: Annotated[int, Meta(ge=0)] = 0
+    """live objects carrying the bundle's label that none of its revisions applied (a copy of a
+    managed object, another's label): reported, never pruned, not in the way of Ready"""
 
 
 class BundleStatus(_Message, frozen=True, tag=_tag("bundle-status")):
@@ -225,7 +228,8 @@ class BundleStatus(_Message, frozen=True, tag=_tag("bundle-status")):
     counts: BundleCounts
     message: str = ""
     failed_objects: list[str] = []
-    """``Kind/ns/name: reason`` of objects that keep the bundle from Ready, bounded."""
+    """``Kind/ns/name: reason`` of objects that keep the bundle from Ready, or that it reports
+    (carrying its label, not declared by it), bounded."""
     at: dt.datetime | None = None
     source: str = ""
     """Where the revision came from and what rendered it (``Bundle.source``)."""
@@ -291,6 +295,9 @@ class DecisionReason(enum.StrEnum):
     """The intent sent earlier got no outcome in time (lost): sent again."""
     PRUNE = "prune"
     NOT_OWNED = "not-owned"
+    NOT_DECLARED = "not-declared"
+    """Kept: the live object carries the bundle's label, but no revision of the bundle was ever
+    applied to it (a copy of a managed object, another's label): not in its inventory."""
     PRUNE_DISABLED = "prune-disabled"
     ANNOTATION = "annotation"
     """Kept: the live object carries ``driftbus.dev/prune: disabled``."""

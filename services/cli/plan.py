@@ -148,7 +148,9 @@ async def plan(
         if entry.owner_bundle != bundle or not entry.live:
             continue
         v = entry.api_version
-        if entry.keep:  # the live object opts out: the planner keeps it
+        if entry.applied_bundle != bundle:  # only the label says so: the planner never prunes it
+            rows.append(PlanRow(key, "keep", "not-declared", api_version=v))
+        elif entry.keep:  # the live object opts out: the planner keeps it
             rows.append(PlanRow(key, "keep", "annotation", api_version=v))
         elif prune_removed:
             rows.append(PlanRow(key, "delete", "prune", api_version=v))

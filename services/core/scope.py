@@ -10,15 +10,19 @@ through :func:`normalise` before it is keyed or hashed.
 That needs the scope of every kind before any discovery call: the planner owns no connection to
 Kubernetes. The built-in kinds are a fixed table (the kinds a v1.36 kube-apiserver serves with
 every API enabled; ``tests/integration/test_scope_discovery.py`` proves it against the real
-server), custom kinds are learned from the CRDs in the bundles or from the watcher's discovery (its
-heartbeat lists the scope of every custom kind it watches). An unknown kind is left alone:
+server), custom kinds are learned from the cluster only: the watcher's discovery (its heartbeat
+lists the scope of every custom kind it watches). A CRD *manifest* changes nothing of that: anyone
+may publish one, and a revision that is refused, or a tenant's CRD claiming another's kind, must
+not re-key what other bundles own. A revision's own CRDs are read for that revision alone
+(:meth:`Scopes.for_revision`), for kinds the cluster has not named yet — so a bundle can carry a
+CRD and its resources together — and never stored. An unknown kind is left alone:
 dropping a namespace on a guess would lose a real one, and giving it the default namespace on a
 guess would key it where the watcher never sees it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -133,27 +137,63 @@ class Scopes:
         return changed
 
     def learn_crd(self, manifest: Mapping[str, Any]) -> bool:
-        """Record the scope of the kind a CustomResourceDefinition manifest defines.
+        """Record the scope of the kind a CustomResourceDefinition manifest defines, as a
+        client does that reads its own input (``driftbus plan``); the planner never does this
+        (see :meth:`for_revision`)."""
+        found = crd_scope(manifest)
+        return found is not None and self.learn(*found)
 
-        Anything that is not a well-formed CRD is ignored: the applier reports it when the
-        server refuses it, and a kind we cannot learn stays unknown (its namespace is kept).
-        """
-        if _group_kind(manifest) != _CRD:
-            return False
-        spec = manifest.get("spec")
-        if not isinstance(spec, Mapping):
-            return False
-        group, names, scope = spec.get("group"), spec.get("names"), spec.get("scope")
-        kind = names.get("kind") if isinstance(names, Mapping) else None
-        if not (isinstance(group, str) and group and isinstance(kind, str) and kind):
-            return False
-        namespaced = _CRD_SCOPES.get(scope) if isinstance(scope, str) else None
-        if (group, kind) in BUILTIN:
-            # a CRD cannot redefine a built-in kind (the API server refuses it); believing one
-            # would re-key objects of that kind, or let a tenant's ClusterRoleBinding pass as
-            # namespaced
-            return False
-        return namespaced is not None and self.learn(group, kind, namespaced)
+    def for_revision(self, manifests: Iterable[Any]) -> Scopes:
+        """What one revision is keyed with: the scopes known from the cluster, and for kinds it
+        has not named yet, what the revision's own CRDs say. Nothing is learned: this view is
+        dropped with the revision (refused or taken), and the cluster's word wins over any
+        manifest."""
+        own: dict[tuple[str, str], bool] = {}
+        for raw in manifests:
+            if isinstance(raw, Mapping) and raw.get("kind") == "CustomResourceDefinition":
+                found = crd_scope(raw)
+                if found is not None and self.namespaced(found[0], found[1]) is None:
+                    own[(found[0], found[1])] = found[2]
+        return _RevisionScopes(self, own) if own else self
+
+
+class _RevisionScopes(Scopes):
+    """The cluster's scopes with one revision's own CRDs filling in kinds it has not named."""
+
+    def __init__(self, cluster: Scopes, own: dict[tuple[str, str], bool]) -> None:
+        super().__init__()
+        self._cluster = cluster
+        self._own = own
+
+    def namespaced(self, group: str, kind: str) -> bool | None:
+        known = self._cluster.namespaced(group, kind)
+        return known if known is not None else self._own.get((group, kind))
+
+    def learn(self, group: str, kind: str, namespaced: bool) -> bool:
+        raise TypeError("a revision's view of the scopes learns nothing: learn on the cluster's")
+
+
+def crd_scope(manifest: Mapping[str, Any]) -> tuple[str, str, bool] | None:
+    """(group, kind, namespaced) of the kind a CustomResourceDefinition manifest defines.
+
+    Anything that is not a well-formed CRD gives None: the applier reports it when the server
+    refuses it, and a kind we cannot learn stays unknown (its namespace is kept). So does a CRD
+    naming a built-in kind: the API server refuses it, and believing it would re-key objects of
+    that kind, or let a tenant's ClusterRoleBinding pass as namespaced.
+    """
+    if _group_kind(manifest) != _CRD:
+        return None
+    spec = manifest.get("spec")
+    if not isinstance(spec, Mapping):
+        return None
+    group, names, scope = spec.get("group"), spec.get("names"), spec.get("scope")
+    kind = names.get("kind") if isinstance(names, Mapping) else None
+    if not (isinstance(group, str) and group and isinstance(kind, str) and kind):
+        return None
+    namespaced = _CRD_SCOPES.get(scope) if isinstance(scope, str) else None
+    if namespaced is None or (group, kind) in BUILTIN:
+        return None
+    return group, kind, namespaced
 
 
 def normalise(obj: Mapping[str, Any], scopes: Scopes, namespace: str = "") -> dict[str, Any]:

@@ -40,7 +40,7 @@ from services.planner.board import StatusBoard
 from services.planner.codebook import Codebook
 from services.planner.decide import DELETE_INFLIGHT, Desired, Event, Release
 from services.planner.decisions import pace
-from services.planner.intake import BundleView, checked_revision, learn_crds
+from services.planner.intake import BundleView, checked_revision
 from services.planner.state import ClusterState
 from services.planner.store import Slot
 
@@ -169,11 +169,13 @@ class BundleIntake:
                 raise limits.PolicyRefused(self.state.policy_unusable)
             bundle = limits.with_tenant_defaults(bundle, self.state.policy)
             manifests = await load_manifests(self.js, bundle)
-            if learn_crds(self.state.scopes, manifests):
-                self._recheck_awaiting()
-            desired = checked_revision(bundle, manifests, self.state.scopes)
+            # keyed with what the cluster says; the revision's own CRDs only fill in kinds it
+            # has not named yet, for this revision alone: a refused revision (or a tenant's
+            # CRD claiming a kind others use) changes nothing of what the planner believes
+            scopes = self.state.scopes.for_revision(manifests)
+            desired = checked_revision(bundle, manifests, scopes)
             keys = (slot[1] for slot, *_ in desired)
-            limits.check(bundle, keys, self.state.scopes, self.state.policy)
+            limits.check(bundle, keys, scopes, self.state.policy)
             self._check_dependencies(bundle)
         except (WireError, BundleError, ManifestError) as exc:
             self._awaiting_scope.pop(ident, None)

@@ -29,8 +29,10 @@ Level-triggered safeguards instead of locks:
   the shell folds ``Resend`` into an entry whose intent got no word for too long and is no
   longer queued (lost: a publish that never landed, a dedup-window collision), and the entry's
   ``inflight_at`` says how long it has waited.
-* **Prune** deletes only what still carries the bundle's label, was seen live, does not opt out
-  (``keep``: the live object's annotation) and holds nothing of others (``Removed.in_use``).
+* **Prune** deletes only what is in the bundle's inventory (driftbus applied it for this bundle:
+  ``Entry.applied_bundle``, from the APPLIED facts), still carries the bundle's label, was seen
+  live, does not opt out (``keep``: the live object's annotation) and holds nothing of others
+  (``Removed.in_use``). The label alone never makes an object a bundle's to delete.
 * **Holds.** While the object's bundle is suspended or waits for a bundle it depends on, the
   shell passes ``hold``: every fact is folded as usual, but a write the rule asks for becomes a
   ``hold`` decision (recorded, nothing sent, nothing marked in flight). ``Release`` decides
@@ -261,7 +263,11 @@ def restore(e: Entry, event: Event) -> Entry:
         case Applied() if event.resource_version >= e.applied_rv:
             if event.deleted:
                 return dataclasses.replace(
-                    e, applied_manifest_sha=None, apply_sha=None, applied_rv=event.resource_version
+                    e,
+                    applied_manifest_sha=None,
+                    apply_sha=None,
+                    applied_rv=event.resource_version,
+                    applied_bundle="",
                 )
             return dataclasses.replace(
                 e,
@@ -269,6 +275,7 @@ def restore(e: Entry, event: Event) -> Entry:
                 apply_sha=event.apply_sha,
                 applied_rv=event.resource_version,
                 applied_at=max(e.applied_at, event.at),
+                applied_bundle=event.bundle,
             )
         case Failed() if event.at >= e.failed_at:
             return dataclasses.replace(e, failed=event.manifest_sha, failed_at=event.at)
@@ -297,6 +304,7 @@ def _applied(e: Entry, ev: Applied, held: Decision | None) -> tuple[Entry, Decis
                 applied_manifest_sha=None,
                 apply_sha=None,
                 applied_rv=ev.resource_version,
+                applied_bundle="",
                 failed=None if e.failed == DELETE_INFLIGHT else e.failed,
             )
         return e, None
@@ -310,6 +318,7 @@ def _applied(e: Entry, ev: Applied, held: Decision | None) -> tuple[Entry, Decis
             apply_sha=ev.apply_sha,
             applied_rv=ev.resource_version,
             applied_at=max(e.applied_at, ev.at),
+            applied_bundle=ev.bundle,
         )
     e = dataclasses.replace(e, inflight=inflight)
     return _emit(e, evaluate(e), Trigger.APPLIED, held)
@@ -336,6 +345,10 @@ def _prune(e: Entry, ev: Removed) -> Decision | None:
         return Decision(DecisionAction.DELETE, DecisionReason.PRUNE)
     if not e.live or e.owner_bundle != ev.bundle:
         return Decision(DecisionAction.KEEP, DecisionReason.NOT_OWNED)
+    if e.applied_bundle != ev.bundle:
+        # it carries the label, but driftbus never applied it for this bundle: a copy, or
+        # someone else's label — not in the bundle's inventory, never its to delete
+        return Decision(DecisionAction.KEEP, DecisionReason.NOT_DECLARED)
     if not ev.prune:
         return Decision(DecisionAction.KEEP, DecisionReason.PRUNE_DISABLED)
     if e.keep:

@@ -70,6 +70,8 @@ class Applied:
     deleted: bool = False
     at: float = 0.0
     """When it was applied (seconds since the epoch): orders it against failures."""
+    bundle: str = ""
+    """The bundle whose intent this carried out: the object is in its inventory from now on."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -127,6 +129,10 @@ class Entry:
     applied_manifest_sha: Sha | None = None
     apply_sha: Sha | None = None
     applied_rv: int = 0
+    applied_bundle: str = ""
+    """The bundle driftbus last applied the object for (its inventory): the only bundle that
+    may prune it. The ownership label alone is anyone's to copy (``kubectl get -o yaml`` of a
+    managed object, renamed) and never makes an object a bundle's to delete."""
     # live object (from SERVER)
     server_sha: Sha | None = None
     server_deleted: bool = False

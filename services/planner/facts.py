@@ -51,6 +51,7 @@ def applied(ap: AppliedEvent) -> Applied:
         rv_int(ap.resource_version),
         ap.deleted,
         ap.applied_at.timestamp() if ap.applied_at else 0.0,
+        ap.bundle,
     )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -85,15 +85,6 @@ class BundleView:
             rollback_of=bundle.rollback_of,
             published_at=bundle.published_at,
         )
-
-
-def learn_crds(scopes: Scopes, manifests: Iterable[Any]) -> bool:
-    """Learn the scope of every kind a CRD of the revision defines; True if any was new."""
-    learned = False
-    for raw in manifests:
-        if isinstance(raw, dict) and raw.get("kind") == "CustomResourceDefinition":
-            learned |= scopes.learn_crd(raw)
-    return learned
 
 
 def ignoring(

@@ -76,12 +76,17 @@ def in_use(
 
 
 def strays_from(entry: Entry, view: BundleView) -> bool:
-    """Whether ``entry`` is to be pruned (or kept) for ``view`` now: live, carrying the bundle's
-    label, declared by no bundle's current revision (its own previous one aside), and with no
-    intent on its way."""
+    """Whether ``entry`` is to be pruned (or kept) for ``view`` now: in the bundle's inventory
+    (driftbus applied it for this bundle), live, still carrying its label, declared by no
+    bundle's current revision (its own previous one aside), and with no intent on its way.
+
+    The label alone is not enough: anyone can copy it (``kubectl get -o yaml`` of a managed
+    object, renamed and created), and a tenant can put another tenant's on an object of its
+    own. Such an object is reported (``not_declared``), never deleted."""
     return (
         entry.inflight is None
         and entry.owner_bundle == view.name
+        and entry.applied_bundle == view.name
         and entry.manifest_sha is None
         and entry.live
         and entry.key not in view.keys

@@ -59,6 +59,9 @@ class Tally:
     """left the revision, deliberately not pruned (annotation: fine; in use: OutOfSync)"""
     held: int = 0
     """prunes held back because the Namespace/CRD holds what others still want"""
+    not_declared: int = 0
+    """live objects carrying the bundle's label that none of its revisions applied: reported,
+    never pruned, not in the way of Ready"""
     refused: str = ""
     """why the latest revision was refused (the one in force stays applied)"""
     refusal_waits: bool = False
@@ -139,6 +142,11 @@ def _phase(t: Tally) -> tuple[BundlePhase, str]:
         return BundlePhase.DEGRADED, f"{t.unhealthy} objects unhealthy"
     if t.ready < t.total:
         return BundlePhase.RECONCILING, progress
+    if t.not_declared:
+        return BundlePhase.READY, (
+            f"revision {t.revision} applied and ready; {t.not_declared} other objects carry its "
+            "label but are not its own (never pruned)"
+        )
     return BundlePhase.READY, f"revision {t.revision} applied and ready"
 
 
@@ -152,6 +160,7 @@ def counts(t: Tally) -> BundleCounts:
         drifted=t.drifted,
         pruning=t.pruning,
         kept=t.kept + t.held,
+        not_declared=t.not_declared,
     )
 
 

@@ -4,13 +4,13 @@ A frozen dataclass per object with its key tuple, its ``ObjectKey`` and five 32-
 objects costs ~650 bytes; issue 5 budgets 300. ``EntryStore`` keeps, per object, only its name
 string and one record:
 
-    header  <H I I I I q q d d d   flags, bundle id, revision id, owner-bundle id,
-                                   apiVersion id, applied_rv, server_rv, failed_at,
-                                   applied_at, inflight_at                     (58 bytes)
+    header  <H I I I I I q q d d d flags, bundle id, revision id, owner-bundle id,
+                                   apiVersion id, applied-bundle id, applied_rv, server_rv,
+                                   failed_at, applied_at, inflight_at          (62 bytes)
     tail    32-byte digests, only those not implied by the flags
 
 In steady state the applied manifest equals the desired one and the live object equals the
-applied one, so the tail holds two digests and a record is 122 bytes. Strings that repeat across
+applied one, so the tail holds two digests and a record is 126 bytes. Strings that repeat across
 objects (bundle names, revisions) are interned to small ids; ids no record uses any more are
 reclaimed by an occasional sweep, so publishing revision after revision does not grow the table.
 
@@ -29,7 +29,7 @@ from services.planner.decide import DELETE_INFLIGHT, Entry, Sha
 
 Slot = tuple[str, ObjectKey]  # (cluster, key)
 
-_HEADER = struct.Struct("<HIIIIqqddd")
+_HEADER = struct.Struct("<HIIIIIqqddd")
 _SHA = 32
 
 # flag bits
@@ -89,8 +89,10 @@ def _sha_mode(value: Sha | None, same_as: Sha | None, tail: list[bytes]) -> int:
 
 
 def _stray_of(record: bytes) -> int:
-    """The id of the bundle whose label a live object carries when no bundle declares it, else 0."""
-    flags, bundle, _, owner_of, _, _, server_rv, *_ = _HEADER.unpack_from(record)
+    """The id of the bundle whose label a live object carries when no bundle declares it, else 0
+    (whether that bundle ever applied it, its prune candidate, or not: the tally tells them
+    apart)."""
+    flags, bundle, _, owner_of, _, _, _, server_rv, *_ = _HEADER.unpack_from(record)
     if bundle or flags & (_MANIFEST | _SERVER_DELETED) or server_rv <= 0:
         return 0
     return int(owner_of)
@@ -194,7 +196,7 @@ class EntryStore:
         record = self._record(slot)
         if record is None:
             return None
-        flags, _, _, _, _, applied_rv, server_rv, failed_at, applied_at, _ = _HEADER.unpack_from(
+        flags, _, _, _, _, _, applied_rv, server_rv, failed_at, applied_at, _ = _HEADER.unpack_from(
             record
         )
         if not flags & _MANIFEST:
@@ -296,6 +298,7 @@ class EntryStore:
             strings.id(e.revision),
             strings.id(e.owner_bundle),
             strings.id(e.api_version),
+            strings.id(e.applied_bundle),
             e.applied_rv,
             e.server_rv,
             e.failed_at,
@@ -311,6 +314,7 @@ class EntryStore:
             revision,
             owner,
             api_version,
+            applied_bundle,
             applied_rv,
             server_rv,
             failed_at,
@@ -352,6 +356,7 @@ class EntryStore:
             applied_manifest_sha=applied_manifest,
             apply_sha=apply,
             applied_rv=applied_rv,
+            applied_bundle=by_id[applied_bundle],
             server_sha=server,
             server_deleted=bool(flags & _SERVER_DELETED),
             server_retired=bool(flags & _RETIRED),
@@ -372,7 +377,9 @@ class EntryStore:
         used: set[int] = set()
         for names in self._groups.values():
             for record in names.values():
-                _, bundle, revision, owner, api_version, *_ = _HEADER.unpack_from(record)
-                used.update((bundle, revision, owner, api_version))
+                _, bundle, revision, owner, api_version, applied_bundle, *_ = _HEADER.unpack_from(
+                    record
+                )
+                used.update((bundle, revision, owner, api_version, applied_bundle))
         self._strings.keep_only(used)
         self._sweep_at = max(1024, 2 * len(self._strings))

@@ -20,7 +20,7 @@ from typing import Any
 from schemas.messages import WORKING_PHASES, BundleStatus, Health, ObjectPhase
 from schemas.subjects import ObjectKey
 from services.core.manifest import apply_order
-from services.planner.decide import DELETE_INFLIGHT
+from services.planner.decide import DELETE_INFLIGHT, Entry
 from services.planner.details import Details
 from services.planner.emit import now
 from services.planner.intake import BundleView
@@ -235,14 +235,25 @@ def _tally_prunes(view: BundleView, known: Known, t: Tally, strays: Collection[S
     """Objects carrying this bundle's label that its revision no longer declares."""
     if view.deleting:
         _deletion_pending(view, known, t)
-    if not view.prune:
-        if view.deleting:  # deleted with its objects kept: they are what it leaves behind
-            t.kept += len(strays)
-        return
+    own: list[tuple[Slot, Entry]] = []
     for slot in sorted(strays, key=lambda s: apply_order(s[1])):
         e = known.entries[slot]
         if slot[1] in view.keys:
             continue
+        if e.applied_bundle == view.name:
+            own.append((slot, e))
+            continue
+        # only the label says it is the bundle's (a copy, another's label): reported, never
+        # pruned, and not in the way of Ready — or anyone could keep a bundle from it
+        t.not_declared += 1
+        t.problems.append(
+            f"{slot[1]}: carries bundle {view.name}'s label, not declared by it (never pruned)"
+        )
+    if not view.prune:
+        if view.deleting:  # deleted with its objects kept: they are what it leaves behind
+            t.kept += len(own)
+        return
+    for slot, e in own:
         if e.keep:
             t.kept += 1
         elif e.inflight == DELETE_INFLIGHT:

@@ -176,6 +176,7 @@ def test_a_deletion_counts_each_prune_once() -> None:
         server_sha=A,
         server_rv=5,
         owner_bundle="gone",
+        applied_bundle="gone",
     )
     status = st.bundle_status(v)
     assert (status.phase, status.counts.pruning) == (BundlePhase.RECONCILING, 1), status

@@ -53,7 +53,7 @@ def apply(reason: R) -> Decision:
     return Decision(A.APPLY, reason)
 
 
-BASE = [Desired("b", "r1", M1), Applied(M1, S1, 10), Observed(10, S1, owner_bundle="b")]
+BASE = [Desired("b", "r1", M1), Applied(M1, S1, 10, bundle="b"), Observed(10, S1, owner_bundle="b")]
 
 CASES: list[tuple[str, list[Event], list[Decision | None]]] = [
     ("new-object-is-applied", [Desired("b", "r1", M1)], [apply(R.NEW)]),
@@ -191,6 +191,42 @@ CASES: list[tuple[str, list[Event], list[Decision | None]]] = [
         [apply(R.NEW), None, None, Decision(A.DELETE, R.PRUNE), None, None],
     ),
     ("server-event-without-desired-state-is-ignored", [Observed(5, FOREIGN)], [None]),
+    (
+        # a kubectl copy of a managed object, or another's label: it carries the bundle's
+        # label, but the bundle never applied it — not in its inventory, never deleted
+        "labelled-object-the-bundle-never-applied-is-kept",
+        [Observed(10, FOREIGN, owner_bundle="b"), Removed("b", "r2")],
+        [None, Decision(A.KEEP, R.NOT_DECLARED)],
+    ),
+    (
+        "object-last-applied-for-another-bundle-is-not-this-ones-to-prune",
+        [
+            Desired("b", "r1", M1),
+            Applied(M1, S1, 10, bundle="other"),
+            Observed(10, S1, owner_bundle="b"),
+            Removed("b", "r2"),
+        ],
+        [apply(R.NEW), None, None, Decision(A.KEEP, R.NOT_DECLARED)],
+    ),
+    (
+        "a-delete-forgets-the-inventory",
+        [
+            *BASE,
+            Removed("b", "r2"),
+            Applied(M1, None, 15, deleted=True),
+            Observed(16, S1, owner_bundle="b"),
+            Removed("b", "r3"),
+        ],
+        [
+            apply(R.NEW),
+            None,
+            None,
+            Decision(A.DELETE, R.PRUNE),
+            None,
+            None,
+            Decision(A.KEEP, R.NOT_DECLARED),
+        ],
+    ),
 ]
 
 

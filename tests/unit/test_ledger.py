@@ -49,6 +49,7 @@ def random_entry(rng: random.Random, key: ObjectKey) -> Entry:
         server_deleted=rng.random() < 0.2,
         server_rv=rng.randrange(4),
         owner_bundle=rng.choice(["", "", *BUNDLES]),
+        applied_bundle=rng.choice(["", *BUNDLES, *BUNDLES]),
         keep=rng.random() < 0.2,
         server_retired=rng.random() < 0.1,
         inflight=rng.choice([None, None, manifest, DELETE_INFLIGHT, sha(rng)]),

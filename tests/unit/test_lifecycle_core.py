@@ -158,7 +158,7 @@ def sha(text: str) -> bytes:
 
 M1, M2 = sha("manifest-1"), sha("manifest-2")
 S1, FOREIGN = sha("server-after-1"), sha("someone-else-changed-it")
-BASE = [Desired("b", "r1", M1), Applied(M1, S1, 10), Observed(10, S1, owner_bundle="b")]
+BASE = [Desired("b", "r1", M1), Applied(M1, S1, 10, bundle="b"), Observed(10, S1, owner_bundle="b")]
 SUSP = Decision(A.HOLD, R.SUSPENDED)
 DEPS = Decision(A.HOLD, R.DEPENDENCIES)
 

@@ -236,7 +236,7 @@ def planned(key: ObjectKey, events: list[Event]) -> tuple[Entry, Decision | None
 
 APPLIED_AND_LIVE: list[Event] = [
     Desired("b", "r1", M),
-    Applied(M, S, 10),
+    Applied(M, S, 10, bundle="b"),
     Observed(10, S, owner_bundle="b", api_version="v1"),
 ]
 

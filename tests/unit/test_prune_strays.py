@@ -29,8 +29,14 @@ def view(*keys: ObjectKey, prune: bool = True) -> BundleView:
 
 
 def stray(**fields: object) -> Entry:
-    """Live, carrying bundle b's label, declared by no revision: what a prune is for."""
-    base: dict[str, object] = {"server_sha": S, "server_rv": 7, "owner_bundle": "b"}
+    """Live, carrying bundle b's label, applied by b, declared by no revision: what a prune is
+    for."""
+    base: dict[str, object] = {
+        "server_sha": S,
+        "server_rv": 7,
+        "owner_bundle": "b",
+        "applied_bundle": "b",
+    }
     return Entry(KEY, **{**base, **fields})  # type: ignore[arg-type]
 
 
@@ -40,6 +46,8 @@ STRAY_CASES: list[tuple[str, Entry, BundleView, bool]] = [
     ("still-in-the-revision", stray(), view(KEY), False),
     ("another-bundles-label", stray(owner_bundle="other"), view(), False),
     ("no-label", stray(owner_bundle=""), view(), False),
+    ("label-only-never-applied-by-it", stray(applied_bundle=""), view(), False),
+    ("label-only-applied-for-another", stray(applied_bundle="other"), view(), False),
     ("desired-again", stray(bundle="b", manifest_sha=M), view(), False),
     ("desired-by-another-bundle", stray(bundle="other"), view(), False),
     ("gone-from-the-cluster", stray(server_deleted=True, server_sha=None), view(), False),

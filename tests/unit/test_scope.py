@@ -333,3 +333,35 @@ def test_an_unknown_scope_is_its_own_error_so_the_revision_can_wait_for_discover
     with pytest.raises(ManifestError) as info:
         normalise(obj("apps/v1", "Deployment", None), Scopes(), "")
     assert not isinstance(info.value, UnknownScope), "a missing namespace needs a new revision"
+
+
+# --- a revision's own view (the planner: scope only from the cluster) -------------------------
+
+
+def test_a_revisions_crd_keys_its_own_resources_and_teaches_the_cluster_view_nothing() -> None:
+    cluster = Scopes()
+    view = cluster.for_revision([crd("example.com", "Gadget", "Cluster")])
+    assert view.namespaced("example.com", "Gadget") is False
+    assert "namespace" not in normalise(obj("example.com/v1", "Gadget"), view)["metadata"]
+    assert cluster.namespaced("example.com", "Gadget") is None, "nothing learned"
+    with pytest.raises(TypeError):
+        view.learn("example.com", "Gadget", True)
+
+
+@pytest.mark.parametrize("claimed", ["Cluster", "Namespaced"])
+def test_the_clusters_word_wins_over_any_crd_manifest(claimed: str) -> None:
+    """A tenant's CRD claiming a kind the cluster serves with the other scope re-keys nothing:
+    not the platform's objects of that kind, and not its own (no passing a cluster-scoped kind
+    off as namespaced)."""
+    cluster = Scopes()
+    served = claimed != "Namespaced"  # the cluster says the opposite of the claim
+    cluster.learn("cert-manager.io", "Certificate", served)
+    view = cluster.for_revision([crd("cert-manager.io", "Certificate", claimed)])
+    assert view.namespaced("cert-manager.io", "Certificate") is served
+    assert cluster.namespaced("cert-manager.io", "Certificate") is served
+
+
+def test_a_revision_without_new_kinds_is_keyed_with_the_cluster_view_itself() -> None:
+    cluster = Scopes()
+    assert cluster.for_revision([obj("v1", "ConfigMap"), {"kind": 7}, "text"]) is cluster
+    assert cluster.for_revision([crd("rbac.authorization.k8s.io", "Role", "Cluster")]) is cluster
