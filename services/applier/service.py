@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import traceback
 
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
@@ -43,6 +44,7 @@ from services.common import bus, members, telemetry
 from services.common.kube import Forbidden, KubeClient
 from services.common.runtime import ClusterSettings, cluster_connections
 from services.common.settings import replica_id, setting
+from services.core.scrub import scrub_for
 
 log = logging.getLogger("driftbus.applier")
 APPLY_SECONDS = telemetry.meter.create_histogram(
@@ -226,7 +228,17 @@ class Applier:
                     return await self._again(intent, msg, retry)
                 case Report(phase, message, internal):
                     if internal:
-                        log.exception("%s: handling intent %d failed", intent.key, seq(msg))
+                        # where it failed, and the exception's text only scrubbed: a library's
+                        # error may quote the manifest it was given, a Secret's values included
+                        manifest = intent.manifest if isinstance(intent, ApplyIntent) else {}
+                        log.error(
+                            "%s: handling intent %d failed: %s: %s\n%s",
+                            intent.key,
+                            seq(msg),
+                            message,
+                            scrub_for(manifest, str(exc)),
+                            "".join(traceback.format_tb(exc.__traceback__)),
+                        )
                     outcome = Outcome(phase, message)
                 case _:  # Leave: the bus is away; unacked, the intent comes back when it is
                     raise
