@@ -184,7 +184,7 @@ def helm_or_skip() -> Path:
 async def test_helm_lookup_gets_no_cluster_and_chart_credentials_are_never_shown(
     pipeline: Pipeline, pnc: NATS, tmp_path: Path
 ) -> None:
-    helm_or_skip()
+    helm = helm_or_skip()
     await bus.ensure_streams(pnc.jetstream())
     chart = tmp_path / "peek"
     write(chart, "Chart.yaml", "apiVersion: v2\nname: peek\nversion: 0.1.0\n")
@@ -201,12 +201,31 @@ async def test_helm_lookup_gets_no_cluster_and_chart_credentials_are_never_shown
     (msg,) = await bundles_on_stream(pnc, pipeline.cluster, bundle)
     assert msg.manifests[0]["data"] == {"found": "{}"}, "lookup reached the cluster"
 
-    port = servers.free_port()  # nothing listens: helm fails and says where it looked
+    port = servers.free_port()  # nothing listens yet: helm fails and says where it looked
     url = f"http://chart-user:s3cret-token@127.0.0.1:{port}/peek-0.1.0.tgz"
     code, err = await publish(pipeline, "--helm", url, "-n", "default", "--bundle", bundle)
     assert code == 1, err
     assert "s3cret-token" not in err, err
     assert f"http://127.0.0.1:{port}/peek-0.1.0.tgz" in refusal(err)
+
+    # served (the server ignores who asks): the revision's source names it without them
+    served = tmp_path / "served"
+    served.mkdir()
+    pack = await asyncio.create_subprocess_exec(str(helm), "package", str(chart), "-d", str(served))
+    assert await pack.wait() == 0
+    server = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"), cwd=served
+    )
+    try:
+        await asyncio.sleep(1)
+        code, err = await publish(pipeline, "--helm", url, "-n", "default", "--bundle", bundle)
+    finally:
+        server.terminate()
+        await server.wait()
+    assert code == 0, err
+    assert "s3cret-token" not in err, err
+    newest = (await bundles_on_stream(pnc, pipeline.cluster, bundle))[-1]
+    assert newest.source.startswith(f"http://127.0.0.1:{port}/peek-0.1.0.tgz ["), newest.source
 
 
 def outward_address() -> str | None:
