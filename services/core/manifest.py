@@ -31,9 +31,6 @@ MAX_MANIFEST_BYTES: Final = 1_000_000
 """One object's JSON must fit one NATS message (1 MiB by default) with its intent envelope;
 the API server refuses objects near this size anyway (etcd's request limit is 1.5 MiB)."""
 
-MAX_EXPANDED_NODES: Final = 1_000_000
-"""Values, lists and maps of one document once YAML aliases are expanded."""
-
 
 def rv_int(resource_version: str) -> int:
     """A resourceVersion as a number, to tell which of two states of one object is newer.
@@ -54,37 +51,6 @@ def check_size(encoded: bytes, where: str) -> bytes:
             "for one object (split it: a ConfigMap or Secret holds at most 1 MiB anyway)"
         )
     return encoded
-
-
-def expanded_nodes(doc: Any, limit: int = MAX_EXPANDED_NODES) -> int:
-    """How many values ``doc`` has with shared (aliased) subtrees counted every time they occur.
-
-    A YAML alias bomb is small as text and as parsed objects (aliases share one object), but
-    exponential once serialised. Counting with a memo per shared object is linear in the
-    parsed size, so the bomb is caught before anything expands it. Stops counting at ``limit``.
-    """
-    memo: dict[int, int] = {}
-
-    def count(node: Any) -> int:
-        if isinstance(node, dict):
-            children: Any = node.values()
-        elif isinstance(node, list):
-            children = node
-        else:
-            return 1
-        known = memo.get(id(node))
-        if known is not None:
-            return known
-        memo[id(node)] = limit + 1  # a cycle counts as over the limit
-        total = 1
-        for child in children:
-            total += count(child)
-            if total > limit:
-                break
-        memo[id(node)] = total
-        return total
-
-    return count(doc)
 
 
 def check_bundle_name(bundle: str) -> str:
