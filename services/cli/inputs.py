@@ -145,4 +145,5 @@ def add_source_args(p: argparse.ArgumentParser) -> None:
         help="default namespace for objects of namespaced kinds that name none (as kubectl "
         "apply -n); objects naming a namespace keep it",
     )
-    settings.add_arguments(p, InputLimits)
+    # the bundle's byte limit is the bus's (NatsSettings.bundle_max_bytes, --bundle-max-bytes)
+    settings.add_arguments(p, InputLimits, skip={"bundle_max_bytes"})

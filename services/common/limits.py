@@ -18,6 +18,7 @@ from typing import Any, Final
 import orjson
 
 from services.common import settings
+from services.common.bus.objects import BUNDLE_LIMIT_SETTING, DEFAULT_BUNDLE_MAX_BYTES
 from services.common.settings import SettingsError, setting
 
 JSON_DEPTH_CEILING: Final = 200
@@ -43,8 +44,11 @@ class InputLimits:
         OBJECT_BYTES_CEILING, "bytes of one object as JSON (at most 1,000,000: one message)"
     )
     max_objects: int = setting(50_000, "objects in one bundle")
-    max_bundle_bytes: int = setting(
-        64 * MiB, "bytes of all of a bundle's objects as JSON (as DRIFTBUS_BUNDLE_MAX_BYTES)"
+    bundle_max_bytes: int = setting(
+        DEFAULT_BUNDLE_MAX_BYTES,
+        "bytes of all of a bundle's objects as JSON: the bus's limit of the same name (one "
+        "setting: what a publish may read is what the planner may fetch)",
+        env=BUNDLE_LIMIT_SETTING,
     )
     max_depth: int = setting(100, "levels of nesting of one document (at most 200)")
     max_expanded_nodes: int = setting(
@@ -74,7 +78,8 @@ class InputLimits:
 
 def env_name(field: str) -> str:
     """The environment variable of a limit, as refusals name it."""
-    return f"DRIFTBUS_{field.upper()}"
+    named = {f.name: f.metadata.get("env") for f in dataclasses.fields(InputLimits)}
+    return named.get(field) or f"DRIFTBUS_{field.upper()}"
 
 
 def setting_name(field: str) -> str:

@@ -157,11 +157,11 @@ class Tally:
                 f"{where}: {key}: over the limit of {lim.max_objects:,} objects per bundle "
                 f"({setting_name('max_objects')})"
             )
-        if self.bytes > lim.max_bundle_bytes:
+        if self.bytes > lim.bundle_max_bytes:
             raise InputError(
                 f"{where}: {key}: the bundle reaches {self.bytes:,} bytes as JSON, over the "
-                f"{lim.max_bundle_bytes:,}-byte limit for one bundle "
-                f"({setting_name('max_bundle_bytes')})"
+                f"{lim.bundle_max_bytes:,}-byte limit for one bundle "
+                f"({setting_name('bundle_max_bytes')})"
             )
 
 

@@ -14,7 +14,7 @@ import os
 import socket
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -77,8 +77,18 @@ def _parse(tp: Any, raw: str, where: str) -> Any:
         raise SettingsError(f"{where}={raw!r}: {exc}") from None
 
 
-def add_arguments(parser: argparse.ArgumentParser, cls: type[Any], *, prefix: str = "") -> None:
+def add_arguments(
+    parser: argparse.ArgumentParser,
+    cls: type[Any],
+    *,
+    prefix: str = "",
+    skip: Collection[str] = (),
+) -> None:
+    """A flag per field of ``cls``; ``skip`` names fields another model already gives the flag
+    of (one setting read by two models: one flag, one variable)."""
     for f in dataclasses.fields(cls):
+        if f.name in skip:
+            continue
         env = _env_name(prefix, f)
         default = f.default if f.default is not dataclasses.MISSING else None
         parser.add_argument(

@@ -128,9 +128,9 @@ CASES: list[tuple[str, dict[str, str], str, str]] = [
     ),
     (
         "bundle",
-        {"DRIFTBUS_MAX_BUNDLE_BYTES": "300"},
+        {"DRIFTBUS_BUNDLE_MAX_BYTES": "300"},
         MANY,
-        "#2: ConfigMap/ns/c2: the bundle reaches 4\\d\\d bytes as JSON, over the 300-byte limit for one bundle \\(DRIFTBUS_MAX_BUNDLE_BYTES\\)",
+        "#2: ConfigMap/ns/c2: the bundle reaches 4\\d\\d bytes as JSON, over the 300-byte limit for one bundle \\(DRIFTBUS_BUNDLE_MAX_BYTES\\)",
     ),
     (
         "object",
