@@ -61,10 +61,21 @@ async def heartbeats(js: JetStreamContext, cluster: str) -> dict[str, MemberHear
         msg = await bus.last_message(js, bus.MEMBERS, member_subject(cluster, role))
         hb = None
         if msg is not None and msg.data:
-            with contextlib.suppress(WireError):
-                hb = decode(msg.data, MemberHeartbeat)
+            try:
+                hb = heartbeat_of(msg.data)
+            except WireError as exc:
+                log.warning("ignoring the %s heartbeat of cluster %s: %s", role, cluster, exc)
         out[role] = hb
     return out
+
+
+def heartbeat_of(data: bytes) -> MemberHeartbeat:
+    """The heartbeat ``data`` carries; WireError when it is not one, or when its time names no
+    zone (it could not be compared with the clock: ``serving`` would raise)."""
+    hb = decode(data, MemberHeartbeat)
+    if hb.at.utcoffset() is None:
+        raise WireError(f"not a valid MemberHeartbeat message: at {hb.at} names no time zone")
+    return hb
 
 
 async def announce(

@@ -1,0 +1,555 @@
+"""What each service does with the bytes it reads from the bus, fuzzed beyond the codec
+(``test_fuzz_decoders.py``): the tenant policy in the KV bucket, status messages chosen by subject
+(``status -f``, the status page, ``--wait``), shard claims and heartbeats, member heartbeats, the
+"is ours newer" checks of the watcher and applier, the planner's in-flight check, stored bundle
+manifests, subjects, and the status page's handlers.
+
+Each target calls the service's own function on arbitrary bytes, arbitrary JSON (or YAML) and
+valid messages with one value replaced, and asserts that only the exception the calling service
+catches comes out (read at each call site, named per target), with a message saying what was
+wrong. A crash this file cannot fix (the code is another's) is tolerated only as the exact
+exception named in ``KNOWN``, which a test pins: fixing the crash turns that test red, and then
+the entry goes.
+
+On demand, ``DRIFTBUS_FUZZ_EXAMPLES=20000`` runs every target that many examples (tests/fuzzing.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as dt
+import json
+import re
+from typing import Any
+from unittest import mock
+
+import msgspec
+import orjson
+import pytest
+import yaml
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from schemas.cli import ShardsDocument
+from schemas.codec import WireError, encode
+from schemas.messages import (
+    AppliedEvent,
+    Bundle,
+    MemberHeartbeat,
+    ObjectStoreRef,
+    ServerEvent,
+)
+from schemas.subjects import (
+    SubjectError,
+    bundle_status_subject,
+    control_subject,
+    object_status_subject,
+    object_subject,
+    parse_subject,
+    rollback_subject,
+    source_status_subject,
+)
+from schemas.tenants import Tenant, TenantPolicy
+from services.applier import report
+from services.cli import follow, user
+from services.common import bundles, members, policy
+from services.common.bus import OBJECT_STORE_BUCKET, SHARDS_BUCKET, claim_holder
+from services.common.statuswatch import decode_status
+from services.core import tenancy
+from services.core.manifest import bundle_kinds
+from services.core.tenancy import PolicyError
+from services.planner import emit
+from services.planner.decide import DELETE_INFLIGHT, Entry
+from services.ui.server import StatusPage
+from services.watcher import facts as watcher_facts
+from tests.fuzzing import DEADLINE, examples
+from tests.unit.test_fuzz_decoders import KEY, SHA, VALID, as_json, json_values, mutated
+
+pytestmark = pytest.mark.reliability
+
+FUZZ = settings(
+    max_examples=examples(200),
+    deadline=DEADLINE,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+NOW = dt.datetime(2026, 11, 22, 12, tzinfo=dt.UTC)
+APPLIED = next(m for m in VALID if isinstance(m, AppliedEvent))
+SERVER = next(m for m in VALID if isinstance(m, ServerEvent))
+STATUS = [m for m in VALID if type(m).__name__ in ("BundleStatus", "ObjectStatus", "SourceStatus")]
+SUBJECTS = [
+    bundle_status_subject("c", "b"),
+    bundle_status_subject("c", "t.b"),
+    object_status_subject("c", "b", KEY),
+    source_status_subject("c", "b"),
+    control_subject("c", "t.b"),
+    rollback_subject("c", "b"),
+    object_subject("server", "c", KEY),
+]
+
+
+@dataclasses.dataclass
+class Seq:
+    stream: int = 7
+
+
+@dataclasses.dataclass
+class Meta:
+    sequence: Seq = dataclasses.field(default_factory=Seq)
+
+
+@dataclasses.dataclass
+class Msg:
+    """What the services read of a nats-py message."""
+
+    subject: str
+    data: bytes
+    headers: dict[str, str] | None = None
+    metadata: Meta = dataclasses.field(default_factory=Meta)
+
+
+def payloads(valid: list[Any]) -> st.SearchStrategy[bytes]:
+    """Arbitrary bytes, arbitrary JSON, or one of ``valid`` (JSON documents) with one value, at
+    any depth, replaced."""
+
+    @st.composite
+    def corrupted(draw: st.DrawFn) -> bytes:
+        return as_json(mutated(draw, json.loads(json.dumps(draw(st.sampled_from(valid))))))
+
+    return st.binary(max_size=300) | json_values.map(as_json) | corrupted() | corrupted()
+
+
+def subjects() -> st.SearchStrategy[str]:
+    """The subjects the services read, real ones and whatever a publisher might use."""
+    tokens = st.text(max_size=12) | st.sampled_from(["driftbus", "status", "*", ">", "", "%2E"])
+    return (
+        st.sampled_from(SUBJECTS)
+        | st.text(max_size=60)
+        | st.lists(tokens, max_size=9).map(".".join)
+        | st.sampled_from(SUBJECTS).flatmap(
+            lambda s: st.tuples(st.just(s), st.integers(0, len(s)), st.text(max_size=4)).map(
+                lambda t: t[0][: t[1]] + t[2] + t[0][t[1] :]
+            )
+        )
+    )
+
+
+# --- known crashes, in code this file may not change ----------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Known:
+    """A crash found here and reported, in code another engineer owns: tolerated by its target
+    only as this exact exception, and pinned by ``test_known_crash_is_still_there``."""
+
+    target: str
+    exception: type[BaseException]
+    says: str
+    example: Any
+    fix: str
+
+
+KNOWN = [
+    Known(
+        "stored manifests",
+        RecursionError,
+        "maximum recursion depth",
+        b"[" + b"[" * 5000 + b"]" * 5000 + b"]",
+        "services/common/bundles.py: load_manifests lets msgspec's RecursionError out (planner, "
+        "watcher and page catch BundleError); catch it there as BundleError",
+    ),
+    Known(
+        "stored manifests",
+        orjson.JSONDecodeError,
+        "not valid UTF-8",
+        b'[{"a":"\xff"}]',
+        "services/common/bundles.py: StoredManifests decodes each element on read with orjson, "
+        "whose JSONDecodeError (invalid UTF-8, nesting over 1024) reaches the watcher's "
+        "bundle_kinds uncaught; raise BundleError from the element read (or validate at load)",
+    ),
+    Known(
+        "tenants file",
+        UnicodeEncodeError,
+        "surrogates not allowed",
+        '{"lockdown": true, "\\ud83d\\ude00": 1}',  # json.dumps's escapes of an emoji
+        "services/core/tenancy.py: load_policy's msgspec.convert raises UnicodeEncodeError on a "
+        "string with a lone surrogate (YAML's \\uD83D escapes are not paired); catch it there "
+        "as PolicyError, naming the key",
+    ),
+    Known(
+        "resourceVersion",
+        ValueError,
+        "Exceeds the limit (4300 digits)",
+        json.dumps(json.loads(encode(SERVER)) | {"resource_version": "9" * 5000}).encode(),
+        "services/core/manifest.py: rv_int calls int() on any digit string; over 4300 digits it "
+        "raises ValueError, out of the watcher's and applier's supersedes (inside newest.publish,"
+        " no except); count more than 20 digits as 0 like any other non-number",
+    ),
+    Known(
+        "driftbus shards",
+        TypeError,
+        "argument must be str",
+        b'{"planner":"p","at":5}',
+        "services/cli/user.py shards(): fromisoformat(non-str), a naive 'at' subtracted from an "
+        "aware now, and a non-list 'clusters' raise TypeError; add TypeError to its except and "
+        "treat a naive time as unreadable",
+    ),
+]
+
+
+KNOWN += [
+    Known("driftbus shards", TypeError, says, example, "the same")
+    for says, example in [
+        ("offset-naive and offset-aware", b'{"planner":"p","at":"2026-11-22T00:00:00"}'),
+        ("object is not iterable", b'{"planner":"p","at":"2026-11-22T00:00:00Z","clusters":5}'),
+    ]
+]
+KNOWN.append(
+    Known(
+        "tenants file",
+        ValueError,
+        "invalid literal for int()",
+        "? 1E100",
+        "services/core/kyaml.py _key: a complex mapping key ('? 1E100') reaches int('') and "
+        "raises ValueError out of load_policy (and of the manifest loader); refuse it as "
+        "kyaml.DecodeError",
+    )
+)
+
+
+def tolerated(target: str, exc: BaseException) -> bool:
+    return any(
+        k.target == target and isinstance(exc, k.exception) and k.says in str(exc) for k in KNOWN
+    )
+
+
+# --- subjects (control, rollback, status: parsed before a message is acted on) -------------------
+
+
+@FUZZ
+@given(subject=subjects())
+def test_parse_subject(subject: str) -> None:
+    """The planner's control and rollback handlers, the status decoders: SubjectError only."""
+    try:
+        parse_subject(subject)
+    except SubjectError as exc:
+        refusal = str(exc)
+    else:
+        return
+    assert refusal
+
+
+# --- status messages, chosen by subject -----------------------------------------------------------
+
+
+def status_follow(subject: str, data: bytes) -> bool:
+    """``decode_status`` (statuswatch, the page, ``status -f``) returns None for what it cannot
+    read; ``status -f`` prints every one it can in each output (callers catch nothing)."""
+    event = decode_status(subject, data)
+    for output in ("text", "json", "yaml"):
+        line = follow.status_line(subject, data, output)
+        assert (line is None) == (event is None)
+    return event is not None
+
+
+@FUZZ
+@given(subject=subjects(), data=payloads([json.loads(encode(m)) for m in STATUS]))
+def test_decode_status_and_status_follow(subject: str, data: bytes) -> None:
+    status_follow(subject, data)
+
+
+def status_page(kind: str, subject: str, data: bytes) -> None:
+    """The page's three followers call these with no ``except`` around them: one exception
+    would stop the page's updates for good."""
+    page = StatusPage(js=None)  # type: ignore[arg-type]
+    queue: asyncio.Queue[bytes] = asyncio.Queue(maxsize=100)
+    page._clients[queue] = None
+    handle = {"status": page._on_status, "decision": page._on_decision, "server": page._on_server}
+    for _ in range(2):  # twice: the second finds the first's state
+        handle[kind](Msg(subject, data))  # type: ignore[arg-type]
+    page.state.stats()
+    orjson.dumps(page.state.snapshot())
+
+
+@FUZZ
+@given(
+    kind=st.sampled_from(["status", "decision", "server"]),
+    subject=subjects(),
+    data=payloads([json.loads(encode(m)) for m in VALID]),
+)
+def test_status_page_handlers(kind: str, subject: str, data: bytes) -> None:
+    status_page(kind, subject, data)
+
+
+# --- the tenant policy in the KV bucket, and the tenants file -------------------------------------
+
+POLICY = TenantPolicy(
+    lockdown=True,
+    tenants={
+        "team-a": Tenant(
+            service_account="team-a/driftbus",
+            namespaces=("team-a", "team-a-*"),
+            default_namespace="team-a",
+            clusters=("prod-*",),
+        ),
+        "team-b": Tenant(service_account="ops/b.sa", cluster_scoped=True),
+    },
+)
+STORED = json.loads(tenancy.dump_policy(POLICY))
+
+
+def refused_saying_why(exc: Exception, prefix: str) -> None:
+    text = str(exc)
+    assert text.startswith(prefix)
+    assert len(text.strip()) > len(prefix)
+
+
+def policy_entry(data: bytes, op: str | None = None) -> TenantPolicy | None:
+    """The planner follows the bucket with ``policy_of`` and catches PolicyError only."""
+    msg = Msg(policy.POLICY_SUBJECT, data, headers={"KV-Operation": op} if op else None)
+    try:
+        got = policy.policy_of(msg)  # type: ignore[arg-type]
+    except PolicyError as exc:
+        refused_saying_why(exc, "stored tenant policy: ")
+        return None
+    assert tenancy.decode_stored(tenancy.dump_policy(got)) == got  # what was taken is valid
+    return got
+
+
+@FUZZ
+@given(data=payloads([STORED]), op=st.sampled_from([None, "PUT", "DEL", "PURGE"]))
+def test_policy_of_kv_entry(data: bytes, op: str | None) -> None:
+    policy_entry(data, op)
+
+
+def _text(doc: Any, form: str) -> str:
+    return json.dumps(doc) if form == "json" else yaml.safe_dump(doc, allow_unicode=True)
+
+
+def tenants_file(text: str | bytes, *, tolerate: bool = True) -> TenantPolicy | None:
+    """``driftbus tenants apply FILE`` reads it with ``load_policy`` and catches PolicyError only
+    (its message names the file)."""
+    try:
+        got = tenancy.load_policy(text, "tenants.yaml")
+    except PolicyError as exc:
+        refused_saying_why(exc, "tenants.yaml:")
+        return None
+    except Exception as exc:
+        if tolerate and tolerated("tenants file", exc):
+            return None
+        raise
+    assert tenancy.decode_stored(tenancy.dump_policy(got)) == got
+    return got
+
+
+@FUZZ
+@given(
+    text=st.text(max_size=300)
+    | st.binary(max_size=300)
+    | st.builds(_text, json_values, st.sampled_from(["json", "yaml"]))
+)
+def test_load_policy_file(text: str | bytes) -> None:
+    tenants_file(text)
+
+
+@FUZZ
+@given(data=st.data(), form=st.sampled_from(["json", "yaml"]))
+def test_load_policy_mutated(data: st.DataObject, form: str) -> None:
+    """A valid tenants file (the stored form is one) with one value replaced, as YAML or JSON."""
+    tenants_file(_text(mutated(data.draw, json.loads(json.dumps(STORED))), form))
+
+
+# --- shard claims and heartbeats (the shards KV bucket) -------------------------------------------
+
+CLAIM = {"planner": "p-1", "at": "2026-11-22T11:59:00.000+00:00"}
+HEARTBEAT = {"planner": "p-1", "clusters": ["c"], "ready": True, "at": CLAIM["at"]}
+
+
+@FUZZ
+@given(data=payloads([CLAIM, HEARTBEAT]) | st.none())
+def test_claim_holder(data: bytes | None) -> None:
+    """The planners' shard view and ``driftbus shards``: the holder, or None (unreadable)."""
+    holder = claim_holder(data)
+    assert holder is None or isinstance(holder, str)
+
+
+def shards_document(
+    entries: list[tuple[str, bytes]], *, tolerate: bool = True
+) -> ShardsDocument | None:
+    """``driftbus shards`` reads every entry of the bucket; a bad one is left out."""
+    prefix = f"$KV.{SHARDS_BUCKET}."
+    msgs = [Msg(f"{prefix}{kind}.p{i}", data) for i, (kind, data) in enumerate(entries)]
+
+    async def snapshot(*_: Any) -> list[Msg]:
+        return msgs
+
+    with mock.patch.object(user, "_snapshot", snapshot):
+        try:
+            return asyncio.run(user.shards(None))  # type: ignore[arg-type]
+        except Exception as exc:
+            if tolerate and tolerated("driftbus shards", exc):
+                return None
+            raise
+
+
+@FUZZ
+@given(
+    entries=st.lists(
+        st.tuples(st.sampled_from(["planners", "clusters"]), payloads([CLAIM, HEARTBEAT])),
+        max_size=3,
+    )
+)
+def test_shards_document(entries: list[tuple[str, bytes]]) -> None:
+    shards_document(entries)
+
+
+# --- member heartbeats (watchers, appliers) -------------------------------------------------------
+
+MEMBER = next(m for m in VALID if isinstance(m, MemberHeartbeat))
+
+
+def member_heartbeat(data: bytes) -> MemberHeartbeat | None:
+    """The planner's members loop and the CLI read heartbeats with ``heartbeat_of`` (WireError:
+    treated as none) and judge them with ``serving``/``watcher_synced`` outside any try."""
+    try:
+        hb = members.heartbeat_of(data)
+    except WireError as exc:
+        refused_saying_why(exc, "not a valid MemberHeartbeat message: ")
+        return None
+    members.serving("c", {"watcher": hb, "applier": hb}, NOW)
+    members.watcher_synced(hb, NOW)
+    return hb
+
+
+@FUZZ
+@given(data=payloads([json.loads(encode(MEMBER))]))
+@example(data=json.dumps(json.loads(encode(MEMBER)) | {"at": "2026-11-22T00:00:00"}).encode())
+def test_member_heartbeat(data: bytes) -> None:
+    member_heartbeat(data)
+
+
+# --- "is ours newer" (the watcher's and the applier's compare-and-publish) ------------------------
+
+
+def newer(data: bytes, rv: int, fact: AppliedEvent, *, tolerate: bool = True) -> None:
+    """The watcher's and applier's ``supersedes`` run inside ``newest.publish``, which catches
+    nothing: a bool, whatever the other message is."""
+    try:
+        assert isinstance(watcher_facts.newer_than(rv)(data), bool)
+        assert isinstance(report.supersedes(fact, data), bool)
+    except Exception as exc:
+        if not (tolerate and tolerated("resourceVersion", exc)):
+            raise
+
+
+@FUZZ
+@given(
+    data=payloads([json.loads(encode(SERVER)), json.loads(encode(APPLIED))]),
+    rv=st.integers(0, 2**64),
+    fact=st.sampled_from([APPLIED, msgspec.structs.replace(APPLIED, deleted=True)]),
+)
+def test_watcher_and_applier_supersedes(data: bytes, rv: int, fact: AppliedEvent) -> None:
+    newer(data, rv, fact)
+
+
+@FUZZ
+@given(
+    data=payloads([json.loads(encode(m)) for m in VALID if "Intent" in type(m).__name__])
+    | st.none(),
+    inflight=st.sampled_from([None, DELETE_INFLIGHT, bytes.fromhex(SHA)]),
+)
+def test_planner_is_inflight(data: bytes | None, inflight: bytes | None) -> None:
+    """The planner's lost-intent check reads the queued intent; no ``except`` around it."""
+    entry = dataclasses.replace(Entry(KEY), inflight=inflight)
+    assert isinstance(emit.is_inflight(data, entry), bool)
+
+
+# --- stored bundle manifests (the object store) ---------------------------------------------------
+
+STORED_BUNDLE = Bundle(
+    cluster="c",
+    bundle="b",
+    revision="r",
+    manifests_ref=ObjectStoreRef(bucket=OBJECT_STORE_BUCKET, name="b", sha=SHA, size=10, count=1),
+)
+MANIFESTS = [
+    {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"k": "v"}},
+    {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "w"}},
+]
+
+
+def stored_manifests(data: bytes, *, tolerate: bool = True) -> list[str] | None:
+    """Planner, watcher and page read a stored bundle with ``load_manifests`` and catch
+    BundleError (the planner ManifestError too): every element read, as the watcher's
+    ``bundle_kinds`` and the planner's checks do."""
+
+    async def read(*_: Any, **__: Any) -> bytes:
+        return data
+
+    async def go() -> list[str]:
+        manifests = await bundles.load_manifests(None, STORED_BUNDLE)  # type: ignore[arg-type]
+        for i in range(len(manifests)):
+            manifests[i]
+        return bundle_kinds(manifests)
+
+    with mock.patch("services.common.bus.read_object", read):
+        try:
+            return asyncio.run(go())
+        except bundles.BundleError as exc:
+            refused_saying_why(exc, "bundle c/b@r: ")
+        except Exception as exc:
+            if not (tolerate and tolerated("stored manifests", exc)):
+                raise
+    return None
+
+
+@FUZZ
+@given(data=payloads([MANIFESTS]))
+def test_stored_manifests(data: bytes) -> None:
+    stored_manifests(data)
+
+
+# --- the harness reaches the code it fuzzes, and the known crashes are still there ---------------
+
+
+def test_valid_inputs_are_read() -> None:
+    """Each target, given the valid message it mutates, gets past refusing it: the fuzz really
+    reaches the code behind each decoder."""
+    assert all(status_follow(s, encode(m)) for m in STATUS for s in SUBJECTS[:4] if _fits(s, m))
+    assert policy_entry(encode(POLICY)) == POLICY
+    assert policy_entry(b"junk", "DEL") == TenantPolicy()
+    assert tenants_file(yaml.safe_dump(STORED)) == POLICY
+    assert claim_holder(orjson.dumps(CLAIM)) == "p-1"
+    doc = shards_document(
+        [("planners", orjson.dumps(HEARTBEAT)), ("clusters", orjson.dumps(CLAIM))]
+    )
+    assert doc is not None
+    assert (len(doc.planners), len(doc.clusters)) == (1, 1)
+    assert member_heartbeat(encode(MEMBER)) == MEMBER
+    assert watcher_facts.newer_than(8)(encode(SERVER)) is True
+    assert report.supersedes(APPLIED, encode(APPLIED)) is True
+    assert stored_manifests(orjson.dumps(MANIFESTS)) == ["apps/v1/Deployment", "v1/ConfigMap"]
+    status_page("status", bundle_status_subject("c", "b"), encode(STATUS[-2]))
+
+
+def _fits(subject: str, message: Any) -> bool:
+    family = parse_subject(subject)
+    return (family.key is not None) == hasattr(message, "key") and (
+        ("source" in subject) == (type(message).__name__ == "SourceStatus")
+    )
+
+
+TARGETS: dict[str, Any] = {
+    "stored manifests": lambda ex: stored_manifests(ex, tolerate=False),
+    "tenants file": lambda ex: tenants_file(ex, tolerate=False),
+    "resourceVersion": lambda ex: newer(ex, 1, APPLIED, tolerate=False),
+    "driftbus shards": lambda ex: shards_document([("planners", ex)], tolerate=False),
+}
+
+
+@pytest.mark.parametrize("known", KNOWN, ids=lambda k: f"{k.target}:{k.exception.__name__}")
+def test_known_crash_is_still_there(known: Known) -> None:
+    """Passes while the crash is there; fails once it is fixed: then remove its ``Known``
+    entry, and the fuzz target stops tolerating it."""
+    with pytest.raises(known.exception, match=re.escape(known.says)):
+        TARGETS[known.target](known.example)
