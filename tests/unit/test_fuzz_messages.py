@@ -54,7 +54,8 @@ from schemas.tenants import Tenant, TenantPolicy
 from services.applier import report
 from services.cli import follow, user
 from services.common import bundles, members, policy
-from services.common.bus import OBJECT_STORE_BUCKET, SHARDS_BUCKET, claim_holder
+from services.common.bus import OBJECT_STORE_BUCKET, SHARDS_BUCKET, ObjectError, claim_holder
+from services.common.bus.objects import parse_meta
 from services.common.statuswatch import decode_status
 from services.core import tenancy
 from services.core.manifest import bundle_kinds
@@ -177,6 +178,16 @@ KNOWN = [
         "as PolicyError, naming the key",
     ),
     Known(
+        "tenants file",
+        UnicodeEncodeError,
+        "surrogates not allowed",
+        '{"tenants": {"a": {"serviceAccount": "a/b", "clusters": ["\\ud800\\udc00"]}}}',
+        "services/core/tenancy.py: load_policy accepts a value with surrogates where nothing "
+        "checks its characters (a clusters glob); dump_policy, which `driftbus tenants apply` "
+        "stores it with, then raises UnicodeEncodeError; refuse any string with a surrogate in "
+        "load_policy (text.encode('utf-8') after YAML's escapes) as PolicyError",
+    ),
+    Known(
         "resourceVersion",
         ValueError,
         "Exceeds the limit (4300 digits)",
@@ -202,6 +213,26 @@ KNOWN += [
     for says, example in [
         ("offset-naive and offset-aware", b'{"planner":"p","at":"2026-11-22T00:00:00"}'),
         ("object is not iterable", b'{"planner":"p","at":"2026-11-22T00:00:00Z","clusters":5}'),
+    ]
+]
+KNOWN += [
+    Known(
+        "object metadata",
+        exception,
+        says,
+        example,
+        "services/common/bus/objects.py parse_meta catches msgspec.DecodeError only: invalid "
+        "UTF-8 in a string (UnicodeDecodeError) and nesting in 'options' (RecursionError) get "
+        "out of read_object and load_manifests (callers catch ObjectError/BundleError); catch "
+        "both there as ObjectCorrupt, as schemas/codec.py does",
+    )
+    for exception, says, example in [
+        (UnicodeDecodeError, "can't decode byte", b'{"nuid":"a","digest":"\xff"}'),
+        (
+            RecursionError,
+            "maximum recursion depth",
+            b'{"nuid":"a","options":{"x":' + b"[" * 3000 + b"]" * 3000 + b"}}",
+        ),
     ]
 ]
 KNOWN.append(
@@ -328,9 +359,11 @@ def _text(doc: Any, form: str) -> str:
 
 def tenants_file(text: str | bytes, *, tolerate: bool = True) -> TenantPolicy | None:
     """``driftbus tenants apply FILE`` reads it with ``load_policy`` and catches PolicyError only
-    (its message names the file)."""
+    (its message names the file), then stores what it accepted with ``dump_policy``, which
+    planners read back with ``decode_stored``."""
     try:
         got = tenancy.load_policy(text, "tenants.yaml")
+        stored = tenancy.dump_policy(got)
     except PolicyError as exc:
         refused_saying_why(exc, "tenants.yaml:")
         return None
@@ -338,7 +371,7 @@ def tenants_file(text: str | bytes, *, tolerate: bool = True) -> TenantPolicy | 
         if tolerate and tolerated("tenants file", exc):
             return None
         raise
-    assert tenancy.decode_stored(tenancy.dump_policy(got)) == got
+    assert tenancy.decode_stored(stored) == got
     return got
 
 
@@ -509,6 +542,36 @@ def test_stored_manifests(data: bytes) -> None:
     stored_manifests(data)
 
 
+# --- object store metadata (read before a stored bundle's chunks) ---------------------------------
+
+META = {
+    "name": "b",
+    "bucket": "B",
+    "nuid": "N1a_b-2",
+    "size": 10,
+    "chunks": 1,
+    "digest": "SHA-256=x",
+}
+
+
+def object_meta(data: bytes, *, tolerate: bool = True) -> None:
+    """``read_object`` reads the metadata message with ``parse_meta``; ``load_manifests``
+    catches ObjectError (and turns it into BundleError)."""
+    try:
+        parse_meta("B", "b", data)
+    except ObjectError as exc:
+        refused_saying_why(exc, "object store reference B/b ")
+    except Exception as exc:
+        if not (tolerate and tolerated("object metadata", exc)):
+            raise
+
+
+@FUZZ
+@given(data=payloads([META, META | {"options": {"link": {"bucket": "B", "name": "c"}}}]))
+def test_object_meta(data: bytes) -> None:
+    object_meta(data)
+
+
 # --- the harness reaches the code it fuzzes, and the known crashes are still there ---------------
 
 
@@ -528,6 +591,8 @@ def test_valid_inputs_are_read() -> None:
     assert member_heartbeat(encode(MEMBER)) == MEMBER
     assert watcher_facts.newer_than(8)(encode(SERVER)) is True
     assert report.supersedes(APPLIED, encode(APPLIED)) is True
+    object_meta(orjson.dumps(META), tolerate=False)
+    assert parse_meta("B", "b", orjson.dumps(META)).size == 10
     assert stored_manifests(orjson.dumps(MANIFESTS)) == ["apps/v1/Deployment", "v1/ConfigMap"]
     status_page("status", bundle_status_subject("c", "b"), encode(STATUS[-2]))
 
@@ -543,6 +608,7 @@ TARGETS: dict[str, Any] = {
     "stored manifests": lambda ex: stored_manifests(ex, tolerate=False),
     "tenants file": lambda ex: tenants_file(ex, tolerate=False),
     "resourceVersion": lambda ex: newer(ex, 1, APPLIED, tolerate=False),
+    "object metadata": lambda ex: object_meta(ex, tolerate=False),
     "driftbus shards": lambda ex: shards_document([("planners", ex)], tolerate=False),
 }
 
