@@ -10,6 +10,8 @@ from msgspec import Meta
 
 Sha = Annotated[str, Meta(pattern="^[0-9a-f]{64}$", description="SHA-256, lower-case hex")]
 Name = Annotated[str, Meta(min_length=1, max_length=253)]
+Count = Annotated[int, Meta(ge=0, le=2**63 - 1)]
+"""A count: what JSON readers that take 64-bit integers (orjson, Go) can read back."""
 RawObject = Annotated[
     dict[str, Any], Meta(description="a Kubernetes object as raw JSON (apiVersion, kind, ...)")
 ]

@@ -17,6 +17,7 @@ from typing import Annotated, Final, Literal
 import msgspec
 from msgspec import Meta
 
+from schemas.base import Count as Count
 from schemas.base import Message as _Message
 from schemas.base import Name as Name
 from schemas.base import RawObject as RawObject
@@ -185,7 +186,7 @@ class ObjectStatus(_Message, frozen=True, tag=_tag("object-status")):
     apply_sha: Sha | None = None
     manifest_sha: Sha | None = None
     """The desired manifestSHA this status is about (a failure is for one manifest only)."""
-    attempts: int = 0
+    attempts: Count = 0
     at: dt.datetime | None = None
     trace_id: str = ""
 
@@ -204,18 +205,18 @@ class BundlePhase(enum.StrEnum):
 
 
 class BundleCounts(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    total: Annotated[int, Meta(ge=0)] = 0
-    applied: Annotated[int, Meta(ge=0)] = 0
-    failed: Annotated[int, Meta(ge=0)] = 0
-    ready: Annotated[int, Meta(ge=0)] = 0
-    conflicts: Annotated[int, Meta(ge=0)] = 0
-    drifted: Annotated[int, Meta(ge=0)] = 0
+    total: Count = 0
+    applied: Count = 0
+    failed: Count = 0
+    ready: Count = 0
+    conflicts: Count = 0
+    drifted: Count = 0
     """applied, but the live object differs and no correction is on its way"""
-    pruning: Annotated[int, Meta(ge=0)] = 0
+    pruning: Count = 0
     """objects that left the revision and are still to be deleted"""
-    kept: Annotated[int, Meta(ge=0)] = 0
+    kept: Count = 0
     """objects that left the revision and were deliberately not pruned"""
-    not_declared: Annotated[int, Meta(ge=0)] = 0
+    not_declared: Count = 0
     """live objects carrying the bundle's label that none of its revisions applied (a copy of a
     managed object, another's label): reported, never pruned, not in the way of Ready"""
 

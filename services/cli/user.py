@@ -381,11 +381,14 @@ async def shards(js: JetStreamContext) -> ShardsDocument:
             name = decode_token(token)
             value = orjson.loads(m.data)
             at = dt.datetime.fromisoformat(value.get("at", ""))
-        except (SubjectError, orjson.JSONDecodeError, ValueError, AttributeError):
+            listed = value.get("clusters", [])
+        except (SubjectError, orjson.JSONDecodeError, ValueError, AttributeError, TypeError):
+            continue  # not a heartbeat or claim any planner wrote: nothing to show
+        if at.tzinfo is None or not isinstance(listed, list):
             continue
         age = round((now - at).total_seconds(), 3)
         if kind == "planners":
-            clusters = [str(c) for c in value.get("clusters", [])]
+            clusters = [str(c) for c in listed]
             planners.append(
                 PlannerRow(
                     planner=name, clusters=clusters, heartbeat_at=at, heartbeat_age_seconds=age

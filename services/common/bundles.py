@@ -80,11 +80,13 @@ async def load_manifests(
     except bus.ObjectError as exc:
         raise BundleError(f"{where}: {exc}") from None
     try:
-        return StoredManifests(msgspec.json.decode(data, type=list[msgspec.Raw]))
+        return StoredManifests(msgspec.json.decode(data, type=list[msgspec.Raw]), where)
     except msgspec.ValidationError:
         raise BundleError(f"{where}: stored manifests are not a JSON array") from None
     except msgspec.DecodeError as exc:
         raise BundleError(f"{where}: stored manifests are not JSON: {exc}") from None
+    except RecursionError:
+        raise BundleError(f"{where}: stored manifests are nested too deep to read") from None
 
 
 class StoredManifests(Sequence[Any]):
@@ -95,8 +97,9 @@ class StoredManifests(Sequence[Any]):
     dicts are freed. Kept as the undecoded JSON of each element (``msgspec.Raw``: a view of the
     stored bytes, checked to be JSON), a pass over the bundle holds one object at a time."""
 
-    def __init__(self, elements: list[msgspec.Raw]) -> None:
+    def __init__(self, elements: list[msgspec.Raw], where: str = "stored manifests") -> None:
         self._elements = elements
+        self._where = where
 
     def __len__(self) -> int:
         return len(self._elements)
@@ -107,12 +110,22 @@ class StoredManifests(Sequence[Any]):
     def __getitem__(self, i: slice) -> list[Any]: ...
     def __getitem__(self, i: int | slice) -> Any:
         if isinstance(i, slice):
-            return [orjson.loads(memoryview(e)) for e in self._elements[i]]
-        return orjson.loads(memoryview(self._elements[i]))
+            return [self._element(e) for e in self._elements[i]]
+        return self._element(self._elements[i])
 
     def __iter__(self) -> Iterator[Any]:
         for e in self._elements:
-            yield orjson.loads(memoryview(e))
+            yield self._element(e)
+
+    def _element(self, raw: msgspec.Raw) -> Any:
+        """One stored manifest, decoded; BundleError (what every reader catches) when orjson,
+        stricter than the first check (UTF-8, 1,024 levels), cannot read it."""
+        try:
+            return orjson.loads(memoryview(raw))
+        except orjson.JSONDecodeError as exc:
+            raise BundleError(
+                f"{self._where}: a stored manifest is not readable JSON: {exc}"
+            ) from None
 
 
 async def store_manifests(

@@ -195,10 +195,18 @@ def _key(key: Any, node: Node) -> str:
     if isinstance(key, int):
         return str(key)
     if isinstance(key, float):
+        if math.isfinite(key) and abs(key) > _FLOAT32_MAX:
+            # as a float32 it is infinite: no key sigs.k8s.io/yaml would agree on
+            raise ConstructorError(
+                None, None, f"map key {key!r} is beyond a float32's range", node.start_mark
+            )
         return _go_float32(key)
     raise ConstructorError(
         None, None, f"unsupported map key {key!r} (JSON keys are strings)", node.start_mark
     )
+
+
+_FLOAT32_MAX = 3.4028234663852886e38
 
 
 def _go_float32(value: float) -> str:

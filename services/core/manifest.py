@@ -34,9 +34,17 @@ the API server refuses objects near this size anyway (etcd's request limit is 1.
 
 def rv_int(resource_version: str) -> int:
     """A resourceVersion as a number, to tell which of two states of one object is newer.
-    Kubernetes calls it opaque, but every etcd-backed server hands out increasing integers;
-    anything else counts as 0 (older than every real state)."""
-    return int(resource_version) if resource_version.isascii() and resource_version.isdigit() else 0
+    Kubernetes calls it opaque, but every etcd-backed server hands out increasing integers
+    (etcd's revision: a signed 64-bit number); anything else counts as 0 (older than every real
+    state) — a string of thousands of digits too, which ``int()`` refuses and no store packs."""
+    rv = resource_version
+    if not (rv.isascii() and rv.isdigit()) or len(rv) > len(str(_INT64_MAX)):
+        return 0
+    n = int(rv)
+    return n if n <= _INT64_MAX else 0
+
+
+_INT64_MAX: Final = 2**63 - 1
 
 
 class ManifestError(ValueError):

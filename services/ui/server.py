@@ -228,7 +228,12 @@ class StatusPage:
 
     def _send(self, kind: str, data: Any, bundle: str | None = None) -> None:
         """To every page, or (``bundle`` given) to the pages showing that bundle's tenant."""
-        frame = b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+        try:
+            body = orjson.dumps(data)
+        except TypeError as exc:  # what the schemas let through and JSON cannot say
+            log.warning("status page: a %s event not sent: %s", kind, exc)
+            return
+        frame = b"event: " + kind.encode() + b"\ndata: " + body + b"\n\n"
         tenant = split_bundle(bundle)[0] if bundle is not None else None
         for q, shows in list(self._clients.items()):
             if shows is not None and tenant is not None and shows != tenant:

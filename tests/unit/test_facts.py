@@ -8,6 +8,7 @@ import pytest
 
 from schemas.messages import AppliedEvent, DecisionReason, ObjectPhase, OutcomeEvent, ServerEvent
 from schemas.subjects import ObjectKey
+from services.core.manifest import rv_int
 from services.planner import facts
 from services.planner.decide import (
     Applied,
@@ -103,3 +104,19 @@ def test_observed_and_applied_carry_every_field() -> None:
         apply_sha=OTHER.hex(), resource_version="7", applied_at=LATER,
     )  # fmt: skip
     assert facts.applied(ap) == Applied(SHA, OTHER, 7, False, LATER.timestamp(), "b")
+
+
+@pytest.mark.parametrize(
+    ("rv", "expected"),
+    [
+        ("42", 42),
+        ("9223372036854775807", 2**63 - 1),  # etcd's largest revision
+        ("9223372036854775808", 0),  # over int64: no store packs it, nothing real says it
+        ("9" * 5000, 0),  # int() refuses it (4300 digits): it crashed the watcher's supersedes
+        ("", 0),
+        ("12a", 0),
+        ("٣", 0),  # a digit to str.isdigit, not to etcd
+    ],
+)
+def test_a_resource_version_is_a_64_bit_number_or_zero(rv: str, expected: int) -> None:
+    assert rv_int(rv) == expected

@@ -7,9 +7,8 @@ manifests, subjects, and the status page's handlers.
 Each target calls the service's own function on arbitrary bytes, arbitrary JSON (or YAML) and
 valid messages with one value replaced, and asserts that only the exception the calling service
 catches comes out (read at each call site, named per target), with a message saying what was
-wrong. A crash this file cannot fix (the code is another's) is tolerated only as the exact
-exception named in ``KNOWN``, which a test pins: fixing the crash turns that test red, and then
-the entry goes.
+wrong. Each crash the fuzz found (``FOUND``) is fixed, and kept as a case that must now be
+refused like any other bad input.
 
 On demand, ``DRIFTBUS_FUZZ_EXAMPLES=20000`` runs every target that many examples (tests/fuzzing.py).
 """
@@ -20,7 +19,6 @@ import asyncio
 import dataclasses
 import datetime as dt
 import json
-import re
 from typing import Any
 from unittest import mock
 
@@ -135,13 +133,12 @@ def subjects() -> st.SearchStrategy[str]:
     )
 
 
-# --- known crashes, in code this file may not change ----------------------------------------------
+# --- crashes the fuzz found (all fixed): each stays a case its target must refuse cleanly -------
 
 
 @dataclasses.dataclass(frozen=True)
-class Known:
-    """A crash found here and reported, in code another engineer owns: tolerated by its target
-    only as this exact exception, and pinned by ``test_known_crash_is_still_there``."""
+class Found:
+    """An input that crashed its target (``exception`` saying ``says``) until ``fix``."""
 
     target: str
     exception: type[BaseException]
@@ -150,8 +147,8 @@ class Known:
     fix: str
 
 
-KNOWN = [
-    Known(
+FOUND = [
+    Found(
         "stored manifests",
         RecursionError,
         "maximum recursion depth",
@@ -159,7 +156,7 @@ KNOWN = [
         "services/common/bundles.py: load_manifests lets msgspec's RecursionError out (planner, "
         "watcher and page catch BundleError); catch it there as BundleError",
     ),
-    Known(
+    Found(
         "stored manifests",
         orjson.JSONDecodeError,
         "not valid UTF-8",
@@ -168,7 +165,7 @@ KNOWN = [
         "whose JSONDecodeError (invalid UTF-8, nesting over 1024) reaches the watcher's "
         "bundle_kinds uncaught; raise BundleError from the element read (or validate at load)",
     ),
-    Known(
+    Found(
         "tenants file",
         UnicodeEncodeError,
         "surrogates not allowed",
@@ -177,7 +174,7 @@ KNOWN = [
         "string with a lone surrogate (YAML's \\uD83D escapes are not paired); catch it there "
         "as PolicyError, naming the key",
     ),
-    Known(
+    Found(
         "tenants file",
         UnicodeEncodeError,
         "surrogates not allowed",
@@ -187,7 +184,7 @@ KNOWN = [
         "stores it with, then raises UnicodeEncodeError; refuse any string with a surrogate in "
         "load_policy (text.encode('utf-8') after YAML's escapes) as PolicyError",
     ),
-    Known(
+    Found(
         "resourceVersion",
         ValueError,
         "Exceeds the limit (4300 digits)",
@@ -196,7 +193,7 @@ KNOWN = [
         "raises ValueError, out of the watcher's and applier's supersedes (inside newest.publish,"
         " no except); count more than 20 digits as 0 like any other non-number",
     ),
-    Known(
+    Found(
         "driftbus shards",
         TypeError,
         "argument must be str",
@@ -208,8 +205,8 @@ KNOWN = [
 ]
 
 
-KNOWN.append(
-    Known(
+FOUND.append(
+    Found(
         "status page",
         TypeError,
         "Integer exceeds 64-bit range",
@@ -223,15 +220,15 @@ KNOWN.append(
         "messages.py (Meta(le=2**63 - 1)) so the codec refuses them, or catch it in _on_status",
     )
 )
-KNOWN += [
-    Known("driftbus shards", TypeError, says, example, "the same")
+FOUND += [
+    Found("driftbus shards", TypeError, says, example, "the same")
     for says, example in [
         ("offset-naive and offset-aware", b'{"planner":"p","at":"2026-11-22T00:00:00"}'),
         ("object is not iterable", b'{"planner":"p","at":"2026-11-22T00:00:00Z","clusters":5}'),
     ]
 ]
-KNOWN += [
-    Known(
+FOUND += [
+    Found(
         "object metadata",
         exception,
         says,
@@ -250,8 +247,8 @@ KNOWN += [
         ),
     ]
 ]
-KNOWN.append(
-    Known(
+FOUND.append(
+    Found(
         "tenants file",
         ValueError,
         "invalid literal for int()",
@@ -261,12 +258,6 @@ KNOWN.append(
         "kyaml.DecodeError",
     )
 )
-
-
-def tolerated(target: str, exc: BaseException) -> bool:
-    return any(
-        k.target == target and isinstance(exc, k.exception) and k.says in str(exc) for k in KNOWN
-    )
 
 
 # --- subjects (control, rollback, status: parsed before a message is acted on) -------------------
@@ -304,21 +295,17 @@ def test_decode_status_and_status_follow(subject: str, data: bytes) -> None:
     status_follow(subject, data)
 
 
-def status_page(kind: str, subject: str, data: bytes, *, tolerate: bool = True) -> None:
+def status_page(kind: str, subject: str, data: bytes) -> None:
     """The page's three followers call these with no ``except`` around them: one exception
     would stop the page's updates for good."""
     page = StatusPage(js=None)  # type: ignore[arg-type]
     queue: asyncio.Queue[bytes] = asyncio.Queue(maxsize=100)
     page._clients[queue] = None
     handle = {"status": page._on_status, "decision": page._on_decision, "server": page._on_server}
-    try:
-        for _ in range(2):  # twice: the second finds the first's state
-            handle[kind](Msg(subject, data))  # type: ignore[arg-type]
-        page.state.stats()
-        orjson.dumps(page.state.snapshot())
-    except Exception as exc:
-        if not (tolerate and tolerated("status page", exc)):
-            raise
+    for _ in range(2):  # twice: the second finds the first's state
+        handle[kind](Msg(subject, data))  # type: ignore[arg-type]
+    page.state.stats()
+    orjson.dumps(page.state.snapshot())
 
 
 @FUZZ
@@ -376,7 +363,7 @@ def _text(doc: Any, form: str) -> str:
     return json.dumps(doc) if form == "json" else yaml.safe_dump(doc, allow_unicode=True)
 
 
-def tenants_file(text: str | bytes, *, tolerate: bool = True) -> TenantPolicy | None:
+def tenants_file(text: str | bytes) -> TenantPolicy | None:
     """``driftbus tenants apply FILE`` reads it with ``load_policy`` and catches PolicyError only
     (its message names the file), then stores what it accepted with ``dump_policy``, which
     planners read back with ``decode_stored``."""
@@ -386,10 +373,6 @@ def tenants_file(text: str | bytes, *, tolerate: bool = True) -> TenantPolicy | 
     except PolicyError as exc:
         refused_saying_why(exc, "tenants.yaml:")
         return None
-    except Exception as exc:
-        if tolerate and tolerated("tenants file", exc):
-            return None
-        raise
     assert tenancy.decode_stored(stored) == got
     return got
 
@@ -426,7 +409,7 @@ def test_claim_holder(data: bytes | None) -> None:
 
 
 def shards_document(
-    entries: list[tuple[str, bytes]], *, tolerate: bool = True
+    entries: list[tuple[str, bytes]],
 ) -> ShardsDocument | None:
     """``driftbus shards`` reads every entry of the bucket; a bad one is left out."""
     prefix = f"$KV.{SHARDS_BUCKET}."
@@ -436,12 +419,7 @@ def shards_document(
         return msgs
 
     with mock.patch.object(user, "_snapshot", snapshot):
-        try:
-            return asyncio.run(user.shards(None))  # type: ignore[arg-type]
-        except Exception as exc:
-            if tolerate and tolerated("driftbus shards", exc):
-                return None
-            raise
+        return asyncio.run(user.shards(None))  # type: ignore[arg-type]
 
 
 @FUZZ
@@ -483,15 +461,11 @@ def test_member_heartbeat(data: bytes) -> None:
 # --- "is ours newer" (the watcher's and the applier's compare-and-publish) ------------------------
 
 
-def newer(data: bytes, rv: int, fact: AppliedEvent, *, tolerate: bool = True) -> None:
+def newer(data: bytes, rv: int, fact: AppliedEvent) -> None:
     """The watcher's and applier's ``supersedes`` run inside ``newest.publish``, which catches
     nothing: a bool, whatever the other message is."""
-    try:
-        assert isinstance(watcher_facts.newer_than(rv)(data), bool)
-        assert isinstance(report.supersedes(fact, data), bool)
-    except Exception as exc:
-        if not (tolerate and tolerated("resourceVersion", exc)):
-            raise
+    assert isinstance(watcher_facts.newer_than(rv)(data), bool)
+    assert isinstance(report.supersedes(fact, data), bool)
 
 
 @FUZZ
@@ -530,7 +504,7 @@ MANIFESTS = [
 ]
 
 
-def stored_manifests(data: bytes, *, tolerate: bool = True) -> list[str] | None:
+def stored_manifests(data: bytes) -> list[str] | None:
     """Planner, watcher and page read a stored bundle with ``load_manifests`` and catch
     BundleError (the planner ManifestError too): every element read, as the watcher's
     ``bundle_kinds`` and the planner's checks do."""
@@ -549,9 +523,6 @@ def stored_manifests(data: bytes, *, tolerate: bool = True) -> list[str] | None:
             return asyncio.run(go())
         except bundles.BundleError as exc:
             refused_saying_why(exc, "bundle c/b@r: ")
-        except Exception as exc:
-            if not (tolerate and tolerated("stored manifests", exc)):
-                raise
     return None
 
 
@@ -573,16 +544,13 @@ META = {
 }
 
 
-def object_meta(data: bytes, *, tolerate: bool = True) -> None:
+def object_meta(data: bytes) -> None:
     """``read_object`` reads the metadata message with ``parse_meta``; ``load_manifests``
     catches ObjectError (and turns it into BundleError)."""
     try:
         parse_meta("B", "b", data)
     except ObjectError as exc:
         refused_saying_why(exc, "object store reference B/b ")
-    except Exception as exc:
-        if not (tolerate and tolerated("object metadata", exc)):
-            raise
 
 
 @FUZZ
@@ -610,7 +578,7 @@ def test_valid_inputs_are_read() -> None:
     assert member_heartbeat(encode(MEMBER)) == MEMBER
     assert watcher_facts.newer_than(8)(encode(SERVER)) is True
     assert report.supersedes(APPLIED, encode(APPLIED)) is True
-    object_meta(orjson.dumps(META), tolerate=False)
+    object_meta(orjson.dumps(META))
     assert parse_meta("B", "b", orjson.dumps(META)).size == 10
     assert stored_manifests(orjson.dumps(MANIFESTS)) == ["apps/v1/Deployment", "v1/ConfigMap"]
     status_page("status", bundle_status_subject("c", "b"), encode(STATUS[-2]))
@@ -624,20 +592,17 @@ def _fits(subject: str, message: Any) -> bool:
 
 
 TARGETS: dict[str, Any] = {
-    "stored manifests": lambda ex: stored_manifests(ex, tolerate=False),
-    "tenants file": lambda ex: tenants_file(ex, tolerate=False),
-    "resourceVersion": lambda ex: newer(ex, 1, APPLIED, tolerate=False),
-    "object metadata": lambda ex: object_meta(ex, tolerate=False),
-    "status page": lambda ex: status_page(
-        "status", bundle_status_subject("c", "b"), ex, tolerate=False
-    ),
-    "driftbus shards": lambda ex: shards_document([("planners", ex)], tolerate=False),
+    "stored manifests": lambda ex: stored_manifests(ex),
+    "tenants file": lambda ex: tenants_file(ex),
+    "resourceVersion": lambda ex: newer(ex, 1, APPLIED),
+    "object metadata": lambda ex: object_meta(ex),
+    "status page": lambda ex: status_page("status", bundle_status_subject("c", "b"), ex),
+    "driftbus shards": lambda ex: shards_document([("planners", ex)]),
 }
 
 
-@pytest.mark.parametrize("known", KNOWN, ids=lambda k: f"{k.target}:{k.exception.__name__}")
-def test_known_crash_is_still_there(known: Known) -> None:
-    """Passes while the crash is there; fails once it is fixed: then remove its ``Known``
-    entry, and the fuzz target stops tolerating it."""
-    with pytest.raises(known.exception, match=re.escape(known.says)):
-        TARGETS[known.target](known.example)
+@pytest.mark.parametrize("found", FOUND, ids=lambda k: f"{k.target}:{k.exception.__name__}")
+def test_a_crash_the_fuzz_found_is_refused_now(found: Found) -> None:
+    """Each crashed its target (``found.exception``); now its target refuses it as it refuses
+    any bad input (the caller's exception, with a message) or reads it: nothing else escapes."""
+    TARGETS[found.target](found.example)

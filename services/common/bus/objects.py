@@ -152,6 +152,11 @@ def parse_meta(bucket: str, name: str, data: bytes) -> ObjectMeta:
         meta = msgspec.json.decode(data, type=ObjectMeta)
     except msgspec.DecodeError as exc:  # ValidationError too
         raise ObjectCorrupt(bucket, name, f"has unreadable metadata: {exc}") from None
+    except UnicodeDecodeError as exc:  # msgspec lets invalid UTF-8 in strings out as this
+        problem = f"has unreadable metadata: invalid UTF-8: {exc}"
+        raise ObjectCorrupt(bucket, name, problem) from None
+    except RecursionError:  # free-form options nested thousands deep
+        raise ObjectCorrupt(bucket, name, "has metadata nested too deeply to read") from None
     if meta.deleted:
         raise ObjectMissing(bucket, name, "does not exist (deleted)")
     if meta.options and meta.options.get("link"):
