@@ -81,6 +81,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                         )
                         if b.source:
                             print(f"  from {b.source}")
+                        for line in b.failed_objects:  # what keeps it from Ready, or it reports
+                            print(f"  {line}")
                     if followed is not None:
                         print(
                             f"  git source {followed.url} {followed.ref}: "

@@ -142,10 +142,14 @@ def _phase(t: Tally) -> tuple[BundlePhase, str]:
         return BundlePhase.DEGRADED, f"{t.unhealthy} objects unhealthy"
     if t.ready < t.total:
         return BundlePhase.RECONCILING, progress
-    if t.not_declared:
+    if n := t.not_declared:
+        carry = (
+            "other objects carry its label but are"
+            if n > 1
+            else "other object carries its label but is"
+        )
         return BundlePhase.READY, (
-            f"revision {t.revision} applied and ready; {t.not_declared} other objects carry its "
-            "label but are not its own (never pruned)"
+            f"revision {t.revision} applied and ready; {n} {carry} not its own (never pruned)"
         )
     return BundlePhase.READY, f"revision {t.revision} applied and ready"
 
