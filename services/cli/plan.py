@@ -77,12 +77,10 @@ async def _state(js: JetStreamContext, cluster: str) -> dict[ObjectKey, list[fac
 
 
 async def _scopes(kube: KubeClient, loaded: Loaded) -> Scopes:
-    """Scopes as the planner keys with them: built-in kinds, the bundle's CRDs, and (the plan
-    can ask the cluster) discovery for the kinds still unknown."""
+    """Scopes as the planner keys with them: built-in kinds and what the cluster serves (the
+    planner hears it from the watcher's discovery; the plan asks), then, for kinds the cluster
+    has not named, the bundle's own CRDs (``Scopes.for_revision``): the cluster's word wins."""
     scopes = Scopes()
-    for m in loaded.manifests:
-        if m.obj.get("kind") == "CustomResourceDefinition":
-            scopes.learn_crd(m.obj)
     for m in loaded.manifests:
         api_version, kind = str(m.obj.get("apiVersion", "")), str(m.obj.get("kind", ""))
         group = api_version.rpartition("/")[0]
@@ -90,7 +88,7 @@ async def _scopes(kube: KubeClient, loaded: Loaded) -> Scopes:
             with contextlib.suppress(KubeError):
                 res = await kube.discovery.resource(api_version, kind)
                 scopes.learn(group, kind, res.namespaced)
-    return scopes
+    return scopes.for_revision([m.obj for m in loaded.manifests])
 
 
 async def plan(

@@ -126,7 +126,8 @@ _PATH_LISTS = (
 )
 _PATH_IN_ITEMS = ("patches", "patchesJson6902", "replacements")
 _GENERATORS = ("configMapGenerator", "secretGenerator")
-_REMOTE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://|git@|[^/\s]+\.[^/\s]+/)|//|\?(ref|version)=")
+# a scheme (https:, ssh:, file:, and kustomize's gh: shorthand), scp-like git@, a dotted host
+_REMOTE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*:|git@|[^/\s]+\.[^/\s]+/)|//|\?(ref|version)=")
 
 
 def check_kustomization(directory: Path, *, allow_remote: bool) -> None:

@@ -161,7 +161,13 @@ def _scalar_bytes(value: Any, what: str) -> int:
     if value is False:
         return 5
     if isinstance(value, str):
-        return len(orjson.dumps(value))
+        try:
+            return len(orjson.dumps(value))
+        except orjson.JSONEncodeError:  # YAML's "\ud83d" escapes: a lone surrogate, no UTF-8
+            raise LimitError(
+                f"{what}: the string {value[:40]!r} holds a lone UTF-16 surrogate (an escaped "
+                "emoji?): it is not text"
+            ) from None
     if isinstance(value, int | float):
         try:
             return len(orjson.dumps(value))

@@ -334,10 +334,8 @@ def require_objects(loaded: Loaded, bundle: str, command: str = "publish") -> No
 def require_namespaces(loaded: Loaded, namespace: str) -> None:
     """Refuse before publishing what the planner would refuse: an object of a kind known to be
     namespaced (built in, or a CRD of this bundle) with no namespace and no default. Kinds of
-    unknown scope are left to the planner, which may know their CRD from another bundle."""
-    scopes = Scopes()
-    for m in loaded.manifests:
-        scopes.learn_crd(m.obj)
+    unknown scope are left to the planner, which may hear the cluster serve them."""
+    scopes = Scopes().for_revision([m.obj for m in loaded.manifests])
     problems = []
     for m in loaded.manifests:
         api_version, kind = str(m.obj.get("apiVersion", "")), str(m.obj.get("kind", ""))

@@ -137,9 +137,9 @@ class Scopes:
         return changed
 
     def learn_crd(self, manifest: Mapping[str, Any]) -> bool:
-        """Record the scope of the kind a CustomResourceDefinition manifest defines, as a
-        client does that reads its own input (``driftbus plan``); the planner never does this
-        (see :meth:`for_revision`)."""
+        """Record the scope of the kind a CustomResourceDefinition manifest defines. Neither the
+        planner nor ``driftbus plan`` does this (they key a revision with
+        :meth:`for_revision`); the tests state with it what a CRD says."""
         found = crd_scope(manifest)
         return found is not None and self.learn(*found)
 

@@ -13,6 +13,7 @@ tenant or key.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -78,24 +79,6 @@ def tenant_of(bundle: str) -> str:
     return split_bundle(bundle)[0]
 
 
-def _unencodable(node: Any, path: Path = ()) -> Path | None:
-    """The path of the first key or string value that is not valid Unicode text, or None."""
-    if isinstance(node, str):
-        try:
-            node.encode("utf-8")
-        except UnicodeEncodeError:
-            return path
-        return None
-    if not isinstance(node, dict | list):
-        return None
-    for k, v in node.items() if isinstance(node, dict) else enumerate(node):
-        if isinstance(k, str) and _unencodable(k) is not None:
-            return path
-        if (bad := _unencodable(v, (*path, k))) is not None:
-            return bad
-    return None
-
-
 def load_policy(text: str | bytes, where: str) -> TenantPolicy:
     """The policy of a tenants file (YAML or JSON) named ``where``; PolicyError if unusable."""
     if isinstance(text, bytes):
@@ -121,10 +104,10 @@ def load_policy(text: str | bytes, where: str) -> TenantPolicy:
 
     if not isinstance(raw, dict):
         raise fail((), f"the tenants file must be a map (lockdown, tenants), not {_kind(raw)}")
-    if (bad := _unencodable(raw)) is not None:
-        # YAML's "\ud83d\ude00" escapes are two lone surrogates, not an emoji: no UTF-8 text,
-        # so nothing could store or compare the policy
-        raise fail(bad, "a string with a lone UTF-16 surrogate (an escaped emoji?) is not text")
+    try:  # YAML's "\ud83d\ude00" escapes are two lone surrogates, not an emoji: not UTF-8
+        json.dumps(raw, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        raise fail((), "a string holds a lone UTF-16 surrogate (an escaped emoji?)") from None
     try:
         base = msgspec.convert({k: v for k, v in raw.items() if k != "tenants"}, TenantPolicy)
     except msgspec.ValidationError as exc:

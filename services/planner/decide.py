@@ -260,7 +260,11 @@ def restore(e: Entry, event: Event) -> Entry:
             )
         case Observed() if event.resource_version >= e.server_rv:
             return _observe(e, event)
-        case Applied() if event.resource_version >= e.applied_rv:
+        # a prune that found the object gone already reports no resourceVersion (0): it still
+        # ends the applied state and the inventory, as it does live (``_applied``)
+        case Applied() if event.resource_version >= e.applied_rv or (
+            event.deleted and not event.resource_version
+        ):
             if event.deleted:
                 return dataclasses.replace(
                     e,

@@ -22,7 +22,7 @@ from nats.js.errors import NotFoundError
 
 from schemas.codec import WireError, decode
 from schemas.messages import Bundle, DecisionRecord, OutcomeEvent
-from schemas.subjects import ObjectKey, bundle_subject, object_subject
+from schemas.subjects import ObjectKey, bundle_subject, object_subject, split_bundle
 from services.common import bus
 from services.common.bundles import BundleError, load_manifests, revisions
 from services.core.diff import diff, mask_sensitive, project
@@ -74,15 +74,14 @@ async def desired_manifest(
         return None
     try:
         msg = decode(last.data, Bundle)
-        manifests = await load_manifests(js, msg)
+        # read inside: a stored manifest is decoded (and may be refused) as it is reached
+        for raw in await load_manifests(js, msg):
+            if _matches(raw, key, msg.options.namespace):
+                # the fields driftbus neither applies nor compares are not differences either
+                raw = with_rules(raw, msg.options.ignore, key)
+                return owned(dict(without(raw, pointers_of(raw))), bundle)
     except (WireError, BundleError) as exc:
         log.warning("bundle %s/%s not read: %s", cluster, bundle, exc)
-        return None
-    for raw in manifests:
-        if _matches(raw, key, msg.options.namespace):
-            # the fields driftbus neither applies nor compares are not differences either
-            raw = with_rules(raw, msg.options.ignore, key)
-            return owned(dict(without(raw, pointers_of(raw))), bundle)
     return None
 
 
@@ -136,24 +135,28 @@ class LiveReader:
 async def object_detail(
     js: JetStreamContext, live: LiveReader, cluster: str, bundle: str, key: ObjectKey
 ) -> dict[str, Any]:
+    # the object's history is keyed by the object alone: what another tenant's bundle did with
+    # the same key (a Secret of its own namespace, asked for through this bundle) is not shown
+    tenant = split_bundle(bundle)[0]
     decisions = []
     for m in (await _history(js, bus.DECISIONS, object_subject("decision", cluster, key)))[
         -MAX_DECISIONS:
     ]:
         with contextlib.suppress(WireError):
-            decisions.append(
-                without_secret_shas(msgspec.to_builtins(decode(m.data, DecisionRecord)), key)
-            )
+            record = decode(m.data, DecisionRecord)
+            if split_bundle(record.bundle)[0] == tenant:
+                decisions.append(without_secret_shas(msgspec.to_builtins(record), key))
     error = None
     last = await bus.last_message(js, bus.OUTCOMES, object_subject("outcome", cluster, key))
     if last is not None and last.data:
         with contextlib.suppress(WireError):
             oc = decode(last.data, OutcomeEvent)
-            error = {
-                "phase": str(oc.phase),
-                "message": oc.message,
-                "at": msgspec.to_builtins(oc.at),
-            }
+            if split_bundle(oc.bundle)[0] == tenant:
+                error = {
+                    "phase": str(oc.phase),
+                    "message": oc.message,
+                    "at": msgspec.to_builtins(oc.at),
+                }
     desired = await desired_manifest(js, cluster, bundle, key)
     changes: list[dict[str, Any]] | None = None
     live_note = ""

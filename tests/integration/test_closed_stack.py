@@ -255,6 +255,13 @@ async def test_the_page_filters_every_endpoint_by_tenant_and_shows_no_sha_of_a_s
         assert code == 200, doc
         code, doc = await asyncio.to_thread(_page_json, up, f"{path}&tenant=team-x")
         assert code == 404, f"{path} shows the platform's bundle to tenant team-x: {doc}"
+    # an object's history is keyed by the object alone: asked through a bundle of team-x, the
+    # platform Secret's decisions and last error are not team-x's to read (found in review)
+    through = obj.replace("bundle=hello", "bundle=team-x/app") + "&tenant=team-x"
+    code, doc = await asyncio.to_thread(_page_json, up, through)
+    assert code == 200, doc
+    assert doc["decisions"] == [], doc
+    assert doc["last_error"] is None, doc
     code, state = await asyncio.to_thread(_page_json, up, "/api/state?tenant=team-x")
     assert code == 200, state
     assert not state["bundles"], state

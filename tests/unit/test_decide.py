@@ -396,3 +396,13 @@ def test_any_interleaving_converges_to_the_latest_manifest(
     assert w.entry.inflight is None
     final, d = step(w.entry, Desired("b", "r", w.desired))
     assert d == HIT, f"not settled: {final}"
+
+
+def test_a_restored_prune_of_an_object_already_gone_ends_the_inventory() -> None:
+    """The applier reports a delete of an object already gone with no resourceVersion (0):
+    replayed after a restart it must forget the bundle's inventory as the live fold does, or a
+    namesake created later with the label would be pruned as the bundle's."""
+    applied = restore(Entry(KEY), Applied(M1, S1, 10, bundle="b"))
+    assert applied.applied_bundle == "b"
+    gone = restore(applied, Applied(M1, None, 0, deleted=True, bundle="b"))
+    assert (gone.applied_bundle, gone.apply_sha) == ("", None)
