@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
@@ -365,14 +366,20 @@ __all__ = [
 async def shards(js: JetStreamContext) -> ShardsDocument:
     """The planner replicas (their last heartbeat) and who plans which cluster under which
     fencing token, from the shards KV bucket."""
-    now = dt.datetime.now(dt.UTC)
-    planners: list[PlannerRow] = []
-    claims: list[ClaimRow] = []
     prefix = f"$KV.{bus.SHARDS_BUCKET}."
     try:
         msgs = await _snapshot(js, bus.SHARDS_STREAM, prefix + ">")
     except NotFoundError:
         return ShardsDocument(planners=[], clusters=[])
+    return shards_document(msgs, dt.datetime.now(dt.UTC))
+
+
+def shards_document(msgs: list[Msg], now: dt.datetime) -> ShardsDocument:
+    """The document of the shards bucket's entries ``msgs``; an entry no planner wrote is left
+    out (pure)."""
+    prefix = f"$KV.{bus.SHARDS_BUCKET}."
+    planners: list[PlannerRow] = []
+    claims: list[ClaimRow] = []
     for m in msgs:
         if (m.headers or {}).get("KV-Operation") in ("DEL", "PURGE"):
             continue

@@ -79,6 +79,12 @@ async def load_manifests(
         ) from None
     except bus.ObjectError as exc:
         raise BundleError(f"{where}: {exc}") from None
+    return stored_manifests(data, where)
+
+
+def stored_manifests(data: bytes | bytearray, where: str) -> StoredManifests:
+    """The manifests of the stored bytes ``data`` (a JSON array), each decoded as it is read;
+    BundleError naming ``where`` for anything else (pure)."""
     try:
         return StoredManifests(msgspec.json.decode(data, type=list[msgspec.Raw]), where)
     except msgspec.ValidationError:

@@ -20,7 +20,6 @@ import dataclasses
 import datetime as dt
 import json
 from typing import Any
-from unittest import mock
 
 import msgspec
 import orjson
@@ -33,9 +32,7 @@ from schemas.cli import ShardsDocument
 from schemas.codec import WireError, encode
 from schemas.messages import (
     AppliedEvent,
-    Bundle,
     MemberHeartbeat,
-    ObjectStoreRef,
     ServerEvent,
 )
 from schemas.subjects import (
@@ -52,7 +49,7 @@ from schemas.tenants import Tenant, TenantPolicy
 from services.applier import report
 from services.cli import follow, user
 from services.common import bundles, members, policy
-from services.common.bus import OBJECT_STORE_BUCKET, SHARDS_BUCKET, ObjectError, claim_holder
+from services.common.bus import SHARDS_BUCKET, ObjectError, claim_holder
 from services.common.bus.objects import parse_meta
 from services.common.statuswatch import decode_status
 from services.core import tenancy
@@ -414,12 +411,7 @@ def shards_document(
     """``driftbus shards`` reads every entry of the bucket; a bad one is left out."""
     prefix = f"$KV.{SHARDS_BUCKET}."
     msgs = [Msg(f"{prefix}{kind}.p{i}", data) for i, (kind, data) in enumerate(entries)]
-
-    async def snapshot(*_: Any) -> list[Msg]:
-        return msgs
-
-    with mock.patch.object(user, "_snapshot", snapshot):
-        return asyncio.run(user.shards(None))  # type: ignore[arg-type]
+    return user.shards_document(msgs, dt.datetime.now(dt.UTC))  # type: ignore[arg-type]
 
 
 @FUZZ
@@ -492,12 +484,6 @@ def test_planner_is_inflight(data: bytes | None, inflight: bytes | None) -> None
 
 # --- stored bundle manifests (the object store) ---------------------------------------------------
 
-STORED_BUNDLE = Bundle(
-    cluster="c",
-    bundle="b",
-    revision="r",
-    manifests_ref=ObjectStoreRef(bucket=OBJECT_STORE_BUCKET, name="b", sha=SHA, size=10, count=1),
-)
 MANIFESTS = [
     {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"k": "v"}},
     {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "w"}},
@@ -505,24 +491,16 @@ MANIFESTS = [
 
 
 def stored_manifests(data: bytes) -> list[str] | None:
-    """Planner, watcher and page read a stored bundle with ``load_manifests`` and catch
-    BundleError (the planner ManifestError too): every element read, as the watcher's
-    ``bundle_kinds`` and the planner's checks do."""
-
-    async def read(*_: Any, **__: Any) -> bytes:
-        return data
-
-    async def go() -> list[str]:
-        manifests = await bundles.load_manifests(None, STORED_BUNDLE)  # type: ignore[arg-type]
+    """Planner, watcher and page read a stored bundle's bytes with ``load_manifests`` (whose
+    reading of them is ``stored_manifests``) and catch BundleError (the planner ManifestError
+    too): every element read, as the watcher's ``bundle_kinds`` and the planner's checks do."""
+    try:
+        manifests = bundles.stored_manifests(data, "bundle c/b@r")
         for i in range(len(manifests)):
             manifests[i]
         return bundle_kinds(manifests)
-
-    with mock.patch("services.common.bus.read_object", read):
-        try:
-            return asyncio.run(go())
-        except bundles.BundleError as exc:
-            refused_saying_why(exc, "bundle c/b@r: ")
+    except bundles.BundleError as exc:
+        refused_saying_why(exc, "bundle c/b@r: ")
     return None
 
 
