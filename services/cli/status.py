@@ -229,12 +229,12 @@ def cmd_why(args: argparse.Namespace) -> int:
 
 
 def cmd_shards(args: argparse.Namespace) -> int:
-    from services.cli import output, table, user
+    from services.cli import output, shards, table, user
 
     async def run() -> int:
         nc = await user.connect(args)
         try:
-            got = await user.shards(nc.jetstream())
+            got = await shards.shards(nc.jetstream())
         finally:
             await nc.drain()
         if args.output != "table":

@@ -17,13 +17,11 @@ import re
 import sys
 from typing import Any
 
-import orjson
 from nats.aio.client import Client as NATS
-from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
-from schemas.cli import ClaimRow, ObjectRow, PlannerRow, ShardsDocument
+from schemas.cli import ObjectRow
 from schemas.codec import WireError, decode
 from schemas.messages import (
     BundleOptions,
@@ -41,7 +39,6 @@ from schemas.subjects import (
     bundle_statuses_filter,
     cluster_filter,
     decisions_named_filter,
-    decode_token,
     object_status_filter,
     object_subject,
     parse_subject,
@@ -136,7 +133,7 @@ def quiet_members_denial() -> asyncio.Event:
     return quiet.refused
 
 
-async def _snapshot(js: JetStreamContext, stream: str, subject: str) -> list[Any]:
+async def snapshot(js: JetStreamContext, stream: str, subject: str) -> list[Any]:
     """The last message of each subject of ``stream`` under ``subject``; none while the stream
     does not exist yet (nothing was published and no service has started: not an error)."""
     try:
@@ -162,7 +159,7 @@ async def bundle_statuses(
         else bundle_statuses_filter(cluster, tenant)
     )
     out = []
-    for m in await _snapshot(js, bus.STATUS, subject):
+    for m in await snapshot(js, bus.STATUS, subject):
         if seen is not None:
             seen[m.subject] = m.data
         try:
@@ -174,7 +171,7 @@ async def bundle_statuses(
 
 async def source_status(js: JetStreamContext, cluster: str, bundle: str) -> SourceStatus | None:
     """What ``driftbus source`` last reported for ``bundle`` (None: no source follows it)."""
-    for m in reversed(await _snapshot(js, bus.STATUS, source_status_subject(cluster, bundle))):
+    for m in reversed(await snapshot(js, bus.STATUS, source_status_subject(cluster, bundle))):
         try:
             return decode(m.data, SourceStatus)
         except WireError:
@@ -188,7 +185,7 @@ async def object_rows(
     """Each object of ``bundle``: its last status, with live health from SERVER."""
     statuses: dict[ObjectKey, ObjectStatus] = {}
     subject = object_status_filter(cluster, bundle)
-    for m in await _snapshot(js, bus.STATUS, subject):
+    for m in await snapshot(js, bus.STATUS, subject):
         if seen is not None:
             seen[m.subject] = m.data
         try:
@@ -197,7 +194,7 @@ async def object_rows(
             continue
         statuses[st.key] = st
     health: dict[ObjectKey, ServerEvent] = {}
-    for m in await _snapshot(js, bus.SERVER, cluster_filter("server", cluster)):
+    for m in await snapshot(js, bus.SERVER, cluster_filter("server", cluster)):
         try:
             ev = decode(m.data, ServerEvent)
         except WireError:
@@ -361,57 +358,3 @@ __all__ = [
     "reported",
     "unserved",
 ]
-
-
-async def shards(js: JetStreamContext) -> ShardsDocument:
-    """The planner replicas (their last heartbeat) and who plans which cluster under which
-    fencing token, from the shards KV bucket."""
-    prefix = f"$KV.{bus.SHARDS_BUCKET}."
-    try:
-        msgs = await _snapshot(js, bus.SHARDS_STREAM, prefix + ">")
-    except NotFoundError:
-        return ShardsDocument(planners=[], clusters=[])
-    return shards_document(msgs, dt.datetime.now(dt.UTC))
-
-
-def shards_document(msgs: list[Msg], now: dt.datetime) -> ShardsDocument:
-    """The document of the shards bucket's entries ``msgs``; an entry no planner wrote is left
-    out (pure)."""
-    prefix = f"$KV.{bus.SHARDS_BUCKET}."
-    planners: list[PlannerRow] = []
-    claims: list[ClaimRow] = []
-    for m in msgs:
-        if (m.headers or {}).get("KV-Operation") in ("DEL", "PURGE"):
-            continue
-        kind, _, token = m.subject.removeprefix(prefix).partition(".")
-        try:
-            name = decode_token(token)
-            value = orjson.loads(m.data)
-            at = dt.datetime.fromisoformat(value.get("at", ""))
-            listed = value.get("clusters", [])
-        except (SubjectError, orjson.JSONDecodeError, ValueError, AttributeError, TypeError):
-            continue  # not a heartbeat or claim any planner wrote: nothing to show
-        if at.tzinfo is None or not isinstance(listed, list):
-            continue
-        age = round((now - at).total_seconds(), 3)
-        if kind == "planners":
-            clusters = [str(c) for c in listed]
-            planners.append(
-                PlannerRow(
-                    planner=name, clusters=clusters, heartbeat_at=at, heartbeat_age_seconds=age
-                )
-            )
-        elif kind == "clusters":
-            claims.append(
-                ClaimRow(
-                    cluster=name,
-                    planner=bus.claim_holder(m.data) or None,
-                    fencing_token=int(m.metadata.sequence.stream),
-                    since=at,
-                    since_seconds=age,
-                )
-            )
-    return ShardsDocument(
-        planners=sorted(planners, key=lambda r: r.planner),
-        clusters=sorted(claims, key=lambda r: r.cluster),
-    )

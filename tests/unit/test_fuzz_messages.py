@@ -47,7 +47,7 @@ from schemas.subjects import (
 )
 from schemas.tenants import Tenant, TenantPolicy
 from services.applier import report
-from services.cli import follow, user
+from services.cli import follow, shards
 from services.common import bundles, members, policy
 from services.common.bus import SHARDS_BUCKET, ObjectError, claim_holder
 from services.common.bus.objects import parse_meta
@@ -411,7 +411,7 @@ def shards_document(
     """``driftbus shards`` reads every entry of the bucket; a bad one is left out."""
     prefix = f"$KV.{SHARDS_BUCKET}."
     msgs = [Msg(f"{prefix}{kind}.p{i}", data) for i, (kind, data) in enumerate(entries)]
-    return user.shards_document(msgs, dt.datetime.now(dt.UTC))  # type: ignore[arg-type]
+    return shards.shards_document(msgs, dt.datetime.now(dt.UTC))  # type: ignore[arg-type]
 
 
 @FUZZ
