@@ -5,16 +5,19 @@ entries by a pure function, which the fuzz reads hostile entries with."""
 from __future__ import annotations
 
 import datetime as dt
+from typing import TYPE_CHECKING
 
 import orjson
-from nats.aio.msg import Msg
-from nats.js import JetStreamContext
-from nats.js.errors import NotFoundError
+from nats.js.errors import NotFoundError  # moved here with the code, from user.py
 
 from schemas.cli import ClaimRow, PlannerRow, ShardsDocument
 from schemas.subjects import SubjectError, decode_token
 from services.cli import user
 from services.common import bus
+
+if TYPE_CHECKING:
+    from nats.aio.msg import Msg
+    from nats.js import JetStreamContext
 
 
 async def shards(js: JetStreamContext) -> ShardsDocument:

@@ -55,19 +55,30 @@ async def create(kube: KubeClient, obj: dict[str, Any]) -> None:
     await kube.request("POST", path, body=orjson.dumps(obj), content_type="application/json")
 
 
+async def converged(
+    pipeline: Pipeline, pnc: NATS, bundle: str, manifests: list[dict[str, Any]]
+) -> StatusWatch:
+    """``bundle`` published with ``manifests`` as r1 on a started pipeline, and Ready: its
+    status watch."""
+    watch = StatusWatch()
+    await watch.start(pnc, pipeline.cluster, bundle)
+    pipeline.start_all()
+    await pipeline.publish(pnc.jetstream(), bundle, manifests)
+    await watch.ready("r1", 60, pipeline.logs)
+    return watch
+
+
 async def test_a_kubectl_copy_of_a_managed_object_is_reported_and_never_pruned(
     pipeline: Pipeline, pnc: NATS, kube: KubeClient, namespace: str
 ) -> None:
     bundle = unique_name("inv")
-    watch = StatusWatch()
-    await watch.start(pnc, pipeline.cluster, bundle)
     decisions = DecisionLog()
     await decisions.start(pnc, pipeline.cluster)
-    pipeline.start_all()
+    watch = await converged(
+        pipeline, pnc, bundle, [cm(namespace, "settings"), cm(namespace, "gone")]
+    )
     js = pnc.jetstream()
     res = await kube.discovery.resource("v1", "ConfigMap")
-    await pipeline.publish(js, bundle, [cm(namespace, "settings"), cm(namespace, "gone")])
-    await watch.ready("r1", 60, pipeline.logs)
 
     await create(kube, copy_of(await kube.get(res, "settings", namespace), "settings-copy"))
     await settle(8)  # it was gone in 8 s: the watcher saw it, the planner pruned it
@@ -102,13 +113,9 @@ async def test_anothers_label_on_an_object_neither_deletes_it_nor_keeps_that_bun
     """Team A labels an object of its own with bundle B's label: B must not try to delete it
     (as a tenant it would retry a forbidden delete for ever, never Ready), nor count it."""
     victim = unique_name("victim")
-    watch = StatusWatch()
-    await watch.start(pnc, pipeline.cluster, victim)
-    pipeline.start_all()
+    watch = await converged(pipeline, pnc, victim, [cm(namespace, "v")])
     js = pnc.jetstream()
     res = await kube.discovery.resource("v1", "ConfigMap")
-    await pipeline.publish(js, victim, [cm(namespace, "v")])
-    await watch.ready("r1", 60, pipeline.logs)
 
     labelled = cm(namespace, "mine")
     labelled["metadata"]["labels"] = {"driftbus.dev/bundle": victim}
@@ -132,13 +139,9 @@ async def test_an_object_whose_inventory_was_lost_is_kept_not_pruned(
     or a stream recreated — the planner no longer knows it applied the object: it keeps it and
     says so, never deletes on the strength of the label alone."""
     bundle = unique_name("lost")
-    watch = StatusWatch()
-    await watch.start(pnc, pipeline.cluster, bundle)
-    pipeline.start_all()
+    watch = await converged(pipeline, pnc, bundle, [cm(namespace, "a"), cm(namespace, "b")])
     js = pnc.jetstream()
     res = await kube.discovery.resource("v1", "ConfigMap")
-    await pipeline.publish(js, bundle, [cm(namespace, "a"), cm(namespace, "b")])
-    await watch.ready("r1", 60, pipeline.logs)
 
     pipeline.kill("planner")
     key = ObjectKey("", "ConfigMap", namespace, "b")
