@@ -319,3 +319,43 @@ def parse_subject(subject: str) -> ParsedSubject:
             "status.object", cluster, bundle=_bundle_of(*rest[:2]), key=parse_key_tokens(rest[3:])
         )
     raise SubjectError(f"unknown driftbus subject layout: {subject!r}")
+
+
+# --- fleets (DESIGN §13): subjects without a cluster token -------------------------------------
+
+
+def fleet_subject(bundle: str) -> str:
+    """``driftbus.fleet.<tenant>.<name>``: the revisions of a fleet bundle (``FleetBundle``)."""
+    return _checked(f"{PREFIX}.fleet.{bundle_tokens(bundle)}")
+
+
+def tenant_fleet_filter(tenant: str) -> str:
+    """Every fleet bundle subject of one tenant (what its publisher may publish)."""
+    return f"{PREFIX}.fleet.{encode_token(tenant)}.*"
+
+
+def rollout_event_subject(bundle: str) -> str:
+    """``driftbus.rollout.<tenant>.<name>``: the transitions of a fleet bundle's rollouts."""
+    return _checked(f"{PREFIX}.rollout.{bundle_tokens(bundle)}")
+
+
+def fleet_bundle_of(subject: str) -> str:
+    """The bundle's full name of a ``fleet_subject`` or ``rollout_event_subject``."""
+    parts = subject.split(".")
+    if len(parts) != 4 or parts[0] != PREFIX or parts[1] not in ("fleet", "rollout"):
+        raise SubjectError(f"not a fleet or rollout subject: {subject!r}")
+    return _bundle_of(parts[2], parts[3])
+
+
+def cluster_registry_key(cluster: str) -> str:
+    """The cluster's key in the registry bucket (``driftbus-clusters``)."""
+    return encode_token(cluster)
+
+
+def rollout_key(bundle: str) -> str:
+    """A fleet bundle's key in the rollouts bucket: ``rollout.<tenant>.<name>``."""
+    return f"rollout.{bundle_tokens(bundle)}"
+
+
+ROLLOUT_DRIVER_KEY: Final = "driver"
+"""The rollouts bucket's entry naming the one process that drives every rollout (its lease)."""

@@ -22,6 +22,11 @@ class WatcherSettings(ClusterSettings, telemetry.TelemetrySettings, bus.NatsSett
         "seconds a single watch request stays open (server side); "
         "resumed from the last resourceVersion after",
     )
+    cluster_labels: tuple[str, ...] = setting(
+        (),
+        "KEY=VALUE labels the cluster gets in the fleet registry when it first registers, "
+        "comma-separated (later changes: driftbus clusters label)",
+    )
     list_page_size: int = setting(500, "objects per list page (limit/continue)")
     retry_delay: float = setting(
         2.0, "seconds between attempts while a kind is unknown or the API server is unreachable"

@@ -30,6 +30,10 @@ log = logging.getLogger("driftbus.bus")
 
 CONTROL = "DRIFTBUS_CONTROL"
 """Each bundle's last ``BundleControl`` (suspended or not), per ``driftbus.control.<c>.<b>``."""
+FLEET = "DRIFTBUS_FLEET"
+"""The last revisions of every fleet bundle, per ``driftbus.fleet.<tenant>.<name>``."""
+ROLLOUTS = "DRIFTBUS_ROLLOUTS"
+"""The audit log of rollout transitions (``RolloutEvent``), per ``driftbus.rollout.<t>.<n>``."""
 BUNDLES, SERVER, APPLIED, INTENTS, STATUS, DECISIONS, OUTCOMES, MEMBERS = (
     "DRIFTBUS_BUNDLES",
     "DRIFTBUS_SERVER",
@@ -48,6 +52,12 @@ TENANTS_BUCKET = "driftbus-tenants"
 """KV bucket holding the tenant policy in force (key ``TENANTS_KEY``; docs/tenancy.md)."""
 TENANTS_STREAM = f"KV_{TENANTS_BUCKET}"
 TENANTS_KEY = "policy"
+CLUSTERS_BUCKET = "driftbus-clusters"
+"""KV bucket of the cluster registry: one ``ClusterRecord`` per cluster (docs/fleet.md)."""
+CLUSTERS_STREAM = f"KV_{CLUSTERS_BUCKET}"
+ROLLOUTS_BUCKET = "driftbus-rollouts"
+"""KV bucket of rollout states (``rollout.<t>.<n>``) and the driver's lease (``driver``)."""
+ROLLOUTS_STREAM = f"KV_{ROLLOUTS_BUCKET}"
 DAY = 24 * 3600.0
 DEDUPE_WINDOW = 120.0
 """Seconds during which a repeated Nats-Msg-Id is dropped: covers publish retries across a
@@ -168,6 +178,19 @@ def stream_configs(*, replicas: int = 1) -> list[js_api.StreamConfig]:
             max_msgs_per_subject=1,
             max_age=DAY,
         ),
+        cfg(
+            FLEET,
+            "fleet",
+            "the last revisions of every fleet bundle",
+            max_msgs_per_subject=10,
+        ),
+        cfg(
+            ROLLOUTS,
+            "rollout",
+            "audit log of rollout transitions",
+            max_age=30 * DAY,
+            max_bytes=256 * 1024**2,
+        ),
     ]
 
 
@@ -207,6 +230,7 @@ async def ensure_streams(
     if manage:
         await _ensure_shards_bucket(js, replicas)
         await ensure_tenants_bucket(js, replicas)
+        await ensure_fleet_buckets(js, replicas)
         # the bucket big bundles go to exists before any user needs it (users may not create
         # it), bounded; an older driftbus's unbounded bucket gets the limits
         await ensure_object_store(js, replicas, started + (within or 120.0))
@@ -242,6 +266,33 @@ async def ensure_tenants_bucket(js: JetStreamContext, replicas: int = 1) -> None
             history=10,
             storage=js_api.StorageType.FILE,
             replicas=replicas,
+        ),
+    )
+
+
+async def ensure_fleet_buckets(js: JetStreamContext, replicas: int = 1) -> None:
+    """The cluster registry and the rollout states (made by the planner; a test bus may make
+    them first). The registry keeps 5 versions of an entry: a relabelling stays auditable."""
+    await _ensure_bucket(
+        js,
+        js_api.KeyValueConfig(
+            bucket=CLUSTERS_BUCKET,
+            description="driftbus cluster registry: labels of every cluster",
+            history=5,
+            storage=js_api.StorageType.FILE,
+            replicas=replicas,
+            direct=True,
+        ),
+    )
+    await _ensure_bucket(
+        js,
+        js_api.KeyValueConfig(
+            bucket=ROLLOUTS_BUCKET,
+            description="driftbus rollout states and the rollout driver's lease",
+            history=1,
+            storage=js_api.StorageType.FILE,
+            replicas=replicas,
+            direct=True,
         ),
     )
 
