@@ -18,10 +18,16 @@ Every process authenticates as one role and may touch only its own subjects (doc
   bucket), which nobody else may (the planner creates the bucket and follows the policy
   through the JetStream API, but does not write it).
 
+Of fleets (``schemas/fleet.py``), the planner writes the cluster registry and the rollouts
+(it drives them); a watcher registers its own cluster only; the admin publishes any fleet bundle,
+labels and removes clusters, and pauses, resumes and promotes rollouts; a tenant publishes its
+own fleet bundles and reads its own rollouts; everyone who publishes may read the registry.
+
 JetStream is reached through ``$JS.API.*`` request subjects, so the sets below name the API calls
-each role makes. Replies arrive on a per-role inbox (``bus.inbox_prefix``) that nobody else may
-subscribe to. The same function produces the shipped configuration (``deploy/``, ``compose``) and
-the one the tests run against, so what is documented is what is tested.
+each role makes (the blocks of ``grants.py``). Replies arrive on a per-role inbox
+(``bus.inbox_prefix``) that nobody else may subscribe to. The same function produces the shipped
+configuration (``deploy/``, ``compose``) and the one the tests run against, so what is
+documented is what is tested.
 """
 
 from __future__ import annotations
@@ -41,13 +47,11 @@ from schemas.subjects import (
     tenant_rollback_filter,
     tenant_status_filter,
 )
-from services.common import bus
+from services.common import bus, grants
+from services.common.grants import JS, OBJ_SUBJECTS
+from services.common.grants import OBJ as OBJ  # tests name the Object Store's stream by it
 from services.core.manifest import TENANT_NAME
 
-JS = "$JS.API"
-OBJ = f"OBJ_{bus.OBJECT_STORE_BUCKET}"
-OBJ_SUBJECTS = f"$O.{bus.OBJECT_STORE_BUCKET}"
-KV_TENANTS = f"$KV.{bus.TENANTS_BUCKET}"
 TENANT_USER_PREFIX = "tenant-"
 """A tenant's NATS user is ``tenant-<name>``."""
 
@@ -70,44 +74,6 @@ class NatsUser:
         return "DRIFTBUS_NATS_PASSWORD_" + re.sub(r"[^A-Z0-9]", "_", self.name.upper())
 
 
-def _read_streams(*streams: str) -> list[str]:
-    """What following a stream with an ordered consumer takes (nats-py creates those on the
-    unfiltered API subject, so the filter cannot be pinned by permissions: see docs)."""
-    out = []
-    for s in streams:
-        out += [
-            f"{JS}.CONSUMER.CREATE.{s}",
-            f"{JS}.CONSUMER.INFO.{s}.*",
-            f"{JS}.CONSUMER.DELETE.{s}.*",
-            f"$JS.FC.{s}.>",
-        ]
-    return out
-
-
-def _object_store_put() -> list[str]:
-    """What ``ObjectStore.put`` of nats-py takes: the bucket's info, the object's current
-    metadata (a stream message get by subject), its chunks and metadata, and purging the
-    chunks it replaces. Big bundles go there; its digest is checked against the bundle message
-    (which only the bundle's publishers may publish), so a publisher can spoil but not forge
-    another's stored manifests."""
-    return [
-        f"{JS}.STREAM.INFO.{OBJ}",
-        f"{JS}.STREAM.MSG.GET.{OBJ}",
-        f"{OBJ_SUBJECTS}.C.>",
-        f"{OBJ_SUBJECTS}.M.>",
-        f"{JS}.STREAM.PURGE.{OBJ}",
-    ]
-
-
-def _object_store_read() -> list[str]:
-    return [
-        f"{JS}.STREAM.INFO.{OBJ}",
-        f"{JS}.DIRECT.GET.{OBJ}.{OBJ_SUBJECTS}.M.>",
-        f"{JS}.STREAM.MSG.GET.{OBJ}",
-        *_read_streams(OBJ),
-    ]
-
-
 # wildcards match whole tokens only, so each stream is named
 ALL_STREAMS = (
     bus.BUNDLES,
@@ -119,6 +85,8 @@ ALL_STREAMS = (
     bus.OUTCOMES,
     bus.MEMBERS,
     bus.CONTROL,
+    bus.FLEET,
+    bus.ROLLOUTS,
 )
 STREAM_INFO = tuple(f"{JS}.STREAM.INFO.{s}" for s in ALL_STREAMS)
 
@@ -129,10 +97,11 @@ def watcher(cluster: str) -> Permissions:
             cluster_filter("server", cluster),
             member_subject(cluster, "watcher"),
             *STREAM_INFO,
-            *_read_streams(bus.BUNDLES, bus.SERVER),
+            *grants.read_streams(bus.BUNDLES, bus.SERVER),
             # a fact lands only if newer than the one SERVER keeps (newest.py) re-reads that one
             f"{JS}.DIRECT.GET.{bus.SERVER}.{cluster_filter('server', cluster)}",
-            *_object_store_read(),
+            *grants.object_store_read(),
+            *grants.registry_entry(cluster),
         ),
         subscribe=(f"{bus.inbox_prefix('watcher', cluster)}.>",),
     )
@@ -170,6 +139,7 @@ def planner() -> Permissions:
             family_filter("decision"),
             f"{JS}.>",  # it creates and updates the streams and the object store bucket
             f"$KV.{bus.SHARDS_BUCKET}.>",  # heartbeats and cluster claims
+            *grants.fleet_planner(),  # the cluster registry, rollouts
             "$JS.FC.>",
             "$JS.ACK.>",
             family_filter("bundle"),  # a rollback republishes an earlier revision
@@ -177,14 +147,6 @@ def planner() -> Permissions:
         ),
         subscribe=(f"{bus.inbox_prefix('planner')}.>", family_filter("rollback")),
     )
-
-
-def _policy_read() -> list[str]:
-    """Reading the tenant policy in force (``policy.read_policy``: ``driftbus plan`` checks a
-    revision against it before anything is published): the limits are no secret from those
-    they bind. Writing it is the admin's alone."""
-    s = bus.TENANTS_STREAM
-    return [f"{JS}.STREAM.INFO.{s}", f"{JS}.STREAM.MSG.GET.{s}"]
 
 
 def user(clusters: Iterable[str]) -> Permissions:
@@ -203,10 +165,11 @@ def user(clusters: Iterable[str]) -> Permissions:
             f"{OBJ_SUBJECTS}.C.>",
             f"{OBJ_SUBJECTS}.M.>",
             f"{JS}.STREAM.PURGE.{OBJ}",
-            *_object_store_read(),
+            *grants.object_store_read(),
             # is anybody serving the cluster? (publish warns when not)
             *(f"{JS}.DIRECT.GET.{bus.MEMBERS}.{member_filter(c)}" for c in clusters),
-            *_policy_read(),
+            *grants.policy_read(),
+            *grants.registry_read(),
         ),
         subscribe=(*(cluster_filter("status", c) for c in clusters), "_INBOX.>"),
     )
@@ -229,37 +192,24 @@ def tenant(tenant: str, clusters: Iterable[str]) -> Permissions:
             *(tenant_control_filter(c, tenant) for c in clusters),
             *(tenant_rollback_filter(c, tenant) for c in clusters),
             *STREAM_INFO,
-            *_object_store_put(),
+            *grants.object_store_put(),
             # is anybody serving the cluster? (publish warns when not)
             *(f"{JS}.DIRECT.GET.{bus.MEMBERS}.{member_filter(c)}" for c in clusters),
-            *_policy_read(),
+            *grants.policy_read(),
+            *grants.tenant_fleet(tenant),
         ),
-        subscribe=(*(tenant_status_filter(c, tenant) for c in clusters), "_INBOX.>"),
+        subscribe=(
+            *(tenant_status_filter(c, tenant) for c in clusters),
+            grants.tenant_rollout_events(tenant),
+            "_INBOX.>",
+        ),
     )
-
-
-def _tenants_bucket() -> list[str]:
-    """What nats-py's KV client takes on the tenants bucket: ``js.key_value`` (stream info),
-    ``js.create_key_value`` (stream create), ``kv.get`` (a stream message get: the bucket is
-    not created ``direct``; the direct gets, by subject or by sequence, are there for when it
-    is), ``kv.put`` / ``create`` / ``update`` / ``delete`` (publishes to
-    ``$KV.<bucket>.<key>``), and ``kv.watch`` / ``history`` (an ordered consumer) for reading
-    earlier policies."""
-    s = bus.TENANTS_STREAM
-    return [
-        f"{KV_TENANTS}.>",
-        f"{JS}.STREAM.INFO.{s}",
-        f"{JS}.STREAM.CREATE.{s}",
-        f"{JS}.DIRECT.GET.{s}",
-        f"{JS}.DIRECT.GET.{s}.>",
-        f"{JS}.STREAM.MSG.GET.{s}",
-        *_read_streams(s),
-    ]
 
 
 def admin() -> Permissions:
     """The platform admin: a user of every cluster (every bundle, all status) who also writes
-    and reads the tenant policy; the only identity that may write it."""
+    and reads the tenant policy (the only identity that may), publishes any fleet bundle,
+    labels and removes clusters, and pauses, resumes and promotes rollouts."""
     return Permissions(
         publish=(
             family_filter("bundle"),
@@ -269,11 +219,12 @@ def admin() -> Permissions:
             f"{OBJ_SUBJECTS}.C.>",
             f"{OBJ_SUBJECTS}.M.>",
             f"{JS}.STREAM.PURGE.{OBJ}",
-            *_object_store_read(),
+            *grants.object_store_read(),
             f"{JS}.DIRECT.GET.{bus.MEMBERS}.{family_filter('member')}",
-            *_tenants_bucket(),
+            *grants.tenants_bucket(),
+            *grants.fleet_admin(),
         ),
-        subscribe=(family_filter("status"), "_INBOX.>"),
+        subscribe=(family_filter("status"), family_filter("rollout"), "_INBOX.>"),
     )
 
 
@@ -284,21 +235,23 @@ UI_INBOX = bus.inbox_prefix("ui")
 def viewer() -> Permissions:
     """Reads what ``driftbus status``, ``why``, ``bundles`` and the status page show: every
     stream but the intents (whose consumer it may only ask how much is pending), the Object
-    Store and the tenant policy; publishes nothing but those reads. The identity ``driftbus up``
-    gives its status page; replies on the page's own inbox."""
-    streams = [s for s in ALL_STREAMS if s != bus.INTENTS] + [bus.SHARDS_STREAM]
+    Store, the tenant policy, the cluster registry and the rollouts; publishes nothing but those
+    reads. The identity ``driftbus up`` gives its status page; replies on the page's own
+    inbox."""
+    kv = [bus.SHARDS_STREAM, bus.CLUSTERS_STREAM, bus.ROLLOUTS_STREAM]
+    streams = [s for s in ALL_STREAMS if s != bus.INTENTS] + kv
     gets = [f"{JS}.DIRECT.GET.{s}" for s in streams]
     gets += [f"{JS}.DIRECT.GET.{s}.>" for s in streams]
     gets += [f"{JS}.STREAM.MSG.GET.{s}" for s in streams]
     return Permissions(
         publish=(
             *STREAM_INFO,
-            f"{JS}.STREAM.INFO.{bus.SHARDS_STREAM}",
-            *_read_streams(*streams),
+            *(f"{JS}.STREAM.INFO.{s}" for s in kv),
+            *grants.read_streams(*streams),
             *gets,
             f"{JS}.CONSUMER.INFO.{bus.INTENTS}.*",
-            *_object_store_read(),
-            *_policy_read(),
+            *grants.object_store_read(),
+            *grants.policy_read(),
         ),
         subscribe=(f"{UI_INBOX}.>",),
     )

@@ -1,10 +1,12 @@
 """Tenants' credentials on a real nats-server (issue 20): ``tenant-<name>`` publishes its own
 bundles and reads their status; every other tenant's and every platform bundle, other status,
 the services' streams and the tenant policy are refused by the server itself. Only an admin
-(and the planner) writes the policy. The configuration is ``permissions.fleet`` — what
-``driftbus nats-config --tenant … --admin …`` ships — served over the same mutual TLS as
-test_security.py, whose helpers check each refusal (each waits for the server's
-``Permissions Violation``, so an operation the server let through fails the test)."""
+(and the planner) writes the policy. Of fleets (issue 31), a tenant publishes its own fleet
+bundles, lists the clusters and reads its own rollouts, and writes neither the cluster registry
+nor any rollout; a watcher writes its own cluster's registry entry only. The configuration is
+``permissions.fleet`` — what ``driftbus nats-config --tenant … --admin …`` ships — served over
+the same mutual TLS as test_security.py, whose helpers check each refusal (each waits for the
+server's ``Permissions Violation``, so an operation the server let through fails the test)."""
 
 from __future__ import annotations
 
@@ -17,23 +19,29 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from schemas.codec import encode
+from schemas.fleet import ClusterRecord
 from schemas.messages import BundleControl, BundleOptions
 from schemas.subjects import (
     bundle_status_subject,
     bundle_statuses_filter,
     bundle_subject,
     cluster_filter,
+    cluster_registry_key,
     control_subject,
     encode_token,
+    fleet_subject,
     rollback_subject,
+    rollout_event_subject,
+    rollout_key,
     tenant_bundle_filter,
     tenant_status_filter,
 )
 from services.cli import security
-from services.common import bus, members, permissions
+from services.common import bus, grants, members, permissions
 from services.common.bundles import INLINE_LIMIT, publish_bundle
 from services.controlplane import assets
 
@@ -265,6 +273,101 @@ async def test_only_the_admin_writes_the_tenant_policy(sec: TenantBus) -> None:
         assert not errors, errors
     finally:
         await root.close()
+
+
+async def test_a_tenant_publishes_its_own_fleet_bundles_and_reads_its_own_rollouts(
+    sec: TenantBus,
+) -> None:
+    """What the fleet commands take, each as its identity: a watcher registers its cluster, the
+    admin labels one, the planner records two tenants' rollouts; team-a then publishes a fleet
+    bundle, lists the clusters and reads its own rollout's state and history."""
+    errors: list[str] = []
+    watcher = await sec.connect(f"watcher-{C}", errors, inbox_prefix=bus.inbox_prefix("watcher", C))
+    root = await sec.connect("root", errors)
+    planner = await sec.connect("planner", errors, inbox_prefix=bus.inbox_prefix("planner"))
+    nc = await sec.connect(USER_A, errors)
+    try:
+        registry = await watcher.jetstream(timeout=5).key_value(bus.CLUSTERS_BUCKET)
+        await registry.create(cluster_registry_key(C), msgspec.json.encode(ClusterRecord(name=C)))
+        labelled = msgspec.json.encode(ClusterRecord(name=OTHER, labels={"env": "dev"}))
+        await (await root.jetstream(timeout=5).key_value(bus.CLUSTERS_BUCKET)).put(
+            cluster_registry_key(OTHER), labelled
+        )
+        pjs = planner.jetstream(timeout=5)
+        rollouts = await pjs.key_value(bus.ROLLOUTS_BUCKET)
+        for bundle in ("team-a/web", "team-b/web"):
+            await rollouts.put(rollout_key(bundle), f"state of {bundle}".encode())
+            await pjs.publish(rollout_event_subject(bundle), f"event of {bundle}".encode())
+
+        js = nc.jetstream(timeout=5)
+        ack = await js.publish(fleet_subject("team-a/web"), b"fleet-r1")
+        assert ack.stream == bus.FLEET
+        clusters = await js.key_value(bus.CLUSTERS_BUCKET)
+        assert sorted(await clusters.keys()) == sorted([C, OTHER])  # driftbus clusters
+        assert (await clusters.get(cluster_registry_key(OTHER))).value == labelled
+        mine = await js.key_value(bus.ROLLOUTS_BUCKET)
+        assert (await mine.get(rollout_key("team-a/web"))).value == b"state of team-a/web"
+        history = await js.pull_subscribe(rollout_event_subject("team-a/web"), stream=bus.ROLLOUTS)
+        [event] = await history.fetch(1, timeout=5)
+        assert event.data == b"event of team-a/web"
+        await event.ack()
+        await history.unsubscribe()
+        assert not errors, errors  # nothing of the above was refused
+
+        # the fleet bundle is stored: read back by the planner, and by the tenant (undo)
+        last = await bus.last_message(pjs, bus.FLEET, fleet_subject("team-a/web"))
+        assert last is not None
+        assert last.data == b"fleet-r1"
+        revisions = await js.pull_subscribe(fleet_subject("team-a/web"), stream=bus.FLEET)
+        assert [m.data for m in await revisions.fetch(1, timeout=5)] == [b"fleet-r1"]
+        await revisions.unsubscribe()
+        assert not errors, errors
+    finally:
+        for c in (watcher, root, planner, nc):
+            await c.close()
+
+
+async def test_a_tenant_is_refused_every_fleet_and_rollout_not_its_own(sec: TenantBus) -> None:
+    api = "$JS.API"
+    kv_rollouts, kv_clusters = grants.KV_ROLLOUTS, grants.KV_CLUSTERS
+    rollouts = bus.ROLLOUTS_STREAM
+    theirs = f"{kv_rollouts}.{rollout_key('team-b/web')}"
+    refusals = [
+        # another tenant's and platform fleet bundles
+        await refused_publish(sec, USER_A, fleet_subject("team-b/x")),
+        await refused_publish(sec, USER_A, fleet_subject("web")),
+        await refused_publish(sec, USER_A, fleet_subject(TENANT_A)),  # platform, named so
+        # the cluster registry: no entry, not even of a cluster it may use
+        await refused_publish(sec, USER_A, f"{kv_clusters}.{cluster_registry_key(C)}"),
+        await refused_publish(sec, USER_A, f"{kv_clusters}.{cluster_registry_key('new')}"),
+        await refused_publish(sec, USER_A, f"{api}.STREAM.PURGE.{bus.CLUSTERS_STREAM}"),
+        # rollouts: no write, not even its own (the driver's); no other tenant's read
+        await refused_publish(sec, USER_A, f"{kv_rollouts}.{rollout_key('team-a/web')}"),
+        await refused_publish(sec, USER_A, theirs),
+        await refused_publish(sec, USER_A, f"{api}.DIRECT.GET.{rollouts}.{theirs}"),
+        await refused_publish(sec, USER_A, f"{api}.DIRECT.GET.{rollouts}"),  # by sequence
+        await refused_publish(sec, USER_A, f"{api}.STREAM.MSG.GET.{rollouts}"),
+        await refused_publish(sec, USER_A, f"{api}.CONSUMER.CREATE.{rollouts}"),  # kv.watch
+        await refused_publish(
+            sec,
+            USER_A,
+            f"{api}.CONSUMER.CREATE.{bus.ROLLOUTS}.h.{rollout_event_subject('team-b/web')}",
+        ),
+        await refused_publish(sec, USER_A, f"{api}.CONSUMER.CREATE.{bus.ROLLOUTS}"),
+        await refused_publish(sec, USER_A, f"{api}.CONSUMER.CREATE.{bus.FLEET}"),
+        await refused_publish(
+            sec, USER_A, f"{api}.CONSUMER.CREATE.{bus.FLEET}.h.{fleet_subject('team-b/x')}"
+        ),
+        await refused_subscribe(sec, USER_A, rollout_event_subject("team-b/web")),
+        await refused_subscribe(sec, USER_A, "driftbus.rollout.>"),
+        await refused_publish(sec, USER_A, rollout_event_subject("team-a/web")),
+        # a watcher registers its own cluster only; a platform user publishes no fleet bundle
+        await refused_publish(sec, f"watcher-{C}", f"{kv_clusters}.{cluster_registry_key(OTHER)}"),
+        await refused_publish(sec, "platform", fleet_subject("web")),
+        await refused_publish(sec, "platform", f"{kv_clusters}.{cluster_registry_key(C)}"),
+    ]
+    print("\n".join(refusals))
+    assert len(refusals) == 22
 
 
 def test_nats_config_flags_generate_a_configuration_nats_server_accepts(

@@ -1,8 +1,9 @@
-"""The permission sets of tenancy (issue 20), checked subject by subject with NATS's wildcard
-rules: a tenant's publisher touches only its own bundles and their status, the platform's and
-every other tenant's are out of its reach whatever their names, and only the admin and the
-planner write the tenant policy. tests/integration/test_tenant_credentials.py has nats-server
-itself refuse them."""
+"""The permission sets of tenancy (issue 20) and fleets (issue 31), checked subject by subject
+with NATS's wildcard rules: a tenant's publisher touches only its own bundles, fleet bundles,
+rollouts and status, the platform's and every other tenant's are out of its reach whatever their
+names; only the admin writes the tenant policy; only the admin, the planner and a cluster's own
+watcher write that cluster's registry entry. tests/integration/test_tenant_credentials.py has
+nats-server itself refuse them."""
 
 from __future__ import annotations
 
@@ -13,19 +14,24 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from schemas.subjects import (
+    ROLLOUT_DRIVER_KEY,
     ObjectKey,
     bundle_status_subject,
     bundle_statuses_filter,
     bundle_subject,
     cluster_filter,
+    cluster_registry_key,
     family_filter,
+    fleet_subject,
     object_status_subject,
     object_subject,
+    rollout_event_subject,
+    rollout_key,
     source_status_subject,
     tenant_status_filter,
 )
 from services.cli import security
-from services.common import bus, permissions
+from services.common import bus, grants, permissions
 from tests.unit.test_subjects import TEAM_A_BUNDLES, _matches
 
 KEY = ObjectKey("apps", "Deployment", "ns", "web")
@@ -116,8 +122,9 @@ def test_a_tenant_may_not_subscribe_more_than_its_own_status() -> None:
         f"{bus.inbox_prefix('planner')}.>",
     ):
         assert not may_subscribe(perms, subscription), subscription
-    # replies arrive on the default inbox of the CLI; nothing else outside driftbus.status
-    assert [s for s in perms.subscribe if not s.startswith("driftbus.status.")] == ["_INBOX.>"]
+    # replies arrive on the default inbox of the CLI; besides, only its own rollouts' events
+    others = [s for s in perms.subscribe if not s.startswith("driftbus.status.")]
+    assert others == ["driftbus.rollout.team-a.*", "_INBOX.>"]
 
 
 def test_a_tenant_reads_none_of_the_services_streams_nor_writes_the_policy() -> None:
@@ -256,3 +263,161 @@ def test_nats_config_refuses_bad_tenants_and_admins(flags: list[str], message: s
     args = _nats_config(*flags)
     with pytest.raises(SystemExit, match=message):
         args.func(args)
+
+
+# --- fleets (issue 31): the cluster registry, fleet bundles, rollouts ----------------------------
+
+CLUSTERS, ROLLOUTS = bus.CLUSTERS_STREAM, bus.ROLLOUTS_STREAM
+
+
+def _fleet_users() -> dict[str, permissions.Permissions]:
+    users = permissions.fleet(
+        ["c", "d"],
+        {"platform": ["c", "d"]},
+        sources={"gitops": ["c"]},
+        tenants={"team-a": ["c"], "team-b": ["c", "d"]},
+        admins=["root"],
+    )
+    return {u.name: u.permissions for u in users} | {
+        "operator": permissions.operator(),
+        "page": permissions.viewer(),
+    }
+
+
+def _kv_get(stream: str, kv: str, key: str) -> str:
+    """What nats-py's ``kv.get(key)`` sends on a ``direct`` bucket."""
+    return f"$JS.API.DIRECT.GET.{stream}.{kv}.{key}"
+
+
+def test_every_identity_may_wait_for_every_stream_the_planner_makes() -> None:
+    """Every role but the planner waits for the streams (``ensure_streams(manage=False)``: a
+    stream info of each); one it may not ask about is a wait that never ends."""
+    names = [c.name for c in bus.stream_configs()]
+    assert {bus.FLEET, bus.ROLLOUTS} <= set(names)
+    for who, perms in _fleet_users().items():
+        for name in names:
+            assert may_publish(perms, f"$JS.API.STREAM.INFO.{name}"), (who, name)
+
+
+def test_only_the_admin_the_planner_and_its_own_watcher_write_a_clusters_entry() -> None:
+    users = _fleet_users()
+    for cluster in ("c", "d"):
+        entry = f"{grants.KV_CLUSTERS}.{cluster_registry_key(cluster)}"
+        writers = {who for who, perms in users.items() if may_publish(perms, entry)}
+        assert writers == {"planner", f"watcher-{cluster}", "root", "operator"}, cluster
+    # a cluster not in the deployment yet: only the admin (clusters label) and the planner
+    entry = f"{grants.KV_CLUSTERS}.{cluster_registry_key('new')}"
+    assert {w for w, p in users.items() if may_publish(p, entry)} == {"planner", "root", "operator"}
+    for who in ("watcher-c", "tenant-team-a", "platform"):  # nor the bucket itself
+        for subject in (
+            f"$JS.API.STREAM.PURGE.{CLUSTERS}",
+            f"$JS.API.STREAM.DELETE.{CLUSTERS}",
+            f"$JS.API.STREAM.CREATE.{CLUSTERS}",
+        ):
+            assert not may_publish(users[who], subject), (who, subject)
+
+
+def test_whoever_publishes_reads_the_registry_and_the_appliers_do_not() -> None:
+    get = _kv_get(CLUSTERS, grants.KV_CLUSTERS, cluster_registry_key("d"))
+    listing = f"$JS.API.CONSUMER.CREATE.{CLUSTERS}"  # kv.keys(), kv.watch()
+    for who, perms in _fleet_users().items():
+        if who.startswith("applier-"):
+            assert not may_publish(perms, get), who
+        else:  # a watcher by key only (its own entry, and any other); the rest list them too
+            reads = (may_publish(perms, get), may_publish(perms, listing))
+            assert reads == (True, not who.startswith("watcher-")), who
+
+
+@given(tenant_names, tenant_names, bundle_names)
+def test_a_tenant_publishes_only_its_own_fleet_bundles(mine: str, other: str, name: str) -> None:
+    perms = permissions.tenant(mine, ["c"])
+    revisions = f"$JS.API.CONSUMER.CREATE.{bus.FLEET}.h"  # + the filter: reading them back
+    assert may_publish(perms, fleet_subject(f"{mine}/{name}"))
+    assert may_publish(perms, f"{revisions}.{fleet_subject(f'{mine}/{name}')}")
+    theirs = [f"{other}/{name}"] if other != mine else []
+    for bundle in [*theirs, name, mine]:  # other's, a platform one, one named like the tenant
+        assert not may_publish(perms, fleet_subject(bundle)), bundle
+        assert not may_publish(perms, f"{revisions}.{fleet_subject(bundle)}"), bundle
+
+
+@given(tenant_names, tenant_names, bundle_names)
+def test_a_tenant_reads_its_own_rollouts_and_writes_none(mine: str, other: str, name: str) -> None:
+    perms = permissions.tenant(mine, ["c"])
+    own, platform = f"{mine}/{name}", name
+    kv = grants.KV_ROLLOUTS
+    assert may_publish(perms, _kv_get(ROLLOUTS, kv, rollout_key(own)))
+    assert may_subscribe(perms, rollout_event_subject(own))
+    events = f"$JS.API.CONSUMER.CREATE.{bus.ROLLOUTS}.history1.{rollout_event_subject(own)}"
+    assert may_publish(perms, events)  # a pull consumer whose filter the server checks
+    theirs = [f"{other}/{name}"] if other != mine else []
+    for bundle in [*theirs, platform]:
+        assert not may_publish(perms, _kv_get(ROLLOUTS, kv, rollout_key(bundle))), bundle
+        assert not may_subscribe(perms, rollout_event_subject(bundle)), bundle
+        filtered = f"$JS.API.CONSUMER.CREATE.{bus.ROLLOUTS}.h.{rollout_event_subject(bundle)}"
+        assert not may_publish(perms, filtered), bundle
+    for bundle in [own, *theirs, platform]:  # the states are the driver's
+        assert not may_publish(perms, f"{kv}.{rollout_key(bundle)}"), bundle
+    assert not may_publish(perms, f"{kv}.{ROLLOUT_DRIVER_KEY}")
+
+
+def test_a_tenant_reads_no_rollout_but_its_own_by_any_other_way() -> None:
+    perms = permissions.tenant("team-a", ["c"])
+    for subject in (
+        f"$JS.API.DIRECT.GET.{ROLLOUTS}",  # by sequence: any entry
+        f"$JS.API.STREAM.MSG.GET.{ROLLOUTS}",
+        f"$JS.API.CONSUMER.CREATE.{ROLLOUTS}",  # kv.watch, kv.keys: every tenant's
+        f"$JS.API.DIRECT.GET.{ROLLOUTS}.{grants.KV_ROLLOUTS}.{ROLLOUT_DRIVER_KEY}",
+        f"$JS.API.CONSUMER.CREATE.{bus.ROLLOUTS}",  # an unfiltered consumer on the events
+        f"$JS.API.CONSUMER.CREATE.{bus.ROLLOUTS}.h.driftbus.rollout.>",
+        f"$JS.API.CONSUMER.CREATE.{bus.FLEET}",
+        f"$JS.API.DIRECT.GET.{bus.FLEET}.{fleet_subject('team-b/web')}",
+        f"$JS.API.STREAM.MSG.GET.{bus.FLEET}",
+        f"{grants.KV_CLUSTERS}.{cluster_registry_key('c')}",
+    ):
+        assert not may_publish(perms, subject), subject
+    for subscription in ("driftbus.rollout.>", "driftbus.rollout.*.*", family_filter("fleet")):
+        assert not may_subscribe(perms, subscription), subscription
+
+
+def test_the_admin_steers_every_fleet_and_rollout_but_not_the_drivers_lease() -> None:
+    admin = permissions.admin()
+    kv = grants.KV_ROLLOUTS
+    for bundle in ("web", "team-a/web", "team-b/x.y"):
+        assert may_publish(admin, fleet_subject(bundle))
+        assert may_publish(admin, f"{kv}.{rollout_key(bundle)}")  # pause, resume, promote
+        assert may_publish(admin, _kv_get(ROLLOUTS, kv, rollout_key(bundle)))
+        assert may_subscribe(admin, rollout_event_subject(bundle))
+    assert may_subscribe(admin, family_filter("rollout"))
+    assert may_publish(admin, f"$JS.API.CONSUMER.CREATE.{bus.ROLLOUTS}")  # rollout history
+    assert not may_publish(admin, f"{kv}.{ROLLOUT_DRIVER_KEY}")
+    assert not may_publish(admin, rollout_event_subject("web"))  # transitions are the driver's
+
+
+def test_the_planner_drives_rollouts_and_places_fleet_revisions() -> None:
+    planner = permissions.planner()
+    kv = grants.KV_ROLLOUTS
+    for subject in (
+        f"{kv}.{rollout_key('team-a/web')}",
+        f"{kv}.{ROLLOUT_DRIVER_KEY}",
+        f"{grants.KV_CLUSTERS}.{cluster_registry_key('c')}",
+        rollout_event_subject("team-a/web"),
+        bundle_subject("c", "team-a/web"),  # a placement is an ordinary bundle
+        f"$JS.API.STREAM.CREATE.{bus.FLEET}",
+        f"$JS.API.STREAM.CREATE.{CLUSTERS}",
+        f"$JS.API.CONSUMER.CREATE.{bus.FLEET}",
+    ):
+        assert may_publish(planner, subject), subject
+    assert not may_publish(planner, fleet_subject("team-a/web"))  # users publish those
+
+
+def test_users_and_sources_read_the_registry_but_publish_no_fleet_bundle() -> None:
+    """A user's rights are per cluster, and a fleet subject names none: fleet bundles are the
+    admin's and the tenants' (whose clusters the planner checks per placement)."""
+    for perms in (permissions.user(["c"]), permissions.source(["c"])):
+        for subject in (
+            fleet_subject("web"),
+            fleet_subject("team-a/web"),
+            f"{grants.KV_CLUSTERS}.{cluster_registry_key('c')}",
+            f"{grants.KV_ROLLOUTS}.{rollout_key('web')}",
+        ):
+            assert not may_publish(perms, subject), subject
