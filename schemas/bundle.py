@@ -116,6 +116,9 @@ class Bundle(Message, frozen=True, tag=tag("bundle")):
     then the bundle is forgotten (its last status says ``Deleted``). Carries no manifests."""
     rollback_of: Annotated[str, Meta(max_length=256)] = ""
     """Set on a revision republished by ``driftbus rollback``: the revision that was in force."""
+    fleet: bool = False
+    """Placed by a fleet bundle's rollout (``driftbus publish --selector``, docs/fleet.md): the
+    rollout driver decides which revision this cluster gets."""
 
 
 class BundleControl(Message, frozen=True, tag=tag("bundle-control")):

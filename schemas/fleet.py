@@ -145,7 +145,9 @@ class Placement(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     published_at: dt.datetime | None = None
 
 
-ClusterStep = Literal["assigned", "ready", "failed", "refused"]
+ClusterStep = Literal["assigned", "ready", "failed", "refused", "removed"]
+"""``removed``: the cluster left the fleet and the bundle was deleted there (kept so that a driver
+taking over can finish a deletion its predecessor did not send)."""
 
 
 class ClusterRollout(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -192,7 +194,15 @@ class RolloutState(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
     """Transitions recorded so far (the next ``RolloutEvent.seq``)."""
     placements: int = 0
     """Placements made so far (the next ``ClusterRollout.seq``)."""
+    first_seq: int = 0
+    """The first placement of this rollout: a cluster is on the target only through a placement
+    numbered from here (an earlier placement of a revision of the same name does not count)."""
+    source_seq: int = 0
+    """The fleet stream's sequence of the ``FleetBundle`` this rollout places."""
     updated_at: dt.datetime | None = None
+    recent: list[RolloutEvent] = []
+    """The last transitions (at most 20), kept so a driver that takes over publishes those its
+    predecessor recorded in the state but did not get into the log."""
 
 
 class RolloutEvent(Message, frozen=True, tag=tag("rollout-event")):
@@ -256,4 +266,3 @@ class FleetStatus(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     clusters: list[FleetRow]
     excluded: dict[str, str] = {}
     message: str = ""
-

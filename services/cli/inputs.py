@@ -99,9 +99,10 @@ def tenant_default_namespace(args: argparse.Namespace) -> str:
         return ""
 
 
-def add_source_args(p: argparse.ArgumentParser) -> None:
+def add_source_args(p: argparse.ArgumentParser, *, fleet: bool = False) -> None:
     """Where the manifests come from, and which bundle of which cluster: publish and plan
-    (with the input limits, ``services.common.limits``)."""
+    (with the input limits, ``services.common.limits``). ``fleet``: ``--cluster`` may be
+    repeated (a list: a fleet of the named clusters, ``services/cli/fleet.py``)."""
     from services.common import settings
     from services.common.limits import InputLimits
 
@@ -112,7 +113,16 @@ def add_source_args(p: argparse.ArgumentParser) -> None:
         help="directories (recursive; hidden files and directories below them skipped), "
         "YAML/JSON files, .tar.gz tarballs",
     )
-    context.add_cluster_arg(p, "the cluster the bundle is for")
+    if fleet:
+        p.add_argument(
+            "--cluster",
+            action="append",
+            help="the cluster the bundle is for; repeated: a fleet of these clusters (default: "
+            "the cluster of the stack `driftbus up` runs, when NATS_URL is unset)",
+        )
+        p.set_defaults(cluster_from_context=True)
+    else:
+        context.add_cluster_arg(p, "the cluster the bundle is for")
     p.add_argument("--bundle", required=True, help="the bundle's name")
     p.add_argument("--git", metavar="REPO", help="read the manifests from a Git repository")
     p.add_argument(

@@ -69,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        if getattr(args, "cluster_from_context", False) and args.cluster is None:
+        fleet = getattr(args, "selector", None) is not None  # a fleet publish names no cluster
+        if getattr(args, "cluster_from_context", False) and args.cluster is None and not fleet:
             args.cluster = context.cluster(None)
             if args.cluster is None:
                 parser.error(f"{args.command}: --cluster is required (no driftbus up is running)")

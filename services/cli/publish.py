@@ -8,7 +8,7 @@ import argparse
 import asyncio
 import os
 import sys
-from typing import get_args
+from typing import Any, get_args
 
 from schemas.messages import BundleOptions, DriftMode, IgnoreRule, Propagation
 from services.cli.inputs import add_source_args, load_manifests
@@ -41,17 +41,26 @@ def _ignore_rule(text: str) -> IgnoreRule:
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
-    from services.cli import table, user
+    from services.cli import fleet, table, user
     from services.common import load
     from services.core.manifest import ManifestError, check_bundle_name
+    from services.fleet.publish import FleetError, check
 
+    if isinstance(args.cluster, list) and len(args.cluster) == 1 and not fleet.is_fleet(args):
+        args.cluster = args.cluster[0]
     try:
         check_bundle_name(args.bundle)  # one line before anything is read or sent
+        if fleet.is_fleet(args):
+            check(args.selector or "", args.cluster or [], fleet.rollout_spec(args))
         loaded = load_manifests(args)
         revision = args.revision or loaded.revision or loaded.content_revision()
         options = bundle_options(args)
     except (load.InputError, ManifestError) as exc:
         return table.fail("publish", exc)
+    except FleetError as exc:
+        return table.fail("publish", exc)
+    if fleet.is_fleet(args):
+        return asyncio.run(_publish_fleet(args, loaded, revision, options))
 
     from services.common import telemetry
     from services.common.bundles import publish_bundle
@@ -111,6 +120,22 @@ def cmd_publish(args: argparse.Namespace) -> int:
         )
 
     return asyncio.run(run())
+
+
+async def _publish_fleet(
+    args: argparse.Namespace, loaded: Any, revision: str, options: BundleOptions
+) -> int:
+    from services.cli import fleet, table, user
+    from services.common.bundles import BundleError
+    from services.fleet.publish import FleetError
+
+    nc = await user.connect(args)
+    try:
+        return await fleet.publish(nc, args, loaded, revision, options)
+    except (FleetError, BundleError) as exc:
+        return table.fail("publish", exc)
+    finally:
+        await nc.drain()
 
 
 def otlp_endpoint() -> str:
@@ -185,7 +210,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         description="Publish manifests as a bundle. With --wait the exit code says how it "
         "ended: 0 Ready; 1 Failed, Degraded or Conflict; 2 not ended within --timeout.",
     )
-    add_source_args(pub)
+    add_source_args(pub, fleet=True)
     pub.add_argument("--revision", help="default: the Git commit, or a digest of the content")
     _add_bundle_option_flags(pub)
     pub.add_argument(
@@ -196,5 +221,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     pub.add_argument(
         "--timeout", type=float, default=300.0, help="seconds to --wait (default %(default)s)"
     )
+    from services.cli.fleet import add_fleet_flags
+
+    add_fleet_flags(pub)
     settings.add_arguments(pub, NatsSettings)
     pub.set_defaults(func=cmd_publish)

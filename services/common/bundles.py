@@ -176,6 +176,12 @@ async def publish_bundle(
     manage_streams: bool = False,
     within: float = 30.0,
     delete: bool = False,
+    stored: ObjectStoreRef | None = None,
+    kinds: list[str] | None = None,
+    published_at: dt.datetime | None = None,
+    fleet: bool = False,
+    rollback_of: str = "",
+    msg_id: str | None = None,
 ) -> Bundle:
     """Publish ``manifests`` as ``revision`` of ``bundle`` for ``cluster``; the message sent.
 
@@ -185,11 +191,19 @@ async def publish_bundle(
     ``manage_streams`` (a test bus with no planner yet). The message names its kinds
     (``Bundle.kinds``), carries the current trace (``telemetry.inject``), and its
     ``Nats-Msg-Id`` is unique per publish: publishing the same revision again is a new message.
-    ``delete``: the revision deletes the bundle (``Bundle.delete``; no manifests)."""
+    ``delete``: the revision deletes the bundle (``Bundle.delete``; no manifests).
+
+    A fleet's rollout places a revision whose manifests are stored once for every cluster:
+    ``stored`` (with its ``kinds``) instead of ``manifests``, the placement's own
+    ``published_at`` (what the rollout's gate matches the status against) and ``msg_id`` (a
+    placement repeated by a driver that took over is deduplicated)."""
     check_bundle_name(bundle)
-    if delete and manifests:
+    if delete and (manifests or stored):
         raise ValueError(f"a deletion of {bundle} carries no manifests")
-    if not manifests and not (options.allow_empty or delete):
+    if stored is not None and manifests:
+        raise ValueError(f"{bundle}: manifests inline or stored, not both")
+    empty = not manifests and (stored is None or stored.count == 0)
+    if empty and not (options.allow_empty or delete):
         raise ValueError(
             f"refusing to publish an empty revision of {bundle}: it would prune every object "
             "of the bundle (BundleOptions.allow_empty permits it)"
@@ -201,13 +215,16 @@ async def publish_bundle(
         revision=revision,
         options=options,
         manifests=list(manifests),
-        published_at=dt.datetime.now(dt.UTC),
+        manifests_ref=stored,
+        published_at=published_at or dt.datetime.now(dt.UTC),
         source=source,
-        kinds=bundle_kinds(manifests),
+        kinds=bundle_kinds(manifests) if kinds is None else kinds,
         delete=delete,
+        fleet=fleet,
+        rollback_of=rollback_of,
     )
     data = encode(msg)
-    if len(data) > INLINE_LIMIT:
+    if stored is None and len(data) > INLINE_LIMIT:
         ref = await store_manifests(js, cluster, bundle, revision, msg.manifests)
         msg = msgspec.structs.replace(msg, manifests=[], manifests_ref=ref)
         data = encode(msg)
@@ -215,7 +232,7 @@ async def publish_bundle(
         bundle_subject(cluster, bundle),
         data,
         headers=telemetry.inject(
-            {"Nats-Msg-Id": f"{cluster}/{bundle}@{revision}/{time.time_ns()}"}
+            {"Nats-Msg-Id": msg_id or f"{cluster}/{bundle}@{revision}/{time.time_ns()}"}
         ),
     )
     return msg

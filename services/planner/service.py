@@ -19,6 +19,7 @@ from opentelemetry.metrics import Observation
 from services.common import bus, telemetry
 from services.common.runtime import connections
 from services.common.settings import replica_id
+from services.fleet.driver import Driver
 from services.planner.planner import Planner
 from services.planner.settings import PlannerSettings
 from services.planner.shards import Coordinator, heartbeat_problem
@@ -45,6 +46,13 @@ class Replica:
         self.pub = publisher
         self.planners: dict[str, Planner] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        # fleets: every replica can drive the rollouts; the one holding the lease does
+        self.driver = Driver(
+            js,
+            driver_id=settings.planner_id,
+            lease_interval=settings.heartbeat_interval,
+            lease_timeout=settings.heartbeat_timeout,
+        )
         self.shards = Coordinator(
             js=js,
             planner_id=settings.planner_id,
@@ -105,9 +113,13 @@ class Replica:
                     task.result()
 
     async def run(self) -> None:
+        driver = asyncio.create_task(self.driver.run(), name="rollout driver")
         try:
             await self.shards.run()
         finally:
+            driver.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await driver
             for cluster in list(self._tasks):
                 await self.stop_cluster(cluster)
 

@@ -40,7 +40,9 @@ from services.common.settings import replica_id
 from services.core.health import retiring
 from services.core.manifest import OWNER_LABEL, bundle_kinds, rv_int
 from services.core.scope import BUILTIN
+from services.core.selector import parse_label_changes
 from services.core.sha import HashError
+from services.fleet import registry
 from services.watcher.facts import Change, Seen, change, fact_id, newer_than, tombstone
 from services.watcher.settings import WatcherSettings
 
@@ -351,10 +353,14 @@ class Watcher:
 
 async def run(settings: WatcherSettings) -> None:
     settings = dataclasses.replace(settings, watcher_id=settings.watcher_id or replica_id())
+    labels = parse_cluster_labels(settings.cluster_labels)  # refused before anything starts
     async with cluster_connections("watcher", settings, settings, settings) as c:
         watcher = Watcher(settings=settings, js=c.js, kube=c.kube, publisher=c.publisher)
         c.health.add(
             "seeded from the server stream, following bundles, every watch running", watcher.healthy
+        )
+        registering = asyncio.create_task(
+            register_cluster(c.js, c.kube, settings, labels), name="register in the fleet registry"
         )
         beats = asyncio.create_task(
             members.announce(
@@ -372,5 +378,37 @@ async def run(settings: WatcherSettings) -> None:
             await watcher.run()
         finally:
             beats.cancel()
+            registering.cancel()
             for task in watcher.watches.values():
                 task.cancel()
+
+
+async def register_cluster(
+    js: JetStreamContext, kube: KubeClient, settings: WatcherSettings, labels: dict[str, str]
+) -> None:
+    """Register the cluster in the fleet registry (its ``--cluster-labels`` only when it is new),
+    retried until it is in: a cluster missing from the registry is in no fleet."""
+    while True:
+        try:
+            try:
+                version = str((await kube.get_path("/version")).get("gitVersion", ""))
+            except Exception:  # noqa: BLE001 - the version is informative only
+                version = ""
+            await registry.register(
+                js, settings.cluster, labels=labels, kube_version=version, by=settings.watcher_id
+            )
+            return
+        except Exception as exc:  # noqa: BLE001 - retried; the planner may not have made it yet
+            log.warning("cluster %s not registered yet: %s", settings.cluster, exc)
+            await asyncio.sleep(settings.retry_delay)
+
+
+def parse_cluster_labels(items: tuple[str, ...]) -> dict[str, str]:
+    """``--cluster-labels`` as a dict (``KEY=VALUE`` items, checked as label keys and values)."""
+    try:
+        labels, removed = parse_label_changes(items)
+    except ValueError as exc:
+        raise SystemExit(f"driftbus watcher: --cluster-labels: {exc}") from None
+    if removed:
+        raise SystemExit(f"driftbus watcher: --cluster-labels sets labels; {removed[0]}- removes")
+    return labels

@@ -1,0 +1,397 @@
+"""The rollout driver: one process at a time takes every fleet bundle's rollout a tick further.
+
+It runs in every planner replica; the one holding the lease (the ``driver`` entry of the rollouts
+bucket, renewed by compare-and-set) drives, the others watch the lease and take it when it has
+not changed for ``lease_timeout`` on their own clock (the planners' shard rule). A driver whose
+renewals have failed for longer than the timeout minus one interval stops before anyone else
+can start.
+
+A tick asks the pure rule (``rollout.advance``) and then, in this order: writes the new state
+with compare-and-set on the revision it read (a lost race changes nothing), then places the
+revisions and publishes the transitions. A driver killed between the two leaves a state that
+says more than the bus; the next driver, before its first tick, publishes what is missing
+(``_recover``): each placement whose bundle subject does not carry it, each transition the
+rollout log lacks. Each has a message id of its own, so nothing is sent twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+from nats.js import JetStreamContext
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
+
+from schemas.bundle import Bundle
+from schemas.codec import WireError, decode, encode
+from schemas.fleet import FleetBundle, Placement, RolloutEvent, RolloutState
+from schemas.subjects import (
+    ROLLOUT_DRIVER_KEY,
+    bundle_subject,
+    rollout_event_subject,
+    rollout_key,
+    split_bundle,
+)
+from services.common import bus
+from services.common.bundles import BundleError, load_manifests, publish_bundle
+from services.core.selector import SelectorError
+
+try:  # TEMPORARY until the tenant module lands
+    from services.core.tenant_clusters import cluster_refusal
+except ImportError:  # pragma: no cover
+
+    def cluster_refusal(policy: Any, tenant: str, cluster: str, labels: Any) -> str | None:
+        return None
+
+
+from services.fleet import rollout, substitute
+from services.fleet.registry import members
+from services.fleet.rollout import Place, Remove, Tick
+from services.fleet.views import FleetViews, Stored
+
+log = logging.getLogger("driftbus.fleet")
+RECENT = 20
+
+
+class Driver:
+    """The rollout driver of one planner replica (it drives only while it holds the lease)."""
+
+    def __init__(
+        self,
+        js: JetStreamContext,
+        *,
+        driver_id: str,
+        tick: float = 1.0,
+        lease_interval: float = 2.0,
+        lease_timeout: float = 10.0,
+    ) -> None:
+        self.js = js
+        self.id = driver_id
+        self.tick_interval = tick
+        self.lease_interval = lease_interval
+        self.lease_timeout = lease_timeout
+        self.wake = asyncio.Event()
+        self.views = FleetViews(js, self.wake.set)
+        self._lease_until = 0.0
+        self._recovered = False
+        self._manifests: dict[str, list[Any]] = {}
+
+    @property
+    def leading(self) -> bool:
+        return time.monotonic() < self._lease_until
+
+    async def run(self) -> None:
+        tasks = self.views.tasks()
+        tasks.append(asyncio.create_task(self._hold_lease(), name="rollout driver lease"))
+        try:
+            await self.views.ready()
+            while True:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.wake.wait(), self.tick_interval)
+                self.wake.clear()
+                if not self.leading:
+                    self._recovered = False
+                    continue
+                try:
+                    if not self._recovered:
+                        await self._recover()
+                        self._recovered = True
+                    await self._tick_all()
+                except Exception:
+                    log.exception("rollout tick failed; trying again")
+                    self._recovered = False
+                    await asyncio.sleep(self.tick_interval)
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    # --- the lease -----------------------------------------------------------------------------
+
+    async def _hold_lease(self) -> None:
+        seen_rev, seen_at = -1, time.monotonic()
+        while True:
+            try:
+                kv = await self.js.key_value(bus.ROLLOUTS_BUCKET)
+                value = msgspec.json.encode({"driver": self.id})
+                try:
+                    entry = await kv.get(ROLLOUT_DRIVER_KEY)
+                except KeyNotFoundError:
+                    entry = None
+                started = time.monotonic()
+                if entry is None:
+                    await kv.create(ROLLOUT_DRIVER_KEY, value)
+                    self._took(started, "no driver yet")
+                else:
+                    holder = _holder(entry.value)
+                    if holder == self.id:
+                        await kv.update(ROLLOUT_DRIVER_KEY, value, last=entry.revision)
+                        self._lease_until = started + self.lease_timeout - self.lease_interval
+                    elif entry.revision != seen_rev:
+                        seen_rev, seen_at = entry.revision, started
+                    elif started - seen_at > self.lease_timeout:
+                        await kv.update(ROLLOUT_DRIVER_KEY, value, last=entry.revision)
+                        self._took(started, f"driver {holder} silent {started - seen_at:.0f}s")
+            except KeyWrongLastSequenceError:
+                self._lease_until = 0.0  # someone else renewed or took it
+            except Exception as exc:  # noqa: BLE001 - NATS away: the lease runs out by itself
+                log.warning("rollout driver lease not renewed: %s", exc)
+            await asyncio.sleep(self.lease_interval)
+
+    def _took(self, at: float, why: str) -> None:
+        log.info("driving the rollouts (%s)", why, extra={"driver": self.id})
+        self._lease_until = at + self.lease_timeout - self.lease_interval
+        self._recovered = False
+        self.wake.set()
+
+    # --- a tick --------------------------------------------------------------------------------
+
+    async def _tick_all(self) -> None:
+        now = dt.datetime.now(dt.UTC)
+        for bundle, (seq, fb) in sorted(self.views.fleets.items()):
+            if not self.leading:
+                return
+            stored = self.views.states.get(bundle)
+            tick = await self._decide(bundle, seq, fb, stored, now)
+            if tick is None:
+                continue
+            if not await self._write(bundle, stored, tick):
+                continue
+            await self._act(bundle, tick)
+
+    async def _decide(
+        self, bundle: str, seq: int, fb: FleetBundle, stored: Stored | None, now: dt.datetime
+    ) -> Tick | None:
+        state = stored.state if stored is not None else None
+        if state is None or seq > state.source_seq:
+            if fb.delete:
+                if state is None:
+                    return None
+                t = rollout.delete(state, now, orphan=fb.on_leave == "orphan")
+                return Tick(msgspec.structs.replace(t.state, source_seq=seq), t.actions, t.events)
+            tenant, _ = split_bundle(bundle)
+            state, started = rollout.start(
+                bundle=bundle,
+                target=_placement(fb),
+                spec=fb.rollout,
+                selector=fb.selector,
+                clusters_named=fb.clusters,
+                on_leave=fb.on_leave,
+                tenant=tenant,
+                source_seq=seq,
+                now=now,
+                before=state,
+            )
+            t = await self._advance(state, now)
+            return Tick(t.state, t.actions, (started, *t.events))
+        if state.phase is rollout.RolloutPhase.DELETED:
+            return None
+        t = await self._advance(state, now)
+        return t if (t.changed or t.state != state) else None
+
+    async def _advance(self, state: RolloutState, now: dt.datetime) -> Tick:
+        try:
+            fleet = members(self.views.registry.records, state.selector, state.clusters_named)
+        except SelectorError as exc:
+            fleet = {}
+            log.error("fleet bundle %s: its selector cannot be read: %s", state.bundle, exc)
+        excluded = {}
+        for cluster, labels in list(fleet.items()):
+            why = cluster_refusal(self.views.policy, state.tenant, cluster, labels)
+            if why is not None:
+                excluded[cluster] = why
+                del fleet[cluster]
+        refusals: dict[str, str] = {}
+        if state.target.substitute:
+            manifests = await self._load(state.bundle, state.target)
+            for cluster, labels in fleet.items():
+                if (why := substitute.refusal(manifests, cluster, labels)) is not None:
+                    refusals[cluster] = why
+        observed = {c: o for (c, b), o in self.views.statuses.items() if b == state.bundle}
+        return rollout.advance(state, fleet, observed, now, refusals=refusals, excluded=excluded)
+
+    async def _write(self, bundle: str, stored: Stored | None, tick: Tick) -> bool:
+        """Write the tick's state (numbering its events) with compare-and-set; False when
+        another writer (a ``rollout pause``) came first: the next tick decides again."""
+        old = stored.state.events if stored is not None else 0
+        events = [
+            RolloutEvent(
+                bundle=bundle,
+                revision=tick.state.target.revision,
+                seq=old + i,
+                event=e.event,
+                phase=tick.state.phase,
+                step=tick.state.step,
+                clusters=list(e.clusters),
+                message=e.message,
+                at=tick.state.updated_at,
+                driver=self.id,
+            )
+            for i, e in enumerate(tick.events)
+        ]
+        state = msgspec.structs.replace(
+            tick.state,
+            events=old + len(events),
+            recent=[*tick.state.recent, *events][-RECENT:],
+        )
+        kv = await self.js.key_value(bus.ROLLOUTS_BUCKET)
+        data = msgspec.json.encode(state)
+        try:
+            if stored is None:
+                rev = await kv.create(rollout_key(bundle), data)
+            else:
+                rev = await kv.update(rollout_key(bundle), data, last=stored.revision)
+        except KeyWrongLastSequenceError:
+            entry = await kv.get(rollout_key(bundle))
+            self.views.states[bundle] = Stored(
+                entry.revision, msgspec.json.decode(entry.value or b"", type=RolloutState)
+            )
+            self.wake.set()
+            return False
+        self.views.states[bundle] = Stored(int(rev), state)
+        self._pending_events = events
+        return True
+
+    async def _act(self, bundle: str, tick: Tick) -> None:
+        state = self.views.states[bundle].state
+        try:
+            for action in tick.actions:
+                await self._perform(state, action)
+            for event in self._pending_events:
+                await self._record(event)
+        except (BundleError, bus.BusError, *bus.streams.PUBLISH_RETRIED) as exc:
+            log.error("rollout of %s: %s; completed on the next tick", bundle, exc)
+            self._recovered = False
+
+    async def _perform(self, state: RolloutState, action: Place | Remove) -> None:
+        cluster = action.cluster
+        msg_id = f"fleet/{state.bundle}/{cluster}/{action.seq}"
+        if isinstance(action, Remove):
+            await publish_bundle(
+                self.js,
+                cluster=cluster,
+                bundle=state.bundle,
+                revision=f"{state.target.revision}-removed",
+                manifests=[],
+                options=msgspec.structs.replace(state.target.options, prune=not action.orphan),
+                delete=True,
+                fleet=True,
+                published_at=action.at,
+                msg_id=msg_id,
+                source=f"fleet {state.bundle}: left the fleet",
+            )
+            return
+        placement = state.target if action.which == "target" else state.previous
+        assert placement is not None
+        rollback_of = state.target.revision if action.which == "previous" else ""
+        common: dict[str, Any] = {
+            "cluster": cluster,
+            "bundle": state.bundle,
+            "revision": placement.revision,
+            "options": placement.options,
+            "source": placement.source,
+            "fleet": True,
+            "published_at": action.at,
+            "msg_id": msg_id,
+            "rollback_of": rollback_of,
+        }
+        if placement.substitute:
+            labels = self.views.registry.records[cluster].labels
+            manifests = await self._load(state.bundle, placement)
+            await publish_bundle(
+                self.js, manifests=substitute.substitute(manifests, cluster, labels), **common
+            )
+        else:
+            await publish_bundle(
+                self.js,
+                manifests=[],
+                stored=placement.manifests_ref,
+                kinds=placement.kinds,
+                **common,
+            )
+
+    async def _record(self, event: RolloutEvent) -> None:
+        await self.js.publish(
+            rollout_event_subject(event.bundle),
+            encode(event),
+            headers={"Nats-Msg-Id": f"rollout/{event.bundle}/{event.seq}"},
+        )
+
+    async def _load(self, bundle: str, placement: Placement) -> list[Any]:
+        ref = placement.manifests_ref
+        if ref is None:
+            return []
+        if ref.sha not in self._manifests:
+            carrier = Bundle(
+                cluster="fleet", bundle=bundle, revision=placement.revision, manifests_ref=ref
+            )
+            self._manifests = {ref.sha: list(await load_manifests(self.js, carrier))}
+        return self._manifests[ref.sha]
+
+    # --- taking over ---------------------------------------------------------------------------
+
+    async def _recover(self) -> None:
+        """Publish what the states say and the bus lacks (a predecessor killed mid-tick)."""
+        for bundle, stored in sorted(self.views.states.items()):
+            state = stored.state
+            last = await bus.last_message(self.js, bus.ROLLOUTS, rollout_event_subject(bundle))
+            logged = -1
+            if last is not None and last.data:
+                with contextlib.suppress(WireError):
+                    logged = decode(last.data, RolloutEvent).seq
+            for event in state.recent:
+                if event.seq > logged:
+                    await self._record(event)
+            for cluster, entry in sorted(state.clusters.items()):
+                if entry.state not in ("assigned", "removed") or entry.at is None:
+                    continue
+                if await self._carries(cluster, bundle, entry.revision, entry.at, entry.state):
+                    continue
+                log.info("rollout of %s: placing in %s what the state says", bundle, cluster)
+                which = "target" if entry.revision == state.target.revision else "previous"
+                action: Place | Remove = (
+                    Remove(cluster, entry.message == "orphaned", entry.seq, entry.at)
+                    if entry.state == "removed"
+                    else Place(cluster, which, entry.seq, entry.at)
+                )
+                await self._perform(state, action)
+
+    async def _carries(
+        self, cluster: str, bundle: str, revision: str, at: dt.datetime, state: str
+    ) -> bool:
+        msg = await bus.last_message(self.js, bus.BUNDLES, bundle_subject(cluster, bundle))
+        if msg is None or not msg.data:
+            return False
+        try:
+            last = decode(msg.data, Bundle)
+        except WireError:
+            return False
+        if state == "removed":
+            return last.delete
+        return last.revision == revision and last.published_at == at and not last.delete
+
+
+def _placement(fb: FleetBundle) -> Placement:
+    return Placement(
+        revision=fb.revision,
+        options=fb.options,
+        manifests_ref=fb.manifests_ref,
+        kinds=fb.kinds,
+        substitute=fb.substitute,
+        source=fb.source,
+        published_at=fb.published_at,
+    )
+
+
+def _holder(data: bytes | None) -> str:
+    try:
+        value = msgspec.json.decode(data or b"{}")
+    except msgspec.DecodeError:
+        return ""
+    return str(value.get("driver", "")) if isinstance(value, Mapping) else ""

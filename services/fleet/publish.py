@@ -1,0 +1,119 @@
+"""Publishing a fleet bundle revision: the manifests stored once, the ``FleetBundle`` naming them.
+
+``publish_fleet`` is the one way a revision reaches ``driftbus.fleet.<tenant>.<name>``:
+``driftbus publish --selector`` / ``--cluster`` repeated, ``driftbus source --selector``,
+``driftbus rollout undo`` and the tests call it. The rollout driver places it in each cluster.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+from nats.js import JetStreamContext
+
+from schemas.codec import WireError, decode, encode
+from schemas.fleet import FleetBundle, OnLeave, RolloutSpec
+from schemas.messages import BundleOptions
+from schemas.subjects import fleet_subject
+from services.common import bus, telemetry
+from services.common.bundles import bundle_kinds, store_manifests
+from services.core.manifest import check_bundle_name
+from services.core.selector import SelectorError, parse_selector
+from services.fleet.rollout import check_steps
+
+_NO_STEPS = RolloutSpec()
+FLEET_STORE = "_fleet"
+"""The Object Store prefix of fleet manifests (no cluster is called that: names are DNS labels)."""
+
+
+class FleetError(ValueError):
+    """A fleet publish is refused before anything is sent; the message says why."""
+
+
+def check(selector: str, clusters: Sequence[str], rollout: RolloutSpec) -> None:
+    """FleetError for a selector or a rollout step that cannot be read (pure)."""
+    try:
+        parse_selector(selector)
+    except SelectorError as exc:
+        raise FleetError(f"--selector: {exc}") from None
+    try:
+        check_steps(rollout.steps)
+    except ValueError as exc:
+        raise FleetError(str(exc)) from None
+    if len(set(clusters)) != len(clusters):
+        raise FleetError("a cluster is named twice")
+
+
+async def publish_fleet(
+    js: JetStreamContext,
+    *,
+    bundle: str,
+    revision: str,
+    manifests: list[dict[str, Any]],
+    options: BundleOptions,
+    selector: str = "",
+    clusters: Sequence[str] = (),
+    rollout: RolloutSpec = _NO_STEPS,
+    substitute: bool = False,
+    on_leave: OnLeave = "prune",
+    source: str = "",
+    rollback_of: str = "",
+    delete: bool = False,
+) -> FleetBundle:
+    """Store ``manifests`` once and publish the fleet revision naming them; the message sent."""
+    check_bundle_name(bundle)
+    check(selector, clusters, rollout)
+    if not manifests and not (options.allow_empty or delete):
+        raise FleetError(
+            f"refusing to publish an empty revision of {bundle}: it would prune every object "
+            "of the bundle in every cluster (--allow-empty permits it)"
+        )
+    await bus.ensure_streams(js, manage=False, within=30.0)
+    ref = None
+    if not delete:
+        ref = await store_manifests(js, FLEET_STORE, bundle, revision, manifests)
+    msg = FleetBundle(
+        bundle=bundle,
+        revision=revision,
+        selector=selector,
+        clusters=list(clusters),
+        options=options,
+        manifests_ref=ref,
+        kinds=bundle_kinds(manifests),
+        substitute=substitute,
+        on_leave=on_leave,
+        rollout=rollout,
+        published_at=dt.datetime.now(dt.UTC),
+        source=source,
+        rollback_of=rollback_of,
+        delete=delete,
+    )
+    await js.publish(
+        fleet_subject(bundle),
+        encode(msg),
+        headers=telemetry.inject({"Nats-Msg-Id": f"fleet/{bundle}@{revision}/{time.time_ns()}"}),
+    )
+    return msg
+
+
+async def fleet_revisions(js: JetStreamContext, bundle: str) -> list[FleetBundle]:
+    """The fleet bundle's revisions on the bus, oldest first (the stream keeps the last 10)."""
+    out: list[FleetBundle] = []
+    follower = bus.Follower(js, bus.FLEET, fleet_subject(bundle), history=True)
+    try:
+        async for m in follower.snapshot(timeout=10.0):
+            try:
+                out.append(decode(m.data, FleetBundle))
+            except WireError:
+                continue
+    except Exception:  # noqa: BLE001 - no stream yet, or nothing on the subject
+        return out
+    return out
+
+
+def with_rollback_of(fb: FleetBundle, of: str) -> FleetBundle:
+    return msgspec.structs.replace(fb, rollback_of=of)

@@ -1,0 +1,205 @@
+"""The cluster registry (DESIGN §13): one ``ClusterRecord`` per cluster in the KV bucket
+``driftbus-clusters``, and a live view of it.
+
+A watcher registers its cluster when it starts (``register``: created with its
+``--cluster-labels`` if absent; an existing entry keeps its labels, only the Kubernetes version is
+brought up to date). Labels change only through ``relabel`` (``driftbus clusters label``, the
+admin role) and an entry goes only through ``deregister`` (``driftbus clusters remove``): both
+change fleet membership. Heartbeats never touch the registry, so a cluster that goes quiet stays a
+member and nothing is pruned for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+from collections.abc import Callable, Mapping, Sequence
+
+import msgspec
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.errors import BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError
+
+from schemas.fleet import ClusterRecord
+from schemas.subjects import SubjectError, cluster_registry_key, decode_token
+from services.common import bus
+from services.core.selector import parse_selector
+
+log = logging.getLogger("driftbus.fleet")
+KV_PREFIX = f"$KV.{bus.CLUSTERS_BUCKET}."
+_RETRIES = 10
+
+
+class RegistryError(RuntimeError):
+    """A registry change cannot be made; the message names the cluster and why."""
+
+
+def members(
+    records: Mapping[str, ClusterRecord], selector: str, named: Sequence[str]
+) -> dict[str, dict[str, str]]:
+    """The registered clusters a fleet bundle names, with their labels (pure): those the
+    selector matches and, when ``named`` is given, only those named."""
+    sel = parse_selector(selector)
+    wanted = set(named)
+    return {
+        name: dict(r.labels)
+        for name, r in records.items()
+        if (not wanted or name in wanted) and sel.matches(r.labels)
+    }
+
+
+async def _bucket(js: JetStreamContext, *, create: bool = False) -> object:
+    try:
+        return await js.key_value(bus.CLUSTERS_BUCKET)
+    except BucketNotFoundError:
+        if not create:
+            raise RegistryError(
+                f"the cluster registry ({bus.CLUSTERS_BUCKET}) does not exist yet: the planner "
+                "creates it"
+            ) from None
+        await bus.ensure_fleet_buckets(js)
+        return await js.key_value(bus.CLUSTERS_BUCKET)
+
+
+async def register(
+    js: JetStreamContext,
+    cluster: str,
+    *,
+    labels: Mapping[str, str],
+    kube_version: str,
+    by: str,
+) -> ClusterRecord:
+    """Register ``cluster`` unless it is (then only its Kubernetes version is updated)."""
+    kv = await _bucket(js, create=True)
+    key = cluster_registry_key(cluster)
+    now = dt.datetime.now(dt.UTC)
+    for _ in range(_RETRIES):
+        try:
+            entry = await kv.get(key)  # type: ignore[attr-defined]
+        except KeyNotFoundError:
+            record = ClusterRecord(
+                name=cluster,
+                labels=dict(labels),
+                kube_version=kube_version,
+                registered_at=now,
+                registered_by=by,
+            )
+            try:
+                await kv.create(key, msgspec.json.encode(record))  # type: ignore[attr-defined]
+            except KeyWrongLastSequenceError:
+                continue  # registered meanwhile (a second watcher): read it
+            log.info("registered cluster %s", cluster, extra={"labels": dict(labels)})
+            return record
+        record = _decode(entry.value, cluster)
+        if record.kube_version == kube_version:
+            return record
+        record = msgspec.structs.replace(record, kube_version=kube_version)
+        try:
+            await kv.update(key, msgspec.json.encode(record), last=entry.revision)  # type: ignore[attr-defined]
+            return record
+        except KeyWrongLastSequenceError:
+            continue
+    raise RegistryError(f"cluster {cluster}: the registry entry kept changing; not registered")
+
+
+async def relabel(
+    js: JetStreamContext, cluster: str, *, set_: Mapping[str, str], remove: Sequence[str]
+) -> ClusterRecord:
+    """Set and remove labels of a registered cluster (compare-and-set, retried)."""
+    kv = await _bucket(js)
+    key = cluster_registry_key(cluster)
+    for _ in range(_RETRIES):
+        try:
+            entry = await kv.get(key)  # type: ignore[attr-defined]
+        except KeyNotFoundError:
+            raise RegistryError(f"cluster {cluster} is not registered") from None
+        record = _decode(entry.value, cluster)
+        labels = {k: v for k, v in record.labels.items() if k not in remove}
+        labels.update(set_)
+        record = msgspec.structs.replace(record, labels=labels, labelled_at=dt.datetime.now(dt.UTC))
+        try:
+            await kv.update(key, msgspec.json.encode(record), last=entry.revision)  # type: ignore[attr-defined]
+            return record
+        except KeyWrongLastSequenceError:
+            continue
+    raise RegistryError(f"cluster {cluster}: the registry entry kept changing; not relabelled")
+
+
+async def deregister(js: JetStreamContext, cluster: str) -> None:
+    """Remove ``cluster`` from the registry: it leaves every fleet."""
+    kv = await _bucket(js)
+    key = cluster_registry_key(cluster)
+    try:
+        await kv.get(key)  # type: ignore[attr-defined]
+    except KeyNotFoundError:
+        raise RegistryError(f"cluster {cluster} is not registered") from None
+    await kv.delete(key)  # type: ignore[attr-defined]
+
+
+async def records(js: JetStreamContext) -> dict[str, ClusterRecord]:
+    """Every registered cluster (a snapshot)."""
+    view = RegistryView(js)
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(30):
+            async for msg in bus.Follower(js, bus.CLUSTERS_STREAM, KV_PREFIX + ">").snapshot():
+                view.observe(msg)
+    return dict(view.records)
+
+
+def _decode(data: bytes | None, cluster: str) -> ClusterRecord:
+    try:
+        return msgspec.json.decode(data or b"", type=ClusterRecord)
+    except msgspec.DecodeError as exc:  # ValidationError is one
+        raise RegistryError(f"cluster {cluster}: its registry entry is unreadable: {exc}") from None
+
+
+class RegistryView:
+    """The registry as last seen, followed live (``follow``); ``changed`` is called on every
+    change so a driver can act at once rather than at its next tick."""
+
+    def __init__(self, js: JetStreamContext, changed: Callable[[], None] = lambda: None) -> None:
+        self.js = js
+        self.records: dict[str, ClusterRecord] = {}
+        self.caught_up = asyncio.Event()
+        self._changed = changed
+
+    def observe(self, msg: Msg) -> None:
+        token = msg.subject.removeprefix(KV_PREFIX)
+        try:
+            name = decode_token(token)
+        except SubjectError:
+            log.warning("ignoring a registry entry with a malformed key %s", token)
+            return
+        if (msg.headers or {}).get("KV-Operation") in ("DEL", "PURGE"):
+            self.records.pop(name, None)
+        else:
+            try:
+                self.records[name] = _decode(msg.data, name)
+            except RegistryError as exc:
+                log.error("%s; the cluster is left out of every fleet", exc)
+                self.records.pop(name, None)
+        self._changed()
+
+    async def follow(self) -> None:
+        """Follow the registry forever (restarted after an error: a view that stopped silently
+        would freeze membership)."""
+        while True:
+            follower = bus.Follower(self.js, bus.CLUSTERS_STREAM, KV_PREFIX + ">")
+            marker = asyncio.create_task(self._mark(follower))
+            try:
+                async for msg in follower.messages():
+                    self.observe(msg)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("following the cluster registry failed; following it again")
+            finally:
+                marker.cancel()
+            await asyncio.sleep(1.0)
+
+    async def _mark(self, follower: bus.Follower) -> None:
+        await follower.caught_up.wait()
+        self.caught_up.set()
+        self._changed()

@@ -1,0 +1,466 @@
+"""The rollout rule (pure): from a rollout's state, the fleet's members and each cluster's bundle
+status, the next state, the placements to make and the transitions to record.
+
+One call of ``advance`` is one tick of the driver. It never looks at a clock or the bus: what it
+needs is passed in, what it wants done is returned, so every row of docs/fleet.md's state table
+is a unit test. The driver writes the new state with compare-and-set **before** it acts, so a
+driver killed mid-tick leaves a state whose placements and events a replacement completes
+(``services/fleet/driver.py``): no step is repeated and none skipped.
+
+A cluster's status counts only when it is about the exact placement: the same revision **and**
+the ``published_at`` the driver gave it (a Ready left over from an earlier placement of the same
+revision says nothing about this one).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import math
+from collections.abc import Mapping, Sequence
+from typing import Literal
+
+import msgspec
+
+from schemas.fleet import ClusterRollout, Placement, RolloutPhase, RolloutSpec, RolloutState
+from schemas.messages import BundlePhase
+from services.core.selector import SelectorError, parse_selector
+
+FAILED_PHASES = frozenset((BundlePhase.FAILED, BundlePhase.DEGRADED, BundlePhase.CONFLICT))
+"""A cluster whose status for the placement is one of these halts the rollout."""
+ENDED = frozenset((RolloutPhase.COMPLETE, RolloutPhase.DELETED))
+
+
+@dataclasses.dataclass(frozen=True)
+class Observed:
+    """The last bundle status of the fleet bundle in one cluster (what the gate reads)."""
+
+    revision: str
+    phase: BundlePhase
+    published_at: dt.datetime | None
+    message: str = ""
+    forbidden: bool = False
+    """Objects of it are refused by the API server (403): never Ready, a failure for the gate."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Place:
+    """Put ``placement`` in force in ``cluster`` (an ordinary bundle message)."""
+
+    cluster: str
+    which: Literal["target", "previous"]
+    seq: int
+    at: dt.datetime
+
+
+@dataclasses.dataclass(frozen=True)
+class Remove:
+    """Delete the bundle from ``cluster`` (pruned, or left in place with ``orphan``)."""
+
+    cluster: str
+    orphan: bool
+    seq: int
+    at: dt.datetime
+
+
+Action = Place | Remove
+
+
+@dataclasses.dataclass(frozen=True)
+class Event:
+    event: str
+    clusters: tuple[str, ...] = ()
+    message: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Tick:
+    state: RolloutState
+    actions: tuple[Action, ...]
+    events: tuple[Event, ...]
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.actions or self.events)
+
+
+class SpecError(ValueError):
+    """A rollout step is neither a selector nor a percentage; the message names it."""
+
+
+def check_steps(steps: Sequence[str]) -> None:
+    """SpecError for a step that is neither ``N%`` (0 < N ≤ 100) nor a label selector."""
+    for step in steps:
+        if step.endswith("%"):
+            try:
+                pct = float(step[:-1])
+            except ValueError:
+                raise SpecError(f"rollout step {step!r}: not a percentage") from None
+            if not 0 < pct <= 100:
+                raise SpecError(f"rollout step {step!r}: a percentage is in (0, 100]")
+            continue
+        try:
+            parse_selector(step)
+        except SelectorError as exc:
+            raise SpecError(f"rollout step {step!r}: {exc}") from None
+
+
+def step_sets(steps: Sequence[str], members: Mapping[str, Mapping[str, str]]) -> list[set[str]]:
+    """The clusters each step holds (cumulative: a step holds every earlier step's clusters);
+    the last set is the whole fleet (the implicit last step). Percentages count clusters in
+    name order, at least one when the fleet has any."""
+    names = sorted(members)
+    out: list[set[str]] = []
+    held: set[str] = set()
+    for step in steps:
+        if step.endswith("%"):
+            n = min(len(names), max(1, math.ceil(float(step[:-1]) / 100 * len(names))))
+            held = held | set(names[:n])
+        else:
+            sel = parse_selector(step)
+            held = held | {c for c in names if sel.matches(members[c])}
+        out.append(held)
+    out.append(set(names))
+    return out
+
+
+def start(
+    *,
+    bundle: str,
+    target: Placement,
+    spec: RolloutSpec,
+    selector: str,
+    clusters_named: Sequence[str],
+    on_leave: Literal["prune", "orphan"],
+    tenant: str,
+    source_seq: int,
+    now: dt.datetime,
+    before: RolloutState | None,
+) -> tuple[RolloutState, Event]:
+    """The state of a new revision's rollout. The revision in force before it is what a
+    rollback puts back: the earlier target if its rollout completed, else what that one would
+    have gone back to. Clusters keep the revision they are on until their step."""
+    previous = None
+    clusters: dict[str, ClusterRollout] = {}
+    events = placements = 0
+    if before is not None:
+        previous = before.target if before.phase is RolloutPhase.COMPLETE else before.previous
+        clusters = dict(before.clusters)
+        events, placements = before.events, before.placements
+        if before.phase is RolloutPhase.DELETED:
+            previous, clusters = None, {}
+    state = RolloutState(
+        bundle=bundle,
+        target=target,
+        previous=previous,
+        spec=spec,
+        selector=selector,
+        clusters_named=list(clusters_named),
+        on_leave=on_leave,
+        tenant=tenant,
+        phase=RolloutPhase.PROGRESSING,
+        step=0,
+        step_started_at=now,
+        clusters=clusters,
+        events=events,
+        placements=placements,
+        first_seq=placements,
+        source_seq=source_seq,
+        updated_at=now,
+    )
+    steps = len(spec.steps) + 1
+    return state, Event("started", (), f"revision {target.revision}: {steps} steps")
+
+
+def advance(
+    state: RolloutState,
+    members: Mapping[str, Mapping[str, str]],
+    observed: Mapping[str, Observed],
+    now: dt.datetime,
+    *,
+    refusals: Mapping[str, str] | None = None,
+    excluded: Mapping[str, str] | None = None,
+) -> Tick:
+    """One tick. ``members``: the fleet's clusters (selector, names and tenant limits applied)
+    and their labels; ``observed``: each cluster's last status of the bundle; ``refusals``:
+    clusters the target cannot be placed in (a substitution names a label they lack), with the
+    reason; ``excluded``: clusters the selector names that the tenant may not use."""
+    t = _Tick(state, now)
+    if excluded is not None and dict(excluded) != state.excluded:
+        t.state = msgspec.structs.replace(t.state, excluded=dict(excluded))
+        if excluded:
+            t.events.append(
+                Event(
+                    "excluded",
+                    tuple(sorted(excluded)),
+                    "; ".join(f"{c}: {why}" for c, why in sorted(excluded.items())),
+                )
+            )
+    if t.state.phase is RolloutPhase.DELETED:
+        return t.done()
+    t.leave(members)
+    t.observe(observed)
+    t.pause_or_resume()
+    if t.state.phase in (RolloutPhase.PROGRESSING, RolloutPhase.PAUSED):
+        t.gate(members, refusals or {})
+    t.join(members, refusals or {})
+    return t.done()
+
+
+def delete(state: RolloutState, now: dt.datetime, *, orphan: bool) -> Tick:
+    """Delete the fleet bundle from every cluster it reached."""
+    t = _Tick(state, now)
+    live = sorted(c for c, e in state.clusters.items() if e.state != "removed")
+    for cluster in live:
+        t.remove(cluster, orphan=orphan)
+    t.state = msgspec.structs.replace(t.state, phase=RolloutPhase.DELETED)
+    t.events.append(Event("deleted", tuple(live), "orphaned" if orphan else "pruned"))
+    return t.done()
+
+
+class _Tick:
+    """The state being changed in one tick, and what the tick asks for."""
+
+    def __init__(self, state: RolloutState, now: dt.datetime) -> None:
+        self.state = state
+        self.now = now
+        self.actions: list[Action] = []
+        self.events: list[Event] = []
+
+    def done(self) -> Tick:
+        s = self.state
+        if self.actions or self.events:
+            s = msgspec.structs.replace(s, updated_at=self.now)
+        return Tick(s, tuple(self.actions), tuple(self.events))
+
+    # --- the changes ---------------------------------------------------------------------------
+
+    def _set(self, cluster: str, entry: ClusterRollout | None) -> None:
+        clusters = dict(self.state.clusters)
+        if entry is None:
+            clusters.pop(cluster, None)
+        else:
+            clusters[cluster] = entry
+        self.state = msgspec.structs.replace(self.state, clusters=clusters)
+
+    def place(self, cluster: str, which: Literal["target", "previous"], step: int) -> None:
+        placement = self.state.target if which == "target" else self.state.previous
+        assert placement is not None
+        seq = self.state.placements
+        self.state = msgspec.structs.replace(self.state, placements=seq + 1)
+        self._set(
+            cluster,
+            ClusterRollout(revision=placement.revision, step=step, at=self.now, seq=seq),
+        )
+        self.actions.append(Place(cluster, which, seq, self.now))
+
+    def remove(self, cluster: str, *, orphan: bool) -> None:
+        seq = self.state.placements
+        old = self.state.clusters[cluster]
+        self.state = msgspec.structs.replace(self.state, placements=seq + 1)
+        self._set(
+            cluster,
+            ClusterRollout(
+                revision=old.revision,
+                state="removed",
+                step=old.step,
+                at=self.now,
+                seq=seq,
+                message="orphaned" if orphan else "pruned",
+            ),
+        )
+        self.actions.append(Remove(cluster, orphan, seq, self.now))
+
+    # --- the rules -----------------------------------------------------------------------------
+
+    def leave(self, members: Mapping[str, Mapping[str, str]]) -> None:
+        """A cluster that left the fleet (labels, removal) gets the bundle deleted. Quiet
+        clusters have not left: only ``members`` (the registry) decides."""
+        gone = sorted(
+            c for c, e in self.state.clusters.items() if c not in members and e.state != "removed"
+        )
+        for cluster in gone:
+            self.remove(cluster, orphan=self.state.on_leave == "orphan")
+        if gone:
+            how = "kept in place (on-leave orphan)" if self.state.on_leave == "orphan" else "pruned"
+            self.events.append(Event("left", tuple(gone), f"left the fleet: the bundle is {how}"))
+
+    def observe(self, observed: Mapping[str, Observed]) -> None:
+        """Each placement's status: ready, failed, or (back to) on its way."""
+        for cluster, entry in sorted(self.state.clusters.items()):
+            if entry.state in ("refused", "removed"):
+                continue
+            seen = observed.get(cluster)
+            if seen is None or not _about(seen, entry):
+                continue
+            if seen.phase in FAILED_PHASES or seen.forbidden:
+                new = "failed"
+            elif seen.phase is BundlePhase.READY:
+                new = "ready"
+            else:
+                new = "assigned"
+            if new != entry.state:
+                self._set(cluster, msgspec.structs.replace(entry, state=new, message=seen.message))
+
+    def pause_or_resume(self) -> None:
+        s = self.state
+        if s.paused and s.phase is RolloutPhase.PROGRESSING:
+            self.state = msgspec.structs.replace(s, phase=RolloutPhase.PAUSED)
+            self.events.append(Event("paused", (), f"at step {s.step + 1}"))
+        elif not s.paused and s.phase is RolloutPhase.PAUSED:
+            # the step's time starts again: a pause does not eat into the step timeout
+            self.state = msgspec.structs.replace(
+                s, phase=RolloutPhase.PROGRESSING, step_started_at=self.now, ready_since=None
+            )
+            self.events.append(Event("resumed", (), f"at step {s.step + 1}"))
+
+    def gate(self, members: Mapping[str, Mapping[str, str]], refusals: Mapping[str, str]) -> None:
+        """Halt on a failure or a timeout; else place the target within the step, and move to
+        the next step once every cluster of this one is Ready on it for the bake."""
+        s = self.state
+        try:
+            sets = step_sets(s.spec.steps, members)
+        except SelectorError as exc:
+            self.halt((), f"a rollout step is not a selector: {exc}")
+            return
+        held = sets[min(s.step, len(sets) - 1)]
+        on_target = {c: e for c, e in s.clusters.items() if c in held and _on_target(s, e)}
+        bad = sorted(c for c, e in on_target.items() if e.state in ("failed", "refused"))
+        if bad:
+            self.halt(tuple(bad), "; ".join(f"{c}: {s.clusters[c].message}" for c in bad))
+            return
+        timeout = (
+            s.phase is RolloutPhase.PROGRESSING
+            and s.step_started_at is not None
+            and ((self.now - s.step_started_at).total_seconds() > s.spec.step_timeout)
+        )
+        waiting = sorted(c for c in held if c not in on_target or on_target[c].state != "ready")
+        if timeout and waiting:
+            self.halt(
+                tuple(waiting),
+                f"step {s.step + 1} not Ready within {s.spec.step_timeout:g}s: "
+                + ", ".join(waiting),
+            )
+            return
+        if s.phase is RolloutPhase.PAUSED:
+            return
+        # place the target on the step's clusters not on it, at most max_unavailable on
+        # their way at once
+        on_way = sum(1 for e in on_target.values() if e.state == "assigned")
+        budget = s.spec.max_unavailable - on_way if s.spec.max_unavailable else len(held)
+        for cluster in sorted(c for c in held if c not in on_target):
+            if budget <= 0:
+                break
+            if cluster in refusals:
+                self._refuse(cluster, s.step, refusals[cluster])
+                continue
+            self.place(cluster, "target", s.step)
+            budget -= 1
+        if any(c in refusals for c in held if c not in on_target):
+            return  # halted next tick, naming the refused clusters
+        if waiting:
+            if s.ready_since is not None:
+                self.state = msgspec.structs.replace(self.state, ready_since=None)
+            return
+        last = s.step >= len(sets) - 1
+        if last:
+            self.state = msgspec.structs.replace(
+                self.state, phase=RolloutPhase.COMPLETE, ready_since=None, promote=False
+            )
+            self.events.append(
+                Event("complete", tuple(sorted(held)), f"{len(held)} clusters Ready")
+            )
+            return
+        if s.ready_since is None:
+            self.state = msgspec.structs.replace(self.state, ready_since=self.now)
+            baked = s.spec.bake <= 0
+        else:
+            baked = (self.now - s.ready_since).total_seconds() >= s.spec.bake
+        if not (baked or s.promote):
+            return
+        nxt = s.step + 1
+        self.state = msgspec.structs.replace(
+            self.state, step=nxt, step_started_at=self.now, ready_since=None, promote=False
+        )
+        how = "promoted" if s.promote and not baked else f"baked {s.spec.bake:g}s"
+        newly = sorted(sets[nxt] - held)
+        self.events.append(
+            Event("step", tuple(newly), f"step {s.step + 1} {how}; step {nxt + 1} starts")
+        )
+        self.gate(members, refusals)  # place the next step's clusters in this tick
+
+    def _refuse(self, cluster: str, step: int, why: str) -> None:
+        self._set(
+            cluster,
+            ClusterRollout(
+                revision=self.state.target.revision,
+                state="refused",
+                step=step,
+                at=self.now,
+                message=why,
+                seq=self.state.placements,  # of this rollout (no placement is made)
+            ),
+        )
+        self.events.append(Event("refused", (cluster,), why))
+
+    def halt(self, clusters: tuple[str, ...], why: str) -> None:
+        s = self.state
+        self.state = msgspec.structs.replace(s, phase=RolloutPhase.HALTED, message=why)
+        self.events.append(Event("halted", clusters, f"step {s.step + 1}: {why}"))
+        if s.spec.on_failure != "rollback":
+            return
+        if s.previous is None:
+            self.events.append(
+                Event("rollback-impossible", (), "no earlier revision to roll back to")
+            )
+            return
+        back = sorted(c for c, e in s.clusters.items() if _on_target(s, e))
+        for cluster in back:
+            if s.clusters[cluster].state == "refused":
+                self._set(cluster, None)  # never placed: nothing to take back
+                continue
+            self.place(cluster, "previous", -1)
+        self.state = msgspec.structs.replace(self.state, phase=RolloutPhase.ROLLED_BACK)
+        self.events.append(
+            Event("rolled-back", tuple(back), f"back on revision {s.previous.revision}")
+        )
+
+    def join(self, members: Mapping[str, Mapping[str, str]], refusals: Mapping[str, str]) -> None:
+        """Members with nothing placed get the revision in force: the target once the rollout
+        is complete, else the previous revision (they get the target at their step)."""
+        s = self.state
+        new = sorted(c for c in members if c not in s.clusters or s.clusters[c].state == "removed")
+        if not new:
+            return
+        joined: list[str] = []
+        for cluster in new:
+            if s.phase is RolloutPhase.COMPLETE:
+                if cluster in refusals:
+                    self._refuse(cluster, -1, refusals[cluster])
+                    continue
+                self.place(cluster, "target", -1)
+            elif s.previous is not None:
+                self.place(cluster, "previous", -1)
+            else:
+                continue
+            joined.append(cluster)
+        if joined:
+            self.events.append(Event("joined", tuple(joined), "joined the fleet"))
+
+
+def _on_target(state: RolloutState, entry: ClusterRollout) -> bool:
+    """Whether the cluster's placement is one of this rollout's, of its target."""
+    return (
+        entry.revision == state.target.revision
+        and entry.seq >= state.first_seq
+        and entry.state != "removed"
+    )
+
+
+def _about(seen: Observed, entry: ClusterRollout) -> bool:
+    """Whether a status is about this very placement (revision and publication time)."""
+    if seen.revision != entry.revision:
+        return False
+    if seen.published_at is None or entry.at is None:
+        return False
+    return abs((seen.published_at - entry.at).total_seconds()) < 0.001

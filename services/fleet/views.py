@@ -1,0 +1,184 @@
+"""What the rollout driver reads, each followed live from the bus: the fleet bundles (last
+revision of each), the rollout states (so a ``rollout pause`` written by the CLI is seen), the
+bundle status of every cluster (the gate), the registry and the tenant policy.
+
+Every view is push-fed (a follower), so an idle fleet costs the driver nothing but the messages
+that actually change something.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+from collections.abc import Callable
+
+import msgspec
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+
+from schemas.codec import WireError, decode
+from schemas.fleet import FleetBundle, RolloutState
+from schemas.messages import BundleStatus
+from schemas.subjects import (
+    PREFIX,
+    SubjectError,
+    decode_token,
+    family_filter,
+    fleet_bundle_of,
+    join_bundle,
+    parse_subject,
+)
+from schemas.tenants import TenantPolicy
+from services.common import bus
+from services.common.policy import POLICY_SUBJECT, policy_of
+from services.fleet.registry import RegistryView
+from services.fleet.rollout import Observed
+
+log = logging.getLogger("driftbus.fleet")
+ROLLOUT_PREFIX = f"$KV.{bus.ROLLOUTS_BUCKET}.rollout."
+
+
+@dataclasses.dataclass(frozen=True)
+class Stored:
+    """A rollout state and the KV revision it was read at (what a compare-and-set names)."""
+
+    revision: int
+    state: RolloutState
+
+
+def observed_of(status: BundleStatus) -> Observed:
+    """What the gate needs of a bundle status. Objects the API server refuses (403) leave the
+    bundle Reconciling, never Ready; the gate counts them as a failure."""
+    forbidden = any("Forbidden" in line for line in status.failed_objects) or (
+        "forbidden" in status.message.lower()
+    )
+    return Observed(
+        revision=status.revision,
+        phase=status.phase,
+        published_at=status.published_at,
+        message=status.message,
+        forbidden=forbidden,
+    )
+
+
+class FleetViews:
+    """The driver's inputs as last seen; ``changed`` fires on anything new."""
+
+    def __init__(self, js: JetStreamContext, changed: Callable[[], None]) -> None:
+        self.js = js
+        self._changed = changed
+        self.fleets: dict[str, tuple[int, FleetBundle]] = {}
+        self.states: dict[str, Stored] = {}
+        self.statuses: dict[tuple[str, str], Observed] = {}
+        self.policy = TenantPolicy()
+        self.registry = RegistryView(js, changed)
+        self.caught_up = {
+            name: asyncio.Event() for name in ("fleets", "states", "statuses", "policy")
+        }
+
+    def tasks(self) -> list[asyncio.Task[None]]:
+        return [
+            asyncio.create_task(self.registry.follow(), name="follow registry"),
+            asyncio.create_task(
+                self._follow("fleets", bus.FLEET, family_filter("fleet"), self._fleet),
+                name="follow fleet bundles",
+            ),
+            asyncio.create_task(
+                self._follow("states", bus.ROLLOUTS_STREAM, ROLLOUT_PREFIX + ">", self._state),
+                name="follow rollout states",
+            ),
+            asyncio.create_task(
+                self._follow("statuses", bus.STATUS, f"{PREFIX}.status.*.*.*.bundle", self._status),
+                name="follow bundle statuses",
+            ),
+            asyncio.create_task(
+                self._follow("policy", bus.TENANTS_STREAM, POLICY_SUBJECT, self._policy),
+                name="follow tenant policy",
+            ),
+        ]
+
+    async def ready(self) -> None:
+        """Until every view has replayed what the bus holds."""
+        for event in (*self.caught_up.values(), self.registry.caught_up):
+            await event.wait()
+
+    # --- folding one message into a view -------------------------------------------------------
+
+    def _fleet(self, msg: Msg) -> None:
+        try:
+            bundle = fleet_bundle_of(msg.subject)
+            fb = decode(msg.data, FleetBundle)
+        except (SubjectError, WireError) as exc:
+            log.error("ignoring a fleet bundle message on %s: %s", msg.subject, exc)
+            return
+        if fb.bundle != bundle:
+            log.error("ignoring fleet bundle %s published on the subject of %s", fb.bundle, bundle)
+            return
+        self.fleets[bundle] = (int(msg.metadata.sequence.stream), fb)
+
+    def _state(self, msg: Msg) -> None:
+        tokens = msg.subject.removeprefix(ROLLOUT_PREFIX).split(".")
+        try:
+            bundle = join_bundle(decode_token(tokens[0]), decode_token(tokens[1]))
+        except (SubjectError, IndexError):
+            log.warning("ignoring rollout entry %s", msg.subject)
+            return
+        rev = int(msg.metadata.sequence.stream)
+        if (msg.headers or {}).get("KV-Operation") in ("DEL", "PURGE"):
+            self.states.pop(bundle, None)
+            return
+        current = self.states.get(bundle)
+        if current is not None and current.revision >= rev:
+            return  # our own write, already folded in
+        try:
+            state = msgspec.json.decode(msg.data, type=RolloutState)
+        except msgspec.DecodeError as exc:
+            log.error("rollout state of %s is unreadable (%s); left alone", bundle, exc)
+            return
+        self.states[bundle] = Stored(rev, state)
+
+    def _status(self, msg: Msg) -> None:
+        try:
+            parsed = parse_subject(msg.subject)
+            status = decode(msg.data, BundleStatus)
+        except (SubjectError, WireError):
+            return  # the status readers report these; the gate only needs readable ones
+        if parsed.bundle is None:
+            return
+        self.statuses[(parsed.cluster, parsed.bundle)] = observed_of(status)
+
+    def _policy(self, msg: Msg) -> None:
+        if (msg.headers or {}).get("KV-Operation") in ("DEL", "PURGE"):
+            self.policy = TenantPolicy()
+            return
+        try:
+            self.policy = policy_of(msg)
+        except Exception as exc:  # noqa: BLE001 - the planner reports a bad policy
+            log.error("tenant policy unreadable for the rollout driver: %s", exc)
+
+    async def _follow(
+        self, name: str, stream: str, subject: str, fold: Callable[[Msg], None]
+    ) -> None:
+        while True:
+            follower = bus.Follower(self.js, stream, subject)
+            marker = asyncio.create_task(self._mark(name, follower))
+            try:
+                async for msg in follower.messages():
+                    fold(msg)
+                    self._changed()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("following %s failed; following it again", subject)
+            finally:
+                marker.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await marker
+            await asyncio.sleep(1.0)
+
+    async def _mark(self, name: str, follower: bus.Follower) -> None:
+        await follower.caught_up.wait()
+        self.caught_up[name].set()
+        self._changed()

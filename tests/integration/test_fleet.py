@@ -1,0 +1,333 @@
+"""Fleets on real clusters (issue 31): three API servers with controllers, one NATS, two planner
+replicas. Selector publishes, live membership, per-cluster values, health-gated rollouts that
+halt and roll back, and a driver killed mid-step. What reached each cluster is counted from its
+decision records and its bundle subject, what is in it from its own API server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import nats
+import pytest
+from nats.aio.client import Client as NATS
+
+from schemas.fleet import RolloutPhase, RolloutSpec
+from schemas.messages import BundleOptions
+from services.common.kube import KubeClient
+from services.controlplane import servers
+from services.fleet import registry
+from services.fleet.publish import publish_fleet
+
+from ..conftest import unique_name
+from .fleet_site import (
+    EventLog,
+    FleetStack,
+    driftbus,
+    fleet_clusters,
+    placed_revisions,
+    rollout_state,
+    until,
+)
+
+pytestmark = [pytest.mark.scale, pytest.mark.timeout(600)]
+CANARY, PROD_A, PROD_B = "fleet-canary", "fleet-prod-a", "fleet-prod-b"
+
+
+@pytest.fixture(scope="module")
+def fleet_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetStack]:
+    root = tmp_path_factory.mktemp("fleet")
+    nats_server = servers.NatsServer(root / "nats")
+    nats_server.start()
+    try:
+        with fleet_clusters(root, [CANARY, PROD_A, PROD_B]) as clusters:
+            fleet = FleetStack(root, clusters, nats_server)
+            fleet.start()
+            try:
+                yield fleet
+            finally:
+                fleet.stop()
+    finally:
+        nats_server.stop()
+
+
+class World:
+    """A test's view of the fleet: a NATS connection, clients, a namespace in every cluster,
+    decision logs, the rollout events."""
+
+    def __init__(self, fleet: FleetStack, nc: NATS) -> None:
+        self.fleet = fleet
+        self.nc = nc
+        self.js = nc.jetstream()
+        self.events = EventLog()
+        self.ns = unique_name("fleet")
+        self.bundle = unique_name("app")
+
+    def configmaps(self, value: str, n: int = 2, **extra: str) -> list[dict[str, Any]]:
+        return [
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": f"cm-{i}", "namespace": self.ns},
+                "data": {"value": value, **extra},
+            }
+            for i in range(n)
+        ]
+
+    async def publish(self, revision: str, manifests: list[dict[str, Any]], **kw: Any) -> None:
+        await publish_fleet(
+            self.js,
+            bundle=self.bundle,
+            revision=revision,
+            manifests=manifests,
+            options=BundleOptions(),
+            **kw,
+        )
+
+    async def phase(self, phase: RolloutPhase, revision: str, within: float = 120) -> Any:
+        async def probe() -> Any:
+            s = await rollout_state(self.nc, self.bundle)
+            ok = s is not None and s.target.revision == revision and s.phase is phase
+            return s if ok else None
+
+        return await until(f"rollout {phase} on {revision}", probe, within, self.fleet.logs)
+
+    async def values(self, cluster: str) -> set[str]:
+        cms = await self.fleet.sites[cluster].configmaps(self.ns)
+        return {d.get("value", "") for d in cms.values()}
+
+
+@pytest.fixture
+async def world(fleet_stack: FleetStack) -> AsyncIterator[World]:
+    nc = await nats.connect(fleet_stack.nats.client_url)
+    w = World(fleet_stack, nc)
+    await w.events.start(nc)
+    for site in fleet_stack.sites.values():
+        site.kube = await KubeClient.from_kubeconfig(str(site.pipeline.stack.cluster.kubeconfig))
+        await site.kube.apply(
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": w.ns}},
+            field_manager="driftbus-tests",
+        )
+        site.decisions = type(site.decisions)()
+        await site.decisions.start(nc, site.name)
+    # every cluster registered with its labels before the test publishes
+    await until(
+        "three clusters registered",
+        lambda: _registered(w.js, 3),
+        120,
+        fleet_stack.logs,
+    )
+    try:
+        yield w
+    finally:
+        await nc.drain()
+        for site in fleet_stack.sites.values():
+            if site.kube is not None:
+                await site.kube.close()
+                site.kube = None
+
+
+async def _registered(js: Any, n: int) -> bool:
+    return len(await registry.records(js)) >= n
+
+
+def decided(w: World, cluster: str, revision: str | None = None) -> int:
+    """Decision records of the test's bundle in ``cluster`` (of ``revision``)."""
+    return sum(
+        1
+        for r in w.fleet.sites[cluster].decisions.records
+        if r.bundle == w.bundle and (revision is None or r.revision == revision)
+    )
+
+
+async def test_a_selector_publish_reaches_exactly_the_matching_clusters(world: World) -> None:
+    w = world
+    root = w.fleet.workdir / w.bundle
+    root.mkdir()
+    (root / "cm.yaml").write_text(json.dumps(w.configmaps("one")[0]))
+    code, _out, err = await driftbus(
+        w.fleet,
+        "publish",
+        str(root),
+        "--bundle",
+        w.bundle,
+        "-l",
+        "env=prod",
+        "--revision",
+        "r1",
+        "--wait",
+        "--timeout",
+        "150",
+    )
+    assert code == 0, err + w.fleet.logs()
+    assert "Complete" in err
+    for prod in (PROD_A, PROD_B):
+        assert await w.values(prod) == {"one"}
+        assert decided(w, prod, "r1") >= 1
+    assert await w.values(CANARY) == set()
+    assert decided(w, CANARY) == 0
+    assert await placed_revisions(w.nc, CANARY, w.bundle) == []
+
+
+async def test_membership_follows_labels_and_never_a_quiet_cluster(world: World) -> None:
+    w = world
+    await w.publish("r1", w.configmaps("m"), selector="env=prod")
+    await w.phase(RolloutPhase.COMPLETE, "r1")
+    await until("prod Ready", lambda: _has(w, PROD_B, {"m"}), 60, w.fleet.logs)
+    # the canary relabelled into the selector gets the revision in force
+    await registry.relabel(w.js, CANARY, set_={"env": "prod"}, remove=[])
+    try:
+        await until("canary joined", lambda: _has(w, CANARY, {"m"}), 90, w.fleet.logs)
+    finally:
+        await registry.relabel(w.js, CANARY, set_={"env": "canary"}, remove=[])
+    # and relabelled out, pruned
+    await until("canary pruned", lambda: _has(w, CANARY, set()), 90, w.fleet.logs)
+    # a quiet cluster has not left: watcher and applier of prod-b stopped, nothing pruned
+    site = w.fleet.sites[PROD_B]
+    site.pipeline.stop_all()
+    try:
+        await asyncio.sleep(12)
+        assert await w.values(PROD_B) == {"m"}
+        state = await rollout_state(w.nc, w.bundle)
+        assert state is not None
+        assert state.clusters[PROD_B].state != "removed"
+        assert all(e.event != "left" for e in w.events.of(w.bundle) if PROD_B in e.clusters)
+    finally:
+        site.start()
+
+
+async def test_on_leave_orphan_keeps_the_objects(world: World) -> None:
+    w = world
+    await w.publish("r1", w.configmaps("o"), selector="env in (canary)", on_leave="orphan")
+    await w.phase(RolloutPhase.COMPLETE, "r1")
+    await until("canary has it", lambda: _has(w, CANARY, {"o"}), 60, w.fleet.logs)
+    await registry.relabel(w.js, CANARY, set_={"env": "elsewhere"}, remove=[])
+    try:
+        await until(
+            "canary left",
+            lambda: _left(w, CANARY),
+            60,
+            w.fleet.logs,
+        )
+        await asyncio.sleep(3)
+        assert await w.values(CANARY) == {"o"}
+    finally:
+        await registry.relabel(w.js, CANARY, set_={"env": "canary"}, remove=[])
+
+
+async def test_substitution_gives_each_cluster_its_value_and_refuses_a_missing_label(
+    world: World,
+) -> None:
+    w = world
+    manifests = w.configmaps("${cluster.name}", n=1, region="${cluster.labels.region}")
+    await w.publish("r1", manifests, substitute=True)
+    # prod-b has no region label: refused, named; the rollout halts on it
+    state = await w.phase(RolloutPhase.HALTED, "r1")
+    assert state.clusters[PROD_B].state == "refused"
+    assert "${cluster.labels.region}" in state.clusters[PROD_B].message
+    assert PROD_B in state.message
+    for cluster in (CANARY, PROD_A):
+        await until(f"{cluster} has its value", lambda c=cluster: _has(w, c, {c}), 60, w.fleet.logs)
+        cms = await w.fleet.sites[cluster].configmaps(w.ns)
+        assert cms["cm-0"]["region"] == "eu"
+    assert await w.values(PROD_B) == set()
+
+
+async def test_a_canary_rollout_with_a_bake_converges_step_by_step(world: World) -> None:
+    w = world
+    spec = RolloutSpec(steps=["env=canary"], bake=3, step_timeout=120)
+    await w.publish("r1", w.configmaps("v1"), rollout=spec)
+    await w.phase(RolloutPhase.COMPLETE, "r1", within=180)
+    events = [e.event for e in w.events.of(w.bundle)]
+    assert events == ["started", "step", "complete"], events
+    for cluster in w.fleet.names():
+        assert await w.values(cluster) == {"v1"}
+
+
+async def test_a_revision_failing_on_the_canary_halts_and_rollback_restores_it(
+    world: World,
+) -> None:
+    w = world
+    await w.publish("r1", w.configmaps("good"))
+    await w.phase(RolloutPhase.COMPLETE, "r1", within=180)
+    for cluster in w.fleet.names():
+        await until(f"{cluster} good", lambda c=cluster: _has(w, c, {"good"}), 60, w.fleet.logs)
+    bad = [*w.configmaps("bad"), _invalid(w.ns)]
+    spec = RolloutSpec(steps=["env=canary"], bake=2, step_timeout=90, on_failure="halt")
+    await w.publish("r2", bad, rollout=spec)
+    state = await w.phase(RolloutPhase.HALTED, "r2", within=150)
+    assert CANARY in state.message
+    await asyncio.sleep(3)
+    for prod in (PROD_A, PROD_B):
+        assert await w.values(prod) == {"good"}
+        assert decided(w, prod, "r2") == 0  # never received an intent for it
+        assert "r2" not in await placed_revisions(w.nc, prod, w.bundle)
+    # the same with rollback: the canary goes back to the previous revision
+    spec = RolloutSpec(steps=["env=canary"], bake=2, step_timeout=90, on_failure="rollback")
+    await w.publish("r3", [*w.configmaps("worse"), _invalid(w.ns)], rollout=spec)
+    state = await w.phase(RolloutPhase.ROLLED_BACK, "r3", within=150)
+    assert state.clusters[CANARY].revision == "r1"
+    await until("canary back on r1", lambda: _has(w, CANARY, {"good"}), 90, w.fleet.logs)
+    for prod in (PROD_A, PROD_B):
+        assert "r3" not in await placed_revisions(w.nc, prod, w.bundle)
+
+
+async def test_a_driver_killed_mid_step_finishes_the_rollout_without_repeating_a_step(
+    world: World,
+) -> None:
+    w = world
+    spec = RolloutSpec(steps=["env=canary", "region=eu"], bake=6, step_timeout=180)
+    await w.publish("r1", w.configmaps("k"), rollout=spec)
+
+    async def baking() -> Any:
+        s = await rollout_state(w.nc, w.bundle)
+        return s if s is not None and s.ready_since is not None and s.step == 0 else None
+
+    await until("canary baking", baking, 120, w.fleet.logs)
+    holder = await _driver(w)
+    proc = w.fleet.home.procs[holder]
+    os.kill(proc.pid, signal.SIGKILL)
+    try:
+        await w.phase(RolloutPhase.COMPLETE, "r1", within=180)
+    finally:
+        w.fleet.start_planner(holder)
+    events = w.events.of(w.bundle)
+    assert [e.event for e in events] == ["started", "step", "step", "complete"], events
+    assert [e.seq for e in events] == [0, 1, 2, 3]
+    assert len({e.driver for e in events}) == 2  # the second driver finished it
+
+
+async def _driver(w: World) -> str:
+    kv = await w.js.key_value("driftbus-rollouts")
+    entry = await kv.get("driver")
+    return str(json.loads(entry.value or b"{}")["driver"])
+
+
+def _invalid(ns: str) -> dict[str, Any]:
+    """A Deployment the API server refuses (422): the revision fails where it is applied."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "broken", "namespace": ns},
+        "spec": {
+            "replicas": -1,
+            "selector": {"matchLabels": {"app": "broken"}},
+            "template": {
+                "metadata": {"labels": {"app": "broken"}},
+                "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+            },
+        },
+    }
+
+
+async def _has(w: World, cluster: str, values: set[str]) -> bool:
+    return await w.values(cluster) == values
+
+
+async def _left(w: World, cluster: str) -> bool:
+    s = await rollout_state(w.nc, w.bundle)
+    return s is not None and cluster in s.clusters and s.clusters[cluster].state == "removed"

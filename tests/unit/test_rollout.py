@@ -1,0 +1,269 @@
+"""The rollout rule (services/fleet/rollout.py), tick by tick: docs/fleet.md's state table."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import msgspec
+import pytest
+
+from schemas.fleet import ClusterRollout, Placement, RolloutPhase, RolloutSpec, RolloutState
+from schemas.messages import BundlePhase
+from services.fleet import rollout
+from services.fleet.rollout import Observed, Place, Remove, SpecError, check_steps, step_sets
+
+T0 = dt.datetime(2026, 11, 26, 12, 0, tzinfo=dt.UTC)
+FLEET = {
+    "canary": {"env": "canary"},
+    "prod-a": {"env": "prod"},
+    "prod-b": {"env": "prod"},
+}
+
+
+def at(seconds: float) -> dt.datetime:
+    return T0 + dt.timedelta(seconds=seconds)
+
+
+def begin(
+    spec: RolloutSpec, *, before: RolloutState | None = None, revision: str = "r2"
+) -> RolloutState:
+    state, event = rollout.start(
+        bundle="web",
+        target=Placement(revision=revision),
+        spec=spec,
+        selector="",
+        clusters_named=[],
+        on_leave="prune",
+        tenant="",
+        source_seq=1,
+        now=T0,
+        before=before,
+    )
+    assert event.event == "started"
+    return state
+
+
+def ready_on(state: RolloutState, *clusters: str, phase: BundlePhase = BundlePhase.READY):
+    """The statuses a planner would publish for the placements of ``clusters``."""
+    return {
+        c: Observed(state.clusters[c].revision, phase, state.clusters[c].at, message="m")
+        for c in clusters
+    }
+
+
+def placed(tick: rollout.Tick) -> list[tuple[str, str]]:
+    return [(a.cluster, a.which) for a in tick.actions if isinstance(a, Place)]
+
+
+CANARY = RolloutSpec(steps=["env=canary"], bake=30, step_timeout=600)
+
+
+def test_a_canary_step_places_only_the_canary_then_bakes_then_the_rest() -> None:
+    t = rollout.advance(begin(CANARY), FLEET, {}, at(1))
+    assert placed(t) == [("canary", "target")]
+    # Ready, but the bake has not passed: nothing more
+    t = rollout.advance(t.state, FLEET, ready_on(t.state, "canary"), at(2))
+    assert placed(t) == []
+    assert t.state.ready_since == at(2)
+    t = rollout.advance(t.state, FLEET, ready_on(t.state, "canary"), at(20))
+    assert placed(t) == []
+    assert t.state.step == 0
+    t = rollout.advance(t.state, FLEET, ready_on(t.state, "canary"), at(33))
+    assert t.state.step == 1
+    assert placed(t) == [("prod-a", "target"), ("prod-b", "target")]
+    assert [e.event for e in t.events] == ["step"]
+    obs = ready_on(t.state, "canary", "prod-a", "prod-b")
+    t = rollout.advance(t.state, FLEET, obs, at(40))
+    assert t.state.phase is RolloutPhase.COMPLETE
+    assert [e.event for e in t.events] == ["complete"]
+
+
+def test_a_stale_ready_of_an_earlier_placement_does_not_count() -> None:
+    t = rollout.advance(begin(CANARY), FLEET, {}, at(1))
+    old = {"canary": Observed("r2", BundlePhase.READY, at(-100))}
+    t = rollout.advance(t.state, FLEET, old, at(100))
+    assert t.state.clusters["canary"].state == "assigned"
+    assert t.state.ready_since is None
+
+
+@pytest.mark.parametrize("phase", [BundlePhase.FAILED, BundlePhase.DEGRADED, BundlePhase.CONFLICT])
+def test_a_failing_canary_halts_and_later_steps_never_get_the_revision(phase) -> None:
+    t = rollout.advance(begin(CANARY), FLEET, {}, at(1))
+    t = rollout.advance(t.state, FLEET, ready_on(t.state, "canary", phase=phase), at(2))
+    assert t.state.phase is RolloutPhase.HALTED
+    assert [e.event for e in t.events] == ["halted"]
+    assert t.events[0].clusters == ("canary",)
+    for later in range(3, 2000, 500):
+        t = rollout.advance(t.state, FLEET, ready_on(t.state, "canary"), at(later))
+        assert placed(t) == []
+
+
+def test_forbidden_counts_as_a_failure() -> None:
+    t = rollout.advance(begin(CANARY), FLEET, {}, at(1))
+    e = t.state.clusters["canary"]
+    obs = {"canary": Observed("r2", BundlePhase.RECONCILING, e.at, forbidden=True)}
+    assert rollout.advance(t.state, FLEET, obs, at(2)).state.phase is RolloutPhase.HALTED
+
+
+def test_a_step_not_ready_by_its_timeout_halts() -> None:
+    spec = msgspec.structs.replace(CANARY, step_timeout=60)
+    t = rollout.advance(begin(spec), FLEET, {}, at(1))
+    busy = ready_on(t.state, "canary", phase=BundlePhase.RECONCILING)
+    assert rollout.advance(t.state, FLEET, busy, at(59)).state.phase is RolloutPhase.PROGRESSING
+    t = rollout.advance(t.state, FLEET, busy, at(61))
+    assert t.state.phase is RolloutPhase.HALTED
+    assert "not Ready within 60s" in t.state.message
+
+
+def complete(spec: RolloutSpec, revision: str = "r1") -> RolloutState:
+    """A fleet whose rollout of ``revision`` completed."""
+    state = begin(msgspec.structs.replace(spec, steps=[]), revision=revision)
+    t = rollout.advance(state, FLEET, {}, at(0))
+    t = rollout.advance(t.state, FLEET, ready_on(t.state, *FLEET), at(0))
+    assert t.state.phase is RolloutPhase.COMPLETE
+    return t.state
+
+
+def test_rollback_puts_the_canary_back_on_the_previous_revision() -> None:
+    spec = msgspec.structs.replace(CANARY, on_failure="rollback")
+    state = begin(spec, before=complete(spec))
+    assert state.previous is not None
+    assert state.previous.revision == "r1"
+    t = rollout.advance(state, FLEET, {}, at(1))
+    assert placed(t) == [("canary", "target")]
+    t = rollout.advance(
+        t.state, FLEET, ready_on(t.state, "canary", phase=BundlePhase.FAILED), at(2)
+    )
+    assert t.state.phase is RolloutPhase.ROLLED_BACK
+    assert placed(t) == [("canary", "previous")]
+    assert [e.event for e in t.events] == ["halted", "rolled-back"]
+    assert t.state.clusters["canary"].revision == "r1"
+    assert {c: e.revision for c, e in t.state.clusters.items()} == {
+        "canary": "r1",
+        "prod-a": "r1",
+        "prod-b": "r1",
+    }
+
+
+def test_max_unavailable_bounds_the_clusters_on_their_way() -> None:
+    spec = RolloutSpec(max_unavailable=1)
+    t = rollout.advance(begin(spec), FLEET, {}, at(1))
+    assert placed(t) == [("canary", "target")]
+    t = rollout.advance(t.state, FLEET, {}, at(2))
+    assert placed(t) == []
+    t = rollout.advance(t.state, FLEET, ready_on(t.state, "canary"), at(3))
+    assert placed(t) == [("prod-a", "target")]
+
+
+def test_pause_stops_placements_and_resume_restarts_the_step_clock() -> None:
+    spec = msgspec.structs.replace(CANARY, step_timeout=60)
+    t = rollout.advance(begin(spec), FLEET, {}, at(1))
+    paused = msgspec.structs.replace(t.state, paused=True)
+    t = rollout.advance(paused, FLEET, ready_on(paused, "canary"), at(100))
+    assert t.state.phase is RolloutPhase.PAUSED
+    assert placed(t) == []
+    t = rollout.advance(t.state, FLEET, ready_on(paused, "canary"), at(500))
+    assert t.state.phase is RolloutPhase.PAUSED  # no timeout while paused
+    resumed = msgspec.structs.replace(t.state, paused=False)
+    t = rollout.advance(resumed, FLEET, ready_on(paused, "canary"), at(501))
+    assert t.state.phase is RolloutPhase.PROGRESSING
+    assert t.state.step_started_at == at(501)
+    assert [e.event for e in t.events] == ["resumed"]
+
+
+def test_promote_ends_the_bake_but_not_the_wait_for_ready() -> None:
+    t = rollout.advance(begin(CANARY), FLEET, {}, at(1))
+    promoted = msgspec.structs.replace(t.state, promote=True)
+    t = rollout.advance(promoted, FLEET, {}, at(2))
+    assert t.state.step == 0  # the canary is not Ready yet
+    t = rollout.advance(t.state, FLEET, ready_on(t.state, "canary"), at(3))
+    assert t.state.step == 1
+    assert not t.state.promote
+    assert "promoted" in t.events[0].message
+
+
+def test_a_cluster_labelled_out_is_pruned_or_orphaned() -> None:
+    state = complete(RolloutSpec())
+    fleet = {c: v for c, v in FLEET.items() if c != "prod-b"}
+    t = rollout.advance(state, fleet, {}, at(10))
+    assert [(a.cluster, a.orphan) for a in t.actions if isinstance(a, Remove)] == [
+        ("prod-b", False)
+    ]
+    assert t.state.clusters["prod-b"].state == "removed"
+    orphaning = msgspec.structs.replace(state, on_leave="orphan")
+    t = rollout.advance(orphaning, fleet, {}, at(10))
+    assert [a.orphan for a in t.actions if isinstance(a, Remove)] == [True]
+    # and nothing more on the next tick
+    assert not rollout.advance(t.state, fleet, {}, at(11)).actions
+
+
+def test_a_quiet_cluster_is_still_a_member() -> None:
+    """No status, no heartbeat: only the registry (members) decides membership."""
+    state = complete(RolloutSpec())
+    for later in (60, 3600, 86400):
+        assert not rollout.advance(state, FLEET, {}, at(later)).actions
+
+
+def test_a_cluster_joining_gets_the_revision_in_force() -> None:
+    state = complete(RolloutSpec())
+    grown = {**FLEET, "prod-c": {"env": "prod"}}
+    t = rollout.advance(state, grown, {}, at(10))
+    assert placed(t) == [("prod-c", "target")]
+    assert t.events[0].event == "joined"
+    # during a canary rollout a newcomer outside the canary gets the revision in force
+    t = rollout.advance(begin(CANARY, before=state), grown | {"prod-d": {}}, {}, at(20))
+    assert ("prod-d", "previous") in placed(t)
+
+
+def test_a_refused_substitution_names_the_cluster_and_halts() -> None:
+    t = rollout.advance(begin(CANARY), FLEET, {}, at(1), refusals={"canary": "no label region"})
+    assert placed(t) == []
+    assert t.events[0].event == "refused"
+    t = rollout.advance(t.state, FLEET, {}, at(2), refusals={"canary": "no label region"})
+    assert t.state.phase is RolloutPhase.HALTED
+    assert "no label region" in t.state.message
+
+
+def test_a_republished_revision_of_the_same_name_is_placed_again() -> None:
+    state = begin(RolloutSpec(), before=complete(RolloutSpec()), revision="r1")
+    t = rollout.advance(state, FLEET, {}, at(1))
+    assert len(placed(t)) == 3
+
+
+def test_delete_removes_every_cluster() -> None:
+    t = rollout.delete(complete(RolloutSpec()), at(5), orphan=False)
+    assert sorted(a.cluster for a in t.actions) == sorted(FLEET)
+    assert t.state.phase is RolloutPhase.DELETED
+
+
+def test_excluded_clusters_are_named() -> None:
+    t = rollout.advance(begin(RolloutSpec()), {}, {}, at(1), excluded={"prod-a": "tenant"})
+    assert t.state.excluded == {"prod-a": "tenant"}
+    assert t.events[0].event == "excluded"
+
+
+@pytest.mark.parametrize(
+    ("steps", "sets"),
+    [
+        ([], [{"canary", "prod-a", "prod-b"}]),
+        (["34%"], [{"canary", "prod-a"}, {"canary", "prod-a", "prod-b"}]),
+        (["1%"], [{"canary"}, {"canary", "prod-a", "prod-b"}]),
+        (["env=prod", "100%"], [{"prod-a", "prod-b"}, set(FLEET), set(FLEET)]),
+        (["env=none"], [set(), set(FLEET)]),
+    ],
+)
+def test_step_sets(steps, sets) -> None:
+    assert step_sets(steps, FLEET) == sets
+
+
+@pytest.mark.parametrize("step", ["0%", "101%", "x%", "env in (a"])
+def test_bad_steps_are_refused(step) -> None:
+    with pytest.raises(SpecError, match="rollout step"):
+        check_steps([step])
+
+
+def test_state_survives_the_wire() -> None:
+    t = rollout.advance(begin(CANARY), FLEET, {}, at(1))
+    data = msgspec.json.encode(t.state)
+    assert msgspec.json.decode(data, type=RolloutState) == t.state
+    assert isinstance(t.state.clusters["canary"], ClusterRollout)
