@@ -48,7 +48,7 @@ from schemas.subjects import ObjectKey, family_filter, split_bundle
 from services.common import bus
 from services.common.permissions import UI_INBOX
 from services.common.statuswatch import decode_status
-from services.ui import detail, guard
+from services.ui import detail, fleet, guard
 
 log = logging.getLogger("driftbus.ui")
 T = TypeVar("T")
@@ -367,6 +367,7 @@ class StatusPage:
         app.router.add_get("/api/state", self.api_state)
         app.router.add_get("/api/object", self.api_object)
         app.router.add_get("/api/bundle", self.api_bundle)
+        app.router.add_get("/api/fleet", fleet.handler(self.js, self.page, self.state.bundles))
         app.router.add_get("/events", self.events)
         app.router.add_static("/static/", STATIC)
         return app

@@ -1,0 +1,337 @@
+"""The status page's fleet view (issue 31): a matrix of bundles × clusters coloured by phase,
+and each rollout's progress with its last transitions (its decision records).
+
+- ``cell`` and ``view`` are pure: from the bundle statuses the page already follows
+  (``LiveState.bundles``, every cluster's), the cluster registry and the rollout states, what the
+  page draws. A cell's ``tone`` is its colour: ``ok`` (Ready), ``warn`` (Reconciling,
+  OutOfSync), ``bad`` (Failed, Degraded, Conflict), ``none`` (no status), and for a fleet bundle
+  ``waiting`` (a member a later step reaches) and ``refused`` (excluded by the tenant's limits,
+  or refused by the driver; ``title`` says why).
+- ``FleetReader`` reads the registry and the rollout states when the page asks (``GET
+  /api/fleet``, polled every few seconds), coalescing requests within a second.
+- ``handler`` is that endpoint. Tenancy is the page's (``guard.tenant_of``): a tenant sees its
+  own bundles' rows and rollouts only, as on every other endpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+import orjson
+from aiohttp import web
+from aiohttp.typedefs import Handler
+from nats.js import JetStreamContext
+
+from schemas.fleet import ClusterRecord, ClusterRollout, RolloutPhase, RolloutState
+from schemas.subjects import SubjectError, decode_token, join_bundle, split_bundle
+from services.common import bus
+from services.core.selector import SelectorError
+from services.fleet.registry import members, records
+from services.fleet.rollout import step_sets
+from services.ui import guard
+
+log = logging.getLogger("driftbus.ui")
+ROLLOUT_PREFIX = f"$KV.{bus.ROLLOUTS_BUCKET}.rollout."
+TONES = {
+    "Ready": "ok",
+    "Reconciling": "warn",
+    "OutOfSync": "warn",
+    "Failed": "bad",
+    "Degraded": "bad",
+    "Conflict": "bad",
+}
+"""A bundle phase's colour; any other phase (Deleted, none) is grey."""
+MAX_EVENTS = 10
+"""Transitions shown per rollout, newest first (the state keeps the last 20)."""
+Statuses = Mapping[tuple[str, str], Mapping[str, Any]]
+"""(cluster, bundle) → the bundle status as the page holds it (``LiveState.bundles``)."""
+
+
+def _plain(at: dt.datetime | None) -> str | None:
+    return at.isoformat().replace("+00:00", "Z") if at is not None else None
+
+
+def fleet_of(
+    state: RolloutState, registry: Mapping[str, ClusterRecord]
+) -> dict[str, dict[str, str]]:
+    """The members of a fleet bundle with their labels: the registered clusters its selector
+    (and names) pick, and every cluster the rollout placed it in and has not removed."""
+    try:
+        found = members(registry, state.selector, state.clusters_named)
+    except SelectorError:
+        found = {}
+    for name, entry in state.clusters.items():
+        if entry.state != "removed" and name not in found:
+            found[name] = dict(registry[name].labels) if name in registry else {}
+    return found
+
+
+def _step_of(state: RolloutState, fleet: Mapping[str, Mapping[str, str]]) -> dict[str, int]:
+    """Each member → the first step (0-based) that holds it."""
+    try:
+        sets = step_sets(state.spec.steps, fleet)
+    except SelectorError:
+        return {}
+    first: dict[str, int] = {}
+    for i, held in enumerate(sets):
+        for c in held:
+            first.setdefault(c, i)
+    return first
+
+
+def _status_cell(cluster: str, status: Mapping[str, Any] | None) -> dict[str, Any]:
+    if status is None:
+        return {"cluster": cluster, "label": "", "tone": "none", "title": "no status"}
+    phase = str(status.get("phase", ""))
+    title = f"{phase} at {status.get('revision', '')}"
+    if status.get("message"):
+        title += f": {status['message']}"
+    return {
+        "cluster": cluster,
+        "label": phase,
+        "tone": TONES.get(phase, "none"),
+        "revision": status.get("revision", ""),
+        "title": title,
+    }
+
+
+def cell(
+    cluster: str,
+    status: Mapping[str, Any] | None,
+    state: RolloutState | None = None,
+    *,
+    member: bool = False,
+    first_step: int | None = None,
+) -> dict[str, Any]:
+    """One cell of the matrix: the bundle's phase in ``cluster`` and, for a fleet bundle
+    (``state``), where the cluster stands in its rollout."""
+    out = _status_cell(cluster, status)
+    if state is None:
+        return out
+    steps = len(state.spec.steps) + 1
+    if cluster in state.excluded:
+        reason = state.excluded[cluster]
+        return out | {
+            "label": "Excluded",
+            "tone": "refused",
+            "rollout": "excluded",
+            "title": f"excluded: {reason}",
+        }
+    entry: ClusterRollout | None = state.clusters.get(cluster)
+    if entry is not None and entry.state == "refused":
+        return out | {
+            "label": "Refused",
+            "tone": "refused",
+            "rollout": "refused",
+            "title": f"refused: {entry.message or 'by the rollout driver'}",
+        }
+    if entry is None or entry.state == "removed":
+        if entry is None and member:
+            step = f"step {first_step + 1}/{steps}" if first_step is not None else "a later step"
+            return out | {
+                "label": "Not reached",
+                "tone": "waiting",
+                "rollout": "waiting",
+                "title": f"not reached yet: waits for {step} of {state.target.revision}",
+            }
+        if status is None:
+            out["title"] = "not in the fleet" if entry is None else "left the fleet (removed)"
+        return out | {"rollout": "removed" if entry is not None else "outside"}
+    out["rollout"] = entry.state
+    placed = f"placed {entry.revision} (step {entry.step + 1 if entry.step >= 0 else 'joined'})"
+    if status is None:
+        return out | {"label": "NoStatus", "title": f"{placed}; no status yet"}
+    if entry.message:
+        placed += f": {entry.message}"
+    out["title"] = f"{out['title']} — {placed}"
+    return out
+
+
+def _shown(bundle: str, tenant: str | None) -> bool:
+    return tenant is None or split_bundle(bundle)[0] == tenant
+
+
+def progress(
+    state: RolloutState, registry: Mapping[str, ClusterRecord], now: float
+) -> dict[str, Any]:
+    """One rollout's progress: phase, step k/n and the steps' selectors with their clusters,
+    clusters Ready on the target / in the fleet, the bake left, the last transitions."""
+    fleet = fleet_of(state, registry)
+    try:
+        sets = step_sets(state.spec.steps, fleet)
+    except SelectorError:
+        sets = [set() for _ in state.spec.steps] + [set(fleet)]
+    selectors = [*state.spec.steps, "(the whole fleet)"]
+    ready = sorted(
+        c
+        for c, e in state.clusters.items()
+        if e.state == "ready" and e.revision == state.target.revision
+    )
+    placed = [c for c, e in state.clusters.items() if e.state != "removed"]
+    bake_left = None
+    if state.ready_since is not None and state.phase == RolloutPhase.PROGRESSING:
+        bake_left = round(max(0.0, state.spec.bake - (now - state.ready_since.timestamp())), 1)
+    return {
+        "bundle": state.bundle,
+        "tenant": split_bundle(state.bundle)[0],
+        "revision": state.target.revision,
+        "previous": state.previous.revision if state.previous is not None else None,
+        "phase": str(state.phase),
+        "paused": state.paused,
+        "message": state.message,
+        "step": state.step + 1,
+        "steps": len(selectors),
+        "selectors": [
+            {
+                "step": i + 1,
+                "selector": sel,
+                "clusters": sorted(sets[i]) if i < len(sets) else [],
+                "state": "done" if i < state.step else "current" if i == state.step else "next",
+            }
+            for i, sel in enumerate(selectors)
+        ],
+        "ready": len(ready),
+        "placed": len(placed),
+        "total": len(fleet) - len(set(fleet) & set(state.excluded)),
+        "bake": state.spec.bake,
+        "bake_remaining": bake_left,
+        "step_started_at": _plain(state.step_started_at),
+        "updated_at": _plain(state.updated_at),
+        "excluded": dict(sorted(state.excluded.items())),
+        "events": [
+            {
+                "seq": e.seq,
+                "event": e.event,
+                "revision": e.revision,
+                "phase": str(e.phase),
+                "step": e.step + 1,
+                "clusters": list(e.clusters),
+                "message": e.message,
+                "at": _plain(e.at),
+                "driver": e.driver,
+            }
+            for e in sorted(state.recent, key=lambda e: e.seq, reverse=True)[:MAX_EVENTS]
+        ],
+    }
+
+
+def view(
+    statuses: Statuses,
+    registry: Mapping[str, ClusterRecord],
+    states: Mapping[str, RolloutState],
+    *,
+    tenant: str | None = None,
+    now: float = 0.0,
+) -> dict[str, Any]:
+    """The fleet view (``GET /api/fleet``): ``clusters`` (the columns), ``rows`` (one per
+    bundle: its cells in column order) and ``rollouts``; only ``tenant``'s bundles when given."""
+    states = {b: s for b, s in states.items() if _shown(b, tenant)}
+    bundles = sorted({b for _, b in statuses if _shown(b, tenant)} | set(states))
+    fleets = {b: fleet_of(s, registry) for b, s in states.items()}
+    columns = set(registry)
+    columns |= {c for c, b in statuses if b in bundles}
+    for b, s in states.items():
+        columns |= set(s.clusters) | set(s.excluded) | set(fleets[b])
+    clusters = sorted(columns)
+    rows = []
+    for b in bundles:
+        state = states.get(b)
+        first = _step_of(state, fleets[b]) if state is not None else {}
+        rows.append(
+            {
+                "bundle": b,
+                "tenant": split_bundle(b)[0],
+                "fleet": state is not None,
+                "cells": [
+                    cell(
+                        c,
+                        statuses.get((c, b)),
+                        state,
+                        member=c in fleets.get(b, {}),
+                        first_step=first.get(c),
+                    )
+                    for c in clusters
+                ],
+            }
+        )
+    return {
+        "clusters": [
+            {
+                "name": c,
+                "labels": dict(registry[c].labels) if c in registry else {},
+                "registered": c in registry,
+            }
+            for c in clusters
+        ],
+        "rows": rows,
+        "rollouts": [progress(states[b], registry, now) for b in sorted(states)],
+    }
+
+
+def rollout_bundle(subject: str) -> str | None:
+    """The bundle of a rollouts-bucket entry's subject (None: not a rollout entry)."""
+    tokens = subject.removeprefix(ROLLOUT_PREFIX).split(".")
+    if len(tokens) != 2:
+        return None
+    try:
+        return join_bundle(decode_token(tokens[0]), decode_token(tokens[1]))
+    except SubjectError:
+        return None
+
+
+async def rollout_states(js: JetStreamContext) -> dict[str, RolloutState]:
+    """Every rollout state in the bucket (a snapshot; none if there is no bucket yet)."""
+    out: dict[str, RolloutState] = {}
+    with contextlib.suppress(Exception):  # no bucket yet (no planner made it): no rollouts
+        async with asyncio.timeout(10):
+            async for msg in bus.Follower(js, bus.ROLLOUTS_STREAM, ROLLOUT_PREFIX + ">").snapshot():
+                bundle = rollout_bundle(msg.subject)
+                if bundle is None or (msg.headers or {}).get("KV-Operation") in ("DEL", "PURGE"):
+                    continue
+                try:
+                    out[bundle] = msgspec.json.decode(msg.data, type=RolloutState)
+                except msgspec.DecodeError as exc:
+                    log.warning("fleet view: rollout state of %s unreadable: %s", bundle, exc)
+    return out
+
+
+class FleetReader:
+    """The registry and the rollout states, read when asked and kept for ``max_age`` seconds,
+    so many open pages polling cost one read."""
+
+    def __init__(self, js: JetStreamContext, *, max_age: float = 1.0) -> None:
+        self.js = js
+        self.max_age = max_age
+        self._lock = asyncio.Lock()
+        self._at = -1e9
+        self._last: tuple[dict[str, ClusterRecord], dict[str, RolloutState]] = ({}, {})
+
+    async def read(self) -> tuple[dict[str, ClusterRecord], dict[str, RolloutState]]:
+        async with self._lock:
+            if time.monotonic() - self._at >= self.max_age:
+                self._last = (await records(self.js), await rollout_states(self.js))
+                self._at = time.monotonic()
+            return self._last
+
+
+def handler(js: JetStreamContext, page: guard.PageSettings, statuses: Statuses) -> Handler:
+    """``GET /api/fleet``: ``view`` for the request's tenant."""
+    reader = FleetReader(js)
+
+    async def api_fleet(request: web.Request) -> web.StreamResponse:
+        tenant = guard.tenant_of(request, page)
+        registry, states = await reader.read()
+        doc = view(statuses, registry, states, tenant=tenant, now=time.time())
+        return web.Response(body=orjson.dumps(doc), content_type="application/json")
+
+    return api_fleet
+
+
+__all__ = ["FleetReader", "cell", "handler", "progress", "view"]
