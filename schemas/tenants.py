@@ -2,11 +2,11 @@
 applied with, and the limits on what they may manage.
 
 The wire keys are the user-facing file format (``serviceAccount``, ``clusterScoped``,
-``defaultNamespace``), so the Structs rename to camelCase. The same Structs are what is stored
-on the bus (``services/core/tenancy.py`` dumps and reads them). Keys left out of a file stay out
-of the stored form (``omit_defaults``), and ``namespaces``/``clusterScoped`` are ``UNSET`` when
-not written: "omitted" means something different from any value they can be given, and an empty
-``namespaces:`` (null) is refused rather than read as "any namespace".
+``defaultNamespace``, ``clusterSelector``), so the Structs rename to camelCase. The same Structs
+are what is stored on the bus (``services/core/tenancy.py`` dumps and reads them). Keys left out
+of a file stay out of the stored form (``omit_defaults``), and ``namespaces``/``clusterScoped``
+are ``UNSET`` when not written: "omitted" means something different from any value they can be
+given, and an empty ``namespaces:`` (null) is refused rather than read as "any namespace".
 """
 
 from __future__ import annotations
@@ -62,6 +62,9 @@ class Tenant(
     kinds: KindRules = KindRules()
     clusters: tuple[Glob, ...] = ("*",)
     """Clusters it may publish to (globs)."""
+    cluster_selector: str = ""
+    """Clusters it may publish to, by their registry labels (a kubectl label selector); both
+    this and ``clusters`` must admit a cluster. "" admits every cluster ``clusters`` does."""
 
 
 class TenantPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):

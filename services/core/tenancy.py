@@ -2,10 +2,11 @@
 
 A bundle's full name says whose it is (``team-a/web``; a plain ``web`` is the platform team's).
 Everything here is a pure decision on the policy and names: whether a bundle may be taken at
-all (:func:`bundle_refusal`), which of its objects fall outside the tenant's limits
-(:func:`object_refusals`), and whose identity its requests carry (:func:`impersonation`). The
-limits are a first fence that names the rule broken before anything is written; what the API
-server enforces is the impersonated ServiceAccount's RBAC.
+all (:func:`bundle_refusal`; the clusters a tenant may use are ``tenant_clusters``'), which of
+its objects fall outside the tenant's limits (:func:`object_refusals`), and whose identity its
+requests carry (:func:`impersonation`). The limits are a first fence that names the rule broken
+before anything is written; what the API server enforces is the impersonated ServiceAccount's
+RBAC.
 
 Errors in a tenants file name the file and, when it can be found, the line of the offending
 tenant or key.
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any, Final
@@ -34,6 +35,7 @@ from schemas.tenants import (
     TenantPolicy,
 )
 from services.core import kyaml
+from services.core.tenant_clusters import cluster_problem, selector_problem
 
 Path = tuple[str | int, ...]
 """Where in the file: keys and list indexes, from the document's root."""
@@ -186,8 +188,11 @@ def may_manage_cluster_scoped(tenant: Tenant) -> bool:
     return isinstance(tenant.namespaces, msgspec.UnsetType)
 
 
-def bundle_refusal(policy: TenantPolicy, bundle: str, cluster: str) -> str | None:
-    """Why ``bundle`` may not be taken for ``cluster`` at all, or None if it may."""
+def bundle_refusal(
+    policy: TenantPolicy, bundle: str, cluster: str, labels: Mapping[str, str] | None = None
+) -> str | None:
+    """Why ``bundle`` may not be taken for ``cluster`` at all, or None if it may. The tenant's
+    ``clusterSelector`` is checked only against the cluster's registry ``labels`` given."""
     name = tenant_of(bundle)
     if not name:
         if policy.lockdown:
@@ -199,10 +204,7 @@ def bundle_refusal(policy: TenantPolicy, bundle: str, cluster: str) -> str | Non
     tenant = policy.tenants.get(name)
     if tenant is None:
         return _undefined(name)
-    if not _any_match(cluster, tenant.clusters):
-        clusters = _list(tenant.clusters)
-        return f'tenant {name} may not publish to cluster "{cluster}" (its clusters: {clusters})'
-    return None
+    return cluster_problem(name, tenant, cluster, labels)
 
 
 def object_refusals(
@@ -290,6 +292,8 @@ def _tenant_problem(tenant: Tenant) -> tuple[Path, str] | None:
         why = _glob_problem(pattern, None, "a cluster name")
         if why:
             return ("clusters", i), f"clusters[{i}] {pattern!r}: {why}"
+    if why := selector_problem(tenant.cluster_selector):
+        return ("clusterSelector",), f"clusterSelector: {why}"
     return None
 
 

@@ -109,6 +109,28 @@ P = pytest.param
             policy(t=sa("t/d", namespaces=())),
             id="empty-namespaces-allows-none",
         ),
+        P(
+            "tenants:\n  t:\n    serviceAccount: t/d\n    clusterSelector: env=dev\n",
+            policy(t=sa("t/d", cluster_selector="env=dev")),
+            id="cluster-selector",
+        ),
+        P(
+            "tenants:\n  t:\n    serviceAccount: t/d\n    clusters: [eu-*]\n"
+            "    clusterSelector: 'env in (dev, staging), !frozen, tier!=db'\n",
+            policy(
+                t=sa(
+                    "t/d",
+                    clusters=("eu-*",),
+                    cluster_selector="env in (dev, staging), !frozen, tier!=db",
+                )
+            ),
+            id="cluster-selector-with-set-existence-and-inequality-and-cluster-globs",
+        ),
+        P(
+            "tenants:\n  t:\n    serviceAccount: t/d\n    clusterSelector: ''\n",
+            policy(t=sa("t/d")),
+            id="empty-cluster-selector-admits-every-cluster-of-clusters",
+        ),
     ],
 )
 def test_load_accepts(text: str, want: TenantPolicy) -> None:
@@ -285,6 +307,36 @@ NS = "tenants:\n  team-a:\n"
             T + "    clusters: ['prod *']\n",
             "t.yaml:4: tenant team-a: clusters[0] 'prod *': contains white space",
             id="cluster-glob-with-space",
+        ),
+        P(
+            T + "    clusterSelector: 'env in (dev'\n",
+            't.yaml:4: tenant team-a: clusterSelector: selector "env in (dev": missing ")"',
+            id="cluster-selector-unbalanced",
+        ),
+        P(
+            T + "    clusterSelector: env dev\n",
+            't.yaml:4: tenant team-a: clusterSelector: selector "env dev": expected one of',
+            id="cluster-selector-without-operator",
+        ),
+        P(
+            T + "    clusterSelector: env>1\n",
+            't.yaml:4: tenant team-a: clusterSelector: selector "env>1"',
+            id="cluster-selector-integer-operator",
+        ),
+        P(
+            T + "    clusterSelector: yes\n",
+            "t.yaml:4: tenant team-a: clusterSelector: Expected `str`, got `bool` (YAML reads",
+            id="cluster-selector-yes-is-a-boolean",
+        ),
+        P(
+            T + "    clusterSelector:\n",
+            "t.yaml:4: tenant team-a: clusterSelector: empty (null)",
+            id="cluster-selector-null",
+        ),
+        P(
+            T + "    cluster_selector: env=dev\n",
+            "t.yaml:4: tenant team-a: unknown key 'cluster_selector'",
+            id="cluster-selector-snake-case",
         ),
         P(
             T + "    clusterScoped: 'no'\n",
@@ -636,8 +688,18 @@ def test_an_empty_stored_value_is_the_empty_policy() -> None:
             b'"defaultNamespace": "b"}}}',
             "stored tenant policy: tenant a: defaultNamespace 'b' is not in its namespaces",
         ),
+        (
+            b'{"tenants": {"a": {"serviceAccount": "a/b", "clusterSelector": "env in (x"}}}',
+            'stored tenant policy: tenant a: clusterSelector: selector "env in \\(x": missing',
+        ),
     ],
-    ids=["not-json", "bad-tenant-name", "unknown-key", "default-namespace-outside"],
+    ids=[
+        "not-json",
+        "bad-tenant-name",
+        "unknown-key",
+        "default-namespace-outside",
+        "cluster-selector-unreadable",
+    ],
 )
 def test_decode_stored_refuses(data: bytes, error: str) -> None:
     with pytest.raises(PolicyError, match="^" + error):
@@ -667,8 +729,19 @@ def test_the_documented_example_is_what_the_tests_read() -> None:
         ("tenants: {t: {serviceAccount: d}}", False),
         ("tenants: {t: {serviceAccount: t/d, namespace: t}}", False),
         ("tenants: {t: {serviceAccount: t/d, kinds: {allow: [ConfigMap]}}}", False),
+        ("tenants: {t: {serviceAccount: t/d, clusterSelector: env=dev}}", True),
+        ("tenants: {t: {serviceAccount: t/d, clusterSelector: [env=dev]}}", False),
     ],
-    ids=["example", "small", "bad-name", "bad-service-account", "unknown-key", "bad-kind"],
+    ids=[
+        "example",
+        "small",
+        "bad-name",
+        "bad-service-account",
+        "unknown-key",
+        "bad-kind",
+        "cluster-selector",
+        "cluster-selector-as-a-list",
+    ],
 )
 def test_the_json_schema_agrees(doc: str, valid: bool) -> None:
     schema = orjson.loads((ROOT / "schemas" / "json" / "tenants.schema.json").read_bytes())

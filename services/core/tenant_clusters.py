@@ -1,0 +1,78 @@
+"""Which clusters a tenant may use (docs/tenancy.md): its ``clusters`` globs and its
+``clusterSelector`` over the labels of the cluster registry; both must admit a cluster.
+
+``cluster_refusal`` is the whole rule for one tenant and one cluster, the tenant policy's other
+bundle-wide rules included (an undefined tenant, platform bundles under lockdown): the rollout
+driver asks it of every cluster a fleet bundle names, and names the clusters refused in the
+rollout's status rather than leaving them out silently. ``tenancy.bundle_refusal`` asks
+``cluster_problem`` of each bundle the planner takes, with the cluster's labels when its caller
+has them. Pure: the registry is read by the caller.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from fnmatch import fnmatchcase
+
+from schemas.tenants import Tenant, TenantPolicy
+from services.core.selector import Selector, SelectorError, parse_selector
+
+
+def cluster_refusal(
+    policy: TenantPolicy, tenant: str, cluster: str, labels: Mapping[str, str]
+) -> str | None:
+    """Why the bundles of ``tenant`` ("": the platform's) may not be placed in ``cluster``,
+    whose registry labels are ``labels`` (one line naming both), or None if they may."""
+    if not tenant:
+        if policy.lockdown:
+            return (
+                f'bundles of no tenant may not publish to cluster "{cluster}": the tenant policy '
+                "is in lockdown (name the bundle TENANT/NAME)"
+            )
+        return None
+    rules = policy.tenants.get(tenant)
+    if rules is None:
+        return (
+            f'tenant "{tenant}" may not publish to cluster "{cluster}": it is not defined in the '
+            "tenant policy"
+        )
+    return cluster_problem(tenant, rules, cluster, labels)
+
+
+def cluster_problem(
+    name: str, tenant: Tenant, cluster: str, labels: Mapping[str, str] | None
+) -> str | None:
+    """Why tenant ``name`` (its rules ``tenant``) may not publish to ``cluster``, or None.
+    ``labels`` None: not known to the caller, so only the ``clusters`` globs are checked."""
+    if not any(fnmatchcase(cluster, p) for p in tenant.clusters):
+        clusters = f"[{', '.join(tenant.clusters)}]"
+        return f'tenant {name} may not publish to cluster "{cluster}" (its clusters: {clusters})'
+    text = tenant.cluster_selector
+    if not text or labels is None:
+        return None
+    try:
+        selector = _parsed(text)
+    except SelectorError as exc:  # a policy checked on reading never has one; fail closed
+        return f'tenant {name} may not publish to cluster "{cluster}" ({exc})'
+    if selector.matches(labels):
+        return None
+    return (
+        f'tenant {name} may not publish to cluster "{cluster}" (its labels do not match its '
+        f'clusterSelector "{text}")'
+    )
+
+
+def selector_problem(text: str) -> str:
+    """Why a tenant's ``clusterSelector`` cannot be read ("" if it can)."""
+    try:
+        _parsed(text)
+    except SelectorError as exc:
+        return str(exc)
+    return ""
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(text: str) -> Selector:
+    """A tenant's selector, parsed once: the driver asks of every cluster of every fleet."""
+    return parse_selector(text)
