@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -289,8 +287,7 @@ async def test_a_driver_killed_mid_step_finishes_the_rollout_without_repeating_a
 
     await until("canary baking", baking, 120, w.fleet.logs)
     holder = await _driver(w)
-    proc = w.fleet.home.procs[holder]
-    os.kill(proc.pid, signal.SIGKILL)
+    w.fleet.home.kill(holder)  # SIGKILL
     try:
         await w.phase(RolloutPhase.COMPLETE, "r1", within=180)
     finally:
