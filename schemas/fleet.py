@@ -247,10 +247,14 @@ class FleetRow(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     phase: str
     """The bundle's phase there (``BundlePhase``), ``Refused``, or ``NoStatus``."""
     revision: str
+    """The revision the driver placed there ("" while it waits for its step)."""
     rollout: str
     """How the cluster stands in the rollout (``ClusterStep``), or ``waiting`` for a later step."""
     step: int
+    """The step (index from 0) that placed it, or that will; -1: joined outside the steps."""
     message: str = ""
+    reported_revision: str = ""
+    """The revision of the cluster's last bundle status ("" none)."""
 
 
 class FleetStatus(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -258,11 +262,29 @@ class FleetStatus(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     bundle: str
     revision: str
+    """The revision being rolled out (the target)."""
     phase: RolloutPhase
     step: int
+    """The current step, an index from 0 (``steps - 1`` is the implicit whole-fleet step)."""
     steps: int
     ready: int
+    """Clusters Ready on ``revision``."""
     total: int
+    """Clusters of the fleet (removed ones not counted)."""
     clusters: list[FleetRow]
     excluded: dict[str, str] = {}
+    """Clusters the selector names that the bundle may not reach, and why."""
     message: str = ""
+    previous: str = ""
+    """The revision in force before ``revision`` (what a rollback puts back)."""
+    paused: bool = False
+    promote: bool = False
+    """``rollout promote`` asked, not yet acted on (the step is not Ready yet)."""
+    updated_at: dt.datetime | None = None
+
+
+class RolloutHistory(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """``driftbus rollout history B -o json``: every transition on the bus, oldest first."""
+
+    bundle: str
+    events: list[RolloutEvent]

@@ -24,6 +24,7 @@ from schemas.cli import (
     VersionDocument,
     WhyRow,
 )
+from schemas.fleet import ClusterList, FleetStatus, RolloutHistory
 from schemas.messages import MESSAGE_TYPES
 from schemas.tenants import TenantPolicy
 
@@ -38,6 +39,9 @@ CLI_TYPES: dict[str, Any] = {
     "cli-plan": PlanDocument,
     "cli-version": VersionDocument,
     "cli-up": UpInfo,
+    "cli-clusters": ClusterList,
+    "cli-rollout-status": FleetStatus,
+    "cli-rollout-history": RolloutHistory,
 }
 """What ``-o json`` of a command prints, by schema name."""
 

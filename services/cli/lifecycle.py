@@ -77,15 +77,18 @@ def table_row(st: BundleStatus, now: dt.datetime) -> dict[str, Any]:
 def cmd_bundles(args: argparse.Namespace) -> int:
     from services.cli import output, table, user
 
-    async def run() -> list[BundleStatus]:
+    async def run() -> tuple[list[BundleStatus], list[dict[str, Any]]]:
         nc = await user.connect(args)
         try:
-            return await user.bundle_statuses(nc.jetstream(), args.cluster, tenant=args.tenant)
+            js = nc.jetstream()
+            statuses = await user.bundle_statuses(js, args.cluster, tenant=args.tenant)
+            fleets = await fleet_rows(js, args.tenant, args.all) if args.output == "table" else []
+            return statuses, fleets
         finally:
             await nc.drain()
 
     try:
-        statuses = asyncio.run(run())
+        statuses, fleets = asyncio.run(run())
     except Exception as exc:  # noqa: BLE001 - the bus refused or is away: one line
         return table.fail("bundles", exc)
     now = dt.datetime.now(dt.UTC)
@@ -95,7 +98,56 @@ def cmd_bundles(args: argparse.Namespace) -> int:
     else:
         columns = ["bundle", "phase", "revision", "age", "ready", "notes"]
         table.emit([table_row(s, now) for s in shown], columns, "table")
+        if fleets:  # the fleet bundles, after the cluster's (its table is unchanged)
+            print("\nfleet bundles (driftbus rollout status BUNDLE):")
+            table.emit(fleets, ["bundle", "phase", "revision", "step", "clusters"], "table")
     return 0
+
+
+def fleet_row(state: Any) -> dict[str, Any]:
+    """A fleet bundle in ``bundles``: its rollout's phase and step, clusters Ready/total."""
+    on = state.target.revision
+    ready = sum(
+        1
+        for e in state.clusters.values()
+        if e.state == "ready" and e.revision == on and e.seq >= state.first_seq
+    )
+    total = sum(1 for e in state.clusters.values() if e.state != "removed")
+    return {
+        "bundle": state.bundle,
+        "phase": str(state.phase),
+        "revision": on[:24],
+        "step": f"{state.step + 1}/{len(state.spec.steps) + 1}",
+        "clusters": f"{ready}/{total} Ready",
+    }
+
+
+async def fleet_rows(js: Any, tenant: str | None, everything: bool) -> list[dict[str, Any]]:
+    """Every fleet bundle's row (of ``tenant``'s only, when given); deleted ones only with
+    ``everything``. Nothing when the bus has no rollouts, or they may not be listed."""
+    import contextlib
+
+    import msgspec
+
+    from schemas.fleet import RolloutPhase, RolloutState
+    from services.common import bus
+
+    rows = []
+    with contextlib.suppress(Exception):  # no bucket, no keys, not permitted: no fleet rows
+        kv = await js.key_value(bus.ROLLOUTS_BUCKET)
+        for key in sorted(await kv.keys()):
+            if not key.startswith("rollout."):
+                continue
+            entry = await kv.get(key)
+            try:
+                state = msgspec.json.decode(entry.value or b"", type=RolloutState)
+            except msgspec.DecodeError:
+                continue
+            if tenant is not None and state.tenant != tenant:
+                continue
+            if everything or state.phase is not RolloutPhase.DELETED:
+                rows.append(fleet_row(state))
+    return rows
 
 
 async def _watch(nc: Any, args: argparse.Namespace, ends: frozenset[Any]) -> Any:

@@ -11,7 +11,12 @@ Subcommands so far:
   ``--wait`` the exit code says how it ended: 0 Ready; 1 Failed, Degraded or Conflict; 2 no
   end within ``--timeout`` (still Reconciling or OutOfSync, or no status at all).
 * ``driftbus status --cluster C [--bundle B] [-o json] [-f]`` — current state of bundles/objects,
-  then (``-f``) every change: bundle summaries, and with ``--bundle`` its objects too.
+  then (``-f``) every change: bundle summaries, and with ``--bundle`` its objects too. A fleet
+  bundle with no ``--cluster``: a row per cluster and the rollout's summary.
+* ``driftbus clusters [-o json]``, ``clusters label NAME KEY=VALUE… KEY-``, ``clusters remove
+  NAME`` — the cluster registry and who serves each cluster (``services/cli/clusters.py``).
+* ``driftbus rollout status|pause|resume|promote|undo|history BUNDLE`` — a fleet bundle's
+  rollout, seen and steered (``services/cli/rollout.py``).
 * ``driftbus why KIND/NAMESPACE/NAME --cluster C`` — the decision history of one object.
 * ``driftbus shards`` — planner replicas and which one plans which cluster.
 * ``driftbus bundles|delete bundle|suspend|resume|rollback`` — a bundle's life after its
@@ -31,9 +36,11 @@ import argparse
 import sys
 
 from services.cli import (
+    clusters,
     lifecycle,
     plan_cmd,
     publish,
+    rollout,
     run,
     security,
     status,
@@ -56,6 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     plan_cmd.add_parser(sub)
     status.add_parser(sub)  # status, why, shards
     lifecycle.add_parser(sub)  # bundles, delete, suspend, resume, rollback
+    clusters.add_parser(sub)
+    rollout.add_parser(sub)
     tenants.add_parser(sub)
     security.add_parser(sub)  # nats-config, dev-certs
     tools.add_parser(sub)  # ui, assets
@@ -70,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         fleet = getattr(args, "selector", None) is not None  # a fleet publish names no cluster
+        # status --bundle of a fleet bundle names no cluster either: status decides, once it
+        # knows whether the bundle has a rollout (status.cmd_status)
+        fleet = fleet or (args.command == "status" and bool(args.bundle) and not args.follow)
         if getattr(args, "cluster_from_context", False) and args.cluster is None and not fleet:
             args.cluster = context.cluster(None)
             if args.cluster is None:

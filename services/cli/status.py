@@ -29,6 +29,17 @@ def cmd_status(args: argparse.Namespace) -> int:
     link = follow.BusLink(args.reconnect_for)
 
     async def run() -> int:
+        if args.cluster is None:  # only with --bundle (main): a fleet bundle, or the context's
+            if await _fleet_status(args):
+                return 0
+            args.cluster = context.cluster(None)
+            if args.cluster is None:
+                print(
+                    f"driftbus status: --cluster is required ({args.bundle} has no rollout, "
+                    "and no driftbus up is running)",
+                    file=sys.stderr,
+                )
+                return 2
         if args.follow:
             # told to stop (Ctrl-C, SIGTERM) at any moment from now on, not only once following
             loop = asyncio.get_running_loop()
@@ -143,6 +154,20 @@ def cmd_status(args: argparse.Namespace) -> int:
         return asyncio.run(run())
     except Exception as exc:  # noqa: BLE001 - the bus refused or is away: one line, no trace
         return table.fail("status", exc)
+
+
+async def _fleet_status(args: argparse.Namespace) -> bool:
+    """Print the fleet view of ``args.bundle`` if it is a fleet bundle (it has a rollout)."""
+    from services.cli import rollout, user
+
+    nc = await user.connect(args)
+    try:
+        fs = await rollout.load_fleet_status(nc.jetstream(), args.bundle)
+    finally:
+        await nc.drain()
+    if fs is not None:
+        rollout.print_status(fs, args.output)
+    return fs is not None
 
 
 def msgspec_to_builtins(value: object) -> Any:
@@ -274,12 +299,16 @@ def cmd_shards(args: argparse.Namespace) -> int:
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     st = sub.add_parser("status", help="current state of bundles (and objects with --bundle)")
-    context.add_cluster_arg(st, "the cluster whose bundles to show")
+    context.add_cluster_arg(
+        st, "the cluster whose bundles to show; none with --bundle of a fleet bundle: every cluster"
+    )
     st.add_argument("--bundle", help="one bundle (TENANT/NAME for a tenant's), with its objects")
     st.add_argument(
         "--tenant", help="only this tenant's bundles ('' for the platform team's, no tenant)"
     )
-    output.add_output_arg(st, "cli-bundles (cli-status-bundle with --bundle)")
+    output.add_output_arg(
+        st, "cli-bundles (cli-status-bundle with --bundle, cli-rollout-status for a fleet bundle)"
+    )
     st.add_argument(
         "--reconnect-for",
         type=float,

@@ -117,3 +117,21 @@ async def fleet_revisions(js: JetStreamContext, bundle: str) -> list[FleetBundle
 
 def with_rollback_of(fb: FleetBundle, of: str) -> FleetBundle:
     return msgspec.structs.replace(fb, rollback_of=of)
+
+
+async def republish(js: JetStreamContext, fb: FleetBundle, rollback_of: str) -> FleetBundle:
+    """Publish ``fb`` again as a new message (``driftbus rollout undo``): the same manifests
+    (its ``manifests_ref``, not stored again) and rollout spec, a fresh ``published_at`` and
+    ``rollback_of`` naming the revision it replaces; the message sent. The driver rolls it out
+    like any revision."""
+    if fb.delete or fb.manifests_ref is None:
+        raise FleetError(f"{fb.bundle}@{fb.revision} is a deletion; it cannot be put back")
+    msg = msgspec.structs.replace(fb, rollback_of=rollback_of, published_at=dt.datetime.now(dt.UTC))
+    await js.publish(
+        fleet_subject(fb.bundle),
+        encode(msg),
+        headers=telemetry.inject(
+            {"Nats-Msg-Id": f"fleet/{fb.bundle}@{fb.revision}/undo/{time.time_ns()}"}
+        ),
+    )
+    return msg
