@@ -22,7 +22,7 @@ import datetime as dt
 import logging
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 from nats.js import JetStreamContext
@@ -30,7 +30,7 @@ from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
 from schemas.bundle import Bundle
 from schemas.codec import WireError, decode, encode
-from schemas.fleet import FleetBundle, Placement, RolloutEvent, RolloutState
+from schemas.fleet import FleetBundle, Placement, RolloutEvent, RolloutPhase, RolloutState
 from schemas.subjects import (
     ROLLOUT_DRIVER_KEY,
     bundle_subject,
@@ -40,16 +40,9 @@ from schemas.subjects import (
 )
 from services.common import bus
 from services.common.bundles import BundleError, load_manifests, publish_bundle
+from services.common.bus.streams import PUBLISH_RETRIED
 from services.core.selector import SelectorError
-
-try:  # TEMPORARY until the tenant module lands
-    from services.core.tenant_clusters import cluster_refusal
-except ImportError:  # pragma: no cover
-
-    def cluster_refusal(policy: Any, tenant: str, cluster: str, labels: Any) -> str | None:
-        return None
-
-
+from services.core.tenant_clusters import cluster_refusal
 from services.fleet import rollout, substitute
 from services.fleet.registry import members
 from services.fleet.rollout import Place, Remove, Tick
@@ -134,7 +127,7 @@ class Driver:
                         await kv.update(ROLLOUT_DRIVER_KEY, value, last=entry.revision)
                         self._lease_until = started + self.lease_timeout - self.lease_interval
                     elif entry.revision != seen_rev:
-                        seen_rev, seen_at = entry.revision, started
+                        seen_rev, seen_at = int(entry.revision or 0), started
                     elif started - seen_at > self.lease_timeout:
                         await kv.update(ROLLOUT_DRIVER_KEY, value, last=entry.revision)
                         self._took(started, f"driver {holder} silent {started - seen_at:.0f}s")
@@ -190,7 +183,7 @@ class Driver:
             )
             t = await self._advance(state, now)
             return Tick(t.state, t.actions, (started, *t.events))
-        if state.phase is rollout.RolloutPhase.DELETED:
+        if state.phase is RolloutPhase.DELETED:
             return None
         t = await self._advance(state, now)
         return t if (t.changed or t.state != state) else None
@@ -250,7 +243,7 @@ class Driver:
         except KeyWrongLastSequenceError:
             entry = await kv.get(rollout_key(bundle))
             self.views.states[bundle] = Stored(
-                entry.revision, msgspec.json.decode(entry.value or b"", type=RolloutState)
+                int(entry.revision or 0), msgspec.json.decode(entry.value or b"", type=RolloutState)
             )
             self.wake.set()
             return False
@@ -265,8 +258,13 @@ class Driver:
                 await self._perform(state, action)
             for event in self._pending_events:
                 await self._record(event)
-        except (BundleError, bus.BusError, *bus.streams.PUBLISH_RETRIED) as exc:
+        except (BundleError, bus.BusError) as exc:
             log.error("rollout of %s: %s; completed on the next tick", bundle, exc)
+            self._recovered = False
+        except PUBLISH_RETRIED as exc:
+            log.error(
+                "rollout of %s: the bus is away (%r); completed on the next tick", bundle, exc
+            )
             self._recovered = False
 
     async def _perform(self, state: RolloutState, action: Place | Remove) -> None:
@@ -354,7 +352,9 @@ class Driver:
                 if await self._carries(cluster, bundle, entry.revision, entry.at, entry.state):
                     continue
                 log.info("rollout of %s: placing in %s what the state says", bundle, cluster)
-                which = "target" if entry.revision == state.target.revision else "previous"
+                which: Literal["target", "previous"] = (
+                    "target" if entry.revision == state.target.revision else "previous"
+                )
                 action: Place | Remove = (
                     Remove(cluster, entry.message == "orphaned", entry.seq, entry.at)
                     if entry.state == "removed"

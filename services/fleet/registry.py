@@ -50,17 +50,14 @@ def members(
     }
 
 
-async def _bucket(js: JetStreamContext, *, create: bool = False) -> object:
+async def _bucket(js: JetStreamContext) -> object:
     try:
         return await js.key_value(bus.CLUSTERS_BUCKET)
     except BucketNotFoundError:
-        if not create:
-            raise RegistryError(
-                f"the cluster registry ({bus.CLUSTERS_BUCKET}) does not exist yet: the planner "
-                "creates it"
-            ) from None
-        await bus.ensure_fleet_buckets(js)
-        return await js.key_value(bus.CLUSTERS_BUCKET)
+        raise RegistryError(
+            f"the cluster registry ({bus.CLUSTERS_BUCKET}) does not exist yet: the planner "
+            "creates it"
+        ) from None
 
 
 async def register(
@@ -72,7 +69,7 @@ async def register(
     by: str,
 ) -> ClusterRecord:
     """Register ``cluster`` unless it is (then only its Kubernetes version is updated)."""
-    kv = await _bucket(js, create=True)
+    kv = await _bucket(js)  # the planner makes it (a watcher may not)
     key = cluster_registry_key(cluster)
     now = dt.datetime.now(dt.UTC)
     for _ in range(_RETRIES):

@@ -185,7 +185,7 @@ def advance(
     and their labels; ``observed``: each cluster's last status of the bundle; ``refusals``:
     clusters the target cannot be placed in (a substitution names a label they lack), with the
     reason; ``excluded``: clusters the selector names that the tenant may not use."""
-    t = _Tick(state, now)
+    t = _Tick(state, now, frozenset(excluded or ()))
     if excluded is not None and dict(excluded) != state.excluded:
         t.state = msgspec.structs.replace(t.state, excluded=dict(excluded))
         if excluded:
@@ -221,9 +221,14 @@ def delete(state: RolloutState, now: dt.datetime, *, orphan: bool) -> Tick:
 class _Tick:
     """The state being changed in one tick, and what the tick asks for."""
 
-    def __init__(self, state: RolloutState, now: dt.datetime) -> None:
+    def __init__(
+        self, state: RolloutState, now: dt.datetime, excluded: frozenset[str] = frozenset()
+    ) -> None:
         self.state = state
         self.now = now
+        self.excluded = excluded
+        """Clusters the tenant may no longer use: what is there stays (a policy change never
+        prunes), nothing new is placed."""
         self.actions: list[Action] = []
         self.events: list[Event] = []
 
@@ -277,7 +282,9 @@ class _Tick:
         """A cluster that left the fleet (labels, removal) gets the bundle deleted. Quiet
         clusters have not left: only ``members`` (the registry) decides."""
         gone = sorted(
-            c for c, e in self.state.clusters.items() if c not in members and e.state != "removed"
+            c
+            for c, e in self.state.clusters.items()
+            if c not in members and c not in self.excluded and e.state != "removed"
         )
         for cluster in gone:
             self.remove(cluster, orphan=self.state.on_leave == "orphan")

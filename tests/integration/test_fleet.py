@@ -16,8 +16,10 @@ from nats.aio.client import Client as NATS
 
 from schemas.fleet import RolloutPhase, RolloutSpec
 from schemas.messages import BundleOptions
+from services.common import policy
 from services.common.kube import KubeClient
 from services.controlplane import servers
+from services.core import tenancy
 from services.fleet import registry
 from services.fleet.publish import publish_fleet
 
@@ -31,6 +33,7 @@ from .fleet_site import (
     rollout_state,
     until,
 )
+from .test_tenancy import SA, team, tenant_namespace
 
 pytestmark = [pytest.mark.scale, pytest.mark.timeout(600)]
 CANARY, PROD_A, PROD_B = "fleet-canary", "fleet-prod-a", "fleet-prod-b"
@@ -296,6 +299,39 @@ async def test_a_driver_killed_mid_step_finishes_the_rollout_without_repeating_a
     assert [e.event for e in events] == ["started", "step", "step", "complete"], events
     assert [e.seq for e in events] == [0, 1, 2, 3]
     assert len({e.driver for e in events}) == 2  # the second driver finished it
+
+
+async def test_a_tenants_fleet_publish_reaches_only_the_clusters_it_may_use(
+    world: World,
+) -> None:
+    """The tenant may use clusters labelled env=prod; its fleet publish names every cluster:
+    the canary is left out and named, the prod clusters are written as its ServiceAccount."""
+    w = world
+    tenant = unique_name("t")
+    w.bundle = f"{tenant}/web"
+    for site in w.fleet.sites.values():
+        assert site.kube is not None
+        await tenant_namespace(site.kube, w.ns, ["configmaps"])
+    text = f"tenants:{team(tenant, w.ns)}    clusterSelector: env=prod\n"
+    await policy.put_policy(w.js, tenancy.load_policy(text, "tenants.yaml"))
+    try:
+        await w.publish("r1", w.configmaps("mine"))
+        state = await w.phase(RolloutPhase.COMPLETE, "r1")
+        assert list(state.excluded) == [CANARY]
+        assert "env=prod" in state.excluded[CANARY]
+        assert any(e.event == "excluded" for e in w.events.of(w.bundle))
+        for prod in (PROD_A, PROD_B):
+            await until(f"{prod} written", lambda c=prod: _has(w, c, {"mine"}), 60, w.fleet.logs)
+            identities = {
+                r.identity
+                for r in w.fleet.sites[prod].decisions.records
+                if r.bundle == w.bundle and r.action == "apply"
+            }
+            assert identities == {f"system:serviceaccount:{w.ns}:{SA}"}
+        assert await w.values(CANARY) == set()
+        assert await placed_revisions(w.nc, CANARY, w.bundle) == []
+    finally:
+        await policy.put_policy(w.js, tenancy.load_policy("tenants: {}", "tenants.yaml"))
 
 
 async def _driver(w: World) -> str:

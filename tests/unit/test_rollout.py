@@ -267,3 +267,16 @@ def test_state_survives_the_wire() -> None:
     data = msgspec.json.encode(t.state)
     assert msgspec.json.decode(data, type=RolloutState) == t.state
     assert isinstance(t.state.clusters["canary"], ClusterRollout)
+
+
+def test_a_cluster_the_tenant_may_no_longer_use_keeps_what_it_has() -> None:
+    """A policy change never prunes: the excluded cluster is neither removed nor updated."""
+    state = complete(RolloutSpec())
+    fleet = {c: v for c, v in FLEET.items() if c != "prod-b"}
+    t = rollout.advance(state, fleet, {}, at(10), excluded={"prod-b": "not allowed"})
+    assert not t.actions
+    assert t.state.clusters["prod-b"].state == "ready"
+    t = rollout.advance(
+        begin(RolloutSpec(), before=t.state), fleet, {}, at(11), excluded={"prod-b": "not allowed"}
+    )
+    assert sorted(a.cluster for a in t.actions) == ["canary", "prod-a"]
