@@ -192,7 +192,7 @@ def progress(
             {
                 "step": i + 1,
                 "selector": sel,
-                "clusters": sorted(sets[i]) if i < len(sets) else [],
+                "clusters": sorted(sets[i] - set(state.excluded)) if i < len(sets) else [],
                 "state": "done" if i < state.step else "current" if i == state.step else "next",
             }
             for i, sel in enumerate(selectors)

@@ -194,7 +194,7 @@ def test_rollout_progress_counts_steps_ready_clusters_and_bake_left() -> None:
     assert (p["phase"], p["step"], p["steps"]) == ("Progressing", 1, 2)
     assert [(s["selector"], s["state"], s["clusters"]) for s in p["selectors"]] == [
         ("env=canary", "current", ["canary"]),
-        ("(the whole fleet)", "next", ["canary", "prod-a", "prod-b"]),
+        ("(the whole fleet)", "next", ["canary", "prod-a"]),  # not the excluded prod-b
     ]
     assert (p["ready"], p["placed"], p["total"]) == (1, 1, 2)  # prod-b excluded
     assert p["bake_remaining"] == 18.0
