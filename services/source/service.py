@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import datetime as dt
 import hashlib
 import logging
@@ -33,7 +32,6 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import nats.errors
 from aiohttp import web
@@ -45,12 +43,13 @@ from schemas.subjects import source_status_subject
 from services.common import bus, load
 from services.common.bundles import publish_bundle
 from services.common.confine import redacted
-from services.common.gitrepo import HelmOptions, ReadOptions, Repository
+from services.common.gitrepo import ReadOptions, Repository
 from services.common.limits import InputLimits
-from services.common.settings import SettingsError, setting
-from services.core import kyaml
+from services.common.settings import SettingsError
 from services.core.manifest import ManifestError
-from services.source.refs import RefError, RefRule, resolve
+from services.fleet.publish import publish_fleet
+from services.source.refs import RefError, resolve
+from services.source.specs import SourceSettings, SourceSpec, SpecError, specs
 from services.source.webhook import _proven as _proven
 from services.source.webhook import loopback, webhook_app
 
@@ -59,138 +58,6 @@ log = logging.getLogger(__name__)
 RESTATE = 24 * 3600.0
 """An unchanged status is published again after this long: STATUS keeps messages 7 days, and
 a quiet source must not vanish from ``driftbus status``."""
-
-
-@dataclasses.dataclass(frozen=True)
-class SourceSpec:
-    """One followed repository and the bundle it is published as."""
-
-    cluster: str
-    bundle: str
-    git: str
-    rule: RefRule = dataclasses.field(default_factory=RefRule)
-    path: str = ""
-    namespace: str = ""
-    release: str = ""
-    values: tuple[str, ...] = ()
-    prune: bool = True
-    allow_remote_bases: bool = False
-    """kustomize may fetch remote bases: the operator's choice in the sources file or flags,
-    never the repository's."""
-
-    def helm(self) -> HelmOptions:
-        return HelmOptions(
-            self.release or load.release_name(self.bundle), self.namespace, self.values
-        )
-
-
-@dataclasses.dataclass(frozen=True)
-class SourceSettings(bus.NatsSettings):
-    cluster: str = setting("", "cluster the bundle is published for")
-    bundle: str = setting("", "bundle the repository is published as")
-    git: str = setting("", "repository to follow: any URL git clones, or a local path", secret=True)
-    branch: str = setting(
-        "",
-        "branch to follow (default: the remote's default branch, followed if renamed; for a "
-        "local path, the branch checked out)",
-    )
-    tag: str = setting("", "tag to follow (a moved tag is followed)")
-    semver: str = setting("", "follow the newest tag in this npm-style range, e.g. ^1.2")
-    path: str = setting("", "directory in the repository (a kustomization or chart is rendered)")
-    namespace: str = setting("", "default namespace (kubectl apply -n); a chart's namespace")
-    release: str = setting("", "Helm release name for a chart (default: the bundle's name)")
-    values: tuple[str, ...] = setting((), "Helm values files, relative to the chart (a,b)")
-    prune: bool = setting(True, "delete objects that leave the repository")
-    allow_remote_bases: bool = setting(
-        False,
-        "let kustomize fetch remote bases (URLs) when rendering; off, a kustomization naming "
-        "one is the source's error (what is fetched is not pinned by the commit)",
-    )
-    sources: str = setting(
-        "",
-        "YAML file listing several sources (each: cluster, bundle, git, branch|tag|semver, "
-        "path, namespace, release, values, prune, allow_remote_bases); replaces the "
-        "single-source settings",
-    )
-    interval: float = setting(60.0, "seconds between polls of each repository")
-    webhook: str = setting("", "HOST:PORT to serve push webhooks on (POST /hook[/BUNDLE])")
-    webhook_secret: str = setting(
-        "",
-        "shared secret webhooks must prove (GitHub X-Hub-Signature-256, GitLab X-Gitlab-Token "
-        "or Authorization: Bearer); unset: only POSTs from loopback trigger a poll",
-        secret=True,
-    )
-    cache_dir: str = setting(
-        "", "where the bare copies are cloned, afresh at each start (default: a temporary dir)"
-    )
-
-
-class SpecError(ValueError):
-    """The sources configuration is unusable; the message names the entry and field."""
-
-
-def specs(s: SourceSettings) -> list[SourceSpec]:
-    """The sources ``s`` describes: the ``sources`` file's, or the one of the flags."""
-    if not s.sources:
-        entries: list[dict[str, Any]] = [
-            {f: getattr(s, f) for f in _SPEC_FIELDS if getattr(s, f) not in ("", ())}
-            | {"prune": s.prune, "allow_remote_bases": s.allow_remote_bases}
-        ]
-    else:
-        try:
-            docs = [doc for _, doc in kyaml.documents(Path(s.sources).read_text())]
-        except (OSError, kyaml.DecodeError) as exc:
-            raise SpecError(f"{s.sources}: {exc}") from None
-        entries = docs[0] if len(docs) == 1 and isinstance(docs[0], list) else []
-        if not entries or not all(isinstance(e, dict) for e in entries):
-            raise SpecError(f"{s.sources}: expected a YAML list of sources")
-    out = []
-    for i, e in enumerate(entries):
-        where = f"{s.sources}[{i}]" if s.sources else "source"
-        unknown = set(e) - set(_SPEC_FIELDS) - {"prune", "allow_remote_bases"}
-        if unknown:
-            raise SpecError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
-        for required in ("cluster", "bundle", "git"):
-            if not isinstance(e.get(required), str) or not e[required]:
-                raise SpecError(f"{where}: {required} is required")
-        try:
-            rule = RefRule(
-                str(e.get("branch", "")), str(e.get("tag", "")), str(e.get("semver", ""))
-            )
-        except RefError as exc:
-            raise SpecError(f"{where}: {exc}") from None
-        values = e.get("values", ())
-        out.append(
-            SourceSpec(
-                cluster=e["cluster"],
-                bundle=e["bundle"],
-                git=e["git"],
-                rule=rule,
-                path=str(e.get("path", "")),
-                namespace=str(e.get("namespace", "")),
-                release=str(e.get("release", "")),
-                values=(values,) if isinstance(values, str) else tuple(map(str, values)),
-                prune=bool(e.get("prune", True)),
-                allow_remote_bases=e.get("allow_remote_bases") is True,
-            )
-        )
-    if len({(o.cluster, o.bundle) for o in out}) < len(out):
-        raise SpecError("two sources publish the same bundle")
-    return out
-
-
-_SPEC_FIELDS = (
-    "cluster",
-    "bundle",
-    "git",
-    "branch",
-    "tag",
-    "semver",
-    "path",
-    "namespace",
-    "release",
-    "values",
-)
 
 
 class Follower:
@@ -292,15 +159,27 @@ class Follower:
             return await self._report(SourcePhase.PUBLISHED, at.commit, why)
         options = BundleOptions(prune=spec.prune, namespace=spec.namespace)
         try:
-            await publish_bundle(
-                self.js,
-                cluster=spec.cluster,
-                bundle=spec.bundle,
-                revision=at.commit,
-                manifests=[m.obj for m in loaded.manifests],
-                options=options,
-                source=loaded.source,
-            )
+            if spec.selector is not None:
+                await publish_fleet(
+                    self.js,
+                    bundle=spec.bundle,
+                    revision=at.commit,
+                    manifests=[m.obj for m in loaded.manifests],
+                    options=options,
+                    selector=spec.selector,
+                    rollout=spec.rollout,
+                    source=loaded.source,
+                )
+            else:
+                await publish_bundle(
+                    self.js,
+                    cluster=spec.cluster,
+                    bundle=spec.bundle,
+                    revision=at.commit,
+                    manifests=[m.obj for m in loaded.manifests],
+                    options=options,
+                    source=loaded.source,
+                )
         except Exception as exc:  # noqa: BLE001 - the bus, an oversized bundle: try again
             self._tried = ""
             log.warning("publishing %s failed: %s", spec.bundle, exc)
@@ -325,7 +204,7 @@ class Follower:
         if (phase, commit, message) == self._last_status and now - self._reported_at < RESTATE:
             return None
         status = SourceStatus(
-            cluster=spec.cluster,
+            cluster=spec.where,
             bundle=spec.bundle,
             url=self.url,
             ref=self._following,
@@ -338,7 +217,7 @@ class Follower:
         if phase is SourcePhase.FAILED:
             log.error("source %s: %s", spec.bundle, message)
         try:
-            await self.js.publish(source_status_subject(spec.cluster, spec.bundle), encode(status))
+            await self.js.publish(source_status_subject(spec.where, spec.bundle), encode(status))
         except (nats.errors.Error, OSError) as exc:  # best effort: the next change reports
             log.warning("status of %s not published: %s", spec.bundle, exc)
             return status

@@ -22,6 +22,7 @@ from services.controlplane import servers
 from services.core import tenancy
 from services.fleet import registry
 from services.fleet.publish import publish_fleet
+from tests.gitrepo import git
 
 from ..conftest import unique_name
 from .fleet_site import (
@@ -33,6 +34,7 @@ from .fleet_site import (
     rollout_state,
     until,
 )
+from .test_source import commit
 from .test_tenancy import SA, team, tenant_namespace
 
 pytestmark = [pytest.mark.scale, pytest.mark.timeout(600)]
@@ -332,6 +334,32 @@ async def test_a_tenants_fleet_publish_reaches_only_the_clusters_it_may_use(
         assert await placed_revisions(w.nc, CANARY, w.bundle) == []
     finally:
         await policy.put_policy(w.js, tenancy.load_policy("tenants: {}", "tenants.yaml"))
+
+
+async def test_git_into_a_fleet_rolls_each_commit_out_in_waves(world: World) -> None:
+    """``driftbus source --selector`` with a canary step: each new commit is a fleet revision."""
+    w = world
+    repo = w.fleet.workdir / w.bundle
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "cm.yaml").write_text(json.dumps(w.configmaps("g1", n=1)[0]))
+    first = commit(repo, "one")
+    args = ("--bundle", w.bundle, "--git", f"file://{repo}", "--interval", "1")
+    args += ("--selector", "*", "--rollout", "env=canary", "--bake", "1")
+    w.fleet.home.start("source", f"source-{w.bundle}", *args)
+    try:
+        await w.phase(RolloutPhase.COMPLETE, first, within=150)
+        for cluster in w.fleet.names():
+            await until(f"{cluster} g1", lambda c=cluster: _has(w, c, {"g1"}), 60, w.fleet.logs)
+        (repo / "cm.yaml").write_text(json.dumps(w.configmaps("g2", n=1)[0]))
+        second = commit(repo, "two")
+        await w.phase(RolloutPhase.COMPLETE, second, within=150)
+        steps = [e.event for e in w.events.of(w.bundle) if e.revision == second]
+        assert steps == ["started", "step", "complete"], steps
+        for cluster in w.fleet.names():
+            await until(f"{cluster} g2", lambda c=cluster: _has(w, c, {"g2"}), 60, w.fleet.logs)
+    finally:
+        w.fleet.home.procs[f"source-{w.bundle}"].stop(timeout=10)
 
 
 async def _driver(w: World) -> str:

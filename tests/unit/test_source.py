@@ -207,3 +207,47 @@ def test_errors_name_files_as_in_the_repository_even_at_its_root(tmp_path: Path)
         == f"{label}deploy/a.yaml:3: bad"
     )
     assert _in_repository(f"{tree}: kustomize failed", tree, label) == f"{label}.: kustomize failed"
+
+
+def test_a_fleet_source_needs_no_cluster_and_carries_its_rollout() -> None:
+    [spec] = specs(
+        SourceSettings(
+            bundle="web", git="/r", selector="env=prod", rollout=("10%",), bake=30.0
+        )
+    )
+    assert spec.fleet
+    assert spec.selector == "env=prod"
+    assert spec.rollout.steps == ["10%"]
+    assert spec.rollout.bake == 30.0
+    assert spec.where == "_fleet"
+    [every] = specs(SourceSettings(bundle="web", git="/r", selector="*"))
+    assert every.selector == ""
+
+
+@pytest.mark.parametrize(
+    ("settings", "error"),
+    [
+        ({"selector": "env in (a"}, "missing"),
+        ({"selector": "env=prod", "rollout": ("0%",)}, "rollout step"),
+        ({"selector": "env=prod", "on_failure": "explode"}, "on_failure"),
+    ],
+)
+def test_a_fleet_source_is_checked_when_read(settings: dict[str, object], error: str) -> None:
+    with pytest.raises(SpecError, match=error):
+        specs(SourceSettings(bundle="web", git="/r", **settings))  # type: ignore[arg-type]
+
+
+def test_a_sources_file_may_name_a_fleet(tmp_path: Path) -> None:
+    f = tmp_path / "sources.yaml"
+    f.write_text(
+        "- bundle: web\n  git: /r\n  selector: env=prod\n"
+        "  rollout: {steps: [env=canary], bake: 60, on_failure: rollback}\n"
+        "- bundle: api\n  git: /r\n  cluster: c1\n"
+    )
+    web, api = specs(SourceSettings(sources=str(f)))
+    assert web.rollout.on_failure == "rollback"
+    assert web.rollout.steps == ["env=canary"]
+    assert not api.fleet
+    f.write_text("- bundle: web\n  git: /r\n  cluster: c1\n  rollout: {bake: 1}\n")
+    with pytest.raises(SpecError, match="rollout needs a selector"):
+        specs(SourceSettings(sources=str(f)))

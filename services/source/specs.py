@@ -1,0 +1,211 @@
+"""What a ``driftbus source`` follows: its settings, and the sources they describe (one from the
+flags, or a YAML list). A source publishes to one bundle of one cluster, or (``selector``) to a
+fleet bundle rolled out over every cluster the selector names (docs/fleet.md)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from schemas.fleet import RolloutSpec
+from services.common import bus, load
+from services.common.gitrepo import HelmOptions
+from services.common.settings import setting
+from services.core import kyaml
+from services.fleet.publish import FleetError, check
+from services.source.refs import RefError, RefRule
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceSpec:
+    """One followed repository and the bundle it is published as."""
+
+    cluster: str
+    bundle: str
+    git: str
+    rule: RefRule = dataclasses.field(default_factory=RefRule)
+    path: str = ""
+    namespace: str = ""
+    release: str = ""
+    values: tuple[str, ...] = ()
+    prune: bool = True
+    allow_remote_bases: bool = False
+    """kustomize may fetch remote bases: the operator's choice in the sources file or flags,
+    never the repository's."""
+    selector: str | None = None
+    """Set: each new commit is a fleet bundle revision for every cluster this label selector
+    names ("" every registered cluster), rolled out by ``rollout``; ``cluster`` is unused."""
+    rollout: RolloutSpec = dataclasses.field(default_factory=RolloutSpec)
+
+    @property
+    def fleet(self) -> bool:
+        return self.selector is not None
+
+    @property
+    def where(self) -> str:
+        """The cluster token its source status is published under (a fleet's has none)."""
+        return FLEET_SOURCE if self.fleet else self.cluster
+
+    def helm(self) -> HelmOptions:
+        return HelmOptions(
+            self.release or load.release_name(self.bundle), self.namespace, self.values
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceSettings(bus.NatsSettings):
+    cluster: str = setting("", "cluster the bundle is published for")
+    bundle: str = setting("", "bundle the repository is published as")
+    git: str = setting("", "repository to follow: any URL git clones, or a local path", secret=True)
+    branch: str = setting(
+        "",
+        "branch to follow (default: the remote's default branch, followed if renamed; for a "
+        "local path, the branch checked out)",
+    )
+    tag: str = setting("", "tag to follow (a moved tag is followed)")
+    semver: str = setting("", "follow the newest tag in this npm-style range, e.g. ^1.2")
+    path: str = setting("", "directory in the repository (a kustomization or chart is rendered)")
+    namespace: str = setting("", "default namespace (kubectl apply -n); a chart's namespace")
+    release: str = setting("", "Helm release name for a chart (default: the bundle's name)")
+    values: tuple[str, ...] = setting((), "Helm values files, relative to the chart (a,b)")
+    prune: bool = setting(True, "delete objects that leave the repository")
+    allow_remote_bases: bool = setting(
+        False,
+        "let kustomize fetch remote bases (URLs) when rendering; off, a kustomization naming "
+        "one is the source's error (what is fetched is not pinned by the commit)",
+    )
+    sources: str = setting(
+        "",
+        "YAML file listing several sources (each: cluster, bundle, git, branch|tag|semver, "
+        "path, namespace, release, values, prune, allow_remote_bases); replaces the "
+        "single-source settings",
+    )
+    interval: float = setting(60.0, "seconds between polls of each repository")
+    webhook: str = setting("", "HOST:PORT to serve push webhooks on (POST /hook[/BUNDLE])")
+    webhook_secret: str = setting(
+        "",
+        "shared secret webhooks must prove (GitHub X-Hub-Signature-256, GitLab X-Gitlab-Token "
+        "or Authorization: Bearer); unset: only POSTs from loopback trigger a poll",
+        secret=True,
+    )
+    selector: str = setting(
+        "",
+        "a label selector over the cluster registry: publish each commit to that fleet "
+        "instead of one cluster (docs/fleet.md); '*' for every registered cluster",
+    )
+    rollout: tuple[str, ...] = setting(
+        (), "a fleet's rollout steps, in order: selectors or N% (comma-separated)"
+    )
+    bake: float = setting(0.0, "seconds each rollout step stays Ready before the next")
+    step_timeout: float = setting(600.0, "seconds a rollout step may take to be Ready")
+    on_failure: str = setting("halt", "a failed rollout step: halt, or rollback")
+    cache_dir: str = setting(
+        "", "where the bare copies are cloned, afresh at each start (default: a temporary dir)"
+    )
+
+
+class SpecError(ValueError):
+    """The sources configuration is unusable; the message names the entry and field."""
+
+
+def specs(s: SourceSettings) -> list[SourceSpec]:
+    """The sources ``s`` describes: the ``sources`` file's, or the one of the flags."""
+    if not s.sources:
+        entries: list[dict[str, Any]] = [
+            {f: getattr(s, f) for f in _SPEC_FIELDS if getattr(s, f) not in ("", ())}
+            | {"prune": s.prune, "allow_remote_bases": s.allow_remote_bases}
+        ]
+        if s.selector:
+            entries[0] |= {
+                "selector": "" if s.selector == "*" else s.selector,
+                "rollout": {
+                    "steps": list(s.rollout),
+                    "bake": s.bake,
+                    "step_timeout": s.step_timeout,
+                    "on_failure": s.on_failure,
+                },
+            }
+    else:
+        try:
+            docs = [doc for _, doc in kyaml.documents(Path(s.sources).read_text())]
+        except (OSError, kyaml.DecodeError) as exc:
+            raise SpecError(f"{s.sources}: {exc}") from None
+        entries = docs[0] if len(docs) == 1 and isinstance(docs[0], list) else []
+        if not entries or not all(isinstance(e, dict) for e in entries):
+            raise SpecError(f"{s.sources}: expected a YAML list of sources")
+    out = []
+    for i, e in enumerate(entries):
+        where = f"{s.sources}[{i}]" if s.sources else "source"
+        unknown = set(e) - set(_SPEC_FIELDS) - {"prune", "allow_remote_bases", *_FLEET_FIELDS}
+        if unknown:
+            raise SpecError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
+        selector, rollout = _fleet_of(e, where)
+        for required in ("bundle", "git") if selector is not None else ("cluster", "bundle", "git"):
+            if not isinstance(e.get(required), str) or not e[required]:
+                raise SpecError(f"{where}: {required} is required")
+        try:
+            rule = RefRule(
+                str(e.get("branch", "")), str(e.get("tag", "")), str(e.get("semver", ""))
+            )
+        except RefError as exc:
+            raise SpecError(f"{where}: {exc}") from None
+        values = e.get("values", ())
+        out.append(
+            SourceSpec(
+                cluster=str(e.get("cluster", "")),
+                selector=selector,
+                rollout=rollout,
+                bundle=e["bundle"],
+                git=e["git"],
+                rule=rule,
+                path=str(e.get("path", "")),
+                namespace=str(e.get("namespace", "")),
+                release=str(e.get("release", "")),
+                values=(values,) if isinstance(values, str) else tuple(map(str, values)),
+                prune=bool(e.get("prune", True)),
+                allow_remote_bases=e.get("allow_remote_bases") is True,
+            )
+        )
+    if len({(o.where, o.bundle) for o in out}) < len(out):
+        raise SpecError("two sources publish the same bundle")
+    return out
+
+
+_SPEC_FIELDS = (
+    "cluster",
+    "bundle",
+    "git",
+    "branch",
+    "tag",
+    "semver",
+    "path",
+    "namespace",
+    "release",
+    "values",
+)
+
+_FLEET_FIELDS = ("selector", "rollout")
+FLEET_SOURCE = "_fleet"
+"""The cluster token of a fleet source's status (no cluster is called that: names are DNS
+labels)."""
+
+
+def _fleet_of(e: dict[str, Any], where: str) -> tuple[str | None, RolloutSpec]:
+    """A source entry's fleet: its selector (None: one cluster) and rollout, checked."""
+    if "selector" not in e:
+        if "rollout" in e:
+            raise SpecError(f"{where}: rollout needs a selector")
+        return None, RolloutSpec()
+    selector = e["selector"]
+    if not isinstance(selector, str):
+        raise SpecError(f"{where}: selector must be a string")
+    raw = e.get("rollout", {})
+    try:
+        rollout = msgspec.convert(raw, RolloutSpec)
+        check(selector, (), rollout)
+    except (msgspec.ValidationError, FleetError) as exc:
+        raise SpecError(f"{where}: {exc}") from None
+    return selector, rollout
