@@ -39,6 +39,7 @@ from services.core.manifest import FIELD_MANAGER, apply_order, check_bundle_name
 from services.core.scope import Scopes, normalise
 from services.core.scrub import scrub_for
 from services.core.sha import manifest_sha, prune
+from services.fleet import registry
 from services.planner import facts, limits
 from services.planner.decide import Decision, Desired, Entry, evaluate, restore
 from services.planner.intake import ignoring
@@ -74,6 +75,15 @@ async def _state(js: JetStreamContext, cluster: str) -> dict[ObjectKey, list[fac
             if exc.err_code != bus.STREAM_NOT_FOUND:
                 raise
     return known
+
+
+async def _labels(js: JetStreamContext, cluster: str) -> dict[str, str] | None:
+    """The cluster's registry labels, as its planner holds a tenant's clusterSelector to them
+    (None when the registry cannot be read: then only the ``clusters`` globs are checked)."""
+    try:
+        return await registry.labels_of(js, cluster)
+    except Exception:  # noqa: BLE001 - no registry, or no right to read it: plan says less
+        return None
 
 
 async def _scopes(kube: KubeClient, loaded: Loaded) -> Scopes:
@@ -116,6 +126,7 @@ async def plan(
             options=BundleOptions(namespace=namespace),
         ),
         tenant_policy,
+        await _labels(js, cluster),
     )
     namespace = as_published.options.namespace
     known = await _state(js, cluster)

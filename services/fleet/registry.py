@@ -145,6 +145,35 @@ async def records(js: JetStreamContext) -> dict[str, ClusterRecord]:
     return dict(view.records)
 
 
+def entry_subject(cluster: str) -> str:
+    """The KV subject of ``cluster``'s registry entry (what its planner follows)."""
+    return KV_PREFIX + cluster_registry_key(cluster)
+
+
+def labels_in(msg: Msg) -> dict[str, str]:
+    """The labels a registry entry message carries ({}: removed, or unreadable: a tenant's
+    clusterSelector then admits nothing, the closed side)."""
+    if (msg.headers or {}).get("KV-Operation") in ("DEL", "PURGE"):
+        return {}
+    try:
+        return dict(_decode(msg.data, msg.subject).labels)
+    except RegistryError as exc:
+        log.error("%s", exc)
+        return {}
+
+
+async def labels_of(js: JetStreamContext, cluster: str) -> dict[str, str]:
+    """The registry labels of ``cluster`` ({}: not registered, or no registry yet)."""
+    msg = await bus.last_message(js, bus.CLUSTERS_STREAM, entry_subject(cluster))
+    if msg is None or not msg.data:
+        return {}
+    try:
+        return dict(_decode(msg.data, cluster).labels)
+    except RegistryError as exc:
+        log.error("%s", exc)
+        return {}
+
+
 def _decode(data: bytes | None, cluster: str) -> ClusterRecord:
     try:
         return msgspec.json.decode(data or b"", type=ClusterRecord)

@@ -114,10 +114,22 @@ class BundleIntake:
     def policy_changed(self, policy: TenantPolicy) -> None:
         """A new tenant policy: revisions it refused are checked again, and what the revisions
         in force now have outside it is reported on their status (never pruned for it)."""
+        self.state.policy, self.state.policy_unusable = policy, ""
+        self._recheck()
+
+    def labels_changed(self, labels: dict[str, str]) -> None:
+        """The cluster's registry labels changed (a tenant's ``clusterSelector`` matches them):
+        checked again as for a new policy."""
+        self.state.cluster_labels = labels
+        self._recheck()
+
+    def _recheck(self) -> None:
         st = self.state
-        st.policy, st.policy_unusable = policy, ""
+        policy = st.policy
         for ident, view in st.bundles.items():
-            now_outside = limits.outside(view.name, view.cluster, view.keys, st.scopes, policy)
+            now_outside = limits.outside(
+                view.name, view.cluster, view.keys, st.scopes, policy, st.cluster_labels
+            )
             if now_outside != view.outside:
                 if now_outside:
                     log.warning(
@@ -167,7 +179,9 @@ class BundleIntake:
             check_bundle_name(bundle.bundle)
             if self.state.policy_unusable:
                 raise limits.PolicyRefused(self.state.policy_unusable)
-            bundle = limits.with_tenant_defaults(bundle, self.state.policy)
+            bundle = limits.with_tenant_defaults(
+                bundle, self.state.policy, self.state.cluster_labels
+            )
             manifests = await load_manifests(self.js, bundle)
             # keyed with what the cluster says; the revision's own CRDs only fill in kinds it
             # has not named yet, for this revision alone: a refused revision (or a tenant's

@@ -9,7 +9,7 @@ themselves are ``services.core.tenancy``'s.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import msgspec
 
@@ -28,10 +28,14 @@ class PolicyRefused(ManifestError):
     """The revision is outside its tenant's limits; it waits for a policy that allows it."""
 
 
-def with_tenant_defaults(bundle: Bundle, policy: TenantPolicy) -> Bundle:
+def with_tenant_defaults(
+    bundle: Bundle, policy: TenantPolicy, labels: Mapping[str, str] | None = None
+) -> Bundle:
     """The bundle refused outright (unknown tenant, cluster not allowed, lockdown) or with its
-    tenant's default namespace filled in where the publisher gave none."""
-    if why := tenancy.bundle_refusal(policy, bundle.bundle, bundle.cluster):
+    tenant's default namespace filled in where the publisher gave none. ``labels``: the
+    cluster's registry labels, which a tenant's ``clusterSelector`` must match (None: only
+    the ``clusters`` globs are checked: ``plan`` without a bus)."""
+    if why := tenancy.bundle_refusal(policy, bundle.bundle, bundle.cluster, labels):
         raise PolicyRefused(why)
     default = tenancy.default_namespace(policy, bundle.bundle)
     if not default or bundle.options.namespace:
@@ -74,10 +78,15 @@ def refusal(bundle: str, problems: list[str]) -> str:
 
 
 def outside(
-    bundle: str, cluster: str, keys: Iterable[ObjectKey], scopes: Scopes, policy: TenantPolicy
+    bundle: str,
+    cluster: str,
+    keys: Iterable[ObjectKey],
+    scopes: Scopes,
+    policy: TenantPolicy,
+    labels: Mapping[str, str] | None = None,
 ) -> list[str]:
     """What of a revision in force the policy no longer allows (``[]`` when all is allowed)."""
-    if why := tenancy.bundle_refusal(policy, bundle, cluster):
+    if why := tenancy.bundle_refusal(policy, bundle, cluster, labels):
         return [why]
     return sorted(tenancy.object_refusals(policy, bundle, scoped(keys, scopes)))
 

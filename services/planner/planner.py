@@ -33,6 +33,7 @@ from schemas.subjects import SubjectError, cluster_filter, parse_subject
 from services.common import bus, policy, telemetry
 from services.core.manifest import apply_order
 from services.core.tenancy import PolicyError
+from services.fleet import registry
 from services.planner import facts, prune
 from services.planner.board import StatusBoard
 from services.planner.bundles import BundleIntake
@@ -140,7 +141,11 @@ class Planner:
                 "a valid one is applied (driftbus tenants apply FILE)"
             )
             log.error("cluster %s: %s", self.cluster, self.state.policy_unusable)
+        self.state.cluster_labels = await registry.labels_of(self.js, self.cluster)
         followers = {
+            "registry": bus.Follower(
+                self.js, bus.CLUSTERS_STREAM, registry.entry_subject(self.cluster)
+            ),
             "bundle": bus.Follower(self.js, bus.BUNDLES, cluster_filter("bundle", self.cluster)),
             "server": bus.Follower(self.js, bus.SERVER, cluster_filter("server", self.cluster)),
             "applied": bus.Follower(self.js, bus.APPLIED, cluster_filter("applied", self.cluster)),
@@ -297,6 +302,11 @@ class Planner:
                 await self._on_outcome(decode(msg.data, OutcomeEvent))
             elif kind == "policy":
                 self._on_policy(msg)
+            elif kind == "registry":
+                labels = registry.labels_in(msg)
+                if labels != self.state.cluster_labels:
+                    log.info("cluster %s: registry labels changed", self.cluster)
+                    self.intake.labels_changed(labels)
             elif kind == "control":
                 await self.intake.control(msg)
         except (WireError, ValueError) as exc:

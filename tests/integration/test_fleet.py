@@ -14,8 +14,9 @@ import nats
 import pytest
 from nats.aio.client import Client as NATS
 
+from harness.pipeline import StatusWatch
 from schemas.fleet import RolloutPhase, RolloutSpec
-from schemas.messages import BundleOptions
+from schemas.messages import BundleOptions, BundlePhase
 from services.common import policy
 from services.common.kube import KubeClient
 from services.controlplane import servers
@@ -332,6 +333,37 @@ async def test_a_tenants_fleet_publish_reaches_only_the_clusters_it_may_use(
             assert identities == {f"system:serviceaccount:{w.ns}:{SA}"}
         assert await w.values(CANARY) == set()
         assert await placed_revisions(w.nc, CANARY, w.bundle) == []
+    finally:
+        await policy.put_policy(w.js, tenancy.load_policy("tenants: {}", "tenants.yaml"))
+
+
+async def test_a_tenants_own_publish_to_a_cluster_its_selector_does_not_admit_waits(
+    world: World,
+) -> None:
+    """The planner holds a single-cluster publish to the tenant's clusterSelector too (its
+    cluster's registry labels, followed live): refused on the canary, taken once it is
+    relabelled into the selector, with no republish."""
+    w = world
+    tenant = unique_name("t")
+    w.bundle = f"{tenant}/own"
+    site = w.fleet.sites[CANARY]
+    assert site.kube is not None
+    await tenant_namespace(site.kube, w.ns, ["configmaps"])
+    text = f"tenants:{team(tenant, w.ns)}    clusterSelector: env=prod\n"
+    await policy.put_policy(w.js, tenancy.load_policy(text, "tenants.yaml"))
+    watch = StatusWatch()
+    await watch.start(w.nc, CANARY, w.bundle)
+    try:
+        await site.pipeline.publish(w.js, w.bundle, w.configmaps("own"), as_user=True)
+        refused = await watch.until(lambda s: s.phase is BundlePhase.FAILED, 60, w.fleet.logs)
+        assert "clusterSelector" in refused.message, refused
+        assert await w.values(CANARY) == set()
+        await registry.relabel(w.js, CANARY, set_={"env": "prod"}, remove=[])
+        try:
+            await watch.ready("r1", 90, w.fleet.logs)
+            assert await w.values(CANARY) == {"own"}
+        finally:
+            await registry.relabel(w.js, CANARY, set_={"env": "canary"}, remove=[])
     finally:
         await policy.put_policy(w.js, tenancy.load_policy("tenants: {}", "tenants.yaml"))
 
