@@ -204,8 +204,10 @@ class RegistryView:
             try:
                 self.records[name] = _decode(msg.data, name)
             except RegistryError as exc:
-                log.error("%s; the cluster is left out of every fleet", exc)
-                self.records.pop(name, None)
+                # bad input never loses data: an unreadable entry is not a removal (which
+                # would prune the cluster's fleet bundles); its last good labels stay
+                kept = "its last labels are kept" if name in self.records else "it is in no fleet"
+                log.error("%s; %s until a readable entry is written", exc, kept)
         self._changed()
 
     async def follow(self) -> None:
