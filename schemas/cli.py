@@ -178,12 +178,27 @@ class VersionDocument(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     binaries: list[BinaryVersion]
 
 
+class UpCluster(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One cluster ``driftbus up`` serves."""
+
+    name: str
+    labels: dict[str, str]
+    """What its watcher registers it with (``--cluster NAME:KEY=VALUE,…``)."""
+    context: str | None
+    """Its context in ``kubeconfig`` (a local cluster's is its name; null: the current one)."""
+
+
 class UpInfo(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """``driftbus up -o json``: one line describing the running stack, once it runs."""
 
     cluster: str
+    """The first cluster: every command's default ``--cluster``."""
+    clusters: list[UpCluster]
+    """Every cluster it serves, in the order given (one control plane, watcher and appliers
+    each; one NATS and planner for all)."""
     nats_url: str
     kubeconfig: str
+    """One file for all clusters: a context per cluster."""
     workdir: str
     pid: int
     """The ``up`` process: stop it (SIGINT/SIGTERM, or ``driftbus down``) to stop everything."""

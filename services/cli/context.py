@@ -1,6 +1,11 @@
 """Finding the running stack, as kubectl finds its cluster: ``driftbus up`` writes a context file
-(its NATS URL, kubeconfig, cluster and pid), and every command reads it when neither
+(its NATS URL, kubeconfig, clusters and pid), and every command reads it when neither
 ``--nats-url`` nor ``NATS_URL`` says where the bus is.
+
+A stack may serve several clusters (``up --cluster a --cluster b``): ``cluster`` is the first,
+every command's default ``--cluster``; ``clusters`` lists them all (name, labels, kubeconfig
+context). A context written before fleets has ``cluster`` only, which ``clusters()`` reads as a
+one-cluster list.
 
 The file is ``$DRIFTBUS_UP_CONTEXT`` (not ``DRIFTBUS_CONTEXT``: that is the services' kubeconfig
 context), else ``$XDG_CONFIG_HOME/driftbus/context.json`` (default
@@ -142,6 +147,18 @@ def add_cluster_arg(p: argparse.ArgumentParser, what: str) -> None:
         "is unset)",
     )
     p.set_defaults(cluster_from_context=True)
+
+
+def clusters(info: dict[str, Any]) -> list[str]:
+    """The names of the clusters of a context (or stack.json): ``clusters``, else the one
+    ``cluster`` of a single-cluster stack."""
+    rows = info.get("clusters")
+    if isinstance(rows, list):
+        names = [r["name"] for r in rows if isinstance(r, dict) and isinstance(r.get("name"), str)]
+        if names:
+            return names
+    one = info.get("cluster")
+    return [one] if isinstance(one, str) and one else []
 
 
 def cluster(flag: str | None) -> str | None:

@@ -1,5 +1,6 @@
 """``driftbus up --detach`` and ``driftbus down``: the whole stack in the background, started
-in a session of its own and ready when its ``stack.json`` exists; stopped by its pid.
+in a session of its own and ready when its ``stack.json`` exists; stopped by its pid (that ``up``
+stops everything it started: every cluster's control plane and services, then NATS).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 from services.cli import context
 from services.cli.up import default_workdir, print_info
+from services.cli.upclusters import listed
 from services.controlplane import servers
 
 
@@ -41,8 +43,6 @@ def detach(args: argparse.Namespace) -> int:
         "up",
         "--workdir",
         str(workdir),
-        "--cluster",
-        args.cluster,
         "--appliers",
         str(args.appliers),
         "-o",
@@ -52,6 +52,10 @@ def detach(args: argparse.Namespace) -> int:
         "--ui-port",
         str(args.ui_port),
     ]
+    for spec in args.cluster or []:
+        argv += ["--cluster", spec]
+    if args.clusters is not None:
+        argv += ["--clusters", str(args.clusters)]
     if args.kubeconfig:
         argv += ["--kubeconfig", args.kubeconfig]
     if args.context:
@@ -86,7 +90,9 @@ def detach(args: argparse.Namespace) -> int:
 
 
 def _until_ready(child: subprocess.Popen[bytes], workdir: Path, args: argparse.Namespace) -> int:
-    deadline = time.monotonic() + 60 + args.timeout
+    # each cluster starts its control plane, then is given the example
+    clusters = max(1, args.clusters or len(args.cluster or ()))
+    deadline = time.monotonic() + (60 + args.timeout) * clusters
     while time.monotonic() < deadline:
         if (workdir / "stack.json").exists():
             info = json.loads((workdir / "stack.json").read_text())
@@ -108,6 +114,9 @@ def print_detached(info: dict[str, Any]) -> None:
     print(f"driftbus is running in the background (pid {info['pid']})")
     print(f"  driftbus commands find it through {context.path()}; kubectl and other tools:")
     print(f"  KUBECONFIG={info['kubeconfig']}")
+    clusters = context.clusters(info)
+    if len(clusters) > 1:
+        print(f"  clusters (a kubeconfig context each): {listed(info['clusters'])}")
     print(f"  NATS at {info['nats_url']}: mutual TLS and a password per role (see the context)")
     if info.get("ui"):
         print(f"  status page: {info['ui']}")
@@ -120,18 +129,20 @@ def cmd_down(args: argparse.Namespace) -> int:
     if not state.exists():
         print(f"driftbus down: nothing running ({state} does not exist)", file=sys.stderr)
         return 1
-    pid = int(json.loads(state.read_text())["pid"])
+    info = json.loads(state.read_text())
+    pid = int(info["pid"])
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
         state.unlink(missing_ok=True)
         print("driftbus down: it had already stopped", file=sys.stderr)
         return 0
-    deadline = time.monotonic() + 60
+    within = 45 + 15 * len(context.clusters(info))  # its services, then each control plane
+    deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         if not servers.pid_alive(pid):  # gone, or a zombie awaiting its reaper
             print("driftbus stopped", file=sys.stderr)
             return 0
         time.sleep(0.2)
-    print(f"driftbus down: pid {pid} did not stop within 60s", file=sys.stderr)
+    print(f"driftbus down: pid {pid} did not stop within {within}s", file=sys.stderr)
     return 1

@@ -3,9 +3,10 @@ per stack.
 
 ``up`` never runs an open nats-server: it makes a throwaway CA, a server certificate and one
 client certificate per identity (``tls.Authority``), a fresh password per identity, and the
-permission sets of ``permissions`` (a planner, a watcher and an applier of its cluster, a Git
-source, the status page as a read-only ``viewer``, and the person who ran it as an ``operator``:
-an admin who also reads). nats-server then requires mutual TLS and a password from every client
+permission sets of ``permissions`` (a planner; a watcher and an applier of each of its clusters,
+``watcher-<cluster>`` and ``applier-<cluster>``; a Git source of the first cluster, the status page
+as a read-only ``viewer``, and the person who ran it as an ``operator``: an admin who also
+reads). nats-server then requires mutual TLS and a password from every client
 and enforces each role's subjects. The operator's credentials go into the context every
 ``driftbus`` command reads (``context.fill_nats``), so commands keep working with no exports.
 
@@ -16,6 +17,7 @@ environment variable (the services read theirs from a file).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 
 from services.cli.security import new_password
@@ -51,7 +53,8 @@ class LocalBus:
     server: Pair
     conf: Path
     identities: dict[str, Identity]
-    """By role: planner, watcher, applier, source, ui (the page), cli (the operator)."""
+    """By role: planner, ``watcher-<cluster>`` and ``applier-<cluster>`` per cluster, source,
+    ui (the page), cli (the operator)."""
 
     def server_args(self) -> list[str]:
         """nats-server's flags: the users of ``conf``, TLS that requires a client certificate
@@ -102,24 +105,20 @@ def _private_dir(path: Path) -> Path:
     return path
 
 
-def create(directory: Path, cluster: str) -> LocalBus:
-    """Fresh credentials for a stack serving ``cluster``, written under ``directory``."""
+def create(directory: Path, clusters: Sequence[str]) -> LocalBus:
+    """Fresh credentials for a stack serving ``clusters`` (its Git source: the first one),
+    written under ``directory``."""
     _private_dir(directory)
     ca = Authority.create(_private_dir(directory / "tls"), name="driftbus up CA")
     server = ca.issue("nats-server", server=True)
-    users = permissions.fleet([cluster], sources={SOURCE: [cluster]})
+    users = permissions.fleet(clusters, sources={SOURCE: clusters[:1]})
     users += [
         permissions.NatsUser(OPERATOR, permissions.operator()),
         permissions.NatsUser(PAGE, permissions.viewer()),
     ]
-    roles = {
-        "planner": "planner",
-        "watcher": f"watcher-{cluster}",
-        "applier": f"applier-{cluster}",
-        "source": SOURCE,
-        "ui": PAGE,
-        "cli": OPERATOR,
-    }
+    roles = {"planner": "planner", "source": SOURCE, "ui": PAGE, "cli": OPERATOR}
+    for c in clusters:
+        roles |= {f"watcher-{c}": f"watcher-{c}", f"applier-{c}": f"applier-{c}"}
     passwords = _private_dir(directory / "passwords")
     written = []
     identities: dict[str, Identity] = {}

@@ -6,6 +6,10 @@ cluster — the local control plane (etcd + kube-apiserver), then a watcher, the
 example bundle with live progress, prints a status table and keeps running until Ctrl-C, which
 stops everything. ``--detach`` leaves it running in the background; ``driftbus down`` stops it.
 
+A fleet on a laptop: ``--cluster NAME[:KEY=VALUE,…]`` repeated, or ``--clusters N``, starts a
+control plane per cluster, each with its own watcher (given the labels) and appliers, all sharing
+the one nats-server and planner, and one kubeconfig with a context per cluster (``upclusters``).
+
 The stack is closed to other local processes: NATS requires mutual TLS and a password per role
 (``localbus``; the operator's go into the context every command reads), etcd a client
 certificate only the API server has, the status page its token; everything binds to loopback.
@@ -28,7 +32,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from services.cli import context, localbus
+from services.cli import context, localbus, upclusters
 from services.cli.example import apply_policy, print_example, publish_example
 from services.cli.example import say as _say
 from services.controlplane import assets, servers
@@ -40,28 +44,6 @@ MAX_RESTARTS = 5
 
 def default_workdir() -> Path:
     return assets.cache_dir() / "up"
-
-
-def _service(
-    name: str,
-    role: str,
-    cluster: str,
-    workdir: Path,
-    env: dict[str, str],
-    context: str | None,
-    ui_port: int = 0,
-    extra: tuple[str, ...] = (),
-) -> servers.Process:
-    argv = [sys.executable, "-m", "services.cli.main", role]
-    if role == "ui":
-        argv += ["--port", str(ui_port)]
-    elif role == "source":
-        argv += ["--cluster", cluster]
-    elif role != "planner":
-        argv += ["--cluster", cluster]
-        if context:
-            argv += ["--context", context]
-    return servers.Process(name, [*argv, *extra], workdir / "services", env=env)
 
 
 def source_args(args: argparse.Namespace) -> tuple[str, ...]:
@@ -100,6 +82,14 @@ def _terminate_children() -> None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    try:  # before anything starts: a bad name or label is one line naming it
+        wanted = upclusters.specs(args.cluster, args.clusters)
+    except upclusters.SpecError as exc:
+        print(f"driftbus up: {exc}", file=sys.stderr)
+        return 2
+    if args.kubeconfig and len(wanted) > 1:
+        print("driftbus up: --kubeconfig serves one cluster; give one --cluster", file=sys.stderr)
+        return 2
     if args.ui_port and port_taken(args.ui_port):
         # before anything starts: a page that cannot listen would take the stack down later
         print(
@@ -113,13 +103,13 @@ def cmd_up(args: argparse.Namespace) -> int:
 
         return detach(args)
     try:
-        return _up(args)
+        return _up(args, wanted)
     except KeyboardInterrupt:
         print("driftbus up: interrupted; everything it started is stopped", file=sys.stderr)
         return 130
 
 
-def _up(args: argparse.Namespace) -> int:
+def _up(args: argparse.Namespace, wanted: list[upclusters.ClusterSpec]) -> int:
     tenant_policy = None
     if args.tenants:
         from services.cli import tenants
@@ -136,13 +126,14 @@ def _up(args: argparse.Namespace) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     workdir.chmod(0o700)  # credentials, the page's token, the cluster's data
     try:
-        creds = localbus.create(workdir / "bus", args.cluster)
+        creds = localbus.create(workdir / "bus", [s.name for s in wanted])
     except localbus.LocalBusError as exc:
         print(f"driftbus up: {exc}", file=sys.stderr)
         return 1
     _say(f"starting driftbus in {workdir} …")
     nats_server = servers.NatsServer(workdir / "nats", extra_args=creds.server_args())
-    cluster: servers.Cluster | None = None
+    clusters: list[servers.Cluster] = []
+    first = wanted[0].name  # every command's default --cluster, the Git source's cluster
     procs: list[servers.Process] = []
     stopping = threading.Event()
 
@@ -166,13 +157,9 @@ def _up(args: argparse.Namespace) -> int:
             if args.kubeconfig:
                 kubeconfig = Path(args.kubeconfig)
             else:
-                cluster = servers.Cluster.start(
-                    args.cluster,
-                    workdir / args.cluster,
-                    controllers=not args.no_controllers,
-                    etcd_tls=True,  # its storage: the API server's client certificate only
-                )
-                kubeconfig = cluster.kubeconfig
+                controllers = not args.no_controllers
+                upclusters.start(wanted, workdir, controllers=controllers, into=clusters)
+                kubeconfig = upclusters.kubeconfig(clusters, workdir / "kubeconfig")
         except (assets.AssetError, servers.ServerError) as exc:
             print(f"driftbus up: {exc}", file=sys.stderr)
             return 1
@@ -185,27 +172,28 @@ def _up(args: argparse.Namespace) -> int:
             # in force before the planner starts: no bundle is ever taken without it
             asyncio.run(apply_policy(operator, tenant_policy))
             _say(f"tenant policy from {args.tenants}: {len(tenant_policy.tenants)} tenants")
-        roles = [("watcher", "watcher"), ("planner", "planner")]
-        roles += [(f"applier-{i}", "applier") for i in range(args.appliers)]
-        if args.ui_port:
-            roles.append(("ui", "ui"))
         token = secrets.token_urlsafe(32)
-        envs = {r: env | creds.env(r) for r in ("watcher", "planner", "applier", "ui", "source")}
+        envs = {r: env | creds.env(r) for r in ("planner", "ui", "source")}
         envs["ui"][TOKEN_ENV] = token  # the page's token: its environment only, never a flag
-        procs = [
-            _service(n, r, args.cluster, workdir, envs[r], args.context, args.ui_port)
-            for n, r in roles
-        ]
+        procs = upclusters.cluster_services(wanted, args, workdir, env, creds)
+        procs.insert(1, upclusters.service("planner", "planner", first, workdir, envs["planner"]))
+        if args.ui_port:
+            page = upclusters.service("ui", "ui", first, workdir, envs["ui"], ui_port=args.ui_port)
+            procs.append(page)
         if args.git:
             extra = source_args(args)
-            procs.append(
-                _service("source", "source", args.cluster, workdir, envs["source"], None, 0, extra)
+            source = upclusters.service(
+                "source", "source", first, workdir, envs["source"], extra=extra
             )
+            procs.append(source)
         for p in procs:
             p.start()
         _say(f"started {', '.join(p.name for p in procs)}")
         info = {
-            "cluster": args.cluster,
+            "cluster": first,
+            "clusters": upclusters.describe(
+                wanted, local=not args.kubeconfig, context=args.context
+            ),
             "nats_url": nats_url,
             "kubeconfig": str(kubeconfig),
             "workdir": str(workdir),
@@ -219,8 +207,10 @@ def _up(args: argparse.Namespace) -> int:
         # from now on other terminals' commands find this stack (the example may take a while)
         info["context"] = str(context.path())
         context.write({**info, "nats_auth": creds.settings("cli")})
-        if not args.no_example:
-            status, rows = asyncio.run(publish_example(operator, args.cluster, args.timeout))
+        for spec in [] if args.no_example else wanted:
+            if len(wanted) > 1:
+                _say(f"cluster {spec.name}:")
+            status, rows = asyncio.run(publish_example(operator, spec.name, args.timeout))
             print_example(status, rows, args.output)
         state = workdir / "stack.json"
         state.touch(mode=0o600)
@@ -239,10 +229,12 @@ def _up(args: argparse.Namespace) -> int:
         _say("stopping driftbus …")
         if interrupted:
             _terminate_children()
+        for p in procs:  # all at once: each stop below then waits for one already stopping
+            p.terminate()
         for p in reversed(procs):
             p.stop(timeout=10)
-        if cluster is not None:
-            cluster.stop()
+        for c in reversed(clusters):
+            c.stop()
         nats_server.stop()
         (workdir / "stack.json").unlink(missing_ok=True)
         context.remove(os.getpid())
@@ -280,11 +272,14 @@ def print_info(info: dict[str, Any], output: str) -> None:
     width = max(len(k) for k in info)
     print()
     for k, v in info.items():
-        print(f"  {k:<{width}}  {v}")
+        print(f"  {k:<{width}}  {upclusters.listed(v) if k == 'clusters' else v}")
     print(f"\n  driftbus commands find this stack through {info['context']} (no exports needed);")
     print("  its NATS takes mutual TLS and a password per role (the context names the files);")
     print("  kubectl and other tools:")
     print(f"  export KUBECONFIG={info['kubeconfig']}")
+    if len(info["clusters"]) > 1:
+        last = info["clusters"][-1]["name"]
+        print(f"  kubectl --context {last} get namespaces   # a context per cluster")
     exe = "driftbus" if shutil.which("driftbus") else str(Path(sys.executable).parent / "driftbus")
     print(f"  {exe} status --cluster {info['cluster']} --bundle hello")
     print("\nCtrl-C stops everything.", flush=True)
@@ -298,7 +293,23 @@ def _cmd_down(args: argparse.Namespace) -> int:
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     up = sub.add_parser("up", help="run driftbus locally: NATS, a control plane, all services")
-    up.add_argument("--cluster", default="local", help="name of the cluster (default %(default)s)")
+    up.add_argument(
+        "--cluster",
+        action="append",
+        metavar="NAME[:KEY=VALUE,...]",
+        help="a cluster to start (repeat for several; default local): its name, a DNS label, "
+        "and the labels its watcher registers it with; the first is every command's default "
+        "--cluster",
+    )
+    up.add_argument(
+        "--clusters",
+        type=int,
+        metavar="N",
+        help=f"start N clusters without labels: {upclusters.DEFAULT} for 1, "
+        f"{upclusters.DEFAULT}-1 … {upclusters.DEFAULT}-N otherwise (each its own control "
+        "plane, watcher and appliers; one NATS, one planner, one KUBECONFIG with a context "
+        "per cluster)",
+    )
     up.add_argument(
         "--tenants",
         metavar="FILE",
@@ -308,7 +319,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     up.add_argument("--kubeconfig", help="use this cluster instead of starting a local one")
     up.add_argument("--context", help="kubeconfig context (with --kubeconfig)")
     up.add_argument(
-        "--appliers", type=int, default=2, help="applier replicas to run (default %(default)s)"
+        "--appliers",
+        type=int,
+        default=2,
+        help="applier replicas per cluster (default %(default)s)",
     )
     up.add_argument(
         "--no-controllers",
@@ -342,7 +356,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--git",
         metavar="REPO",
         help="also run `driftbus source` following this repository (a local path or any URL "
-        "git clones) into bundle --git-bundle",
+        "git clones) into bundle --git-bundle of the first cluster",
     )
     up.add_argument(
         "--git-bundle",
