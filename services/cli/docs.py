@@ -14,7 +14,7 @@ from services.applier.service import ApplierSettings
 from services.common.bus import NatsSettings
 from services.common.settings import document
 from services.planner.service import PlannerSettings
-from services.source.service import SourceSettings
+from services.source.specs import SourceSettings
 from services.watcher.settings import WatcherSettings
 
 OUT = Path(__file__).resolve().parents[2] / "docs" / "settings.md"

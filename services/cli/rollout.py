@@ -57,7 +57,7 @@ def fleet_status(
     """The rollout as ``status``/``rollout status`` show it: a row per cluster the rollout
     placed or will place (``members``: the fleet's clusters and labels, tenant limits not yet
     applied), each with its last bundle status (``statuses``)."""
-    from services.fleet.rollout import step_sets
+    from services.fleet.steps import step_sets
 
     eligible = {c: labels for c, labels in members.items() if c not in state.excluded}
     try:

@@ -20,6 +20,7 @@ from services.applier import service as applier
 from services.common import logs, settings
 from services.planner import service as planner
 from services.source import service as source
+from services.source.specs import SourceSettings
 from services.watcher import service as watcher
 from services.watcher.settings import WatcherSettings
 
@@ -43,9 +44,7 @@ SERVICES: dict[str, Service] = {
     "applier": Service(
         applier.run, applier.ApplierSettings, "server-side apply intents", drains=True
     ),
-    "source": Service(
-        source.run, source.SourceSettings, "follow Git repositories, publish bundles"
-    ),
+    "source": Service(source.run, SourceSettings, "follow Git repositories, publish bundles"),
 }
 
 

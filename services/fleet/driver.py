@@ -20,20 +20,23 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
-import time
-from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 from nats.js import JetStreamContext
-from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.errors import KeyWrongLastSequenceError
 
 from schemas.bundle import Bundle
-from schemas.codec import WireError, decode, encode
-from schemas.fleet import FleetBundle, Placement, RolloutEvent, RolloutPhase, RolloutState
+from schemas.codec import encode
+from schemas.fleet import (
+    FleetBundle,
+    Placement,
+    RolloutEvent,
+    RolloutPhase,
+    RolloutSpec,
+    RolloutState,
+)
 from schemas.subjects import (
-    ROLLOUT_DRIVER_KEY,
-    bundle_subject,
     rollout_event_subject,
     rollout_key,
     split_bundle,
@@ -44,8 +47,11 @@ from services.common.bus.streams import PUBLISH_RETRIED
 from services.core.selector import SelectorError
 from services.core.tenant_clusters import cluster_refusal
 from services.fleet import rollout, substitute
+from services.fleet.lease import Lease
+from services.fleet.publish import FleetError, check
+from services.fleet.recovery import missing
 from services.fleet.registry import members
-from services.fleet.rollout import Place, Remove, Tick
+from services.fleet.steps import Event, Place, Remove, Tick
 from services.fleet.views import FleetViews, Stored
 
 log = logging.getLogger("driftbus.fleet")
@@ -71,17 +77,23 @@ class Driver:
         self.lease_timeout = lease_timeout
         self.wake = asyncio.Event()
         self.views = FleetViews(js, self.wake.set)
-        self._lease_until = 0.0
+        self.lease = Lease(
+            js, holder=driver_id, interval=lease_interval, timeout=lease_timeout, taken=self._took
+        )
         self._recovered = False
         self._manifests: dict[str, list[Any]] = {}
 
     @property
     def leading(self) -> bool:
-        return time.monotonic() < self._lease_until
+        return self.lease.held
+
+    def _took(self) -> None:
+        self._recovered = False
+        self.wake.set()
 
     async def run(self) -> None:
         tasks = self.views.tasks()
-        tasks.append(asyncio.create_task(self._hold_lease(), name="rollout driver lease"))
+        tasks.append(asyncio.create_task(self.lease.hold(), name="rollout driver lease"))
         try:
             await self.views.ready()
             while True:
@@ -105,44 +117,6 @@ class Driver:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    # --- the lease -----------------------------------------------------------------------------
-
-    async def _hold_lease(self) -> None:
-        seen_rev, seen_at = -1, time.monotonic()
-        while True:
-            try:
-                kv = await self.js.key_value(bus.ROLLOUTS_BUCKET)
-                value = msgspec.json.encode({"driver": self.id})
-                try:
-                    entry = await kv.get(ROLLOUT_DRIVER_KEY)
-                except KeyNotFoundError:
-                    entry = None
-                started = time.monotonic()
-                if entry is None:
-                    await kv.create(ROLLOUT_DRIVER_KEY, value)
-                    self._took(started, "no driver yet")
-                else:
-                    holder = _holder(entry.value)
-                    if holder == self.id:
-                        await kv.update(ROLLOUT_DRIVER_KEY, value, last=entry.revision)
-                        self._lease_until = started + self.lease_timeout - self.lease_interval
-                    elif entry.revision != seen_rev:
-                        seen_rev, seen_at = int(entry.revision or 0), started
-                    elif started - seen_at > self.lease_timeout:
-                        await kv.update(ROLLOUT_DRIVER_KEY, value, last=entry.revision)
-                        self._took(started, f"driver {holder} silent {started - seen_at:.0f}s")
-            except KeyWrongLastSequenceError:
-                self._lease_until = 0.0  # someone else renewed or took it
-            except Exception as exc:  # noqa: BLE001 - NATS away: the lease runs out by itself
-                log.warning("rollout driver lease not renewed: %s", exc)
-            await asyncio.sleep(self.lease_interval)
-
-    def _took(self, at: float, why: str) -> None:
-        log.info("driving the rollouts (%s)", why, extra={"driver": self.id})
-        self._lease_until = at + self.lease_timeout - self.lease_interval
-        self._recovered = False
-        self.wake.set()
-
     # --- a tick --------------------------------------------------------------------------------
 
     async def _tick_all(self) -> None:
@@ -151,7 +125,12 @@ class Driver:
             if not self.leading:
                 return
             stored = self.views.states.get(bundle)
-            tick = await self._decide(bundle, seq, fb, stored, now)
+            try:
+                tick = await self._decide(bundle, seq, fb, stored, now)
+            except (BundleError, bus.ObjectError) as exc:
+                # one fleet bundle that cannot be read holds up no other
+                log.error("rollout of %s not advanced: %s", bundle, exc)
+                continue
             if tick is None:
                 continue
             if not await self._write(bundle, stored, tick):
@@ -169,6 +148,10 @@ class Driver:
                 t = rollout.delete(state, now, orphan=fb.on_leave == "orphan")
                 return Tick(msgspec.structs.replace(t.state, source_seq=seq), t.actions, t.events)
             tenant, _ = split_bundle(bundle)
+            try:
+                check(fb.selector, fb.clusters, fb.rollout)
+            except FleetError as exc:
+                return _refused(bundle, seq, fb, state, now, str(exc))
             state, started = rollout.start(
                 bundle=bundle,
                 target=_placement(fb),
@@ -192,8 +175,9 @@ class Driver:
         try:
             fleet = members(self.views.registry.records, state.selector, state.clusters_named)
         except SelectorError as exc:
-            fleet = {}
+            # never read as "no members" (that would prune every cluster): nothing changes
             log.error("fleet bundle %s: its selector cannot be read: %s", state.bundle, exc)
+            return Tick(state, (), ())
         excluded = {}
         for cluster, labels in list(fleet.items()):
             why = cluster_refusal(self.views.policy, state.tenant, cluster, labels)
@@ -337,44 +321,42 @@ class Driver:
     async def _recover(self) -> None:
         """Publish what the states say and the bus lacks (a predecessor killed mid-tick)."""
         for bundle, stored in sorted(self.views.states.items()):
-            state = stored.state
-            last = await bus.last_message(self.js, bus.ROLLOUTS, rollout_event_subject(bundle))
-            logged = -1
-            if last is not None and last.data:
-                with contextlib.suppress(WireError):
-                    logged = decode(last.data, RolloutEvent).seq
-            for event in state.recent:
-                if event.seq > logged:
-                    await self._record(event)
-            for cluster, entry in sorted(state.clusters.items()):
-                if entry.state not in ("assigned", "removed") or entry.at is None:
-                    continue
-                if await self._carries(cluster, bundle, entry.revision, entry.at, entry.state):
-                    continue
-                log.info("rollout of %s: placing in %s what the state says", bundle, cluster)
-                which: Literal["target", "previous"] = (
-                    "target" if entry.revision == state.target.revision else "previous"
-                )
-                action: Place | Remove = (
-                    Remove(cluster, entry.message == "orphaned", entry.seq, entry.at)
-                    if entry.state == "removed"
-                    else Place(cluster, which, entry.seq, entry.at)
-                )
-                await self._perform(state, action)
+            events, actions = await missing(self.js, bundle, stored.state)
+            for event in events:
+                await self._record(event)
+            for action in actions:
+                log.info("rollout of %s: placing in %s what the state says", bundle, action.cluster)
+                await self._perform(stored.state, action)
 
-    async def _carries(
-        self, cluster: str, bundle: str, revision: str, at: dt.datetime, state: str
-    ) -> bool:
-        msg = await bus.last_message(self.js, bus.BUNDLES, bundle_subject(cluster, bundle))
-        if msg is None or not msg.data:
-            return False
-        try:
-            last = decode(msg.data, Bundle)
-        except WireError:
-            return False
-        if state == "removed":
-            return last.delete
-        return last.revision == revision and last.published_at == at and not last.delete
+
+def _refused(
+    bundle: str,
+    seq: int,
+    fb: FleetBundle,
+    state: RolloutState | None,
+    now: dt.datetime,
+    why: str,
+) -> Tick:
+    """A fleet revision that cannot be rolled out (a selector or step no one can read, from a
+    publisher that did not check): nothing placed or removed, the revision in force stays, and
+    the refusal is recorded."""
+    message = f"revision {fb.revision} refused: {why}"
+    if state is None:
+        state, _ = rollout.start(
+            bundle=bundle,
+            target=_placement(fb),
+            spec=RolloutSpec(),
+            selector="",
+            clusters_named=[],
+            on_leave=fb.on_leave,
+            tenant=split_bundle(bundle)[0],
+            source_seq=seq,
+            now=now,
+            before=None,
+        )
+        state = msgspec.structs.replace(state, phase=RolloutPhase.HALTED)
+    state = msgspec.structs.replace(state, source_seq=seq, message=message, updated_at=now)
+    return Tick(state, (), (Event("revision-refused", (), message),))
 
 
 def _placement(fb: FleetBundle) -> Placement:
@@ -387,11 +369,3 @@ def _placement(fb: FleetBundle) -> Placement:
         source=fb.source,
         published_at=fb.published_at,
     )
-
-
-def _holder(data: bytes | None) -> str:
-    try:
-        value = msgspec.json.decode(data or b"{}")
-    except msgspec.DecodeError:
-        return ""
-    return str(value.get("driver", "")) if isinstance(value, Mapping) else ""

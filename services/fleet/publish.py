@@ -23,7 +23,7 @@ from services.common import bus, telemetry
 from services.common.bundles import bundle_kinds, store_manifests
 from services.core.manifest import check_bundle_name
 from services.core.selector import SelectorError, parse_selector
-from services.fleet.rollout import check_steps
+from services.fleet.steps import check_steps
 
 _NO_STEPS = RolloutSpec()
 FLEET_STORE = "_fleet"

@@ -34,7 +34,7 @@ from schemas.tenants import TenantPolicy
 from services.common import bus
 from services.common.policy import POLICY_SUBJECT, policy_of
 from services.fleet.registry import RegistryView
-from services.fleet.rollout import Observed
+from services.fleet.steps import Observed
 
 log = logging.getLogger("driftbus.fleet")
 ROLLOUT_PREFIX = f"$KV.{bus.ROLLOUTS_BUCKET}.rollout."

@@ -34,7 +34,7 @@ from schemas.subjects import SubjectError, decode_token, join_bundle, split_bund
 from services.common import bus
 from services.core.selector import SelectorError
 from services.fleet.registry import members, records
-from services.fleet.rollout import step_sets
+from services.fleet.steps import step_sets
 from services.ui import guard
 
 log = logging.getLogger("driftbus.ui")

@@ -10,19 +10,22 @@ import json
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import msgspec
 import nats
 import pytest
 from nats.aio.client import Client as NATS
 
 from harness.pipeline import StatusWatch
+from schemas.codec import encode
 from schemas.fleet import RolloutPhase, RolloutSpec
 from schemas.messages import BundleOptions, BundlePhase
+from schemas.subjects import fleet_subject
 from services.common import policy
 from services.common.kube import KubeClient
 from services.controlplane import servers
 from services.core import tenancy
 from services.fleet import registry
-from services.fleet.publish import publish_fleet
+from services.fleet.publish import fleet_revisions, publish_fleet
 from tests.gitrepo import git
 
 from ..conftest import unique_name
@@ -302,6 +305,31 @@ async def test_a_driver_killed_mid_step_finishes_the_rollout_without_repeating_a
     assert [e.event for e in events] == ["started", "step", "step", "complete"], events
     assert [e.seq for e in events] == [0, 1, 2, 3]
     assert len({e.driver for e in events}) == 2  # the second driver finished it
+
+
+async def test_a_fleet_revision_no_one_can_read_changes_nothing(world: World) -> None:
+    """A publisher that does not check (any NATS client) sends a selector that cannot be read:
+    the revision is refused, named; no cluster leaves, nothing is pruned."""
+    w = world
+    await w.publish("r1", w.configmaps("kept"), selector="env=prod")
+    await w.phase(RolloutPhase.COMPLETE, "r1")
+    for prod in (PROD_A, PROD_B):
+        await until(f"{prod} kept", lambda c=prod: _has(w, c, {"kept"}), 60, w.fleet.logs)
+    good = await fleet_revisions(w.js, w.bundle)
+    bad = msgspec.structs.replace(good[-1], revision="r2", selector="env in (prod")
+    await w.js.publish(fleet_subject(w.bundle), encode(bad))
+
+    async def refused() -> Any:
+        s = await rollout_state(w.nc, w.bundle)
+        return s if s is not None and "r2 refused" in s.message else None
+
+    state = await until("r2 refused", refused, 60, w.fleet.logs)
+    assert state.target.revision == "r1"
+    assert {c for c, e in state.clusters.items() if e.state == "removed"} == set()
+    await asyncio.sleep(3)
+    for prod in (PROD_A, PROD_B):
+        assert await w.values(prod) == {"kept"}
+    assert all(e.event != "left" for e in w.events.of(w.bundle))
 
 
 async def test_a_tenants_fleet_publish_reaches_only_the_clusters_it_may_use(

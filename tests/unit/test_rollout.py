@@ -10,7 +10,7 @@ import pytest
 from schemas.fleet import ClusterRollout, Placement, RolloutPhase, RolloutSpec, RolloutState
 from schemas.messages import BundlePhase
 from services.fleet import rollout
-from services.fleet.rollout import Observed, Place, Remove, SpecError, check_steps, step_sets
+from services.fleet.steps import Observed, Place, Remove, SpecError, check_steps, step_sets
 
 T0 = dt.datetime(2026, 11, 26, 12, 0, tzinfo=dt.UTC)
 FLEET = {

@@ -11,7 +11,8 @@ import pytest
 
 from services.common.gitrepo import Repository, _in_repository, redacted
 from services.source.refs import RefError, RefRule, Resolved, resolve
-from services.source.service import Follower, SourceSettings, SpecError, _proven, specs
+from services.source.service import Follower, _proven
+from services.source.specs import SourceSettings, SpecError, specs
 from tests.gitrepo import git
 
 REFS = {
@@ -211,9 +212,7 @@ def test_errors_name_files_as_in_the_repository_even_at_its_root(tmp_path: Path)
 
 def test_a_fleet_source_needs_no_cluster_and_carries_its_rollout() -> None:
     [spec] = specs(
-        SourceSettings(
-            bundle="web", git="/r", selector="env=prod", rollout=("10%",), bake=30.0
-        )
+        SourceSettings(bundle="web", git="/r", selector="env=prod", rollout=("10%",), bake=30.0)
     )
     assert spec.fleet
     assert spec.selector == "env=prod"
