@@ -16,7 +16,7 @@ from collections.abc import Callable
 from opentelemetry import trace
 
 from schemas.codec import encode
-from schemas.messages import DecisionReason, ObjectPhase
+from schemas.messages import DecisionReason, Health, ObjectPhase
 from schemas.subjects import object_status_subject, object_subject, split_bundle
 from services.common import bus, telemetry
 from services.planner import emit
@@ -147,6 +147,8 @@ class Decisions:
             # before the intent: the applier's row must not be overtaken by this one
             why = self.state.in_use(slot, view) if d.reason is DecisionReason.IN_USE else ""
             await self._row(slot, view, row, why or emit.ROW_MESSAGES[d.reason])
+        elif d.reason is DecisionReason.HIT and view is not None:
+            await self._clear_moot_failure(slot, view)
         if intent is not None:
             await self.pub.publish(
                 object_subject("intent", cluster, key), encode(intent[0]), msg_id=intent[1]
@@ -160,8 +162,32 @@ class Decisions:
             msg_id=f"decision:{self.planner_id}:{id(record)}:{emit.now()}",
         )
 
-    async def _row(self, slot: Slot, view: BundleView, phase: ObjectPhase, message: str) -> None:
-        status = emit.object_row(slot, self.state.entries[slot], view, phase, message)
+    async def _clear_moot_failure(self, slot: Slot, view: BundleView) -> None:
+        """A hit on what was applied, after a failure of a manifest no longer desired: the
+        object's row says Applied again (a rolled-back object must not show the failure of
+        the revision that left)."""
+        details, e = self.state.details, self.state.entries[slot]
+        if not emit.moot_failure(details.outcome(slot), e):
+            return
+        details.drop_outcome(slot)
+        health, _ = details.health(slot)
+        await self._row(
+            slot,
+            view,
+            ObjectPhase.APPLIED,
+            f"revision {view.revision}: as applied; the failure of another manifest is moot",
+            health,
+        )
+
+    async def _row(
+        self,
+        slot: Slot,
+        view: BundleView,
+        phase: ObjectPhase,
+        message: str,
+        health: Health = Health.UNKNOWN,
+    ) -> None:
+        status = emit.object_row(slot, self.state.entries[slot], view, phase, message, health)
         subject = object_status_subject(view.cluster, view.name, slot[1])
         await self.pub.publish(
             subject, encode(status), msg_id=f"row:{subject}:{phase}:{emit.now()}"

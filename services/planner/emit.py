@@ -20,10 +20,12 @@ from schemas.messages import (
     DecisionReason,
     DecisionRecord,
     DeleteIntent,
+    Health,
     Impersonation,
     Intent,
     ObjectPhase,
     ObjectStatus,
+    OutcomeEvent,
 )
 from schemas.subjects import key_tokens
 from services.planner.decide import DELETE_INFLIGHT, Decision, Entry
@@ -159,18 +161,38 @@ def record(
 
 
 def object_row(
-    slot: Slot, e: Entry, view: BundleView, phase: ObjectPhase, message: str
+    slot: Slot,
+    e: Entry,
+    view: BundleView,
+    phase: ObjectPhase,
+    message: str,
+    health: Health = Health.UNKNOWN,
 ) -> ObjectStatus:
-    """The planner's own object rows: Pending, Drifted, Kept (appliers write the rest)."""
+    """The planner's own object rows: Pending, Drifted, Kept, and Applied when a revision
+    makes an earlier failure moot (appliers write the rest)."""
     return ObjectStatus(
         cluster=view.cluster,
         bundle=view.name,
         revision=view.revision,
         key=slot[1],
         phase=phase,
+        health=health,
         message=message,
         manifest_sha=hex_or_none(e.manifest_sha),
+        apply_sha=hex_or_none(e.apply_sha) if phase is ObjectPhase.APPLIED else None,
         at=now(),
+    )
+
+
+def moot_failure(oc: OutcomeEvent | None, e: Entry) -> bool:
+    """Whether the object's last failure was for a manifest no longer desired, while what is
+    desired is what was applied (a rollback to the revision before a failed one): its row
+    still says Failed, and nothing would ever write it again."""
+    return (
+        oc is not None
+        and oc.manifest_sha != hex_or_none(e.manifest_sha)
+        and e.manifest_sha is not None
+        and e.manifest_sha == e.applied_manifest_sha
     )
 
 

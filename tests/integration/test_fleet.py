@@ -16,11 +16,11 @@ import pytest
 from nats.aio.client import Client as NATS
 
 from harness.pipeline import StatusWatch
-from schemas.codec import encode
+from schemas.codec import decode, encode
 from schemas.fleet import RolloutPhase, RolloutSpec
-from schemas.messages import BundleOptions, BundlePhase
-from schemas.subjects import fleet_subject
-from services.common import policy
+from schemas.messages import BundleOptions, BundlePhase, ObjectPhase, ObjectStatus
+from schemas.subjects import ObjectKey, fleet_subject, object_status_subject
+from services.common import bus, policy
 from services.common.kube import KubeClient
 from services.controlplane import servers
 from services.core import tenancy
@@ -281,6 +281,48 @@ async def test_a_revision_failing_on_the_canary_halts_and_rollback_restores_it(
     await until("canary back on r1", lambda: _has(w, CANARY, {"good"}), 90, w.fleet.logs)
     for prod in (PROD_A, PROD_B):
         assert "r3" not in await placed_revisions(w.nc, prod, w.bundle)
+
+
+async def test_a_rolled_back_object_does_not_keep_the_failure_of_the_revision_that_left(
+    world: World,
+) -> None:
+    """The canary's Deployment fails to take r2 (a typo the API server refuses); rolled back to
+    r1, it is as r1 applied it, and its status row says so instead of r2's failure."""
+    w = world
+    await w.publish("r1", [_deployment(w.ns, image="nginx:1.27")])
+    await w.phase(RolloutPhase.COMPLETE, "r1", within=180)
+    typo = _deployment(w.ns, image="nginx:1.28")
+    container = typo["spec"]["template"]["spec"]["containers"][0]
+    container["imagee"] = container.pop("image")
+    spec = RolloutSpec(steps=["env=canary"], step_timeout=90, on_failure="rollback")
+    await w.publish("r2", [typo], rollout=spec)
+    await w.phase(RolloutPhase.ROLLED_BACK, "r2", within=150)
+    key = ObjectKey("apps", "Deployment", w.ns, "web")
+    subject = object_status_subject(CANARY, w.bundle, key)
+
+    async def row() -> Any:
+        msg = await bus.last_message(w.js, bus.STATUS, subject)
+        st = decode(msg.data, ObjectStatus) if msg is not None else None
+        return st if st is not None and st.revision == "r1" else None
+
+    st = await until("the canary's row back on r1", row, 60, w.fleet.logs)
+    assert st.phase is ObjectPhase.APPLIED, st
+
+
+def _deployment(ns: str, *, image: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": ns},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "web", "image": image}]},
+            },
+        },
+    }
 
 
 async def test_a_driver_killed_mid_step_finishes_the_rollout_without_repeating_a_step(
