@@ -203,7 +203,7 @@ class Driver:
                 revision=tick.state.target.revision,
                 seq=old + i,
                 event=e.event,
-                phase=tick.state.phase,
+                phase=e.phase or tick.state.phase,
                 step=tick.state.step,
                 clusters=list(e.clusters),
                 message=e.message,

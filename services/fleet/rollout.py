@@ -14,6 +14,7 @@ revision says nothing about this one).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Literal
@@ -80,7 +81,9 @@ def start(
         updated_at=now,
     )
     steps = len(spec.steps) + 1
-    return state, Event("started", (), f"revision {target.revision}: {steps} steps")
+    return state, Event(
+        "started", (), f"revision {target.revision}: {steps} steps", RolloutPhase.PROGRESSING
+    )
 
 
 def advance(
@@ -100,7 +103,7 @@ def advance(
     if excluded is not None and dict(excluded) != state.excluded:
         t.state = msgspec.structs.replace(t.state, excluded=dict(excluded))
         if excluded:
-            t.events.append(
+            t._note(
                 Event(
                     "excluded",
                     tuple(sorted(excluded)),
@@ -125,7 +128,7 @@ def delete(state: RolloutState, now: dt.datetime, *, orphan: bool) -> Tick:
     for cluster in live:
         t.remove(cluster, orphan=orphan)
     t.state = msgspec.structs.replace(t.state, phase=RolloutPhase.DELETED)
-    t.events.append(Event("deleted", tuple(live), "orphaned" if orphan else "pruned"))
+    t._note(Event("deleted", tuple(live), "orphaned" if orphan else "pruned"))
     return t.done()
 
 
@@ -142,6 +145,12 @@ class _Tick:
         prunes), nothing new is placed."""
         self.actions: list[Action] = []
         self.events: list[Event] = []
+
+    def _note(self, event: Event) -> None:
+        """Record a transition with the phase it leaves the rollout in."""
+        if event.phase is None:
+            event = dataclasses.replace(event, phase=self.state.phase)
+        self.events.append(event)
 
     def done(self) -> Tick:
         s = self.state
@@ -201,7 +210,7 @@ class _Tick:
             self.remove(cluster, orphan=self.state.on_leave == "orphan")
         if gone:
             how = "kept in place (on-leave orphan)" if self.state.on_leave == "orphan" else "pruned"
-            self.events.append(Event("left", tuple(gone), f"left the fleet: the bundle is {how}"))
+            self._note(Event("left", tuple(gone), f"left the fleet: the bundle is {how}"))
 
     def observe(self, observed: Mapping[str, Observed]) -> None:
         """Each placement's status: ready, failed, or (back to) on its way."""
@@ -224,13 +233,13 @@ class _Tick:
         s = self.state
         if s.paused and s.phase is RolloutPhase.PROGRESSING:
             self.state = msgspec.structs.replace(s, phase=RolloutPhase.PAUSED)
-            self.events.append(Event("paused", (), f"at step {s.step + 1}"))
+            self._note(Event("paused", (), f"at step {s.step + 1}"))
         elif not s.paused and s.phase is RolloutPhase.PAUSED:
             # the step's time starts again: a pause does not eat into the step timeout
             self.state = msgspec.structs.replace(
                 s, phase=RolloutPhase.PROGRESSING, step_started_at=self.now, ready_since=None
             )
-            self.events.append(Event("resumed", (), f"at step {s.step + 1}"))
+            self._note(Event("resumed", (), f"at step {s.step + 1}"))
 
     def gate(self, members: Mapping[str, Mapping[str, str]], refusals: Mapping[str, str]) -> None:
         """Halt on a failure or a timeout; else place the target within the step, and move to
@@ -285,9 +294,7 @@ class _Tick:
             self.state = msgspec.structs.replace(
                 self.state, phase=RolloutPhase.COMPLETE, ready_since=None, promote=False
             )
-            self.events.append(
-                Event("complete", tuple(sorted(held)), f"{len(held)} clusters Ready")
-            )
+            self._note(Event("complete", tuple(sorted(held)), f"{len(held)} clusters Ready"))
             return
         if s.ready_since is None:
             self.state = msgspec.structs.replace(self.state, ready_since=self.now)
@@ -302,9 +309,7 @@ class _Tick:
         )
         how = "promoted" if s.promote and not baked else f"baked {s.spec.bake:g}s"
         newly = sorted(sets[nxt] - held)
-        self.events.append(
-            Event("step", tuple(newly), f"step {s.step + 1} {how}; step {nxt + 1} starts")
-        )
+        self._note(Event("step", tuple(newly), f"step {s.step + 1} {how}; step {nxt + 1} starts"))
         self.gate(members, refusals)  # place the next step's clusters in this tick
 
     def _refuse(self, cluster: str, step: int, why: str) -> None:
@@ -319,18 +324,16 @@ class _Tick:
                 seq=self.state.placements,  # of this rollout (no placement is made)
             ),
         )
-        self.events.append(Event("refused", (cluster,), why))
+        self._note(Event("refused", (cluster,), why))
 
     def halt(self, clusters: tuple[str, ...], why: str) -> None:
         s = self.state
         self.state = msgspec.structs.replace(s, phase=RolloutPhase.HALTED, message=why)
-        self.events.append(Event("halted", clusters, f"step {s.step + 1}: {why}"))
+        self._note(Event("halted", clusters, f"step {s.step + 1}: {why}"))
         if s.spec.on_failure != "rollback":
             return
         if s.previous is None:
-            self.events.append(
-                Event("rollback-impossible", (), "no earlier revision to roll back to")
-            )
+            self._note(Event("rollback-impossible", (), "no earlier revision to roll back to"))
             return
         back = sorted(c for c, e in s.clusters.items() if _on_target(s, e))
         for cluster in back:
@@ -339,9 +342,7 @@ class _Tick:
                 continue
             self.place(cluster, "previous", -1)
         self.state = msgspec.structs.replace(self.state, phase=RolloutPhase.ROLLED_BACK)
-        self.events.append(
-            Event("rolled-back", tuple(back), f"back on revision {s.previous.revision}")
-        )
+        self._note(Event("rolled-back", tuple(back), f"back on revision {s.previous.revision}"))
 
     def join(self, members: Mapping[str, Mapping[str, str]], refusals: Mapping[str, str]) -> None:
         """Members with nothing placed get the revision in force: the target once the rollout
@@ -363,7 +364,7 @@ class _Tick:
                 continue
             joined.append(cluster)
         if joined:
-            self.events.append(Event("joined", tuple(joined), "joined the fleet"))
+            self._note(Event("joined", tuple(joined), "joined the fleet"))
 
 
 def _on_target(state: RolloutState, entry: ClusterRollout) -> bool:

@@ -58,6 +58,8 @@ class Event:
     event: str
     clusters: tuple[str, ...] = ()
     message: str = ""
+    phase: RolloutPhase | None = None
+    """The rollout's phase right after this transition (a tick may make several)."""
 
 
 @dataclasses.dataclass(frozen=True)

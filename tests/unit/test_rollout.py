@@ -136,7 +136,10 @@ def test_rollback_puts_the_canary_back_on_the_previous_revision() -> None:
     )
     assert t.state.phase is RolloutPhase.ROLLED_BACK
     assert placed(t) == [("canary", "previous")]
-    assert [e.event for e in t.events] == ["halted", "rolled-back"]
+    assert [(e.event, e.phase) for e in t.events] == [
+        ("halted", RolloutPhase.HALTED),
+        ("rolled-back", RolloutPhase.ROLLED_BACK),
+    ]
     assert t.state.clusters["canary"].revision == "r1"
     assert {c: e.revision for c, e in t.state.clusters.items()} == {
         "canary": "r1",
