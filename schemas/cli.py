@@ -9,6 +9,22 @@ from typing import Any, Literal
 import msgspec
 
 
+class FleetSummary(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The rollout of a fleet bundle, on each cluster's row of it (docs/fleet.md)."""
+
+    phase: str
+    """Progressing, Paused, Halted, RolledBack, Complete or Deleted."""
+    revision: str
+    """The revision being rolled out (the cluster's own row says which one it is on)."""
+    step: int
+    """The current step, from 1."""
+    steps: int
+    ready: int
+    """Clusters Ready on ``revision``."""
+    total: int
+    """Clusters of the fleet."""
+
+
 class BundleRow(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """One bundle of ``driftbus bundles -o json`` (the output is a JSON array of these)."""
 
@@ -32,6 +48,8 @@ class BundleRow(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     message: str
     updated_at: dt.datetime | None
     """When the status last changed."""
+    fleet: FleetSummary | None = None
+    """Set when the bundle is a fleet bundle's placement in this cluster: its rollout."""
 
 
 class ObjectRow(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

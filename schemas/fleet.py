@@ -51,6 +51,8 @@ ClusterName = Annotated[
     ),
 ]
 Seconds = Annotated[float, Meta(ge=0, le=30 * 86400)]
+AwareTime = Annotated[dt.datetime, Meta(tz=True)]
+"""A time with its zone: the driver subtracts these, and a naive one cannot be."""
 OnFailure = Literal["halt", "rollback"]
 OnLeave = Literal["prune", "orphan"]
 
@@ -156,11 +158,11 @@ class ClusterRollout(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     revision: str
     """The revision the driver placed in the cluster."""
     state: ClusterStep = "assigned"
-    step: int = 0
+    step: Annotated[int, Meta(ge=-1, le=64)] = 0
     """The step that placed it (-1: a member that joined outside the steps)."""
-    at: dt.datetime | None = None
+    at: AwareTime | None = None
     message: str = ""
-    seq: int = 0
+    seq: Annotated[int, Meta(ge=0)] = 0
     """The placement's number (part of its message id, so a placement repeated after a driver
     was killed is deduplicated, and a later one is not)."""
 
@@ -178,10 +180,10 @@ class RolloutState(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
     on_leave: OnLeave = "prune"
     tenant: str = ""
     phase: RolloutPhase = RolloutPhase.PROGRESSING
-    step: int = 0
+    step: Annotated[int, Meta(ge=0, le=64)] = 0
     """Index of the current step (``len(steps)`` is the implicit whole-fleet step)."""
-    step_started_at: dt.datetime | None = None
-    ready_since: dt.datetime | None = None
+    step_started_at: AwareTime | None = None
+    ready_since: AwareTime | None = None
     """When every cluster of the current step was first Ready on the target (the bake)."""
     clusters: dict[str, ClusterRollout] = {}
     excluded: dict[str, str] = {}
@@ -190,16 +192,16 @@ class RolloutState(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
     promote: bool = False
     """``rollout promote``: end the current step's bake now (cleared when the step moves)."""
     message: str = ""
-    events: int = 0
+    events: Annotated[int, Meta(ge=0)] = 0
     """Transitions recorded so far (the next ``RolloutEvent.seq``)."""
-    placements: int = 0
+    placements: Annotated[int, Meta(ge=0)] = 0
     """Placements made so far (the next ``ClusterRollout.seq``)."""
-    first_seq: int = 0
+    first_seq: Annotated[int, Meta(ge=0)] = 0
     """The first placement of this rollout: a cluster is on the target only through a placement
     numbered from here (an earlier placement of a revision of the same name does not count)."""
-    source_seq: int = 0
+    source_seq: Annotated[int, Meta(ge=0)] = 0
     """The fleet stream's sequence of the ``FleetBundle`` this rollout places."""
-    updated_at: dt.datetime | None = None
+    updated_at: AwareTime | None = None
     recent: list[RolloutEvent] = []
     """The last transitions (at most 20), kept so a driver that takes over publishes those its
     predecessor recorded in the state but did not get into the log."""

@@ -34,6 +34,7 @@ from schemas.bundle import ObjectStoreRef as ObjectStoreRef
 from schemas.bundle import Propagation as Propagation
 from schemas.bundle import RollbackAnswer as RollbackAnswer
 from schemas.bundle import RollbackRequest as RollbackRequest
+from schemas.fleet import FleetBundle, RolloutEvent
 from schemas.subjects import ObjectKey
 
 # --- watcher → driftbus.server.<cluster>.<key> --------------------------------------------------
@@ -396,4 +397,6 @@ MESSAGE_TYPES: Final[dict[str, type[_Message]]] = {
     "decision": DecisionRecord,
     "outcome": OutcomeEvent,
     "member": MemberHeartbeat,
+    "fleet-bundle": FleetBundle,
+    "rollout-event": RolloutEvent,
 }

@@ -15,7 +15,7 @@ import datetime as dt
 import sys
 from typing import Any, get_args
 
-from schemas.cli import BundleRow
+from schemas.cli import BundleRow, FleetSummary
 from schemas.messages import BundleOptions, BundlePhase, BundleStatus, Propagation
 from services.cli import context, output
 from services.common import settings
@@ -35,9 +35,10 @@ def age(since: dt.datetime | None, now: dt.datetime) -> str:
     return f"{s}s"
 
 
-def bundle_row(st: BundleStatus, now: dt.datetime) -> BundleRow:
+def bundle_row(st: BundleStatus, now: dt.datetime, fleet: FleetSummary | None = None) -> BundleRow:
     """One bundle as ``bundles -o json`` prints it (``schemas/json/cli-bundles.schema.json``)."""
     return BundleRow(
+        fleet=fleet,
         cluster=st.cluster,
         bundle=st.bundle,
         phase=str(st.phase),
@@ -77,13 +78,12 @@ def table_row(st: BundleStatus, now: dt.datetime) -> dict[str, Any]:
 def cmd_bundles(args: argparse.Namespace) -> int:
     from services.cli import output, table, user
 
-    async def run() -> tuple[list[BundleStatus], list[dict[str, Any]]]:
+    async def run() -> tuple[list[BundleStatus], dict[str, FleetSummary]]:
         nc = await user.connect(args)
         try:
             js = nc.jetstream()
             statuses = await user.bundle_statuses(js, args.cluster, tenant=args.tenant)
-            fleets = await fleet_rows(js, args.tenant, args.all) if args.output == "table" else []
-            return statuses, fleets
+            return statuses, await fleet_rows(js, args.tenant, args.all)
         finally:
             await nc.drain()
 
@@ -94,35 +94,46 @@ def cmd_bundles(args: argparse.Namespace) -> int:
     now = dt.datetime.now(dt.UTC)
     shown = [s for s in statuses if args.all or s.phase is not BundlePhase.DELETED]
     if args.output != "table":
-        output.dump([bundle_row(s, now) for s in shown], args.output)
+        output.dump([bundle_row(s, now, fleets.get(s.bundle)) for s in shown], args.output)
     else:
         columns = ["bundle", "phase", "revision", "age", "ready", "notes"]
         table.emit([table_row(s, now) for s in shown], columns, "table")
         if fleets:  # the fleet bundles, after the cluster's (its table is unchanged)
             print("\nfleet bundles (driftbus rollout status BUNDLE):")
-            table.emit(fleets, ["bundle", "phase", "revision", "step", "clusters"], "table")
+            rows = [fleet_table_row(b, f) for b, f in sorted(fleets.items())]
+            table.emit(rows, ["bundle", "phase", "revision", "step", "clusters"], "table")
     return 0
 
 
-def fleet_row(state: Any) -> dict[str, Any]:
-    """A fleet bundle in ``bundles``: its rollout's phase and step, clusters Ready/total."""
+def fleet_summary(state: Any) -> FleetSummary:
+    """A fleet bundle's rollout in ``bundles``: its phase and step, clusters Ready/total."""
     on = state.target.revision
     ready = sum(
         1
         for e in state.clusters.values()
         if e.state == "ready" and e.revision == on and e.seq >= state.first_seq
     )
-    total = sum(1 for e in state.clusters.values() if e.state != "removed")
+    return FleetSummary(
+        phase=str(state.phase),
+        revision=on,
+        step=state.step + 1,
+        steps=len(state.spec.steps) + 1,
+        ready=ready,
+        total=sum(1 for e in state.clusters.values() if e.state != "removed"),
+    )
+
+
+def fleet_table_row(bundle: str, f: FleetSummary) -> dict[str, Any]:
     return {
-        "bundle": state.bundle,
-        "phase": str(state.phase),
-        "revision": on[:24],
-        "step": f"{state.step + 1}/{len(state.spec.steps) + 1}",
-        "clusters": f"{ready}/{total} Ready",
+        "bundle": bundle,
+        "phase": f.phase,
+        "revision": f.revision[:24],
+        "step": f"{f.step}/{f.steps}",
+        "clusters": f"{f.ready}/{f.total} Ready",
     }
 
 
-async def fleet_rows(js: Any, tenant: str | None, everything: bool) -> list[dict[str, Any]]:
+async def fleet_rows(js: Any, tenant: str | None, everything: bool) -> dict[str, FleetSummary]:
     """Every fleet bundle's row (of ``tenant``'s only, when given); deleted ones only with
     ``everything``. Nothing when the bus has no rollouts, or they may not be listed."""
     import contextlib
@@ -132,7 +143,7 @@ async def fleet_rows(js: Any, tenant: str | None, everything: bool) -> list[dict
     from schemas.fleet import RolloutPhase, RolloutState
     from services.common import bus
 
-    rows = []
+    rows: dict[str, FleetSummary] = {}
     with contextlib.suppress(Exception):  # no bucket, no keys, not permitted: no fleet rows
         kv = await js.key_value(bus.ROLLOUTS_BUCKET)
         for key in sorted(await kv.keys()):
@@ -146,7 +157,7 @@ async def fleet_rows(js: Any, tenant: str | None, everything: bool) -> list[dict
             if tenant is not None and state.tenant != tenant:
                 continue
             if everything or state.phase is not RolloutPhase.DELETED:
-                rows.append(fleet_row(state))
+                rows[state.bundle] = fleet_summary(state)
     return rows
 
 

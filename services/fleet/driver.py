@@ -127,9 +127,9 @@ class Driver:
             stored = self.views.states.get(bundle)
             try:
                 tick = await self._decide(bundle, seq, fb, stored, now)
-            except (BundleError, bus.ObjectError) as exc:
+            except Exception as exc:  # noqa: BLE001 - bad input never stops the driver
                 # one fleet bundle that cannot be read holds up no other
-                log.error("rollout of %s not advanced: %s", bundle, exc)
+                log.error("rollout of %s not advanced: %r", bundle, exc)
                 continue
             if tick is None:
                 continue

@@ -11,6 +11,7 @@ import msgspec
 import pytest
 
 from schemas.bundle import ObjectStoreRef
+from schemas.cli import FleetSummary
 from schemas.fleet import (
     ClusterList,
     ClusterRecord,
@@ -247,13 +248,27 @@ def test_clusters_are_served_only_with_a_live_watcher_and_applier() -> None:
 
 
 def test_bundles_lists_a_fleet_bundle_with_its_clusters_ready() -> None:
-    assert lifecycle.fleet_row(state()) == {
+    summary = lifecycle.fleet_summary(state())
+    assert summary == FleetSummary(
+        phase="Progressing", revision="r2", step=2, steps=2, ready=1, total=3
+    )
+    assert lifecycle.fleet_table_row("app", summary) == {
         "bundle": "app",
         "phase": "Progressing",
         "revision": "r2",
         "step": "2/2",
         "clusters": "1/3 Ready",
     }
+    # -o json: each cluster's row of a fleet bundle carries its rollout
+    st = BundleStatus(
+        cluster="c1",
+        bundle="app",
+        revision="r2",
+        phase=BundlePhase.READY,
+        counts=BundleCounts(total=1, applied=1, ready=1),
+    )
+    row = lifecycle.bundle_row(st, dt.datetime.now(dt.UTC), summary)
+    assert msgspec.json.decode(msgspec.json.encode(row))["fleet"]["ready"] == 1
 
 
 PARSED = [

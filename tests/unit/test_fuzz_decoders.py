@@ -24,8 +24,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schemas.bundle import BundleControl, RollbackAnswer, RollbackRequest
+from schemas.bundle import BundleControl, ObjectStoreRef, RollbackAnswer, RollbackRequest
 from schemas.codec import WireError, decode, encode
+from schemas.fleet import FleetBundle, RolloutEvent, RolloutPhase, RolloutSpec
 from schemas.messages import (
     MESSAGE_TYPES,
     AppliedEvent,
@@ -117,6 +118,28 @@ VALID: list[msgspec.Struct] = [
         at=AT,
         problems=["p"],
         scopes=[KindScope(group="example.com", kind="Widget", namespaced=True)],
+    ),
+]
+VALID += [
+    FleetBundle(
+        bundle="t/web",
+        revision="r2",
+        selector="env in (prod),!canary",
+        clusters=["a"],
+        manifests_ref=ObjectStoreRef(bucket="b", name="_fleet/web/x", sha=SHA, size=9, count=1),
+        kinds=["v1/ConfigMap"],
+        rollout=RolloutSpec(steps=["env=canary", "10%"], bake=30, max_unavailable=2),
+        published_at=AT,
+    ),
+    RolloutEvent(
+        bundle="t/web",
+        revision="r2",
+        seq=3,
+        event="halted",
+        phase=RolloutPhase.HALTED,
+        step=1,
+        clusters=["a"],
+        at=AT,
     ),
 ]
 DECODERS: list[Any] = [type(m) for m in VALID] + [Intent]

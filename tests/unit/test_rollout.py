@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import json
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from schemas.fleet import ClusterRollout, Placement, RolloutPhase, RolloutSpec, RolloutState
 from schemas.messages import BundlePhase
+from services.core.selector import SelectorError
 from services.fleet import rollout
 from services.fleet.steps import Observed, Place, Remove, SpecError, check_steps, step_sets
+from tests.fuzzing import examples
+from tests.unit.test_fuzz_decoders import mutated
 
 T0 = dt.datetime(2026, 11, 26, 12, 0, tzinfo=dt.UTC)
 FLEET = {
@@ -283,3 +290,18 @@ def test_a_cluster_the_tenant_may_no_longer_use_keeps_what_it_has() -> None:
         begin(RolloutSpec(), before=t.state), fleet, {}, at(11), excluded={"prod-b": "not allowed"}
     )
     assert sorted(a.cluster for a in t.actions) == ["canary", "prod-a"]
+
+
+@settings(max_examples=examples(100), deadline=None)
+@given(data=st.data())
+def test_a_corrupted_stored_state_is_refused_or_advances(data: st.DataObject) -> None:
+    """The rollouts bucket is state on the bus: whatever a bad writer left there either fails
+    to decode (the driver leaves it alone) or is a state the rule can take a tick further."""
+    t = rollout.advance(begin(CANARY), FLEET, {}, at(1))
+    doc = mutated(data.draw, json.loads(msgspec.json.encode(t.state)))
+    try:
+        state = msgspec.json.decode(json.dumps(doc).encode(), type=RolloutState)
+    except msgspec.DecodeError:
+        return
+    with contextlib.suppress(SelectorError):  # a step no one can read: the driver catches it
+        rollout.advance(state, FLEET, ready_on(t.state, "canary"), at(2))
