@@ -78,7 +78,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        fleet = getattr(args, "selector", None) is not None  # a fleet publish names no cluster
+        # a fleet publish and why rollout/BUNDLE name no cluster
+        fleet = getattr(args, "selector", None) is not None or str(
+            getattr(args, "object", "")
+        ).lower().startswith("rollout/")
         # status --bundle of a fleet bundle names no cluster either: status decides, once it
         # knows whether the bundle has a rollout (status.cmd_status)
         fleet = fleet or (args.command == "status" and bool(args.bundle) and not args.follow)

@@ -180,6 +180,8 @@ def cmd_why(args: argparse.Namespace) -> int:
     from schemas.cli import WhyRow
     from services.cli import objectref, output, table, user
 
+    if args.object.lower().startswith("rollout/"):
+        return _why_rollout(args, args.object.partition("/")[2])
     try:
         ref = objectref.parse(args.object)
     except ValueError as exc:
@@ -250,6 +252,32 @@ def cmd_why(args: argparse.Namespace) -> int:
     try:
         return asyncio.run(run())
     except Exception as exc:  # noqa: BLE001 - the bus refused or is away: one line, no trace
+        return table.fail("why", exc)
+
+
+def _why_rollout(args: argparse.Namespace, bundle: str) -> int:
+    """``why rollout/BUNDLE``: a fleet bundle's rollout transitions, each a decision record
+    (as ``rollout history``; ``-o json`` is cli-rollout-history)."""
+    from services.cli import output, rollout, table, user
+
+    async def run() -> int:
+        nc = await user.connect(args)
+        try:
+            got = await rollout.history(nc.jetstream(), bundle)
+        finally:
+            await nc.drain()
+        if not got.events:
+            print(f"driftbus why: no rollout of {bundle} on the bus", file=sys.stderr)
+            return 1
+        if args.output != "table":
+            output.dump(got, args.output)
+        else:
+            table.emit(rollout.history_rows(got.events), rollout.HISTORY_COLUMNS, "table")
+        return 0
+
+    try:
+        return asyncio.run(run())
+    except Exception as exc:  # noqa: BLE001 - the bus refused or is away: one line
         return table.fail("why", exc)
 
 
@@ -337,7 +365,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     why.add_argument(
         "object",
         metavar="KIND[.GROUP]/NAMESPACE/NAME",
-        help="the object; KIND[.GROUP]/NAME for a cluster-scoped one",
+        help="the object; KIND[.GROUP]/NAME for a cluster-scoped one; rollout/BUNDLE for the "
+        "transitions of a fleet bundle's rollouts (no --cluster; -o json: cli-rollout-history)",
     )
     context.add_cluster_arg(why, "the cluster the object is in")
     output.add_output_arg(why, "cli-why")

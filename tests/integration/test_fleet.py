@@ -253,6 +253,10 @@ async def test_a_canary_rollout_with_a_bake_converges_step_by_step(world: World)
     assert events == ["started", "step", "complete"], events
     for cluster in w.fleet.names():
         assert await w.values(cluster) == {"v1"}
+    # every transition is a decision record: `why` explains the rollout as it does an object
+    code, out, err = await driftbus(w.fleet, "why", f"rollout/{w.bundle}", "-o", "json")
+    assert code == 0, err
+    assert [e["event"] for e in json.loads(out)["events"]] == events
 
 
 async def test_a_revision_failing_on_the_canary_halts_and_rollback_restores_it(
