@@ -121,6 +121,7 @@ async def test_up_three_clusters_one_kubeconfig_a_publish_reaches_only_its_clust
         code, out = await driftbus("bundles", "--cluster", "b", "-o", "json")
         assert code == 0, out
         assert [row["bundle"] for row in json.loads(out)] == ["only-b"], out
+        await readme_tour(tmp_path, kubeconfig)
     finally:
         stopping = time.monotonic()
         code, out = await driftbus("down", "--workdir", str(workdir), within=180)
@@ -192,3 +193,85 @@ def test_a_fleet_context_defaults_to_its_first_cluster_and_an_old_one_still_read
     context.write(before_fleets)
     assert context.cluster(None) == "local"
     assert context.clusters(before_fleets) == ["local"]
+
+
+async def readme_tour(tmp_path: Path, kubeconfig: str) -> None:
+    """The README's "a fleet on a laptop", as written there: a canary rollout to the three
+    clusters, then a revision the API server refuses that halts on the canary, rolls it back,
+    and never reaches b or c."""
+    web = tmp_path / "web"
+    web.mkdir()
+    cm = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\n  namespace: default\n"
+    (web / "cm.yaml").write_text(cm + "data:\n  v: one\n")
+    fleet = ["--bundle", "web", "-l", "env in (canary,prod)", "--rollout", "env=canary"]
+    code, out = await driftbus(
+        "publish", str(web), *fleet, "--bake", "2", "--revision", "v1", "--wait",
+        "--timeout", "120", within=180,
+    )  # fmt: skip
+    assert code == 0, out
+    assert "web@v1: Complete, step 2/2, 3/3 clusters Ready on it" in out, out
+    (web / "cm.yaml").write_text(cm + "data:\n  v: two\n")
+    (web / "typo.yaml").write_text(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  namespace: default\n"
+        "spec:\n  selector:\n    matchLabels: {app: web}\n  template:\n    metadata:\n"
+        "      labels: {app: web}\n    spec:\n      containers:\n      - name: web\n"
+        "        imagee: nginx\n"
+    )
+    code, out = await driftbus(
+        "publish", str(web), *fleet, "--bake", "2", "--step-timeout", "60",
+        "--on-failure", "rollback", "--revision", "v2", "--wait", "--timeout", "120", within=180,
+    )  # fmt: skip
+    assert code == 1, out
+    assert "web@v2: RolledBack" in out, out
+    for name in FLEET:  # the canary back on v1, the others never left it
+        for _ in range(60):
+            code, out = await kubectl(
+                kubeconfig, name, "-n", "default", "get", "configmap", "web",
+                "-o", "jsonpath={.data.v}",
+            )  # fmt: skip
+            if (code, out) == (0, "one"):
+                break
+            await asyncio.sleep(0.5)
+        assert (code, out) == (0, "one"), (name, out)
+    code, out = await driftbus("rollout", "history", "web", "-o", "json")
+    assert code == 0, out
+    events = [(e["revision"], e["event"]) for e in json.loads(out)["events"]]
+    assert events == [
+        ("v1", "started"),
+        ("v1", "step"),
+        ("v1", "complete"),
+        ("v2", "started"),
+        ("v2", "halted"),
+        ("v2", "rolled-back"),
+    ], events
+
+
+@pytest.mark.timeout(300)
+async def test_up_clusters_3_names_them_and_registers_each(tmp_path: Path) -> None:
+    """``driftbus up --clusters 3``: three clusters named local-1…3, one context each, each
+    registered in the fleet registry by its watcher; ``down`` stops them."""
+    workdir = tmp_path / "three"
+    code, out = await driftbus(
+        "up", "--detach", "--workdir", str(workdir), "--clusters", "3", "--appliers", "1",
+        "--no-example", "--no-controllers", "--ui-port", "0", "-o", "json", within=300,
+    )  # fmt: skip
+    assert code == 0, out
+    info = json.loads(out.strip().splitlines()[-1])
+    names = ["local-1", "local-2", "local-3"]
+    try:
+        assert [c["name"] for c in info["clusters"]] == names
+        code, out = await kubectl(
+            info["kubeconfig"], "local-1", "config", "get-contexts", "-o", "name"
+        )
+        assert (code, sorted(out.split())) == (0, names), out
+        for _ in range(60):
+            code, out = await driftbus("clusters", "-o", "json")
+            assert code == 0, out
+            if sorted(c["name"] for c in json.loads(out)["clusters"]) == names:
+                break
+            await asyncio.sleep(0.5)
+        assert sorted(c["name"] for c in json.loads(out)["clusters"]) == names, out
+    finally:
+        code, out = await driftbus("down", "--workdir", str(workdir), within=180)
+    assert code == 0, out
+    assert servers.orphans(str(workdir)) == []
