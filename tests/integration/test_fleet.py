@@ -6,6 +6,7 @@ decision records and its bundle subject, what is in it from its own API server."
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -22,6 +23,7 @@ from schemas.messages import BundleOptions, BundlePhase, ObjectPhase, ObjectStat
 from schemas.subjects import ObjectKey, fleet_subject, object_status_subject
 from services.common import bus, policy
 from services.common.kube import KubeClient
+from services.common.members import STALE_AFTER, heartbeats, serving
 from services.controlplane import servers
 from services.core import tenancy
 from services.fleet import registry
@@ -197,7 +199,10 @@ async def test_membership_follows_labels_and_never_a_quiet_cluster(world: World)
     site = w.fleet.sites[PROD_B]
     site.pipeline.stop_all()
     try:
-        await asyncio.sleep(12)
+        # longer than a heartbeat stays fresh (members.STALE_AFTER): the cluster is unserved
+        await asyncio.sleep(STALE_AFTER + 5)
+        hb = await heartbeats(w.js, PROD_B)
+        assert serving(PROD_B, hb, dt.datetime.now(dt.UTC)), "prod-b is unserved by now"
         assert await w.values(PROD_B) == {"m"}
         state = await rollout_state(w.nc, w.bundle)
         assert state is not None
