@@ -11,6 +11,7 @@ from bench import (
     cold,
     durability,
     fleet,
+    fleetsim,
     hashing,
     memory,
     planner,
@@ -33,6 +34,7 @@ SCENARIOS = {
     "watcher": watcher.run,
     "durability": durability.run,
     "fleet": fleet.run,
+    "fleet-sim": fleetsim.run,
     "tenancy": tenancy.run,
     "webhook": webhook.run,
     "memory": memory.run,
@@ -53,6 +55,19 @@ def main(argv: list[str] | None = None) -> int:
         "--repetitions", type=int, default=None, help="default: each scenario's own (3 to 5)"
     )
     parser.add_argument("--objects", type=int, default=None)
+    sim = parser.add_argument_group("fleet-sim only")
+    sim.add_argument(
+        "--clusters",
+        type=lambda v: [int(x) for x in v.split(",")],
+        default=None,
+        help="simulated clusters, or several sizes run in turn (100,300,1000); default 1000",
+    )
+    sim.add_argument("--planners", type=int, default=None, help="planner replicas (default 2)")
+    sim.add_argument(
+        "--fail-share", type=float, default=None, help="share of clusters reporting Failed"
+    )
+    sim.add_argument("--idle", type=float, default=None, help="seconds of idle measured (60)")
+    sim.add_argument("--limit", type=float, default=None, help="seconds before giving up (900)")
     parser.add_argument(
         "--markdown",
         action="store_true",
@@ -74,6 +89,10 @@ def main(argv: list[str] | None = None) -> int:
             kwargs["repetitions"] = args.repetitions
         if args.objects:
             kwargs["objects"] = args.objects
+        if name == "fleet-sim":
+            for opt in ("clusters", "planners", "fail_share", "idle", "limit"):
+                if getattr(args, opt) is not None:
+                    kwargs[opt] = getattr(args, opt)
         print(f"running {name} …", file=sys.stderr, flush=True)
         got = SCENARIOS[name](**kwargs)
         print(f"wrote {report.write(got, stem=name)}", file=sys.stderr)

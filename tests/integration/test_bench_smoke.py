@@ -16,6 +16,7 @@ from bench import (
     churn,
     cold,
     fleet,
+    fleetsim,
     hashing,
     memory,
     planner,
@@ -115,6 +116,17 @@ def test_fleet_smoke() -> None:
     three, one = ready.parameters["clusters_per_planner"]
     assert sorted(three.values()) == [0, 1, 1]
     assert one == {"planner-0": 2}
+
+
+def test_fleet_sim_smoke() -> None:
+    """Five simulated clusters take a 3-object fleet bundle through its 1 % / 10 % / 100 % steps
+    with real planners: the rollout completes and every cluster answered every intent once."""
+    got = _sane(fleetsim.run(clusters=5, objects=3, repetitions=1, idle=2.0, limit=120.0))
+    params = got["fleet-sim-5x3-all-ready"].parameters
+    assert params["outcome"] == ["Complete 5/5"]
+    assert params["member_counters"][0]["applied"] == 15
+    assert sum(params["clusters_per_planner"][0].values()) == 5
+    assert got["fleet-sim-5x3-planner-rss"].driftbus > 10
 
 
 def test_webhook_smoke() -> None:

@@ -1,0 +1,392 @@
+"""Scenario `fleet-sim`: one fleet rollout to 1,000 simulated clusters (issue 31).
+
+Real: a fresh nats-server (JetStream, monitoring port), the planner replicas (``driftbus planner``
+processes, 2 by default, sharding the clusters through the shards bucket; one of them holds the
+rollout driver's lease), the fleet publish (``publish_fleet``), the rollout state read as
+``driftbus rollout status`` reads it. Simulated: each cluster's watcher and applier
+(``bench/fleetsim_members.py``: registry entry, heartbeats, the applier's own intent consumer
+and fence, and for each intent the applied fact, status row and server fact a real pair would
+publish, with health Ready, or Failed in ``fail_share`` of the clusters). No Kubernetes.
+
+Per repetition and cluster count: the members register and heartbeat, then one fleet bundle of
+``objects`` ConfigMaps is published with steps ``1%``, ``10%`` (then the whole fleet), bake 0.
+Measured from the publish until the rollout state says Complete (or Halted, or the time limit):
+the wall time and when each step started, the CPU seconds of the planners, the nats-server and
+the simulators, the planners' RSS, and NATS messages (``/varz`` ``in_msgs``) per object per
+cluster. Then, with nothing to do, ``idle`` seconds of the fleet's standing cost: CPU of the
+planners + nats-server in cores and CPU-seconds per hour.
+
+Peers are the issue's targets: all Ready ≤ 60 s; idle planners + nats-server ≤ 0.1 core;
+planner RSS ≤ 300 MiB.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import nats
+from nats.js import JetStreamContext
+
+from bench.fleetsim_members import cluster_name
+from bench.report import Result
+from bench.stack import cpu_seconds, machine_busy, rss_bytes
+from harness.pipeline import planner_ready
+from schemas.bundle import BundleOptions
+from schemas.fleet import RolloutPhase, RolloutSpec
+from schemas.subjects import ROLLOUT_DRIVER_KEY
+from services.cli.fleet import read_state
+from services.common import bus
+from services.controlplane import servers
+from services.fleet.publish import publish_fleet
+
+MIB = 1024 * 1024
+BUNDLE = "fleetsim"
+STEPS = ["1%", "10%"]
+TARGET = {"ready_s": 60.0, "idle_cores": 0.1, "planner_rss_mib": 300.0}
+ROOT = Path(__file__).resolve().parent.parent
+PER_MEMBER_PROCESS = 500
+"""Simulated clusters per member process (one asyncio loop each)."""
+
+
+def configmaps(n: int) -> list[dict[str, Any]]:
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": f"cm-{i}", "namespace": "default", "labels": {"app": "fleetsim"}},
+            "data": {"index": str(i), "payload": f"value-{i}-" + "x" * 64},
+        }
+        for i in range(n)
+    ]
+
+
+def varz(nats_server: servers.NatsServer) -> dict[str, Any]:
+    url = f"{nats_server.monitor_url}/varz"  # http on loopback, from the server's ports file
+    with urllib.request.urlopen(url, timeout=10) as r:  # noqa: S310
+        return dict(json.load(r))
+
+
+class Meter:
+    """CPU seconds of named processes, the machine's busy share and NATS messages, between two
+    readings."""
+
+    def __init__(self, pids: dict[str, int], nats_server: servers.NatsServer) -> None:
+        self.pids = pids
+        self.nats = nats_server
+        self.cpu = {n: cpu_seconds(p) for n, p in pids.items()}
+        self.machine = machine_busy()
+        self.msgs = int(varz(nats_server)["in_msgs"])
+        self.at = time.monotonic()
+
+    def read(self) -> dict[str, Any]:
+        busy, total = machine_busy()
+        return {
+            "seconds": time.monotonic() - self.at,
+            "cpu": {n: cpu_seconds(p) - self.cpu[n] for n, p in self.pids.items()},
+            "machine_busy": (busy - self.machine[0]) / max(total - self.machine[1], 1e-9),
+            "in_msgs": int(varz(self.nats)["in_msgs"]) - self.msgs,
+        }
+
+
+async def _until(what: str, check: Any, within: float) -> None:
+    deadline = time.monotonic() + within
+    while not await check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"fleet-sim: {what} not within {within:.0f}s")
+        await asyncio.sleep(0.25)
+
+
+async def _driver_leading(js: JetStreamContext) -> bool:
+    try:
+        kv = await js.key_value(bus.ROLLOUTS_BUCKET)
+        await kv.get(ROLLOUT_DRIVER_KEY)
+    except Exception:  # noqa: BLE001 - no bucket or no lease yet
+        return False
+    return True
+
+
+async def _start_members(
+    nats_url: str, count: int, fail_share: float, workdir: Path
+) -> list[tuple[asyncio.subprocess.Process, Path]]:
+    procs = []
+    for first in range(0, count, PER_MEMBER_PROCESS):
+        n = min(PER_MEMBER_PROCESS, count - first)
+        stats = workdir / f"members-{first}.json"
+        log = (workdir / f"members-{first}.log").open("ab")
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bench.fleetsim_members", "--nats", nats_url,
+            "--first", str(first), "--count", str(n), "--fail-share", str(fail_share),
+            "--stats", str(stats),
+            stdout=asyncio.subprocess.PIPE, stderr=log, cwd=ROOT,
+        )  # fmt: skip
+        log.close()
+        procs.append((proc, stats))
+    for proc, _ in procs:
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(proc.stdout.readline(), 300)
+        if line.strip() != b"ready":
+            raise RuntimeError(f"fleet-sim: a member process did not start (see {workdir})")
+    return procs
+
+
+async def one_run(
+    workdir: Path, *, clusters: int, objects: int, planners: int, fail_share: float,
+    idle: float, limit: float,
+) -> dict[str, Any]:  # fmt: skip
+    """One fleet rollout to ``clusters`` simulated clusters; what was measured."""
+    nats_server = servers.NatsServer(workdir / "nats")
+    await asyncio.to_thread(nats_server.start)
+    env = {
+        **os.environ,
+        "NATS_URL": nats_server.client_url,
+        "DRIFTBUS_LOG_LEVEL": "INFO",
+        "PYTHONUNBUFFERED": "1",
+    }
+    procs = {
+        f"planner-{i}": servers.Process(
+            f"planner-{i}",
+            [sys.executable, "-m", "services.cli.main", "planner", "--planner-id", f"planner-{i}"],
+            workdir / "planners",
+            env=env,
+        )
+        for i in range(planners)
+    }
+    for p in procs.values():
+        p.start()
+    members: list[tuple[asyncio.subprocess.Process, Path]] = []
+    nc = await nats.connect(nats_server.client_url)
+    js = nc.jetstream()
+    try:
+        for name in procs:
+            await _until(f"{name} ready", lambda n=name: planner_ready(js, n), 120)
+        await _until("the rollout driver", lambda: _driver_leading(js), 60)
+        started_members = time.monotonic()
+        members = await _start_members(nats_server.client_url, clusters, fail_share, workdir)
+        members_up = time.monotonic() - started_members
+        await asyncio.sleep(6.0)  # a round of heartbeats; the driver has read the registry
+        pids = {n: p.pid for n, p in procs.items()} | {"nats-server": nats_server.process.pid}  # type: ignore[union-attr]
+        pids |= {f"members-{i}": proc.pid for i, (proc, _) in enumerate(members)}
+        meter = Meter(pids, nats_server)
+        started = time.monotonic()
+        await publish_fleet(
+            js,
+            bundle=BUNDLE,
+            revision="r1",
+            manifests=configmaps(objects),
+            options=BundleOptions(),
+            rollout=RolloutSpec(steps=STEPS, bake=0.0),
+        )
+        steps: dict[int, float] = {}
+        peak_rss = dict.fromkeys(procs, 0.0)
+        phase, ready, total, last_print = RolloutPhase.PROGRESSING, 0, clusters, 0.0
+        while time.monotonic() - started < limit:
+            got = await read_state(js, BUNDLE)
+            if got is not None:
+                state = got[1]
+                phase = state.phase
+                steps.setdefault(state.step, round(time.monotonic() - started, 2))
+                ready = sum(
+                    1
+                    for e in state.clusters.values()
+                    if e.state == "ready" and e.revision == state.target.revision
+                )
+                total = len(state.clusters)
+                if phase is not RolloutPhase.PROGRESSING:
+                    break
+            for n, p in procs.items():
+                peak_rss[n] = max(peak_rss[n], rss_bytes(p.pid) / MIB)
+            if time.monotonic() - last_print > 15:
+                last_print = time.monotonic()
+                print(
+                    f"    {time.monotonic() - started:5.0f}s: step {max(steps, default=0) + 1}/"
+                    f"{len(STEPS) + 1}, {ready}/{total} clusters Ready",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            await asyncio.sleep(0.5)
+        took = time.monotonic() - started
+        rollout = meter.read()
+        rss = {n: rss_bytes(p.pid) / MIB for n, p in procs.items()}
+        hwm = {n: rss_bytes(p.pid, "VmHWM") / MIB for n, p in procs.items()}
+        claims = await _claims(js, clusters)
+        await asyncio.sleep(5.0)  # the last statuses and acks settle
+        quiet = Meter(pids, nats_server)
+        await asyncio.sleep(idle)
+        idle_read = quiet.read()
+        return {
+            "phase": str(phase),
+            "complete": phase is RolloutPhase.COMPLETE,
+            "seconds": took,
+            "ready": ready,
+            "clusters_in_state": total,
+            "steps_started_at": steps,
+            "members_start_s": members_up,
+            "rollout": rollout,
+            "idle": idle_read,
+            "rss": rss,
+            "rss_peak": {n: max(hwm[n], peak_rss[n]) for n in procs},
+            "clusters_per_planner": claims,
+        }
+    finally:
+        for proc, _ in members:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+        stats: dict[str, int] = {}
+        for proc, path in members:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(proc.wait(), 30)
+            if proc.returncode is None:
+                proc.kill()
+            with contextlib.suppress(OSError, ValueError):
+                for k, v in json.loads(path.read_text()).items():
+                    stats[k] = stats.get(k, 0) + v
+        (workdir / "member-stats.json").write_text(json.dumps(stats))
+        await nc.close()
+        for p in procs.values():
+            p.terminate()
+        for p in procs.values():
+            p.stop(timeout=10)
+        await asyncio.to_thread(nats_server.stop)
+
+
+async def _claims(js: JetStreamContext, clusters: int) -> dict[str, int]:
+    """Clusters per planner from the shards bucket; ``(unread)`` for those an overloaded NATS
+    did not answer about (a 1,000-cluster run that did not complete left it so)."""
+    out: dict[str, int] = {}
+    try:
+        kv = await js.key_value(bus.SHARDS_BUCKET)
+    except Exception:  # noqa: BLE001 - NATS too busy to answer: say so, keep the run
+        return {"(unread)": clusters}
+    for i in range(clusters):
+        try:
+            claim = await bus.read_claim(kv, cluster_name(i))
+            holder = claim.planner if claim is not None and claim.planner else "(none)"
+        except Exception:  # noqa: BLE001 - as above
+            holder = "(unread)"
+        out[holder] = out.get(holder, 0) + 1
+    return out
+
+
+def _summary(r: dict[str, Any], clusters: int, objects: int) -> dict[str, Any]:
+    roll, quiet = r["rollout"], r["idle"]
+    planner_cpu = sum(v for n, v in roll["cpu"].items() if n.startswith("planner"))
+    idle_cpu = sum(v for n, v in quiet["cpu"].items() if not n.startswith("members"))
+    idle_rate = quiet["in_msgs"] / quiet["seconds"]
+    units = clusters * objects
+    return {
+        "seconds": r["seconds"],
+        "planner_cpu_s": planner_cpu,
+        "nats_cpu_s": roll["cpu"]["nats-server"],
+        "members_cpu_s": sum(v for n, v in roll["cpu"].items() if n.startswith("members")),
+        "planner_rss_mib": max(r["rss"].values()),
+        "planner_peak_rss_mib": max(r["rss_peak"].values()),
+        "msgs_per_object_cluster": roll["in_msgs"] / units,
+        "msgs_per_object_cluster_less_idle": (roll["in_msgs"] - idle_rate * roll["seconds"])
+        / units,
+        "idle_cores": idle_cpu / quiet["seconds"],
+        "idle_nats_cores": quiet["cpu"]["nats-server"] / quiet["seconds"],
+        "idle_members_cores": sum(v for n, v in quiet["cpu"].items() if n.startswith("members"))
+        / quiet["seconds"],
+        "idle_msgs_per_s": idle_rate,
+        "machine_busy_rollout": roll["machine_busy"],
+        "machine_busy_idle": quiet["machine_busy"],
+    }
+
+
+async def _main(
+    sizes: Sequence[int], objects: int, repetitions: int, planners: int, fail_share: float,
+    idle: float, limit: float,
+) -> list[Result]:  # fmt: skip
+    results: list[Result] = []
+    for clusters in sizes:
+        runs = []
+        for rep in range(repetitions):
+            load = os.getloadavg()
+            with tempfile.TemporaryDirectory(prefix="driftbus-bench-fleetsim-") as tmp:
+                r = await one_run(
+                    Path(tmp), clusters=clusters, objects=objects, planners=planners,
+                    fail_share=fail_share, idle=idle, limit=limit,
+                )  # fmt: skip
+                r["members"] = json.loads((Path(tmp) / "member-stats.json").read_text())
+            r["loadavg_before"] = [round(x, 2) for x in load]
+            s = _summary(r, clusters, objects)
+            runs.append((r, s))
+            print(
+                f"  fleet-sim {clusters}x{objects} rep {rep + 1}/{repetitions}: {r['phase']} "
+                f"({r['ready']}/{r['clusters_in_state']} Ready) after {s['seconds']:.1f}s; "
+                f"planners {s['planner_cpu_s']:.1f} cpu-s, {s['planner_rss_mib']:.0f} MiB; "
+                f"nats {s['nats_cpu_s']:.1f} cpu-s; {s['msgs_per_object_cluster']:.1f} msgs/obj/"
+                f"cluster; idle {s['idle_cores']:.3f} cores; members {r['members']}",
+                file=sys.stderr,
+                flush=True,
+            )
+        results += _results(clusters, objects, planners, fail_share, idle, runs)
+    return results
+
+
+def _results(
+    clusters: int, objects: int, planners: int, fail_share: float, idle: float,
+    runs: list[tuple[dict[str, Any], dict[str, Any]]],
+) -> list[Result]:  # fmt: skip
+    def col(key: str) -> list[float]:
+        return [s[key] for _, s in runs]
+
+    n = len(runs)
+    params = {
+        "clusters": clusters,
+        "objects_per_cluster": objects,
+        "steps": [*STEPS, "100%"],
+        "bake": 0,
+        "planners": planners,
+        "fail_share": fail_share,
+        "idle_window_s": idle,
+        "outcome": [f"{r['phase']} {r['ready']}/{r['clusters_in_state']}" for r, _ in runs],
+        "steps_started_at_s": [r["steps_started_at"] for r, _ in runs],
+        "members_start_s": [round(r["members_start_s"], 1) for r, _ in runs],
+        "clusters_per_planner": [r["clusters_per_planner"] for r, _ in runs],
+        "member_counters": [r["members"] for r, _ in runs],
+        "loadavg_before": [r["loadavg_before"] for r, _ in runs],
+        "per_run": [{k: round(v, 4) for k, v in s.items()} for _, s in runs],
+        "simulated": "watchers and appliers (bench/fleetsim_members.py); no Kubernetes",
+    }
+    idle_cores = col("idle_cores")
+    params["idle_cpu_s_per_hour"] = round(statistics.median(idle_cores) * 3600, 1)
+    tag = f"fleet-sim-{clusters}x{objects}"
+    return [
+        Result(f"{tag}-all-ready", "s", col("seconds"), "target", [TARGET["ready_s"]] * n,
+               params, higher_is_better=False, target="ratio ≤ 1 (Complete, bake excluded)"),
+        Result(f"{tag}-idle-planners-nats-cores", "cores", idle_cores, "target",
+               [TARGET["idle_cores"]] * n, params, higher_is_better=False, target="ratio ≤ 1"),
+        Result(f"{tag}-planner-rss", "MiB", col("planner_rss_mib"), "target",
+               [TARGET["planner_rss_mib"]] * n, params, higher_is_better=False,
+               target="ratio ≤ 1 (largest replica)"),
+        Result(f"{tag}-planner-cpu", "cpu-s", col("planner_cpu_s"), "nats-server",
+               col("nats_cpu_s"), params, higher_is_better=False,
+               target="reported (all planner replicas, publish → Complete)"),
+        Result(f"{tag}-nats-msgs-per-object-cluster", "msgs",
+               col("msgs_per_object_cluster_less_idle"),
+               "uncorrected (incl. idle traffic)", col("msgs_per_object_cluster"), params,
+               higher_is_better=False, target="reported (in_msgs, less the idle rate)"),
+    ]  # fmt: skip
+
+
+def run(
+    *, objects: int = 100, repetitions: int = 2, clusters: int | Sequence[int] = 1000,
+    planners: int = 2, fail_share: float = 0.0, idle: float = 60.0, limit: float = 900.0,
+) -> list[Result]:  # fmt: skip
+    sizes = [clusters] if isinstance(clusters, int) else list(clusters)
+    if not (all(n > 0 for n in sizes) and objects > 0 and 0.0 <= fail_share <= 1.0):
+        raise ValueError(f"fleet-sim: clusters {sizes}, objects {objects}, share {fail_share}")
+    return asyncio.run(_main(sizes, objects, repetitions, planners, fail_share, idle, limit))
