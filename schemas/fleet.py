@@ -134,7 +134,7 @@ class RolloutPhase(enum.StrEnum):
     """The fleet bundle was deleted from every cluster."""
 
 
-class Placement(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class Placement(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
     """A revision as the driver places it in a cluster (kept in the state so a rollback never
     depends on the bundle stream's history)."""
 
@@ -152,7 +152,7 @@ ClusterStep = Literal["assigned", "ready", "failed", "refused", "removed"]
 taking over can finish a deletion its predecessor did not send)."""
 
 
-class ClusterRollout(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class ClusterRollout(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
     """One cluster in a rollout: the revision placed there, and how it stands."""
 
     revision: str
@@ -183,6 +183,11 @@ class RolloutState(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
     step: Annotated[int, Meta(ge=0, le=64)] = 0
     """Index of the current step (``len(steps)`` is the implicit whole-fleet step)."""
     step_started_at: AwareTime | None = None
+    held: list[str] = []
+    """The clusters of the current step, chosen when it started (the last step's are always
+    the whole fleet as it is)."""
+    held_step: Annotated[int, Meta(ge=-1, le=64)] = -1
+    """The step ``held`` was chosen for."""
     ready_since: AwareTime | None = None
     """When every cluster of the current step was first Ready on the target (the bake)."""
     clusters: dict[str, ClusterRollout] = {}

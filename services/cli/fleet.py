@@ -93,9 +93,20 @@ def add_fleet_flags(p: argparse.ArgumentParser) -> None:
 
 
 def is_fleet(args: argparse.Namespace) -> bool:
-    """Whether a publish goes to a fleet: a selector, several clusters, or rollout flags."""
+    """Whether a publish goes to a fleet: a selector, several clusters, or any flag only a
+    fleet has (``--cluster a --substitute`` is a fleet of one: never the flag dropped)."""
     clusters = args.cluster if isinstance(args.cluster, list) else []
-    return args.selector is not None or len(clusters) > 1 or bool(args.rollout)
+    return (
+        args.selector is not None
+        or len(clusters) > 1
+        or bool(args.rollout)
+        or args.substitute
+        or args.on_leave != "prune"
+        or args.on_failure != "halt"
+        or args.bake != 0.0
+        or args.max_unavailable != 0
+        or args.step_timeout != RolloutSpec().step_timeout
+    )
 
 
 def rollout_spec(args: argparse.Namespace) -> RolloutSpec:
@@ -120,7 +131,9 @@ async def publish(
 
     js = nc.jetstream()
     clusters = args.cluster if isinstance(args.cluster, list) else []
-    await publish_fleet(
+    for warning in await reach_warnings(js, args.selector or "", clusters, args.rollout):
+        print(f"driftbus publish: warning: {warning}", file=sys.stderr)
+    fb = await publish_fleet(
         js,
         bundle=args.bundle,
         revision=revision,
@@ -143,7 +156,35 @@ async def publish(
     )
     if not args.wait:
         return 0
-    return await wait(js, args.bundle, revision, within=args.timeout)
+    return await wait(js, args.bundle, fb.published_at, within=args.timeout)
+
+
+async def reach_warnings(
+    js: Any, selector: str, clusters: list[str], steps: list[str]
+) -> list[str]:
+    """What a fleet publish would reach, said before it is sent when it is nothing: a
+    selector no registered cluster matches, a named cluster not registered, a rollout step
+    with no cluster (a typo in a canary step would skip the canary)."""
+    from services.fleet import registry
+    from services.fleet.steps import step_sets
+
+    try:
+        records = await registry.records(js)
+    except Exception:  # noqa: BLE001 - the registry cannot be read: nothing to say
+        return []
+    fleet = registry.members(records, selector, clusters)
+    out = [
+        f"cluster {c} is not registered (driftbus clusters)" for c in clusters if c not in records
+    ]
+    if not fleet:
+        return [*out, "no registered cluster is in this fleet: nothing is placed until one is"]
+    sets = step_sets(steps, fleet)
+    out += [
+        f"rollout step {i + 1} ({step}) holds no cluster of the fleet"
+        for i, step in enumerate(steps)
+        if not (sets[i] - (sets[i - 1] if i else set()))
+    ]
+    return out
 
 
 async def read_state(js: Any, bundle: str) -> tuple[int, RolloutState] | None:
@@ -163,7 +204,7 @@ def progress_line(state: RolloutState) -> str:
     ready = sum(
         1
         for e in state.clusters.values()
-        if e.state == "ready" and e.revision == state.target.revision
+        if e.state == "ready" and e.revision == state.target.revision and e.seq >= state.first_seq
     )
     total = sum(1 for e in state.clusters.values() if e.state != "removed")
     steps = len(state.spec.steps) + 1
@@ -174,13 +215,14 @@ def progress_line(state: RolloutState) -> str:
     return f"{line}: {state.message}" if state.message else line
 
 
-async def wait(js: Any, bundle: str, revision: str, *, within: float) -> int:
-    """Follow the rollout of ``revision`` to its end: 0 Complete, 1 halted, 2 no end in time."""
+async def wait(js: Any, bundle: str, published_at: Any, *, within: float) -> int:
+    """Follow the rollout of the revision published at ``published_at`` (this publish, not an
+    earlier one of the same name) to its end: 0 Complete, 1 halted, 2 no end in time."""
     deadline = time.monotonic() + within
     shown = ""
     while time.monotonic() < deadline:
         got = await read_state(js, bundle)
-        if got is not None and got[1].target.revision == revision:
+        if got is not None and got[1].target.published_at == published_at:
             state = got[1]
             line = progress_line(state)
             if line != shown:
@@ -190,7 +232,40 @@ async def wait(js: Any, bundle: str, revision: str, *, within: float) -> int:
                 return ENDS[state.phase]
         await asyncio.sleep(0.5)
     print(
-        f"driftbus publish: the rollout of {bundle}@{revision} did not end within {within:g}s",
+        f"driftbus: the rollout of {bundle} published at {published_at} did not end within "
+        f"{within:g}s",
         file=sys.stderr,
     )
+    return 2
+
+
+async def delete(js: Any, bundle: str, *, keep: bool, wait: bool) -> int:
+    """``delete bundle --fleet``: the fleet bundle deleted from every cluster it reached
+    (pruned, or left in place with ``keep``); with ``wait``, until the driver did it."""
+    from services.fleet.publish import publish_fleet
+
+    got = await read_state(js, bundle)
+    if got is None:
+        print(f"driftbus delete: no fleet bundle {bundle}", file=sys.stderr)
+        return 1
+    state = got[1]
+    await publish_fleet(
+        js,
+        bundle=bundle,
+        revision=state.target.revision,
+        manifests=[],
+        options=msgspec.structs.replace(state.target.options, prune=not keep),
+        on_leave="orphan" if keep else "prune",
+        delete=True,
+        source="driftbus delete bundle --fleet",
+    )
+    how = "its objects are kept" if keep else "its objects are pruned"
+    print(f"deleting fleet bundle {bundle} from every cluster: {how}", file=sys.stderr)
+    if not wait:
+        return 0
+    for _ in range(240):
+        got = await read_state(js, bundle)
+        if got is not None and got[1].phase is RolloutPhase.DELETED:
+            return 0
+        await asyncio.sleep(0.5)
     return 2

@@ -195,6 +195,10 @@ def cmd_delete(args: argparse.Namespace) -> int:
         nc = await user.connect(args)
         js = nc.jetstream()
         try:
+            if args.fleet:
+                from services.cli import fleet
+
+                return await fleet.delete(js, args.bundle, keep=args.keep_objects, wait=args.wait)
             if not await user.bundle_statuses(js, args.cluster, args.bundle):
                 print(
                     f"driftbus delete: no bundle {args.bundle} in cluster {args.cluster}",
@@ -352,6 +356,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     _bundle_args(de)
     de.add_argument(
         "--keep-objects", action="store_true", help="forget the bundle, leave its objects"
+    )
+    de.add_argument(
+        "--fleet",
+        action="store_true",
+        help="a fleet bundle: delete it from every cluster its rollouts reached (no --cluster)",
     )
     de.add_argument(
         "--propagation",

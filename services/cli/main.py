@@ -79,9 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         # a fleet publish and why rollout/BUNDLE name no cluster
-        fleet = getattr(args, "selector", None) is not None or str(
-            getattr(args, "object", "")
-        ).lower().startswith("rollout/")
+        fleet = (
+            getattr(args, "selector", None) is not None
+            or getattr(args, "fleet", False) is True
+            or str(getattr(args, "object", "")).lower().startswith("rollout/")
+        )
         # status --bundle of a fleet bundle names no cluster either: status decides, once it
         # knows whether the bundle has a rollout (status.cmd_status)
         fleet = fleet or (args.command == "status" and bool(args.bundle) and not args.follow)

@@ -336,14 +336,14 @@ async def _undo(js: Any, args: argparse.Namespace, state: RolloutState) -> int:
 
     in_force = state.target.revision
     back = undo_target(await fleet_revisions(js, args.bundle), in_force, args.to)
-    await republish(js, back, rollback_of=in_force)
+    sent = await republish(js, back, rollback_of=in_force)
     print(
         f"{args.bundle}: republished {back.revision} (rollback of {in_force}); it rolls out "
         f"with its own rollout spec ({len(back.rollout.steps) + 1} steps)"
     )
     if not args.wait:
         return 0
-    return await wait(js, args.bundle, back.revision, within=args.timeout)
+    return await wait(js, args.bundle, sent.published_at, within=args.timeout)
 
 
 def print_status(fs: FleetStatus, fmt: str) -> None:

@@ -52,10 +52,12 @@ from services.fleet.publish import FleetError, check
 from services.fleet.recovery import missing
 from services.fleet.registry import members
 from services.fleet.steps import Event, Place, Remove, Tick
+from services.fleet.substitute import SubstitutionError
 from services.fleet.views import FleetViews, Stored
 
 log = logging.getLogger("driftbus.fleet")
 RECENT = 20
+MANIFESTS_KEPT = 8
 
 
 class Driver:
@@ -82,6 +84,7 @@ class Driver:
         )
         self._recovered = False
         self._manifests: dict[str, list[Any]] = {}
+        self._needed: dict[str, list[tuple[str, str]]] = {}
 
     @property
     def leading(self) -> bool:
@@ -93,9 +96,11 @@ class Driver:
 
     async def run(self) -> None:
         tasks = self.views.tasks()
-        tasks.append(asyncio.create_task(self.lease.hold(), name="rollout driver lease"))
         try:
             await self.views.ready()
+            # the lease only once the views have caught up: a replica still replaying the bus
+            # would hold it without driving
+            tasks.append(asyncio.create_task(self.lease.hold(), name="rollout driver lease"))
             while True:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.wake.wait(), self.tick_interval)
@@ -120,22 +125,23 @@ class Driver:
     # --- a tick --------------------------------------------------------------------------------
 
     async def _tick_all(self) -> None:
+        """One tick of every rollout whose inputs changed, and of those under way (their bake
+        and timeout run on the clock): an idle fleet costs no work."""
         now = dt.datetime.now(dt.UTC)
+        dirty = self.views.take_dirty()
         for bundle, (seq, fb) in sorted(self.views.fleets.items()):
             if not self.leading:
                 return
             stored = self.views.states.get(bundle)
+            if not (dirty is None or bundle in dirty or _running(stored, seq)):
+                continue
             try:
                 tick = await self._decide(bundle, seq, fb, stored, now)
+                if tick is not None and await self._write(bundle, stored, tick):
+                    await self._act(bundle, tick)
             except Exception as exc:  # noqa: BLE001 - bad input never stops the driver
-                # one fleet bundle that cannot be read holds up no other
+                # one fleet bundle that cannot be read or written holds up no other
                 log.error("rollout of %s not advanced: %r", bundle, exc)
-                continue
-            if tick is None:
-                continue
-            if not await self._write(bundle, stored, tick):
-                continue
-            await self._act(bundle, tick)
 
     async def _decide(
         self, bundle: str, seq: int, fb: FleetBundle, stored: Stored | None, now: dt.datetime
@@ -145,7 +151,9 @@ class Driver:
             if fb.delete:
                 if state is None:
                     return None
-                t = rollout.delete(state, now, orphan=fb.on_leave == "orphan")
+                # deleting prunes, unless the deletion says to leave the objects
+                orphan = fb.on_leave == "orphan" or not fb.options.prune
+                t = rollout.delete(state, now, orphan=orphan)
                 return Tick(msgspec.structs.replace(t.state, source_seq=seq), t.actions, t.events)
             tenant, _ = split_bundle(bundle)
             try:
@@ -186,12 +194,29 @@ class Driver:
                 del fleet[cluster]
         refusals: dict[str, str] = {}
         if state.target.substitute:
-            manifests = await self._load(state.bundle, state.target)
+            needed = await self._labels_needed(state.bundle, state.target)
             for cluster, labels in fleet.items():
-                if (why := substitute.refusal(manifests, cluster, labels)) is not None:
-                    refusals[cluster] = why
-        observed = {c: o for (c, b), o in self.views.statuses.items() if b == state.bundle}
-        return rollout.advance(state, fleet, observed, now, refusals=refusals, excluded=excluded)
+                lacking = [v for v, key in needed if key not in labels]
+                if lacking:
+                    refusals[cluster] = substitute.lacking(cluster, lacking)
+        registry = self.views.registry
+        # only a removal recorded in the registry, or labels that no longer match, take a
+        # cluster out; one the registry cannot say anything about (unreadable, or a bucket
+        # lost) keeps what it has
+        unknown = {
+            c
+            for c in state.clusters
+            if c not in fleet
+            and c not in excluded
+            and (
+                c in registry.unreadable
+                or (c not in registry.records and c not in registry.removed)
+            )
+        }
+        observed = self.views.statuses.get(state.bundle, {})
+        return rollout.advance(
+            state, fleet, observed, now, refusals=refusals, excluded=excluded, unknown=unknown
+        )
 
     async def _write(self, bundle: str, stored: Stored | None, tick: Tick) -> bool:
         """Write the tick's state (numbering its events) with compare-and-set; False when
@@ -215,7 +240,7 @@ class Driver:
         state = msgspec.structs.replace(
             tick.state,
             events=old + len(events),
-            recent=[*tick.state.recent, *events][-RECENT:],
+            recent=[*tick.state.recent, *events][-max(RECENT, len(events)) :],
         )
         kv = await self.js.key_value(bus.ROLLOUTS_BUCKET)
         data = msgspec.json.encode(state)
@@ -242,7 +267,7 @@ class Driver:
                 await self._perform(state, action)
             for event in self._pending_events:
                 await self._record(event)
-        except (BundleError, bus.BusError) as exc:
+        except (BundleError, bus.BusError, SubstitutionError) as exc:
             log.error("rollout of %s: %s; completed on the next tick", bundle, exc)
             self._recovered = False
         except PUBLISH_RETRIED as exc:
@@ -255,13 +280,15 @@ class Driver:
         cluster = action.cluster
         msg_id = f"fleet/{state.bundle}/{cluster}/{action.seq}"
         if isinstance(action, Remove):
+            # a fleet published without prune prunes nothing when a cluster leaves either
+            prune = state.target.options.prune and not action.orphan
             await publish_bundle(
                 self.js,
                 cluster=cluster,
                 bundle=state.bundle,
-                revision=f"{state.target.revision}-removed",
+                revision=state.target.revision,
                 manifests=[],
-                options=msgspec.structs.replace(state.target.options, prune=not action.orphan),
+                options=msgspec.structs.replace(state.target.options, prune=prune),
                 delete=True,
                 fleet=True,
                 published_at=action.at,
@@ -284,10 +311,17 @@ class Driver:
             "rollback_of": rollback_of,
         }
         if placement.substitute:
-            labels = self.views.registry.records[cluster].labels
+            record = self.views.registry.records.get(cluster)
+            if record is None:  # removed meanwhile: the next tick takes it out of the fleet
+                log.warning(
+                    "rollout of %s: %s left the registry; not placed", state.bundle, cluster
+                )
+                return
             manifests = await self._load(state.bundle, placement)
             await publish_bundle(
-                self.js, manifests=substitute.substitute(manifests, cluster, labels), **common
+                self.js,
+                manifests=substitute.substitute(manifests, cluster, record.labels),
+                **common,
             )
         else:
             await publish_bundle(
@@ -306,6 +340,7 @@ class Driver:
         )
 
     async def _load(self, bundle: str, placement: Placement) -> list[Any]:
+        """The placement's manifests (a few kept: substitution reads them per cluster)."""
         ref = placement.manifests_ref
         if ref is None:
             return []
@@ -313,20 +348,44 @@ class Driver:
             carrier = Bundle(
                 cluster="fleet", bundle=bundle, revision=placement.revision, manifests_ref=ref
             )
-            self._manifests = {ref.sha: list(await load_manifests(self.js, carrier))}
+            while len(self._manifests) >= MANIFESTS_KEPT:
+                self._manifests.pop(next(iter(self._manifests)))
+            self._manifests[ref.sha] = list(await load_manifests(self.js, carrier))
         return self._manifests[ref.sha]
+
+    async def _labels_needed(self, bundle: str, placement: Placement) -> list[tuple[str, str]]:
+        """The label variables the placement's manifests name, read once per manifests."""
+        ref = placement.manifests_ref
+        key = ref.sha if ref is not None else ""
+        if key not in self._needed:
+            self._needed[key] = substitute.labels_named(await self._load(bundle, placement))
+        return self._needed[key]
 
     # --- taking over ---------------------------------------------------------------------------
 
     async def _recover(self) -> None:
-        """Publish what the states say and the bus lacks (a predecessor killed mid-tick)."""
+        """Publish what the states say and the bus lacks (a predecessor killed mid-tick), one
+        rollout at a time: one that cannot be completed holds up no other."""
         for bundle, stored in sorted(self.views.states.items()):
-            events, actions = await missing(self.js, bundle, stored.state)
-            for event in events:
-                await self._record(event)
-            for action in actions:
-                log.info("rollout of %s: placing in %s what the state says", bundle, action.cluster)
-                await self._perform(stored.state, action)
+            try:
+                events, actions = await missing(self.js, bundle, stored.state)
+                for event in events:
+                    await self._record(event)
+                for action in actions:
+                    log.info(
+                        "rollout of %s: placing in %s what the state says", bundle, action.cluster
+                    )
+                    await self._perform(stored.state, action)
+            except Exception as exc:  # noqa: BLE001 - bad input never stops the driver
+                log.error("rollout of %s: not completed after a take-over: %r", bundle, exc)
+
+
+def _running(stored: Stored | None, seq: int) -> bool:
+    """Whether a rollout must be ticked on the clock: under way (bake, timeout), or a new
+    revision of it waits to start."""
+    if stored is None or seq > stored.state.source_seq:
+        return True
+    return stored.state.phase in (RolloutPhase.PROGRESSING, RolloutPhase.PAUSED)
 
 
 def _refused(

@@ -115,10 +115,6 @@ async def fleet_revisions(js: JetStreamContext, bundle: str) -> list[FleetBundle
     return out
 
 
-def with_rollback_of(fb: FleetBundle, of: str) -> FleetBundle:
-    return msgspec.structs.replace(fb, rollback_of=of)
-
-
 async def republish(js: JetStreamContext, fb: FleetBundle, rollback_of: str) -> FleetBundle:
     """Publish ``fb`` again as a new message (``driftbus rollout undo``): the same manifests
     (its ``manifests_ref``, not stored again) and rollout spec, a fresh ``published_at`` and

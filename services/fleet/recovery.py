@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-from typing import Literal
 
 from nats.js import JetStreamContext
 
@@ -36,30 +35,29 @@ async def missing(
     for cluster, entry in sorted(state.clusters.items()):
         if entry.state not in ("assigned", "removed") or entry.at is None:
             continue
-        if await _carries(js, cluster, bundle, entry.revision, entry.at, entry.state):
+        if await _done(js, cluster, bundle, entry.at):
             continue
-        which: Literal["target", "previous"] = (
-            "target" if entry.revision == state.target.revision else "previous"
-        )
-        actions.append(
-            Remove(cluster, entry.message == "orphaned", entry.seq, entry.at)
-            if entry.state == "removed"
-            else Place(cluster, which, entry.seq, entry.at)
-        )
+        if entry.state == "removed":
+            actions.append(Remove(cluster, entry.message == "orphaned", entry.seq, entry.at))
+        elif entry.revision == state.target.revision:
+            actions.append(Place(cluster, "target", entry.seq, entry.at))
+        elif state.previous is not None and entry.revision == state.previous.revision:
+            actions.append(Place(cluster, "previous", entry.seq, entry.at))
+        # else: a revision the state no longer holds; the next tick decides afresh
     return events, actions
 
 
-async def _carries(
-    js: JetStreamContext, cluster: str, bundle: str, revision: str, at: dt.datetime, state: str
-) -> bool:
-    """Whether the cluster's bundle subject already carries the placement (or the removal)."""
+async def _done(js: JetStreamContext, cluster: str, bundle: str, at: dt.datetime) -> bool:
+    """Whether the cluster's bundle subject carries the placement (or removal) made at ``at``,
+    or anything published after it (a later placement, or a user's own publish, which a
+    re-sent placement must never overwrite)."""
     msg = await bus.last_message(js, bus.BUNDLES, bundle_subject(cluster, bundle))
     if msg is None or not msg.data:
         return False
     try:
         last = decode(msg.data, Bundle)
     except WireError:
-        return False
-    if state == "removed":
-        return last.delete
-    return last.revision == revision and last.published_at == at and not last.delete
+        return True  # something is there that is not ours to overwrite; reported elsewhere
+    if last.published_at is None or last.published_at.utcoffset() is None:
+        return True
+    return (last.published_at - at).total_seconds() > -0.001

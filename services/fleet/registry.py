@@ -112,7 +112,11 @@ async def relabel(
             entry = await kv.get(key)  # type: ignore[attr-defined]
         except KeyNotFoundError:
             raise RegistryError(f"cluster {cluster} is not registered") from None
-        record = _decode(entry.value, cluster)
+        try:
+            record = _decode(entry.value, cluster)
+        except RegistryError as exc:  # the admin's labels are what it gets: the way out
+            log.warning("%s; rewritten with the labels given", exc)
+            record = ClusterRecord(name=cluster)
         labels = {k: v for k, v in record.labels.items() if k not in remove}
         labels.update(set_)
         record = msgspec.structs.replace(record, labels=labels, labelled_at=dt.datetime.now(dt.UTC))
@@ -188,6 +192,11 @@ class RegistryView:
     def __init__(self, js: JetStreamContext, changed: Callable[[], None] = lambda: None) -> None:
         self.js = js
         self.records: dict[str, ClusterRecord] = {}
+        self.removed: set[str] = set()
+        """Clusters whose entry was deleted (``clusters remove``): the one way out of a fleet
+        besides labels. A cluster absent with no deletion recorded has not left."""
+        self.unreadable: set[str] = set()
+        """Clusters whose last entry cannot be read: they keep what they have."""
         self.caught_up = asyncio.Event()
         self._changed = changed
 
@@ -200,10 +209,15 @@ class RegistryView:
             return
         if (msg.headers or {}).get("KV-Operation") in ("DEL", "PURGE"):
             self.records.pop(name, None)
+            self.unreadable.discard(name)
+            self.removed.add(name)
         else:
+            self.removed.discard(name)
             try:
                 self.records[name] = _decode(msg.data, name)
+                self.unreadable.discard(name)
             except RegistryError as exc:
+                self.unreadable.add(name)
                 # bad input never loses data: an unreadable entry is not a removal (which
                 # would prune the cluster's fleet bundles); its last good labels stay
                 kept = "its last labels are kept" if name in self.records else "it is in no fleet"

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Literal
 
 import msgspec
@@ -55,10 +55,13 @@ def start(
     previous = None
     clusters: dict[str, ClusterRollout] = {}
     events = placements = 0
+    paused = False
     if before is not None:
         previous = before.target if before.phase is RolloutPhase.COMPLETE else before.previous
-        clusters = dict(before.clusters)
+        # a refusal was of the revision that left: the new one is judged afresh
+        clusters = {c: e for c, e in before.clusters.items() if e.state != "refused"}
         events, placements = before.events, before.placements
+        paused = before.paused  # a pause holds across revisions, as kubectl's does
         if before.phase is RolloutPhase.DELETED:
             previous, clusters = None, {}
     state = RolloutState(
@@ -74,6 +77,7 @@ def start(
         step=0,
         step_started_at=now,
         clusters=clusters,
+        paused=paused,
         events=events,
         placements=placements,
         first_seq=placements,
@@ -94,12 +98,15 @@ def advance(
     *,
     refusals: Mapping[str, str] | None = None,
     excluded: Mapping[str, str] | None = None,
+    unknown: Collection[str] = (),
 ) -> Tick:
     """One tick. ``members``: the fleet's clusters (selector, names and tenant limits applied)
     and their labels; ``observed``: each cluster's last status of the bundle; ``refusals``:
     clusters the target cannot be placed in (a substitution names a label they lack), with the
-    reason; ``excluded``: clusters the selector names that the tenant may not use."""
-    t = _Tick(state, now, frozenset(excluded or ()))
+    reason; ``excluded``: clusters the selector names that the tenant may not use;
+    ``unknown``: clusters whose registry entry cannot be read or is missing with no removal
+    recorded (a lost bucket): neither has left, so both keep what they have."""
+    t = _Tick(state, now, frozenset(excluded or ()) | frozenset(unknown))
     if excluded is not None and dict(excluded) != state.excluded:
         t.state = msgspec.structs.replace(t.state, excluded=dict(excluded))
         if excluded:
@@ -200,7 +207,12 @@ class _Tick:
 
     def leave(self, members: Mapping[str, Mapping[str, str]]) -> None:
         """A cluster that left the fleet (labels, removal) gets the bundle deleted. Quiet
-        clusters have not left: only ``members`` (the registry) decides."""
+        clusters have not left: only ``members`` (the registry) decides. Never while a rollout
+        is under way or stopped: a revision whose selector leaves clusters out removes them
+        only once it is in force everywhere else (a typo in a selector halts nothing by
+        pruning first), and a halted one removes nothing."""
+        if self.state.phase is not RolloutPhase.COMPLETE:
+            return
         gone = sorted(
             c
             for c, e in self.state.clusters.items()
@@ -218,16 +230,23 @@ class _Tick:
             if entry.state in ("refused", "removed"):
                 continue
             seen = observed.get(cluster)
-            if seen is None or not _about(seen, entry):
+            if seen is None:
                 continue
-            if seen.phase in FAILED_PHASES or seen.forbidden:
+            message = seen.message
+            if not _about(seen, entry):
+                if not _after(seen, entry):
+                    continue  # a status of an earlier placement: says nothing of this one
+                # published after the placement, outside the rollout (a driftbus rollback or
+                # delete of that cluster): this placement is no longer what is there
+                new, message = "assigned", f"replaced outside the rollout: {seen.revision}"
+            elif seen.phase in FAILED_PHASES or seen.forbidden:
                 new = "failed"
             elif seen.phase is BundlePhase.READY:
                 new = "ready"
             else:
                 new = "assigned"
-            if new != entry.state:
-                self._set(cluster, msgspec.structs.replace(entry, state=new, message=seen.message))
+            if new != entry.state or message != entry.message:
+                self._set(cluster, msgspec.structs.replace(entry, state=new, message=message))
 
     def pause_or_resume(self) -> None:
         s = self.state
@@ -250,9 +269,24 @@ class _Tick:
         except SelectorError as exc:
             self.halt((), f"a rollout step is not a selector: {exc}")
             return
-        held = sets[min(s.step, len(sets) - 1)]
+        last = s.step >= len(sets) - 1
+        if last:
+            held = sets[-1]  # the whole fleet, as it is now
+        elif s.held_step == s.step:
+            held = set(s.held) & set(members)  # chosen when the step started
+        else:
+            held = sets[s.step]  # a step's clusters are chosen once: a growing fleet does
+            self.state = msgspec.structs.replace(  # not shift a percentage onto others
+                self.state, held=sorted(held), held_step=s.step
+            )
+            s = self.state
         on_target = {c: e for c, e in s.clusters.items() if c in held and _on_target(s, e)}
-        bad = sorted(c for c, e in on_target.items() if e.state in ("failed", "refused"))
+        # any cluster on the target that failed halts, in this step or not
+        bad = sorted(
+            c
+            for c, e in s.clusters.items()
+            if _on_target(s, e) and e.state in ("failed", "refused")
+        )
         if bad:
             self.halt(tuple(bad), "; ".join(f"{c}: {s.clusters[c].message}" for c in bad))
             return
@@ -289,7 +323,6 @@ class _Tick:
             if s.ready_since is not None:
                 self.state = msgspec.structs.replace(self.state, ready_since=None)
             return
-        last = s.step >= len(sets) - 1
         if last:
             self.state = msgspec.structs.replace(
                 self.state, phase=RolloutPhase.COMPLETE, ready_since=None, promote=False
@@ -374,6 +407,13 @@ def _on_target(state: RolloutState, entry: ClusterRollout) -> bool:
         and entry.seq >= state.first_seq
         and entry.state != "removed"
     )
+
+
+def _after(seen: Observed, entry: ClusterRollout) -> bool:
+    """Whether a status is of a revision published after the placement."""
+    if seen.published_at is None or entry.at is None:
+        return False
+    return (seen.published_at - entry.at).total_seconds() >= 0.001
 
 
 def _about(seen: Observed, entry: ClusterRollout) -> bool:

@@ -32,13 +32,26 @@ def missing(manifests: Iterable[Any], labels: Mapping[str, str]) -> list[str]:
     return sorted(out)
 
 
+def labels_named(manifests: Iterable[Any]) -> list[tuple[str, str]]:
+    """Each label variable the manifests name, with its label key (sorted, once each)."""
+    out: set[tuple[str, str]] = set()
+    for text in _strings(manifests):
+        for m in VARIABLE.finditer(text):
+            if m.group(2) is not None:
+                out.add((m.group(0), m.group(2)))
+    return sorted(out)
+
+
+def lacking(cluster: str, variables: Iterable[str]) -> str:
+    """The refusal of ``cluster``, which has no label for ``variables``."""
+    names = ", ".join(sorted(variables))
+    return f"cluster {cluster} has no label for {names} (driftbus clusters label {cluster} …)"
+
+
 def refusal(manifests: Iterable[Any], cluster: str, labels: Mapping[str, str]) -> str | None:
     """Why the manifests cannot be placed in ``cluster`` (None: they can)."""
-    lacking = missing(manifests, labels)
-    if not lacking:
-        return None
-    names = ", ".join(lacking)
-    return f"cluster {cluster} has no label for {names} (driftbus clusters label {cluster} …)"
+    names = missing(manifests, labels)
+    return lacking(cluster, names) if names else None
 
 
 def substitute(manifests: Iterable[Any], cluster: str, labels: Mapping[str, str]) -> list[Any]:

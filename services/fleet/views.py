@@ -71,9 +71,12 @@ class FleetViews:
         self._changed = changed
         self.fleets: dict[str, tuple[int, FleetBundle]] = {}
         self.states: dict[str, Stored] = {}
-        self.statuses: dict[tuple[str, str], Observed] = {}
+        self.statuses: dict[str, dict[str, Observed]] = {}
+        """bundle → cluster → its last status (fleet bundles only: what the gate reads)."""
         self.policy = TenantPolicy()
-        self.registry = RegistryView(js, changed)
+        self.registry = RegistryView(js, self._everything_changed)
+        self._dirty: set[str] | None = None
+        """The bundles whose inputs changed since the last tick (None: all of them)."""
         self.caught_up = {
             name: asyncio.Event() for name in ("fleets", "states", "statuses", "policy")
         }
@@ -99,6 +102,20 @@ class FleetViews:
             ),
         ]
 
+    def take_dirty(self) -> set[str] | None:
+        """The bundles to tick (None: every one), and start collecting afresh."""
+        dirty, self._dirty = self._dirty, set()
+        return dirty
+
+    def _touch(self, bundle: str) -> None:
+        if self._dirty is not None:
+            self._dirty.add(bundle)
+        self._changed()
+
+    def _everything_changed(self) -> None:
+        self._dirty = None  # the registry or the policy: every rollout's members
+        self._changed()
+
     async def ready(self) -> None:
         """Until every view has replayed what the bus holds."""
         for event in (*self.caught_up.values(), self.registry.caught_up):
@@ -117,6 +134,7 @@ class FleetViews:
             log.error("ignoring fleet bundle %s published on the subject of %s", fb.bundle, bundle)
             return
         self.fleets[bundle] = (int(msg.metadata.sequence.stream), fb)
+        self._touch(bundle)
 
     def _state(self, msg: Msg) -> None:
         tokens = msg.subject.removeprefix(ROLLOUT_PREFIX).split(".")
@@ -138,6 +156,7 @@ class FleetViews:
             log.error("rollout state of %s is unreadable (%s); left alone", bundle, exc)
             return
         self.states[bundle] = Stored(rev, state)
+        self._touch(bundle)
 
     def _status(self, msg: Msg) -> None:
         try:
@@ -147,9 +166,14 @@ class FleetViews:
             return  # the status readers report these; the gate only needs readable ones
         if parsed.bundle is None:
             return
-        self.statuses[(parsed.cluster, parsed.bundle)] = observed_of(status)
+        if parsed.bundle not in self.fleets and self.caught_up["fleets"].is_set():
+            return  # not a fleet bundle: the gate never reads it (statuses from before a
+            # fleet bundle existed say nothing of its placements either)
+        self.statuses.setdefault(parsed.bundle, {})[parsed.cluster] = observed_of(status)
+        self._touch(parsed.bundle)
 
     def _policy(self, msg: Msg) -> None:
+        self._dirty = None  # the tenants' limits: every rollout's members
         if (msg.headers or {}).get("KV-Operation") in ("DEL", "PURGE"):
             self.policy = TenantPolicy()
             return
@@ -167,7 +191,6 @@ class FleetViews:
             try:
                 async for msg in follower.messages():
                     fold(msg)
-                    self._changed()
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -181,4 +204,7 @@ class FleetViews:
     async def _mark(self, name: str, follower: bus.Follower) -> None:
         await follower.caught_up.wait()
         self.caught_up[name].set()
+        if name == "fleets":  # statuses kept while the fleet bundles were not all known yet
+            for bundle in [b for b in self.statuses if b not in self.fleets]:
+                del self.statuses[bundle]
         self._changed()

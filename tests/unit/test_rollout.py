@@ -305,3 +305,66 @@ def test_a_corrupted_stored_state_is_refused_or_advances(data: st.DataObject) ->
         return
     with contextlib.suppress(SelectorError):  # a step no one can read: the driver catches it
         rollout.advance(state, FLEET, ready_on(t.state, "canary"), at(2))
+
+
+def test_a_pause_holds_across_a_new_revision() -> None:
+    paused = msgspec.structs.replace(complete(RolloutSpec()), paused=True)
+    t = rollout.advance(begin(CANARY, before=paused), FLEET, {}, at(1))
+    assert t.state.phase is RolloutPhase.PAUSED
+    assert placed(t) == []
+
+
+def test_a_refusal_of_the_revision_that_left_does_not_halt_the_next() -> None:
+    t = rollout.advance(begin(CANARY), FLEET, {}, at(1), refusals={"canary": "no label"})
+    t = rollout.advance(t.state, FLEET, {}, at(2), refusals={"canary": "no label"})
+    assert t.state.phase is RolloutPhase.HALTED
+    # the label was added; the same content is published again
+    t = rollout.advance(begin(CANARY, before=t.state), FLEET, {}, at(3))
+    assert t.state.phase is RolloutPhase.PROGRESSING
+    assert placed(t) == [("canary", "target")]
+
+
+def test_a_percentage_step_keeps_the_clusters_it_chose_as_the_fleet_grows() -> None:
+    fleet = {f"c{i:02}": {} for i in range(10)}
+    spec = RolloutSpec(steps=["10%", "50%"], step_timeout=600)
+    t = rollout.advance(begin(spec), fleet, {}, at(1))
+    assert placed(t) == [("c00", "target")]
+    grown = {"a1": {}, "a2": {}, **fleet}  # sort before c00
+    t = rollout.advance(t.state, grown, {}, at(2))
+    assert ("a1", "target") not in placed(t)
+    assert t.state.held == ["c00"]
+    # and a failure of c00 halts, whatever the step sets say now
+    failing = ready_on(t.state, "c00", phase=BundlePhase.FAILED)
+    assert rollout.advance(t.state, grown, failing, at(3)).state.phase is RolloutPhase.HALTED
+
+
+def test_a_placement_replaced_outside_the_rollout_no_longer_counts_as_ready() -> None:
+    t = rollout.advance(begin(CANARY), FLEET, {}, at(1))
+    t = rollout.advance(t.state, FLEET, ready_on(t.state, "canary"), at(2))
+    assert t.state.clusters["canary"].state == "ready"
+    # `driftbus rollback --cluster canary` published r1 there after the placement
+    later = {"canary": Observed("r1", BundlePhase.READY, at(5))}
+    t = rollout.advance(t.state, FLEET, later, at(6))
+    assert t.state.clusters["canary"].state == "assigned"
+    assert "replaced outside the rollout" in t.state.clusters["canary"].message
+    t = rollout.advance(t.state, FLEET, later, at(100))
+    assert t.state.step == 0  # the bake never ends on it
+
+
+def test_clusters_a_new_selector_leaves_out_are_removed_only_once_it_is_in_force() -> None:
+    state = complete(RolloutSpec())
+    fewer = {"canary": FLEET["canary"]}
+    t = rollout.advance(begin(CANARY, before=state), fewer, {}, at(1))
+    assert [a for a in t.actions if isinstance(a, Remove)] == []
+    for later in (2, 40):  # Ready, then baked: the whole fleet (the canary alone) is Ready
+        t = rollout.advance(t.state, fewer, ready_on(t.state, "canary"), at(later))
+    assert t.state.phase is RolloutPhase.COMPLETE
+    t = rollout.advance(t.state, fewer, {}, at(41))
+    assert sorted(a.cluster for a in t.actions if isinstance(a, Remove)) == ["prod-a", "prod-b"]
+
+
+def test_a_cluster_whose_entry_is_unknown_keeps_what_it_has() -> None:
+    state = complete(RolloutSpec())
+    fleet = {c: v for c, v in FLEET.items() if c != "prod-b"}
+    t = rollout.advance(state, fleet, {}, at(10), unknown={"prod-b"})
+    assert not t.actions
