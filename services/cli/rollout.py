@@ -212,7 +212,10 @@ async def load_fleet_status(js: Any, bundle: str) -> FleetStatus | None:
     fleet = registry.members(await registry.records(js), state.selector, state.clusters_named)
     statuses: dict[str, BundleStatus] = {}
     for cluster in sorted(fleet.keys() | state.clusters.keys()):
-        msg = await bus.last_message(js, bus.STATUS, bundle_status_subject(cluster, bundle))
+        try:
+            msg = await bus.last_message(js, bus.STATUS, bundle_status_subject(cluster, bundle))
+        except Exception:  # noqa: BLE001, S112 - not permitted or away: the rollout state says
+            continue
         if msg is not None and msg.data:
             try:
                 statuses[cluster] = decode(msg.data, BundleStatus)

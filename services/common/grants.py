@@ -157,6 +157,8 @@ def tenant_fleet(tenant: str) -> list[str]:
     (pausing, resuming and promoting are the admin's)."""
     mine = f"{KV_ROLLOUTS}.rollout.{encode_token(tenant)}.*"
     return [
+        # its own bundles' summary status in any cluster of its fleets (rollout status)
+        f"{JS}.DIRECT.GET.{bus.STATUS}.{PREFIX}.status.*.{encode_token(tenant)}.*.bundle",
         tenant_fleet_filter(tenant),
         *filtered_history(bus.FLEET, tenant_fleet_filter(tenant)),
         *registry_read(),

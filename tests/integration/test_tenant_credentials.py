@@ -298,6 +298,8 @@ async def test_a_tenant_publishes_its_own_fleet_bundles_and_reads_its_own_rollou
         for bundle in ("team-a/web", "team-b/web"):
             await rollouts.put(rollout_key(bundle), f"state of {bundle}".encode())
             await pjs.publish(rollout_event_subject(bundle), f"event of {bundle}".encode())
+            # its placement's status in a cluster not among the tenant's own credentials'
+            await pjs.publish(bundle_status_subject(OTHER, bundle), f"status of {bundle}".encode())
 
         js = nc.jetstream(timeout=5)
         ack = await js.publish(fleet_subject("team-a/web"), b"fleet-r1")
@@ -312,6 +314,10 @@ async def test_a_tenant_publishes_its_own_fleet_bundles_and_reads_its_own_rollou
         assert event.data == b"event of team-a/web"
         await event.ack()
         await history.unsubscribe()
+        # rollout status: its own bundle's summary status in every cluster of the fleet
+        status = await bus.last_message(js, bus.STATUS, bundle_status_subject(OTHER, "team-a/web"))
+        assert status is not None
+        assert status.data == b"status of team-a/web"
         assert not errors, errors  # nothing of the above was refused
 
         # the fleet bundle is stored: read back by the planner, and by the tenant (undo)
@@ -355,6 +361,12 @@ async def test_a_tenant_is_refused_every_fleet_and_rollout_not_its_own(sec: Tena
         ),
         await refused_publish(sec, USER_A, f"{api}.CONSUMER.CREATE.{bus.ROLLOUTS}"),
         await refused_publish(sec, USER_A, f"{api}.CONSUMER.CREATE.{bus.FLEET}"),
+        # another tenant's status in a cluster of a fleet
+        await refused_publish(
+            sec,
+            USER_A,
+            f"{api}.DIRECT.GET.{bus.STATUS}.{bundle_status_subject(OTHER, 'team-b/web')}",
+        ),
         await refused_publish(
             sec, USER_A, f"{api}.CONSUMER.CREATE.{bus.FLEET}.h.{fleet_subject('team-b/x')}"
         ),
@@ -367,7 +379,7 @@ async def test_a_tenant_is_refused_every_fleet_and_rollout_not_its_own(sec: Tena
         await refused_publish(sec, "platform", f"{kv_clusters}.{cluster_registry_key(C)}"),
     ]
     print("\n".join(refusals))
-    assert len(refusals) == 22
+    assert len(refusals) == 23
 
 
 def test_nats_config_flags_generate_a_configuration_nats_server_accepts(
