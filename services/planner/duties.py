@@ -9,6 +9,7 @@ an entry only through its ``fold``, between two of its messages.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -29,6 +30,9 @@ from services.planner.store import Slot
 
 log = logging.getLogger("driftbus.planner")
 STATUS_REFRESH = 24 * 3600.0
+STATUS_IDLE = 5.0
+"""Seconds the status tick of a cluster with nothing marked sleeps (holds and deletions are
+looked at after each tick that had work, and at least this often)."""
 """Every bundle's status is published again this often, changed or not (STATUS keeps 7 days)."""
 
 
@@ -152,7 +156,13 @@ class Duties:
         loop = asyncio.get_running_loop()
         next_refresh = loop.time() + STATUS_REFRESH
         while True:
-            await asyncio.sleep(self.s.status_interval)
+            if self.state.live:
+                # nothing marked: sleep until something is (or the periodic duties are due),
+                # so an idle cluster costs a wake-up every few seconds, not five a second
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.board.marked.wait(), STATUS_IDLE)
+                self.board.marked.clear()
+            await asyncio.sleep(self.s.status_interval)  # changes within it are coalesced
             if not self.state.live:
                 continue
             if loop.time() >= next_stats:

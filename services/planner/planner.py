@@ -62,6 +62,10 @@ FACT_STREAMS = {"applied": bus.APPLIED, "outcome": bus.OUTCOMES}
 """The answers to intents, by the kind of message the run loop reads them as."""
 
 
+IDLE_WAKE = 5.0
+"""Seconds a live planner with no input sleeps before it looks at its loops again."""
+
+
 class PlannerStopped(RuntimeError):
     """A part of the planner ended that must run as long as it does."""
 
@@ -79,8 +83,14 @@ class Planner:
         fencing_token: int = 0,
         owns: Callable[[], bool] = lambda: True,
         nc: NATS | None = None,
+        startup: asyncio.Semaphore | None = None,
     ) -> None:
         self.js = js
+        self._startup = startup
+        self._holding_startup = False
+        """Shared by the replica's planners: how many rebuild at once. Hundreds of clusters
+        claimed together would otherwise all replay their streams at the same moment and
+        starve the replica's own heartbeats (it would then fence itself and drop them all)."""
         self.nc = nc
         self.cluster = cluster
         self.state = ClusterState(cluster)
@@ -129,6 +139,22 @@ class Planner:
     # --- the run loop ---------------------------------------------------------------------
 
     async def run(self) -> None:
+        if self._startup is None:
+            await self._run()
+            return
+        await self._startup.acquire()
+        self._holding_startup = True
+        try:
+            await self._run()
+        finally:
+            self._release_startup()
+
+    def _release_startup(self) -> None:
+        if self._startup is not None and self._holding_startup:
+            self._holding_startup = False
+            self._startup.release()
+
+    async def _run(self) -> None:
         queue = self._queue
         # the policy first: bundles of the rebuild are held to it
         try:
@@ -191,7 +217,10 @@ class Planner:
                     kind, msg = queue.get_nowait()
                 except asyncio.QueueEmpty:
                     try:
-                        kind, msg = await asyncio.wait_for(queue.get(), timeout=0.2)
+                        # short until live (the rebuild's end is noticed here), then long: an
+                        # idle cluster costs a wake-up every few seconds, not five a second
+                        idle = IDLE_WAKE if self.state.live else 0.2
+                        kind, msg = await asyncio.wait_for(queue.get(), timeout=idle)
                     except TimeoutError:
                         continue
                 await self._handle(kind, msg)
@@ -210,6 +239,7 @@ class Planner:
         with nothing changed adds nothing to old traces."""
         st = self.state
         st.live = True
+        self._release_startup()  # the next cluster may rebuild while this one decides
         slots = sorted(
             (s for s, e in st.entries.items() if e.manifest_sha is not None),
             key=lambda s: apply_order(s[1]),

@@ -28,6 +28,10 @@ log = logging.getLogger("driftbus.planner")
 
 __all__ = ["PlannerSettings", "Replica", "run"]
 
+REBUILDS_AT_ONCE = 8
+"""Clusters of one replica replaying their streams at the same time (the rest wait their
+turn): a burst of claims must not starve the replica's heartbeats."""
+
 
 class Replica:
     """One planner process: plans the clusters its claims give it, one ``Planner`` each."""
@@ -45,6 +49,7 @@ class Replica:
         self.nc = nc
         self.pub = publisher
         self.planners: dict[str, Planner] = {}
+        self._startup = asyncio.Semaphore(REBUILDS_AT_ONCE)
         self._tasks: dict[str, asyncio.Task[None]] = {}
         # fleets: every replica can drive the rollouts; the one holding the lease does
         self.driver = Driver(
@@ -84,6 +89,7 @@ class Replica:
             fencing_token=token,
             owns=lambda: self.shards.owns(cluster, token),
             nc=self.nc,
+            startup=self._startup,
         )
         task = asyncio.create_task(planner.run(), name=f"plan {cluster}")
         task.add_done_callback(lambda t: self._ended(cluster, t))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from services.common import bus, telemetry
+from services.common import bus, members, telemetry
 from services.common.settings import setting
 
 
@@ -34,7 +34,7 @@ class PlannerSettings(telemetry.TelemetrySettings, bus.NatsSettings):
         "longer queued before the planner sends it again: nothing stays lost",
     )
     members_interval: float = setting(
-        2.0,
+        members.INTERVAL,
         "seconds between reads of the cluster's watcher/applier heartbeats (prune waits for the "
         "watcher's initial lists; a cluster nobody serves is named in the bundle status)",
     )

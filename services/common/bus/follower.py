@@ -24,6 +24,8 @@ from services.common.bus.streams import BUS_AWAY
 log = logging.getLogger("driftbus.bus")
 
 
+IDLE_WAIT = 10.0
+"""Seconds a follower waits for its next message before it waits again."""
 CONSUMER_NOT_FOUND = 10014
 """JetStream's error code for a consumer that does not exist (any more)."""
 
@@ -133,7 +135,9 @@ class Follower:
                 self.caught_up.set()
             while True:
                 try:
-                    msg = await sub.next_msg(timeout=1.0)
+                    # a long wait: each one is a task and a timer, and a service follows
+                    # several subjects per cluster (a closed connection ends it sooner)
+                    msg = await sub.next_msg(timeout=IDLE_WAIT)
                 except (NatsTimeout, TimeoutError):
                     continue
                 yield msg
