@@ -34,6 +34,7 @@ import random
 import signal
 import sys
 from pathlib import Path
+from typing import Literal
 
 import nats
 from nats.aio.msg import Msg
@@ -199,13 +200,13 @@ class SimCluster:
             ),
         ]
 
-    async def _beat(self, role: str) -> None:
+    async def _beat(self, role: Literal["watcher", "applier"]) -> None:
         await asyncio.sleep(random.uniform(0, members.INTERVAL))  # spread, as real starts are
         await members.announce(
             self.pub,
             cluster=self.name,
             role=role,
-            member_id=f"{self.name}-{role}",  # type: ignore[arg-type]
+            member_id=f"{self.name}-{role}",
         )
 
 
