@@ -12,7 +12,6 @@ import time
 from typing import Any, get_args
 
 import msgspec
-from nats.aio.client import Client as NATS
 
 from schemas.fleet import OnFailure, OnLeave, RolloutPhase, RolloutSpec, RolloutState
 from schemas.messages import BundleOptions
@@ -120,7 +119,7 @@ def rollout_spec(args: argparse.Namespace) -> RolloutSpec:
 
 
 async def publish(
-    nc: NATS,
+    nc: bus.Connection,
     args: argparse.Namespace,
     loaded: Loaded,
     revision: str,
@@ -190,12 +189,13 @@ async def reach_warnings(
 async def read_state(js: Any, bundle: str) -> tuple[int, RolloutState] | None:
     """The rollout state of ``bundle`` and its KV revision (None: no rollout yet)."""
     try:
-        kv = await js.key_value(bus.ROLLOUTS_BUCKET)
-        entry = await kv.get(rollout_key(bundle))
-    except Exception:  # noqa: BLE001 - no bucket, no key: no rollout
+        entry = await bus.kv_get(js, bus.ROLLOUTS_BUCKET, rollout_key(bundle))
+    except Exception:  # noqa: BLE001 - no bucket, not permitted, away: no rollout to say
+        return None
+    if entry is None:
         return None
     try:
-        return entry.revision, msgspec.json.decode(entry.value or b"", type=RolloutState)
+        return entry.revision, msgspec.json.decode(entry.value, type=RolloutState)
     except msgspec.DecodeError:
         return None
 

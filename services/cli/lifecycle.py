@@ -145,13 +145,14 @@ async def fleet_rows(js: Any, tenant: str | None, everything: bool) -> dict[str,
 
     rows: dict[str, FleetSummary] = {}
     with contextlib.suppress(Exception):  # no bucket, no keys, not permitted: no fleet rows
-        kv = await js.key_value(bus.ROLLOUTS_BUCKET)
-        for key in sorted(await kv.keys()):
+        for key in sorted(await bus.kv_keys(js, bus.ROLLOUTS_BUCKET)):
             if not key.startswith("rollout."):
                 continue
-            entry = await kv.get(key)
+            entry = await bus.kv_get(js, bus.ROLLOUTS_BUCKET, key)
+            if entry is None:
+                continue
             try:
-                state = msgspec.json.decode(entry.value or b"", type=RolloutState)
+                state = msgspec.json.decode(entry.value, type=RolloutState)
             except msgspec.DecodeError:
                 continue
             if tenant is not None and state.tenant != tenant:

@@ -229,26 +229,22 @@ async def steer(
 ) -> RolloutState:
     """Apply ``change`` to the rollout state with compare-and-set, again on a conflict (the
     driver writes it on every tick); the state written."""
-    from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
-
     from schemas.subjects import rollout_key
     from services.common import bus
 
-    kv = await js.key_value(bus.ROLLOUTS_BUCKET)
+    key = rollout_key(bundle)
     for _ in range(50):
-        try:
-            entry = await kv.get(rollout_key(bundle))
-        except KeyNotFoundError:
-            raise RolloutError(f"{bundle}: no rollout (not a fleet bundle?)") from None
-        state = msgspec.json.decode(entry.value or b"", type=RolloutState)
+        entry = await bus.kv_get(js, bus.ROLLOUTS_BUCKET, key)
+        if entry is None:
+            raise RolloutError(f"{bundle}: no rollout (not a fleet bundle?)")
+        state = msgspec.json.decode(entry.value, type=RolloutState)
         new = change(state)
         if new == state:
             return state
-        try:
-            await kv.update(rollout_key(bundle), msgspec.json.encode(new), last=entry.revision)
+        data = msgspec.json.encode(new)
+        if await bus.kv_update(js, bus.ROLLOUTS_BUCKET, key, data, last=entry.revision):
             return new
-        except KeyWrongLastSequenceError:
-            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)
     raise RolloutError(f"{bundle}: the rollout state kept changing; nothing written")
 
 

@@ -23,8 +23,6 @@ import logging
 from typing import Any
 
 import msgspec
-from nats.js import JetStreamContext
-from nats.js.errors import KeyWrongLastSequenceError
 
 from schemas.bundle import Bundle
 from schemas.codec import encode
@@ -65,7 +63,7 @@ class Driver:
 
     def __init__(
         self,
-        js: JetStreamContext,
+        js: bus.JetStream,
         *,
         driver_id: str,
         tick: float = 1.0,
@@ -242,18 +240,18 @@ class Driver:
             events=old + len(events),
             recent=[*tick.state.recent, *events][-max(RECENT, len(events)) :],
         )
-        kv = await self.js.key_value(bus.ROLLOUTS_BUCKET)
         data = msgspec.json.encode(state)
-        try:
-            if stored is None:
-                rev = await kv.create(rollout_key(bundle), data)
-            else:
-                rev = await kv.update(rollout_key(bundle), data, last=stored.revision)
-        except KeyWrongLastSequenceError:
-            entry = await kv.get(rollout_key(bundle))
-            self.views.states[bundle] = Stored(
-                int(entry.revision or 0), msgspec.json.decode(entry.value or b"", type=RolloutState)
-            )
+        key = rollout_key(bundle)
+        if stored is None:
+            rev = await bus.kv_create(self.js, bus.ROLLOUTS_BUCKET, key, data)
+        else:
+            rev = await bus.kv_update(self.js, bus.ROLLOUTS_BUCKET, key, data, last=stored.revision)
+        if rev is None:  # another writer came first: read what it wrote, decide next tick
+            entry = await bus.kv_get(self.js, bus.ROLLOUTS_BUCKET, key)
+            if entry is not None:
+                self.views.states[bundle] = Stored(
+                    entry.revision, msgspec.json.decode(entry.value, type=RolloutState)
+                )
             self.wake.set()
             return False
         self.views.states[bundle] = Stored(int(rev), state)

@@ -15,8 +15,6 @@ import time
 from collections.abc import Callable, Mapping
 
 import msgspec
-from nats.js import JetStreamContext
-from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
 from schemas.subjects import ROLLOUT_DRIVER_KEY
 from services.common import bus
@@ -30,7 +28,7 @@ class Lease:
 
     def __init__(
         self,
-        js: JetStreamContext,
+        js: bus.JetStream,
         *,
         holder: str,
         interval: float,
@@ -51,32 +49,30 @@ class Lease:
     async def hold(self) -> None:
         seen_rev, seen_at = -1, time.monotonic()
         value = msgspec.json.encode({"driver": self.holder})
+        b, key = bus.ROLLOUTS_BUCKET, ROLLOUT_DRIVER_KEY
         while True:
             try:
-                kv = await self.js.key_value(bus.ROLLOUTS_BUCKET)
-                try:
-                    entry = await kv.get(ROLLOUT_DRIVER_KEY)
-                except KeyNotFoundError:
-                    entry = None
+                entry = await bus.kv_get(self.js, b, key)
                 started = time.monotonic()
                 if entry is None:
-                    await kv.create(ROLLOUT_DRIVER_KEY, value)
-                    self._take(started, "no driver yet")
+                    if await bus.kv_create(self.js, b, key, value) is not None:
+                        self._take(started, "no driver yet")
                 else:
                     holder = holder_of(entry.value)
                     if holder == self.holder:
-                        await kv.update(ROLLOUT_DRIVER_KEY, value, last=entry.revision)
-                        first = not self.held
-                        self._until = started + self.timeout - self.interval
-                        if first:
-                            self._take(started, "ours already")
+                        if await bus.kv_update(self.js, b, key, value, last=entry.revision):
+                            first = not self.held
+                            self._until = started + self.timeout - self.interval
+                            if first:
+                                self._take(started, "ours already")
+                        else:
+                            self._until = 0.0  # someone else took it
                     elif entry.revision != seen_rev:
-                        seen_rev, seen_at = int(entry.revision or 0), started
-                    elif started - seen_at > self.timeout:
-                        await kv.update(ROLLOUT_DRIVER_KEY, value, last=entry.revision)
+                        seen_rev, seen_at = entry.revision, started
+                    elif started - seen_at > self.timeout and await bus.kv_update(
+                        self.js, b, key, value, last=entry.revision
+                    ):
                         self._take(started, f"driver {holder} silent {started - seen_at:.0f}s")
-            except KeyWrongLastSequenceError:
-                self._until = 0.0  # someone else renewed or took it
             except Exception as exc:  # noqa: BLE001 - NATS away: the lease runs out by itself
                 log.warning("rollout driver lease not renewed: %s", exc)
             await asyncio.sleep(self.interval)

@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import msgspec
-from nats.js import JetStreamContext
 
 from schemas.codec import WireError, decode, encode
 from schemas.fleet import FleetBundle, OnLeave, RolloutSpec
@@ -49,7 +48,7 @@ def check(selector: str, clusters: Sequence[str], rollout: RolloutSpec) -> None:
 
 
 async def publish_fleet(
-    js: JetStreamContext,
+    js: bus.JetStream,
     *,
     bundle: str,
     revision: str,
@@ -100,7 +99,7 @@ async def publish_fleet(
     return msg
 
 
-async def fleet_revisions(js: JetStreamContext, bundle: str) -> list[FleetBundle]:
+async def fleet_revisions(js: bus.JetStream, bundle: str) -> list[FleetBundle]:
     """The fleet bundle's revisions on the bus, oldest first (the stream keeps the last 10)."""
     out: list[FleetBundle] = []
     follower = bus.Follower(js, bus.FLEET, fleet_subject(bundle), history=True)
@@ -115,7 +114,7 @@ async def fleet_revisions(js: JetStreamContext, bundle: str) -> list[FleetBundle
     return out
 
 
-async def republish(js: JetStreamContext, fb: FleetBundle, rollback_of: str) -> FleetBundle:
+async def republish(js: bus.JetStream, fb: FleetBundle, rollback_of: str) -> FleetBundle:
     """Publish ``fb`` again as a new message (``driftbus rollout undo``): the same manifests
     (its ``manifests_ref``, not stored again) and rollout spec, a fresh ``published_at`` and
     ``rollback_of`` naming the revision it replaces; the message sent. The driver rolls it out

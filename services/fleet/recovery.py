@@ -10,8 +10,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 
-from nats.js import JetStreamContext
-
 from schemas.bundle import Bundle
 from schemas.codec import WireError, decode
 from schemas.fleet import RolloutEvent, RolloutState
@@ -21,7 +19,7 @@ from services.fleet.steps import Place, Remove
 
 
 async def missing(
-    js: JetStreamContext, bundle: str, state: RolloutState
+    js: bus.JetStream, bundle: str, state: RolloutState
 ) -> tuple[list[RolloutEvent], list[Place | Remove]]:
     """The events of ``state.recent`` the rollout log lacks, and the placements (and removals)
     the clusters' bundle subjects do not carry."""
@@ -47,7 +45,7 @@ async def missing(
     return events, actions
 
 
-async def _done(js: JetStreamContext, cluster: str, bundle: str, at: dt.datetime) -> bool:
+async def _done(js: bus.JetStream, cluster: str, bundle: str, at: dt.datetime) -> bool:
     """Whether the cluster's bundle subject carries the placement (or removal) made at ``at``,
     or anything published after it (a later placement, or a user's own publish, which a
     re-sent placement must never overwrite)."""

@@ -18,13 +18,11 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 
 import msgspec
-from nats.aio.msg import Msg
-from nats.js import JetStreamContext
-from nats.js.errors import BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError
 
 from schemas.fleet import ClusterRecord
 from schemas.subjects import SubjectError, cluster_registry_key, decode_token
 from services.common import bus
+from services.common.bus import JetStream, Message
 from services.core.selector import parse_selector
 
 log = logging.getLogger("driftbus.fleet")
@@ -50,32 +48,33 @@ def members(
     }
 
 
-async def _bucket(js: JetStreamContext) -> object:
+B = bus.CLUSTERS_BUCKET
+
+
+async def _entry(js: JetStream, key: str) -> bus.KvEntry | None:
     try:
-        return await js.key_value(bus.CLUSTERS_BUCKET)
-    except BucketNotFoundError:
+        return await bus.kv_get(js, B, key)
+    except bus.BucketMissing:
         raise RegistryError(
-            f"the cluster registry ({bus.CLUSTERS_BUCKET}) does not exist yet: the planner "
-            "creates it"
+            f"the cluster registry ({B}) does not exist yet: the planner creates it"
         ) from None
 
 
 async def register(
-    js: JetStreamContext,
+    js: JetStream,
     cluster: str,
     *,
     labels: Mapping[str, str],
     kube_version: str,
     by: str,
 ) -> ClusterRecord:
-    """Register ``cluster`` unless it is (then only its Kubernetes version is updated)."""
-    kv = await _bucket(js)  # the planner makes it (a watcher may not)
+    """Register ``cluster`` unless it is (then only its Kubernetes version is updated). The
+    planner makes the bucket (a watcher may not)."""
     key = cluster_registry_key(cluster)
     now = dt.datetime.now(dt.UTC)
     for _ in range(_RETRIES):
-        try:
-            entry = await kv.get(key)  # type: ignore[attr-defined]
-        except KeyNotFoundError:
+        entry = await _entry(js, key)
+        if entry is None:
             record = ClusterRecord(
                 name=cluster,
                 labels=dict(labels),
@@ -83,9 +82,7 @@ async def register(
                 registered_at=now,
                 registered_by=by,
             )
-            try:
-                await kv.create(key, msgspec.json.encode(record))  # type: ignore[attr-defined]
-            except KeyWrongLastSequenceError:
+            if await bus.kv_create(js, B, key, msgspec.json.encode(record)) is None:
                 continue  # registered meanwhile (a second watcher): read it
             log.info("registered cluster %s", cluster, extra={"labels": dict(labels)})
             return record
@@ -93,25 +90,20 @@ async def register(
         if record.kube_version == kube_version:
             return record
         record = msgspec.structs.replace(record, kube_version=kube_version)
-        try:
-            await kv.update(key, msgspec.json.encode(record), last=entry.revision)  # type: ignore[attr-defined]
+        if await bus.kv_update(js, B, key, msgspec.json.encode(record), last=entry.revision):
             return record
-        except KeyWrongLastSequenceError:
-            continue
     raise RegistryError(f"cluster {cluster}: the registry entry kept changing; not registered")
 
 
 async def relabel(
-    js: JetStreamContext, cluster: str, *, set_: Mapping[str, str], remove: Sequence[str]
+    js: JetStream, cluster: str, *, set_: Mapping[str, str], remove: Sequence[str]
 ) -> ClusterRecord:
     """Set and remove labels of a registered cluster (compare-and-set, retried)."""
-    kv = await _bucket(js)
     key = cluster_registry_key(cluster)
     for _ in range(_RETRIES):
-        try:
-            entry = await kv.get(key)  # type: ignore[attr-defined]
-        except KeyNotFoundError:
-            raise RegistryError(f"cluster {cluster} is not registered") from None
+        entry = await _entry(js, key)
+        if entry is None:
+            raise RegistryError(f"cluster {cluster} is not registered")
         try:
             record = _decode(entry.value, cluster)
         except RegistryError as exc:  # the admin's labels are what it gets: the way out
@@ -120,26 +112,20 @@ async def relabel(
         labels = {k: v for k, v in record.labels.items() if k not in remove}
         labels.update(set_)
         record = msgspec.structs.replace(record, labels=labels, labelled_at=dt.datetime.now(dt.UTC))
-        try:
-            await kv.update(key, msgspec.json.encode(record), last=entry.revision)  # type: ignore[attr-defined]
+        if await bus.kv_update(js, B, key, msgspec.json.encode(record), last=entry.revision):
             return record
-        except KeyWrongLastSequenceError:
-            continue
     raise RegistryError(f"cluster {cluster}: the registry entry kept changing; not relabelled")
 
 
-async def deregister(js: JetStreamContext, cluster: str) -> None:
+async def deregister(js: JetStream, cluster: str) -> None:
     """Remove ``cluster`` from the registry: it leaves every fleet."""
-    kv = await _bucket(js)
     key = cluster_registry_key(cluster)
-    try:
-        await kv.get(key)  # type: ignore[attr-defined]
-    except KeyNotFoundError:
-        raise RegistryError(f"cluster {cluster} is not registered") from None
-    await kv.delete(key)  # type: ignore[attr-defined]
+    if await _entry(js, key) is None:
+        raise RegistryError(f"cluster {cluster} is not registered")
+    await bus.kv_delete(js, B, key)
 
 
-async def records(js: JetStreamContext) -> dict[str, ClusterRecord]:
+async def records(js: JetStream) -> dict[str, ClusterRecord]:
     """Every registered cluster (a snapshot)."""
     view = RegistryView(js)
     with contextlib.suppress(Exception):
@@ -154,7 +140,7 @@ def entry_subject(cluster: str) -> str:
     return KV_PREFIX + cluster_registry_key(cluster)
 
 
-def labels_in(msg: Msg) -> dict[str, str]:
+def labels_in(msg: Message) -> dict[str, str]:
     """The labels a registry entry message carries ({}: removed, or unreadable: a tenant's
     clusterSelector then admits nothing, the closed side)."""
     if (msg.headers or {}).get("KV-Operation") in ("DEL", "PURGE"):
@@ -166,7 +152,7 @@ def labels_in(msg: Msg) -> dict[str, str]:
         return {}
 
 
-async def labels_of(js: JetStreamContext, cluster: str) -> dict[str, str]:
+async def labels_of(js: JetStream, cluster: str) -> dict[str, str]:
     """The registry labels of ``cluster`` ({}: not registered, or no registry yet)."""
     msg = await bus.last_message(js, bus.CLUSTERS_STREAM, entry_subject(cluster))
     if msg is None or not msg.data:
@@ -189,7 +175,7 @@ class RegistryView:
     """The registry as last seen, followed live (``follow``); ``changed`` is called on every
     change so a driver can act at once rather than at its next tick."""
 
-    def __init__(self, js: JetStreamContext, changed: Callable[[], None] = lambda: None) -> None:
+    def __init__(self, js: JetStream, changed: Callable[[], None] = lambda: None) -> None:
         self.js = js
         self.records: dict[str, ClusterRecord] = {}
         self.removed: set[str] = set()
@@ -200,7 +186,7 @@ class RegistryView:
         self.caught_up = asyncio.Event()
         self._changed = changed
 
-    def observe(self, msg: Msg) -> None:
+    def observe(self, msg: Message) -> None:
         token = msg.subject.removeprefix(KV_PREFIX)
         try:
             name = decode_token(token)

@@ -15,8 +15,6 @@ import logging
 from collections.abc import Callable
 
 import msgspec
-from nats.aio.msg import Msg
-from nats.js import JetStreamContext
 
 from schemas.codec import WireError, decode
 from schemas.fleet import FleetBundle, RolloutState
@@ -66,7 +64,7 @@ def observed_of(status: BundleStatus) -> Observed:
 class FleetViews:
     """The driver's inputs as last seen; ``changed`` fires on anything new."""
 
-    def __init__(self, js: JetStreamContext, changed: Callable[[], None]) -> None:
+    def __init__(self, js: bus.JetStream, changed: Callable[[], None]) -> None:
         self.js = js
         self._changed = changed
         self.fleets: dict[str, tuple[int, FleetBundle]] = {}
@@ -123,7 +121,7 @@ class FleetViews:
 
     # --- folding one message into a view -------------------------------------------------------
 
-    def _fleet(self, msg: Msg) -> None:
+    def _fleet(self, msg: bus.Message) -> None:
         try:
             bundle = fleet_bundle_of(msg.subject)
             fb = decode(msg.data, FleetBundle)
@@ -136,7 +134,7 @@ class FleetViews:
         self.fleets[bundle] = (int(msg.metadata.sequence.stream), fb)
         self._touch(bundle)
 
-    def _state(self, msg: Msg) -> None:
+    def _state(self, msg: bus.Message) -> None:
         tokens = msg.subject.removeprefix(ROLLOUT_PREFIX).split(".")
         try:
             bundle = join_bundle(decode_token(tokens[0]), decode_token(tokens[1]))
@@ -158,7 +156,7 @@ class FleetViews:
         self.states[bundle] = Stored(rev, state)
         self._touch(bundle)
 
-    def _status(self, msg: Msg) -> None:
+    def _status(self, msg: bus.Message) -> None:
         try:
             parsed = parse_subject(msg.subject)
             status = decode(msg.data, BundleStatus)
@@ -172,7 +170,7 @@ class FleetViews:
         self.statuses.setdefault(parsed.bundle, {})[parsed.cluster] = observed_of(status)
         self._touch(parsed.bundle)
 
-    def _policy(self, msg: Msg) -> None:
+    def _policy(self, msg: bus.Message) -> None:
         self._dirty = None  # the tenants' limits: every rollout's members
         if (msg.headers or {}).get("KV-Operation") in ("DEL", "PURGE"):
             self.policy = TenantPolicy()
@@ -183,7 +181,7 @@ class FleetViews:
             log.error("tenant policy unreadable for the rollout driver: %s", exc)
 
     async def _follow(
-        self, name: str, stream: str, subject: str, fold: Callable[[Msg], None]
+        self, name: str, stream: str, subject: str, fold: Callable[[bus.Message], None]
     ) -> None:
         while True:
             follower = bus.Follower(self.js, stream, subject)

@@ -27,7 +27,6 @@ import msgspec
 import orjson
 from aiohttp import web
 from aiohttp.typedefs import Handler
-from nats.js import JetStreamContext
 
 from schemas.fleet import ClusterRecord, ClusterRollout, RolloutPhase, RolloutState
 from schemas.subjects import SubjectError, decode_token, join_bundle, split_bundle
@@ -286,7 +285,7 @@ def rollout_bundle(subject: str) -> str | None:
         return None
 
 
-async def rollout_states(js: JetStreamContext) -> dict[str, RolloutState]:
+async def rollout_states(js: bus.JetStream) -> dict[str, RolloutState]:
     """Every rollout state in the bucket (a snapshot; none if there is no bucket yet)."""
     out: dict[str, RolloutState] = {}
     with contextlib.suppress(Exception):  # no bucket yet (no planner made it): no rollouts
@@ -306,7 +305,7 @@ class FleetReader:
     """The registry and the rollout states, read when asked and kept for ``max_age`` seconds,
     so many open pages polling cost one read."""
 
-    def __init__(self, js: JetStreamContext, *, max_age: float = 1.0) -> None:
+    def __init__(self, js: bus.JetStream, *, max_age: float = 1.0) -> None:
         self.js = js
         self.max_age = max_age
         self._lock = asyncio.Lock()
@@ -321,7 +320,7 @@ class FleetReader:
             return self._last
 
 
-def handler(js: JetStreamContext, page: guard.PageSettings, statuses: Statuses) -> Handler:
+def handler(js: bus.JetStream, page: guard.PageSettings, statuses: Statuses) -> Handler:
     """``GET /api/fleet``: ``view`` for the request's tenant."""
     reader = FleetReader(js)
 
