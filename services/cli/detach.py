@@ -76,6 +76,9 @@ def detach(args: argparse.Namespace) -> int:
         child = subprocess.Popen(
             argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True
         )
+    # Ctrl-C while it starts stops it, even when this process was started with SIGINT ignored
+    # (a job of a shell without job control, some CI runners): as `up` itself does
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         return _until_ready(child, workdir, args)
     except KeyboardInterrupt:
@@ -87,6 +90,8 @@ def detach(args: argparse.Namespace) -> int:
             child.kill()
         print("driftbus up: interrupted; the background stack is stopped", file=sys.stderr)
         return 130
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _until_ready(child: subprocess.Popen[bytes], workdir: Path, args: argparse.Namespace) -> int:
