@@ -17,11 +17,20 @@ from services.controlplane import servers
 
 
 @contextlib.contextmanager
-def clusters(workdir: Path, count: int) -> Iterator[list[servers.Cluster]]:
-    """``count`` independent clusters, started side by side."""
-    with concurrent.futures.ThreadPoolExecutor(count) as pool:
+def clusters(
+    workdir: Path,
+    count: int,
+    *,
+    names: list[str] | None = None,
+    controllers: bool = False,
+) -> Iterator[list[servers.Cluster]]:
+    """``count`` independent clusters (named ``k0``… or ``names``), started side by side, with
+    their controllers when asked."""
+    names = names or [f"k{i}" for i in range(count)]
+    with concurrent.futures.ThreadPoolExecutor(len(names)) as pool:
         futures = [
-            pool.submit(servers.Cluster.start, f"k{i}", workdir / f"k{i}") for i in range(count)
+            pool.submit(servers.Cluster.start, n, workdir / n, controllers=controllers)
+            for n in names
         ]
         started = []
         try:

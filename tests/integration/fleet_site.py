@@ -9,7 +9,6 @@ that relabels a cluster puts the labels back.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import sys
 import time
@@ -20,6 +19,7 @@ from typing import Any, TypeVar
 import msgspec
 from nats.aio.client import Client as NATS
 
+from harness.fleet import clusters
 from harness.pipeline import DecisionLog, Pipeline
 from schemas.codec import decode
 from schemas.fleet import RolloutEvent, RolloutState
@@ -118,23 +118,20 @@ class FleetStack:
 
 
 @contextlib.contextmanager
-def fleet_clusters(workdir: Path, names: list[str]) -> Iterator[list[servers.Cluster]]:
-    """The clusters, started side by side, with their controllers."""
-    with concurrent.futures.ThreadPoolExecutor(len(names)) as pool:
-        futures = [
-            pool.submit(servers.Cluster.start, n, workdir / n, controllers=True) for n in names
-        ]
-        started: list[servers.Cluster] = []
-        try:
-            for f in futures:
-                started.append(f.result())
-            yield started
-        finally:
-            for f in futures:
-                if f.done() and f.exception() is None and f.result() not in started:
-                    started.append(f.result())
-            for c in started:
-                c.stop()
+def fleet_stack(root: Path, names: list[str]) -> Iterator[FleetStack]:
+    """A running fleet of clusters ``names`` (with controllers), one NATS, two planners."""
+    nats_server = servers.NatsServer(root / "nats")
+    nats_server.start()
+    try:
+        with clusters(root, len(names), names=names, controllers=True) as started:
+            fleet = FleetStack(root, started, nats_server)
+            fleet.start()
+            try:
+                yield fleet
+            finally:
+                fleet.stop()
+    finally:
+        nats_server.stop()
 
 
 async def driftbus(fleet: FleetStack, *args: str, limit: float = 180) -> tuple[int, str, str]:

@@ -24,7 +24,6 @@ from schemas.subjects import ObjectKey, fleet_subject, object_status_subject
 from services.common import bus, policy
 from services.common.kube import KubeClient
 from services.common.members import STALE_AFTER, heartbeats, serving
-from services.controlplane import servers
 from services.core import tenancy
 from services.fleet import registry
 from services.fleet.publish import fleet_revisions, publish_fleet
@@ -35,10 +34,12 @@ from .fleet_site import (
     EventLog,
     FleetStack,
     driftbus,
-    fleet_clusters,
     placed_revisions,
     rollout_state,
     until,
+)
+from .fleet_site import (
+    fleet_stack as running_fleet,
 )
 from .test_source import commit
 from .test_tenancy import SA, team, tenant_namespace
@@ -49,19 +50,8 @@ CANARY, PROD_A, PROD_B = "fleet-canary", "fleet-prod-a", "fleet-prod-b"
 
 @pytest.fixture(scope="module")
 def fleet_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetStack]:
-    root = tmp_path_factory.mktemp("fleet")
-    nats_server = servers.NatsServer(root / "nats")
-    nats_server.start()
-    try:
-        with fleet_clusters(root, [CANARY, PROD_A, PROD_B]) as clusters:
-            fleet = FleetStack(root, clusters, nats_server)
-            fleet.start()
-            try:
-                yield fleet
-            finally:
-                fleet.stop()
-    finally:
-        nats_server.stop()
+    with running_fleet(tmp_path_factory.mktemp("fleet"), [CANARY, PROD_A, PROD_B]) as fleet:
+        yield fleet
 
 
 class World:

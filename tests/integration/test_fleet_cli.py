@@ -18,12 +18,12 @@ import pytest
 from schemas.fleet import ClusterList, FleetStatus, RolloutHistory, RolloutPhase, RolloutSpec
 from schemas.messages import BundleOptions
 from services.common.kube import KubeClient
-from services.controlplane import servers
 from services.fleet import registry
 from services.fleet.publish import fleet_revisions, publish_fleet
 
 from ..conftest import unique_name
-from .fleet_site import FleetStack, driftbus, fleet_clusters, placed_revisions, rollout_state, until
+from .fleet_site import FleetStack, driftbus, placed_revisions, rollout_state, until
+from .fleet_site import fleet_stack as running_fleet
 
 pytestmark = [pytest.mark.scale, pytest.mark.timeout(600)]
 CANARY, PROD_A, PROD_B = "cli-canary", "cli-prod-a", "cli-prod-b"
@@ -31,19 +31,8 @@ CANARY, PROD_A, PROD_B = "cli-canary", "cli-prod-a", "cli-prod-b"
 
 @pytest.fixture(scope="module")
 def fleet_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetStack]:
-    root = tmp_path_factory.mktemp("fleetcli")
-    nats_server = servers.NatsServer(root / "nats")
-    nats_server.start()
-    try:
-        with fleet_clusters(root, [CANARY, PROD_A, PROD_B]) as clusters:
-            fleet = FleetStack(root, clusters, nats_server)
-            fleet.start()
-            try:
-                yield fleet
-            finally:
-                fleet.stop()
-    finally:
-        nats_server.stop()
+    with running_fleet(tmp_path_factory.mktemp("fleetcli"), [CANARY, PROD_A, PROD_B]) as fleet:
+        yield fleet
 
 
 class World:
