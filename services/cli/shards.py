@@ -5,33 +5,27 @@ entries by a pure function, which the fuzz reads hostile entries with."""
 from __future__ import annotations
 
 import datetime as dt
-from typing import TYPE_CHECKING
 
 import orjson
-from nats.js.errors import NotFoundError  # moved here with the code, from user.py
 
 from schemas.cli import ClaimRow, PlannerRow, ShardsDocument
 from schemas.subjects import SubjectError, decode_token
 from services.cli import user
 from services.common import bus
 
-if TYPE_CHECKING:
-    from nats.aio.msg import Msg
-    from nats.js import JetStreamContext
 
-
-async def shards(js: JetStreamContext) -> ShardsDocument:
+async def shards(js: bus.JetStream) -> ShardsDocument:
     """The planner replicas (their last heartbeat) and who plans which cluster under which
     fencing token, from the shards KV bucket."""
     prefix = f"$KV.{bus.SHARDS_BUCKET}."
     try:
         msgs = await user.snapshot(js, bus.SHARDS_STREAM, prefix + ">")
-    except NotFoundError:
+    except bus.StreamMissing:
         return ShardsDocument(planners=[], clusters=[])
     return shards_document(msgs, dt.datetime.now(dt.UTC))
 
 
-def shards_document(msgs: list[Msg], now: dt.datetime) -> ShardsDocument:
+def shards_document(msgs: list[bus.Message], now: dt.datetime) -> ShardsDocument:
     """The document of the shards bucket's entries ``msgs``; an entry no planner wrote is left
     out (pure)."""
     prefix = f"$KV.{bus.SHARDS_BUCKET}."

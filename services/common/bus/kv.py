@@ -18,6 +18,7 @@ from nats.js.errors import (
     KeyNotFoundError,
     KeyWrongLastSequenceError,
     NoKeysError,
+    NotFoundError,
 )
 
 Connection = Client
@@ -26,6 +27,8 @@ JetStream = JetStreamContext
 """A JetStream context (``Connection.jetstream()``)."""
 Message = Msg
 """A message as a follower delivers it (subject, data, headers, metadata)."""
+StreamMissing = NotFoundError
+"""JetStream's answer for a stream (or message) that does not exist."""
 
 
 class BucketMissing(LookupError):
