@@ -19,8 +19,9 @@ import tracemalloc
 
 from bench.report import Result
 from schemas.subjects import ObjectKey
-from services.planner.decide import Applied, Desired, Entry, Observed, restore, step
-from services.planner.store import EntryStore, Slot
+from services.planner.memory.store import EntryStore
+from services.planner.rule.decide import Applied, Desired, Entry, Observed, restore, step
+from services.planner.rule.entry import Slot
 
 
 def _sha(i: int, salt: bytes) -> bytes:

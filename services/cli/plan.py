@@ -40,9 +40,9 @@ from services.core.scope import Scopes, normalise
 from services.core.scrub import scrub_for
 from services.core.sha import manifest_sha, prune
 from services.fleet import registry
-from services.planner import facts, limits
-from services.planner.decide import Decision, Desired, Entry, evaluate, restore
-from services.planner.intake import ignoring
+from services.planner.rule import facts, limits
+from services.planner.rule.decide import Decision, Desired, Entry, evaluate, restore
+from services.planner.rule.revision import ignoring
 
 
 @dataclasses.dataclass

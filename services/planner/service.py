@@ -20,9 +20,9 @@ from services.common import bus, telemetry
 from services.common.runtime import connections
 from services.common.settings import replica_id
 from services.fleet.driver import Driver
-from services.planner.planner import Planner
 from services.planner.settings import PlannerSettings
-from services.planner.shards import Coordinator, heartbeat_problem
+from services.planner.sharding.claims import Coordinator, heartbeat_problem
+from services.planner.shell.loop import Planner
 
 log = logging.getLogger("driftbus.planner")
 

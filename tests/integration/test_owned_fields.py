@@ -32,7 +32,7 @@ from services.controlplane import servers
 from services.core.ignore import owned_at, parse_rule
 from services.core.owned import field_set
 from services.core.sha import object_sha
-from services.planner.intake import ignoring as ignored_manifest
+from services.planner.rule.revision import ignoring as ignored_manifest
 
 MERGE_PATCH = "application/merge-patch+json"
 LABELS = {"driftbus.dev/bundle": "owned"}

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from schemas.messages import BundleCounts
 from schemas.messages import BundlePhase as P
-from services.planner.status import MAX_LISTED, Tally, bundle_phase, counts, listed
+from services.planner.status.phase import MAX_LISTED, Tally, bundle_phase, counts, listed
 
 
 def tally(**fields: Any) -> Tally:

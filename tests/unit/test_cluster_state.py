@@ -1,4 +1,4 @@
-"""The questions the planner's parts ask of one cluster's state (services/planner/state.py)."""
+"""The questions the planner's parts ask of one cluster's state (planner/memory/cluster.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ import pytest
 
 from schemas.messages import Bundle, BundlePhase, Health
 from schemas.subjects import ObjectKey
-from services.planner.decide import Entry
-from services.planner.intake import BundleView
-from services.planner.state import ClusterState, cache_stats
+from services.planner.memory.cluster import ClusterState, cache_stats
+from services.planner.rule.decide import Entry
+from services.planner.rule.revision import BundleView
+from services.planner.status.ledger import Ledger
+from services.planner.status.report import bundle_status
 
 KEY = ObjectKey("", "ConfigMap", "ns", "a")
 M = hashlib.sha256(b"m").digest()
@@ -78,6 +80,7 @@ def test_view_of_prefers_the_declaring_bundle_over_the_label() -> None:
 
 def test_bundle_status_reads_health_from_the_details() -> None:
     st = ClusterState("c", watcher_synced=True)
+    ledger = Ledger()  # follows st across calls, as the status board's does
     v = view("a")
     st.bundles[("c", "a")] = v
     slot = ("c", KEY)
@@ -93,21 +96,21 @@ def test_bundle_status_reads_health_from_the_details() -> None:
         server_rv=5,
         owner_bundle="a",
     )
-    status = st.bundle_status(v)
+    status = bundle_status(st, v, ledger)
     assert status.phase is BundlePhase.RECONCILING  # applied, health not seen yet
     assert status.failed_objects == ["ConfigMap/ns/a: not ready (Unknown)"]
     st.details.set_health(slot, Health.IN_PROGRESS, "Available: 0/1 replicas")
-    status = st.bundle_status(v)
+    status = bundle_status(st, v, ledger)
     assert status.phase is BundlePhase.RECONCILING
     # what a Reconciling bundle waits for is named, with the health's own reason
     assert status.failed_objects == [
         "ConfigMap/ns/a: not ready (InProgress): Available: 0/1 replicas"
     ]
     st.details.set_health(slot, Health.READY, "")
-    assert st.bundle_status(v).phase is BundlePhase.READY
-    assert st.bundle_status(v).failed_objects == []
+    assert bundle_status(st, v, ledger).phase is BundlePhase.READY
+    assert bundle_status(st, v, ledger).failed_objects == []
     st.details.set_health(slot, Health.FAILED, "CrashLoopBackOff")
-    status = st.bundle_status(v)
+    status = bundle_status(st, v, ledger)
     assert status.phase is BundlePhase.DEGRADED
     assert status.failed_objects == ["ConfigMap/ns/a: unhealthy: CrashLoopBackOff"]
 
@@ -150,11 +153,12 @@ def test_a_deletion_is_deleted_only_when_nothing_of_it_is_pending_or_unseen(
     entry: Entry | None, synced: bool, phase: BundlePhase, says: str
 ) -> None:
     st = ClusterState("c", live=True, watcher_synced=synced)
+    ledger = Ledger()  # follows st across calls, as the status board's does
     v = deletion("gone")
     st.bundles[("c", "gone")] = v
     if entry is not None:
         st.entries[("c", entry.key)] = entry
-    status = st.bundle_status(v)
+    status = bundle_status(st, v, ledger)
     assert status.phase is phase, status
     assert says in status.message + " ".join(status.failed_objects)
 
@@ -162,9 +166,11 @@ def test_a_deletion_is_deleted_only_when_nothing_of_it_is_pending_or_unseen(
 def test_a_deletion_counts_each_prune_once() -> None:
     """A live object of the bundle whose delete is on its way is one prune, not two (the
     deletion's pending work and the prune candidates are the same object)."""
-    from services.planner.decide import DELETE_INFLIGHT
+    from services.planner.rule.decide import DELETE_INFLIGHT
 
     st = ClusterState("c", live=True, watcher_synced=True)
+
+    ledger = Ledger()  # follows st across calls, as the status board's does
     v = deletion("gone")
     st.bundles[("c", "gone")] = v
     st.entries[("c", KEY)] = Entry(
@@ -178,5 +184,5 @@ def test_a_deletion_counts_each_prune_once() -> None:
         owner_bundle="gone",
         applied_bundle="gone",
     )
-    status = st.bundle_status(v)
+    status = bundle_status(st, v, ledger)
     assert (status.phase, status.counts.pruning) == (BundlePhase.RECONCILING, 1), status

@@ -6,7 +6,7 @@ import orjson
 import pytest
 
 from bench.stack import labelled, manifests
-from services.planner.codebook import Codebook
+from services.planner.memory.codebook import Codebook
 
 MIX = [orjson.dumps(m) for m in labelled(manifests(2_000))]
 UNLIKE = orjson.dumps({"kind": "Unlike", "data": {"ü": "x" * 3000, "n": list(range(50))}})

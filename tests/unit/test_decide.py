@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from schemas.messages import DecisionAction as A
 from schemas.messages import DecisionReason as R
 from schemas.subjects import ObjectKey
-from services.planner.decide import (
+from services.planner.rule.decide import (
     HIT,
     Applied,
     Decision,

@@ -43,7 +43,7 @@ from schemas.messages import DecisionAction as A
 from schemas.messages import DecisionReason as R
 from schemas.subjects import ObjectKey
 from services.common.bus import DEDUPE_WINDOW
-from services.planner.decide import (
+from services.planner.rule.decide import (
     HIT,
     Applied,
     Decision,

@@ -8,8 +8,8 @@ import pytest
 
 from schemas.messages import Health, ObjectPhase, OutcomeEvent
 from schemas.subjects import ObjectKey
-from services.planner.codebook import Codebook
-from services.planner.details import Details
+from services.planner.memory.codebook import Codebook
+from services.planner.memory.object_details import Details
 
 SLOT = ("c", ObjectKey("", "ConfigMap", "ns", "a"))
 OTHER = ("c", ObjectKey("", "ConfigMap", "ns", "b"))

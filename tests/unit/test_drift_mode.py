@@ -8,8 +8,8 @@ from schemas.messages import BundlePhase
 from schemas.messages import DecisionAction as A
 from schemas.messages import DecisionReason as R
 from schemas.subjects import ObjectKey
-from services.planner.decide import HIT, Applied, Decision, Desired, Entry, Observed, step
-from services.planner.status import Tally, bundle_phase
+from services.planner.rule.decide import HIT, Applied, Decision, Desired, Entry, Observed, step
+from services.planner.status.phase import Tally, bundle_phase
 
 KEY = ObjectKey("", "ConfigMap", "ns", "cm")
 

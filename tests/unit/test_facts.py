@@ -1,4 +1,4 @@
-"""The wire → event adapter the planner and `driftbus plan` share (services/planner/facts.py)."""
+"""The wire → event adapter the planner and `driftbus plan` share (planner/rule/facts.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from schemas.messages import AppliedEvent, DecisionReason, ObjectPhase, OutcomeEvent, ServerEvent
 from schemas.subjects import ObjectKey
 from services.core.manifest import rv_int
-from services.planner import facts
-from services.planner.decide import (
+from services.planner.rule import facts
+from services.planner.rule.decide import (
     Applied,
     Declined,
     Entry,

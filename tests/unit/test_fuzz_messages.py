@@ -55,8 +55,8 @@ from services.common.statuswatch import decode_status
 from services.core import tenancy
 from services.core.manifest import bundle_kinds
 from services.core.tenancy import PolicyError
-from services.planner import emit
-from services.planner.decide import DELETE_INFLIGHT, Entry
+from services.planner.rule import messages
+from services.planner.rule.decide import DELETE_INFLIGHT, Entry
 from services.ui.server import StatusPage
 from services.watcher import facts as watcher_facts
 from tests.fuzzing import DEADLINE, examples
@@ -479,7 +479,7 @@ def test_watcher_and_applier_supersedes(data: bytes, rv: int, fact: AppliedEvent
 def test_planner_is_inflight(data: bytes | None, inflight: bytes | None) -> None:
     """The planner's lost-intent check reads the queued intent; no ``except`` around it."""
     entry = dataclasses.replace(Entry(KEY), inflight=inflight)
-    assert isinstance(emit.is_inflight(data, entry), bool)
+    assert isinstance(messages.is_inflight(data, entry), bool)
 
 
 # --- stored bundle manifests (the object store) ---------------------------------------------------

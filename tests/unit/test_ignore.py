@@ -25,7 +25,7 @@ from services.core.ignore import (
 from services.core.manifest import ManifestError
 from services.core.scope import Scopes
 from services.core.sha import object_sha
-from services.planner.intake import checked_revision
+from services.planner.rule.revision import checked_revision
 
 
 @pytest.mark.parametrize(

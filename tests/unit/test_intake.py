@@ -9,7 +9,7 @@ import pytest
 from schemas.messages import Bundle, BundleOptions
 from services.core.manifest import ManifestError, bundle_kinds
 from services.core.scope import Scopes
-from services.planner.intake import checked_revision
+from services.planner.rule.revision import checked_revision
 
 
 def _cm(name: str) -> dict[str, Any]:

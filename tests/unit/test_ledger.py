@@ -1,5 +1,5 @@
 """The ledger's tally, kept current from what changed, equals the tally counted from scratch after
-any sequence of changes (services/planner/ledger.py)."""
+any sequence of changes (services/planner/status/ledger.py)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,15 @@ import pytest
 
 from schemas.messages import Bundle, BundlePhase, Health, ObjectPhase, OutcomeEvent
 from schemas.subjects import ObjectKey
-from services.planner.decide import DELETE_INFLIGHT, Entry
-from services.planner.details import Details
-from services.planner.intake import BundleView
-from services.planner.ledger import Ledger
-from services.planner.state import ClusterState
-from services.planner.store import EntryStore, Slot
-from services.planner.tally import Known, tally
+from services.planner.memory.cluster import ClusterState
+from services.planner.memory.object_details import Details
+from services.planner.memory.store import EntryStore
+from services.planner.rule.decide import DELETE_INFLIGHT, Entry
+from services.planner.rule.entry import Slot
+from services.planner.rule.revision import BundleView
+from services.planner.status.ledger import Ledger
+from services.planner.status.report import bundle_status
+from services.planner.status.tally import Known, tally
 
 C = "c"
 BUNDLES = ["a", "b", "c"]
@@ -141,9 +143,10 @@ def test_a_replaced_store_is_counted_anew() -> None:
         server_rv=1,
     )
     st = ClusterState(C, watcher_synced=True)
+    ledger = Ledger()  # follows st across calls, as the status board's does
     st.bundles = views
     st.entries[C, key] = ready
     st.details.set_health((C, key), Health.READY, "")
-    assert st.bundle_status(view).phase is BundlePhase.READY
+    assert bundle_status(st, view, ledger).phase is BundlePhase.READY
     st.entries = EntryStore()  # e.g. a take-over of the cluster rebuilt from the streams
-    assert st.bundle_status(view).counts.applied == 0
+    assert bundle_status(st, view, ledger).counts.applied == 0

@@ -23,8 +23,8 @@ from schemas.subjects import (
 )
 from services.common import permissions
 from services.core.manifest import ManifestError
-from services.planner import holds
-from services.planner.decide import (
+from services.planner.rule import holds
+from services.planner.rule.decide import (
     DELETE_INFLIGHT,
     HIT,
     Applied,
@@ -40,8 +40,8 @@ from services.planner.decide import (
     reevaluate,
     step,
 )
-from services.planner.rollback import choose
-from services.planner.status import Tally, bundle_phase
+from services.planner.shell.rollback import choose
+from services.planner.status.phase import Tally, bundle_phase
 from tests.unit.test_subjects import _matches
 
 # --- holds: resolve, dependencies, cycle, hold_of ---------------------------------------------

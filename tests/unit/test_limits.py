@@ -1,4 +1,4 @@
-"""A revision held to its tenant's limits (services.planner.limits): refused whole, the tenant's
+"""A revision held to its tenant's limits (planner.rule.limits): refused whole, the tenant's
 default namespace filled in, newly outside after a policy change, the identity of its writes;
 and the bundle phase that reports what a policy change left outside."""
 
@@ -10,9 +10,9 @@ from schemas.messages import Bundle, BundleOptions, BundlePhase, Impersonation
 from schemas.subjects import ObjectKey
 from services.core import tenancy
 from services.core.scope import Scopes, UnknownScope
-from services.planner import limits
-from services.planner.status import Tally, bundle_phase
-from services.planner.takeover import may_take
+from services.planner.rule import limits
+from services.planner.rule.takeover import may_take
+from services.planner.status.phase import Tally, bundle_phase
 
 POLICY = tenancy.load_policy(
     """

@@ -7,8 +7,8 @@ import pytest
 
 from schemas.messages import ObjectPhase, OutcomeEvent
 from schemas.subjects import ObjectKey
-from services.planner.decide import Entry
-from services.planner.emit import moot_failure
+from services.planner.rule.decide import Entry
+from services.planner.rule.messages import moot_failure
 
 KEY = ObjectKey("apps", "Deployment", "web", "web")
 V1, V2 = b"\x01" * 32, b"\x02" * 32

@@ -16,8 +16,8 @@ from schemas.messages import AppliedEvent, ObjectPhase, OutcomeEvent, ServerEven
 from schemas.subjects import ObjectKey
 from services.cli.plan import decide_republish
 from services.core.sha import manifest_sha
-from services.planner import facts
-from services.planner.decide import Decision, Desired, Entry, Removed, step
+from services.planner.rule import facts
+from services.planner.rule.decide import Decision, Desired, Entry, Removed, step
 
 KEY = ObjectKey("", "ConfigMap", "ns", "a")
 BUNDLE = "b"

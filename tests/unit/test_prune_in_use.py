@@ -10,7 +10,7 @@ import pytest
 from schemas.messages import DecisionAction as A
 from schemas.messages import DecisionReason as R
 from schemas.subjects import ObjectKey
-from services.planner.decide import (
+from services.planner.rule.decide import (
     Applied,
     Decision,
     Desired,
@@ -20,7 +20,7 @@ from services.planner.decide import (
     Removed,
     step,
 )
-from services.planner.prune import MAX_NAMED, crd_kind, in_use
+from services.planner.rule.prune import MAX_NAMED, crd_kind, in_use
 
 NS = ObjectKey("", "Namespace", "", "team-a")
 CRD = ObjectKey("apiextensions.k8s.io", "CustomResourceDefinition", "", "widgets.example.com")

@@ -1,4 +1,4 @@
-"""Which objects a bundle's prune concerns, and the event each gets (services/planner/prune.py)."""
+"""Which objects a bundle's prune concerns, and the event each gets (planner/rule/prune.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 
 from schemas.messages import Bundle, BundleOptions
 from schemas.subjects import ObjectKey
-from services.planner.decide import DELETE_INFLIGHT, Entry, Removed
-from services.planner.intake import BundleView
-from services.planner.prune import removed, strays_from
+from services.planner.rule.decide import DELETE_INFLIGHT, Entry, Removed
+from services.planner.rule.prune import removed, strays_from
+from services.planner.rule.revision import BundleView
 
 KEY = ObjectKey("", "ConfigMap", "ns", "old")
 NS = ObjectKey("", "Namespace", "", "ns")

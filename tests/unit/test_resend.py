@@ -7,8 +7,8 @@ import pytest
 from schemas.codec import encode
 from schemas.messages import ApplyIntent, DeleteIntent
 from schemas.subjects import ObjectKey
-from services.planner.decide import DELETE_INFLIGHT, Entry
-from services.planner.emit import is_inflight as _is_inflight
+from services.planner.rule.decide import DELETE_INFLIGHT, Entry
+from services.planner.rule.messages import is_inflight as _is_inflight
 
 KEY = ObjectKey("", "ConfigMap", "ns", "a")
 NEW, OLD = b"\x01" * 32, b"\x02" * 32

@@ -17,8 +17,8 @@ from schemas.messages import DecisionAction as A
 from schemas.messages import DecisionReason as R
 from schemas.subjects import ObjectKey
 from services.core.health import retiring
-from services.planner.decide import HIT, Applied, Decision, Desired, Entry, Observed, step
-from services.planner.store import EntryStore
+from services.planner.memory.store import EntryStore
+from services.planner.rule.decide import HIT, Applied, Decision, Desired, Entry, Observed, step
 
 KEY = ObjectKey("batch", "Job", "ns", "migrate")
 

@@ -9,7 +9,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.planner.sharding import assign, heartbeat_problem, lease_holds, live, may_take, moves
+from services.planner.sharding.rules import (
+    assign,
+    heartbeat_problem,
+    lease_holds,
+    live,
+    may_take,
+    moves,
+)
 
 
 @pytest.mark.parametrize(

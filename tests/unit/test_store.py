@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from schemas.subjects import ObjectKey
-from services.planner.decide import DELETE_INFLIGHT, Entry
-from services.planner.store import EntryStore
+from services.planner.memory.store import EntryStore
+from services.planner.rule.decide import DELETE_INFLIGHT, Entry
 
 KEY = ObjectKey("apps", "Deployment", "ns", "web")
 

@@ -8,10 +8,11 @@ import pytest
 
 from schemas.messages import Bundle
 from schemas.subjects import ObjectKey
-from services.planner.decide import Entry
-from services.planner.intake import BundleView
-from services.planner.store import EntryStore, Slot
-from services.planner.takeover import declared_by_other, take
+from services.planner.memory.store import EntryStore
+from services.planner.rule.decide import Entry
+from services.planner.rule.entry import Slot
+from services.planner.rule.revision import BundleView
+from services.planner.rule.takeover import declared_by_other, take
 
 A = ObjectKey("", "ConfigMap", "ns", "a")
 B = ObjectKey("", "ConfigMap", "ns", "b")

@@ -35,14 +35,14 @@ from services.common import bus, heap
 from services.common.bundles import BundleError, load_manifests
 from services.core.manifest import ManifestError, apply_order, check_bundle_name
 from services.core.scope import UnknownScope
-from services.planner import emit, holds, limits, takeover
-from services.planner.board import StatusBoard
-from services.planner.codebook import Codebook
-from services.planner.decide import DELETE_INFLIGHT, Desired, Event, Release
-from services.planner.decisions import pace
-from services.planner.intake import BundleView, checked_revision
-from services.planner.state import ClusterState
-from services.planner.store import Slot
+from services.planner.memory.cluster import ClusterState
+from services.planner.memory.codebook import Codebook
+from services.planner.rule import holds, limits, messages, takeover
+from services.planner.rule.decide import DELETE_INFLIGHT, Desired, Event, Release
+from services.planner.rule.entry import Slot
+from services.planner.rule.revision import BundleView, checked_revision
+from services.planner.shell.sending import pace
+from services.planner.shell.status_board import StatusBoard
 
 log = logging.getLogger("driftbus.planner")
 
@@ -302,13 +302,15 @@ class BundleIntake:
             phase=BundlePhase.RECONCILING if waits else BundlePhase.FAILED,
             counts=BundleCounts(),
             message=f"revision {revision} {'waits' if waits else 'refused'}: {reason}",
-            at=emit.now(),
+            at=messages.now(),
         )
         try:
             subject = bundle_status_subject(cluster, name)
         except SubjectError:
             return
-        await self.pub.publish(subject, encode(status), msg_id=f"refused:{subject}:{emit.now()}")
+        await self.pub.publish(
+            subject, encode(status), msg_id=f"refused:{subject}:{messages.now()}"
+        )
 
     async def control(self, msg: Msg) -> None:
         """A bundle suspended or resumed: resumed, everything of it that differs is written."""

@@ -20,13 +20,13 @@ from nats.js import JetStreamContext
 from schemas.messages import BundlePhase
 from schemas.subjects import object_subject
 from services.common import bus, members
-from services.planner import emit
-from services.planner.board import StatusBoard
-from services.planner.bundles import BundleIntake, Fold, Prune
-from services.planner.decide import Resend, Working
+from services.planner.memory.cluster import ClusterState
+from services.planner.rule import messages
+from services.planner.rule.decide import Resend, Working
+from services.planner.rule.entry import Slot
 from services.planner.settings import PlannerSettings
-from services.planner.state import ClusterState
-from services.planner.store import Slot
+from services.planner.shell.intake import BundleIntake, Fold, Prune
+from services.planner.shell.status_board import StatusBoard
 
 log = logging.getLogger("driftbus.planner")
 STATUS_REFRESH = 24 * 3600.0
@@ -73,7 +73,7 @@ class Duties:
             except Exception as exc:  # noqa: BLE001 - NATS away: keep the last view
                 log.debug("cluster %s: heartbeats not read: %s", cluster, exc)
             else:
-                now = emit.now()
+                now = messages.now()
                 if (watcher_beat := beats.get("watcher")) is not None:
                     self.intake.learn_scopes(watcher_beat.scopes)
                 unserved = members.serving(cluster, beats, now)
@@ -114,7 +114,7 @@ class Duties:
                     continue
                 if entries.get(slot) != entry:
                     continue  # a fact was folded meanwhile: ask again next round if need be
-                if queued is not None and emit.is_inflight(queued.data, entry):
+                if queued is not None and messages.is_inflight(queued.data, entry):
                     await self.fold(slot, Working(entry.inflight, now))  # queued: not lost
                     continue
                 if unread:

@@ -21,8 +21,10 @@ from schemas.codec import encode
 from schemas.messages import BundlePhase
 from schemas.subjects import bundle_status_subject
 from services.common import bus, telemetry
-from services.planner import emit
-from services.planner.state import ClusterState
+from services.planner.memory.cluster import ClusterState
+from services.planner.rule import messages
+from services.planner.status.ledger import Ledger
+from services.planner.status.report import bundle_status
 
 log = logging.getLogger("driftbus.planner")
 STATUS_LAG = telemetry.meter.create_histogram(
@@ -41,6 +43,8 @@ class StatusBoard:
 
     def __init__(self, *, state: ClusterState, publisher: bus.Publisher) -> None:
         self.state = state
+        self.ledger = Ledger()
+        """Each bundle's tally, kept current from the objects that changed (what status reads)."""
         self.pub = publisher
         self._dirty: set[Ident] = set()
         self._dirty_since: dict[Ident, float] = {}
@@ -92,7 +96,7 @@ class StatusBoard:
             view = self.state.bundles.get(ident)
             if view is None:
                 continue
-            st = self.state.bundle_status(view)
+            st = bundle_status(self.state, view, self.ledger)
             self.state.phases[view.name] = st.phase
             fingerprint = (
                 st.revision,
@@ -117,6 +121,6 @@ class StatusBoard:
                 },
             ):
                 await self.pub.publish(
-                    subject, encode(st), msg_id=f"{subject}:{hash(fingerprint)}:{emit.now()}"
+                    subject, encode(st), msg_id=f"{subject}:{hash(fingerprint)}:{messages.now()}"
                 )
             STATUS_LAG.record(time.monotonic() - since)

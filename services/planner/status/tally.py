@@ -17,15 +17,15 @@ import itertools
 from collections.abc import Callable, Collection
 from typing import Any
 
-from schemas.messages import WORKING_PHASES, BundleStatus, Health, ObjectPhase
+from schemas.messages import WORKING_PHASES, Health, ObjectPhase
 from schemas.subjects import ObjectKey
 from services.core.manifest import apply_order
-from services.planner.decide import DELETE_INFLIGHT, Entry
-from services.planner.details import Details
-from services.planner.emit import now
-from services.planner.intake import BundleView
-from services.planner.status import MAX_LISTED, Tally, bundle_phase, counts, listed
-from services.planner.store import EntryStore, Slot
+from services.planner.memory.object_details import Details
+from services.planner.memory.store import EntryStore
+from services.planner.rule.decide import DELETE_INFLIGHT, Entry
+from services.planner.rule.entry import Slot
+from services.planner.rule.revision import BundleView
+from services.planner.status.phase import MAX_LISTED, Tally
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -39,27 +39,6 @@ class Known:
     watcher_synced: bool
     in_use: Callable[[Slot, BundleView], str]
     """why a prune of the object is held back ("" when it is not)"""
-
-
-def bundle_status(view: BundleView, t: Tally) -> BundleStatus:
-    """The status message of ``view`` from its tally."""
-    phase, message = bundle_phase(t)
-    revision = view.refused[0] if view.refused else view.revision
-    return BundleStatus(
-        cluster=view.cluster,
-        bundle=view.name,
-        revision=revision,
-        phase=phase,
-        counts=counts(t),
-        message=message,
-        failed_objects=listed(t),
-        at=now(),
-        source="" if view.refused else view.source,
-        published_at=view.published_at,
-        suspended=t.suspended,
-        depends_on=list(view.depends_on),
-        rollback_of="" if view.refused else view.rollback_of,
-    )
 
 
 # What an object of a bundle counts as (``mark``): READY is no mark at all, so a bundle that is

@@ -9,8 +9,8 @@ nothing left to say, so objects neither desired nor live nor failing cost nothin
 from __future__ import annotations
 
 from schemas.messages import Health, OutcomeEvent
-from services.planner.codebook import Codebook
-from services.planner.store import Slot
+from services.planner.memory.codebook import Codebook
+from services.planner.rule.entry import Slot
 
 
 class Detail:

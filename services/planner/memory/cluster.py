@@ -11,16 +11,15 @@ import collections
 import dataclasses
 from typing import Any
 
-from schemas.messages import BundlePhase, BundleStatus, Impersonation
+from schemas.messages import BundlePhase, Impersonation
 from schemas.tenants import TenantPolicy
 from services.core.scope import Scopes
-from services.planner import holds, limits, prune
-from services.planner.decide import Entry, Removed
-from services.planner.details import Details
-from services.planner.intake import BundleView
-from services.planner.ledger import Ledger
-from services.planner.store import EntryStore, Slot
-from services.planner.tally import Known, bundle_status
+from services.planner.memory.object_details import Details
+from services.planner.memory.store import EntryStore
+from services.planner.rule import holds, limits, prune
+from services.planner.rule.decide import Entry, Removed
+from services.planner.rule.entry import Slot
+from services.planner.rule.revision import BundleView
 
 
 @dataclasses.dataclass(eq=False)
@@ -63,8 +62,6 @@ class ClusterState:
     """Why the latest policy stored on the bus cannot be used, at start or since ("" when it
     can): then no new revision is taken, of any bundle, until a valid policy is applied — a
     tenant's limits are never guessed, nor a lockdown forgotten."""
-    ledger: Ledger = dataclasses.field(default_factory=Ledger)
-    """Each bundle's tally, kept current from the objects that changed (what the status reads)."""
 
     def identity(self, bundle: str) -> Impersonation | None:
         """Whom the writes of ``bundle`` are made as (its tenant's ServiceAccount), now."""
@@ -95,14 +92,6 @@ class ClusterState:
     def in_use(self, slot: Slot, view: BundleView) -> str:
         """Why pruning the object for ``view`` is held back ("" when it is not)."""
         return self.removed(slot, view).in_use
-
-    def bundle_status(self, view: BundleView) -> BundleStatus:
-        known = Known(self.entries, self.details, self.unserved, self.watcher_synced, self.in_use)
-        hold = self.hold(view.name)
-        t = self.ledger.tally(view, known, self.bundles)
-        t.hold = hold.message if hold is not None else ""
-        t.suspended = view.name in self.suspended
-        return bundle_status(view, t)
 
     def cache_stats(self) -> dict[str, Any]:
         """Hits and misses by reason since start: what explains the hit ratio."""

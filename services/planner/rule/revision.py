@@ -26,8 +26,8 @@ from services.core.ignore import (
 from services.core.manifest import ManifestError, bundle_kinds, check_size, key_of, owned
 from services.core.scope import Scopes, UnknownScope, normalise
 from services.core.sha import HashError, manifest_sha
-from services.planner import holds
-from services.planner.store import Slot
+from services.planner.rule import holds
+from services.planner.rule.entry import Slot
 
 MAX_LISTED_FAILURES = 50
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")

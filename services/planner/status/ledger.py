@@ -17,10 +17,11 @@ object over), and everything is whenever the store itself is replaced.
 from __future__ import annotations
 
 from schemas.subjects import ObjectKey
-from services.planner.intake import BundleView
-from services.planner.status import Tally
-from services.planner.store import EntryStore, Slot
-from services.planner.tally import Book, Known, mark, tally_of
+from services.planner.memory.store import EntryStore
+from services.planner.rule.entry import Slot
+from services.planner.rule.revision import BundleView
+from services.planner.status.phase import Tally
+from services.planner.status.tally import Book, Known, mark, tally_of
 
 Ident = tuple[str, str]  # (cluster, bundle)
 

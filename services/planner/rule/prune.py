@@ -16,8 +16,8 @@ from typing import Any
 import msgspec
 
 from schemas.subjects import ObjectKey
-from services.planner.decide import Entry, Removed
-from services.planner.intake import BundleView
+from services.planner.rule.decide import Entry, Removed
+from services.planner.rule.revision import BundleView
 
 CRD = ("apiextensions.k8s.io", "CustomResourceDefinition")
 NAMESPACE = ("", "Namespace")

@@ -34,10 +34,9 @@ from services.common import bus, policy, telemetry
 from services.core.manifest import apply_order
 from services.core.tenancy import PolicyError
 from services.fleet import registry
-from services.planner import facts, prune
-from services.planner.board import StatusBoard
-from services.planner.bundles import BundleIntake
-from services.planner.decide import (
+from services.planner.memory.cluster import ClusterState
+from services.planner.rule import facts, prune
+from services.planner.rule.decide import (
     Decision,
     Desired,
     Entry,
@@ -47,13 +46,14 @@ from services.planner.decide import (
     restore,
     step,
 )
-from services.planner.decisions import Decisions, pace
-from services.planner.duties import Duties
-from services.planner.intake import BundleView
-from services.planner.rollback import RollbackDesk
+from services.planner.rule.entry import Slot
+from services.planner.rule.revision import BundleView
 from services.planner.settings import PlannerSettings
-from services.planner.state import ClusterState
-from services.planner.store import Slot
+from services.planner.shell.intake import BundleIntake
+from services.planner.shell.periodic import Duties
+from services.planner.shell.rollback import RollbackDesk
+from services.planner.shell.sending import Decisions, pace
+from services.planner.shell.status_board import StatusBoard
 
 log = logging.getLogger("driftbus.planner")
 

@@ -18,7 +18,7 @@ from schemas.messages import (
 )
 from schemas.subjects import ObjectKey
 from services.core.manifest import rv_int
-from services.planner.decide import (
+from services.planner.rule.decide import (
     Applied,
     Declined,
     Entry,

@@ -34,9 +34,9 @@ from opentelemetry.metrics import Observation
 
 from services.common import bus, telemetry
 from services.common.bus import Claim
-from services.planner.shardbucket import ShardBucket
-from services.planner.sharding import assign, heartbeat_problem, lease_holds, live, may_take
-from services.planner.shardview import ShardView
+from services.planner.sharding.bucket import ShardBucket
+from services.planner.sharding.rules import assign, heartbeat_problem, lease_holds, live, may_take
+from services.planner.sharding.view import ShardView
 
 __all__ = ["Coordinator", "StartCluster", "StopCluster", "heartbeat_problem"]
 

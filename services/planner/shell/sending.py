@@ -19,11 +19,11 @@ from schemas.codec import encode
 from schemas.messages import DecisionReason, Health, ObjectPhase
 from schemas.subjects import object_status_subject, object_subject, split_bundle
 from services.common import bus, telemetry
-from services.planner import emit
-from services.planner.decide import Decision
-from services.planner.intake import BundleView
-from services.planner.state import ClusterState
-from services.planner.store import Slot
+from services.planner.memory.cluster import ClusterState
+from services.planner.rule import messages
+from services.planner.rule.decide import Decision
+from services.planner.rule.entry import Slot
+from services.planner.rule.revision import BundleView
 
 log = logging.getLogger("driftbus.planner")
 DECISIONS = telemetry.meter.create_counter(
@@ -116,7 +116,7 @@ class Decisions:
             self.state.entries[slot] = dataclasses.replace(e, inflight=None)
             return
         intent = (
-            emit.intent(
+            messages.intent(
                 slot,
                 e,
                 d,
@@ -142,24 +142,24 @@ class Decisions:
             log.warning("%s: lease lapsed; holding %s until it is renewed", key, d.action)
             while not self._owns():  # noqa: ASYNC110 - a clock-based predicate, no event
                 await asyncio.sleep(0.05)
-        row = emit.ROW_OF.get(d.reason)
+        row = messages.ROW_OF.get(d.reason)
         if row is not None and view is not None and (d.writes or not after_rebuild):
             # before the intent: the applier's row must not be overtaken by this one
             why = self.state.in_use(slot, view) if d.reason is DecisionReason.IN_USE else ""
-            await self._row(slot, view, row, why or emit.ROW_MESSAGES[d.reason])
+            await self._row(slot, view, row, why or messages.ROW_MESSAGES[d.reason])
         elif d.reason is DecisionReason.HIT and view is not None:
             await self._clear_moot_failure(slot, view)
         if intent is not None:
             await self.pub.publish(
                 object_subject("intent", cluster, key), encode(intent[0]), msg_id=intent[1]
             )
-        record = emit.record(
+        record = messages.record(
             slot, e, d, revision, self.planner_id, identity if d.writes else None, owner
         )
         await self.pub.publish(
             object_subject("decision", cluster, key),
             encode(record),
-            msg_id=f"decision:{self.planner_id}:{id(record)}:{emit.now()}",
+            msg_id=f"decision:{self.planner_id}:{id(record)}:{messages.now()}",
         )
 
     async def _clear_moot_failure(self, slot: Slot, view: BundleView) -> None:
@@ -167,7 +167,7 @@ class Decisions:
         object's row says Applied again (a rolled-back object must not show the failure of
         the revision that left)."""
         details, e = self.state.details, self.state.entries[slot]
-        if not emit.moot_failure(details.outcome(slot), e):
+        if not messages.moot_failure(details.outcome(slot), e):
             return
         details.drop_outcome(slot)
         health, _ = details.health(slot)
@@ -187,8 +187,8 @@ class Decisions:
         message: str,
         health: Health = Health.UNKNOWN,
     ) -> None:
-        status = emit.object_row(slot, self.state.entries[slot], view, phase, message, health)
+        status = messages.object_row(slot, self.state.entries[slot], view, phase, message, health)
         subject = object_status_subject(view.cluster, view.name, slot[1])
         await self.pub.publish(
-            subject, encode(status), msg_id=f"row:{subject}:{phase}:{emit.now()}"
+            subject, encode(status), msg_id=f"row:{subject}:{phase}:{messages.now()}"
         )

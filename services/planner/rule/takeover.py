@@ -11,16 +11,23 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from typing import Protocol
 
 from schemas.subjects import split_bundle
-from services.planner.intake import BundleView
-from services.planner.store import EntryStore, Slot
+from services.planner.rule.entry import Entry, Slot
+from services.planner.rule.revision import BundleView
 
 Bundles = Mapping[tuple[str, str], BundleView]
 """(cluster, bundle) -> the view of the bundle's revision in force."""
 
 
-def declared_by_other(slot: Slot, bundle: str, entries: EntryStore, bundles: Bundles) -> str | None:
+class Entries(Protocol):
+    """What a take-over reads of the planner's entries (``memory.store.EntryStore``)."""
+
+    def get(self, slot: Slot) -> Entry | None: ...
+
+
+def declared_by_other(slot: Slot, bundle: str, entries: Entries, bundles: Bundles) -> str | None:
     """The other bundle whose current revision declares this object, if any."""
     entry = entries.get(slot)
     if entry is None or entry.bundle in ("", bundle) or entry.manifest_sha is None:
@@ -47,7 +54,7 @@ def may_take(taker: str, owner: str) -> bool:
 def take(
     view: BundleView,
     desired: list[tuple[Slot, bytes, bytes]],
-    entries: EntryStore,
+    entries: Entries,
     bundles: Bundles,
     *,
     take_over: bool,

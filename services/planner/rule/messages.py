@@ -28,9 +28,9 @@ from schemas.messages import (
     OutcomeEvent,
 )
 from schemas.subjects import key_tokens
-from services.planner.decide import DELETE_INFLIGHT, Decision, Entry
-from services.planner.intake import BundleView
-from services.planner.store import Slot
+from services.planner.rule.decide import DELETE_INFLIGHT, Decision, Entry
+from services.planner.rule.entry import Slot
+from services.planner.rule.revision import BundleView
 
 log = logging.getLogger("driftbus.planner")
 

@@ -16,6 +16,9 @@ from schemas.subjects import ObjectKey
 
 Sha = bytes  # 32 raw bytes in memory; hex only on the wire
 
+Slot = tuple[str, ObjectKey]
+"""(cluster, key): where an object is, in every map the planner keeps."""
+
 DELETE_INFLIGHT: Sha = b"\0" * 32
 """The ``inflight``/``failed`` marker of a delete (prune) rather than an apply."""
 

@@ -45,7 +45,7 @@ import dataclasses
 import enum
 
 from schemas.messages import DecisionAction, DecisionReason
-from services.planner.entry import (
+from services.planner.rule.entry import (
     DELETE_INFLIGHT,
     Applied,
     Declined,

@@ -26,7 +26,7 @@ from schemas.messages import Bundle, RollbackAnswer, RollbackRequest
 from schemas.subjects import SubjectError, bundle_subject, cluster_filter, parse_subject
 from services.common import telemetry
 from services.common.bundles import revisions
-from services.planner.state import ClusterState
+from services.planner.memory.cluster import ClusterState
 
 log = logging.getLogger("driftbus.planner")
 QUEUE = "driftbus-planner"

@@ -25,9 +25,7 @@ from collections.abc import Iterator
 from typing import NamedTuple
 
 from schemas.subjects import ObjectKey
-from services.planner.decide import DELETE_INFLIGHT, Entry, Sha
-
-Slot = tuple[str, ObjectKey]  # (cluster, key)
+from services.planner.rule.entry import DELETE_INFLIGHT, Entry, Sha, Slot
 
 _HEADER = struct.Struct("<HIIIIIqqddd")
 _SHA = 32

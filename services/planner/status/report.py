@@ -1,0 +1,56 @@
+"""Is bundle X Ready, and why: one bundle's status message from what its cluster's planner
+knows (pure).
+
+``bundle_status`` is the whole answer, in three steps a reader can follow here:
+
+1. its objects counted into a ``Tally`` (``tally.mark`` per object, kept current per bundle by
+   the ``ledger`` from the objects that changed since the last look);
+2. the hold on its writes (suspended, a dependency not Ready: ``rule.holds``) added;
+3. the phase and its one-line message named by ``phase.bundle_phase`` — Ready only when every
+   object of the revision is applied, seen healthy, and no prune is pending.
+
+The status board (``shell.status_board``) calls it for each bundle that changed and publishes
+the result when what a user reads of it changed.
+"""
+
+from __future__ import annotations
+
+from schemas.messages import BundleStatus
+from services.planner.memory.cluster import ClusterState
+from services.planner.rule.messages import now
+from services.planner.rule.revision import BundleView
+from services.planner.status.ledger import Ledger
+from services.planner.status.phase import Tally, bundle_phase, counts, listed
+from services.planner.status.tally import Known
+
+
+def bundle_status(state: ClusterState, view: BundleView, ledger: Ledger) -> BundleStatus:
+    """``view``'s status now: counted from ``state`` through ``ledger`` (which must be the one
+    that follows ``state``, kept across calls), with its hold and suspension."""
+    known = Known(state.entries, state.details, state.unserved, state.watcher_synced, state.in_use)
+    hold = state.hold(view.name)
+    t = ledger.tally(view, known, state.bundles)
+    t.hold = hold.message if hold is not None else ""
+    t.suspended = view.name in state.suspended
+    return status_message(view, t)
+
+
+def status_message(view: BundleView, t: Tally) -> BundleStatus:
+    """The status message of ``view`` from its tally."""
+    phase, message = bundle_phase(t)
+    revision = view.refused[0] if view.refused else view.revision
+    return BundleStatus(
+        cluster=view.cluster,
+        bundle=view.name,
+        revision=revision,
+        phase=phase,
+        counts=counts(t),
+        message=message,
+        failed_objects=listed(t),
+        at=now(),
+        source="" if view.refused else view.source,
+        published_at=view.published_at,
+        suspended=t.suspended,
+        depends_on=list(view.depends_on),
+        rollback_of="" if view.refused else view.rollback_of,
+    )
