@@ -1,1 +1,25 @@
-"""The wire contract: messages, subjects and their codec; JSON Schemas generated from them."""
+"""The wire contract: messages, subjects and their codec; JSON Schemas generated from them.
+
+The messages:
+
+- ``messages`` — every message driftbus puts on NATS, each a Struct tagged with its schema and
+  version; ``MESSAGE_TYPES`` names them all, those of the modules below included.
+- ``base`` — what every message shares: the base Struct with its schema tag, and the common field
+  types (SHA, name, raw object).
+- ``bundle`` — the bundle message: a revision of manifests, inline or in the Object Store, with
+  the options it is applied with.
+- ``fleet`` — fleets: the cluster registry's ``ClusterRecord``, the ``FleetBundle``, the
+  ``RolloutState`` and its ``RolloutEvent`` transitions.
+- ``decision`` — the planner's audit log: one ``DecisionRecord`` per decision, with its action
+  and why.
+- ``tenants`` — the tenants file (tenants, their identities and limits), also its stored form.
+- ``cli`` — what the command line prints with ``-o json``, as typed Structs.
+
+Around them:
+
+- ``subjects`` — object keys, their one reversible encoding into subject tokens and KV keys, and
+  the subject layout.
+- ``codec`` — encoding and decoding: the one place bytes become typed messages (``WireError``).
+- ``generate`` — ``python -m schemas.generate [--check]``: the committed JSON Schema files in
+  ``schemas/json/``, rewritten or checked.
+"""

@@ -1,1 +1,26 @@
-"""The pure core: manifests, SHAs, health, scopes and YAML, with no I/O."""
+"""The pure core: manifests, SHAs, health, scopes and YAML, with no I/O.
+
+Objects and their hashes:
+
+- ``manifest`` — desired manifests: the ownership label, validation, apply order.
+- ``sha`` — raw object → pruned canonical bytes → SHA-256 (applySHA, serverSHA, manifestSHA).
+- ``owned`` — a live object projected onto the fields driftbus owns (what the SHAs hash).
+- ``ignore`` — ignored fields: what another controller manages, neither applied nor compared.
+- ``adopt`` — objects made by kubectl adopted, so their fields become driftbus's.
+- ``scope`` — which kinds are namespaced; a cluster-scoped manifest's stray namespace dropped.
+- ``health`` — a live object's health from its status, in the style of kstatus.
+- ``diff`` — field-level differences between two pruned objects (``driftbus plan``), masked.
+- ``scrub`` — Secret values kept out of every message driftbus writes.
+
+Reading as Kubernetes reads:
+
+- ``kyaml`` — YAML to JSON exactly as Kubernetes reads it.
+- ``selector`` — label selectors, label changes and cluster specs, as kubectl reads them.
+
+Tenancy:
+
+- ``tenancy`` — the tenant policy: the tenants file read, and what it allows a bundle.
+- ``tenant_clusters`` — which clusters a tenant may use.
+- ``tenant_rbac`` — the RBAC that lets the applier impersonate exactly a tenant's
+  ServiceAccounts.
+"""

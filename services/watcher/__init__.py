@@ -1,4 +1,10 @@
 """The watcher: list+watch of driftbus-owned objects per kind, publishing serverSHA and health.
 
 The only component that reads the cluster continuously (DESIGN §5).
+
+- ``service`` — the process: one ``Watcher`` wired to NATS and the API server, its readiness,
+  heartbeats and the cluster's entry in the fleet registry; ``settings`` its settings.
+- ``watch`` — the ``Watcher``: one list+watch per kind, publishing only what changed, relisting
+  on ``410 Gone``.
+- ``facts`` — what it says about an object (pure): a server fact or a tombstone, only when new.
 """

@@ -1,9 +1,16 @@
 """JetStream plumbing shared by the services: the bus's public API, one module per concept.
 
-``streams`` (names, limits, creation), ``connection`` (settings, TLS, credentials, connect),
-``claims`` (planner claims on clusters), ``intents`` (the appliers' work queue), ``publisher``
-(bounded, deduplicated, timed publishing), ``follower`` (compacted replay, then live) and
-``objects`` (the Object Store: read chunk by chunk within a limit, and its bucket's limits).
+Every NATS call goes through this package (DESIGN §12); this module re-exports its API.
+
+- ``streams`` — the streams, buckets and limits, created idempotently.
+- ``connection`` — how a process reaches NATS: settings, TLS, credentials, inbox, connect.
+- ``kv`` — key-value buckets (create-if-absent, compare-and-set, put, delete, keys) and the NATS
+  types callers name.
+- ``claims`` — planner claims on clusters in the shards bucket.
+- ``intents`` — the appliers' work queue: one durable pull consumer per cluster.
+- ``publisher`` — bounded, deduplicated, timed publishing.
+- ``follower`` — compacted replay, then live; a subject's last message.
+- ``objects`` — the Object Store: read chunk by chunk within a limit, and its bucket's limits.
 """
 
 from services.common.bus.claims import (

@@ -7,7 +7,17 @@ tail; children get ``PR_SET_PDEATHSIG`` so they die with the process that starte
 live child is tracked in ``RUNNING`` so the suite can prove it left no orphan.
 
 Synchronous on purpose (subprocess + urllib): it runs in pytest fixtures and before an event loop
-exists. This module is the package's public API; the modules behind it are private.
+exists. This module is the package's public API; the modules behind it are private:
+
+- ``process`` — one supervised server process: start, stop, reap, wait until ready.
+- ``etcd`` — an etcd, the storage behind one API server (over TLS under ``driftbus up``).
+- ``apiserver`` — a kube-apiserver with an admin token, token users and its service-account key.
+- ``controllers`` — kube-controller-manager, kube-scheduler and kwok: a bare API server made a
+  cluster that lives.
+- ``natsserver`` — a JetStream nats-server; a restart comes back on the same client port.
+- ``stack`` — the compositions: a ``Cluster`` (etcd + kube-apiserver, optionally controllers) and
+  a ``Stack`` (a cluster + a nats-server).
+- ``orphans`` — finding server processes left behind (reads ``/proc``).
 """
 
 from services.controlplane.servers.apiserver import KubeAPIServer, User
