@@ -51,7 +51,7 @@ from bench.report import Result
 from bench.stack import BenchStack, labelled, object_path
 from bench.steady import Decisions
 from harness.pipeline import requests_served
-from schemas.messages import DecisionAction
+from schemas.decision import DecisionAction
 
 NAMESPACE = "churn"
 _APPLY = {"Content-Type": "application/apply-patch+yaml"}

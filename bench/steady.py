@@ -32,7 +32,7 @@ from bench.report import Result
 from bench.stack import BenchStack, DriftbusRun, labelled, manifests, object_path
 from harness.pipeline import write_counts, writes_since
 from schemas.codec import decode
-from schemas.messages import DecisionAction, DecisionRecord
+from schemas.decision import DecisionAction, DecisionRecord
 from schemas.subjects import family_filter
 from services.common.kube import KubeClient, Resource
 from services.core.manifest import OWNER_LABEL

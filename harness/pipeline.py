@@ -23,12 +23,11 @@ from nats.js import JetStreamContext
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError
 
 from schemas.codec import decode
+from schemas.decision import DecisionAction, DecisionRecord
 from schemas.messages import (
     BundleOptions,
     BundlePhase,
     BundleStatus,
-    DecisionAction,
-    DecisionRecord,
     Health,
     ObjectPhase,
     ObjectStatus,

@@ -11,12 +11,12 @@ from typing import Any, Final, TypeVar
 
 import msgspec
 
+from schemas.decision import DecisionRecord
 from schemas.messages import (
     AppliedEvent,
     ApplyIntent,
     Bundle,
     BundleStatus,
-    DecisionRecord,
     DeleteIntent,
     ObjectStatus,
     ServerEvent,

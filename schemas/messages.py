@@ -6,6 +6,10 @@ refused with an error naming the field instead of being misread. JSON Schema fil
 from these Structs live in ``schemas/json/`` for non-Python publishers; a test keeps them equal.
 
 SHAs travel as lower-case hex; raw Kubernetes objects travel as JSON objects exactly as given.
+
+Some messages are defined in modules of their own (``schemas.bundle``, ``schemas.fleet``, the
+planner's audit log in ``schemas.decision``); ``MESSAGE_TYPES`` at the end names every one, and
+the names of those modules that were defined here before are still importable from here.
 """
 
 from __future__ import annotations
@@ -34,6 +38,9 @@ from schemas.bundle import ObjectStoreRef as ObjectStoreRef
 from schemas.bundle import Propagation as Propagation
 from schemas.bundle import RollbackAnswer as RollbackAnswer
 from schemas.bundle import RollbackRequest as RollbackRequest
+from schemas.decision import DecisionAction as DecisionAction
+from schemas.decision import DecisionReason as DecisionReason
+from schemas.decision import DecisionRecord as DecisionRecord
 from schemas.fleet import FleetBundle, RolloutEvent
 from schemas.subjects import ObjectKey
 
@@ -270,64 +277,6 @@ class SourceStatus(_Message, frozen=True, tag=_tag("source-status")):
     """The last revision published from this source (the last good one, after a failure)."""
     message: str = ""
     at: dt.datetime | None = None
-
-
-# --- planner → driftbus.decision.<cluster>.<key> ------------------------------------------------
-
-
-class DecisionAction(enum.StrEnum):
-    HIT = "hit"
-    APPLY = "apply"
-    DELETE = "delete"
-    KEEP = "keep"
-    """An object left its bundle but prune=false (or it is not ours): left in place."""
-    HOLD = "hold"
-    """A write the rule asks for, not sent: the bundle is suspended or waits for a bundle it
-    depends on. Decided again when the hold ends."""
-
-
-class DecisionReason(enum.StrEnum):
-    HIT = "hit"
-    NEW = "new"
-    MANIFEST = "manifest"
-    DRIFT = "drift"
-    DELETED = "deleted"
-    RETRY = "retry"
-    RESEND = "resend"
-    """The intent sent earlier got no outcome in time (lost): sent again."""
-    PRUNE = "prune"
-    NOT_OWNED = "not-owned"
-    NOT_DECLARED = "not-declared"
-    """Kept: the live object carries the bundle's label, but no revision of the bundle was ever
-    applied to it (a copy of a managed object, another's label): not in its inventory."""
-    PRUNE_DISABLED = "prune-disabled"
-    ANNOTATION = "annotation"
-    """Kept: the live object carries ``driftbus.dev/prune: disabled``."""
-    IN_USE = "in-use"
-    """Kept: a Namespace or CRD that still holds objects of other bundles (or desired ones)."""
-    SUSPENDED = "suspended"
-    """Held: the bundle is suspended (``driftbus suspend``)."""
-    DEPENDENCIES = "dependencies"
-    """Held: a bundle of ``depends_on`` is not Ready."""
-
-
-class DecisionRecord(_Message, frozen=True, tag=_tag("decision")):
-    """One planner decision, appended to the audit log so any write can be explained by replay."""
-
-    cluster: Name
-    key: ObjectKey
-    bundle: str
-    revision: str
-    action: DecisionAction
-    reason: DecisionReason
-    manifest_sha: Sha | None = None
-    last_applied_manifest_sha: Sha | None = None
-    apply_sha: Sha | None = None
-    server_sha: Sha | None = None
-    at: dt.datetime | None = None
-    planner: str = ""
-    identity: str = ""
-    """Whom a write was made as: the tenant's ServiceAccount user, "" for driftbus's own."""
 
 
 # --- applier → driftbus.outcome.<cluster>.<key> ------------------------------------------------

@@ -32,7 +32,8 @@ from nats.js import JetStreamContext
 from opentelemetry import trace
 
 from schemas.codec import WireError, decode
-from schemas.messages import AppliedEvent, ApplyIntent, DecisionReason, DeleteIntent, Intent
+from schemas.decision import DecisionReason
+from schemas.messages import AppliedEvent, ApplyIntent, DeleteIntent, Intent
 from schemas.subjects import ObjectKey, object_subject, split_bundle
 from services.applier.classify import Report, Retry, Step, classify, schedule
 from services.applier.consumer import consume, keep_claimed, seq

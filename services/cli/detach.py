@@ -14,11 +14,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from services.cli import context
-from services.cli.up import default_workdir, print_info
-from services.cli.upclusters import listed
+from services.cli.upinfo import default_workdir, print_detached, print_info
 from services.controlplane import servers
 
 
@@ -113,19 +111,6 @@ def _until_ready(child: subprocess.Popen[bytes], workdir: Path, args: argparse.N
         time.sleep(0.2)
     print(f"driftbus up: not ready in time; see {workdir / 'up.log'}", file=sys.stderr)
     return 1
-
-
-def print_detached(info: dict[str, Any]) -> None:
-    print(f"driftbus is running in the background (pid {info['pid']})")
-    print(f"  driftbus commands find it through {context.path()}; kubectl and other tools:")
-    print(f"  KUBECONFIG={info['kubeconfig']}")
-    clusters = context.clusters(info)
-    if len(clusters) > 1:
-        print(f"  clusters (a kubeconfig context each): {listed(info['clusters'])}")
-    print(f"  NATS at {info['nats_url']}: mutual TLS and a password per role (see the context)")
-    if info.get("ui"):
-        print(f"  status page: {info['ui']}")
-    print("  `driftbus down` stops it.")
 
 
 def cmd_down(args: argparse.Namespace) -> int:

@@ -30,20 +30,17 @@ import threading
 import time
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 from services.cli import context, localbus, upclusters
+from services.cli.detach import cmd_down, detach
 from services.cli.example import apply_policy, print_example, publish_example
 from services.cli.example import say as _say
+from services.cli.upinfo import default_workdir, print_info
 from services.controlplane import assets, servers
 from services.ui import UI_PORT
 from services.ui.guard import TOKEN_ENV
 
 MAX_RESTARTS = 5
-
-
-def default_workdir() -> Path:
-    return assets.cache_dir() / "up"
 
 
 def source_args(args: argparse.Namespace) -> tuple[str, ...]:
@@ -99,8 +96,6 @@ def cmd_up(args: argparse.Namespace) -> int:
         )
         return 1
     if args.detach:
-        from services.cli.detach import detach
-
         return detach(args)
     try:
         return _up(args, wanted)
@@ -260,37 +255,6 @@ def _supervise(procs: list[servers.Process], stopping: threading.Event) -> int:
     return 0
 
 
-def print_info(info: dict[str, Any], output: str) -> None:
-    if output == "json":
-        import msgspec
-
-        from schemas.cli import UpInfo
-
-        # typed, as schemas/json/cli-up.schema.json says
-        print(msgspec.json.encode(msgspec.convert(info, UpInfo)).decode(), flush=True)
-        return
-    width = max(len(k) for k in info)
-    print()
-    for k, v in info.items():
-        print(f"  {k:<{width}}  {upclusters.listed(v) if k == 'clusters' else v}")
-    print(f"\n  driftbus commands find this stack through {info['context']} (no exports needed);")
-    print("  its NATS takes mutual TLS and a password per role (the context names the files);")
-    print("  kubectl and other tools:")
-    print(f"  export KUBECONFIG={info['kubeconfig']}")
-    if len(info["clusters"]) > 1:
-        last = info["clusters"][-1]["name"]
-        print(f"  kubectl --context {last} get namespaces   # a context per cluster")
-    exe = "driftbus" if shutil.which("driftbus") else str(Path(sys.executable).parent / "driftbus")
-    print(f"  {exe} status --cluster {info['cluster']} --bundle hello")
-    print("\nCtrl-C stops everything.", flush=True)
-
-
-def _cmd_down(args: argparse.Namespace) -> int:
-    from services.cli.detach import cmd_down
-
-    return cmd_down(args)
-
-
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     up = sub.add_parser("up", help="run driftbus locally: NATS, a control plane, all services")
     up.add_argument(
@@ -376,4 +340,4 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
     down = sub.add_parser("down", help="stop a stack started with `driftbus up --detach`")
     down.add_argument("--workdir", help="as given to `driftbus up`")
-    down.set_defaults(func=_cmd_down)
+    down.set_defaults(func=cmd_down)

@@ -23,11 +23,11 @@ from nats.js.errors import NotFoundError
 
 from schemas.cli import ObjectRow
 from schemas.codec import WireError, decode
+from schemas.decision import DecisionRecord
 from schemas.messages import (
     BundleOptions,
     BundlePhase,
     BundleStatus,
-    DecisionRecord,
     ObjectStatus,
     ServerEvent,
     SourceStatus,

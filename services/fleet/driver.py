@@ -20,12 +20,9 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
-from typing import Any
 
 import msgspec
 
-from schemas.bundle import Bundle
-from schemas.codec import encode
 from schemas.fleet import (
     FleetBundle,
     Placement,
@@ -34,28 +31,24 @@ from schemas.fleet import (
     RolloutSpec,
     RolloutState,
 )
-from schemas.subjects import (
-    rollout_event_subject,
-    rollout_key,
-    split_bundle,
-)
+from schemas.subjects import rollout_key, split_bundle
 from services.common import bus
-from services.common.bundles import BundleError, load_manifests, publish_bundle
+from services.common.bundles import BundleError
 from services.common.bus.streams import PUBLISH_RETRIED
 from services.core.selector import SelectorError
 from services.core.tenant_clusters import cluster_refusal
 from services.fleet import rollout, substitute
 from services.fleet.lease import Lease
+from services.fleet.placing import Placer
 from services.fleet.publish import FleetError, check
 from services.fleet.recovery import missing
 from services.fleet.registry import members
-from services.fleet.steps import Event, Place, Remove, Tick
+from services.fleet.steps import Event, Tick
 from services.fleet.substitute import SubstitutionError
 from services.fleet.views import FleetViews, Stored
 
 log = logging.getLogger("driftbus.fleet")
 RECENT = 20
-MANIFESTS_KEPT = 8
 
 
 class Driver:
@@ -81,8 +74,7 @@ class Driver:
             js, holder=driver_id, interval=lease_interval, timeout=lease_timeout, taken=self._took
         )
         self._recovered = False
-        self._manifests: dict[str, list[Any]] = {}
-        self._needed: dict[str, list[tuple[str, str]]] = {}
+        self.placer = Placer(js, self.views)
 
     @property
     def leading(self) -> bool:
@@ -192,7 +184,7 @@ class Driver:
                 del fleet[cluster]
         refusals: dict[str, str] = {}
         if state.target.substitute:
-            needed = await self._labels_needed(state.bundle, state.target)
+            needed = await self.placer.labels_needed(state.bundle, state.target)
             for cluster, labels in fleet.items():
                 lacking = [v for v, key in needed if key not in labels]
                 if lacking:
@@ -262,9 +254,9 @@ class Driver:
         state = self.views.states[bundle].state
         try:
             for action in tick.actions:
-                await self._perform(state, action)
+                await self.placer.perform(state, action)
             for event in self._pending_events:
-                await self._record(event)
+                await self.placer.record(event)
         except (BundleError, bus.BusError, SubstitutionError) as exc:
             log.error("rollout of %s: %s; completed on the next tick", bundle, exc)
             self._recovered = False
@@ -273,91 +265,6 @@ class Driver:
                 "rollout of %s: the bus is away (%r); completed on the next tick", bundle, exc
             )
             self._recovered = False
-
-    async def _perform(self, state: RolloutState, action: Place | Remove) -> None:
-        cluster = action.cluster
-        msg_id = f"fleet/{state.bundle}/{cluster}/{action.seq}"
-        if isinstance(action, Remove):
-            # a fleet published without prune prunes nothing when a cluster leaves either
-            prune = state.target.options.prune and not action.orphan
-            await publish_bundle(
-                self.js,
-                cluster=cluster,
-                bundle=state.bundle,
-                revision=state.target.revision,
-                manifests=[],
-                options=msgspec.structs.replace(state.target.options, prune=prune),
-                delete=True,
-                fleet=True,
-                published_at=action.at,
-                msg_id=msg_id,
-                source=f"fleet {state.bundle}: left the fleet",
-            )
-            return
-        placement = state.target if action.which == "target" else state.previous
-        assert placement is not None
-        rollback_of = state.target.revision if action.which == "previous" else ""
-        common: dict[str, Any] = {
-            "cluster": cluster,
-            "bundle": state.bundle,
-            "revision": placement.revision,
-            "options": placement.options,
-            "source": placement.source,
-            "fleet": True,
-            "published_at": action.at,
-            "msg_id": msg_id,
-            "rollback_of": rollback_of,
-        }
-        if placement.substitute:
-            record = self.views.registry.records.get(cluster)
-            if record is None:  # removed meanwhile: the next tick takes it out of the fleet
-                log.warning(
-                    "rollout of %s: %s left the registry; not placed", state.bundle, cluster
-                )
-                return
-            manifests = await self._load(state.bundle, placement)
-            await publish_bundle(
-                self.js,
-                manifests=substitute.substitute(manifests, cluster, record.labels),
-                **common,
-            )
-        else:
-            await publish_bundle(
-                self.js,
-                manifests=[],
-                stored=placement.manifests_ref,
-                kinds=placement.kinds,
-                **common,
-            )
-
-    async def _record(self, event: RolloutEvent) -> None:
-        await self.js.publish(
-            rollout_event_subject(event.bundle),
-            encode(event),
-            headers={"Nats-Msg-Id": f"rollout/{event.bundle}/{event.seq}"},
-        )
-
-    async def _load(self, bundle: str, placement: Placement) -> list[Any]:
-        """The placement's manifests (a few kept: substitution reads them per cluster)."""
-        ref = placement.manifests_ref
-        if ref is None:
-            return []
-        if ref.sha not in self._manifests:
-            carrier = Bundle(
-                cluster="fleet", bundle=bundle, revision=placement.revision, manifests_ref=ref
-            )
-            while len(self._manifests) >= MANIFESTS_KEPT:
-                self._manifests.pop(next(iter(self._manifests)))
-            self._manifests[ref.sha] = list(await load_manifests(self.js, carrier))
-        return self._manifests[ref.sha]
-
-    async def _labels_needed(self, bundle: str, placement: Placement) -> list[tuple[str, str]]:
-        """The label variables the placement's manifests name, read once per manifests."""
-        ref = placement.manifests_ref
-        key = ref.sha if ref is not None else ""
-        if key not in self._needed:
-            self._needed[key] = substitute.labels_named(await self._load(bundle, placement))
-        return self._needed[key]
 
     # --- taking over ---------------------------------------------------------------------------
 
@@ -368,12 +275,12 @@ class Driver:
             try:
                 events, actions = await missing(self.js, bundle, stored.state)
                 for event in events:
-                    await self._record(event)
+                    await self.placer.record(event)
                 for action in actions:
                     log.info(
                         "rollout of %s: placing in %s what the state says", bundle, action.cluster
                     )
-                    await self._perform(stored.state, action)
+                    await self.placer.perform(stored.state, action)
             except Exception as exc:  # noqa: BLE001 - bad input never stops the driver
                 log.error("rollout of %s: not completed after a take-over: %r", bundle, exc)
 

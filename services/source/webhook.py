@@ -9,18 +9,30 @@ when it listens beyond loopback with no secret.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import ipaddress
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from aiohttp import web
 
-if TYPE_CHECKING:
-    from services.source.service import Follower
+from services.source.specs import SourceSpec
 
 
-def webhook_app(followers: list[Follower], secret: str) -> web.Application:
+class Pollable(Protocol):
+    """What the webhook needs of a followed source (``service.Follower``): the bundle it
+    publishes, and the event that makes it poll now."""
+
+    @property
+    def spec(self) -> SourceSpec: ...
+
+    @property
+    def trigger(self) -> asyncio.Event: ...
+
+
+def webhook_app(followers: Sequence[Pollable], secret: str) -> web.Application:
     """``POST /hook`` polls every source now, ``POST /hook/BUNDLE`` the one of that bundle.
     With no ``secret``, only a loopback peer may ask."""
 

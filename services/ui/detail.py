@@ -21,7 +21,8 @@ from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from schemas.codec import WireError, decode
-from schemas.messages import Bundle, DecisionRecord, OutcomeEvent
+from schemas.decision import DecisionRecord
+from schemas.messages import Bundle, OutcomeEvent
 from schemas.subjects import ObjectKey, bundle_subject, object_subject, split_bundle
 from services.common import bus
 from services.common.bundles import BundleError, load_manifests, revisions

@@ -21,8 +21,8 @@ from services.common import bus
 from services.common.kube import KubeClient
 from services.common.newest import Survivor, publish_newest
 from services.watcher.facts import Seen
-from services.watcher.service import Watcher
 from services.watcher.settings import WatcherSettings
+from services.watcher.watch import Watcher
 
 from ..conftest import unique_name
 

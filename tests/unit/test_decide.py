@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas.messages import DecisionAction as A
-from schemas.messages import DecisionReason as R
+from schemas.decision import DecisionAction as A
+from schemas.decision import DecisionReason as R
 from schemas.subjects import ObjectKey
 from services.planner.rule.decide import (
     HIT,

@@ -39,8 +39,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas.messages import DecisionAction as A
-from schemas.messages import DecisionReason as R
+from schemas.decision import DecisionAction as A
+from schemas.decision import DecisionReason as R
 from schemas.subjects import ObjectKey
 from services.common.bus import DEDUPE_WINDOW
 from services.planner.rule.decide import (

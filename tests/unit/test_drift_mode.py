@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import hashlib
 
+from schemas.decision import DecisionAction as A
+from schemas.decision import DecisionReason as R
 from schemas.messages import BundlePhase
-from schemas.messages import DecisionAction as A
-from schemas.messages import DecisionReason as R
 from schemas.subjects import ObjectKey
 from services.planner.rule.decide import HIT, Applied, Decision, Desired, Entry, Observed, step
 from services.planner.status.phase import Tally, bundle_phase

@@ -6,7 +6,8 @@ import datetime as dt
 
 import pytest
 
-from schemas.messages import AppliedEvent, DecisionReason, ObjectPhase, OutcomeEvent, ServerEvent
+from schemas.decision import DecisionReason
+from schemas.messages import AppliedEvent, ObjectPhase, OutcomeEvent, ServerEvent
 from schemas.subjects import ObjectKey
 from services.core.manifest import rv_int
 from services.planner.rule import facts

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from schemas.bundle import BundleControl, ObjectStoreRef, RollbackAnswer, RollbackRequest
 from schemas.codec import WireError, decode, encode
+from schemas.decision import DecisionAction, DecisionReason, DecisionRecord
 from schemas.fleet import FleetBundle, RolloutEvent, RolloutPhase, RolloutSpec
 from schemas.messages import (
     MESSAGE_TYPES,
@@ -35,9 +36,6 @@ from schemas.messages import (
     BundleCounts,
     BundlePhase,
     BundleStatus,
-    DecisionAction,
-    DecisionReason,
-    DecisionRecord,
     DeleteIntent,
     Intent,
     KindScope,

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from schemas.decision import DecisionAction as A
+from schemas.decision import DecisionReason as R
 from schemas.messages import Bundle
 from schemas.messages import BundlePhase as P
-from schemas.messages import DecisionAction as A
-from schemas.messages import DecisionReason as R
 from schemas.subjects import (
     ObjectKey,
     control_subject,

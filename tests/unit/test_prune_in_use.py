@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from schemas.messages import DecisionAction as A
-from schemas.messages import DecisionReason as R
+from schemas.decision import DecisionAction as A
+from schemas.decision import DecisionReason as R
 from schemas.subjects import ObjectKey
 from services.planner.rule.decide import (
     Applied,

@@ -44,7 +44,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 
-from schemas.messages import DecisionAction, DecisionReason
+from schemas.decision import DecisionAction, DecisionReason
 from services.planner.rule.entry import (
     DELETE_INFLIGHT,
     Applied,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from schemas.messages import DecisionReason
+from schemas.decision import DecisionReason
 from schemas.subjects import ObjectKey
 
 Sha = bytes  # 32 raw bytes in memory; hex only on the wire

@@ -8,14 +8,8 @@ that is no longer the one in flight, says nothing new and becomes no event.
 
 from __future__ import annotations
 
-from schemas.messages import (
-    WORKING_PHASES,
-    AppliedEvent,
-    DecisionReason,
-    ObjectPhase,
-    OutcomeEvent,
-    ServerEvent,
-)
+from schemas.decision import DecisionReason
+from schemas.messages import WORKING_PHASES, AppliedEvent, ObjectPhase, OutcomeEvent, ServerEvent
 from schemas.subjects import ObjectKey
 from services.core.manifest import rv_int
 from services.planner.rule.decide import (

@@ -15,7 +15,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 
-from schemas.messages import BundlePhase, DecisionReason
+from schemas.decision import DecisionReason
+from schemas.messages import BundlePhase
 from schemas.subjects import join_bundle, split_bundle
 from services.core.manifest import ManifestError, check_bundle_name
 

@@ -14,11 +14,9 @@ import logging
 import msgspec
 
 from schemas.codec import WireError, decode
+from schemas.decision import DecisionAction, DecisionReason, DecisionRecord
 from schemas.messages import (
     ApplyIntent,
-    DecisionAction,
-    DecisionReason,
-    DecisionRecord,
     DeleteIntent,
     Health,
     Impersonation,

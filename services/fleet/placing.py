@@ -1,0 +1,122 @@
+"""What a rollout tick asks for, done on the bus: a ``Place`` publishes the placement's revision
+as the cluster's bundle (its stored manifests referred to, or substituted with the cluster's
+labels), a ``Remove`` deletes the bundle from a cluster that left, and each transition is
+appended to the rollout log. Every publish carries a message id of its own (the placement's
+``seq``, the event's), so doing it again after a take-over sends nothing twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import msgspec
+
+from schemas.bundle import Bundle
+from schemas.codec import encode
+from schemas.fleet import Placement, RolloutEvent, RolloutState
+from schemas.subjects import rollout_event_subject
+from services.common import bus
+from services.common.bundles import load_manifests, publish_bundle
+from services.fleet import substitute
+from services.fleet.steps import Place, Remove
+from services.fleet.views import FleetViews
+
+log = logging.getLogger("driftbus.fleet")
+MANIFESTS_KEPT = 8
+
+
+class Placer:
+    """Carries out a rollout's placements and records its transitions (for the driver)."""
+
+    def __init__(self, js: bus.JetStream, views: FleetViews) -> None:
+        self.js = js
+        self.views = views
+        """Read for each cluster's labels (the registry) when a placement is substituted."""
+        self.manifests: dict[str, list[Any]] = {}
+        self.needed: dict[str, list[tuple[str, str]]] = {}
+
+    async def perform(self, state: RolloutState, action: Place | Remove) -> None:
+        cluster = action.cluster
+        msg_id = f"fleet/{state.bundle}/{cluster}/{action.seq}"
+        if isinstance(action, Remove):
+            # a fleet published without prune prunes nothing when a cluster leaves either
+            prune = state.target.options.prune and not action.orphan
+            await publish_bundle(
+                self.js,
+                cluster=cluster,
+                bundle=state.bundle,
+                revision=state.target.revision,
+                manifests=[],
+                options=msgspec.structs.replace(state.target.options, prune=prune),
+                delete=True,
+                fleet=True,
+                published_at=action.at,
+                msg_id=msg_id,
+                source=f"fleet {state.bundle}: left the fleet",
+            )
+            return
+        placement = state.target if action.which == "target" else state.previous
+        assert placement is not None
+        rollback_of = state.target.revision if action.which == "previous" else ""
+        common: dict[str, Any] = {
+            "cluster": cluster,
+            "bundle": state.bundle,
+            "revision": placement.revision,
+            "options": placement.options,
+            "source": placement.source,
+            "fleet": True,
+            "published_at": action.at,
+            "msg_id": msg_id,
+            "rollback_of": rollback_of,
+        }
+        if placement.substitute:
+            record = self.views.registry.records.get(cluster)
+            if record is None:  # removed meanwhile: the next tick takes it out of the fleet
+                log.warning(
+                    "rollout of %s: %s left the registry; not placed", state.bundle, cluster
+                )
+                return
+            manifests = await self.load(state.bundle, placement)
+            await publish_bundle(
+                self.js,
+                manifests=substitute.substitute(manifests, cluster, record.labels),
+                **common,
+            )
+        else:
+            await publish_bundle(
+                self.js,
+                manifests=[],
+                stored=placement.manifests_ref,
+                kinds=placement.kinds,
+                **common,
+            )
+
+    async def record(self, event: RolloutEvent) -> None:
+        await self.js.publish(
+            rollout_event_subject(event.bundle),
+            encode(event),
+            headers={"Nats-Msg-Id": f"rollout/{event.bundle}/{event.seq}"},
+        )
+
+    async def load(self, bundle: str, placement: Placement) -> list[Any]:
+        """The placement's manifests (a few kept: substitution reads them per cluster)."""
+        ref = placement.manifests_ref
+        if ref is None:
+            return []
+        if ref.sha not in self.manifests:
+            carrier = Bundle(
+                cluster="fleet", bundle=bundle, revision=placement.revision, manifests_ref=ref
+            )
+            while len(self.manifests) >= MANIFESTS_KEPT:
+                self.manifests.pop(next(iter(self.manifests)))
+            self.manifests[ref.sha] = list(await load_manifests(self.js, carrier))
+        return self.manifests[ref.sha]
+
+    async def labels_needed(self, bundle: str, placement: Placement) -> list[tuple[str, str]]:
+        """The label variables the placement's manifests name, read once per manifests."""
+        ref = placement.manifests_ref
+        key = ref.sha if ref is not None else ""
+        if key not in self.needed:
+            self.needed[key] = substitute.labels_named(await self.load(bundle, placement))
+        return self.needed[key]
