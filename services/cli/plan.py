@@ -35,14 +35,14 @@ from services.common.load import Loaded
 from services.common.policy import read_policy
 from services.core.diff import Change, diff, mask_sensitive
 from services.core.ignore import pointers_of
-from services.core.manifest import FIELD_MANAGER, apply_order, check_bundle_name, owned
-from services.core.scope import Scopes, normalise
+from services.core.manifest import FIELD_MANAGER, apply_order, check_bundle_name
+from services.core.scope import Scopes, group_kind
 from services.core.scrub import scrub_for
 from services.core.sha import manifest_sha, prune
 from services.fleet import registry
 from services.planner.rule import facts, limits
 from services.planner.rule.decide import Decision, Desired, Entry, evaluate, restore
-from services.planner.rule.revision import ignoring
+from services.planner.rule.revision import checked_object
 
 
 @dataclasses.dataclass
@@ -92,12 +92,11 @@ async def _scopes(kube: KubeClient, loaded: Loaded) -> Scopes:
     has not named, the bundle's own CRDs (``Scopes.for_revision``): the cluster's word wins."""
     scopes = Scopes()
     for m in loaded.manifests:
-        api_version, kind = str(m.obj.get("apiVersion", "")), str(m.obj.get("kind", ""))
-        group = api_version.rpartition("/")[0]
-        if scopes.namespaced(group, kind) is None:
+        gk = group_kind(m.obj)
+        if gk is not None and scopes.namespaced(*gk) is None:
             with contextlib.suppress(KubeError):
-                res = await kube.discovery.resource(api_version, kind)
-                scopes.learn(group, kind, res.namespaced)
+                res = await kube.discovery.resource(str(m.obj["apiVersion"]), gk[1])
+                scopes.learn(*gk, res.namespaced)
     return scopes.for_revision([m.obj for m in loaded.manifests])
 
 
@@ -115,29 +114,26 @@ async def plan(
 ) -> list[PlanRow]:
     """One row per object of ``loaded`` and per object the publish would prune (``force``: as
     a publish with ``--force`` would, taking fields other managers own). Raises
-    ``ManifestError`` for what the planner would refuse (see ``scope.normalise``), the tenant
-    policy in force included (``limits``)."""
+    ``ManifestError`` for what the planner would refuse (``revision.checked_object``: keyed,
+    normalised, ignored fields out, owned), the tenant policy in force included (``limits``)."""
     tenant_policy = await read_policy(js)
     as_published = limits.with_tenant_defaults(
         Bundle(
             cluster=cluster,
             bundle=check_bundle_name(bundle),
             revision="plan",
-            options=BundleOptions(namespace=namespace),
+            options=BundleOptions(namespace=namespace, ignore=list(ignore or ())),
         ),
         tenant_policy,
         await _labels(js, cluster),
     )
-    namespace = as_published.options.namespace
     known = await _state(js, cluster)
     rows: list[PlanRow] = []
     desired: set[ObjectKey] = set()
     scopes = await _scopes(kube, loaded)
     for i, m in enumerate(loaded.manifests):
-        # as the planner takes the object in (intake): normalised, ignored fields out, owned
-        normalised = normalise(m.obj, scopes, namespace)
-        key = ObjectKey.of(normalised)
-        manifest = owned(ignoring(normalised, ignore or [], key, f"manifests[{i}]"), bundle)
+        # as the planner takes the object in (intake)
+        key, manifest = checked_object(as_published, m.obj, scopes, f"manifests[{i}]")
         desired.add(key)
         ignored = pointers_of(manifest)
         api_version = str(manifest.get("apiVersion", ""))

@@ -2,7 +2,8 @@
 Object Store.
 
 ``publish_bundle`` is the one way a revision reaches ``driftbus.bundle.<cluster>.<bundle>``:
-``driftbus publish``, ``driftbus source``, ``driftbus up`` and the test harness all call it.
+``driftbus publish``, ``driftbus source``, ``driftbus up``, the planner's rollback and the test
+harness all call it.
 A bundle message over ``INLINE_LIMIT`` carries an ``ObjectStoreRef`` instead of its manifests;
 the stored object is a JSON array whose SHA-256 is checked on read, so a dangling or tampered
 reference is an error naming the bundle, never a silently empty bundle. Anyone who may publish a
@@ -30,7 +31,7 @@ from schemas.messages import Bundle, BundleOptions, ObjectStoreRef
 from schemas.subjects import bundle_subject
 from services.common import bus, telemetry
 from services.common.bus import BUNDLES, OBJECT_STORE_BUCKET, Follower, ensure_streams
-from services.core.manifest import bundle_kinds, check_bundle_name
+from services.core.manifest import bundle_kinds, check_bundle_name, check_not_empty
 
 __all__ = [
     "INLINE_LIMIT",
@@ -182,13 +183,15 @@ async def publish_bundle(
     fleet: bool = False,
     rollback_of: str = "",
     msg_id: str | None = None,
+    streams_known: bool = False,
 ) -> Bundle:
     """Publish ``manifests`` as ``revision`` of ``bundle`` for ``cluster``; the message sent.
 
-    An empty revision is refused unless ``options.allow_empty``: it prunes every object of the
-    bundle (the CLI refuses earlier, naming the path; this guards every caller). The streams
-    are waited for up to ``within`` seconds (the planner creates them), or created when
-    ``manage_streams`` (a test bus with no planner yet). The message names its kinds
+    An empty revision is refused unless ``options.allow_empty`` (``check_not_empty``: it prunes
+    every object of the bundle; the CLI refuses earlier, naming the path; this guards every
+    caller). The streams are waited for up to ``within`` seconds (the planner creates them),
+    created when ``manage_streams`` (a test bus with no planner yet), or not asked for when
+    ``streams_known`` (the planner's rollback: it made them). The message names its kinds
     (``Bundle.kinds``), carries the current trace (``telemetry.inject``), and its
     ``Nats-Msg-Id`` is unique per publish: publishing the same revision again is a new message.
     ``delete``: the revision deletes the bundle (``Bundle.delete``; no manifests).
@@ -196,19 +199,18 @@ async def publish_bundle(
     A fleet's rollout places a revision whose manifests are stored once for every cluster:
     ``stored`` (with its ``kinds``) instead of ``manifests``, the placement's own
     ``published_at`` (what the rollout's gate matches the status against) and ``msg_id`` (a
-    placement repeated by a driver that took over is deduplicated)."""
+    placement repeated by a driver that took over is deduplicated). A rollback republishes a
+    revision from the bundle's history as it was (its ``stored`` manifests and ``kinds``) with
+    ``rollback_of`` set."""
     check_bundle_name(bundle)
     if delete and (manifests or stored):
         raise ValueError(f"a deletion of {bundle} carries no manifests")
     if stored is not None and manifests:
         raise ValueError(f"{bundle}: manifests inline or stored, not both")
-    empty = not manifests and (stored is None or stored.count == 0)
-    if empty and not (options.allow_empty or delete):
-        raise ValueError(
-            f"refusing to publish an empty revision of {bundle}: it would prune every object "
-            "of the bundle (BundleOptions.allow_empty permits it)"
-        )
-    await ensure_streams(js, manage=manage_streams, within=within)
+    objects = len(manifests) or (stored.count if stored is not None else 0)
+    check_not_empty(bundle, objects, allow_empty=options.allow_empty, delete=delete)
+    if not streams_known:
+        await ensure_streams(js, manage=manage_streams, within=within)
     msg = Bundle(
         cluster=cluster,
         bundle=bundle,

@@ -62,8 +62,8 @@ from services.common.documents import (
     parse,
 )
 from services.common.limits import InputLimits, setting_name
-from services.core.manifest import ManifestError, key_of
-from services.core.scope import Scopes, normalise
+from services.core.manifest import ManifestError, check_not_empty, key_of
+from services.core.scope import Scopes, group_kind, normalise
 
 __all__ = [  # what callers read from here, defined in ``documents``
     "InputError",
@@ -311,24 +311,20 @@ def _load_tarball(path: Path, tally: Tally) -> list[Manifest]:
 
 
 def require_objects(loaded: Loaded, bundle: str, command: str = "publish") -> None:
-    """Refuse a revision with no objects: it would prune everything ``bundle`` has, and it is
-    far more often a wrong path than a wish. ``--allow-empty`` skips this check."""
-    if loaded.manifests:
-        return
-    found = (
-        f"{loaded.files} manifest file(s) but no objects in them"
-        if loaded.files
-        else "no .yaml, .yml or .json files (hidden ones below it are skipped)"
-    )
-    effect = (
-        f"publishing nothing would prune every object of bundle {bundle}"
-        if command == "publish"
-        else f"a revision with nothing in it would prune every object of bundle {bundle}"
-    )
-    raise InputError(
-        f"{loaded.where or '(no path)'}: {found}; {effect}. "
-        "Give --allow-empty if that is what you want."
-    )
+    """Refuse a revision with no objects (``check_not_empty``, the rule every publish and the
+    planner apply), naming the path ``command`` read and what it found there. ``--allow-empty``
+    skips this check."""
+    try:
+        check_not_empty(bundle, len(loaded.manifests), allow_empty=False)
+    except ManifestError as exc:
+        found = (
+            f"{loaded.files} manifest file(s) but no objects in them"
+            if loaded.files
+            else "no .yaml, .yml or .json files (hidden ones below it are skipped)"
+        )
+        raise InputError(
+            f"{loaded.where or '(no path)'}: nothing to {command}: {found}; {exc}"
+        ) from None
 
 
 def require_namespaces(loaded: Loaded, namespace: str) -> None:
@@ -338,8 +334,8 @@ def require_namespaces(loaded: Loaded, namespace: str) -> None:
     scopes = Scopes().for_revision([m.obj for m in loaded.manifests])
     problems = []
     for m in loaded.manifests:
-        api_version, kind = str(m.obj.get("apiVersion", "")), str(m.obj.get("kind", ""))
-        if scopes.namespaced(api_version.rpartition("/")[0], kind) is None:
+        gk = group_kind(m.obj)
+        if gk is None or scopes.namespaced(*gk) is None:
             continue
         try:
             normalise(m.obj, scopes, namespace)

@@ -181,7 +181,7 @@ def crd_scope(manifest: Mapping[str, Any]) -> tuple[str, str, bool] | None:
     naming a built-in kind: the API server refuses it, and believing it would re-key objects of
     that kind, or let a tenant's ClusterRoleBinding pass as namespaced.
     """
-    if _group_kind(manifest) != _CRD:
+    if group_kind(manifest) != _CRD:
         return None
     spec = manifest.get("spec")
     if not isinstance(spec, Mapping):
@@ -211,7 +211,7 @@ def normalise(obj: Mapping[str, Any], scopes: Scopes, namespace: str = "") -> di
     would key it where the watcher never sees it).
     """
     meta = obj.get("metadata")
-    gk = _group_kind(obj)
+    gk = group_kind(obj)
     if gk is None or not isinstance(meta, Mapping):
         return obj if isinstance(obj, dict) else dict(obj)
     namespaced = scopes.namespaced(*gk)
@@ -237,7 +237,10 @@ def normalise(obj: Mapping[str, Any], scopes: Scopes, namespace: str = "") -> di
     return {**obj, "metadata": {**meta, "namespace": namespace}}
 
 
-def _group_kind(obj: Mapping[str, Any]) -> tuple[str, str] | None:
+def group_kind(obj: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(group, kind) of a manifest, what its scope is looked up by; None when ``apiVersion`` or
+    ``kind`` is missing or not a string (such an object is left as it is, and refused when it is
+    keyed)."""
     api_version, kind = obj.get("apiVersion"), obj.get("kind")
     if not (isinstance(api_version, str) and api_version and isinstance(kind, str) and kind):
         return None

@@ -1,7 +1,9 @@
 """A published revision taken in: its objects keyed, normalised, owned and hashed, or refused.
 
 Pure: the planner's shell decodes the bundle and loads its manifests, then calls
-``checked_revision``; a revision with one bad object is refused whole.
+``checked_revision``; a revision with one bad object is refused whole. Each object goes through
+``checked_object`` (keyed, normalised, its ignored fields out, owned), the step ``driftbus plan``
+runs too, so a plan keys and hashes an object exactly as the planner will.
 """
 
 from __future__ import annotations
@@ -23,7 +25,14 @@ from services.core.ignore import (
     with_rules,
     without,
 )
-from services.core.manifest import ManifestError, bundle_kinds, check_size, key_of, owned
+from services.core.manifest import (
+    ManifestError,
+    bundle_kinds,
+    check_not_empty,
+    check_size,
+    key_of,
+    owned,
+)
 from services.core.scope import Scopes, UnknownScope, normalise
 from services.core.sha import HashError, manifest_sha
 from services.planner.rule import holds
@@ -100,20 +109,29 @@ def ignoring(
     return dict(without(raw, pointers_of(raw)))
 
 
+def checked_object(
+    bundle: Bundle, raw: Any, scopes: Scopes, where: str
+) -> tuple[ObjectKey, dict[str, Any]]:
+    """One object of ``bundle`` as the planner takes it in: keyed, normalised (``scopes``, the
+    bundle's default namespace), keyed again, its ignored fields out (the bundle's rules
+    merged in) and owned; ManifestError starting with ``where`` (e.g. ``manifests[3]``)."""
+    key_of(raw, where)
+    raw = normalise(raw, scopes, bundle.options.namespace)
+    key = key_of(raw, where)
+    return key, owned(ignoring(raw, bundle.options.ignore, key, where), bundle.bundle)
+
+
 def checked_revision(
     bundle: Bundle, manifests: Sequence[Any], scopes: Scopes
 ) -> list[tuple[Slot, bytes, bytes]]:
     """Every object of the revision keyed, owned and hashed — or ManifestError naming every
     bad one: a revision with one bad object is refused whole (applying the rest would prune
     the bad one's live object), and so is an empty one unless the publisher says so."""
-    name = bundle.bundle
     if bundle.delete and manifests:
         raise ManifestError("a deletion carries no manifests")
-    if not manifests and not (bundle.options.allow_empty or bundle.delete):
-        raise ManifestError(
-            "the revision has no objects; publishing it would prune every object of the "
-            "bundle (publish with allow-empty if that is what you want)"
-        )
+    check_not_empty(
+        bundle.bundle, len(manifests), allow_empty=bundle.options.allow_empty, delete=bundle.delete
+    )
     if bundle.kinds and bundle.kinds != (kinds := bundle_kinds(manifests)):
         # the watcher watches what the message names: a kind left out would never be seen
         raise ManifestError(
@@ -126,10 +144,7 @@ def checked_revision(
     for i, raw in enumerate(manifests):
         where_i = f"manifests[{i}]"
         try:
-            key = key_of(raw, where_i)
-            raw = normalise(raw, scopes, bundle.options.namespace)
-            key = key_of(raw, where_i)
-            raw = ignoring(raw, bundle.options.ignore, key, where_i)
+            key, manifest = checked_object(bundle, raw, scopes, where_i)
             if key.namespace and not DNS_LABEL.match(key.namespace):
                 # no such namespace can ever exist: waiting for it would never end
                 raise ManifestError(
@@ -139,7 +154,6 @@ def checked_revision(
             object_subject("intent", bundle.cluster, key)  # its subjects fit (a name ≤ 253)
             if key in seen:
                 raise ManifestError(f"{where_i}: {key} duplicates manifests[{seen[key]}]")
-            manifest = owned(raw, name)
             encoded = check_size(MANIFEST_JSON.encode(manifest), f"{where_i}: {key}")
             sha = manifest_sha(manifest)
         except (ManifestError, HashError) as exc:

@@ -4,28 +4,26 @@ bundle's history on the bus (the BUNDLES stream keeps the last few revisions per
 The planner answers the request (``driftbus.rollback.<cluster>.<tenant>.<name>``) because it
 reads the BUNDLES stream, which users may not (a user of one cluster would read every
 cluster's manifests, Secrets included); a tenant may ask for its own bundles only, as for
-publishing. The revision republished is an ordinary publish with ``rollback_of`` set, so the
-decision rule writes exactly the objects that differ from what is in force, and a planner that
-restarts finds it as the bundle's latest revision. ``choose`` is the pure part.
+publishing. The revision republished is an ordinary publish (``bundles.publish_bundle``, the
+one way a revision reaches the bundle subject) with ``rollback_of`` set, so the decision rule
+writes exactly the objects that differ from what is in force, and a planner that restarts finds
+it as the bundle's latest revision. ``choose`` is the pure part.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import logging
 import time
 
-import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from schemas.codec import WireError, decode, encode
 from schemas.messages import Bundle, RollbackAnswer, RollbackRequest
-from schemas.subjects import SubjectError, bundle_subject, cluster_filter, parse_subject
-from services.common import telemetry
-from services.common.bundles import revisions
+from schemas.subjects import SubjectError, cluster_filter, parse_subject
+from services.common.bundles import publish_bundle, revisions
 from services.planner.memory.cluster import ClusterState
 
 log = logging.getLogger("driftbus.planner")
@@ -112,19 +110,30 @@ class RollbackDesk:
         chosen = choose(history, in_force, req.to)
         if isinstance(chosen, str):
             return RollbackAnswer(ok=False, message=chosen, rollback_of=in_force, history=names)
-        again = msgspec.structs.replace(
-            chosen, published_at=dt.datetime.now(dt.UTC), rollback_of=in_force
-        )
-        subject = bundle_subject(req.cluster, req.bundle)
-        await self.js.publish(
-            subject,
-            encode(again),
-            headers=telemetry.inject(
-                {
-                    "Nats-Msg-Id": f"rollback:{req.cluster}/{req.bundle}@{again.revision}/"
-                    f"{time.time_ns()}"
-                }
-            ),
+        if (chosen.cluster, chosen.bundle) != (req.cluster, req.bundle):
+            # a raw publish the planner refused: republished under this subject's names, it
+            # would be taken, which it never was
+            return RollbackAnswer(
+                ok=False,
+                message=f"revision {chosen.revision} names {chosen.cluster}/{chosen.bundle}, "
+                "not this bundle: it was never taken",
+                rollback_of=in_force,
+                history=names,
+            )
+        again = await publish_bundle(
+            self.js,
+            cluster=req.cluster,
+            bundle=req.bundle,
+            revision=chosen.revision,
+            manifests=list(chosen.manifests),
+            options=chosen.options,
+            source=chosen.source,
+            stored=chosen.manifests_ref,
+            kinds=list(chosen.kinds),
+            fleet=chosen.fleet,
+            rollback_of=in_force,
+            msg_id=f"rollback:{req.cluster}/{req.bundle}@{chosen.revision}/{time.time_ns()}",
+            streams_known=True,  # the planner made them
         )
         log.info(
             "bundle %s/%s: rolled back from %s to %s",
