@@ -17,7 +17,7 @@ from typing import Any, get_args
 
 from schemas.cli import BundleRow, FleetSummary
 from schemas.messages import BundleOptions, BundlePhase, BundleStatus, Propagation
-from services.cli import context, output
+from services.cli import context, exits, output
 from services.common import settings
 from services.common.bus import NatsSettings
 
@@ -187,7 +187,7 @@ async def _wait(waiter: Any, args: argparse.Namespace, revision: str) -> int:
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
-    from services.cli import table, user
+    from services.cli import user
     from services.common.bundles import publish_bundle
     from services.core.manifest import check_bundle_name
 
@@ -227,10 +227,7 @@ def cmd_delete(args: argparse.Namespace) -> int:
         finally:
             await nc.drain()
 
-    try:
-        return asyncio.run(run())
-    except Exception as exc:  # noqa: BLE001 - one line, naming the bundle
-        return table.fail("delete", exc)
+    return exits.run_or_fail("delete", run())
 
 
 DELETE_ENDS = frozenset((BundlePhase.DELETED, BundlePhase.FAILED))
@@ -284,7 +281,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     from schemas.codec import decode, encode
     from schemas.messages import RollbackAnswer, RollbackRequest
     from schemas.subjects import rollback_subject
-    from services.cli import table, user
+    from services.cli import user
     from services.core.manifest import check_bundle_name
 
     async def run() -> int:
@@ -315,10 +312,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
         finally:
             await nc.drain()
 
-    try:
-        return asyncio.run(run())
-    except Exception as exc:  # noqa: BLE001 - one line, naming the bundle
-        return table.fail("rollback", exc)
+    return exits.run_or_fail("rollback", run())
 
 
 def _bundle_args(p: argparse.ArgumentParser) -> None:

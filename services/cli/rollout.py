@@ -32,7 +32,7 @@ from schemas.fleet import (
     RolloutState,
 )
 from schemas.messages import BundleStatus
-from services.cli import output
+from services.cli import exits, output
 from services.common import settings
 from services.common.bus import NatsSettings
 
@@ -370,10 +370,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         finally:
             await nc.drain()
 
-    try:
-        return asyncio.run(run())
-    except Exception as exc:  # noqa: BLE001 - one line, naming the bundle
-        return table.fail(f"rollout {args.action}", exc)
+    return exits.run_or_fail(f"rollout {args.action}", run())
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -11,7 +11,7 @@ import signal
 import sys
 from typing import Any
 
-from services.cli import context, follow, output
+from services.cli import context, exits, follow, output
 from services.common import settings
 from services.common.bus import NatsSettings
 
@@ -150,10 +150,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             else:  # the bus is away: nothing to drain, and nothing to wait for
                 await nc.close()
 
-    try:
-        return asyncio.run(run())
-    except Exception as exc:  # noqa: BLE001 - the bus refused or is away: one line, no trace
-        return table.fail("status", exc)
+    return exits.run_or_fail("status", run())
 
 
 async def _fleet_status(args: argparse.Namespace) -> bool:
@@ -249,10 +246,7 @@ def cmd_why(args: argparse.Namespace) -> int:
         )
         return 0 if records else 1
 
-    try:
-        return asyncio.run(run())
-    except Exception as exc:  # noqa: BLE001 - the bus refused or is away: one line, no trace
-        return table.fail("why", exc)
+    return exits.run_or_fail("why", run())
 
 
 def _why_rollout(args: argparse.Namespace, bundle: str) -> int:
@@ -275,10 +269,7 @@ def _why_rollout(args: argparse.Namespace, bundle: str) -> int:
             table.emit(rollout.history_rows(got.events), rollout.HISTORY_COLUMNS, "table")
         return 0
 
-    try:
-        return asyncio.run(run())
-    except Exception as exc:  # noqa: BLE001 - the bus refused or is away: one line
-        return table.fail("why", exc)
+    return exits.run_or_fail("why", run())
 
 
 def cmd_shards(args: argparse.Namespace) -> int:

@@ -8,7 +8,6 @@ changes nothing.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 import msgspec
 
 from schemas.tenants import Tenant, TenantPolicy
+from services.cli import exits
 from services.common import settings
 from services.common.bus import NatsSettings
 
@@ -145,10 +145,7 @@ def cmd_tenants(args: argparse.Namespace) -> int:
         finally:
             await nc.close()
 
-    try:
-        return asyncio.run(run())
-    except Exception as exc:  # noqa: BLE001 - the bus refused or is away: one line, not a trace
-        return table.fail(f"tenants {args.action or ''}".strip(), exc)
+    return exits.run_or_fail(f"tenants {args.action or ''}".strip(), run())
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

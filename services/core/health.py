@@ -105,13 +105,23 @@ def _replicaset(obj: Mapping[str, Any], status: Mapping[str, Any]) -> Result:
     return _replicas(want, status, ready="readyReplicas", available="availableReplicas") or READY
 
 
-def _job(obj: Mapping[str, Any], status: Mapping[str, Any]) -> Result:
+def _gated(
+    status: Mapping[str, Any], failed: tuple[str, str, str], done: str, waiting: str
+) -> Result:
+    """Health from two conditions: ``failed`` (type, status at which it failed, what to say
+    when it gives no message) first, then ``done`` being True, else still in progress."""
     conds = _conditions(status)
-    if _is(conds.get("Failed"), "True"):
-        return Health.FAILED, _why(conds["Failed"]) or "job failed"
-    if _is(conds.get("Complete"), "True"):
+    kind, value, otherwise = failed
+    if _is(conds.get(kind), value):
+        return Health.FAILED, _why(conds[kind]) or otherwise
+    if _is(conds.get(done), "True"):
         return READY
-    return Health.IN_PROGRESS, f"active: {_int(status.get('active'))}"
+    return Health.IN_PROGRESS, waiting
+
+
+def _job(obj: Mapping[str, Any], status: Mapping[str, Any]) -> Result:
+    active = f"active: {_int(status.get('active'))}"
+    return _gated(status, ("Failed", "True", "job failed"), "Complete", active)
 
 
 def retiring(obj: Mapping[str, Any]) -> bool:
@@ -157,12 +167,8 @@ def _namespace(obj: Mapping[str, Any], status: Mapping[str, Any]) -> Result:
 
 
 def _crd(obj: Mapping[str, Any], status: Mapping[str, Any]) -> Result:
-    conds = _conditions(status)
-    if _is(conds.get("NamesAccepted"), "False"):
-        return Health.FAILED, _why(conds["NamesAccepted"]) or "names not accepted"
-    if _is(conds.get("Established"), "True"):
-        return READY
-    return Health.IN_PROGRESS, "not yet established"
+    failed = ("NamesAccepted", "False", "names not accepted")
+    return _gated(status, failed, "Established", "not yet established")
 
 
 def _service(obj: Mapping[str, Any], status: Mapping[str, Any]) -> Result:

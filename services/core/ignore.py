@@ -155,24 +155,24 @@ def without(obj: Mapping[str, Any], pointers: Iterable[str]) -> Mapping[str, Any
 
 
 def _removed(node: Any, path: list[str]) -> Any:
+    """A copy of ``node`` without the field at ``path`` (a mapping's key or a list's index);
+    ``node`` itself when there is no such field."""
     head, rest = path[0], path[1:]
+    copy: dict[str, Any] | list[Any]
+    at: Any
     if isinstance(node, Mapping):
         if head not in node:
             return node
-        copy = dict(node)
-        if rest:
-            copy[head] = _removed(node[head], rest)
-        else:
-            del copy[head]
-        return copy
-    if isinstance(node, list) and (i := list_index(head)) is not None and i < len(node):
-        copy_list = list(node)
-        if rest:
-            copy_list[i] = _removed(node[i], rest)
-        else:
-            del copy_list[i]
-        return copy_list
-    return node
+        copy, at = dict(node), head
+    elif isinstance(node, list) and (i := list_index(head)) is not None and i < len(node):
+        copy, at = list(node), i
+    else:
+        return node
+    if rest:
+        copy[at] = _removed(node[at], rest)
+    else:
+        del copy[at]
+    return copy
 
 
 def value_at(obj: Any, pointer: str) -> tuple[bool, Any]:

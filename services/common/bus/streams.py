@@ -259,63 +259,48 @@ async def ensure_tenants_bucket(js: JetStreamContext, replicas: int = 1) -> None
     """The tenant policy's bucket (made by the planner, or by whoever applies a policy
     first). History 10: earlier policies stay readable for an audit."""
     await _ensure_bucket(
-        js,
-        js_api.KeyValueConfig(
-            bucket=TENANTS_BUCKET,
-            description="driftbus tenant policy (driftbus tenants apply)",
-            history=10,
-            storage=js_api.StorageType.FILE,
-            replicas=replicas,
-        ),
+        js, TENANTS_BUCKET, "driftbus tenant policy (driftbus tenants apply)", 10, replicas
     )
 
 
 async def ensure_fleet_buckets(js: JetStreamContext, replicas: int = 1) -> None:
     """The cluster registry and the rollout states (made by the planner; a test bus may make
     them first). The registry keeps 5 versions of an entry: a relabelling stays auditable."""
-    await _ensure_bucket(
-        js,
-        js_api.KeyValueConfig(
-            bucket=CLUSTERS_BUCKET,
-            description="driftbus cluster registry: labels of every cluster",
-            history=5,
-            storage=js_api.StorageType.FILE,
-            replicas=replicas,
-            direct=True,
-        ),
-    )
-    await _ensure_bucket(
-        js,
-        js_api.KeyValueConfig(
-            bucket=ROLLOUTS_BUCKET,
-            description="driftbus rollout states and the rollout driver's lease",
-            history=1,
-            storage=js_api.StorageType.FILE,
-            replicas=replicas,
-            direct=True,
-        ),
-    )
+    for bucket, history, description in (
+        (CLUSTERS_BUCKET, 5, "driftbus cluster registry: labels of every cluster"),
+        (ROLLOUTS_BUCKET, 1, "driftbus rollout states and the rollout driver's lease"),
+    ):
+        await _ensure_bucket(js, bucket, description, history, replicas, direct=True)
 
 
 async def _ensure_shards_bucket(js: JetStreamContext, replicas: int) -> None:
-    await _ensure_bucket(
-        js,
-        js_api.KeyValueConfig(
-            bucket=SHARDS_BUCKET,
-            description="driftbus planner heartbeats and cluster claims",
-            history=1,
+    description = "driftbus planner heartbeats and cluster claims"
+    # direct: appliers read their cluster's claim with a direct get
+    await _ensure_bucket(js, SHARDS_BUCKET, description, 1, replicas, direct=True)
+
+
+async def _ensure_bucket(
+    js: JetStreamContext,
+    bucket: str,
+    description: str,
+    history: int,
+    replicas: int,
+    *,
+    direct: bool | None = None,
+) -> None:
+    """Create the file-backed KV bucket unless it exists (another process may create it
+    meanwhile), keeping ``history`` versions of an entry."""
+    try:
+        await js.key_value(bucket)
+    except BucketNotFoundError:
+        config = js_api.KeyValueConfig(
+            bucket=bucket,
+            description=description,
+            history=history,
             storage=js_api.StorageType.FILE,
             replicas=replicas,
-            direct=True,  # appliers read their cluster's claim with a direct get
-        ),
-    )
-
-
-async def _ensure_bucket(js: JetStreamContext, config: js_api.KeyValueConfig) -> None:
-    """Create the KV bucket unless it exists (another process may create it meanwhile)."""
-    try:
-        await js.key_value(config.bucket)
-    except BucketNotFoundError:
+            direct=direct,
+        )
         with contextlib.suppress(BadRequestError):
             await js.create_key_value(config)
 
