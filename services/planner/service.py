@@ -1,7 +1,9 @@
-"""The planner process: claims clusters (``shards``) and runs one ``Planner`` per claimed cluster.
+"""The planner process: claims clusters (``sharding.claims``) and runs one ``Planner`` (the run
+loop, ``shell.loop``) per claimed cluster.
 
-Intent ids are derived from the state that caused them and the claim's fencing token (``emit``),
-so a replica taking a cluster over re-sends what was in flight without duplicating it.
+Intent ids are derived from the state that caused them and the claim's fencing token
+(``rule.messages``), so a replica taking a cluster over re-sends what was in flight without
+duplicating it.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from services.planner.sharding.rules import (
     heartbeat_problem,
     lease_holds,
     live,
-    may_take,
+    may_claim,
     moves,
 )
 
@@ -157,7 +157,7 @@ def test_lease_holds(last_ok: float, now: float, holds: bool) -> None:
     ],
 )
 def test_may_take(holder: str, takes: bool) -> None:
-    assert may_take(holder, "me", {"me", "other"}) is takes
+    assert may_claim(holder, "me", {"me", "other"}) is takes
 
 
 @pytest.mark.parametrize(

@@ -1,1 +1,9 @@
-"""memory"""
+"""What the planner holds, and as little of it as it can (pure; by this folder).
+
+- ``store`` — the SHA cache, packed: one ``bytes`` record per object instead of an ``Entry``.
+- ``codebook`` — desired manifests deflated against a dictionary drawn from their revision.
+- ``object_details`` — per object, what the packed entry does not hold: the desired manifest,
+  the watcher's health, the applier's last word.
+- ``cluster`` — ``ClusterState``: one cluster's entries, details, bundles in force, policy,
+  holds and who serves it, shared explicitly by the parts of the shell.
+"""

@@ -1,8 +1,9 @@
 """Everything one cluster's planner knows, in one place its parts share explicitly (pure).
 
-The planner's shell (``planner``), its bundle intake (``bundles``), its decision publisher
-(``decisions``) and its status board (``board``) each take this state as an argument and say which
-parts of it they change; the questions several of them ask of it are answered here.
+The planner's shell — its run loop (``shell.loop``), bundle intake (``shell.intake``), decision
+publisher (``shell.sending``) and status board (``shell.status_board``) — each take this state as
+an argument and say which parts of it they change; the questions several of them ask of it are
+answered here. Whether a bundle is Ready is ``status.report``'s answer, read from this state.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What one planner replica writes to the shards bucket (DESIGN §8): its heartbeat, its claims and
 their release, each a compare-and-set on the entry's revision, and the entries of the dead.
 
-The claim loop (``shards``) decides what to write; this module only writes and says what came of
+The claim loop (``claims``) decides what to write; this module only writes and says what came of
 it (the new revision, or None when another replica's write came first).
 """
 

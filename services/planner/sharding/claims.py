@@ -17,8 +17,8 @@ what is its share and free (never claimed, released, or held by a replica that i
 A replica also fences itself: once its own heartbeats have failed for longer than the timeout
 minus one interval, it stops planning before the others can take over.
 
-This module is the loop: what it reads is ``shardview``, what it writes ``shardbucket``, and the
-rules it asks ``sharding`` (pure).
+This module is the loop: what it reads is ``view``, what it writes ``bucket``, and the
+rules it asks ``rules`` (pure).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from opentelemetry.metrics import Observation
 from services.common import bus, telemetry
 from services.common.bus import Claim
 from services.planner.sharding.bucket import ShardBucket
-from services.planner.sharding.rules import assign, heartbeat_problem, lease_holds, live, may_take
+from services.planner.sharding.rules import assign, heartbeat_problem, lease_holds, live, may_claim
 from services.planner.sharding.view import ShardView
 
 __all__ = ["Coordinator", "StartCluster", "StopCluster", "heartbeat_problem"]
@@ -200,7 +200,7 @@ class Coordinator:
         claim = self.view.claims.get(cluster)
         if claim is None:
             rev = await self.bucket.claim(cluster, last=None)
-        elif may_take(claim.planner, self.me, alive):
+        elif may_claim(claim.planner, self.me, alive):
             rev = await self.bucket.claim(cluster, last=claim.revision)
         else:
             return  # its holder is live and has not released it yet

@@ -12,11 +12,11 @@ only answers the questions the claim loop asks, so each answer is a table row in
   by rendezvous hashing, so every replica that sees the same inputs computes the same answer;
 * ``lease_holds(last_ok, now, …)`` — may a replica still plan, given when its last heartbeat
   was sent (it fences itself one interval before the others may take over);
-* ``may_take(holder, me, alive)`` — may a replica overwrite a claim: released, its own, or held
+* ``may_claim(holder, me, alive)`` — may a replica overwrite a claim: released, its own, or held
   by a replica that is not live;
 * ``heartbeat_problem(interval, timeout)`` — why heartbeat settings cannot work, if they cannot.
 
-The claim loop that asks them and writes the bucket is ``shards``; its view is ``shardview``.
+The claim loop that asks them and writes the bucket is ``claims``; its view is ``view``.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def lease_holds(last_ok: float, now: float, *, interval: float, timeout: float) 
     return now < last_ok + timeout - interval
 
 
-def may_take(holder: str, me: str, alive: Collection[str]) -> bool:
+def may_claim(holder: str, me: str, alive: Collection[str]) -> bool:
     """May ``me`` overwrite a claim that names ``holder`` ("" once released)? Only a free one:
     released, already its own, or held by a replica that is not live."""
     return holder in ("", me) or holder not in alive

@@ -1,7 +1,7 @@
 """What one planner replica sees of the others (DESIGN §8): heartbeats and claims folded from the
 shards bucket as its entries arrive, and the clusters that have bundles. It only reads.
 
-The claim loop (``shards``) asks this view and the pure rules (``sharding``), and writes its own
+The claim loop (``claims``) asks this view and the pure rules (``rules``), and writes its own
 claims through to ``claims`` so it need not wait for the bucket to echo them.
 """
 

@@ -1,1 +1,16 @@
-"""shell"""
+"""The planner's I/O for one cluster: reads the streams, publishes what the pure rooms decide.
+
+- ``loop`` — ``Planner``: the run loop that follows BUNDLES, SERVER, APPLIED and OUTCOMES, one
+  message at a time; the rebuild at start and going live.
+- ``folding`` — the one way an event changes an entry: folded, its bundle marked, the decision
+  published; and the level-triggered prune.
+- ``intake`` — a bundle message taken in (checked, taken, folded) or refused; suspend, resume
+  and a hold's release.
+- ``sending`` — publishing one decision: status row, intent, decision record, under the fencing
+  token.
+- ``status_board`` — each changed bundle's status (``status.report``), published per tick when
+  what a user reads of it changed.
+- ``periodic`` — the duties beside the loop: who serves the cluster, lost intents sent again,
+  pending intents, the status tick.
+- ``rollback`` — rollback requests answered by republishing a revision from the bus's history.
+"""

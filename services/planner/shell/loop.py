@@ -4,8 +4,9 @@ decision rule, one message at a time, and prunes what a bundle no longer declare
 Start-up rebuilds every entry from the compacted streams with ``restore`` (no decision before the
 rebuild completes), then evaluates each desired object once: with nothing changed that is all
 hits and zero intents. Live, each fact goes through ``step``; what it returns is published by
-``decisions`` (intent, row, record). Bundles are taken in by ``bundles``; the periodic loops are
-``duties``; bundle status is a projection of the same ``state``, published by ``board``.
+``sending`` (intent, row, record), every change to an entry made by ``folding``. Bundles are
+taken in by ``intake``; the periodic loops are ``periodic``; bundle status is a projection of the
+same ``memory.cluster`` state (``status.report``), published by ``status_board``.
 """
 
 from __future__ import annotations
@@ -17,15 +18,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from nats.aio.client import Client as NATS
-from nats.aio.msg import Msg
-from nats.js import JetStreamContext
 from opentelemetry import trace
 
 from schemas.codec import WireError, decode
+from schemas.decision import DecisionAction
 from schemas.messages import (
     AppliedEvent,
-    DecisionAction,
     OutcomeEvent,
     ServerEvent,
 )
@@ -35,20 +33,14 @@ from services.core.manifest import apply_order
 from services.core.tenancy import PolicyError
 from services.fleet import registry
 from services.planner.memory.cluster import ClusterState
-from services.planner.rule import facts, prune
+from services.planner.rule import facts
 from services.planner.rule.decide import (
     Decision,
-    Desired,
-    Entry,
-    Event,
-    Removed,
     reevaluate,
-    restore,
-    step,
 )
 from services.planner.rule.entry import Slot
-from services.planner.rule.revision import BundleView
 from services.planner.settings import PlannerSettings
+from services.planner.shell.folding import Folder
 from services.planner.shell.intake import BundleIntake
 from services.planner.shell.periodic import Duties
 from services.planner.shell.rollback import RollbackDesk
@@ -77,12 +69,12 @@ class Planner:
         self,
         *,
         settings: PlannerSettings,
-        js: JetStreamContext,
+        js: bus.JetStream,
         publisher: bus.Publisher,
         cluster: str,
         fencing_token: int = 0,
         owns: Callable[[], bool] = lambda: True,
-        nc: NATS | None = None,
+        nc: bus.Connection | None = None,
         startup: asyncio.Semaphore | None = None,
     ) -> None:
         self.js = js
@@ -106,14 +98,15 @@ class Planner:
             fencing_token=fencing_token,
             owns=owns,
         )
+        self.folder = Folder(state=self.state, board=self.board, decisions=self.decisions)
         self.intake = BundleIntake(
             state=self.state,
             js=js,
             publisher=publisher,
             board=self.board,
             queue=self._queue,
-            fold=self._fold,
-            prune=self._prune,
+            fold=self.folder.fold,
+            prune=self.folder.prune,
         )
         self.duties = Duties(
             settings=settings,
@@ -121,8 +114,8 @@ class Planner:
             state=self.state,
             board=self.board,
             intake=self.intake,
-            fold=self._fold,
-            prune=self._prune,
+            fold=self.folder.fold,
+            prune=self.folder.prune,
             release=self.intake.request_release,
         )
         self.rollbacks = RollbackDesk(js=js, state=self.state)
@@ -270,7 +263,7 @@ class Planner:
                 self.board.continue_trace(ident, trace.set_span_in_context(span))
                 await self._publish_rebuilt(decided)
         for view in list(st.bundles.values()):
-            await self._prune(view)
+            await self.folder.prune(view)
         self.board.mark_all(st.bundles)
         log.info(
             "cluster %s: rebuilt %d objects in %d bundles; live",
@@ -306,7 +299,7 @@ class Planner:
         ):
             await self._handle_message(kind, msg)
 
-    async def _handle_message(self, kind: str, msg: Msg) -> None:
+    async def _handle_message(self, kind: str, msg: bus.Message) -> None:
         details = self.state.details
         try:
             if kind == "bundle":
@@ -320,14 +313,14 @@ class Planner:
                     details.drop_health(slot)
                 else:
                     details.set_health(slot, ev.health, ev.health_message)
-                await self._fold(slot, facts.observed(ev))
+                await self.folder.fold(slot, facts.observed(ev))
                 if self.state.live:
-                    await self._prune_stray(slot)
+                    await self.folder.prune_stray(slot)
             elif kind == "applied":
                 ap = decode(msg.data, AppliedEvent)
                 slot = (ap.cluster, ap.key)
                 details.drop_outcome(slot)
-                await self._fold(slot, facts.applied(ap))
+                await self.folder.fold(slot, facts.applied(ap))
             elif kind == "outcome":
                 await self._on_outcome(decode(msg.data, OutcomeEvent))
             elif kind == "policy":
@@ -344,10 +337,10 @@ class Planner:
             log.error("ignoring message on %s: %s", msg.subject, exc)
             self.state.counters["bad_messages"] += 1
         if (stream := FACT_STREAMS.get(kind)) is not None:
-            # read, good or bad: the lost-intent check asks whether a fact was (``duties``)
+            # read, good or bad: the lost-intent check asks whether a fact was (``periodic``)
             self.state.read_up_to[stream] = msg.metadata.sequence.stream
 
-    def _on_policy(self, msg: Msg) -> None:
+    def _on_policy(self, msg: bus.Message) -> None:
         """A new tenant policy, or one that cannot be used: then no new revision is taken (the
         ones in force stay as they are) until a valid one comes — the same as a planner that
         starts on it, never the previous, perhaps wider, policy."""
@@ -370,52 +363,4 @@ class Planner:
         event = facts.outcome(oc, self.state.entries.get(slot))
         if event is not None:
             self.state.details.set_outcome(slot, oc)
-            await self._fold(slot, event)
-
-    async def _fold(self, slot: Slot, event: Event) -> None:
-        """Fold one event into the object's entry; live, publish what it decides."""
-        entries = self.state.entries
-        entry = entries.get(slot) or Entry(slot[1])
-        if not self.state.live:
-            entries[slot] = restore(entry, event)
-            return
-        of = event.bundle if isinstance(event, Desired | Removed) else entry.bundle
-        hold = self.state.hold(of or entry.owner_bundle) if of or entry.owner_bundle else None
-        entry, decision = step(
-            entry, event, now=time.time(), hold=hold.reason if hold is not None else None
-        )
-        entries[slot] = entry
-        if decision is not None and decision.action is DecisionAction.HOLD:
-            self.state.held.add(of or entry.owner_bundle)
-        removed_from = event.bundle if isinstance(event, Removed) else ""
-        bundle = entry.bundle or entry.owner_bundle or removed_from
-        if bundle:
-            self.board.mark((slot[0], bundle))
-            self.board.continue_current_span((slot[0], bundle))
-        if decision is not None:
-            await self.decisions.publish(slot, decision, removed_from=removed_from)
-
-    # --- prune ----------------------------------------------------------------------------
-
-    async def _prune(self, view: BundleView) -> None:
-        """Level-triggered prune: live objects carrying this bundle's label, not in its revision.
-
-        Covers revisions that changed while the planner was down, take-overs and prune switched
-        back on: nothing relies on having seen the previous revision.
-        """
-        if not self.state.may_prune():
-            return
-        for i, (slot, entry) in enumerate(list(self.state.entries.items(cluster=view.cluster))):
-            await pace(i)
-            if prune.strays_from(entry, view):
-                await self._fold(slot, self.state.removed(slot, view))
-
-    async def _prune_stray(self, slot: Slot) -> None:
-        """A live object seen carrying the label of a bundle that does not declare it."""
-        st = self.state
-        entry = st.entries.get(slot)
-        if entry is None or not st.may_prune():
-            return
-        view = st.bundles.get((slot[0], entry.owner_bundle))
-        if view is not None and view.refused is None and prune.strays_from(entry, view):
-            await self._fold(slot, st.removed(slot, view))
+            await self.folder.fold(slot, event)

@@ -1,5 +1,6 @@
 """Publishing what the rule decided for one object: its status row, its intent, its decision
-record, in that order, under the claim's fencing token (``emit`` builds them; this sends them).
+record, in that order, under the claim's fencing token (``rule.messages`` builds them; this
+sends them).
 
 The one place the planner writes for an object: counted by action and reason (the hit ratio), in
 a ``decide`` span when a traced event caused it, and held while this replica's lease on the
@@ -16,7 +17,8 @@ from collections.abc import Callable
 from opentelemetry import trace
 
 from schemas.codec import encode
-from schemas.messages import DecisionReason, Health, ObjectPhase
+from schemas.decision import DecisionReason
+from schemas.messages import Health, ObjectPhase
 from schemas.subjects import object_status_subject, object_subject, split_bundle
 from services.common import bus, telemetry
 from services.planner.memory.cluster import ClusterState
