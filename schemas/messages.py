@@ -38,9 +38,7 @@ from schemas.bundle import ObjectStoreRef as ObjectStoreRef
 from schemas.bundle import Propagation as Propagation
 from schemas.bundle import RollbackAnswer as RollbackAnswer
 from schemas.bundle import RollbackRequest as RollbackRequest
-from schemas.decision import DecisionAction as DecisionAction
-from schemas.decision import DecisionReason as DecisionReason
-from schemas.decision import DecisionRecord as DecisionRecord
+from schemas.decision import DecisionRecord
 from schemas.fleet import FleetBundle, RolloutEvent
 from schemas.subjects import ObjectKey
 

@@ -19,11 +19,11 @@ from nats.js.errors import NotFoundError
 
 from schemas.cli import PlanAction
 from schemas.codec import WireError, decode
+from schemas.decision import DecisionAction
 from schemas.messages import (
     AppliedEvent,
     Bundle,
     BundleOptions,
-    DecisionAction,
     IgnoreRule,
     OutcomeEvent,
     ServerEvent,

@@ -37,7 +37,6 @@ __all__ = [
     "INLINE_LIMIT",
     "BundleError",
     "StoredManifests",
-    "bundle_kinds",
     "load_manifests",
     "publish_bundle",
     "store_manifests",

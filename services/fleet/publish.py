@@ -19,8 +19,8 @@ from schemas.fleet import FleetBundle, OnLeave, RolloutSpec
 from schemas.messages import BundleOptions
 from schemas.subjects import fleet_subject
 from services.common import bus, telemetry
-from services.common.bundles import bundle_kinds, store_manifests
-from services.core.manifest import check_bundle_name
+from services.common.bundles import store_manifests
+from services.core.manifest import ManifestError, bundle_kinds, check_bundle_name, check_not_empty
 from services.core.selector import SelectorError, parse_selector
 from services.fleet.steps import check_steps
 
@@ -66,11 +66,10 @@ async def publish_fleet(
     """Store ``manifests`` once and publish the fleet revision naming them; the message sent."""
     check_bundle_name(bundle)
     check(selector, clusters, rollout)
-    if not manifests and not (options.allow_empty or delete):
-        raise FleetError(
-            f"refusing to publish an empty revision of {bundle}: it would prune every object "
-            "of the bundle in every cluster (--allow-empty permits it)"
-        )
+    try:
+        check_not_empty(bundle, len(manifests), allow_empty=options.allow_empty, delete=delete)
+    except ManifestError as exc:
+        raise FleetError(f"{exc}, in every cluster of the fleet") from None
     await bus.ensure_streams(js, manage=False, within=30.0)
     ref = None
     if not delete:

@@ -321,7 +321,7 @@ class World:
         self.watcher_outbox.append(seen)
 
     def land_server(self, seen: Observed) -> None:
-        """watcher/service.py ``_publish_all``: lands only if newer than what SERVER keeps."""
+        """watcher/watch.py ``_publish_all``: lands only if newer than what SERVER keeps."""
         last = self.streams["server"][-1].event if self.streams["server"] else None
         if (
             self.newest_only

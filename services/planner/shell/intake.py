@@ -1,7 +1,7 @@
-"""Taking a bundle message in: checked (``intake``), its objects taken (``takeover``) and folded
-in apply order, those it left released; or refused, and kept if it waits only on a kind's scope.
-And the bundle's control: suspended or resumed (``control``), and released when a hold ends
-(``release``: every object decided again, then the prune).
+"""Taking a bundle message in: checked (``rule.revision``), its objects taken (``rule.takeover``)
+and folded in apply order, those it left released; or refused, and kept if it waits only on a
+kind's scope. And the bundle's control: suspended or resumed (``control``), and released when a
+hold ends (``release``: every object decided again, then the prune).
 
 A refused revision never replaces the one in force: that stays applied, and its status says the
 latest publish was refused. A revision refused only because a custom kind's scope is unknown

@@ -1,0 +1,172 @@
+"""What the status page shows, kept current from the streams: bundles, objects, the latest drift
+events, writes made against writes avoided per minute, and each drift's time to correct.
+
+Pure bookkeeping, no I/O: ``server`` feeds it decoded messages and serves what it holds.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime as dt
+import time
+from typing import Any
+
+import msgspec
+
+from schemas.decision import DecisionRecord
+from schemas.messages import BundleStatus, ObjectStatus, ServerEvent
+from schemas.subjects import split_bundle
+from services.ui import detail
+
+DRIFT_REASONS = ("drift", "deleted")
+MAX_DRIFT_EVENTS = 200
+HOUR = 3600.0
+MAX_CORRECTIONS = 500
+
+
+def _plain(obj: Any) -> Any:
+    return msgspec.to_builtins(obj)
+
+
+def _epoch(at: Any) -> float:
+    """An RFC 3339 time (as the page's documents carry them) in epoch seconds; 0 if none."""
+    if not isinstance(at, str):
+        return 0.0
+    try:
+        return dt.datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
+
+
+class LiveState:
+    """What the page shows, kept current from the streams; pure bookkeeping, no I/O."""
+
+    def __init__(self) -> None:
+        self.bundles: dict[tuple[str, str], dict[str, Any]] = {}
+        self.objects: dict[tuple[str, str], dict[str, dict[str, Any]]] = collections.defaultdict(
+            dict
+        )
+        self.drift: collections.deque[dict[str, Any]] = collections.deque(maxlen=MAX_DRIFT_EVENTS)
+        self.decisions: collections.Counter[str] = collections.Counter()
+        self.pending: dict[str, int] = {}
+        self.health: dict[tuple[str, str], tuple[str, str]] = {}
+        """(cluster, object) → (health, message) as the watcher last saw it."""
+        self._bundle_of: dict[tuple[str, str], str] = {}
+        self.minutes: dict[int, collections.Counter[str]] = {}
+        """minute (epoch // 60) → writes made and avoided (hits) in it, for the last hour."""
+        self.corrections: collections.deque[dict[str, Any]] = collections.deque(
+            maxlen=MAX_CORRECTIONS
+        )
+        """Each drift corrected: when, which object, seconds from detected to corrected."""
+        self._detected: dict[str, float] = {}
+        """object → when its drift was detected (epoch seconds), until it is corrected."""
+
+    def on_server(self, ev: ServerEvent) -> dict[str, Any] | None:
+        """Health from the watcher's facts; the object row it changes, if the page has it."""
+        ident = (ev.cluster, str(ev.key))
+        self.health[ident] = (str(ev.health), ev.health_message)
+        bundle = self._bundle_of.get(ident)
+        row = self.objects.get((ev.cluster, bundle), {}).get(str(ev.key)) if bundle else None
+        if row is None:
+            return None
+        row["health"], row["health_message"] = self.health[ident]
+        return row
+
+    def on_bundle(self, st: BundleStatus) -> dict[str, Any]:
+        doc: dict[str, Any] = _plain(st) | {"tenant": split_bundle(st.bundle)[0]}
+        self.bundles[(st.cluster, st.bundle)] = doc
+        return doc
+
+    def on_object(self, st: ObjectStatus) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        doc = detail.without_secret_shas(_plain(st) | {"object": str(st.key)}, st.key)
+        ident = (st.cluster, str(st.key))
+        self._bundle_of[ident] = st.bundle
+        if ident in self.health:
+            doc["health"], doc["health_message"] = self.health[ident]
+        self.objects[(st.cluster, st.bundle)][str(st.key)] = doc
+        corrected = None
+        if st.message.endswith(tuple(f"({r})" for r in DRIFT_REASONS)):
+            corrected = {
+                "event": "corrected",
+                "cluster": st.cluster,
+                "bundle": st.bundle,
+                "object": str(st.key),
+                "at": doc.get("at"),
+                "detail": st.message,
+            }
+            self.drift.appendleft(corrected)
+            since = self._detected.pop(f"{st.cluster}/{st.key}", None)
+            if since is not None and st.at is not None:
+                self.corrections.append(
+                    {
+                        "at": doc.get("at"),
+                        "object": str(st.key),
+                        "seconds": round(max(0.0, st.at.timestamp() - since), 3),
+                    }
+                )
+        return doc, corrected
+
+    def on_decision(self, d: DecisionRecord) -> dict[str, Any] | None:
+        self.decisions["hit" if str(d.action) == "hit" else "miss"] += 1
+        at = d.at.timestamp() if d.at is not None else time.time()
+        if str(d.action) in ("apply", "delete", "hit"):
+            minute = int(at // 60)
+            self.minutes.setdefault(minute, collections.Counter())[
+                "hits" if str(d.action) == "hit" else "writes"
+            ] += 1
+            for old in [m for m in self.minutes if m <= minute - 60]:
+                del self.minutes[old]
+        if str(d.reason) not in DRIFT_REASONS:
+            return None
+        self._detected.setdefault(f"{d.cluster}/{d.key}", at)
+        event = {
+            "event": "detected",
+            "cluster": d.cluster,
+            "bundle": d.bundle,
+            "object": str(d.key),
+            "at": _plain(d.at),
+            "detail": f"{d.reason}: live object differs from what was applied",
+        }
+        self.drift.appendleft(event)
+        return event
+
+    def stats(self, now: float | None = None) -> dict[str, Any]:
+        total = sum(self.decisions.values())
+        now = time.time() if now is None else now
+        first = int(now // 60) - 59
+        empty: collections.Counter[str] = collections.Counter()
+        return {
+            "hit_ratio": round(self.decisions["hit"] / total, 4) if total else None,
+            "decisions": total,
+            "pending": dict(self.pending),
+            # the charts: the last 60 minutes, oldest first, empty minutes included
+            "minutes": [
+                {
+                    "minute": m * 60,
+                    "writes": self.minutes.get(m, empty)["writes"],
+                    "avoided": self.minutes.get(m, empty)["hits"],
+                }
+                for m in range(first, first + 60)
+            ],
+            "corrections": [c for c in self.corrections if _epoch(c.get("at")) >= now - HOUR],
+        }
+
+    def snapshot(self, tenant: str | None = None) -> dict[str, Any]:
+        """What the page shows; only ``tenant``'s bundles and objects when one is given."""
+
+        def shown(bundle: str) -> bool:
+            return tenant is None or split_bundle(bundle)[0] == tenant
+
+        return {
+            "bundles": sorted(
+                (b for b in self.bundles.values() if shown(b.get("bundle", ""))),
+                key=lambda b: (b.get("cluster", ""), b.get("bundle", "")),
+            ),
+            "objects": {
+                f"{c}/{b}": sorted(objs.values(), key=lambda o: o["object"])
+                for (c, b), objs in self.objects.items()
+                if shown(b)
+            },
+            "drift": [d for d in self.drift if shown(d.get("bundle", ""))],
+            "stats": self.stats(),
+        }
