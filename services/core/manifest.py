@@ -88,7 +88,7 @@ def check_not_empty(bundle: str, objects: int, *, allow_empty: bool, delete: boo
         return
     raise ManifestError(
         f"an empty revision (no objects) would prune every object of bundle {bundle}; publish "
-        "it with --allow-empty (BundleOptions.allow_empty) if that is what you want"
+        "it with --allow-empty if that is what you want"
     )
 
 
