@@ -8,8 +8,9 @@ from these Structs live in ``schemas/json/`` for non-Python publishers; a test k
 SHAs travel as lower-case hex; raw Kubernetes objects travel as JSON objects exactly as given.
 
 Some messages are defined in modules of their own (``schemas.bundle``, ``schemas.fleet``, the
-planner's audit log in ``schemas.decision``); ``MESSAGE_TYPES`` at the end names every one, and
-the names of those modules that were defined here before are still importable from here.
+planner's audit log in ``schemas.decision``); ``MESSAGE_TYPES`` at the end names every one.
+The bundle's own types that were defined here before are still importable from here; the
+decision types are imported from ``schemas.decision``.
 """
 
 from __future__ import annotations

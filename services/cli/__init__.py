@@ -6,7 +6,7 @@ The commands:
 - ``publish`` — send manifests as a bundle revision; with ``--wait``, follow it to an exit code.
 - ``fleet`` — ``publish`` to a fleet (``--selector``, ``--cluster`` repeated) and its ``--wait``.
 - ``plan_cmd`` — ``driftbus plan`` as a command (flags, connections, printing); ``plan`` computes
-  its rows with the planner's own rule and a server-side dry-run, ``plan_render`` (pure) makes
+  its rows with the planner's own rule and a server-side dry-run, ``plan_render`` makes
   them JSON, Markdown and an exit code.
 - ``lifecycle`` — a bundle after its publish: ``bundles``, ``delete bundle``, ``suspend``,
   ``resume``, ``rollback``.

@@ -6,7 +6,7 @@ Subcommands so far:
 * ``driftbus watcher|planner|applier|source`` — run one service (settings: ``--help`` of each;
   ``services/cli/run.py``).
 * ``driftbus publish PATH... --cluster C --bundle B [--wait]`` — publish manifests as a bundle
-  (which files a PATH loads: ``services/cli/load.py``). Refuses a revision with no objects
+  (which files a PATH loads: ``services/common/load.py``). Refuses a revision with no objects
   unless ``--allow-empty``; warns when no watcher or applier serves the cluster. With
   ``--wait`` the exit code says how it ended: 0 Ready; 1 Failed, Degraded or Conflict; 2 no
   end within ``--timeout`` (still Reconciling or OutOfSync, or no status at all).

@@ -2,7 +2,7 @@
 
 The decision for each object is the planner's own rule (``decide.evaluate``) over the state the
 streams hold (APPLIED, SERVER, OUTCOMES), replayed through the planner's own adapter
-(``planner.facts``), so a plan cannot disagree with what the planner will do. For an
+(``planner.rule.facts``), so a plan cannot disagree with what the planner will do. For an
 object that would be applied, the server computes the result by server-side dry-run and the plan
 shows the field-level difference to the live object (Secret values masked). Objects that would
 leave the bundle are listed as deletes (or kept, with ``--no-prune`` or when not ours).

@@ -78,17 +78,20 @@ def check_bundle_name(bundle: str) -> str:
     return bundle
 
 
-def check_not_empty(bundle: str, objects: int, *, allow_empty: bool, delete: bool = False) -> None:
+def check_not_empty(
+    bundle: str, objects: int, *, allow_empty: bool, delete: bool = False, where: str = ""
+) -> None:
     """ManifestError for a revision of ``bundle`` with no ``objects``, unless ``allow_empty`` or
     it is a deletion: it would prune every object the bundle has, and it is far more often a
     wrong path than a wish. The one rule, applied where each party can: the CLI before it
     sends (``load.require_objects``, naming what it read), ``publish_bundle`` for every
-    publisher, and the planner (``checked_revision``) for whoever published."""
+    publisher, and the planner (``checked_revision``) for whoever published. ``where`` says
+    where it would prune (a fleet: in every cluster it reached)."""
     if objects or allow_empty or delete:
         return
     raise ManifestError(
-        f"an empty revision (no objects) would prune every object of bundle {bundle}; publish "
-        "it with --allow-empty if that is what you want"
+        f"an empty revision (no objects) would prune every object of bundle {bundle}{where}; "
+        "publish it with --allow-empty if that is what you want"
     )
 
 

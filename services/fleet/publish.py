@@ -67,9 +67,15 @@ async def publish_fleet(
     check_bundle_name(bundle)
     check(selector, clusters, rollout)
     try:
-        check_not_empty(bundle, len(manifests), allow_empty=options.allow_empty, delete=delete)
+        check_not_empty(
+            bundle,
+            len(manifests),
+            allow_empty=options.allow_empty,
+            delete=delete,
+            where=" in every cluster of the fleet",
+        )
     except ManifestError as exc:
-        raise FleetError(f"{exc}, in every cluster of the fleet") from None
+        raise FleetError(str(exc)) from None
     await bus.ensure_streams(js, manage=False, within=30.0)
     ref = None
     if not delete:

@@ -2,7 +2,7 @@
 
 - ``server`` — ``driftbus ui``: the page (``static/``) and its endpoints, fed by the status,
   decision and server streams.
-- ``live`` — what the page shows, kept current from those streams (pure bookkeeping).
+- ``live`` — what the page shows, kept current from those streams (it reads and sends nothing).
 - ``detail`` — what a click explains, read when asked: an object's decision history, last error
   and desired-vs-live difference; a bundle's revision history.
 - ``fleet`` — the fleet view: bundles × clusters coloured by phase, and each rollout's progress.

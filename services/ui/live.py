@@ -1,7 +1,8 @@
 """What the status page shows, kept current from the streams: bundles, objects, the latest drift
 events, writes made against writes avoided per minute, and each drift's time to correct.
 
-Pure bookkeeping, no I/O: ``server`` feeds it decoded messages and serves what it holds.
+Bookkeeping, no network or bus I/O: ``server`` feeds it decoded messages and serves what it
+holds (a Secret's SHAs left out through ``detail.without_secret_shas``).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def _epoch(at: Any) -> float:
 
 
 class LiveState:
-    """What the page shows, kept current from the streams; pure bookkeeping, no I/O."""
+    """What the page shows, kept current from the streams; it reads and sends nothing."""
 
     def __init__(self) -> None:
         self.bundles: dict[tuple[str, str], dict[str, Any]] = {}

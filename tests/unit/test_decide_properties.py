@@ -346,7 +346,7 @@ class World:
             return
         self.streams[stream].append(fact)
 
-    # --- the planner (decide.py, folded the way planner/planner.py folds) ----------------
+    # --- the planner (decide.py, folded the way planner/shell/folding.py folds) ----------
 
     def consume(self, stream: Stream, fate: Fate) -> None:
         i = self.read[stream]

@@ -1,6 +1,6 @@
 """`driftbus plan` and the planner decide alike (issue 17): both read facts through
-``planner.facts``; a plan sees only the compacted streams (the last APPLIED, SERVER and OUTCOMES
-message of an object), a planner saw every fact as it came. For scripted histories that end
+``planner.rule.facts``; a plan sees only the compacted streams (the last APPLIED, SERVER and
+OUTCOMES message of an object), a planner saw every fact as it came. For scripted histories that end
 settled (every intent answered), the plan of the next publish is what the planner then decides.
 """
 

@@ -1,6 +1,7 @@
 """JetStream plumbing shared by the services: the bus's public API, one module per concept.
 
-Every NATS call goes through this package (DESIGN §12); this module re-exports its API.
+Every NATS call is to go through this package (DESIGN §12; the modules elsewhere that still
+import ``nats`` move behind it with issue 33); this module re-exports its API.
 
 - ``streams`` — the streams, buckets and limits, created idempotently.
 - ``connection`` — how a process reaches NATS: settings, TLS, credentials, inbox, connect.

@@ -114,7 +114,8 @@ def checked_object(
 ) -> tuple[ObjectKey, dict[str, Any]]:
     """One object of ``bundle`` as the planner takes it in: keyed, normalised (``scopes``, the
     bundle's default namespace), keyed again, its ignored fields out (the bundle's rules
-    merged in) and owned; ManifestError starting with ``where`` (e.g. ``manifests[3]``)."""
+    merged in) and owned; or ManifestError naming the object (``where``, e.g. ``manifests[3]``,
+    or its key once known)."""
     key_of(raw, where)
     raw = normalise(raw, scopes, bundle.options.namespace)
     key = key_of(raw, where)

@@ -11,7 +11,7 @@ Bucket ``driftbus-shards``:
   KV revisions grow for the whole bucket, so a later claim (or a release) always has a higher
   one, and an applier that has seen a higher revision drops the intents of the deposed replica.
 
-Every round a replica heartbeats, computes the fair share (``sharding.assign``) from the
+Every round a replica heartbeats, computes the fair share (``rules.assign``) from the
 replicas it sees live and the current claims, releases what is no longer its share, and claims
 what is its share and free (never claimed, released, or held by a replica that is not live).
 A replica also fences itself: once its own heartbeats have failed for longer than the timeout

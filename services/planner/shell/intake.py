@@ -24,9 +24,6 @@ from schemas.codec import WireError, decode, encode
 from schemas.messages import (
     Bundle,
     BundleControl,
-    BundleCounts,
-    BundlePhase,
-    BundleStatus,
     KindScope,
 )
 from schemas.subjects import SubjectError, bundle_status_subject, parse_subject
@@ -43,6 +40,7 @@ from services.planner.rule.entry import Slot
 from services.planner.rule.revision import BundleView, checked_revision
 from services.planner.shell.sending import pace
 from services.planner.shell.status_board import StatusBoard
+from services.planner.status.report import refused_status
 
 log = logging.getLogger("driftbus.planner")
 
@@ -295,15 +293,7 @@ class BundleIntake:
             self.board.answer(ident)
             self.board.mark(ident)
             return
-        status = BundleStatus(
-            cluster=cluster or "?",
-            bundle=name,
-            revision=revision,
-            phase=BundlePhase.RECONCILING if waits else BundlePhase.FAILED,
-            counts=BundleCounts(),
-            message=f"revision {revision} {'waits' if waits else 'refused'}: {reason}",
-            at=messages.now(),
-        )
+        status = refused_status(cluster, name, revision, reason, waits=waits)
         try:
             subject = bundle_status_subject(cluster, name)
         except SubjectError:

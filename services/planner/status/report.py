@@ -10,12 +10,14 @@ knows (pure).
    object of the revision is applied, seen healthy, and no prune is pending.
 
 The status board (``shell.status_board``) calls it for each bundle that changed and publishes
-the result when what a user reads of it changed.
+the result when what a user reads of it changed. A bundle whose very first revision is refused
+has no view to count: its status is ``refused_status``, Failed (or Reconciling while it waits
+for a kind's scope), never Ready.
 """
 
 from __future__ import annotations
 
-from schemas.messages import BundleStatus
+from schemas.messages import BundleCounts, BundlePhase, BundleStatus
 from services.planner.memory.cluster import ClusterState
 from services.planner.rule.messages import now
 from services.planner.rule.revision import BundleView
@@ -53,4 +55,20 @@ def status_message(view: BundleView, t: Tally) -> BundleStatus:
         suspended=t.suspended,
         depends_on=list(view.depends_on),
         rollback_of="" if view.refused else view.rollback_of,
+    )
+
+
+def refused_status(
+    cluster: str, bundle: str, revision: str, reason: str, *, waits: bool
+) -> BundleStatus:
+    """The status of a bundle with no revision in force whose first revision was refused:
+    Failed, or Reconciling while it ``waits`` for a kind's scope to be known."""
+    return BundleStatus(
+        cluster=cluster or "?",
+        bundle=bundle,
+        revision=revision,
+        phase=BundlePhase.RECONCILING if waits else BundlePhase.FAILED,
+        counts=BundleCounts(),
+        message=f"revision {revision} {'waits' if waits else 'refused'}: {reason}",
+        at=now(),
     )

@@ -1,4 +1,4 @@
-"""Counting one bundle's objects into a ``Tally`` (then ``status.bundle_phase`` names the phase).
+"""Counting one bundle's objects into a ``Tally`` (then ``phase.bundle_phase`` names the phase).
 
 Each object of the revision gets a ``mark`` (what it counts as, and the line naming it), held in
 the bundle's ``Book``; ``tally_of`` turns a book, the revision's own problems and its strays into
