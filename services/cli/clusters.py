@@ -107,15 +107,12 @@ def cmd_clusters(args: argparse.Namespace) -> int:
     from services.cli import table, user
 
     async def run() -> int:
-        nc = await user.connect(args)
-        try:
+        async with user.connected(args) as nc:
             js = nc.jetstream()
             if args.clusters_command is not None:
                 print(await _change(js, args))
                 return 0
             got = await _list(js)
-        finally:
-            await nc.drain()
         if args.output != "table":
             output.dump(got, args.output)
         else:

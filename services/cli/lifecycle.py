@@ -79,13 +79,10 @@ def cmd_bundles(args: argparse.Namespace) -> int:
     from services.cli import output, table, user
 
     async def run() -> tuple[list[BundleStatus], dict[str, FleetSummary]]:
-        nc = await user.connect(args)
-        try:
+        async with user.connected(args) as nc:
             js = nc.jetstream()
             statuses = await user.bundle_statuses(js, args.cluster, tenant=args.tenant)
             return statuses, await fleet_rows(js, args.tenant, args.all)
-        finally:
-            await nc.drain()
 
     try:
         statuses, fleets = asyncio.run(run())
@@ -193,9 +190,8 @@ def cmd_delete(args: argparse.Namespace) -> int:
 
     async def run() -> int:
         check_bundle_name(args.bundle)
-        nc = await user.connect(args)
-        js = nc.jetstream()
-        try:
+        async with user.connected(args) as nc:
+            js = nc.jetstream()
             if args.fleet:
                 from services.cli import fleet
 
@@ -224,8 +220,6 @@ def cmd_delete(args: argparse.Namespace) -> int:
             kept = "its objects are kept" if args.keep_objects else "its objects are pruned"
             print(f"deleting {args.bundle} in cluster {args.cluster}: {kept}", file=sys.stderr)
             return await _wait(waiter, args, revision) if waiter is not None else 0
-        finally:
-            await nc.drain()
 
     return exits.run_or_fail("delete", run())
 
@@ -244,8 +238,7 @@ def cmd_suspend(args: argparse.Namespace, *, suspended: bool) -> int:
 
     async def run() -> None:
         check_bundle_name(args.bundle)
-        nc = await user.connect(args)
-        try:
+        async with user.connected(args) as nc:
             if not await user.bundle_statuses(nc.jetstream(), args.cluster, args.bundle):
                 print(
                     f"driftbus {verb}: warning: no bundle {args.bundle} in cluster "
@@ -260,8 +253,6 @@ def cmd_suspend(args: argparse.Namespace, *, suspended: bool) -> int:
                 at=dt.datetime.now(dt.UTC),
             )
             await nc.jetstream().publish(control_subject(args.cluster, args.bundle), encode(ctl))
-        finally:
-            await nc.drain()
 
     try:
         asyncio.run(run())
@@ -286,8 +277,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
 
     async def run() -> int:
         check_bundle_name(args.bundle)
-        nc = await user.connect(args)
-        try:
+        async with user.connected(args) as nc:
             req = RollbackRequest(cluster=args.cluster, bundle=args.bundle, to=args.to or "")
             waiter = await _watch(nc, args, user.WAIT_ENDS) if args.wait else None
             try:
@@ -309,8 +299,6 @@ def cmd_rollback(args: argparse.Namespace) -> int:
             if waiter is None:
                 return 0
             return await _wait(waiter, args, answer.revision)
-        finally:
-            await nc.drain()
 
     return exits.run_or_fail("rollback", run())
 

@@ -129,13 +129,11 @@ async def _publish_fleet(
     from services.common.bundles import BundleError
     from services.fleet.publish import FleetError
 
-    nc = await user.connect(args)
-    try:
-        return await fleet.publish(nc, args, loaded, revision, options)
-    except (FleetError, BundleError) as exc:
-        return table.fail("publish", exc)
-    finally:
-        await nc.drain()
+    async with user.connected(args) as nc:
+        try:
+            return await fleet.publish(nc, args, loaded, revision, options)
+        except (FleetError, BundleError) as exc:
+            return table.fail("publish", exc)
 
 
 def otlp_endpoint() -> str:

@@ -364,11 +364,8 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         return table.fail("rollout", ValueError("--to goes with undo only"))
 
     async def run() -> int:
-        nc = await user.connect(args)
-        try:
+        async with user.connected(args) as nc:
             return await _run(nc.jetstream(), args)
-        finally:
-            await nc.drain()
 
     return exits.run_or_fail(f"rollout {args.action}", run())
 

@@ -157,11 +157,8 @@ async def _fleet_status(args: argparse.Namespace) -> bool:
     """Print the fleet view of ``args.bundle`` if it is a fleet bundle (it has a rollout)."""
     from services.cli import rollout, user
 
-    nc = await user.connect(args)
-    try:
+    async with user.connected(args) as nc:
         fs = await rollout.load_fleet_status(nc.jetstream(), args.bundle)
-    finally:
-        await nc.drain()
     if fs is not None:
         rollout.print_status(fs, args.output)
     return fs is not None
@@ -185,8 +182,7 @@ def cmd_why(args: argparse.Namespace) -> int:
         return table.fail("why", exc)
 
     async def run() -> int:
-        nc = await user.connect(args)
-        try:
+        async with user.connected(args) as nc:
             js = nc.jetstream()
             found = objectref.match(ref, await user.decided_keys(js, args.cluster, ref))
             if len(found) != 1:
@@ -197,8 +193,6 @@ def cmd_why(args: argparse.Namespace) -> int:
             (key,) = found
             records = await user.decisions(js, args.cluster, key)
             api_version = await user.api_version(js, args.cluster, key)
-        finally:
-            await nc.drain()
         rows = [
             WhyRow(
                 at=r.at,
@@ -255,11 +249,8 @@ def _why_rollout(args: argparse.Namespace, bundle: str) -> int:
     from services.cli import output, rollout, table, user
 
     async def run() -> int:
-        nc = await user.connect(args)
-        try:
+        async with user.connected(args) as nc:
             got = await rollout.history(nc.jetstream(), bundle)
-        finally:
-            await nc.drain()
         if not got.events:
             print(f"driftbus why: no rollout of {bundle} on the bus", file=sys.stderr)
             return 1
@@ -276,11 +267,8 @@ def cmd_shards(args: argparse.Namespace) -> int:
     from services.cli import output, shards, table, user
 
     async def run() -> int:
-        nc = await user.connect(args)
-        try:
+        async with user.connected(args) as nc:
             got = await shards.shards(nc.jetstream())
-        finally:
-            await nc.drain()
         if args.output != "table":
             output.dump(got, args.output)
             return 0

@@ -1,6 +1,7 @@
 """What the user's commands read on the bus: ``status``, ``why`` and ``shards``, the wait of
 ``publish --wait`` and the served-cluster check of ``publish``, over the user's connection
-(``connect``). Publishing itself is ``services.common.bundles.publish_bundle``.
+(``connect``; ``connected`` for a block, drained when it ends). Publishing itself is
+``services.common.bundles.publish_bundle``.
 
 They read the same compacted streams the services use, so a late subscriber sees current state
 (last status per object and per bundle, live health from SERVER), not only new events.
@@ -15,6 +16,7 @@ import datetime as dt
 import logging
 import re
 import sys
+from collections.abc import AsyncIterator
 from typing import Any
 
 from nats.aio.client import Client as NATS
@@ -75,6 +77,17 @@ async def connect(args: argparse.Namespace, *, reconnect: bool = False, **callba
         raise BusUnreachable(
             f"no NATS server answered at {shown_url(s.nats_url)} ({reason})"
         ) from None
+
+
+@contextlib.asynccontextmanager
+async def connected(args: argparse.Namespace) -> AsyncIterator[NATS]:
+    """The user's connection (``connect``) for the block, drained when it ends, also on an
+    exception; a connect that fails raises here, before the block runs."""
+    nc = await connect(args)
+    try:
+        yield nc
+    finally:
+        await nc.drain()
 
 
 async def unserved(
