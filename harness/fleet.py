@@ -8,9 +8,6 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from nats.js import JetStreamContext
-from nats.js.errors import BucketNotFoundError
-
 from harness.pipeline import Pipeline
 from services.common import bus
 from services.controlplane import servers
@@ -112,11 +109,11 @@ class Fleet:
     def logs(self) -> str:
         return "\n".join([self._planner_home.logs(), *(p.logs() for p in self.pipelines.values())])
 
-    async def claims(self, js: JetStreamContext) -> dict[str, bus.Claim]:
+    async def claims(self, js: bus.JetStream) -> dict[str, bus.Claim]:
         """cluster → its claim in the shards bucket (clusters never claimed are absent)."""
         try:
             kv = await js.key_value(bus.SHARDS_BUCKET)
-        except BucketNotFoundError:
+        except bus.BucketNotFound:
             return {}
         out = {}
         for name in self.pipelines:

@@ -18,9 +18,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import msgspec
-from nats.aio.client import Client as NATS
-from nats.js import JetStreamContext
-from nats.js.errors import BucketNotFoundError, KeyNotFoundError
 
 from schemas.codec import decode
 from schemas.decision import DecisionAction, DecisionRecord
@@ -185,7 +182,7 @@ class Pipeline:
 
     async def publish(
         self,
-        js: JetStreamContext,
+        js: bus.JetStream,
         bundle: str,
         manifests: list[dict[str, Any]],
         *,
@@ -208,19 +205,19 @@ class Pipeline:
         )
 
 
-async def planner_ready(js: JetStreamContext, planner_id: str = "planner") -> bool:
+async def planner_ready(js: bus.JetStream, planner_id: str = "planner") -> bool:
     """Whether the planner has completed a claim round (its heartbeat says so): from then on it
     claims a cluster as soon as the cluster's first bundle appears."""
     try:
         kv = await js.key_value(bus.SHARDS_BUCKET)
         entry = await kv.get(bus.heartbeat_key(planner_id))
-    except (BucketNotFoundError, KeyNotFoundError):
+    except (bus.BucketNotFound, bus.KeyMissing):
         return False
     return bool(msgspec.json.decode(entry.value or b"{}").get("ready"))
 
 
 async def until_planner_ready(
-    js: JetStreamContext, within: float = 60.0, *, planner_id: str = "planner"
+    js: bus.JetStream, within: float = 60.0, *, planner_id: str = "planner"
 ) -> None:
     deadline = time.monotonic() + within
     while not await planner_ready(js, planner_id):
@@ -308,7 +305,7 @@ class DecisionLog:
     def __init__(self) -> None:
         self.records: list[DecisionRecord] = []
 
-    async def start(self, nc: NATS, cluster: str) -> None:
+    async def start(self, nc: bus.Connection, cluster: str) -> None:
         async def on_msg(msg: Any) -> None:
             self.records.append(decode(msg.data, DecisionRecord))
 

@@ -15,14 +15,10 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from nats.aio.msg import Msg
-from nats.errors import TimeoutError as NatsTimeout
-from nats.js import JetStreamContext
-
 from services.common import bus
 
 log = logging.getLogger("driftbus.applier")
-Handler = Callable[[Msg], Coroutine[Any, Any, None]]
+Handler = Callable[[bus.Message], Coroutine[Any, Any, None]]
 
 
 class InFlight:
@@ -36,7 +32,7 @@ class InFlight:
         self.tasks: set[asyncio.Task[None]] = set()
         self._freed = asyncio.Event()
 
-    async def start(self, handle: Handler, msg: Msg) -> None:
+    async def start(self, handle: Handler, msg: bus.Message) -> None:
         """Start handling ``msg`` as soon as a slot is free."""
         while self.free <= 0:
             self._freed.clear()
@@ -54,7 +50,7 @@ class InFlight:
 
 
 async def consume(
-    js: JetStreamContext,
+    js: bus.JetStream,
     *,
     cluster: str,
     concurrency: int,
@@ -75,7 +71,7 @@ async def consume(
     while not stopping.is_set():
         try:  # fetch only what we can start now
             msgs = await sub.fetch(batch=max(1, inflight.free), timeout=1.0)
-        except (NatsTimeout, TimeoutError):  # nats-py raises either when nothing is pending
+        except (bus.NatsTimeout, TimeoutError):  # nats-py raises either when nothing is pending
             continue
         except Exception:  # a broken connection must not end the replica: log, retry
             log.exception("fetching intents failed; retrying")
@@ -92,7 +88,7 @@ async def consume(
         await sub.unsubscribe()
 
 
-async def keep_claimed(msg: Msg, *, ack_wait: float) -> None:
+async def keep_claimed(msg: bus.Message, *, ack_wait: float) -> None:
     """Tell NATS the intent is still being worked on, so a short ack_wait redelivers the
     work of a dead replica quickly without redelivering a slow but live apply."""
     while True:
@@ -101,7 +97,7 @@ async def keep_claimed(msg: Msg, *, ack_wait: float) -> None:
             await msg.in_progress()
 
 
-def seq(msg: Msg) -> int:
+def seq(msg: bus.Message) -> int:
     """The intent's stream sequence: its identity across redeliveries."""
     return int(msg.metadata.sequence.stream)
 

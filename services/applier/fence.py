@@ -15,9 +15,6 @@ import contextlib
 import dataclasses
 import logging
 
-from nats.errors import Error as NatsError
-from nats.js import JetStreamContext
-
 from services.common import bus
 
 log = logging.getLogger("driftbus.applier")
@@ -41,9 +38,7 @@ class Fence:
             self.token = token
 
 
-async def read_claim(
-    fence: Fence, js: JetStreamContext, cluster: str, *, max_backoff: float
-) -> None:
+async def read_claim(fence: Fence, js: bus.JetStream, cluster: str, *, max_backoff: float) -> None:
     """The cluster's planner claim before the first intent is taken (a deposed planner's
     late intents are refused from the start). A slow or absent NATS is waited out: an
     applier that exits over one timed-out request would lose the work it could do."""
@@ -52,13 +47,13 @@ async def read_claim(
         try:
             fence.raise_to(await bus.claim_revision(js, cluster))
             return
-        except (NatsError, TimeoutError) as exc:
+        except (bus.NatsError, TimeoutError) as exc:
             log.warning("reading the planner claim failed (%s); retrying in %.1fs", exc, delay)
             await asyncio.sleep(delay)
             delay = min(delay * 2, max_backoff)
 
 
-async def follow_claims(fence: Fence, js: JetStreamContext, cluster: str, *, every: float) -> None:
+async def follow_claims(fence: Fence, js: bus.JetStream, cluster: str, *, every: float) -> None:
     """Raise the fence to every newer claim (or release) of the cluster, read every ``every``
     seconds, so a deposed planner's intents are dropped even before the new one's arrive."""
     while True:

@@ -9,8 +9,6 @@ import logging
 from typing import Any
 
 import msgspec
-from nats.aio.msg import Msg
-from nats.js import JetStreamContext
 
 from schemas.codec import WireError, decode, encode
 from schemas.messages import (
@@ -32,13 +30,13 @@ log = logging.getLogger("driftbus.applier")
 
 
 class Reporter:
-    def __init__(self, *, publisher: bus.Publisher, js: JetStreamContext, applier_id: str) -> None:
+    def __init__(self, *, publisher: bus.Publisher, js: bus.JetStream, applier_id: str) -> None:
         self.pub = publisher
         self.js = js
         self.applier_id = applier_id
 
     async def outcome(
-        self, intent: ApplyIntent | DeleteIntent, msg: Msg, phase: ObjectPhase, message: str
+        self, intent: ApplyIntent | DeleteIntent, msg: bus.Message, phase: ObjectPhase, message: str
     ) -> list[asyncio.Task[Any]]:
         """An outcome fact (for the planner) and the object's status row (for users)."""
         manifest_sha = intent.manifest_sha if isinstance(intent, ApplyIntent) else DELETED_SHA
@@ -68,7 +66,7 @@ class Reporter:
     async def status_row(
         self,
         intent: ApplyIntent | DeleteIntent,
-        msg: Msg,
+        msg: bus.Message,
         phase: ObjectPhase,
         message: str,
         *,
@@ -91,7 +89,7 @@ class Reporter:
         subject = object_status_subject(intent.cluster, intent.bundle or "?", intent.key)
         return await self.pub.publish(subject, encode(status), msg_id=msg_id)
 
-    async def final(self, intent: ApplyIntent | DeleteIntent, msg: Msg, o: Outcome) -> None:
+    async def final(self, intent: ApplyIntent | DeleteIntent, msg: bus.Message, o: Outcome) -> None:
         """The final fact of an intent, durable before the intent is acked."""
         key = intent.key
         log.debug("%s: %s (%s)", key, o.phase, o.message)
@@ -130,7 +128,7 @@ class Reporter:
         await asyncio.gather(*facts)  # facts are durable before the intent is acked
         await msg.ack_sync()
 
-    async def refuse(self, msg: Msg, why: str) -> None:
+    async def refuse(self, msg: bus.Message, why: str) -> None:
         """An intent we cannot read: terminate it (redelivery cannot fix it) and say so."""
         log.error("refusing intent on %s: %s", msg.subject, why)
         await msg.term()

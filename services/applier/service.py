@@ -27,8 +27,6 @@ import dataclasses
 import logging
 import traceback
 
-from nats.aio.msg import Msg
-from nats.js import JetStreamContext
 from opentelemetry import trace
 
 from schemas.codec import WireError, decode
@@ -99,7 +97,7 @@ class Applier:
         self,
         *,
         settings: ApplierSettings,
-        js: JetStreamContext,
+        js: bus.JetStream,
         kube: KubeClient,
         publisher: bus.Publisher,
     ) -> None:
@@ -145,7 +143,7 @@ class Applier:
             claims.cancel()
             beats.cancel()
 
-    async def _handle(self, msg: Msg) -> None:
+    async def _handle(self, msg: bus.Message) -> None:
         claim = asyncio.create_task(keep_claimed(msg, ack_wait=self.s.ack_wait))
         started = asyncio.get_running_loop().time()
         outcome = "error"
@@ -161,7 +159,7 @@ class Applier:
             claim.cancel()
             APPLY_SECONDS.record(asyncio.get_running_loop().time() - started, {"outcome": outcome})
 
-    async def _handle_claimed(self, msg: Msg) -> str:
+    async def _handle_claimed(self, msg: bus.Message) -> str:
         """Carry out one intent; returns what became of it (the metrics' outcome label)."""
         try:
             intent: ApplyIntent | DeleteIntent = decode(msg.data, Intent)  # type: ignore[arg-type]
@@ -195,7 +193,7 @@ class Applier:
         async with self.gate.turn(intent):  # entered before the first await: see ``gate``
             return await self._carry_out(intent, msg)
 
-    async def _carry_out(self, intent: ApplyIntent | DeleteIntent, msg: Msg) -> str:
+    async def _carry_out(self, intent: ApplyIntent | DeleteIntent, msg: bus.Message) -> str:
         try:
             last = await bus.last_message(self.js, bus.INTENTS, msg.subject)
             if last is None or last.seq != msg.metadata.sequence.stream:
@@ -254,7 +252,9 @@ class Applier:
                 TIME_TO_CORRECT.record((now() - intent.issued_at).total_seconds())
         return str(outcome.phase).lower()
 
-    async def _again(self, intent: ApplyIntent | DeleteIntent, msg: Msg, retry: Retry) -> str:
+    async def _again(
+        self, intent: ApplyIntent | DeleteIntent, msg: bus.Message, retry: Retry
+    ) -> str:
         """Retry later (Waiting for a prerequisite, Retrying a transient error), saying so; a
         configured delivery limit that is reached ends in Failed naming the cause."""
         attempt = msg.metadata.num_delivered
@@ -271,7 +271,9 @@ class Applier:
                 await msg.nak(delay=later.delay)
                 return str(later.phase).lower()
 
-    async def _finish(self, intent: ApplyIntent | DeleteIntent, msg: Msg, o: Outcome) -> None:
+    async def _finish(
+        self, intent: ApplyIntent | DeleteIntent, msg: bus.Message, o: Outcome
+    ) -> None:
         """Count the intent's final outcome and report it (acked once the facts are durable)."""
         if o.applied is None:
             self.failed += 1
@@ -294,7 +296,7 @@ class Applier:
             )
         return self.kube if who is None else self.kube.impersonating(who.user, who.groups)
 
-    async def _carried_out(self, intent: ApplyIntent | DeleteIntent, msg: Msg) -> bool:
+    async def _carried_out(self, intent: ApplyIntent | DeleteIntent, msg: bus.Message) -> bool:
         """Whether this very intent was already applied: its fact names its stream sequence."""
         last = await bus.last_message(
             self.js, bus.APPLIED, object_subject("applied", intent.cluster, intent.key)

@@ -14,9 +14,6 @@ import contextlib
 import dataclasses
 from typing import Any, cast
 
-from nats.js import JetStreamContext
-from nats.js.errors import NotFoundError
-
 from schemas.cli import PlanAction
 from schemas.codec import WireError, decode
 from schemas.decision import DecisionAction
@@ -56,7 +53,7 @@ class PlanRow:
     api_version: str = ""
 
 
-async def _state(js: JetStreamContext, cluster: str) -> dict[ObjectKey, list[facts.Fact]]:
+async def _state(js: bus.JetStream, cluster: str) -> dict[ObjectKey, list[facts.Fact]]:
     """The last fact of each stream the planner rebuilds from (APPLIED, SERVER, OUTCOMES), per
     object, in that order: the compacted view a planner starting now would replay. A stream
     not made yet (no planner has run on this bus) holds nothing."""
@@ -71,13 +68,13 @@ async def _state(js: JetStreamContext, cluster: str) -> dict[ObjectKey, list[fac
                 with contextlib.suppress(WireError):
                     fact = cast(facts.Fact, decode(m.data, kind))
                     known.setdefault(fact.key, []).append(fact)
-        except NotFoundError as exc:
+        except bus.StreamMissing as exc:
             if exc.err_code != bus.STREAM_NOT_FOUND:
                 raise
     return known
 
 
-async def _labels(js: JetStreamContext, cluster: str) -> dict[str, str] | None:
+async def _labels(js: bus.JetStream, cluster: str) -> dict[str, str] | None:
     """The cluster's registry labels, as its planner holds a tenant's clusterSelector to them
     (None when the registry cannot be read: then only the ``clusters`` globs are checked)."""
     try:
@@ -101,7 +98,7 @@ async def _scopes(kube: KubeClient, loaded: Loaded) -> Scopes:
 
 
 async def plan(
-    js: JetStreamContext,
+    js: bus.JetStream,
     kube: KubeClient,
     *,
     cluster: str,

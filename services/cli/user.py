@@ -19,10 +19,6 @@ import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
-from nats.aio.client import Client as NATS
-from nats.js import JetStreamContext
-from nats.js.errors import NotFoundError
-
 from schemas.cli import ObjectRow
 from schemas.codec import WireError, decode
 from schemas.decision import DecisionRecord
@@ -61,7 +57,9 @@ def shown_url(url: str) -> str:
     return re.sub(r"//[^/@,]*@", "//***@", url)
 
 
-async def connect(args: argparse.Namespace, *, reconnect: bool = False, **callbacks: Any) -> NATS:
+async def connect(
+    args: argparse.Namespace, *, reconnect: bool = False, **callbacks: Any
+) -> bus.Connection:
     """The user's connection: credentials and TLS from the --nats-* flags or environment, the
     URL from them or else, with the operator's credentials, from the running stack's context
     (``context``). A bus that does not
@@ -80,7 +78,7 @@ async def connect(args: argparse.Namespace, *, reconnect: bool = False, **callba
 
 
 @contextlib.asynccontextmanager
-async def connected(args: argparse.Namespace) -> AsyncIterator[NATS]:
+async def connected(args: argparse.Namespace) -> AsyncIterator[bus.Connection]:
     """The user's connection (``connect``) for the block, drained when it ends, also on an
     exception; a connect that fails raises here, before the block runs."""
     nc = await connect(args)
@@ -91,7 +89,7 @@ async def connected(args: argparse.Namespace) -> AsyncIterator[NATS]:
 
 
 async def unserved(
-    js: JetStreamContext,
+    js: bus.JetStream,
     cluster: str,
     *,
     refused: asyncio.Event | None = None,
@@ -146,17 +144,17 @@ def quiet_members_denial() -> asyncio.Event:
     return quiet.refused
 
 
-async def snapshot(js: JetStreamContext, stream: str, subject: str) -> list[Any]:
+async def snapshot(js: bus.JetStream, stream: str, subject: str) -> list[Any]:
     """The last message of each subject of ``stream`` under ``subject``; none while the stream
     does not exist yet (nothing was published and no service has started: not an error)."""
     try:
         return [m async for m in bus.Follower(js, stream, subject).snapshot()]
-    except NotFoundError:
+    except bus.StreamMissing:
         return []
 
 
 async def bundle_statuses(
-    js: JetStreamContext,
+    js: bus.JetStream,
     cluster: str,
     bundle: str | None = None,
     *,
@@ -182,7 +180,7 @@ async def bundle_statuses(
     return sorted(out, key=lambda s: s.bundle)
 
 
-async def source_status(js: JetStreamContext, cluster: str, bundle: str) -> SourceStatus | None:
+async def source_status(js: bus.JetStream, cluster: str, bundle: str) -> SourceStatus | None:
     """What ``driftbus source`` last reported for ``bundle`` (None: no source follows it)."""
     for m in reversed(await snapshot(js, bus.STATUS, source_status_subject(cluster, bundle))):
         try:
@@ -193,7 +191,7 @@ async def source_status(js: JetStreamContext, cluster: str, bundle: str) -> Sour
 
 
 async def object_rows(
-    js: JetStreamContext, cluster: str, bundle: str, *, seen: dict[str, bytes] | None = None
+    js: bus.JetStream, cluster: str, bundle: str, *, seen: dict[str, bytes] | None = None
 ) -> list[ObjectRow]:
     """Each object of ``bundle``: its last status, with live health from SERVER."""
     statuses: dict[ObjectKey, ObjectStatus] = {}
@@ -236,16 +234,16 @@ async def object_rows(
     return rows
 
 
-async def api_version(js: JetStreamContext, cluster: str, key: ObjectKey) -> str:
+async def api_version(js: bus.JetStream, cluster: str, key: ObjectKey) -> str:
     """The object's apiVersion as the watcher last saw it ("" when never seen)."""
-    with contextlib.suppress(NotFoundError, WireError):
+    with contextlib.suppress(bus.StreamMissing, WireError):
         last = await bus.last_message(js, bus.SERVER, object_subject("server", cluster, key))
         if last is not None and last.data:
             return decode(last.data, ServerEvent).api_version
     return ""
 
 
-async def decided_keys(js: JetStreamContext, cluster: str, ref: ObjectRef) -> list[ObjectKey]:
+async def decided_keys(js: bus.JetStream, cluster: str, ref: ObjectRef) -> list[ObjectKey]:
     """Every object of ``cluster`` named ``ref.namespace``/``ref.name``, of any kind and group,
     that has a decision on the bus (subjects only: one filtered read, no payloads)."""
     subject = decisions_named_filter(cluster, ref.namespace, ref.name)
@@ -256,12 +254,12 @@ async def decided_keys(js: JetStreamContext, cluster: str, ref: ObjectRef) -> li
             with contextlib.suppress(SubjectError):
                 if (key := parse_subject(m.subject).key) is not None:
                     keys.append(key)
-    except NotFoundError:
+    except bus.StreamMissing:
         return []
     return keys
 
 
-async def decisions(js: JetStreamContext, cluster: str, key: ObjectKey) -> list[DecisionRecord]:
+async def decisions(js: bus.JetStream, cluster: str, key: ObjectKey) -> list[DecisionRecord]:
     """Every decision about one object, oldest first (the DECISIONS stream keeps history)."""
     subject = object_subject("decision", cluster, key)
     out = []
@@ -284,7 +282,7 @@ class BundleWait:
 
     def __init__(
         self,
-        nc: NATS,
+        nc: bus.Connection,
         cluster: str,
         bundle: str,
         *,

@@ -2,8 +2,8 @@
 settings, telemetry, permissions, members and process start-up.
 
 - ``bus/`` — JetStream: streams, connection, publishing, following, KV buckets, the Object Store
-  (DESIGN §12: every NATS call is to go through it; modules that still import ``nats`` directly
-  move behind it with issue 33).
+  (DESIGN §12: no ``nats`` import outside it, by contract; the raw calls callers still make on a
+  JetStream context move behind it with issue 33).
 - ``kube/`` — a thin Kubernetes API client on aiohttp: requests, discovery, list/watch, apply.
 
 A process:

@@ -23,8 +23,6 @@ from typing import Any, overload
 
 import msgspec
 import orjson
-from nats.js import JetStreamContext
-from nats.js.errors import NotFoundError
 
 from schemas.codec import WireError, decode, encode
 from schemas.messages import Bundle, BundleOptions, ObjectStoreRef
@@ -52,7 +50,7 @@ class BundleError(ValueError):
 
 
 async def load_manifests(
-    js: JetStreamContext, bundle: Bundle, *, limit: int | None = None
+    js: bus.JetStream, bundle: Bundle, *, limit: int | None = None
 ) -> Sequence[Any]:
     """The manifests of ``bundle`` (raw; validation is the caller's): a stored bundle's are
     decoded one by one as they are read (``StoredManifests``). The one way anything reads a
@@ -135,7 +133,7 @@ class StoredManifests(Sequence[Any]):
 
 
 async def store_manifests(
-    js: JetStreamContext, cluster: str, bundle: str, revision: str, manifests: list[Any]
+    js: bus.JetStream, cluster: str, bundle: str, revision: str, manifests: list[Any]
 ) -> ObjectStoreRef:
     """Store ``manifests`` in the Object Store; BundleError when they are over the bundle limit
     (``--bundle-max-bytes``: every reader would refuse them) or the bucket is full."""
@@ -165,7 +163,7 @@ async def store_manifests(
 
 
 async def publish_bundle(
-    js: JetStreamContext,
+    js: bus.JetStream,
     *,
     cluster: str,
     bundle: str,
@@ -239,7 +237,7 @@ async def publish_bundle(
     return msg
 
 
-async def revisions(js: JetStreamContext, cluster: str, bundle: str) -> list[Bundle]:
+async def revisions(js: bus.JetStream, cluster: str, bundle: str) -> list[Bundle]:
     """The bundle's revisions on the bus, oldest first (the BUNDLES stream keeps the last few;
     an undecodable message is skipped; none before the stream exists)."""
     out: list[Bundle] = []
@@ -249,6 +247,6 @@ async def revisions(js: JetStreamContext, cluster: str, bundle: str) -> list[Bun
             async for m in follower.snapshot():
                 with contextlib.suppress(WireError):
                     out.append(decode(m.data, Bundle))
-    except NotFoundError:
+    except bus.StreamMissing:
         return []
     return out

@@ -19,8 +19,6 @@ import logging
 from collections.abc import Callable
 from typing import Literal
 
-from nats.js import JetStreamContext
-
 from schemas.codec import WireError, decode, encode
 from schemas.messages import KindScope, MemberHeartbeat
 from schemas.subjects import MEMBER_ROLES, member_subject
@@ -54,7 +52,7 @@ def watcher_synced(hb: MemberHeartbeat | None, now: dt.datetime) -> bool:
     return hb is not None and (now - hb.at).total_seconds() <= STALE_AFTER and hb.synced
 
 
-async def heartbeats(js: JetStreamContext, cluster: str) -> dict[str, MemberHeartbeat | None]:
+async def heartbeats(js: bus.JetStream, cluster: str) -> dict[str, MemberHeartbeat | None]:
     """The last heartbeat of each role of ``cluster`` (None: none, or unreadable)."""
     out: dict[str, MemberHeartbeat | None] = {}
     for role in MEMBER_ROLES:

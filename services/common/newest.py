@@ -21,10 +21,7 @@ import asyncio
 import dataclasses
 from collections.abc import Callable
 
-from nats.js import JetStreamContext
-from nats.js import api as js_api
-from nats.js.errors import APIError
-
+from services.common import bus
 from services.common.bus import COMPARE_REFUSED, BusError, Publisher, last_message
 
 EXPECTED_LAST_SUBJECT_SEQUENCE = "Nats-Expected-Last-Subject-Sequence"
@@ -47,7 +44,7 @@ class Survivor:
 
 async def publish_newest(
     pub: Publisher,
-    js: JetStreamContext,
+    js: bus.JetStream,
     stream: str,
     subject: str,
     data: bytes,
@@ -83,10 +80,10 @@ async def publish_newest(
         task = await pub.publish(
             subject, data, msg_id=msg_id, headers={EXPECTED_LAST_SUBJECT_SEQUENCE: str(expected)}
         )
-        ack: js_api.PubAck | None
+        ack: bus.PublishAck | None
         try:
             ack = await task
-        except APIError as exc:
+        except bus.ApiError as exc:
             if exc.err_code not in COMPARE_REFUSED:
                 raise
             ack = None

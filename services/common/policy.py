@@ -7,12 +7,6 @@ at once and needs no restart; the bucket keeps the last ten policies for an audi
 
 from __future__ import annotations
 
-from nats.aio.msg import Msg
-from nats.errors import Error as NatsError
-from nats.errors import TimeoutError as NatsTimeout
-from nats.js import JetStreamContext
-from nats.js.errors import BucketNotFoundError, KeyNotFoundError
-
 from schemas.tenants import TenantPolicy
 from services.common import bus
 from services.core import tenancy
@@ -26,15 +20,15 @@ class PolicyUnreadable(RuntimeError):
     """The policy in force could not be read (the bus refused or did not answer)."""
 
 
-async def read_policy(js: JetStreamContext) -> TenantPolicy:
+async def read_policy(js: bus.JetStream) -> TenantPolicy:
     """The policy in force; the empty policy (no tenants, no lockdown) when none was applied.
     PolicyUnreadable when the bus does not say (a refused read times out in nats-py)."""
     try:
         kv = await js.key_value(bus.TENANTS_BUCKET)
         entry = await kv.get(bus.TENANTS_KEY)
-    except (BucketNotFoundError, KeyNotFoundError):
+    except (bus.BucketNotFound, bus.KeyMissing):
         return TenantPolicy()
-    except (NatsTimeout, NatsError) as exc:
+    except (bus.NatsTimeout, bus.NatsError) as exc:
         raise PolicyUnreadable(
             f"cannot read the tenant policy ({type(exc).__name__}: {exc}); may this NATS "
             f"identity read the {bus.TENANTS_BUCKET} bucket?"
@@ -42,14 +36,14 @@ async def read_policy(js: JetStreamContext) -> TenantPolicy:
     return tenancy.decode_stored(entry.value or b"")
 
 
-async def put_policy(js: JetStreamContext, policy: TenantPolicy) -> int:
+async def put_policy(js: bus.JetStream, policy: TenantPolicy) -> int:
     """Store ``policy`` as the one in force; returns its revision (the KV sequence)."""
     await bus.ensure_tenants_bucket(js)
     kv = await js.key_value(bus.TENANTS_BUCKET)
     return int(await kv.put(bus.TENANTS_KEY, tenancy.dump_policy(policy)))
 
 
-def policy_of(msg: Msg) -> TenantPolicy:
+def policy_of(msg: bus.Message) -> TenantPolicy:
     """The policy a message of the bucket's stream carries (a deleted entry: the empty one).
     Raises ``PolicyError`` (a ValueError) for a stored policy that is not one."""
     if (msg.headers or {}).get("KV-Operation") in _REMOVED:

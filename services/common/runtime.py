@@ -7,9 +7,6 @@ import contextlib
 import dataclasses
 from collections.abc import AsyncIterator
 
-from nats.aio.client import Client as NATS
-from nats.js import JetStreamContext
-
 from services.common import bus, telemetry
 from services.common.kube import KubeClient
 from services.common.settings import setting
@@ -17,8 +14,8 @@ from services.common.settings import setting
 
 @dataclasses.dataclass
 class Connections:
-    nc: NATS
-    js: JetStreamContext
+    nc: bus.Connection
+    js: bus.JetStream
     publisher: bus.Publisher
     kube: KubeClient | None = None
     health: telemetry.Health = dataclasses.field(default_factory=telemetry.Health)

@@ -15,8 +15,6 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
-from nats.aio.client import Client as NATS
-
 from schemas.codec import WireError, decode
 from schemas.messages import BundleStatus, ObjectStatus, SourceStatus
 from schemas.subjects import (
@@ -25,6 +23,7 @@ from schemas.subjects import (
     bundle_status_subject,
     parse_subject,
 )
+from services.common import bus
 
 E = TypeVar("E")
 StatusEvent = BundleStatus | ObjectStatus | SourceStatus
@@ -55,7 +54,9 @@ class StatusWatch:
         self._changed = asyncio.Event()
         self._sub: Any = None
 
-    async def start(self, nc: NATS, cluster: str, bundle: str, *, objects: bool = True) -> None:
+    async def start(
+        self, nc: bus.Connection, cluster: str, bundle: str, *, objects: bool = True
+    ) -> None:
         """Subscribe to the bundle's summary and, with ``objects``, to its objects' and its Git
         source's status too (one subscription: each message arrives once, in order). A message
         that is not a status this version can read is left out."""

@@ -14,8 +14,6 @@ import dataclasses
 import logging
 from typing import Any
 
-from nats.aio.client import Client as NATS
-from nats.js import JetStreamContext
 from opentelemetry.metrics import Observation
 
 from services.common import bus, telemetry
@@ -42,9 +40,9 @@ class Replica:
         self,
         *,
         settings: PlannerSettings,
-        js: JetStreamContext,
+        js: bus.JetStream,
         publisher: bus.Publisher,
-        nc: NATS | None = None,
+        nc: bus.Connection | None = None,
     ) -> None:
         self.s = settings
         self.js = js

@@ -33,9 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import nats.errors
 from aiohttp import web
-from nats.js import JetStreamContext
 
 from schemas.codec import encode
 from schemas.messages import BundleOptions, SourcePhase, SourceStatus
@@ -66,7 +64,7 @@ class Follower:
     def __init__(
         self,
         spec: SourceSpec,
-        js: JetStreamContext,
+        js: bus.JetStream,
         cache: Path,
         limits: InputLimits | None = None,
     ) -> None:
@@ -218,7 +216,7 @@ class Follower:
             log.error("source %s: %s", spec.bundle, message)
         try:
             await self.js.publish(source_status_subject(spec.where, spec.bundle), encode(status))
-        except (nats.errors.Error, OSError) as exc:  # best effort: the next change reports
+        except (bus.NatsError, OSError) as exc:  # best effort: the next change reports
             log.warning("status of %s not published: %s", spec.bundle, exc)
             return status
         self._last_status, self._reported_at = (phase, commit, message), now

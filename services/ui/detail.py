@@ -17,8 +17,6 @@ import os
 from typing import Any
 
 import msgspec
-from nats.js import JetStreamContext
-from nats.js.errors import NotFoundError
 
 from schemas.codec import WireError, decode
 from schemas.decision import DecisionRecord
@@ -45,10 +43,10 @@ def without_secret_shas(doc: dict[str, Any], key: ObjectKey) -> dict[str, Any]:
     return {k: v for k, v in doc.items() if k not in SHA_FIELDS}
 
 
-async def _history(js: JetStreamContext, stream: str, subject: str) -> list[Any]:
+async def _history(js: bus.JetStream, stream: str, subject: str) -> list[Any]:
     try:
         return [m async for m in bus.Follower(js, stream, subject, history=True).snapshot()]
-    except NotFoundError:
+    except bus.StreamMissing:
         return []
 
 
@@ -67,7 +65,7 @@ def _matches(raw: Any, key: ObjectKey, default_ns: str) -> bool:
 
 
 async def desired_manifest(
-    js: JetStreamContext, cluster: str, bundle: str, key: ObjectKey
+    js: bus.JetStream, cluster: str, bundle: str, key: ObjectKey
 ) -> dict[str, Any] | None:
     """The object's manifest in the bundle's latest revision, as applied (owned)."""
     last = await bus.last_message(js, bus.BUNDLES, bundle_subject(cluster, bundle))
@@ -134,7 +132,7 @@ class LiveReader:
 
 
 async def object_detail(
-    js: JetStreamContext, live: LiveReader, cluster: str, bundle: str, key: ObjectKey
+    js: bus.JetStream, live: LiveReader, cluster: str, bundle: str, key: ObjectKey
 ) -> dict[str, Any]:
     # the object's history is keyed by the object alone: what another tenant's bundle did with
     # the same key (a Secret of its own namespace, asked for through this bundle) is not shown
@@ -191,7 +189,7 @@ async def object_detail(
     }
 
 
-async def bundle_history(js: JetStreamContext, cluster: str, bundle: str) -> list[dict[str, Any]]:
+async def bundle_history(js: bus.JetStream, cluster: str, bundle: str) -> list[dict[str, Any]]:
     """The revisions of the bundle on the bus, newest first (what ``rollback`` can go back to)."""
     return [
         {

@@ -36,8 +36,6 @@ from typing import Any, TypeVar
 
 import orjson
 from aiohttp import web
-from nats.aio.msg import Msg
-from nats.js import JetStreamContext
 
 from schemas.codec import WireError, decode
 from schemas.decision import DecisionRecord
@@ -54,7 +52,7 @@ T = TypeVar("T")
 STATIC = Path(__file__).parent / "static"
 
 
-def _decoded(msg: Msg, kind: type[T]) -> T | None:
+def _decoded(msg: bus.Message, kind: type[T]) -> T | None:
     """The message as ``kind``, or None after saying why it was skipped (bad input never stops
     the page)."""
     try:
@@ -65,7 +63,7 @@ def _decoded(msg: Msg, kind: type[T]) -> T | None:
 
 
 class StatusPage:
-    def __init__(self, js: JetStreamContext, page: guard.PageSettings | None = None) -> None:
+    def __init__(self, js: bus.JetStream, page: guard.PageSettings | None = None) -> None:
         self.js = js
         self.page = page or guard.PageSettings()
         self.state = LiveState()
@@ -88,7 +86,7 @@ class StatusPage:
             with contextlib.suppress(asyncio.QueueFull):  # a stuck browser loses events only
                 q.put_nowait(frame)
 
-    def _on_status(self, msg: Msg) -> None:
+    def _on_status(self, msg: bus.Message) -> None:
         event = decode_status(msg.subject, msg.data)
         if isinstance(event, BundleStatus):
             self._send("bundle", self.state.on_bundle(event), event.bundle)
@@ -99,14 +97,14 @@ class StatusPage:
                 self._send("drift", corrected, event.bundle)
         # a Git source's status is shown by `driftbus status`, not (yet) on the page
 
-    def _on_decision(self, msg: Msg) -> None:
+    def _on_decision(self, msg: bus.Message) -> None:
         if (d := _decoded(msg, DecisionRecord)) is None:
             return
         if event := self.state.on_decision(d):
             self._send("drift", event, d.bundle)
         self._send("stats", self.state.stats())
 
-    def _on_server(self, msg: Msg) -> None:
+    def _on_server(self, msg: bus.Message) -> None:
         if (ev := _decoded(msg, ServerEvent)) is not None and (row := self.state.on_server(ev)):
             self._send("object", row, row.get("bundle"))
 

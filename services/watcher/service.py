@@ -10,9 +10,7 @@ import asyncio
 import dataclasses
 import logging
 
-from nats.js import JetStreamContext
-
-from services.common import members
+from services.common import bus, members
 from services.common.kube import KubeClient
 from services.common.runtime import cluster_connections
 from services.common.settings import replica_id
@@ -57,7 +55,7 @@ async def run(settings: WatcherSettings) -> None:
 
 
 async def register_cluster(
-    js: JetStreamContext, kube: KubeClient, settings: WatcherSettings, labels: dict[str, str]
+    js: bus.JetStream, kube: KubeClient, settings: WatcherSettings, labels: dict[str, str]
 ) -> None:
     """Register the cluster in the fleet registry (its ``--cluster-labels`` only when it is new),
     retried until it is in: a cluster missing from the registry is in no fleet."""

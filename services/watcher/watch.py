@@ -21,8 +21,6 @@ import dataclasses
 import logging
 from typing import Any
 
-from nats.js import JetStreamContext
-
 from schemas.codec import WireError, decode, encode
 from schemas.messages import Bundle, KindScope, ServerEvent
 from schemas.subjects import (
@@ -59,7 +57,7 @@ class Watcher:
         self,
         *,
         settings: WatcherSettings,
-        js: JetStreamContext,
+        js: bus.JetStream,
         kube: KubeClient,
         publisher: bus.Publisher,
     ) -> None:

@@ -1,12 +1,15 @@
 """JetStream plumbing shared by the services: the bus's public API, one module per concept.
 
-Every NATS call is to go through this package (DESIGN §12; the modules elsewhere that still
-import ``nats`` move behind it with issue 33); this module re-exports its API.
+Nothing outside this package imports ``nats`` (DESIGN §12; an import-linter contract keeps it):
+callers name the bus's types and errors (``natstypes``) and call its functions; the raw calls
+they still make on a JetStream context or a bucket move behind it with issue 33. This module
+re-exports its API.
 
 - ``streams`` — the streams, buckets and limits, created idempotently.
 - ``connection`` — how a process reaches NATS: settings, TLS, credentials, inbox, connect.
-- ``kv`` — key-value buckets (create-if-absent, compare-and-set, put, delete, keys) and the NATS
-  types callers name.
+- ``kv`` — key-value buckets (create-if-absent, compare-and-set, put, delete, keys).
+- ``natstypes`` — the NATS types and errors callers name (connection, JetStream, message,
+  bucket; not found, timeout, ...), as aliases.
 - ``claims`` — planner claims on clusters in the shards bucket.
 - ``intents`` — the appliers' work queue: one durable pull consumer per cluster.
 - ``publisher`` — bounded, deduplicated, timed publishing.
@@ -38,16 +41,26 @@ from services.common.bus.intents import (
 )
 from services.common.bus.kv import (
     BucketMissing,
-    Connection,
-    JetStream,
     KvEntry,
-    Message,
-    StreamMissing,
     kv_create,
     kv_delete,
     kv_get,
     kv_keys,
     kv_update,
+)
+from services.common.bus.natstypes import (
+    ApiError,
+    Bucket,
+    BucketNotFound,
+    Connection,
+    JetStream,
+    KeyMissing,
+    Message,
+    NatsError,
+    NatsTimeout,
+    PublishAck,
+    StreamMissing,
+    WrongLastSequence,
 )
 from services.common.bus.objects import (
     ObjectCorrupt,
@@ -123,24 +136,32 @@ __all__ = [
     "TENANTS_KEY",
     "TENANTS_STREAM",
     "WRONG_LAST_SEQUENCE",
+    "ApiError",
+    "Bucket",
     "BucketMissing",
+    "BucketNotFound",
     "BusError",
     "Claim",
     "Connection",
     "Follower",
     "IntentConsumerSettings",
     "JetStream",
+    "KeyMissing",
     "KvEntry",
     "Message",
+    "NatsError",
     "NatsSettings",
+    "NatsTimeout",
     "ObjectCorrupt",
     "ObjectError",
     "ObjectMissing",
     "ObjectRefused",
     "ObjectTooLarge",
+    "PublishAck",
     "Publisher",
     "StoreLimits",
     "StreamMissing",
+    "WrongLastSequence",
     "claim_holder",
     "claim_key",
     "claim_revision",

@@ -1,7 +1,6 @@
 """Key-value buckets as the services use them (DESIGN §12: every NATS call goes through
 ``services/common/bus``): an entry and its revision, create-if-absent, compare-and-set update,
-put, delete, keys; and the NATS types the callers name (the connection, the JetStream context, a
-delivered message), so no module outside the bus imports ``nats``.
+put, delete, keys. (The NATS types callers name are in ``natstypes``.)
 
 A lost compare-and-set is an answer (``None``), not an error: the caller reads again and decides.
 """
@@ -10,25 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from nats.aio.client import Client
-from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.errors import (
     BucketNotFoundError,
     KeyNotFoundError,
     KeyWrongLastSequenceError,
     NoKeysError,
-    NotFoundError,
 )
-
-Connection = Client
-"""A NATS connection (``nats.connect``)."""
-JetStream = JetStreamContext
-"""A JetStream context (``Connection.jetstream()``)."""
-Message = Msg
-"""A message as a follower delivers it (subject, data, headers, metadata)."""
-StreamMissing = NotFoundError
-"""JetStream's answer for a stream (or message) that does not exist."""
 
 
 class BucketMissing(LookupError):

@@ -12,11 +12,7 @@ import datetime as dt
 import logging
 from collections.abc import Callable, Iterable
 
-import nats.errors
 import orjson
-from nats.js import JetStreamContext
-from nats.js.errors import BucketNotFoundError, KeyWrongLastSequenceError
-from nats.js.kv import KeyValue
 
 from services.common import bus
 
@@ -26,21 +22,19 @@ log = logging.getLogger("driftbus.shards")
 class ShardBucket:
     """The bucket's writes for replica ``me``; ``kv`` is the bucket itself, for reads."""
 
-    def __init__(self, *, kv: KeyValue, me: str, clock: Callable[[], float]) -> None:
+    def __init__(self, *, kv: bus.Bucket, me: str, clock: Callable[[], float]) -> None:
         self.kv = kv
         self.me = me
         self._clock = clock
         self._heartbeat_rev = 0
 
     @classmethod
-    async def open(
-        cls, js: JetStreamContext, *, me: str, clock: Callable[[], float]
-    ) -> ShardBucket:
+    async def open(cls, js: bus.JetStream, *, me: str, clock: Callable[[], float]) -> ShardBucket:
         """The bucket, once it exists (whoever creates the streams creates it)."""
         while True:
             try:
                 return cls(kv=await js.key_value(bus.SHARDS_BUCKET), me=me, clock=clock)
-            except BucketNotFoundError:
+            except bus.BucketNotFound:
                 await asyncio.sleep(0.5)
 
     async def heartbeat(self, clusters: Iterable[str], *, ready: bool) -> float | None:
@@ -60,14 +54,14 @@ class ShardBucket:
                 rev = await self.kv.update(key, value, last=self._heartbeat_rev)
             else:
                 rev = await self.kv.put(key, value)
-        except KeyWrongLastSequenceError:
+        except bus.WrongLastSequence:
             log.error(
                 "heartbeat entry of %s changed under us: is another replica using the same "
                 "planner id? ids must be unique",
                 self.me,
             )
             rev = await self.kv.put(key, value)
-        except (nats.errors.Error, TimeoutError) as exc:
+        except (bus.NatsError, TimeoutError) as exc:
             log.warning("heartbeat failed: %s: %s", type(exc).__name__, exc)
             return None
         self._heartbeat_rev = rev
@@ -83,7 +77,7 @@ class ShardBucket:
             if last is None:
                 return await self.kv.create(key, value)
             return await self.kv.update(key, value, last=last)
-        except KeyWrongLastSequenceError:
+        except bus.WrongLastSequence:
             log.info("cluster %s: another replica claimed it first", cluster)
             return None
 
@@ -93,7 +87,7 @@ class ShardBucket:
         value = orjson.dumps({"planner": "", "released_by": self.me, "at": _now_iso()})
         try:
             return await self.kv.update(bus.claim_key(cluster), value, last=token)
-        except KeyWrongLastSequenceError:
+        except bus.WrongLastSequence:
             return None
 
     async def remove_heartbeat(self, planner_id: str, revision: int) -> None:

@@ -29,7 +29,6 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from nats.js import JetStreamContext
 from opentelemetry.metrics import Observation
 
 from services.common import bus, telemetry
@@ -58,7 +57,7 @@ class Coordinator:
     def __init__(
         self,
         *,
-        js: JetStreamContext,
+        js: bus.JetStream,
         planner_id: str,
         interval: float,
         timeout: float,

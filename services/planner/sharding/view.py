@@ -13,9 +13,6 @@ import functools
 import logging
 from collections.abc import Awaitable, Callable
 
-from nats.aio.msg import Msg
-from nats.js import JetStreamContext
-
 from schemas.subjects import SubjectError, decode_token, family_filter, parse_subject
 from services.common import bus
 from services.common.bus import Claim
@@ -35,7 +32,7 @@ class ShardView:
     """The bucket as this replica last saw it: ``peers`` (planner id → its heartbeat entry),
     ``claims`` (cluster → holder and fencing revision) and ``clusters`` (those with bundles)."""
 
-    def __init__(self, *, js: JetStreamContext, clock: Callable[[], float]) -> None:
+    def __init__(self, *, js: bus.JetStream, clock: Callable[[], float]) -> None:
         self.js = js
         self._clock = clock
         self.peers: dict[str, Peer] = {}
@@ -80,7 +77,7 @@ class ShardView:
             if not known:
                 wake.set()  # a new cluster: claim it now, not at the next heartbeat
 
-    def observe(self, msg: Msg) -> None:
+    def observe(self, msg: bus.Message) -> None:
         """Fold one bucket entry (from the follower) into the view."""
         key = msg.subject.removeprefix(KV_PREFIX)
         kind, _, token = key.partition(".")

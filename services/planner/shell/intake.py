@@ -16,8 +16,6 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from nats.aio.msg import Msg
-from nats.js import JetStreamContext
 from opentelemetry import trace
 
 from schemas.codec import WireError, decode, encode
@@ -61,7 +59,7 @@ class BundleIntake:
         self,
         *,
         state: ClusterState,
-        js: JetStreamContext,
+        js: bus.JetStream,
         publisher: bus.Publisher,
         board: StatusBoard,
         queue: asyncio.Queue[tuple[str, Any]],
@@ -76,16 +74,16 @@ class BundleIntake:
         """Where a bundle waiting on a scope is queued (``recheck``) when one is learned."""
         self.fold = fold
         self.prune = prune
-        self._awaiting_scope: dict[tuple[str, str], Msg] = {}
+        self._awaiting_scope: dict[tuple[str, str], bus.Message] = {}
         """The latest revision of a bundle, refused only because a kind's scope was unknown:
         handled again when a scope is learned (a CRD in another bundle, the watcher's
         discovery). Dropped when a later revision of the bundle is handled."""
-        self._awaiting_policy: dict[tuple[str, str], Msg] = {}
+        self._awaiting_policy: dict[tuple[str, str], bus.Message] = {}
         """The latest revision of a bundle, refused by the tenant policy: handled again when
         the policy changes (so granting a tenant a right needs no republish)."""
         self._rechecks: set[asyncio.Task[None]] = set()
 
-    async def take_in(self, msg: Msg) -> None:
+    async def take_in(self, msg: bus.Message) -> None:
         """A revision published to driftbus.bundle.<cluster>.<bundle>."""
         try:
             where = parse_subject(msg.subject)
@@ -101,7 +99,7 @@ class BundleIntake:
             del checked  # every object's decoded and encoded copies are garbage now
             heap.release_freed()
 
-    async def recheck(self, msg: Msg) -> None:
+    async def recheck(self, msg: bus.Message) -> None:
         """A bundle queued again when a scope was learned or the policy changed, unless a later
         revision came since."""
         ident = (self.state.cluster, parse_subject(msg.subject).bundle or "")
@@ -151,7 +149,7 @@ class BundleIntake:
         """Queue every bundle waiting on a scope to be handled again, after what is queued."""
         self._requeue(list(self._awaiting_scope.values()))
 
-    def _requeue(self, msgs: list[Msg]) -> None:
+    def _requeue(self, msgs: list[bus.Message]) -> None:
         for msg in msgs:
             try:
                 self._queue.put_nowait(("recheck", msg))
@@ -161,7 +159,7 @@ class BundleIntake:
                 task.add_done_callback(self._rechecks.discard)
 
     async def _checked(
-        self, msg: Msg, ident: tuple[str, str]
+        self, msg: bus.Message, ident: tuple[str, str]
     ) -> tuple[Bundle, list[tuple[Slot, bytes, bytes]]] | None:
         """The bundle and its objects checked, or None when the revision was refused."""
         cluster, name = ident
@@ -302,7 +300,7 @@ class BundleIntake:
             subject, encode(status), msg_id=f"refused:{subject}:{messages.now()}"
         )
 
-    async def control(self, msg: Msg) -> None:
+    async def control(self, msg: bus.Message) -> None:
         """A bundle suspended or resumed: resumed, everything of it that differs is written."""
         ctl = decode(msg.data, BundleControl)
         where = parse_subject(msg.subject)

@@ -15,8 +15,6 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from nats.js import JetStreamContext
-
 from schemas.messages import BundlePhase
 from schemas.subjects import object_subject
 from services.common import bus, members
@@ -44,7 +42,7 @@ class Duties:
         self,
         *,
         settings: PlannerSettings,
-        js: JetStreamContext,
+        js: bus.JetStream,
         state: ClusterState,
         board: StatusBoard,
         intake: BundleIntake,

@@ -16,13 +16,10 @@ import contextlib
 import logging
 import time
 
-from nats.aio.client import Client as NATS
-from nats.aio.msg import Msg
-from nats.js import JetStreamContext
-
 from schemas.codec import WireError, decode, encode
 from schemas.messages import Bundle, RollbackAnswer, RollbackRequest
 from schemas.subjects import SubjectError, cluster_filter, parse_subject
+from services.common import bus
 from services.common.bundles import publish_bundle, revisions
 from services.planner.memory.cluster import ClusterState
 
@@ -61,11 +58,11 @@ def choose(history: list[Bundle], in_force: str, to: str) -> Bundle | str:
 class RollbackDesk:
     """Answers the rollback requests of one cluster."""
 
-    def __init__(self, *, js: JetStreamContext, state: ClusterState) -> None:
+    def __init__(self, *, js: bus.JetStream, state: ClusterState) -> None:
         self.js = js
         self.state = state
 
-    async def serve(self, nc: NATS) -> None:
+    async def serve(self, nc: bus.Connection) -> None:
         sub = await nc.subscribe(cluster_filter("rollback", self.state.cluster), queue=QUEUE)
         try:
             async for msg in sub.messages:
@@ -86,7 +83,7 @@ class RollbackDesk:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
 
-    async def answer(self, msg: Msg) -> RollbackAnswer:
+    async def answer(self, msg: bus.Message) -> RollbackAnswer:
         try:
             req = decode(msg.data, RollbackRequest)
             where = parse_subject(msg.subject)
