@@ -10,6 +10,7 @@ Running and reporting:
   same API server (kubectl, raw server-side apply, a cache-less loop).
 - ``corpus`` — realistic objects as the watcher sees them (server-returned, seeded).
 - ``profile`` — ``python -m bench.profile``: where a cold apply spends its CPU (py-spy).
+- ``natstraffic`` — NATS messages per driftbus process, from nats-server's ``/connz`` counters.
 
 The scenarios:
 

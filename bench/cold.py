@@ -9,7 +9,9 @@ Contenders, interleaved in every repetition against the same API server:
 
 Namespaces and the CRD exist before anything is timed; every run creates the same objects.
 Targets: driftbus (4 appliers) ≤ 0.5 × kubectl and ≤ 1.3 × the raw limit, and the CPU all its
-processes use (reported per process: watcher, planner, appliers) ≤ 0.5 ms per object.
+processes use (reported per process: watcher, planner, appliers) ≤ 0.5 ms per object, and the
+NATS messages they send and receive (nats-server's counters, per role: ``natstraffic``) ≤ 3 per
+object.
 """
 
 from __future__ import annotations
@@ -18,23 +20,30 @@ import asyncio
 import statistics
 import sys
 
+from bench import natstraffic
 from bench.report import Result
 from bench.stack import BenchStack, Run, check_writes, labelled, manifests, namespaces_for
 
 CPU_TARGET_MS = 0.5
+MESSAGES_TARGET = 3.0
+"""NATS messages per object applied (issue 33), all driftbus processes, sent and delivered."""
 
 
 async def _main(objects: int, repetitions: int) -> list[Result]:
     objs = manifests(objects)
     peer_objs = labelled(objs)
     runs: dict[str, list[Run]] = {"driftbus-1": [], "driftbus-4": [], "kubectl": [], "raw": []}
+    traffic: dict[str, list[dict[str, natstraffic.Traffic]]] = {"driftbus-1": [], "driftbus-4": []}
     async with BenchStack.start(objects) as b:
         directory = b.manifest_dir(peer_objs)
         for rep in range(repetitions):
             for appliers in (1, 4):
                 async with b.pipeline(appliers) as d:
+                    before = natstraffic.by_role(d.p.nats)
                     run = await b.measured(d.cold_apply(objs), d.pids())
                     runs[f"driftbus-{appliers}"].append(run)
+                    after = natstraffic.by_role(d.p.nats)
+                    traffic[f"driftbus-{appliers}"].append(natstraffic.delta(before, after))
                 await b.cleanup(namespaces_for(objects))
             runs["kubectl"].append(await b.measured(b.kubectl_apply(directory)))
             await b.cleanup(namespaces_for(objects))
@@ -55,6 +64,9 @@ async def _main(objects: int, repetitions: int) -> list[Result]:
     params = {
         "objects": objects,
         "driftbus_cpu_ms_per_object": cpu,
+        "nats_messages_per_object": {
+            k: natstraffic.per_object(v, objects) for k, v in traffic.items()
+        },
         "mix": "35% ConfigMap, 15% Secret, 15% Service, 15% Deployment, 10% RBAC, 10% CR",
         "apiserver_cpu_share": {
             k: round(statistics.median(r.apiserver_cpu for r in v), 3) for k, v in runs.items()
@@ -96,6 +108,16 @@ async def _main(objects: int, repetitions: int) -> list[Result]:
             target="ratio ≤ 1 (all driftbus processes ≤ 0.5 ms per object)",
         ),
         Result(
+            "cold-apply-4-appliers-nats-messages-per-object",
+            "msgs",
+            [messages(t, objects) for t in traffic["driftbus-4"]],
+            "target",
+            [MESSAGES_TARGET] * len(traffic["driftbus-4"]),
+            params,
+            higher_is_better=False,
+            target="ratio ≤ 1 (≤ 3 NATS messages per object, all processes, sent and delivered)",
+        ),
+        Result(
             "cold-apply-1-applier-vs-kubectl",
             "s",
             secs("driftbus-1"),
@@ -105,6 +127,11 @@ async def _main(objects: int, repetitions: int) -> list[Result]:
             higher_is_better=False,
         ),
     ]
+
+
+def messages(traffic: dict[str, natstraffic.Traffic], objects: int) -> float:
+    """NATS messages per object, every driftbus process, sent and delivered."""
+    return sum(t.sent + t.delivered for t in traffic.values()) / objects
 
 
 def cpu_per_object(runs: list[Run], objects: int) -> dict[str, float]:

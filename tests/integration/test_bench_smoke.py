@@ -52,8 +52,13 @@ def test_cold_apply_smoke() -> None:
         "cold-apply-4-appliers-vs-kubectl",
         "cold-apply-4-appliers-vs-raw-limit",
         "cold-apply-4-appliers-cpu-per-object",
+        "cold-apply-4-appliers-nats-messages-per-object",
         "cold-apply-1-applier-vs-kubectl",
     }
+    msgs = got["cold-apply-4-appliers-nats-messages-per-object"].parameters
+    per_role = msgs["nats_messages_per_object"]["driftbus-4"]
+    assert set(per_role) == {"watcher", "planner", "applier", "all"}, per_role
+    assert all(row["messages"] > 0 for row in per_role.values()), per_role
     cpu = got["cold-apply-4-appliers-cpu-per-object"].parameters["driftbus_cpu_ms_per_object"]
     assert set(cpu) == {"watcher", "planner", "applier", "all"}
     assert all(v > 0 for v in cpu.values()), cpu
