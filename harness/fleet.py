@@ -112,8 +112,8 @@ class Fleet:
     async def claims(self, js: bus.JetStream) -> dict[str, bus.Claim]:
         """cluster → its claim in the shards bucket (clusters never claimed are absent)."""
         try:
-            kv = await js.key_value(bus.SHARDS_BUCKET)
-        except bus.BucketNotFound:
+            kv = await bus.bucket(js, bus.SHARDS_BUCKET)
+        except bus.BucketMissing:
             return {}
         out = {}
         for name in self.pipelines:

@@ -209,11 +209,10 @@ async def planner_ready(js: bus.JetStream, planner_id: str = "planner") -> bool:
     """Whether the planner has completed a claim round (its heartbeat says so): from then on it
     claims a cluster as soon as the cluster's first bundle appears."""
     try:
-        kv = await js.key_value(bus.SHARDS_BUCKET)
-        entry = await kv.get(bus.heartbeat_key(planner_id))
-    except (bus.BucketNotFound, bus.KeyMissing):
+        entry = await bus.kv_get(js, bus.SHARDS_BUCKET, bus.heartbeat_key(planner_id))
+    except bus.BucketMissing:
         return False
-    return bool(msgspec.json.decode(entry.value or b"{}").get("ready"))
+    return entry is not None and bool(msgspec.json.decode(entry.value or b"{}").get("ready"))
 
 
 async def until_planner_ready(
@@ -309,7 +308,7 @@ class DecisionLog:
         async def on_msg(msg: Any) -> None:
             self.records.append(decode(msg.data, DecisionRecord))
 
-        await nc.subscribe(cluster_filter("decision", cluster), cb=on_msg)
+        await bus.subscribe(nc, cluster_filter("decision", cluster), on_msg)
 
     def reasons(self, name: str) -> list[str]:
         """``action:reason`` of every decision about objects called ``name``."""

@@ -32,6 +32,11 @@ class NamespaceGate:
     def creating(self, namespace: str) -> bool:
         return namespace in self._creating
 
+    def holds(self, intent: ApplyIntent | DeleteIntent) -> bool:
+        """Whether ``turn`` will make the intent wait (its namespace's apply is under way here)."""
+        ns = intent.key.namespace
+        return bool(ns) and ns in self._creating
+
     @contextlib.asynccontextmanager
     async def turn(self, intent: ApplyIntent | DeleteIntent) -> AsyncIterator[None]:
         """Hold the intent until its namespace's apply here has ended; while an apply of a

@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 
 from schemas.codec import WireError, decode, encode
+from schemas.decision import DecisionReason
 from schemas.messages import (
     AppliedEvent,
     ApplyIntent,
@@ -98,7 +99,7 @@ class Reporter:
                 log.warning("%s %s: %s", key, o.phase, o.message)
             tasks = await self.outcome(intent, msg, o.phase, o.message)
             await asyncio.gather(*tasks)
-            await msg.ack_sync()
+            await msg.ack()
             return
         fact = msgspec.structs.replace(o.applied, intent_seq=seq(msg))
         # APPLIED keeps one fact per object: ours only if no applier landed a newer one since
@@ -112,6 +113,7 @@ class Reporter:
                     encode(fact),
                     msg_id=f"applied:{msg.metadata.sequence.stream}",
                     supersedes=functools.partial(supersedes, fact),
+                    last_seq=expected_applied(intent),
                 )
             )
         ]
@@ -126,7 +128,7 @@ class Reporter:
             )
         )
         await asyncio.gather(*facts)  # facts are durable before the intent is acked
-        await msg.ack_sync()
+        await msg.ack()
 
     async def refuse(self, msg: bus.Message, why: str) -> None:
         """An intent we cannot read: terminate it (redelivery cannot fix it) and say so."""
@@ -148,6 +150,16 @@ class Reporter:
             )
             subject = object_status_subject(where.cluster, "?", where.key)
             await self.pub.publish(subject, encode(status), msg_id=f"refused:{msg.subject}")
+
+
+def expected_applied(intent: ApplyIntent | DeleteIntent) -> int | None:
+    """What the APPLIED subject is expected to hold before this intent's fact: for an object the
+    planner decided is new, nothing (0), so the fact is published without reading the subject
+    first; if something is there after all, JetStream refuses it and ``publish_newest`` reads
+    and compares as for any other (None)."""
+    if isinstance(intent, ApplyIntent) and intent.reason == DecisionReason.NEW:
+        return 0
+    return None
 
 
 def supersedes(fact: AppliedEvent, other: bytes) -> bool:

@@ -188,28 +188,30 @@ class Applier:
             )
             self.fenced += 1
             FENCED.add(1, {"cluster": intent.cluster})
-            await msg.ack_sync()
+            await msg.ack()
             return "fenced"
+        # An intent that waits here may be replaced meanwhile: it asks the stream afterwards.
+        waits = self.gate.holds(intent)
         async with self.gate.turn(intent):  # entered before the first await: see ``gate``
-            return await self._carry_out(intent, msg)
+            return await self._carry_out(intent, msg, waited=waits)
 
-    async def _carry_out(self, intent: ApplyIntent | DeleteIntent, msg: bus.Message) -> str:
+    async def _carry_out(
+        self, intent: ApplyIntent | DeleteIntent, msg: bus.Message, *, waited: bool
+    ) -> str:
+        redelivered = msg.metadata.num_delivered > 1
         try:
-            last = await bus.last_message(self.js, bus.INTENTS, msg.subject)
-            if last is None or last.seq != msg.metadata.sequence.stream:
-                log.debug(
-                    "%s: intent %d superseded by %s",
-                    intent.key,
-                    msg.metadata.sequence.stream,
-                    last.seq if last else "none",
-                )
+            # INTENTS keeps one intent per object: a newer one removes a queued older one, so
+            # a fresh delivery is the object's latest intent. Only one that waited (in the
+            # namespace gate, or for a redelivery) can have been replaced since: that one asks.
+            if (waited or redelivered) and await self._superseded(msg):
+                log.debug("%s: intent %d superseded", intent.key, seq(msg))
                 self.superseded += 1
-                await msg.ack_sync()
+                await msg.ack()
                 return "superseded"
-            if msg.metadata.num_delivered > 1 and await self._carried_out(intent, msg):
+            if redelivered and await self._carried_out(intent, msg):
                 log.debug("%s: intent %d already carried out; ack lost", intent.key, seq(msg))
                 self.redelivered_done += 1
-                await msg.ack_sync()
+                await msg.ack()
                 return "already-done"
             kube = self._as(intent)
             if isinstance(intent, ApplyIntent):
@@ -295,6 +297,11 @@ class Applier:
                 "identity to act as (its tenant is not in the tenant policy)",
             )
         return self.kube if who is None else self.kube.impersonating(who.user, who.groups)
+
+    async def _superseded(self, msg: bus.Message) -> bool:
+        """Whether a newer intent for the object replaced this one on the stream."""
+        last = await bus.last_message(self.js, bus.INTENTS, msg.subject)
+        return last is None or last.seq != msg.metadata.sequence.stream
 
     async def _carried_out(self, intent: ApplyIntent | DeleteIntent, msg: bus.Message) -> bool:
         """Whether this very intent was already applied: its fact names its stream sequence."""

@@ -16,6 +16,7 @@ async def subscribe_status(nc: Any, args: argparse.Namespace) -> asyncio.Queue[A
     summaries of all bundles of the cluster (of one tenant's with ``--tenant``). One
     subscription, so nothing arrives twice."""
     from schemas.subjects import bundle_status_filter, bundle_statuses_filter
+    from services.common import bus
 
     queue: asyncio.Queue[Any] = asyncio.Queue()
 
@@ -28,7 +29,7 @@ async def subscribe_status(nc: Any, args: argparse.Namespace) -> asyncio.Queue[A
         else bundle_statuses_filter(args.cluster, args.tenant)
     )
     # a slow terminal must not make the server drop messages: no limit on what waits here
-    await nc.subscribe(subject, cb=on_msg, pending_msgs_limit=-1, pending_bytes_limit=-1)
+    await bus.subscribe(nc, subject, on_msg, unbounded=True)
     return queue
 
 

@@ -232,6 +232,7 @@ def cmd_suspend(args: argparse.Namespace, *, suspended: bool) -> int:
     from schemas.messages import BundleControl
     from schemas.subjects import control_subject
     from services.cli import table, user
+    from services.common import bus
     from services.core.manifest import check_bundle_name
 
     verb = "suspend" if suspended else "resume"
@@ -252,7 +253,9 @@ def cmd_suspend(args: argparse.Namespace, *, suspended: bool) -> int:
                 reason=getattr(args, "reason", "") or "",
                 at=dt.datetime.now(dt.UTC),
             )
-            await nc.jetstream().publish(control_subject(args.cluster, args.bundle), encode(ctl))
+            await bus.publish(
+                nc.jetstream(), control_subject(args.cluster, args.bundle), encode(ctl)
+            )
 
     try:
         asyncio.run(run())
@@ -273,6 +276,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     from schemas.messages import RollbackAnswer, RollbackRequest
     from schemas.subjects import rollback_subject
     from services.cli import user
+    from services.common import bus
     from services.core.manifest import check_bundle_name
 
     async def run() -> int:
@@ -281,8 +285,8 @@ def cmd_rollback(args: argparse.Namespace) -> int:
             req = RollbackRequest(cluster=args.cluster, bundle=args.bundle, to=args.to or "")
             waiter = await _watch(nc, args, user.WAIT_ENDS) if args.wait else None
             try:
-                reply = await nc.request(
-                    rollback_subject(args.cluster, args.bundle), encode(req), timeout=15.0
+                reply = await bus.request(
+                    nc, rollback_subject(args.cluster, args.bundle), encode(req), timeout=15.0
                 )
             except Exception as exc:  # noqa: BLE001 - no responders, a timeout
                 print(

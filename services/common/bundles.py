@@ -227,7 +227,8 @@ async def publish_bundle(
         ref = await store_manifests(js, cluster, bundle, revision, msg.manifests)
         msg = msgspec.structs.replace(msg, manifests=[], manifests_ref=ref)
         data = encode(msg)
-    await js.publish(
+    await bus.publish(
+        js,
         bundle_subject(cluster, bundle),
         data,
         headers=telemetry.inject(

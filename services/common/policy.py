@@ -24,23 +24,21 @@ async def read_policy(js: bus.JetStream) -> TenantPolicy:
     """The policy in force; the empty policy (no tenants, no lockdown) when none was applied.
     PolicyUnreadable when the bus does not say (a refused read times out in nats-py)."""
     try:
-        kv = await js.key_value(bus.TENANTS_BUCKET)
-        entry = await kv.get(bus.TENANTS_KEY)
-    except (bus.BucketNotFound, bus.KeyMissing):
+        entry = await bus.kv_get(js, bus.TENANTS_BUCKET, bus.TENANTS_KEY)
+    except bus.BucketMissing:
         return TenantPolicy()
     except (bus.NatsTimeout, bus.NatsError) as exc:
         raise PolicyUnreadable(
             f"cannot read the tenant policy ({type(exc).__name__}: {exc}); may this NATS "
             f"identity read the {bus.TENANTS_BUCKET} bucket?"
         ) from None
-    return tenancy.decode_stored(entry.value or b"")
+    return TenantPolicy() if entry is None else tenancy.decode_stored(entry.value)
 
 
 async def put_policy(js: bus.JetStream, policy: TenantPolicy) -> int:
     """Store ``policy`` as the one in force; returns its revision (the KV sequence)."""
     await bus.ensure_tenants_bucket(js)
-    kv = await js.key_value(bus.TENANTS_BUCKET)
-    return int(await kv.put(bus.TENANTS_KEY, tenancy.dump_policy(policy)))
+    return await bus.kv_put(js, bus.TENANTS_BUCKET, bus.TENANTS_KEY, tenancy.dump_policy(policy))
 
 
 def policy_of(msg: bus.Message) -> TenantPolicy:

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from schemas.codec import WireError, decode
 from schemas.messages import BundleStatus, ObjectStatus, SourceStatus
@@ -52,7 +52,7 @@ class StatusWatch:
         self.objects: list[ObjectStatus] = []
         self.sources: list[SourceStatus] = []
         self._changed = asyncio.Event()
-        self._sub: Any = None
+        self._sub: bus.Subscription | None = None
 
     async def start(
         self, nc: bus.Connection, cluster: str, bundle: str, *, objects: bool = True
@@ -61,7 +61,7 @@ class StatusWatch:
         source's status too (one subscription: each message arrives once, in order). A message
         that is not a status this version can read is left out."""
 
-        async def on_msg(msg: Any) -> None:
+        async def on_msg(msg: bus.Message) -> None:
             event = decode_status(msg.subject, msg.data)
             if isinstance(event, BundleStatus):
                 self.bundles.append(event)
@@ -78,12 +78,12 @@ class StatusWatch:
             if objects
             else bundle_status_subject(cluster, bundle)
         )
-        self._sub = await nc.subscribe(subject, cb=on_msg)
+        self._sub = await bus.subscribe(nc, subject, on_msg)
 
     async def stop(self) -> None:
         """Unsubscribe (what arrived stays readable)."""
         if self._sub is not None:
-            await self._sub.unsubscribe()
+            await bus.unsubscribe(self._sub)
             self._sub = None
 
     async def each(self, events: list[E], within: float) -> AsyncIterator[E]:

@@ -93,7 +93,8 @@ class Placer:
             )
 
     async def record(self, event: RolloutEvent) -> None:
-        await self.js.publish(
+        await bus.publish(
+            self.js,
             rollout_event_subject(event.bundle),
             encode(event),
             headers={"Nats-Msg-Id": f"rollout/{event.bundle}/{event.seq}"},

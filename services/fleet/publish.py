@@ -96,7 +96,8 @@ async def publish_fleet(
         rollback_of=rollback_of,
         delete=delete,
     )
-    await js.publish(
+    await bus.publish(
+        js,
         fleet_subject(bundle),
         encode(msg),
         headers=telemetry.inject({"Nats-Msg-Id": f"fleet/{bundle}@{revision}/{time.time_ns()}"}),
@@ -127,7 +128,8 @@ async def republish(js: bus.JetStream, fb: FleetBundle, rollback_of: str) -> Fle
     if fb.delete or fb.manifests_ref is None:
         raise FleetError(f"{fb.bundle}@{fb.revision} is a deletion; it cannot be put back")
     msg = msgspec.structs.replace(fb, rollback_of=rollback_of, published_at=dt.datetime.now(dt.UTC))
-    await js.publish(
+    await bus.publish(
+        js,
         fleet_subject(fb.bundle),
         encode(msg),
         headers=telemetry.inject(

@@ -215,7 +215,9 @@ class Follower:
         if phase is SourcePhase.FAILED:
             log.error("source %s: %s", spec.bundle, message)
         try:
-            await self.js.publish(source_status_subject(spec.where, spec.bundle), encode(status))
+            await bus.publish(
+                self.js, source_status_subject(spec.where, spec.bundle), encode(status)
+            )
         except (bus.NatsError, OSError) as exc:  # best effort: the next change reports
             log.warning("status of %s not published: %s", spec.bundle, exc)
             return status

@@ -1,13 +1,16 @@
 """JetStream plumbing shared by the services: the bus's public API, one module per concept.
 
 Nothing outside this package imports ``nats`` (DESIGN §12; an import-linter contract keeps it):
-callers name the bus's types and errors (``natstypes``) and call its functions; the raw calls
-they still make on a JetStream context or a bucket move behind it with issue 33. This module
-re-exports its API.
+callers name the bus's types and errors (``natstypes``) and call its functions, never a method
+of a NATS connection, JetStream context or bucket (issue 33; tests/unit/test_bus_calls.py lists
+the callers still to move). This module re-exports its API.
 
 - ``streams`` — the streams, buckets and limits, created idempotently.
 - ``connection`` — how a process reaches NATS: settings, TLS, credentials, inbox, connect.
-- ``kv`` — key-value buckets (create-if-absent, compare-and-set, put, delete, keys).
+- ``kv`` — key-value buckets (create-if-absent, compare-and-set, put, delete, keys), by name or
+  held open.
+- ``core`` — the plain calls: core NATS (request, subscribe, answering requests) and the
+  JetStream calls made once (a publish awaited for its ack, a stream's subjects).
 - ``natstypes`` — the NATS types and errors callers name (connection, JetStream, message,
   bucket; not found, timeout, ...), as aliases.
 - ``claims`` — planner claims on clusters in the shards bucket.
@@ -32,6 +35,17 @@ from services.common.bus.connection import (
     inbox_prefix,
     tls_context,
 )
+from services.common.bus.core import (
+    Answer,
+    Handler,
+    Subscription,
+    publish,
+    request,
+    serve,
+    stream_subjects,
+    subscribe,
+    unsubscribe,
+)
 from services.common.bus.follower import Follower, last_message
 from services.common.bus.intents import (
     IntentConsumerSettings,
@@ -42,11 +56,18 @@ from services.common.bus.intents import (
 from services.common.bus.kv import (
     BucketMissing,
     KvEntry,
+    bucket,
+    create_entry,
+    delete_entry,
     kv_create,
     kv_delete,
     kv_get,
     kv_keys,
+    kv_put,
     kv_update,
+    put_entry,
+    read_entry,
+    update_entry,
 )
 from services.common.bus.natstypes import (
     ApiError,
@@ -136,6 +157,7 @@ __all__ = [
     "TENANTS_KEY",
     "TENANTS_STREAM",
     "WRONG_LAST_SEQUENCE",
+    "Answer",
     "ApiError",
     "Bucket",
     "BucketMissing",
@@ -144,6 +166,7 @@ __all__ = [
     "Claim",
     "Connection",
     "Follower",
+    "Handler",
     "IntentConsumerSettings",
     "JetStream",
     "KeyMissing",
@@ -161,12 +184,16 @@ __all__ = [
     "Publisher",
     "StoreLimits",
     "StreamMissing",
+    "Subscription",
     "WrongLastSequence",
+    "bucket",
     "claim_holder",
     "claim_key",
     "claim_revision",
     "connect",
+    "create_entry",
     "credentials",
+    "delete_entry",
     "ensure_fleet_buckets",
     "ensure_intent_consumer",
     "ensure_object_store",
@@ -180,12 +207,22 @@ __all__ = [
     "kv_delete",
     "kv_get",
     "kv_keys",
+    "kv_put",
     "kv_update",
     "last_message",
     "log",
+    "publish",
+    "put_entry",
     "put_object",
     "read_claim",
+    "read_entry",
     "read_object",
+    "request",
+    "serve",
     "stream_configs",
+    "stream_subjects",
+    "subscribe",
     "tls_context",
+    "unsubscribe",
+    "update_entry",
 ]

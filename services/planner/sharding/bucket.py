@@ -33,8 +33,8 @@ class ShardBucket:
         """The bucket, once it exists (whoever creates the streams creates it)."""
         while True:
             try:
-                return cls(kv=await js.key_value(bus.SHARDS_BUCKET), me=me, clock=clock)
-            except bus.BucketNotFound:
+                return cls(kv=await bus.bucket(js, bus.SHARDS_BUCKET), me=me, clock=clock)
+            except bus.BucketMissing:
                 await asyncio.sleep(0.5)
 
     async def heartbeat(self, clusters: Iterable[str], *, ready: bool) -> float | None:
@@ -51,19 +51,19 @@ class ShardBucket:
         key = bus.heartbeat_key(self.me)
         try:
             if self._heartbeat_rev:
-                rev = await self.kv.update(key, value, last=self._heartbeat_rev)
+                rev = await bus.update_entry(self.kv, key, value, last=self._heartbeat_rev)
             else:
-                rev = await self.kv.put(key, value)
-        except bus.WrongLastSequence:
+                rev = await bus.put_entry(self.kv, key, value)
+        except (bus.NatsError, TimeoutError) as exc:
+            log.warning("heartbeat failed: %s: %s", type(exc).__name__, exc)
+            return None
+        if rev is None:  # a failure of this put is raised, not logged
             log.error(
                 "heartbeat entry of %s changed under us: is another replica using the same "
                 "planner id? ids must be unique",
                 self.me,
             )
-            rev = await self.kv.put(key, value)
-        except (bus.NatsError, TimeoutError) as exc:
-            log.warning("heartbeat failed: %s: %s", type(exc).__name__, exc)
-            return None
+            rev = await bus.put_entry(self.kv, key, value)
         self._heartbeat_rev = rev
         return sent
 
@@ -73,31 +73,28 @@ class ShardBucket:
         replica claimed it first."""
         value = orjson.dumps({"planner": self.me, "at": _now_iso()})
         key = bus.claim_key(cluster)
-        try:
-            if last is None:
-                return await self.kv.create(key, value)
-            return await self.kv.update(key, value, last=last)
-        except bus.WrongLastSequence:
+        if last is None:
+            rev = await bus.create_entry(self.kv, key, value)
+        else:
+            rev = await bus.update_entry(self.kv, key, value, last=last)
+        if rev is None:
             log.info("cluster %s: another replica claimed it first", cluster)
-            return None
+        return rev
 
     async def free(self, cluster: str, token: int) -> int | None:
         """Release our claim made at revision ``token``; the new revision, or None when the
         claim was already taken from us."""
         value = orjson.dumps({"planner": "", "released_by": self.me, "at": _now_iso()})
-        try:
-            return await self.kv.update(bus.claim_key(cluster), value, last=token)
-        except bus.WrongLastSequence:
-            return None
+        return await bus.update_entry(self.kv, bus.claim_key(cluster), value, last=token)
 
     async def remove_heartbeat(self, planner_id: str, revision: int) -> None:
         """Delete a dead replica's entry, unless it changed since ``revision`` (it came back)."""
-        await self.kv.delete(bus.heartbeat_key(planner_id), last=revision)
+        await bus.delete_entry(self.kv, bus.heartbeat_key(planner_id), last=revision)
 
     async def leave(self) -> None:
         """Delete our own heartbeat entry (shutting down), if we ever wrote it."""
         if self._heartbeat_rev:
-            await self.kv.delete(bus.heartbeat_key(self.me), last=self._heartbeat_rev)
+            await bus.delete_entry(self.kv, bus.heartbeat_key(self.me), last=self._heartbeat_rev)
 
 
 def _now_iso() -> str:

@@ -105,8 +105,7 @@ class ShardView:
 
     async def discover(self) -> None:
         """Add the clusters that have bundles (the subjects of the bundle stream)."""
-        info = await self.js.stream_info(bus.BUNDLES, subjects_filter=family_filter("bundle"))
-        for subject in (info.state.subjects or {}) if info.state else {}:
+        for subject in await bus.stream_subjects(self.js, bus.BUNDLES, family_filter("bundle")):
             try:
                 self.clusters.add(parse_subject(subject).cluster)
             except SubjectError as exc:

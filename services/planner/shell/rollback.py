@@ -12,7 +12,6 @@ it as the bundle's latest revision. ``choose`` is the pure part.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 
@@ -63,25 +62,22 @@ class RollbackDesk:
         self.state = state
 
     async def serve(self, nc: bus.Connection) -> None:
-        sub = await nc.subscribe(cluster_filter("rollback", self.state.cluster), queue=QUEUE)
-        try:
-            async for msg in sub.messages:
-                if not self.state.live:
-                    answer = RollbackAnswer(
-                        ok=False, message="the planner is still rebuilding its state; try again"
-                    )
-                else:
-                    try:
-                        answer = await self.answer(msg)
-                    except Exception as exc:  # noqa: BLE001 - one request failed, not the planner
-                        log.warning("rollback request on %s failed: %s", msg.subject, exc)
-                        answer = RollbackAnswer(ok=False, message=f"the rollback failed: {exc}")
-                if msg.reply:
-                    with contextlib.suppress(Exception):
-                        await nc.publish(msg.reply, encode(answer))
-        finally:
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
+        """Answer the cluster's rollback requests until cancelled."""
+        subject = cluster_filter("rollback", self.state.cluster)
+        await bus.serve(nc, subject, queue=QUEUE, answer=self._reply)
+
+    async def _reply(self, msg: bus.Message) -> bytes:
+        if not self.state.live:
+            answer = RollbackAnswer(
+                ok=False, message="the planner is still rebuilding its state; try again"
+            )
+        else:
+            try:
+                answer = await self.answer(msg)
+            except Exception as exc:  # noqa: BLE001 - one request failed, not the planner
+                log.warning("rollback request on %s failed: %s", msg.subject, exc)
+                answer = RollbackAnswer(ok=False, message=f"the rollback failed: {exc}")
+        return encode(answer)
 
     async def answer(self, msg: bus.Message) -> RollbackAnswer:
         try:
