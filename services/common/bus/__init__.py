@@ -16,6 +16,7 @@ the callers still to move). This module re-exports its API.
 - ``claims`` — planner claims on clusters in the shards bucket.
 - ``intents`` — the appliers' work queue: one durable pull consumer per cluster.
 - ``publisher`` — bounded, deduplicated, timed publishing.
+- ``batching`` — fast batches: plain publishes acknowledged per window, not one by one.
 - ``follower`` — compacted replay, then live; a subject's last message.
 - ``objects`` — the Object Store: read chunk by chunk within a limit, and its bucket's limits.
 """
