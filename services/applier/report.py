@@ -56,7 +56,8 @@ class Reporter:
             applier=self.applier_id,
         )
         return [
-            await self.pub.publish(
+            await self.pub.publish_batched(
+                bus.OUTCOMES,
                 object_subject("outcome", intent.cluster, intent.key),
                 encode(fact),
                 msg_id=f"outcome:{stamp}",
@@ -88,7 +89,7 @@ class Reporter:
             at=now(),
         )
         subject = object_status_subject(intent.cluster, intent.bundle or "?", intent.key)
-        return await self.pub.publish(subject, encode(status), msg_id=msg_id)
+        return await self.pub.publish_batched(bus.STATUS, subject, encode(status), msg_id=msg_id)
 
     async def final(self, intent: ApplyIntent | DeleteIntent, msg: bus.Message, o: Outcome) -> None:
         """The final fact of an intent, durable before the intent is acked."""

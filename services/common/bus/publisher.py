@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from nats.js import JetStreamContext
 from nats.js import api as js_api
@@ -16,6 +16,7 @@ from nats.js.errors import (
 )
 
 from services.common import telemetry
+from services.common.bus.batching import FastBatches
 from services.common.bus.streams import COMPARE_REFUSED, DEDUPE_WINDOW, PUBLISH_RETRIED, BusError
 
 log = logging.getLogger("driftbus.bus")
@@ -40,7 +41,8 @@ class Publisher:
         # Long enough to ride out a reconnect or a stream leader election on a NATS cluster,
         # and within the dedupe window, so a retry of a publish that did land is dropped.
         self._retry_for = min(retry_for, DEDUPE_WINDOW - ack_timeout)
-        self._pending: set[asyncio.Task[js_api.PubAck]] = set()
+        self._pending: set[asyncio.Task[Any]] = set()
+        self._batches: FastBatches | None = None
         self.errors = 0
 
     async def publish(
@@ -55,7 +57,43 @@ class Publisher:
         task.add_done_callback(self._done)
         return task
 
-    def _done(self, task: asyncio.Task[js_api.PubAck]) -> None:
+    async def publish_batched(
+        self,
+        stream: str,
+        subject: str,
+        data: bytes,
+        *,
+        msg_id: str,
+        headers: dict[str, str] | None = None,
+    ) -> asyncio.Task[Any]:
+        """Like ``publish``, in the stream's open fast batch (``batching``): acknowledged per
+        window rather than per message; the task resolves once the message is durable. Only
+        for plain publishes (no expected-sequence headers)."""
+        hdrs = {"Nats-Msg-Id": msg_id, **(telemetry.inject(headers) or {})}
+        if self._batches is None:
+            # the connection under the JetStream context: fast batches speak core NATS
+            self._batches = FastBatches(
+                self._js._nc,
+                fallback=lambda subject, data, h: self.retrying(
+                    f"publish to {subject}",
+                    lambda: self._js.publish(subject, data, headers=h, timeout=self._timeout),
+                ),
+                ack_timeout=self._timeout,
+            )
+        if not self._batches.allowed(stream):
+            return await self.publish(subject, data, msg_id=msg_id, headers=headers)
+        await self._slots.acquire()
+        try:
+            durable = await self._batches.publish(stream, subject, data, hdrs)
+        except BaseException:
+            self._slots.release()
+            raise
+        task: asyncio.Task[None] = asyncio.ensure_future(durable)
+        self._pending.add(task)
+        task.add_done_callback(self._done)
+        return task
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
         self._pending.discard(task)
         self._slots.release()
         if not task.cancelled() and (exc := task.exception()) is not None:

@@ -100,6 +100,7 @@ def stream_configs(*, replicas: int = 1) -> list[js_api.StreamConfig]:
         "duplicate_window": DEDUPE_WINDOW,
         "max_msg_size": -1,  # bounded by the server's max_payload
         "allow_direct": True,  # get-last-by-subject without a consumer
+        "allow_batched": True,  # fast batches: one ack per window (batching.py)
         "max_consumers": -1,
     }
 

@@ -152,13 +152,17 @@ class Decisions:
         elif d.reason is DecisionReason.HIT and view is not None:
             await self._clear_moot_failure(slot, view)
         if intent is not None:
-            await self.pub.publish(
-                object_subject("intent", cluster, key), encode(intent[0]), msg_id=intent[1]
+            await self.pub.publish_batched(
+                bus.INTENTS,
+                object_subject("intent", cluster, key),
+                encode(intent[0]),
+                msg_id=intent[1],
             )
         record = messages.record(
             slot, e, d, revision, self.planner_id, identity if d.writes else None, owner
         )
-        await self.pub.publish(
+        await self.pub.publish_batched(
+            bus.DECISIONS,
             object_subject("decision", cluster, key),
             encode(record),
             msg_id=f"decision:{self.planner_id}:{id(record)}:{messages.now()}",
@@ -191,6 +195,6 @@ class Decisions:
     ) -> None:
         status = messages.object_row(slot, self.state.entries[slot], view, phase, message, health)
         subject = object_status_subject(view.cluster, view.name, slot[1])
-        await self.pub.publish(
-            subject, encode(status), msg_id=f"row:{subject}:{phase}:{messages.now()}"
+        await self.pub.publish_batched(
+            bus.STATUS, subject, encode(status), msg_id=f"row:{subject}:{phase}:{messages.now()}"
         )
