@@ -32,11 +32,16 @@ class InFlight:
         self.tasks: set[asyncio.Task[None]] = set()
         self._freed = asyncio.Event()
 
+    async def at_least(self, n: int, stopping: asyncio.Event | None = None) -> None:
+        """Wait until ``n`` slots are free (or ``stopping`` is set)."""
+        while self.free < n and not (stopping is not None and stopping.is_set()):
+            self._freed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._freed.wait(), 1.0)
+
     async def start(self, handle: Handler, msg: bus.Message) -> None:
         """Start handling ``msg`` as soon as a slot is free."""
-        while self.free <= 0:
-            self._freed.clear()
-            await self._freed.wait()
+        await self.at_least(1)
         self.free -= 1
         task = asyncio.create_task(handle(msg), name=msg.subject)
         self.tasks.add(task)
@@ -47,6 +52,13 @@ class InFlight:
         _log_failure(task)
         self.free += 1
         self._freed.set()
+
+
+def fetch_size(concurrency: int) -> int:
+    """Free slots a replica waits for before it fetches again: a quarter of its concurrency,
+    so one fetch request brings several intents instead of one per finished apply, while the
+    slots that stay busy keep the API server fed."""
+    return max(1, concurrency // 4)
 
 
 async def consume(
@@ -62,17 +74,18 @@ async def consume(
 ) -> None:
     """Bind the cluster's intent consumer and hand its intents to ``handle`` until ``stopping``
     is set; then finish what was started (anything not started stays in the stream)."""
-    consumer = await bus.ensure_intent_consumer(
+    queue = await bus.bind_intents(
         js, cluster, bus.IntentConsumerSettings(ack_wait=ack_wait, max_deliver=max_deliver)
     )
-    sub = await js.pull_subscribe_bind(consumer, stream=bus.INTENTS)
     bound.set()
     inflight = InFlight(concurrency)
+    wanted = fetch_size(concurrency)
     while not stopping.is_set():
+        await inflight.at_least(wanted, stopping)
+        if stopping.is_set():
+            break
         try:  # fetch only what we can start now
-            msgs = await sub.fetch(batch=max(1, inflight.free), timeout=1.0)
-        except (bus.NatsTimeout, TimeoutError):  # nats-py raises either when nothing is pending
-            continue
+            msgs = await queue.fetch(max(1, inflight.free), timeout=1.0)
         except Exception:  # a broken connection must not end the replica: log, retry
             log.exception("fetching intents failed; retrying")
             await asyncio.sleep(1.0)
@@ -82,10 +95,7 @@ async def consume(
     # SIGTERM: finish what was started; anything not started stays in the stream.
     if inflight.tasks:
         await asyncio.wait(inflight.tasks, timeout=ack_wait / 2)
-    # nats-py's drain never completes for a pull subscription and waits out its whole drain
-    # timeout (30 s) on exit: unsubscribe it first (acks need no subscription).
-    with contextlib.suppress(Exception):
-        await sub.unsubscribe()
+    await queue.close()
 
 
 async def keep_claimed(msg: bus.Message, *, ack_wait: float) -> None:
@@ -94,7 +104,7 @@ async def keep_claimed(msg: bus.Message, *, ack_wait: float) -> None:
     while True:
         await asyncio.sleep(ack_wait / 3)
         with contextlib.suppress(Exception):  # a lost signal only risks a redelivery
-            await msg.in_progress()
+            await bus.in_progress(msg)
 
 
 def seq(msg: bus.Message) -> int:

@@ -100,7 +100,7 @@ class Reporter:
                 log.warning("%s %s: %s", key, o.phase, o.message)
             tasks = await self.outcome(intent, msg, o.phase, o.message)
             await asyncio.gather(*tasks)
-            await msg.ack()
+            await bus.ack(msg)
             return
         fact = msgspec.structs.replace(o.applied, intent_seq=seq(msg))
         # APPLIED keeps one fact per object: ours only if no applier landed a newer one since
@@ -129,12 +129,12 @@ class Reporter:
             )
         )
         await asyncio.gather(*facts)  # facts are durable before the intent is acked
-        await msg.ack()
+        await bus.ack(msg)
 
     async def refuse(self, msg: bus.Message, why: str) -> None:
         """An intent we cannot read: terminate it (redelivery cannot fix it) and say so."""
         log.error("refusing intent on %s: %s", msg.subject, why)
-        await msg.term()
+        await bus.term(msg)
         try:
             where = parse_subject(msg.subject)
         except SubjectError:

@@ -188,7 +188,7 @@ class Applier:
             )
             self.fenced += 1
             FENCED.add(1, {"cluster": intent.cluster})
-            await msg.ack()
+            await bus.ack(msg)
             return "fenced"
         # An intent that waits here may be replaced meanwhile: it asks the stream afterwards.
         waits = self.gate.holds(intent)
@@ -206,12 +206,12 @@ class Applier:
             if (waited or redelivered) and await self._superseded(msg):
                 log.debug("%s: intent %d superseded", intent.key, seq(msg))
                 self.superseded += 1
-                await msg.ack()
+                await bus.ack(msg)
                 return "superseded"
             if redelivered and await self._carried_out(intent, msg):
                 log.debug("%s: intent %d already carried out; ack lost", intent.key, seq(msg))
                 self.redelivered_done += 1
-                await msg.ack()
+                await bus.ack(msg)
                 return "already-done"
             kube = self._as(intent)
             if isinstance(intent, ApplyIntent):
@@ -270,7 +270,7 @@ class Applier:
                 log.info("%s %s: %s", intent.key, later.phase, later.message)
                 # informational, not awaited: the planner sees the intent still queued without it
                 await self.report.outcome(intent, msg, later.phase, later.message)
-                await msg.nak(delay=later.delay)
+                await bus.nak(msg, delay=later.delay)
                 return str(later.phase).lower()
 
     async def _finish(

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 
+from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js import JetStreamContext
 from nats.js import api as js_api
@@ -79,3 +81,52 @@ async def ensure_intent_consumer(
             if loop.time() > deadline:
                 raise BusError(f"intent consumer {name} cannot be created: {exc!r}") from None
             await asyncio.sleep(1.0)
+
+
+class IntentQueue:
+    """A replica bound to its cluster's shared intent consumer."""
+
+    def __init__(self, sub: JetStreamContext.PullSubscription) -> None:
+        self._sub = sub
+
+    async def fetch(self, n: int, *, timeout: float) -> list[Msg]:  # noqa: ASYNC109
+        """Up to ``n`` intents, waiting at most ``timeout`` seconds; none when none came."""
+        try:
+            return list(await self._sub.fetch(batch=n, timeout=timeout))
+        except (NatsTimeout, TimeoutError):  # nats-py raises either when nothing is pending
+            return []
+
+    async def close(self) -> None:
+        """nats-py's drain never completes for a pull subscription and waits out its whole
+        drain timeout (30 s) on exit: unsubscribe instead (acks need no subscription)."""
+        with contextlib.suppress(Exception):
+            await self._sub.unsubscribe()
+
+
+async def bind_intents(
+    js: JetStreamContext, cluster: str, s: IntentConsumerSettings
+) -> IntentQueue:
+    """Bind the cluster's intent consumer (made if missing), as every applier replica does."""
+    consumer = await ensure_intent_consumer(js, cluster, s)
+    return IntentQueue(await js.pull_subscribe_bind(consumer, stream=INTENTS))
+
+
+async def ack(msg: Msg) -> None:
+    """Done with the intent; no round trip (a lost ack redelivers, and a redelivery checks
+    whether it was carried out)."""
+    await msg.ack()
+
+
+async def nak(msg: Msg, *, delay: float) -> None:
+    """Not now: deliver it again after ``delay`` seconds."""
+    await msg.nak(delay=delay)
+
+
+async def term(msg: Msg) -> None:
+    """Never again (an intent that cannot be read)."""
+    await msg.term()
+
+
+async def in_progress(msg: Msg) -> None:
+    """Still being worked on: restart its ack wait."""
+    await msg.in_progress()
