@@ -115,6 +115,7 @@ class Reporter:
                     msg_id=f"applied:{msg.metadata.sequence.stream}",
                     supersedes=functools.partial(supersedes, fact),
                     last_seq=expected_applied(intent),
+                    batched=True,
                 )
             )
         ]

@@ -36,7 +36,8 @@ class Survivor:
     """What the stream keeps for the subject after ``publish_newest``."""
 
     seq: int
-    """its stream sequence (0: nothing; the next compare expects an empty subject)"""
+    """its stream sequence (0: nothing; the next compare expects an empty subject; -1: not
+    known, a batched publish landed)"""
     landed: bool
     """ours landed (or already had); otherwise ``data`` is the newer fact that stays"""
     data: bytes
@@ -52,12 +53,16 @@ async def publish_newest(
     msg_id: str,
     supersedes: Callable[[bytes], bool],
     last_seq: int | None = None,
+    batched: bool = False,
 ) -> Survivor:
     """Publish ``data`` unless the subject's last message is newer.
 
     ``supersedes(other)`` says whether our fact is newer than ``other`` (a message's payload).
     ``last_seq`` is the sequence of the last message the caller knows on the subject (0: none);
-    when ``None`` the last message is read first.
+    when ``None`` the last message is read first. ``batched``: the publish goes in the stream's
+    fast batch (a refusal still comes back, from the one-by-one retry of what the batch did not
+    confirm); the survivor's sequence is then unknown (-1), and a repeat of ours counts as
+    landed: for a caller that only needs its fact to land if it is the newest (an applier).
     """
     expected = last_seq
     backoff = 0.01
@@ -77,9 +82,21 @@ async def publish_newest(
                 if ours or not supersedes(last.data or b""):
                     return Survivor(seq, ours, last.data or b"")
                 expected = seq
-        task = await pub.publish(
-            subject, data, msg_id=msg_id, headers={EXPECTED_LAST_SUBJECT_SEQUENCE: str(expected)}
-        )
+        headers = {EXPECTED_LAST_SUBJECT_SEQUENCE: str(expected)}
+        if batched:
+            try:
+                await (
+                    await pub.publish_batched(stream, subject, data, msg_id=msg_id, headers=headers)
+                )
+                return Survivor(-1, True, data)
+            except bus.ApiError as exc:
+                if exc.err_code not in COMPARE_REFUSED:
+                    raise
+            expected = None
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 1.0)
+            continue
+        task = await pub.publish(subject, data, msg_id=msg_id, headers=headers)
         ack: bus.PublishAck | None
         try:
             ack = await task

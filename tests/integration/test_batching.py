@@ -6,12 +6,14 @@ stream that does not allow fast batches still gets every message, one by one.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 from nats.js import api as js_api
 
 from services.common import bus
+from services.common.newest import publish_newest
 
 from ..conftest import unique_name
 
@@ -126,3 +128,43 @@ async def test_subscribers_see_each_message_once_in_publish_order_across_streams
     await asyncio.sleep(0.2)
     await sub.unsubscribe()
     assert seen == sent
+
+
+async def test_a_batched_compare_and_publish_lands_only_when_newest(js: JetStreamContext) -> None:
+    """The applier's applied fact goes in a batch expecting what it believes the subject holds:
+    refused (someone landed a fact meanwhile), it reads and compares again like any other."""
+    await bus.ensure_streams(js)
+    subject = f"driftbus.applied.{unique_name('cas')}.g.ConfigMap.ns.x"
+    pub = bus.Publisher(js)
+    await (await pub.publish(subject, b"9", msg_id=f"{subject}:9"))
+
+    def newer(ours: int) -> Callable[[bytes], bool]:
+        return lambda other: ours > int(other)
+
+    older = await publish_newest(
+        pub,
+        js,
+        bus.APPLIED,
+        subject,
+        b"4",
+        msg_id=f"{subject}:4",
+        supersedes=newer(4),
+        last_seq=0,
+        batched=True,
+    )
+    assert (older.landed, older.data) == (False, b"9")
+    newest = await publish_newest(
+        pub,
+        js,
+        bus.APPLIED,
+        subject,
+        b"12",
+        msg_id=f"{subject}:12",
+        supersedes=newer(12),
+        last_seq=0,
+        batched=True,
+    )
+    assert newest.landed
+    last = await bus.last_message(js, bus.APPLIED, subject)
+    assert last is not None
+    assert last.data == b"12"
