@@ -6,6 +6,7 @@ stream that does not allow fast batches still gets every message, one by one.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable
 
 from nats.aio.client import Client as NATS
@@ -13,6 +14,7 @@ from nats.js import JetStreamContext
 from nats.js import api as js_api
 
 from services.common import bus
+from services.common.bus.streams import stream_configs
 from services.common.newest import publish_newest
 
 from ..conftest import unique_name
@@ -168,3 +170,28 @@ async def test_a_batched_compare_and_publish_lands_only_when_newest(js: JetStrea
     last = await bus.last_message(js, bus.APPLIED, subject)
     assert last is not None
     assert last.data == b"12"
+
+
+async def test_an_older_stream_configuration_is_brought_up_to_date_in_place(
+    js: JetStreamContext,
+) -> None:
+    """docs/upgrading.md: a publisher meeting a stream without fast batches publishes to it one
+    by one; the planner's ensure_streams turns them on in place, and batches go through."""
+    await bus.ensure_streams(js)
+    old = dataclasses.replace(
+        next(c for c in stream_configs() if c.name == bus.DECISIONS), allow_batched=False
+    )
+    await js.update_stream(old)
+    try:
+        base = f"driftbus.decision.{unique_name('upgrade')}"
+        before = bus.Publisher(js)
+        await _publish(before, bus.DECISIONS, [f"{base}.g.K.ns.a"], [f"{base}:a"])
+        assert await _count(js, bus.DECISIONS, f"{base}.>") == 1
+    finally:
+        await bus.ensure_streams(js)  # what a new planner does when it starts
+    info = await js.stream_info(bus.DECISIONS)
+    assert info.config.allow_batched is True
+    after = bus.Publisher(js)
+    subjects = [f"{base}.g.K.ns.b{i}" for i in range(50)]
+    await _publish(after, bus.DECISIONS, subjects, [f"{base}:b{i}" for i in range(50)])
+    assert await _count(js, bus.DECISIONS, f"{base}.>") == 51
