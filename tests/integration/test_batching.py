@@ -195,3 +195,44 @@ async def test_an_older_stream_configuration_is_brought_up_to_date_in_place(
     subjects = [f"{base}.g.K.ns.b{i}" for i in range(50)]
     await _publish(after, bus.DECISIONS, subjects, [f"{base}:b{i}" for i in range(50)])
     assert await _count(js, bus.DECISIONS, f"{base}.>") == 51
+
+
+async def test_concurrent_publishers_keep_their_order_when_the_client_must_flush(
+    nc: NATS, js: JetStreamContext
+) -> None:
+    """Sixteen publishers at once (an applier's handlers), messages big enough that nats-py
+    flushes its buffer in the middle of a publish: each publisher's messages still reach the
+    server in the order it published them, every one lands in its batch (none falls back)."""
+    await bus.ensure_streams(js)
+    u = unique_name("flush")
+    seen: list[bytes] = []
+
+    async def on_msg(msg: object) -> None:
+        seen.append(bytes(msg.data[:16]))  # type: ignore[attr-defined]
+
+    sub = await nc.subscribe(f"driftbus.*.{u}.>", cb=on_msg)
+    pub = bus.Publisher(js)
+    pad = b"." * 120_000
+
+    async def worker(w: int) -> list[asyncio.Task[object]]:
+        tasks = []
+        for i in range(24):
+            family, stream = (("status", bus.STATUS), ("decision", bus.DECISIONS))[i % 2]
+            data = f"{w:04d}-{i:04d}".encode().ljust(16, b" ") + pad
+            tasks.append(
+                await pub.publish_batched(
+                    stream, f"driftbus.{family}.{u}.g.K.ns.w{w}i{i}", data, msg_id=f"{u}:{w}:{i}"
+                )
+            )
+        return tasks
+
+    per_worker = await asyncio.gather(*(worker(w) for w in range(16)))
+    await asyncio.gather(*(t for ts in per_worker for t in ts))
+    await nc.flush()
+    await asyncio.sleep(0.5)
+    await sub.unsubscribe()
+    assert len(seen) == 16 * 24
+    for w in range(16):
+        mine = [s.decode().strip() for s in seen if s.startswith(f"{w:04d}-".encode())]
+        assert mine == [f"{w:04d}-{i:04d}" for i in range(24)], f"worker {w}: {mine}"
+    assert pub.fell_back() == 0

@@ -9,13 +9,10 @@ In "fail" mode a gap or an error ends the batch there, so the PubAck's count is 
 message up to it landed, none after it did.
 
 So a batched publish resolves when a window or the commit covers it. Whatever the batch did not
-confirm — an error, a lost connection, a leader change (the new leader does not know the batch),
-no answer within the ack timeout — is published again one by one through the acknowledged path
-with the same message id: a copy that did land is dropped as a repeat. Batching never decides
-whether a message lands, only how many answers it costs.
-
-Only plain publishes are batched: a compare-and-publish (``Nats-Expected-Last-Subject-Sequence``,
-newest.py) must learn its own refusal, which one answer per batch cannot say.
+confirm — an error (a refused compare-and-publish included: its one-by-one retry reports the
+refusal), a lost connection, no answer within the ack timeout — is published again one by one
+through the acknowledged path with the same message id: a copy that did land is dropped as a
+repeat. Batching never decides whether a message lands, only how many answers it costs.
 """
 
 from __future__ import annotations
@@ -42,7 +39,13 @@ IDLE = 0.002
 BATCH_DISABLED = 10205
 """JetStream's error code for a batch into a stream that does not allow fast batches."""
 
-Fallback = Callable[[str, bytes, dict[str, str]], Awaitable[object]]
+RETRY_UNBATCHED = 60.0
+"""Seconds before a stream that refused fast batches is tried in batches again (the planner
+may have brought its configuration up to date meanwhile)."""
+
+Fallback = Callable[[str, bytes, dict[str, str], float], Awaitable[object]]
+"""Publish one message acknowledged: subject, data, headers, and when it was first sent (the
+retries must stay inside the deduplication window counted from then)."""
 
 
 @dataclasses.dataclass(slots=True)
@@ -51,6 +54,8 @@ class _Pending:
     data: bytes
     headers: dict[str, str]
     done: asyncio.Future[None]
+    since: float
+    """loop time of its first publish"""
 
 
 @dataclasses.dataclass(slots=True)
@@ -61,10 +66,8 @@ class _Batch:
     """batch sequence of the last message sent"""
     waiting: dict[int, _Pending] = dataclasses.field(default_factory=dict)
     """sent, not yet confirmed, by batch sequence"""
-    sent: int = 0
-    """batch sequence of the last message on the wire"""
     committed: asyncio.Future[int] | None = None
-    """resolves to the count the commit's PubAck confirms"""
+    """resolved when the batch is over (its PubAck came, or it was given up)"""
 
 
 class FastBatches:
@@ -74,15 +77,17 @@ class FastBatches:
     Each stream's newest message is held back until the stream's next publish or the pause:
     held, it can still become its batch's commit, so a batch always ends on a message of its
     own (no end-of-batch marker a core subscriber of the subject would see) and a lone message
-    costs one message and one PubAck, as an ordinary publish does. Messages go on the wire in
-    the order they were published, whichever stream they are for (the planner's row before its
-    intent): a held message published before the one being sent is sent first, as its batch's
-    commit."""
+    costs one message and one PubAck, as an ordinary publish does. One lock covers choosing what
+    goes out and putting it on the wire, so the wire keeps publish order, within a batch and
+    across streams (the planner's row before its intent): a held message published before the
+    one being sent goes first, as its batch's commit. Only what falls back to the one-by-one path
+    may land after messages published later."""
 
     def __init__(self, nc: Client, *, fallback: Fallback, ack_timeout: float) -> None:
         self._nc = nc
         self._fallback = fallback
         self._timeout = ack_timeout
+        self._wire = asyncio.Lock()
         self._open: dict[str, _Batch] = {}
         self._by_id: dict[str, _Batch] = {}
         self._held: dict[str, tuple[int, _Batch, int]] = {}
@@ -90,7 +95,8 @@ class FastBatches:
         self._order = 0
         self._last_publish = 0.0
         self._idle: asyncio.Task[None] | None = None
-        self._unbatched: set[str] = set()
+        self._unbatched: dict[str, float] = {}
+        """streams that refused fast batches, and when"""
         self._inbox = ""
         self._sub: object | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -98,43 +104,58 @@ class FastBatches:
         self.fell_back = 0
 
     def allowed(self, stream: str) -> bool:
-        return stream not in self._unbatched
+        refused = self._unbatched.get(stream)
+        if refused is None:
+            return True
+        if asyncio.get_running_loop().time() - refused > RETRY_UNBATCHED:
+            del self._unbatched[stream]
+            return True
+        return False
 
     async def publish(
         self, stream: str, subject: str, data: bytes, headers: dict[str, str]
     ) -> asyncio.Future[None]:
         """Queue ``data`` in the stream's open batch; the future resolves once it is durable."""
-        if self._sub is None:
-            self._inbox = self._nc.new_inbox()
-            self._sub = await self._nc.subscribe(f"{self._inbox}.>", cb=self._answer)
-        loop = asyncio.get_running_loop()
-        b = self._open.get(stream)
-        if b is None:
-            b = self._open[stream] = _Batch(stream)
-            self._by_id[b.id] = b
-            self.batches += 1
-        b.seq += 1
-        p = _Pending(subject, data, headers, loop.create_future())
-        b.waiting[b.seq] = p
-        if b.seq >= MAX_BATCH:  # full: this one commits it, and the next opens another
-            del self._open[stream]
-        # Every change of state is made before the first suspension, and nats-py queues a
-        # publish's bytes before its first: concurrent publishes keep the wire in order.
-        self._order += 1
-        previous = self._held.get(stream)
-        self._held[stream] = (self._order, b, b.seq)
-        self._last_publish = loop.time()
-        if self._idle is None or self._idle.done():
-            self._idle = asyncio.ensure_future(self._commit_when_idle())
-        if previous is not None:
-            order, pb, pseq = previous
-            earlier = sorted(h for s, h in self._held.items() if s != stream and h[0] < order)
-            for _, eb, _ in earlier:
-                del self._held[eb.stream]
-            for _, eb, eseq in earlier:
-                await self._send(eb, eseq, commit=True)
-            await self._send(pb, pseq)
-        return p.done
+        async with self._wire:
+            if self._sub is None:
+                self._inbox = self._nc.new_inbox()
+                self._sub = await self._nc.subscribe(f"{self._inbox}.>", cb=self._answer)
+            loop = asyncio.get_running_loop()
+            b = self._open.get(stream)
+            if b is None:
+                b = self._open[stream] = _Batch(stream)
+                self._by_id[b.id] = b
+                self.batches += 1
+            b.seq += 1
+            p = _Pending(subject, data, headers, loop.create_future(), loop.time())
+            b.waiting[b.seq] = p
+            if b.seq >= MAX_BATCH:  # full: this one commits it, and the next opens another
+                del self._open[stream]
+            self._order += 1
+            previous = self._held.get(stream)
+            self._held[stream] = (self._order, b, b.seq)
+            self._last_publish = loop.time()
+            if self._idle is None or self._idle.done():
+                self._idle = asyncio.ensure_future(self._commit_when_idle())
+            if previous is not None:
+                order = previous[0]
+                earlier = sorted(h for st, h in self._held.items() if st != stream and h[0] < order)
+                for _, eb, _ in earlier:
+                    del self._held[eb.stream]
+                await self._send_all([(eb, eseq, True) for _, eb, eseq in earlier])
+                await self._send_all([(previous[1], previous[2], False)])
+            return p.done
+
+    async def _send_all(self, sends: list[tuple[_Batch, int, bool]]) -> None:
+        """Put messages on the wire in this order (``True``: it commits its batch). Whatever
+        is not sent — the connection failed, or we were cancelled — goes the one-by-one way."""
+        for i, (b, seq, commit) in enumerate(sends):
+            try:
+                await self._send(b, seq, commit=commit)
+            except BaseException:
+                for rest, _, _ in sends[i:]:
+                    self._give_up(rest)
+                raise
 
     async def _send(self, b: _Batch, seq: int, *, commit: bool = False) -> None:
         """Put message ``seq`` of ``b`` on the wire; ``commit``: it ends the batch (so does the
@@ -146,7 +167,6 @@ class FastBatches:
         if commit and self._open.get(b.stream) is b:
             del self._open[b.stream]
         op = 2 if commit else 0 if seq == 1 else 1
-        b.sent = seq
         try:
             await self._nc.publish(
                 p.subject, p.data, reply=self._reply(b, seq, op), headers=p.headers
@@ -165,12 +185,12 @@ class FastBatches:
         loop = asyncio.get_running_loop()
         while self._held:
             await asyncio.sleep(IDLE)
-            if loop.time() - self._last_publish < IDLE:
-                continue
-            held = sorted(self._held.values())
-            self._held.clear()
-            for _, b, seq in held:
-                await self._send(b, seq, commit=True)
+            async with self._wire:
+                if loop.time() - self._last_publish < IDLE:
+                    continue
+                held = sorted(self._held.values())
+                self._held.clear()
+                await self._send_all([(b, seq, True) for _, b, seq in held])
 
     async def _await_commit(self, b: _Batch) -> None:
         if b.committed is None:
@@ -188,6 +208,9 @@ class FastBatches:
         b = self._by_id.get(tokens[-6]) if len(tokens) >= 6 else None
         if b is None:
             return
+        if not msg.data and (msg.headers or {}).get("Status") == "503":
+            self._give_up(b)  # no stream takes the subject: the acked path reports it
+            return
         try:
             doc = orjson.loads(msg.data)
         except orjson.JSONDecodeError:
@@ -199,14 +222,12 @@ class FastBatches:
             log.debug("fast batch %s to %s: %s", b.id, b.stream, doc)
         elif "error" in doc:
             if (doc["error"] or {}).get("err_code") == BATCH_DISABLED:
-                self._unbatched.add(b.stream)  # an older stream configuration: one by one
+                # an older stream configuration: one by one for a while
+                self._unbatched[b.stream] = asyncio.get_running_loop().time()
             self._give_up(b)
-        elif "stream" in doc:  # the commit's PubAck: exactly ``count`` landed
+        elif "stream" in doc:  # a PubAck: the batch is over, exactly ``count`` landed
             self._confirm(b, int(doc.get("count", 0) or 0))
-            if b.committed is None:
-                b.committed = asyncio.get_running_loop().create_future()
-            if not b.committed.done():
-                b.committed.set_result(0)
+            self._give_up(b)  # the rest (if it ended early) goes one by one
 
     def _confirm(self, b: _Batch, upto: int) -> None:
         for seq in [s for s in b.waiting if s <= upto]:
@@ -215,13 +236,16 @@ class FastBatches:
                 p.done.set_result(None)
 
     def _give_up(self, b: _Batch) -> None:
-        """Publish what the batch did not confirm one by one, acknowledged (same message ids)."""
+        """End ``b`` here: publish what it did not confirm one by one, acknowledged, with the
+        same message ids."""
         if self._open.get(b.stream) is b:
             del self._open[b.stream]
         if (held := self._held.get(b.stream)) is not None and held[1] is b:
             del self._held[b.stream]
         self._by_id.pop(b.id, None)
-        if b.committed is not None and not b.committed.done():
+        if b.committed is None:
+            b.committed = asyncio.get_running_loop().create_future()
+        if not b.committed.done():
             b.committed.set_result(0)
         rest, b.waiting = b.waiting, {}
         for p in rest.values():
@@ -230,7 +254,7 @@ class FastBatches:
 
     async def _one_by_one(self, p: _Pending) -> None:
         try:
-            await self._fallback(p.subject, p.data, p.headers)
+            await self._fallback(p.subject, p.data, p.headers, p.since)
         except BaseException as exc:
             if not p.done.done():
                 p.done.set_exception(exc)

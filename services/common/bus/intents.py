@@ -92,9 +92,17 @@ class IntentQueue:
     async def fetch(self, n: int, *, timeout: float) -> list[Msg]:  # noqa: ASYNC109
         """Up to ``n`` intents, waiting at most ``timeout`` seconds; none when none came."""
         try:
-            return list(await self._sub.fetch(batch=n, timeout=timeout))
+            msgs = list(await self._sub.fetch(batch=n, timeout=timeout))
         except (NatsTimeout, TimeoutError):  # nats-py raises either when nothing is pending
             return []
+        # nats-py hands over whatever it buffered (an abandoned long poll's late deliveries
+        # too), which may be more than asked for. Those would wait for a slot with nothing
+        # keeping them claimed, and a fresh delivery is trusted to be the object's latest
+        # intent (no supersession read): give them back, to be redelivered.
+        for extra in msgs[n:]:
+            with contextlib.suppress(Exception):
+                await extra.nak()
+        return msgs[:n]
 
     async def close(self) -> None:
         """nats-py's drain never completes for a pull subscription and waits out its whole

@@ -67,16 +67,18 @@ class Publisher:
         headers: dict[str, str] | None = None,
     ) -> asyncio.Task[Any]:
         """Like ``publish``, in the stream's open fast batch (``batching``): acknowledged per
-        window rather than per message; the task resolves once the message is durable. Only
-        for plain publishes (no expected-sequence headers)."""
+        window rather than per message; the task resolves once the message is durable (or
+        raises what its one-by-one retry met: a refused expected sequence included). What
+        it cannot give is the message's stream sequence."""
         hdrs = {"Nats-Msg-Id": msg_id, **(telemetry.inject(headers) or {})}
         if self._batches is None:
             # the connection under the JetStream context: fast batches speak core NATS
             self._batches = FastBatches(
                 self._js._nc,
-                fallback=lambda subject, data, h: self.retrying(
+                fallback=lambda subject, data, h, since: self.retrying(
                     f"publish to {subject}",
                     lambda: self._js.publish(subject, data, headers=h, timeout=self._timeout),
+                    since=since,
                 ),
                 ack_timeout=self._timeout,
             )
@@ -92,6 +94,10 @@ class Publisher:
         self._pending.add(task)
         task.add_done_callback(self._done)
         return task
+
+    def fell_back(self) -> int:
+        """Batched publishes that had to go one by one (a batch did not confirm them)."""
+        return 0 if self._batches is None else self._batches.fell_back
 
     def _done(self, task: asyncio.Task[Any]) -> None:
         self._pending.discard(task)
@@ -113,12 +119,16 @@ class Publisher:
             lambda: self._js.publish(subject, data, headers=hdrs, timeout=self._timeout),
         )
 
-    async def retrying(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
+    async def retrying(
+        self, what: str, call: Callable[[], Awaitable[T]], *, since: float | None = None
+    ) -> T:
         """``call()`` again, with backoff, while the bus is away or a stream has no leader (a
-        reconnect, a NATS cluster node lost), for as long as a publish is retried."""
+        reconnect, a NATS cluster node lost), for as long as a publish is retried, counted from
+        ``since`` (loop time) when the message was first sent earlier (in a batch): every copy
+        must go out inside the deduplication window of the first."""
         delay = 0.2
         loop = asyncio.get_running_loop()
-        give_up = loop.time() + self._retry_for
+        give_up = (loop.time() if since is None else since) + self._retry_for
         attempt = 0
         while True:
             attempt += 1
