@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable
 
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
@@ -15,7 +14,7 @@ from nats.js import api as js_api
 
 from services.common import bus
 from services.common.bus.streams import stream_configs
-from services.common.newest import publish_newest
+from services.common.newest import Survivor, publish_newest
 
 from ..conftest import unique_name
 
@@ -140,32 +139,23 @@ async def test_a_batched_compare_and_publish_lands_only_when_newest(js: JetStrea
     pub = bus.Publisher(js)
     await (await pub.publish(subject, b"9", msg_id=f"{subject}:9"))
 
-    def newer(ours: int) -> Callable[[bytes], bool]:
-        return lambda other: ours > int(other)
+    async def offer(version: int) -> Survivor:
+        """Publish ``version`` batched, expecting (wrongly) an empty subject."""
+        return await publish_newest(
+            pub,
+            js,
+            bus.APPLIED,
+            subject,
+            str(version).encode(),
+            msg_id=f"{subject}:{version}",
+            supersedes=lambda other: version > int(other),
+            last_seq=0,
+            batched=True,
+        )
 
-    older = await publish_newest(
-        pub,
-        js,
-        bus.APPLIED,
-        subject,
-        b"4",
-        msg_id=f"{subject}:4",
-        supersedes=newer(4),
-        last_seq=0,
-        batched=True,
-    )
+    older = await offer(4)
     assert (older.landed, older.data) == (False, b"9")
-    newest = await publish_newest(
-        pub,
-        js,
-        bus.APPLIED,
-        subject,
-        b"12",
-        msg_id=f"{subject}:12",
-        supersedes=newer(12),
-        last_seq=0,
-        batched=True,
-    )
+    newest = await offer(12)
     assert newest.landed
     last = await bus.last_message(js, bus.APPLIED, subject)
     assert last is not None
