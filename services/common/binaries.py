@@ -44,6 +44,9 @@ class Asset:
 KUBE_VERSION = "v1.36.3"
 HELM_VERSION = "v4.3.1"
 KWOK_VERSION = "v0.8.0"
+SOPS_VERSION = "v3.13.3"
+AGE_VERSION = "v1.3.2"
+REGISTRY_VERSION = "v3.1.2"
 _KUBE_LDFLAGS = (
     "-s -w"
     f" -X k8s.io/component-base/version.gitVersion={KUBE_VERSION}"
@@ -86,6 +89,14 @@ ASSETS: dict[str, Asset] = {
             "helm.sh/helm/v4/cmd/helm",
             HELM_VERSION,
             f"-s -w -X helm.sh/helm/v4/internal/version.version={HELM_VERSION}",
+        ),
+        Asset("sops", "sops", "github.com/getsops/sops/v3/cmd/sops", SOPS_VERSION),
+        Asset("age-keygen", "sops", "filippo.io/age/cmd/age-keygen", AGE_VERSION),
+        Asset(
+            "registry",
+            "registry",
+            "github.com/distribution/distribution/v3/cmd/registry",
+            REGISTRY_VERSION,
         ),
     )
 }
@@ -153,6 +164,9 @@ def version_of(name: str, path: Path) -> str:
         "kube-apiserver": ["--version"],
         "kubectl": ["version", "--client"],
         "helm": ["version", "--short"],
+        "sops": ["--version", "--disable-version-check"],
+        "age-keygen": ["--version"],
+        "registry": ["--version"],
     }[name]
     try:
         res = subprocess.run([str(path), *args], capture_output=True, text=True, timeout=30)
