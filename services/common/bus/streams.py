@@ -58,6 +58,12 @@ CLUSTERS_STREAM = f"KV_{CLUSTERS_BUCKET}"
 ROLLOUTS_BUCKET = "driftbus-rollouts"
 """KV bucket of rollout states (``rollout.<t>.<n>``) and the driver's lease (``driver``)."""
 ROLLOUTS_STREAM = f"KV_{ROLLOUTS_BUCKET}"
+WINDOWS_BUCKET = "driftbus-windows"
+"""KV bucket holding the sync windows in force (key ``WINDOWS_KEY``; docs/windows.md)."""
+WINDOWS_KEY = "windows"
+NOTIFY_BUCKET = "driftbus-notify"
+"""KV bucket of notification configurations (docs/notifications.md): the platform's and each
+tenant's, one key each."""
 DAY = 24 * 3600.0
 DEDUPE_WINDOW = 120.0
 """Seconds during which a repeated Nats-Msg-Id is dropped: covers publish retries across a
@@ -232,6 +238,7 @@ async def ensure_streams(
         await _ensure_shards_bucket(js, replicas)
         await ensure_tenants_bucket(js, replicas)
         await ensure_fleet_buckets(js, replicas)
+        await ensure_config_buckets(js, replicas)
         # the bucket big bundles go to exists before any user needs it (users may not create
         # it), bounded; an older driftbus's unbounded bucket gets the limits
         await ensure_object_store(js, replicas, started + (within or 120.0))
@@ -272,6 +279,16 @@ async def ensure_fleet_buckets(js: JetStreamContext, replicas: int = 1) -> None:
         (ROLLOUTS_BUCKET, 1, "driftbus rollout states and the rollout driver's lease"),
     ):
         await _ensure_bucket(js, bucket, description, history, replicas, direct=True)
+
+
+async def ensure_config_buckets(js: JetStreamContext, replicas: int = 1) -> None:
+    """The sync windows and the notification configurations (made by the planner, or by
+    whoever applies one first). History 10, like the tenant policy: an audit reads earlier ones."""
+    for bucket, description in (
+        (WINDOWS_BUCKET, "driftbus sync windows (driftbus windows apply)"),
+        (NOTIFY_BUCKET, "driftbus notifications (driftbus notify apply)"),
+    ):
+        await _ensure_bucket(js, bucket, description, 10, replicas)
 
 
 async def _ensure_shards_bucket(js: JetStreamContext, replicas: int) -> None:
