@@ -81,6 +81,10 @@ class BundleOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     and prunes wait; the status says for which). ``name`` is a bundle of the same tenant,
     ``tenant/name`` another tenant's (a tenant may name only its own and the platform's), and
     ``/name`` a platform bundle. A revision that closes a cycle is refused (docs/lifecycle.md)."""
+    override_window: bool = False
+    """Write this revision (and correct its drift) even inside a deny sync window, or outside
+    every allow window (``driftbus publish --override-window``); each write it lets through is
+    recorded in the decision log, naming the window overridden (docs/windows.md)."""
 
 
 class ObjectStoreRef(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

@@ -49,6 +49,13 @@ class DecisionReason(enum.StrEnum):
     """Held: the bundle is suspended (``driftbus suspend``)."""
     DEPENDENCIES = "dependencies"
     """Held: a bundle of ``depends_on`` is not Ready."""
+    WINDOW = "window"
+    """Held: a deny sync window is in force, or no allow window is (docs/windows.md)."""
+    WAVE = "wave"
+    """Held: an earlier sync wave or hook phase of the bundle's revision is not done yet
+    (docs/hooks.md)."""
+    HOOK = "hook"
+    """A hook of the revision run (applied), or deleted by its ``hook-delete-policy``."""
 
 
 class DecisionRecord(Message, frozen=True, tag=tag("decision")):
@@ -68,3 +75,6 @@ class DecisionRecord(Message, frozen=True, tag=tag("decision")):
     planner: str = ""
     identity: str = ""
     """Whom a write was made as: the tenant's ServiceAccount user, "" for driftbus's own."""
+    window: str = ""
+    """The sync window that held this decision, or that ``--override-window`` overrode
+    (``override: NAME``); "" when no window was in force."""

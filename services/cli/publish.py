@@ -30,6 +30,7 @@ def bundle_options(args: argparse.Namespace) -> BundleOptions:
         ignore=list(args.ignore or ()),
         drift=args.drift,
         depends_on=list(getattr(args, "depends_on", None) or ()),
+        override_window=bool(getattr(args, "override_window", False)),
     )
 
 
@@ -190,6 +191,13 @@ def _add_bundle_option_flags(p: argparse.ArgumentParser) -> None:
         help="what a change someone else makes to a field driftbus owns gets: correct (apply "
         "the manifest again) or warn (write nothing, report the bundle OutOfSync naming the "
         "objects); default %(default)s",
+    )
+    p.add_argument(
+        "--override-window",
+        action="store_true",
+        help="write this revision (and correct its drift) even in a deny sync window or "
+        "outside every allow window; each such write names the window in the decision log "
+        "(docs/windows.md)",
     )
     p.add_argument(
         "--prune-propagation",
