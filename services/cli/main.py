@@ -92,10 +92,24 @@ def main(argv: list[str] | None = None) -> int:
             if args.cluster is None:
                 parser.error(f"{args.command}: --cluster is required (no driftbus up is running)")
         code: int = args.func(args)
+        sys.stdout.flush()
     except (BusUnreachable, context.StaleContext) as exc:  # one line, no traceback
         print(f"driftbus {args.command}: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        return closed_pipe()
     return code
+
+
+def closed_pipe() -> int:
+    """The reader of our output went away (``driftbus version | head -3``): stop quietly, as
+    kubectl does. Whatever is still buffered goes to /dev/null, so the interpreter's last flush
+    at exit does not print a second traceback; 141 is what a shell reports for SIGPIPE."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return 141
 
 
 if __name__ == "__main__":

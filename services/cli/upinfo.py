@@ -31,7 +31,7 @@ def print_info(info: dict[str, Any], output: str) -> None:
     width = max(len(k) for k in info)
     print()
     for k, v in info.items():
-        print(f"  {k:<{width}}  {upclusters.listed(v) if k == 'clusters' else v}")
+        print(f"  {k:<{width}}  {_cell(k, v)}")
     print(f"\n  driftbus commands find this stack through {info['context']} (no exports needed);")
     print("  its NATS takes mutual TLS and a password per role (the context names the files);")
     print("  kubectl and other tools:")
@@ -42,6 +42,16 @@ def print_info(info: dict[str, Any], output: str) -> None:
     exe = "driftbus" if shutil.which("driftbus") else str(Path(sys.executable).parent / "driftbus")
     print(f"  {exe} status --cluster {info['cluster']} --bundle hello")
     print("\nCtrl-C stops everything.", flush=True)
+
+
+def _cell(key: str, value: Any) -> str:
+    """One value of the table as a person reads it: the clusters listed, the services as
+    ``watcher (pid 4120), planner (pid 4121)``, never a Python repr."""
+    if key == "clusters":
+        return upclusters.listed(value)
+    if key == "services" and isinstance(value, dict):
+        return ", ".join(f"{name} (pid {pid})" for name, pid in value.items())
+    return str(value)
 
 
 def print_detached(info: dict[str, Any]) -> None:
