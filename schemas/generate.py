@@ -27,9 +27,10 @@ from schemas.cli import (
 from schemas.fleet import ClusterList, FleetStatus, RolloutHistory
 from schemas.messages import MESSAGE_TYPES
 from schemas.tenants import TenantPolicy
+from schemas.windows import WindowRow, WindowsFile
 
 OUT_DIR = Path(__file__).parent / "json"
-FILE_TYPES: dict[str, Any] = {"tenants": TenantPolicy}
+FILE_TYPES: dict[str, Any] = {"tenants": TenantPolicy, "windows": WindowsFile}
 """Files users write, by schema name (docs/tenancy.md)."""
 CLI_TYPES: dict[str, Any] = {
     "cli-bundles": list[BundleRow],
@@ -42,6 +43,7 @@ CLI_TYPES: dict[str, Any] = {
     "cli-clusters": ClusterList,
     "cli-rollout-status": FleetStatus,
     "cli-rollout-history": RolloutHistory,
+    "cli-windows": list[WindowRow],
 }
 """What ``-o json`` of a command prints, by schema name."""
 
