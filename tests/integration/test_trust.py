@@ -214,6 +214,8 @@ async def test_prune_safeguards_annotation_ownership_and_namespace_in_use(
     status = await watch_b.until(lambda s: s.revision == "r2", 30, pipeline.logs)
     assert status.phase is BundlePhase.FAILED
     assert any(f"already declared by bundle {a}" in line for line in status.failed_objects)
+    # the one line `bundles` and the page show names the owner too, not only "1 of 2 failed"
+    assert f"1 already declared by bundle {a}" in status.message, status.message
     assert (await kube.get(res, "a1", ns))["data"] == {"k": "a1"}
 
     # a drops everything but allows it: the annotated object stays, the Namespace stays

@@ -63,6 +63,21 @@ CASES: list[tuple[str, Tally, P, str]] = [
         P.FAILED,
         "1 of 9 objects failed",
     ),
+    (
+        "objects-another-bundle-declares-name-that-bundle",
+        tally(failed=9, declared_by={"team-a/web": 9}),
+        P.FAILED,
+        "9 of 9 objects failed: 9 already declared by bundle team-a/web (publish with take-over "
+        "to move them)",
+    ),
+    (
+        "several-declaring-bundles-most-first-three-named",
+        tally(failed=9, declared_by={"a": 1, "b": 5, "c": 1, "d": 2}),
+        P.FAILED,
+        "9 of 9 objects failed: 5 already declared by bundle b, 2 already declared by bundle d, "
+        "1 already declared by bundle a and by 1 other bundles (publish with take-over to move "
+        "them)",
+    ),
     ("failed-prune-is-failed", tally(prune_failed=2), P.FAILED, "2 prunes failed"),
     (
         "failed-object-and-failed-prune-are-both-named",

@@ -55,6 +55,8 @@ class BundleView:
     keys: set[ObjectKey]
     errors: list[str]
     """Objects of this revision not taken (another bundle declares them)."""
+    declared_by: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Of those, how many each other bundle declares: the bundle status names them."""
     propagation: str = "Background"
     refused: tuple[str, str] | None = None
     """(revision, why) of the latest publish if it was refused; this view stays in force."""

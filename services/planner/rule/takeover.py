@@ -76,6 +76,7 @@ def take(
                 f"{slot[1]}: already declared by bundle {other} (publish with take-over "
                 "to move it to this bundle)"
             )
+            view.declared_by[other] = view.declared_by.get(other, 0) + 1
             continue
         if other is not None:
             taken.moved.append((slot, other))

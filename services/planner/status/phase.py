@@ -62,6 +62,8 @@ class Tally:
     not_declared: int = 0
     """live objects carrying the bundle's label that none of its revisions applied: reported,
     never pruned, not in the way of Ready"""
+    declared_by: dict[str, int] = dataclasses.field(default_factory=dict)
+    """of the failed objects, how many each other bundle declares (not taken without take-over)"""
     refused: str = ""
     """why the latest revision was refused (the one in force stays applied)"""
     refusal_waits: bool = False
@@ -100,6 +102,16 @@ def _deletion_phase(t: Tally) -> tuple[BundlePhase, str]:
     return BundlePhase.DELETED, "deleted; its objects are pruned"
 
 
+def _declared(t: Tally) -> str:
+    """``: 9 already declared by bundle team-a/web (publish with take-over to move them)``."""
+    if not t.declared_by:
+        return ""
+    named = sorted(t.declared_by.items(), key=lambda kv: (-kv[1], kv[0]))
+    shown = ", ".join(f"{n} already declared by bundle {b}" for b, n in named[:3])
+    more = f" and by {len(named) - 3} other bundles" if len(named) > 3 else ""
+    return f": {shown}{more} (publish with take-over to move them)"
+
+
 def _phase(t: Tally) -> tuple[BundlePhase, str]:
     if t.deleting and not t.refused:
         return _deletion_phase(t)
@@ -113,7 +125,7 @@ def _phase(t: Tally) -> tuple[BundlePhase, str]:
             "(kept as they are: nothing is pruned for it)",
         )
     if failed:
-        parts = [f"{t.failed} of {t.total} objects failed"] if t.failed else []
+        parts = [f"{t.failed} of {t.total} objects failed{_declared(t)}"] if t.failed else []
         if t.prune_failed:
             parts.append(f"{t.prune_failed} prunes failed")
         return BundlePhase.FAILED, ", ".join(parts)

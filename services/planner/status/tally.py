@@ -180,6 +180,7 @@ def tally_of(view: BundleView, known: Known, book: Book, strays: Collection[Slot
     t.outside = len(view.outside)
     t.unserved = list(known.unserved)
     t.failed = len(view.errors) + book.count(FAILED)
+    t.declared_by = dict(view.declared_by)
     t.conflicts = book.count(CONFLICT)
     t.in_flight = book.count(IN_FLIGHT, WAITING)
     t.unobserved = book.count(UNOBSERVED)
