@@ -16,6 +16,7 @@ from services.planner.memory.cluster import ClusterState
 from services.planner.rule import prune
 from services.planner.rule.decide import Desired, Entry, Event, Removed, restore, step
 from services.planner.rule.entry import Slot
+from services.planner.rule.holds import Hold
 from services.planner.rule.revision import BundleView
 from services.planner.shell.sending import Decisions, pace
 from services.planner.shell.status_board import StatusBoard
@@ -37,12 +38,12 @@ class Folder:
             entries[slot] = restore(entry, event)
             return
         of = event.bundle if isinstance(event, Desired | Removed) else entry.bundle
-        hold = self.state.hold(of or entry.owner_bundle) if of or entry.owner_bundle else None
+        hold, of_bundle = self.hold_of(slot, of or entry.owner_bundle)
         entry, decision = step(
             entry, event, now=time.time(), hold=hold.reason if hold is not None else None
         )
         entries[slot] = entry
-        if decision is not None and decision.action is DecisionAction.HOLD:
+        if of_bundle and decision is not None and decision.action is DecisionAction.HOLD:
             self.state.held.add(of or entry.owner_bundle)
         removed_from = event.bundle if isinstance(event, Removed) else ""
         bundle = entry.bundle or entry.owner_bundle or removed_from
@@ -51,6 +52,15 @@ class Folder:
             self.board.continue_current_span((slot[0], bundle))
         if decision is not None:
             await self.decisions.publish(slot, decision, removed_from=removed_from)
+
+    def hold_of(self, slot: Slot, bundle: str) -> tuple[Hold | None, bool]:
+        """Why a write of the object for ``bundle`` waits now, and whether the hold is the whole
+        bundle's (suspended, a dependency, a window: released together when it ends, by the
+        periodic duty) rather than the object's own (a sync wave: released as waves finish)."""
+        if not bundle:
+            return None, False
+        hold = self.state.hold(bundle)
+        return hold, hold is not None
 
     async def prune(self, view: BundleView) -> None:
         """Level-triggered prune: live objects carrying this bundle's label, not in its revision.

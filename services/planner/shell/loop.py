@@ -241,11 +241,11 @@ class Planner:
         now = time.time()
         for i, slot in enumerate(slots):
             entry = st.entries[slot]
-            hold = st.hold(entry.bundle)
+            hold, of_bundle = self.folder.hold_of(slot, entry.bundle)
             st.entries[slot], decision = reevaluate(
                 entry, now=now, hold=hold.reason if hold else None
             )
-            if decision is not None and decision.action is DecisionAction.HOLD:
+            if of_bundle and decision is not None and decision.action is DecisionAction.HOLD:
                 st.held.add(entry.bundle)
             await pace(i)
             by_bundle.setdefault(st.entries[slot].bundle, []).append((slot, decision))
