@@ -16,7 +16,9 @@ long as the cause lasts, and said so on the way. A prune re-reads the live objec
 deletes only what still carries the bundle's label and does not opt out, with a uid
 precondition (never a namesake created meanwhile) and the bundle's propagation policy. Errors
 are classified (``classify``: invalid, conflict, immutable, retryable, unknown kind) and every
-message is scrubbed of Secret values before it leaves this process. Fetching, concurrency and
+message is scrubbed of Secret values before it leaves this process. A SOPS-encrypted manifest is
+decrypted with the replica's age key (``--sops-age-key-file``) just before its apply and
+nowhere else (``verbs.decrypted``, ``common.sops``). Fetching, concurrency and
 keeping intents claimed: ``consumer``.
 """
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
 import traceback
 
 from opentelemetry import trace
@@ -39,10 +42,10 @@ from services.applier.fence import Fence, follow_claims, read_claim
 from services.applier.gate import NamespaceGate
 from services.applier.report import Reporter
 from services.applier.verbs import Outcome, apply, delete, now
-from services.common import bus, members, telemetry
+from services.common import bus, members, sops, telemetry
 from services.common.kube import Forbidden, KubeClient
 from services.common.runtime import ClusterSettings, cluster_connections
-from services.common.settings import replica_id, setting
+from services.common.settings import SettingsError, replica_id, setting
 from services.core.scrub import scrub_for
 
 log = logging.getLogger("driftbus.applier")
@@ -90,6 +93,14 @@ class ApplierSettings(ClusterSettings, telemetry.TelemetrySettings, bus.NatsSett
         "seconds between reads of the cluster's planner claim: how soon after a take-over the "
         "intents of the deposed planner are dropped even before the new one's arrive",
     )
+    sops_age_key_file: str = setting(
+        "",
+        "age key file (as age-keygen writes it) with which this replica decrypts SOPS-encrypted "
+        "Secrets just before applying them; the only place driftbus holds the key. Without it "
+        "such a Secret is Failed. Give every applier of a cluster the same key "
+        "(docs/secrets.md)",
+        env="SOPS_AGE_KEY_FILE",
+    )
 
 
 class Applier:
@@ -115,6 +126,7 @@ class Applier:
         self.fence = Fence()
         self.gate = NamespaceGate()
         self.bound = asyncio.Event()
+        self.decryptor = sops.Decryptor(settings.sops_age_key_file)
 
     async def run(self) -> None:
         await read_claim(self.fence, self.js, self.s.cluster, max_backoff=self.s.max_backoff)
@@ -220,6 +232,7 @@ class Applier:
                     intent,
                     applier_id=self.s.applier_id,
                     whole=self.s.whole_object_drift,
+                    decryptor=self.decryptor,
                 )
             else:
                 outcome = await delete(kube, intent, applier_id=self.s.applier_id)
@@ -316,8 +329,18 @@ class Applier:
             return False
 
 
+def check_key_file(path: str) -> None:
+    """A configured age key file must be readable at start-up (the setting fails loudly,
+    naming itself, instead of every SOPS-encrypted Secret failing later)."""
+    if path and not os.access(path, os.R_OK):
+        raise SettingsError(
+            f"--sops-age-key-file / SOPS_AGE_KEY_FILE={path!r}: not a readable file"
+        )
+
+
 async def run(settings: ApplierSettings, *, stopping: asyncio.Event | None = None) -> None:
     settings = dataclasses.replace(settings, applier_id=settings.applier_id or replica_id())
+    check_key_file(settings.sops_age_key_file)
     async with cluster_connections("applier", settings, settings, settings) as c:
         applier = Applier(settings=settings, js=c.js, kube=c.kube, publisher=c.publisher)
         c.health.add("bound to the cluster's intent consumer", applier.bound.is_set)

@@ -2,6 +2,11 @@
 
 Each verb returns its result as data (an ``Outcome``, with the applied fact on success) or raises
 ``Decided`` with the classification of the error that stopped it (``classify``).
+
+A SOPS-encrypted manifest is decrypted here, just before its apply (``decrypted``), and the
+rest of the apply works on the decrypted intent, so every error is scrubbed of the decrypted
+values; the plaintext lives only in this call. One that cannot be decrypted is ``Failed``
+naming the object and sops's reason, and nothing of it is applied.
 """
 
 from __future__ import annotations
@@ -13,15 +18,18 @@ import datetime as dt
 import logging
 from typing import Any, Final
 
+import msgspec
 import orjson
 
 from schemas.messages import AppliedEvent, ApplyIntent, DeleteIntent, ObjectPhase
-from services.applier.classify import Decided, Gone, Replace, Step, Wait, classify
+from services.applier.classify import Decided, Gone, Leave, Replace, Report, Step, Wait, classify
+from services.common import sops
 from services.common.kube import Conflict, Invalid, KubeClient, KubeError, NotFound, Resource
 from services.core.adopt import adoption_patch
 from services.core.ignore import owned_at, pointers_of, sparse, value_at
 from services.core.manifest import FIELD_MANAGER, PRUNE_ANNOTATION, owner_of, prune_disabled
 from services.core.owned import field_set
+from services.core.scrub import scrub_for
 from services.core.sha import object_sha
 
 log = logging.getLogger("driftbus.applier")
@@ -40,10 +48,57 @@ class Outcome:
 
 
 async def apply(
-    kube: KubeClient, intent: ApplyIntent, *, applier_id: str, whole: bool = False
+    kube: KubeClient,
+    intent: ApplyIntent,
+    *,
+    applier_id: str,
+    whole: bool = False,
+    decryptor: sops.Decryptor | None = None,
 ) -> Outcome:
     """Server-side apply (``fieldManager=driftbus``); an immutable field is replaced if the
-    bundle allows it."""
+    bundle allows it. A SOPS-encrypted manifest is decrypted first (``decryptor``)."""
+    if sops.is_encrypted(intent.manifest):
+        return await decrypted(kube, intent, applier_id=applier_id, whole=whole, by=decryptor)
+    return await _apply(kube, intent, applier_id=applier_id, whole=whole)
+
+
+async def decrypted(
+    kube: KubeClient,
+    intent: ApplyIntent,
+    *,
+    applier_id: str,
+    whole: bool,
+    by: sops.Decryptor | None,
+) -> Outcome:
+    """Apply the decrypted form of a SOPS-encrypted intent: ``Failed`` (nothing applied) when it
+    cannot be decrypted; any error of the apply classified against the decrypted manifest, so
+    its values are scrubbed from every message and log line."""
+    try:
+        plain = await (by or sops.Decryptor("")).decrypt(intent.manifest)
+    except sops.SopsError as exc:
+        return Outcome(ObjectPhase.FAILED, f"{intent.key}: not applied: its SOPS encryption: {exc}")
+    clear = msgspec.structs.replace(intent, manifest=plain)
+    try:
+        return await _apply(kube, clear, applier_id=applier_id, whole=whole)
+    except Decided:
+        raise
+    except Exception as exc:
+        verdict = classify(exc, Step.INTENT, clear)
+        if isinstance(verdict, Leave):
+            raise
+        if isinstance(verdict, Report) and verdict.internal:
+            log.error(
+                "%s: applying the decrypted manifest failed: %s",
+                intent.key,
+                scrub_for(plain, f"{type(exc).__name__}: {exc}"),
+            )
+            verdict = dataclasses.replace(verdict, internal=False)
+        raise Decided(verdict) from None
+
+
+async def _apply(
+    kube: KubeClient, intent: ApplyIntent, *, applier_id: str, whole: bool = False
+) -> Outcome:
     m = intent.manifest
     try:
         res = await kube.resource_for(m)

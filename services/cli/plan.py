@@ -4,7 +4,9 @@ The decision for each object is the planner's own rule (``decide.evaluate``) ove
 streams hold (APPLIED, SERVER, OUTCOMES), replayed through the planner's own adapter
 (``planner.rule.facts``), so a plan cannot disagree with what the planner will do. For an
 object that would be applied, the server computes the result by server-side dry-run and the plan
-shows the field-level difference to the live object (Secret values masked). Objects that would
+shows the field-level difference to the live object (Secret values masked). A SOPS-encrypted
+Secret is not dry-run (only the applier may decrypt it; its ciphertext is no object the server
+would take): its row says it would be applied, and why, without a difference. Objects that would
 leave the bundle are listed as deletes (or kept, with ``--no-prune`` or when not ours).
 """
 
@@ -26,7 +28,7 @@ from schemas.messages import (
     ServerEvent,
 )
 from schemas.subjects import ObjectKey, cluster_filter
-from services.common import bus
+from services.common import bus, sops
 from services.common.kube import KubeClient, KubeError, NotFound
 from services.common.load import Loaded
 from services.common.policy import read_policy
@@ -179,6 +181,9 @@ async def _dry_run(
         live: dict[str, Any] = await kube.get(res, key.name, key.namespace)
     except NotFound:
         live = {}
+    if sops.is_encrypted(manifest):
+        encrypted = "SOPS-encrypted: decrypted by the applier only, values not compared"
+        return PlanRow(key, "apply", f"{reason}{'' if live else ' (create)'}; {encrypted}")
     try:
         result = await kube.apply(
             manifest, field_manager=FIELD_MANAGER, dry_run=True, resource=res, force=force

@@ -27,6 +27,12 @@ root and to ``--path``), so a directory, its tarball and its commit load the sam
 
 The text of each file becomes manifests in ``documents``, within the input limits.
 
+A SOPS-encrypted document (a top-level ``sops:`` map) is taken as it is, never decrypted here:
+it must be a Secret whose ``apiVersion``, ``kind`` and ``metadata`` are plaintext, or the load
+fails naming the file and document (``sops.check``); its original metadata is recorded in its
+``sops`` map for the applier, the one component that decrypts it (``sops.carried``,
+docs/secrets.md).
+
 Loading zero objects is not an error here (``Loaded.manifests`` is empty); ``require_objects``
 is the check the commands make, since an empty revision prunes the whole bundle.
 """
@@ -43,7 +49,7 @@ from pathlib import Path, PurePath, PurePosixPath
 from typing import TextIO
 
 from schemas.subjects import ObjectKey, split_bundle
-from services.common import binaries
+from services.common import binaries, sops
 from services.common.confine import (
     KUSTOMIZATION_FILES,
     ConfinementError,
@@ -216,7 +222,7 @@ def load_helm(
     tool = f"helm {binaries.version_of('helm', helm).split('+')[0]}"
     where = f"{shown} (release {release}, {tool})"
     return Loaded(
-        _no_duplicates(parse(res.stdout, where, tally)),
+        _accepted(parse(res.stdout, where, tally)),
         source=f"{shown} [rendered: {tool}, release {release}"
         + "".join(f", values {redacted(v)}" for v in values)
         + "".join(f", --set {kv.split('=', 1)[0]}" for kv in sets)  # values may be secrets
@@ -265,7 +271,7 @@ def load_paths(
             manifests += parse(text, str(f), tally)
     where = " ".join(paths)
     source = where + (f" [rendered: {'; '.join(rendered)}]" if rendered else "")
-    return Loaded(_no_duplicates(manifests), source=source, where=where, files=tally.files)
+    return Loaded(_accepted(manifests), source=source, where=where, files=tally.files)
 
 
 def _read_bounded(stream: TextIO, limit: int, name: str) -> str:
@@ -344,6 +350,30 @@ def require_namespaces(loaded: Loaded, namespace: str) -> None:
     if problems:
         more = f" (and {len(problems) - 1} more like it)" if len(problems) > 1 else ""
         raise InputError(problems[0] + more)
+
+
+def _accepted(manifests: list[Manifest]) -> list[Manifest]:
+    """``manifests`` with each SOPS document checked and carried as published (``sops``), and
+    no object twice."""
+    return _no_duplicates([_sops_carried(m) if sops.is_encrypted(m.obj) else m for m in manifests])
+
+
+def _sops_carried(m: Manifest) -> Manifest:
+    try:
+        sops.check(m.obj)
+    except sops.SopsError as exc:
+        raise InputError(f"{m.where}: {_named(m)}: SOPS-encrypted: {exc}") from None
+    return Manifest(sops.carried(m.obj), m.where)
+
+
+def _named(m: Manifest) -> str:
+    """The document's object as far as it can be told (its identifying fields may be the
+    encrypted ones)."""
+    try:
+        key = str(key_of(m.obj, m.where))
+    except ManifestError:
+        return "a document"
+    return "a document" if "ENC[" in key else key
 
 
 def _no_duplicates(manifests: list[Manifest]) -> list[Manifest]:
