@@ -26,12 +26,17 @@ from schemas.cli import (
 )
 from schemas.fleet import ClusterList, FleetStatus, RolloutHistory
 from schemas.messages import MESSAGE_TYPES
+from schemas.notify import NotifyConfig, NotifyShow
 from schemas.tenants import TenantPolicy
 from schemas.windows import WindowRow, WindowsFile
 
 OUT_DIR = Path(__file__).parent / "json"
-FILE_TYPES: dict[str, Any] = {"tenants": TenantPolicy, "windows": WindowsFile}
-"""Files users write, by schema name (docs/tenancy.md)."""
+FILE_TYPES: dict[str, Any] = {
+    "tenants": TenantPolicy,
+    "windows": WindowsFile,
+    "notify": NotifyConfig,
+}
+"""Files users write, by schema name (docs/tenancy.md, docs/windows.md, docs/notifications.md)."""
 CLI_TYPES: dict[str, Any] = {
     "cli-bundles": list[BundleRow],
     "cli-status-bundle": StatusDocument,
@@ -44,6 +49,7 @@ CLI_TYPES: dict[str, Any] = {
     "cli-rollout-status": FleetStatus,
     "cli-rollout-history": RolloutHistory,
     "cli-windows": list[WindowRow],
+    "cli-notify": NotifyShow,
 }
 """What ``-o json`` of a command prints, by schema name."""
 

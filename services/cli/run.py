@@ -1,4 +1,5 @@
-"""``driftbus watcher|planner|applier|source``: run one service in the foreground until a signal.
+"""``driftbus watcher|planner|applier|source``: run one service in the foreground until a signal
+(``driftbus notify`` too, whose command with its own actions is ``services/cli/notify.py``).
 
 What differs between services (settings model, help, how it stops) is a row of ``SERVICES``.
 """
@@ -49,13 +50,18 @@ SERVICES: dict[str, Service] = {
 
 
 def cmd_service(args: argparse.Namespace) -> int:
-    service = SERVICES[args.command]
+    return start(args.command, SERVICES[args.command], args)
+
+
+def start(name: str, service: Service, args: argparse.Namespace) -> int:
+    """Run ``service`` (called ``name``) with the settings ``args`` and the environment give,
+    until a signal (``driftbus notify`` runs its service through this too)."""
     try:
         config = settings.load(service.settings, args)
     except settings.SettingsError as exc:
-        print(f"driftbus {args.command}: {exc}", file=sys.stderr)
+        print(f"driftbus {name}: {exc}", file=sys.stderr)
         return 2
-    logs.configure(args.command)
+    logs.configure(name)
     # uvloop: the services are I/O loops (a NATS message, an HTTPS request and a publish per
     # object); libuv's loop costs a fraction of the selector loop's CPU per event (bench/README)
     return uvloop.run(_until_signal(service, config))

@@ -1,0 +1,17 @@
+"""Notifications: ``driftbus notify`` tells chat, webhooks and Git hosts what happened on the bus
+(docs/notifications.md).
+
+- ``service`` — the process: follows the configurations, bundle statuses, decisions and
+  rollouts; matches, gates, renders and queues each event.
+- ``config`` (pure) — a notifications file read and checked, a tenant's reach refused beyond
+  its own bundles; the bucket's keys (``platform``, ``tenant.<tenant>``).
+- ``store`` — the configurations on the bus: put, read, remove, and the keys of its stream.
+- ``events`` (pure) — an ``Event`` made from a bundle status, a decision or a rollout
+  transition.
+- ``match`` (pure) — which providers an event goes to: alert filters, and the tenant's scope.
+- ``gate`` (pure) — de-duplication and rate limits: send, or why not.
+- ``render`` (pure) — the HTTP request each provider documents (webhook signed with
+  HMAC-SHA256, Slack, Teams, GitHub and GitLab commit statuses).
+- ``send`` — secrets read from their files, a POST with retries and backoff, an outbox per
+  provider.
+"""

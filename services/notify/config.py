@@ -1,0 +1,186 @@
+"""Reading and checking a notifications file, and where it is kept on the bus (pure).
+
+A configuration is the platform's (key ``platform``, may name any bundle) or one tenant's (key
+``tenant.<tenant>``, may name only that tenant's bundles). ``load`` refuses, naming the file and
+the entry, anything the service could not act on: an unknown key, a provider an alert names but
+the file does not define, a secret given inline where a file is required, and — for a tenant's
+configuration — a filter that reaches beyond the tenant's own bundles.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Final
+
+import msgspec
+
+from schemas.notify import Alert, NotifyConfig, Provider, ProviderType
+from schemas.subjects import SubjectError, decode_token, encode_token
+from services.core import kyaml
+from services.core.selector import SelectorError, parse_selector
+
+PLATFORM_KEY: Final = "platform"
+TENANT_PREFIX: Final = "tenant."
+_TENANT: Final = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_GLOB_CHARS: Final = frozenset("*?[")
+_CHAT: Final = (ProviderType.SLACK, ProviderType.TEAMS)
+_COMMIT: Final = (ProviderType.GITHUB, ProviderType.GITLAB)
+
+
+class ConfigError(ValueError):
+    """A notifications file (or stored configuration) that cannot be used; the message starts
+    with where it is and names the entry."""
+
+
+def key_of(tenant: str) -> str:
+    """The bucket key of a configuration: ``platform``, or ``tenant.<tenant>``."""
+    if not tenant:
+        return PLATFORM_KEY
+    if not _TENANT.match(tenant):
+        raise ConfigError(f"tenant {tenant!r} must be a DNS label")
+    return TENANT_PREFIX + encode_token(tenant)
+
+
+def tenant_of(key: str) -> str | None:
+    """The tenant a key is for ("" the platform's); None for a key that is neither."""
+    if key == PLATFORM_KEY:
+        return ""
+    if key.startswith(TENANT_PREFIX):
+        try:
+            tenant = decode_token(key.removeprefix(TENANT_PREFIX))
+        except SubjectError:
+            return None
+        return tenant if _TENANT.match(tenant) else None
+    return None
+
+
+def load(text: str | bytes, where: str, tenant: str = "") -> NotifyConfig:
+    """The configuration of a notifications file (YAML or JSON) named ``where``, for ``tenant``
+    ("" the platform); ConfigError if it is not usable or reaches beyond ``tenant``."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ConfigError(f"{where}: not UTF-8 text") from None
+    try:
+        docs = list(kyaml.documents(text))
+    except kyaml.DecodeError as exc:
+        line = f":{exc.line}" if exc.line else ""
+        raise ConfigError(f"{where}{line}: invalid YAML: {exc.problem}") from None
+    if len(docs) > 1:
+        raise ConfigError(f"{where}: a second document: the notifications file is one map")
+    raw: Any = docs[0][1] if docs else {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: must be a map (providers, alerts, limits)")
+    try:
+        config = msgspec.convert(raw, NotifyConfig)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    check(config, tenant, where)
+    return config
+
+
+def check(config: NotifyConfig, tenant: str, where: str) -> None:
+    """Everything ``load`` checks beyond the schema: ConfigError naming the entry."""
+    names: set[str] = set()
+    for i, p in enumerate(config.providers):
+        at = f"{where}: providers[{i}] ({p.name})"
+        if p.name in names:
+            raise ConfigError(f"{at}: a second provider of this name")
+        names.add(p.name)
+        problem = provider_problem(p)
+        if problem:
+            raise ConfigError(f"{at}: {problem}")
+    for i, a in enumerate(config.alerts):
+        at = f"{where}: alerts[{i}]"
+        if not a.providers:
+            raise ConfigError(f"{at}: names no provider")
+        for name in a.providers:
+            if name not in names:
+                raise ConfigError(f"{at}: provider {name!r} is not defined under providers")
+        try:
+            parse_selector(a.cluster_selector)
+        except SelectorError as exc:
+            raise ConfigError(f"{at}: clusterSelector: {exc}") from None
+        if tenant:
+            problem = reach_problem(a, tenant)
+            if problem:
+                raise ConfigError(f"{at}: {problem}")
+
+
+def provider_problem(p: Provider) -> str:
+    """Why a provider cannot be used as written ("" when it can)."""
+    if p.type is ProviderType.WEBHOOK:
+        if bool(p.url) == bool(p.url_file):
+            return "a webhook takes one of url or urlFile"
+        if p.url and not p.url.startswith(("http://", "https://")):
+            return "url must be an http:// or https:// address"
+    elif p.url:
+        if p.type in _CHAT:
+            return (
+                f"a {p.type} webhook's URL is its credential: put it in a file and name the "
+                "file with urlFile"
+            )
+        return f"a {p.type} provider takes apiUrl, not url"
+    if p.type in _CHAT and not p.url_file:
+        return f"a {p.type} provider needs urlFile (the file holding its webhook URL)"
+    if p.type in _COMMIT:
+        if not p.token_file:
+            return f"a {p.type} provider needs tokenFile (the file holding its API token)"
+        if p.url_file:
+            return f"a {p.type} provider takes apiUrl, not urlFile"
+        if p.api_url and not p.api_url.startswith(("http://", "https://")):
+            return "apiUrl must be an http:// or https:// address"
+        if p.type is ProviderType.GITHUB and p.repository and p.repository.count("/") != 1:
+            return "repository must be OWNER/REPO"
+    else:
+        if p.token_file:
+            return f"tokenFile is for github and gitlab providers, not {p.type}"
+        if p.api_url or p.repository or p.context or p.target_url:
+            return (
+                f"apiUrl, repository, context and targetUrl are for commit statuses, not {p.type}"
+            )
+    if p.secret_file and p.type is not ProviderType.WEBHOOK:
+        return f"secretFile (an HMAC key) is for webhook providers, not {p.type}"
+    return ""
+
+
+def reach_problem(a: Alert, tenant: str) -> str:
+    """Why a tenant's alert could see another tenant's (or the platform's) bundles ("" when it
+    cannot): every bundle glob must start with ``<tenant>/``, every tenant glob be the tenant."""
+    own = f"{tenant}/"
+    for glob in a.bundles:
+        head = glob[: len(own)]
+        if head != own or _GLOB_CHARS & set(head):
+            return (
+                f"bundles {glob!r} reaches beyond tenant {tenant}'s own bundles: a tenant's "
+                f"alerts may name only bundles {own}NAME (globs after the '/')"
+            )
+    for glob in a.tenants:
+        if glob != tenant:
+            return (
+                f"tenants {glob!r} reaches beyond tenant {tenant}: a tenant's alerts may name "
+                "only its own"
+            )
+    return ""
+
+
+def dump(config: NotifyConfig) -> bytes:
+    """The configuration as stored on the bus (JSON)."""
+    return msgspec.json.encode(config, order="deterministic")
+
+
+def decode_stored(data: bytes, key: str) -> NotifyConfig:
+    """The configuration stored under ``key``; checked again, so a configuration written past
+    ``driftbus notify apply`` still cannot reach beyond its tenant. ConfigError if unusable."""
+    tenant = tenant_of(key)
+    if tenant is None:
+        raise ConfigError(f"notify key {key!r}: neither {PLATFORM_KEY} nor {TENANT_PREFIX}NAME")
+    if not data:
+        return NotifyConfig()
+    try:
+        config = msgspec.json.decode(data, type=NotifyConfig)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise ConfigError(f"stored notifications {key}: {exc}") from None
+    check(config, tenant, f"stored notifications {key}")
+    return config

@@ -1,0 +1,196 @@
+"""Sending: a provider's secrets read from their files, one POST with retries, and an outbox
+per provider so a slow receiver holds up only its own messages.
+
+A request is retried, with exponential backoff (``RetryPolicy``), when the connection fails, the
+receiver times out or answers 5xx; a 429 waits what its ``Retry-After`` says (seconds or an
+HTTP date, at most ``max_wait``). Any other answer ends it: 2xx delivered, 4xx refused (logged
+with the status, never the body, which may echo a token). Nothing here logs a URL of a chat
+webhook, a token or a key: requests are named by ``Request.what``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import datetime as dt
+import email.utils
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+
+import aiohttp
+
+from schemas.notify import Provider
+from services.notify.render import Request, Secrets
+
+log = logging.getLogger(__name__)
+
+
+class SecretUnreadable(OSError):
+    """A file a provider names cannot be read; the message names the file, not its content."""
+
+
+def read_secrets(p: Provider) -> Secrets:
+    """What the files ``p`` names hold (trailing newline stripped), read now: a rotated secret
+    is used from the next message on."""
+
+    def read(path: str | None, what: str) -> bytes:
+        if not path:
+            return b""
+        try:
+            return Path(path).read_bytes().strip()
+        except OSError as exc:
+            raise SecretUnreadable(
+                f"provider {p.name}: {what} {path} cannot be read: {exc.strerror}"
+            ) from None
+
+    return Secrets(
+        url=read(p.url_file, "urlFile").decode(errors="replace"),
+        token=read(p.token_file, "tokenFile").decode(errors="replace"),
+        key=read(p.secret_file, "secretFile"),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class RetryPolicy:
+    attempts: int = 5
+    """Tries in all, the first included."""
+    base: float = 1.0
+    """Seconds before the second try; doubled before each next one."""
+    cap: float = 60.0
+    """The longest backoff between two tries."""
+    max_wait: float = 300.0
+    """The longest a 429's Retry-After is honoured for."""
+
+
+def retry_delay(
+    status: int | None, headers: Mapping[str, str], attempt: int, policy: RetryPolicy
+) -> float | None:
+    """Seconds to wait before try ``attempt + 1`` after try ``attempt`` (1-based) ended in
+    ``status`` (None: no answer: the connection failed or timed out); None: do not retry."""
+    if attempt >= policy.attempts:
+        return None
+    backoff = min(policy.cap, policy.base * float(2 ** (attempt - 1)))
+    if status is None or status >= 500:
+        return backoff
+    if status == 429:
+        after = _retry_after(headers.get("Retry-After", ""))
+        return backoff if after is None else min(after, policy.max_wait)
+    return None
+
+
+def _retry_after(value: str) -> float | None:
+    value = value.strip()
+    if not value:
+        return None
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, (when - dt.datetime.now(dt.UTC)).total_seconds())
+
+
+@dataclasses.dataclass(frozen=True)
+class Delivery:
+    ok: bool
+    status: int | None
+    attempts: int
+
+
+async def deliver(
+    session: aiohttp.ClientSession, req: Request, policy: RetryPolicy, seconds: float
+) -> Delivery:
+    """POST ``req`` until it is answered 2xx, refused, or the tries run out."""
+    attempt = 0
+    while True:
+        attempt += 1
+        status: int | None = None
+        headers: Mapping[str, str] = {}
+        try:
+            async with session.post(
+                req.url,
+                data=req.body,
+                headers=req.headers,
+                timeout=aiohttp.ClientTimeout(total=seconds),
+                allow_redirects=False,
+            ) as resp:
+                status, headers = resp.status, resp.headers
+                await resp.read()
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            why = type(exc).__name__
+        else:
+            if 200 <= status < 300:
+                return Delivery(True, status, attempt)
+            why = f"HTTP {status}"
+        wait = retry_delay(status, headers, attempt, policy)
+        if wait is None:
+            log.warning(
+                "notification not delivered",
+                extra={"to": req.what, "why": why, "attempts": attempt},
+            )
+            return Delivery(False, status, attempt)
+        log.info("notification to %s: %s; retrying in %.1fs", req.what, why, wait)
+        await asyncio.sleep(wait)
+
+
+class Outbox:
+    """One provider's queue and the task sending it, in order, one message at a time."""
+
+    def __init__(
+        self,
+        provider: Provider,
+        session: aiohttp.ClientSession,
+        policy: RetryPolicy,
+        timeout: float,
+        size: int = 1000,
+    ) -> None:
+        self.provider = provider
+        self._session, self._policy, self._timeout = session, policy, timeout
+        self._queue: asyncio.Queue[Request] = asyncio.Queue(maxsize=size)
+        self._task: asyncio.Task[None] | None = None
+        self.delivered = 0
+        self.failed = 0
+
+    def put(self, req: Request) -> bool:
+        """Queue ``req``; False (and a log line) when the queue is full."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name=f"notify-{self.provider.name}")
+        try:
+            self._queue.put_nowait(req)
+        except asyncio.QueueFull:
+            log.warning("notification dropped: %s has %d queued", req.what, self._queue.qsize())
+            return False
+        return True
+
+    async def _run(self) -> None:
+        while True:
+            req = await self._queue.get()
+            try:
+                got = await deliver(self._session, req, self._policy, self._timeout)
+            except Exception:  # one broken message never ends the outbox
+                log.exception("sending to %s failed", req.what)
+                self.failed += 1
+                continue
+            finally:
+                self._queue.task_done()
+            if got.ok:
+                self.delivered += 1
+                log.info(
+                    "notification delivered",
+                    extra={"to": req.what, "status": got.status, "attempts": got.attempts},
+                )
+            else:
+                self.failed += 1
+
+    async def drain(self, within: float) -> None:
+        """Wait (at most ``within`` seconds) for what is queued, then stop."""
+        if self._task is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._queue.join(), within)
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
