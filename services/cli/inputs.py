@@ -1,6 +1,7 @@
-"""What ``publish`` and ``plan`` read: the PATH / ``--git`` / ``--helm`` flags and the bundle they
-name, and the manifests those flags select (the loaders themselves: ``services.common.load`` and
-``.gitrepo``; a kubectl or helm they need and cannot find is built, ``assets.ensure``).
+"""What ``publish`` and ``plan`` read: the PATH / ``--git`` / ``--helm`` / ``--oci`` flags and
+the bundle they name, and the manifests those flags select (the loaders themselves:
+``services.common.load``, ``.gitrepo`` and ``.oci_artifact``; a kubectl or helm they need and
+cannot find is built, ``assets.ensure``).
 """
 
 from __future__ import annotations
@@ -27,9 +28,13 @@ def load_manifests(args: argparse.Namespace) -> Any:
         raise load.InputError(str(exc)) from None
     allow_remote = bool(getattr(args, "allow_remote_bases", False))
 
-    if sum(map(bool, (args.helm, args.git, args.paths))) > 1:
-        raise load.InputError(f"{args.command}: give one source: PATH..., --git or --helm")
-    if args.helm:
+    if sum(map(bool, (args.helm, args.git, args.paths, args.oci))) > 1:
+        raise load.InputError(f"{args.command}: give one source: PATH..., --git, --helm or --oci")
+    if args.semver and not args.oci:
+        raise load.InputError(f"{args.command}: --semver picks an OCI tag: give --oci too")
+    if args.oci:
+        loaded = load_oci(args, limits, allow_remote)
+    elif args.helm:
         loaded = load.load_helm(
             args.helm,
             release=args.release or load.release_name(args.bundle),
@@ -57,7 +62,8 @@ def load_manifests(args: argparse.Namespace) -> Any:
         )
     else:
         raise load.InputError(
-            f"nothing to {args.command}: give PATH..., --git REPO [--ref REF] or --helm CHART"
+            f"nothing to {args.command}: give PATH..., --git REPO [--ref REF], --helm CHART or "
+            "--oci oci://REGISTRY/REPO:TAG"
         )
     if not args.allow_empty:
         load.require_objects(loaded, args.bundle, args.command)
@@ -71,6 +77,74 @@ def load_manifests(args: argparse.Namespace) -> Any:
             raise
         load.require_namespaces(loaded, default)
     return loaded
+
+
+def oci_access(args: argparse.Namespace) -> Any:
+    """How the registry is reached: ``add_oci_access_args``'s flags (``oci.OciAccess``)."""
+    from services.common.oci import OciAccess
+
+    return OciAccess(
+        username=args.oci_username or "",
+        password_file=args.oci_password_file or "",
+        docker_config=args.oci_config or "",
+        insecure=args.insecure,
+    )
+
+
+def load_oci(args: argparse.Namespace, limits: Any, allow_remote: bool) -> Any:
+    """``--oci``: the artifact (Flux's format) or chart the reference names, or the newest tag
+    in ``--semver``; its manifest's digest is the revision (``oci_artifact``)."""
+    import asyncio
+
+    from services.common import load, oci, oci_artifact
+    from services.controlplane import assets
+
+    ref = oci.parse_reference(args.oci, bare=bool(args.semver))
+    chart = oci_artifact.ChartOptions(
+        release=args.release or load.release_name(args.bundle),
+        namespace=args.namespace or "",
+        values=tuple(args.values),
+        sets=tuple(args.set),
+    )
+    return asyncio.run(
+        oci_artifact.fetch_and_load(
+            ref,
+            access=oci_access(args),
+            semver=args.semver or "",
+            path=args.path or "",
+            chart=chart,
+            locate=assets.ensure,
+            limits=limits,
+            allow_remote_bases=allow_remote,
+        )
+    )
+
+
+def add_oci_access_args(p: argparse.ArgumentParser) -> None:
+    """How a registry is reached (``--oci``, ``driftbus push``): credentials and plain HTTP."""
+    p.add_argument(
+        "--oci-username",
+        metavar="USER",
+        help="registry user (with --oci-password-file; default: the registry's entry in the "
+        "docker config.json, else anonymous)",
+    )
+    p.add_argument(
+        "--oci-password-file",
+        metavar="FILE",
+        help="file holding the registry password or token (one line)",
+    )
+    p.add_argument(
+        "--oci-config",
+        metavar="FILE",
+        help="docker config.json to read registry credentials from (default: "
+        "$DOCKER_CONFIG/config.json, else ~/.docker/config.json; auths entries only)",
+    )
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow plain HTTP to a registry that is not on loopback (loopback registries "
+        "without TLS are reached over HTTP anyway)",
+    )
 
 
 def tenant_default_namespace(args: argparse.Namespace) -> str:
@@ -128,7 +202,21 @@ def add_source_args(p: argparse.ArgumentParser, *, fleet: bool = False) -> None:
     p.add_argument(
         "--ref", default="HEAD", help="Git ref to read (with --git; default %(default)s)"
     )
-    p.add_argument("--path", help="directory inside the repository (with --git)")
+    p.add_argument(
+        "--path", help="directory inside the repository (with --git) or the artifact (--oci)"
+    )
+    p.add_argument(
+        "--oci",
+        metavar="oci://REGISTRY/REPO:TAG|@DIGEST",
+        help="read a Flux-format OCI artifact or a Helm chart from a registry; the manifest's "
+        "digest is the revision (docs/oci.md)",
+    )
+    p.add_argument(
+        "--semver",
+        metavar="RANGE",
+        help="with --oci (no tag): the newest tag in this npm-style range, e.g. '>=1.0 <2'",
+    )
+    add_oci_access_args(p)
     p.add_argument(
         "--helm",
         metavar="CHART",

@@ -217,7 +217,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "ended: 0 Ready; 1 Failed, Degraded or Conflict; 2 not ended within --timeout.",
     )
     add_source_args(pub, fleet=True)
-    pub.add_argument("--revision", help="default: the Git commit, or a digest of the content")
+    pub.add_argument(
+        "--revision",
+        help="default: the Git commit, the OCI manifest's digest, or a digest of the content",
+    )
     _add_bundle_option_flags(pub)
     pub.add_argument(
         "--wait",

@@ -1,7 +1,10 @@
-"""The source service: follows Git repositories and publishes each new commit as a bundle.
+"""The source service: follows Git and OCI repositories and publishes each new revision as a
+bundle.
 
 - ``service`` — ``driftbus source``: fetch on an interval or a webhook, resolve the commit,
   render it, publish when the objects differ.
+- ``origins`` — where revisions come from: a Git repository (commits) or an OCI repository
+  (manifest digests); where the rule stands now, and what a revision renders.
 - ``specs`` — its settings, and the sources they describe (from the flags, or a YAML list).
 - ``refs`` — which commit a source stands at: a branch, a tag, or the newest tag in a semver
   range (pure).

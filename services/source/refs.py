@@ -15,6 +15,7 @@ from collections.abc import Mapping
 import semantic_version
 
 from services.common.confine import ConfinementError, check_ref
+from services.common.oci import newest_matching
 
 
 class RefError(ValueError):
@@ -64,21 +65,13 @@ def resolve(refs: Mapping[str, str], rule: RefRule, default_branch: str) -> Reso
     """The commit ``rule`` stands at, given every ref (``refs/heads/x``/``refs/tags/y`` →
     commit) and the repository's default branch."""
     if rule.semver:
-        spec = _spec(rule.semver)
-        versions: dict[semantic_version.Version, str] = {}
-        for name in refs:
-            if not name.startswith("refs/tags/"):
-                continue
-            version = _version(name.removeprefix("refs/tags/"))
-            if version is None or version not in spec:
-                continue
-            # v1.2.0 and 1.2.0 both present: the one spelled without a prefix wins
-            if version not in versions or not _short(name).startswith("v"):
-                versions[version] = name
-        if not versions:
+        tags = {
+            name.removeprefix("refs/tags/"): name for name in refs if name.startswith("refs/tags/")
+        }
+        tag = newest_matching(tags, rule.semver)  # the one rule for Git tags and OCI tags
+        if tag is None:
             raise RefError(f"no tag matches semver {rule.semver}")
-        name = versions[max(versions)]
-        return Resolved(name, refs[name])
+        return Resolved(tags[tag], refs[tags[tag]])
     if rule.tag:
         name = f"refs/tags/{rule.tag}"
         if name not in refs:
@@ -95,13 +88,6 @@ def _spec(text: str) -> semantic_version.NpmSpec:
         return semantic_version.NpmSpec(text)
     except ValueError as exc:
         raise RefError(f"not a semver range: {text!r} ({exc})") from None
-
-
-def _version(tag: str) -> semantic_version.Version | None:
-    try:
-        return semantic_version.Version(tag.removeprefix("v"))
-    except ValueError:
-        return None
 
 
 def _short(ref: str) -> str:

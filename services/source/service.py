@@ -1,4 +1,4 @@
-"""``driftbus source``: follow Git repositories and publish what they render as bundles.
+"""``driftbus source``: follow Git and OCI repositories and publish what they render as bundles.
 
 Each followed source is a repository (any URL ``git clone`` takes, or a local path), a rule for
 which commit to take (a branch, a tag, or the newest tag in a semver range) and a path in it,
@@ -8,6 +8,10 @@ it exactly as ``publish --git`` does (plain manifests, a kustomization rendered,
 path rendered with Helm). A new revision — the commit id — is published only when the rendered
 objects differ from what it published last: a commit that touches only the README publishes
 nothing.
+
+An OCI source (``--oci``, ``origins.OciOrigin``) is followed the same way: a tag, the newest tag
+in a semver range, or a digest; the manifest's digest is the revision; a Flux artifact is read as
+a directory is, a Helm chart rendered (docs/oci.md).
 
 A commit that cannot be fetched, read or rendered publishes nothing: the bundle keeps its last
 good revision, and the failure is reported as a ``SourceStatus`` on
@@ -40,13 +44,12 @@ from schemas.messages import BundleOptions, SourcePhase, SourceStatus
 from schemas.subjects import source_status_subject
 from services.common import bus, load
 from services.common.bundles import publish_bundle
-from services.common.confine import redacted
-from services.common.gitrepo import ReadOptions, Repository
 from services.common.limits import InputLimits
 from services.common.settings import SettingsError
 from services.core.manifest import ManifestError
 from services.fleet.publish import publish_fleet
-from services.source.refs import RefError, resolve
+from services.source.origins import Origin, origin_of, short
+from services.source.refs import RefError
 from services.source.specs import SourceSettings, SourceSpec, SpecError, specs
 from services.source.webhook import _proven as _proven
 from services.source.webhook import loopback, webhook_app
@@ -59,7 +62,7 @@ a quiet source must not vanish from ``driftbus status``."""
 
 
 class Follower:
-    """Follows one source: polls, renders new commits, publishes changed output."""
+    """Follows one source: polls, renders new revisions, publishes changed output."""
 
     def __init__(
         self,
@@ -70,98 +73,71 @@ class Follower:
     ) -> None:
         self.spec = spec
         self.js = js
-        self._read = ReadOptions(limits, spec.allow_remote_bases)
         # one copy per followed source: two sources of one repository never share a clone
-        ident = f"{spec.git}\n{spec.cluster}\n{spec.bundle}".encode()
+        ident = f"{spec.git or spec.oci}\n{spec.cluster}\n{spec.bundle}".encode()
         self._cache = cache / hashlib.sha256(ident).hexdigest()[:16]
-        self.url = redacted(spec.git)
+        self.origin: Origin = origin_of(spec, self._cache, limits)
+        self.url = self.origin.url
         """The repository as statuses and logs name it: without credentials."""
-        self._repo: Repository | None = None
         self.trigger = asyncio.Event()
         self.published = ""
-        """The last revision (commit) this follower published."""
+        """The last revision (commit or digest) this follower published."""
         self._content = ""
         """``Loaded.content_revision`` of what it published: unchanged output is not republished."""
         self._tried = ""
-        """The last commit read (published, unchanged or broken): not read again."""
+        """The last revision read (published, unchanged or broken): not read again."""
         self._last_status: tuple[SourcePhase, str, str] | None = None
         self._reported_at = 0.0
-        self._following = spec.rule.describe()
-        """What is followed, for status: ``branch main`` once the default branch is known."""
-
-    def _mirror(self) -> Repository:
-        """The repository, fetched: a local one is read in place, anything else through a bare
-        copy cloned once and fetched on every poll."""
-        if self._repo is None:
-            if Path(self.spec.git).is_dir():
-                self._repo = Repository(self.spec.git, self.spec.git, read=self._read)
-                return self._repo
-            if self._cache.exists():
-                shutil.rmtree(self._cache)  # a copy from an earlier life may be half-cloned
-            self._cache.parent.mkdir(parents=True, exist_ok=True)
-            self._repo = Repository.clone(self.spec.git, self._cache, read=self._read)
-            return self._repo
-        if not Path(self.spec.git).is_dir():
-            self._repo.fetch(head=self.spec.rule.follows_default())
-        return self._repo
 
     async def poll(self) -> SourceStatus | None:
         """One round; the status it ends in (None when nothing changed since the last)."""
-        spec = self.spec
+        spec, noun = self.spec, self.origin.noun
         try:
-            repo = await asyncio.to_thread(self._mirror)
-            refs = await asyncio.to_thread(repo.refs)
-            rule = spec.rule
-            # the default branch only when it is what is followed: a local repository on a
-            # detached HEAD has none, and needs none to follow a tag
-            default = ""
-            if rule.follows_default():
-                default = await asyncio.to_thread(repo.default_branch)
-            at = resolve(refs, rule, default)
-            self._following = rule.describe(default)
+            at = await self.origin.locate()
         except (load.InputError, RefError, OSError, ValueError) as exc:
-            self._repo = None if not isinstance(exc, RefError) else self._repo
-            # read the commit again once fetching works: its status replaces this one
+            if not isinstance(exc, RefError):
+                self.origin.forget()
+            # read the revision again once fetching works: its status replaces this one
             self._tried = ""
             why = str(exc) if isinstance(exc, RefError) else f"fetch failed: {exc}"
             return await self._report(SourcePhase.FAILED, "", why)
-        if at.commit == self._tried:
+        if at.revision == self._tried:
             if self._last_status and time.monotonic() - self._reported_at >= RESTATE:
                 return await self._report(*self._last_status)  # a quiet source stays shown
             return None
-        self._tried = at.commit
-        kept = f"revision {self.published[:12]} stays" if self.published else "none published"
+        self._tried = at.revision
+        kept = f"revision {short(self.published)} stays" if self.published else "none published"
         try:
-            loaded = await asyncio.to_thread(repo.load, at.commit, spec.path, spec.helm())
+            loaded = await self.origin.load(at)
             load.require_objects(loaded, spec.bundle)
             load.require_namespaces(loaded, spec.namespace)
             content = loaded.content_revision()  # bounded by the limits the read kept
         except (load.InputError, ManifestError) as exc:
             if isinstance(exc, load.TransientInputError):
-                self._tried = ""  # a timeout, the disk: the same commit may read next time
-            # otherwise the commit is broken: not read again until the ref moves
-            why = f"commit {at.commit[:12]} not published: {exc}; {kept}"
-            return await self._report(SourcePhase.FAILED, at.commit, why)
+                self._tried = ""  # a timeout, the disk: the same revision may read next time
+            # otherwise the revision is broken: not read again until the ref moves
+            why = f"{noun} {short(at.revision)} not published: {exc}; {kept}"
+            return await self._report(SourcePhase.FAILED, at.revision, why)
         except Exception as exc:
             self._tried = ""
-            log.exception("reading %s at %s failed", self.url, at.commit)
-            why = f"commit {at.commit[:12]} not read: {type(exc).__name__}: {exc}; {kept}"
-            return await self._report(SourcePhase.FAILED, at.commit, why)
+            log.exception("reading %s at %s failed", self.url, at.revision)
+            why = f"{noun} {short(at.revision)} not read: {type(exc).__name__}: {exc}; {kept}"
+            return await self._report(SourcePhase.FAILED, at.revision, why)
         if content == self._content:
             why = (
-                f"commit {at.commit[:12]} is the revision in force"
-                if at.commit == self.published
-                else f"commit {at.commit[:12]} renders what {self.published[:12]} did: "
+                f"{noun} {short(at.revision)} is the revision in force"
+                if at.revision == self.published
+                else f"{noun} {short(at.revision)} renders what {short(self.published)} did: "
                 "not republished"
             )
-            return await self._report(SourcePhase.PUBLISHED, at.commit, why)
+            return await self._report(SourcePhase.PUBLISHED, at.revision, why)
         options = BundleOptions(prune=spec.prune, namespace=spec.namespace)
         try:
             if spec.selector is not None:
                 await publish_fleet(
                     self.js,
                     bundle=spec.bundle,
-                    revision=at.commit,
+                    revision=at.revision,
                     manifests=[m.obj for m in loaded.manifests],
                     options=options,
                     selector=spec.selector,
@@ -173,7 +149,7 @@ class Follower:
                     self.js,
                     cluster=spec.cluster,
                     bundle=spec.bundle,
-                    revision=at.commit,
+                    revision=at.revision,
                     manifests=[m.obj for m in loaded.manifests],
                     options=options,
                     source=loaded.source,
@@ -181,17 +157,21 @@ class Follower:
         except Exception as exc:  # noqa: BLE001 - the bus, an oversized bundle: try again
             self._tried = ""
             log.warning("publishing %s failed: %s", spec.bundle, exc)
-            return await self._report(SourcePhase.FAILED, at.commit, f"publish failed: {exc}")
-        self.published, self._content = at.commit, content
+            return await self._report(SourcePhase.FAILED, at.revision, f"publish failed: {exc}")
+        self.published, self._content = at.revision, content
         log.info(
             "published",
-            extra={"bundle": spec.bundle, "revision": at.commit, "objects": len(loaded.manifests)},
+            extra={
+                "bundle": spec.bundle,
+                "revision": at.revision,
+                "objects": len(loaded.manifests),
+            },
         )
         return await self._report(
             SourcePhase.PUBLISHED,
-            at.commit,
-            f"published {at.ref.removeprefix('refs/heads/').removeprefix('refs/tags/')} at "
-            f"{at.commit[:12]}: {len(loaded.manifests)} objects from {loaded.source}",
+            at.revision,
+            f"published {at.ref} at {short(at.revision)}: {len(loaded.manifests)} objects "
+            f"from {loaded.source}",
         )
 
     async def _report(self, phase: SourcePhase, commit: str, message: str) -> SourceStatus | None:
@@ -205,7 +185,7 @@ class Follower:
             cluster=spec.where,
             bundle=spec.bundle,
             url=self.url,
-            ref=self._following,
+            ref=self.origin.following,
             phase=phase,
             commit=commit,
             revision=self.published,
@@ -267,7 +247,7 @@ async def run(settings: SourceSettings) -> None:
         for f in followers:
             log.info(
                 "following",
-                extra={"git": f.url, "ref": f.spec.rule.describe(), "bundle": f.spec.bundle},
+                extra={"source": f.url, "ref": f.origin.following, "bundle": f.spec.bundle},
             )
         await asyncio.gather(*(f.run(settings.interval) for f in followers))
     finally:

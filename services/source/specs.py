@@ -1,6 +1,8 @@
 """What a ``driftbus source`` follows: its settings, and the sources they describe (one from the
-flags, or a YAML list). A source publishes to one bundle of one cluster, or (``selector``) to a
-fleet bundle rolled out over every cluster the selector names (docs/fleet.md)."""
+flags, or a YAML list). A source is a Git repository (``git``) or an OCI repository (``oci``:
+Flux artifacts or Helm charts, docs/oci.md). It publishes to one bundle of one cluster, or
+(``selector``) to a fleet bundle rolled out over every cluster the selector names
+(docs/fleet.md)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import msgspec
 from schemas.fleet import RolloutSpec
 from services.common import bus, load
 from services.common.gitrepo import HelmOptions
+from services.common.oci import OciAccess, OciError, parse_reference
 from services.common.settings import setting
 from services.core import kyaml
 from services.fleet.publish import FleetError, check
@@ -25,7 +28,10 @@ class SourceSpec:
 
     cluster: str
     bundle: str
-    git: str
+    git: str = ""
+    oci: str = ""
+    """An OCI repository (``oci://host/repo``, or with a tag or digest) instead of ``git``."""
+    access: OciAccess = dataclasses.field(default_factory=OciAccess)
     rule: RefRule = dataclasses.field(default_factory=RefRule)
     path: str = ""
     namespace: str = ""
@@ -60,13 +66,30 @@ class SourceSettings(bus.NatsSettings):
     cluster: str = setting("", "cluster the bundle is published for")
     bundle: str = setting("", "bundle the repository is published as")
     git: str = setting("", "repository to follow: any URL git clones, or a local path", secret=True)
+    oci: str = setting(
+        "",
+        "OCI repository to follow instead: oci://REGISTRY/REPO (with --tag or --semver), "
+        "or with :TAG or @DIGEST; a Flux artifact or a Helm chart (docs/oci.md)",
+    )
+    oci_username: str = setting("", "registry user (with --oci-password-file)")
+    oci_password_file: str = setting("", "file holding the registry password or token")
+    oci_config: str = setting(
+        "",
+        "docker config.json with registry credentials (default: $DOCKER_CONFIG/config.json, "
+        "else ~/.docker/config.json)",
+    )
+    insecure: bool = setting(
+        False, "allow plain HTTP to a registry not on loopback (loopback: HTTP without asking)"
+    )
     branch: str = setting(
         "",
         "branch to follow (default: the remote's default branch, followed if renamed; for a "
         "local path, the branch checked out)",
     )
-    tag: str = setting("", "tag to follow (a moved tag is followed)")
-    semver: str = setting("", "follow the newest tag in this npm-style range, e.g. ^1.2")
+    tag: str = setting("", "tag to follow (a moved tag is followed; Git or OCI)")
+    semver: str = setting(
+        "", "follow the newest tag in this npm-style range, e.g. ^1.2 (Git or OCI)"
+    )
     path: str = setting("", "directory in the repository (a kustomization or chart is rendered)")
     namespace: str = setting("", "default namespace (kubectl apply -n); a chart's namespace")
     release: str = setting("", "Helm release name for a chart (default: the bundle's name)")
@@ -117,6 +140,7 @@ def specs(s: SourceSettings) -> list[SourceSpec]:
         entries: list[dict[str, Any]] = [
             {f: getattr(s, f) for f in _SPEC_FIELDS if getattr(s, f) not in ("", ())}
             | {"prune": s.prune, "allow_remote_bases": s.allow_remote_bases}
+            | ({"insecure": True} if s.insecure else {})
         ]
         if s.selector:
             entries[0] |= {
@@ -139,19 +163,25 @@ def specs(s: SourceSettings) -> list[SourceSpec]:
     out = []
     for i, e in enumerate(entries):
         where = f"{s.sources}[{i}]" if s.sources else "source"
-        unknown = set(e) - set(_SPEC_FIELDS) - {"prune", "allow_remote_bases", *_FLEET_FIELDS}
+        unknown = set(e) - set(_SPEC_FIELDS) - {*_FLAGS, *_FLEET_FIELDS}
         if unknown:
             raise SpecError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
         selector, rollout = _fleet_of(e, where)
-        for required in ("bundle", "git") if selector is not None else ("cluster", "bundle", "git"):
+        for required in ("bundle",) if selector is not None else ("cluster", "bundle"):
             if not isinstance(e.get(required), str) or not e[required]:
                 raise SpecError(f"{where}: {required} is required")
+        given = [f for f in ("git", "oci") if isinstance(e.get(f), str) and e[f]]
+        if not given:
+            raise SpecError(f"{where}: git is required (or oci: an OCI repository)")
+        if len(given) > 1:
+            raise SpecError(f"{where}: give git or oci, not both")
         try:
             rule = RefRule(
                 str(e.get("branch", "")), str(e.get("tag", "")), str(e.get("semver", ""))
             )
         except RefError as exc:
             raise SpecError(f"{where}: {exc}") from None
+        access = _oci_of(e, rule, where)
         values = e.get("values", ())
         out.append(
             SourceSpec(
@@ -159,7 +189,9 @@ def specs(s: SourceSettings) -> list[SourceSpec]:
                 selector=selector,
                 rollout=rollout,
                 bundle=e["bundle"],
-                git=e["git"],
+                git=str(e.get("git", "")),
+                oci=str(e.get("oci", "")),
+                access=access,
                 rule=rule,
                 path=str(e.get("path", "")),
                 namespace=str(e.get("namespace", "")),
@@ -185,12 +217,41 @@ _SPEC_FIELDS = (
     "namespace",
     "release",
     "values",
+    "oci",
+    "oci_username",
+    "oci_password_file",
+    "oci_config",
 )
+_FLAGS = ("prune", "allow_remote_bases", "insecure")
 
 _FLEET_FIELDS = ("selector", "rollout")
 FLEET_SOURCE = "_fleet"
 """The cluster token of a fleet source's status (no cluster is called that: names are DNS
 labels)."""
+
+
+def _oci_of(e: dict[str, Any], rule: RefRule, where: str) -> OciAccess:
+    """An OCI source's reference checked against its rule, and how its registry is reached."""
+    if not e.get("oci"):
+        return OciAccess()
+    try:
+        ref = parse_reference(str(e["oci"]), bare=True)
+    except OciError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+    if rule.branch:
+        raise SpecError(f"{where}: an OCI repository has tags, not branches")
+    given = sum(map(bool, (ref.tag or ref.digest, rule.tag, rule.semver)))
+    if given != 1:
+        raise SpecError(
+            f"{where}: follow one of a tag (in the URL or tag), a digest (in the URL) or a "
+            "semver range"
+        )
+    return OciAccess(
+        username=str(e.get("oci_username", "")),
+        password_file=str(e.get("oci_password_file", "")),
+        docker_config=str(e.get("oci_config", "")),
+        insecure=e.get("insecure") is True,
+    )
 
 
 def _fleet_of(e: dict[str, Any], where: str) -> tuple[str | None, RolloutSpec]:
