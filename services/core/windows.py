@@ -1,0 +1,362 @@
+"""Sync windows (docs/windows.md): whether a bundle's writes to a cluster may happen now, and when
+that changes (pure).
+
+A window opens each time its cron ``schedule`` fires, read in its ``timeZone`` (DST included:
+croniter's wall-clock rule — a time that does not exist on a spring-forward day fires at the first
+instant after the gap, one that happens twice on a fall-back day fires twice), and stays open for
+its ``duration`` of elapsed time. Open periods that overlap or touch are one period.
+
+For a bundle on a cluster, the windows that name both (globs) decide:
+
+* a **deny** window open now holds its writes;
+* else, if **allow** windows name it, writes happen only while one of them is open;
+* else nothing holds them.
+
+``blocking`` names the window that holds writes now; ``resumes`` says when writes may go again;
+``next_change`` when what blocks (or that nothing does) next changes. Instants are aware
+datetimes; messages show them in the window's time zone, to the minute.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import re
+from collections.abc import Callable, Sequence
+from fnmatch import fnmatchcase
+from typing import Final
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import msgspec
+import yaml
+from croniter import CroniterBadDateError, croniter
+
+from schemas.windows import SyncWindow, WindowsFile
+from services.core import kyaml
+
+HORIZON: Final = dt.timedelta(days=366)
+"""How far ahead a change is looked for: a schedule firing later than this counts as never."""
+MAX_STEPS: Final = 200
+"""Window boundaries walked at most in one question."""
+MAX_CHAIN: Final = 1500
+"""Overlapping openings chained at most: a window that opens more often than it lasts for more
+than a day of minutely openings is open for good (``FOREVER``)."""
+FOREVER: Final = dt.timedelta(days=10_000)
+_DURATION: Final = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(h|ms|m|s)")
+_UNITS: Final = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+_NAME: Final = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_EPSILON: Final = dt.timedelta(microseconds=1)
+
+
+class WindowsError(ValueError):
+    """A windows file or stored windows are unusable: one line, ``FILE:LINE: `` first if known."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Window:
+    """One sync window, checked and ready to ask."""
+
+    name: str
+    kind: str
+    schedule: str
+    duration: dt.timedelta
+    zone: ZoneInfo
+    bundles: tuple[str, ...]
+    clusters: tuple[str, ...]
+    spec: SyncWindow
+
+    def names(self, bundle: str, cluster: str) -> bool:
+        """Whether the window is about ``bundle`` (its full name) on ``cluster``."""
+        return any(fnmatchcase(bundle, p) for p in self.bundles) and any(
+            fnmatchcase(cluster, p) for p in self.clusters
+        )
+
+    def last_start(self, at: dt.datetime) -> dt.datetime | None:
+        """The latest time the schedule fired at or before ``at`` (None: not within a year)."""
+        try:
+            start: dt.datetime = croniter(
+                self.schedule, (at + _EPSILON).astimezone(self.zone)
+            ).get_prev(dt.datetime)
+        except CroniterBadDateError:
+            return None
+        return start if at - start <= HORIZON else None
+
+    def next_start(self, after: dt.datetime) -> dt.datetime | None:
+        """The first time the schedule fires strictly after ``after`` (None: not within a
+        year)."""
+        try:
+            start: dt.datetime = croniter(self.schedule, after.astimezone(self.zone)).get_next(
+                dt.datetime
+            )
+        except CroniterBadDateError:
+            return None
+        return start if start - after <= HORIZON else None
+
+    def open_until(self, at: dt.datetime) -> dt.datetime | None:
+        """When the open period holding ``at`` ends (openings that overlap or touch chained);
+        None when the window is closed at ``at``, or ``at + FOREVER`` when it stays open for
+        more than ``MAX_CHAIN`` openings in a row (a window that never closes)."""
+        start = self.last_start(at)
+        if start is None or _utc(start) + self.duration <= at:
+            return None
+        end = _utc(start) + self.duration
+        try:
+            following = croniter(self.schedule, start)
+            for _ in range(MAX_CHAIN):
+                nxt: dt.datetime = following.get_next(dt.datetime)
+                if _utc(nxt) > end:
+                    return end.astimezone(self.zone)
+                end = max(end, _utc(nxt) + self.duration)
+        except CroniterBadDateError:
+            return end.astimezone(self.zone)
+        return (at + FOREVER).astimezone(self.zone)
+
+    def next_change(self, at: dt.datetime) -> dt.datetime | None:
+        """When the window next closes (open at ``at``) or opens (closed); None: not within a
+        year."""
+        until = self.open_until(at)
+        if until is not None:
+            return None if until - at >= FOREVER else until
+        return self.next_start(at)
+
+    def shown(self, at: dt.datetime) -> str:
+        """``at`` in the window's time zone, to the minute (the second when it has one):
+        ``2026-11-30T08:00+01:00``."""
+        local = at.astimezone(self.zone)
+        return local.isoformat(timespec="seconds" if local.second else "minutes")
+
+
+@dataclasses.dataclass(frozen=True)
+class Block:
+    """Writes are held: by ``window`` (a deny window open, or the allow window that opens
+    next), until ``until`` (None: not within a year)."""
+
+    window: Window
+    until: dt.datetime | None
+
+    @property
+    def message(self) -> str:
+        """``deny window "freeze" until 2026-11-30T08:00+01:00`` (or ``outside allow window
+        "office-hours" until …``): what a held bundle's status says first."""
+        w = self.window
+        what = f'deny window "{w.name}"' if w.kind == "deny" else f'outside allow window "{w.name}"'
+        return f"{what} until {w.shown(self.until) if self.until else 'further notice'}"
+
+
+# --- asking -----------------------------------------------------------------------------------
+
+
+def blocking(
+    windows: Sequence[Window], bundle: str, cluster: str, at: dt.datetime
+) -> Window | None:
+    """The window that holds ``bundle``'s writes to ``cluster`` at ``at``, or None: the first
+    deny window open (file order), else — when allow windows name it and none is open — the
+    allow window that opens next."""
+    mine = [w for w in windows if w.names(bundle, cluster)]
+    for w in mine:
+        if w.kind == "deny" and w.open_until(at) is not None:
+            return w
+    allows = [w for w in mine if w.kind == "allow"]
+    if not allows or any(w.open_until(at) is not None for w in allows):
+        return None
+    far = at + HORIZON * 2
+    return min(allows, key=lambda w: w.next_start(at) or far)
+
+
+def next_change(
+    windows: Sequence[Window], bundle: str, cluster: str, at: dt.datetime
+) -> dt.datetime | None:
+    """When the window that holds ``bundle``'s writes to ``cluster`` (or that none does) next
+    changes after ``at``; None: not within a year."""
+    now = blocking(windows, bundle, cluster, at)
+    return _walk(windows, bundle, cluster, at, lambda w: _name(w) != _name(now))
+
+
+def resumes(
+    windows: Sequence[Window], bundle: str, cluster: str, at: dt.datetime
+) -> dt.datetime | None:
+    """When writes held at ``at`` may go again (``at`` itself when they are not held); None:
+    not within a year."""
+    if blocking(windows, bundle, cluster, at) is None:
+        return at
+    return _walk(windows, bundle, cluster, at, lambda w: w is None)
+
+
+def block(windows: Sequence[Window], bundle: str, cluster: str, at: dt.datetime) -> Block | None:
+    """Why ``bundle``'s writes to ``cluster`` are held at ``at`` and until when, or None."""
+    w = blocking(windows, bundle, cluster, at)
+    if w is None:
+        return None
+    return Block(w, resumes(windows, bundle, cluster, at))
+
+
+def _walk(
+    windows: Sequence[Window],
+    bundle: str,
+    cluster: str,
+    at: dt.datetime,
+    changed: Callable[[Window | None], bool],
+) -> dt.datetime | None:
+    """The first window boundary after ``at`` at which ``changed(blocking(...))`` is true."""
+    mine = [w for w in windows if w.names(bundle, cluster)]
+    t = at
+    for _ in range(MAX_STEPS):
+        bounds = [b for w in mine if (b := w.next_change(t)) is not None]
+        if not bounds:
+            return None
+        t = min(bounds)
+        if t - at > HORIZON:
+            return None
+        if changed(blocking(mine, bundle, cluster, t)):
+            return t
+    return None
+
+
+def _name(w: Window | None) -> str:
+    return "" if w is None else w.name
+
+
+def _utc(t: dt.datetime) -> dt.datetime:
+    return t.astimezone(dt.UTC)
+
+
+# --- reading ----------------------------------------------------------------------------------
+
+
+def parse_duration(text: str) -> dt.timedelta:
+    """A Go duration (``60h``, ``90m``, ``1h30m``, ``1.5h``, ``45s``) as a timedelta; ValueError
+    for anything else, or one that is not positive."""
+    if not text or _DURATION.sub("", text) or not _DURATION.match(text):
+        raise ValueError(
+            f"duration {text!r} is not a Go duration (e.g. 60h, 90m, 1h30m; units h, m, s, ms; "
+            "a day is 24h)"
+        )
+    seconds = sum(float(n) * _UNITS[u] for n, u in _DURATION.findall(text))
+    if seconds <= 0:
+        raise ValueError(f"duration {text!r} must be longer than zero")
+    return dt.timedelta(seconds=seconds)
+
+
+def compiled(spec: WindowsFile) -> tuple[Window, ...]:
+    """The windows of a windows file, checked; WindowsError naming ``windows[i]`` and the key."""
+    out: list[Window] = []
+    seen: set[str] = set()
+    for i, w in enumerate(spec.windows):
+        name = w.name or f"{w.kind}-{i}"
+        try:
+            window = _window(w, name)
+        except ValueError as exc:
+            raise WindowsError(f"windows[{i}] ({name}): {exc}") from None
+        if name in seen:
+            raise WindowsError(f"windows[{i}]: name {name!r} is used twice")
+        seen.add(name)
+        out.append(window)
+    return tuple(out)
+
+
+def _window(w: SyncWindow, name: str) -> Window:
+    if not _NAME.match(name):
+        raise ValueError(
+            f"name {name!r} must be at most 63 letters, digits, '-', '_' or '.', starting and "
+            "ending with a letter or digit"
+        )
+    fields = w.schedule.split()
+    if not (len(fields) == 5 or (len(fields) == 1 and fields[0].startswith("@"))):
+        raise ValueError(
+            f"schedule {w.schedule!r} must be a cron expression of 5 fields (minute hour "
+            "day-of-month month day-of-week) or @hourly, @daily, @weekly, @monthly, @yearly"
+        )
+    if not croniter.is_valid(w.schedule):
+        raise ValueError(f"schedule {w.schedule!r} is not a valid cron expression")
+    try:
+        zone = ZoneInfo(w.time_zone)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(
+            f"timeZone {w.time_zone!r} is not a known IANA time zone (e.g. UTC, Europe/Berlin)"
+        ) from None
+    for key, globs in (("bundles", w.bundles), ("clusters", w.clusters)):
+        if not globs:
+            raise ValueError(f'{key} is empty: name at least one glob ("*" for all)')
+        if bad := [g for g in globs if any(c.isspace() for c in g)]:
+            raise ValueError(f"{key}: {bad[0]!r} contains white space")
+    window = Window(
+        name, w.kind, w.schedule, parse_duration(w.duration), zone, w.bundles, w.clusters, w
+    )
+    if (
+        window.next_start(dt.datetime.now(dt.UTC)) is None
+        and window.last_start(dt.datetime.now(dt.UTC)) is None
+    ):
+        raise ValueError(f"schedule {w.schedule!r} never fires (not within a year)")
+    return window
+
+
+def load_windows(text: str | bytes, where: str) -> WindowsFile:
+    """The windows file (YAML or JSON) named ``where``, checked; WindowsError if unusable."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError:
+            raise WindowsError(f"{where}: not UTF-8 text") from None
+    try:
+        docs = list(kyaml.documents(text))
+    except kyaml.DecodeError as exc:
+        raise WindowsError(f"{_at(where, exc.line)}invalid YAML: {exc.problem}") from None
+    if not docs:
+        return WindowsFile()
+    if len(docs) > 1:
+        raise WindowsError(f"{where}: a second document: the windows file is one map")
+    raw = docs[0][1]
+    if not isinstance(raw, dict):
+        raise WindowsError(f"{where}: the windows file must be a map with a windows list")
+    try:
+        spec = msgspec.convert(raw, WindowsFile)
+    except msgspec.ValidationError as exc:
+        raise WindowsError(f"{_at(where, _line(text, str(exc)))}{exc}") from None
+    try:
+        compiled(spec)
+    except WindowsError as exc:
+        raise WindowsError(f"{_at(where, _line(text, str(exc)))}{exc}") from None
+    return spec
+
+
+def dump(spec: WindowsFile) -> bytes:
+    """The windows as JSON, as they are stored on the bus."""
+    return msgspec.json.encode(spec)
+
+
+def decode_stored(data: bytes) -> WindowsFile:
+    """The windows of stored bytes (``dump``'s; empty: none); WindowsError if not usable."""
+    if not data:
+        return WindowsFile()
+    try:
+        spec = msgspec.json.decode(data, type=WindowsFile)
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
+        raise WindowsError(f"stored windows: {exc}") from None
+    try:
+        compiled(spec)
+    except WindowsError as exc:
+        raise WindowsError(f"stored windows: {exc}") from None
+    return spec
+
+
+def _at(where: str, line: int | None) -> str:
+    return f"{where}:{line}: " if line else f"{where}: "
+
+
+def _line(text: str, message: str) -> int | None:
+    """The line of the ``windows[i]`` a message names (best effort)."""
+    found = re.search(r"windows\[(\d+)\]", message)
+    if found is None:
+        return None
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return None
+    if not isinstance(root, yaml.MappingNode):
+        return None
+    for key, value in root.value:
+        if getattr(key, "value", None) == "windows" and isinstance(value, yaml.SequenceNode):
+            i = int(found[1])
+            if i < len(value.value):
+                return int(value.value[i].start_mark.line) + 1
+    return None
