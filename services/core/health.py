@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from schemas.messages import Health
+from services.core import hooks
 
 Result = tuple[Health, str]
 READY: Result = (Health.READY, "")
@@ -124,10 +125,24 @@ def _job(obj: Mapping[str, Any], status: Mapping[str, Any]) -> Result:
     return _gated(status, ("Failed", "True", "job failed"), "Complete", active)
 
 
+def ended(obj: Mapping[str, Any]) -> Result:
+    """The health an object being deleted (or just deleted) was in before its delete began,
+    not "terminating": how a finished hook or Job ended."""
+    meta = obj.get("metadata")
+    if isinstance(meta, Mapping) and meta.get("deletionTimestamp"):
+        obj = {**obj, "metadata": {k: v for k, v in meta.items() if k != "deletionTimestamp"}}
+    return health(obj)
+
+
 def retiring(obj: Mapping[str, Any]) -> bool:
-    """Whether ``obj`` finished its work and its own controller will remove it, as it asks: a
-    Job that completed and sets ``ttlSecondsAfterFinished`` (the TTL-after-finished controller
-    deletes it then). Its deletion is the end of its life, not drift."""
+    """Whether ``obj`` finished its work and will be removed for it, as it asks: a Job that
+    completed and sets ``ttlSecondsAfterFinished`` (the TTL-after-finished controller deletes it
+    then), or a hook that ended the way its ``hook-delete-policy`` deletes it for (driftbus
+    deletes it then: ``core.hooks``). Its deletion is the end of its life, not drift."""
+    if hooks.is_hook(obj):
+        h, _ = ended(obj)
+        if hooks.deleted_by_policy(obj, ready=h is Health.READY, failed=h is Health.FAILED):
+            return True
     api_version = obj.get("apiVersion")
     if obj.get("kind") != "Job" or not (
         isinstance(api_version, str) and api_version.startswith("batch/")

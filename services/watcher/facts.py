@@ -13,7 +13,7 @@ from typing import Any
 from schemas.codec import WireError, decode
 from schemas.messages import Health, ServerEvent
 from schemas.subjects import ObjectKey, key_tokens
-from services.core.health import health, retiring
+from services.core.health import ended, health, retiring
 from services.core.manifest import owner_of, prune_disabled, rv_int
 from services.core.sha import object_sha
 
@@ -66,7 +66,8 @@ def change(
         rv_now = rv_int(meta.get("resourceVersion", ""))
         if seen is not None and rv_now < seen.rv:
             return key, None
-        return key, tombstone(key, str(rv_now), cluster, watcher_id, retired=True)
+        last = ended(obj)
+        return key, tombstone(key, str(rv_now), cluster, watcher_id, retired=True, ended=last)
     sha = object_sha(obj, whole=whole)
     h, why = health(obj)
     rv = rv_int(meta.get("resourceVersion", ""))
@@ -92,10 +93,18 @@ def change(
 
 
 def tombstone(
-    key: ObjectKey, rv: str, cluster: str, watcher_id: str, *, retired: bool = False
+    key: ObjectKey,
+    rv: str,
+    cluster: str,
+    watcher_id: str,
+    *,
+    retired: bool = False,
+    ended: tuple[Health, str] | None = None,
 ) -> Change:
     """The fact that ``key`` is gone, noticed at ``rv`` (a watch event's or a relist's);
-    ``retired`` when it had finished and its controller removed it (``health.retiring``)."""
+    ``retired`` when it had finished and was removed for it (``health.retiring``), with the
+    health it ended in (``ended``: a hook deleted because it failed stays a failure)."""
+    h, why = ended if retired and ended is not None else (Health.UNKNOWN, "")
     event = ServerEvent(
         cluster=cluster,
         key=key,
@@ -104,6 +113,8 @@ def tombstone(
         deleted=True,
         watcher=watcher_id,
         retired=retired,
+        health=h,
+        health_message=why,
     )
     return Seen(None, Health.UNKNOWN, rv_int(rv)), event
 

@@ -22,7 +22,7 @@ import logging
 from typing import Any
 
 from schemas.codec import WireError, decode, encode
-from schemas.messages import Bundle, KindScope, ServerEvent
+from schemas.messages import Bundle, Health, KindScope, ServerEvent
 from schemas.subjects import (
     ObjectKey,
     SubjectError,
@@ -33,7 +33,7 @@ from services.common import bus, telemetry
 from services.common.bundles import BundleError, load_manifests
 from services.common.kube import Gone, KubeClient, KubeError, NotFound, Resource
 from services.common.newest import publish_newest
-from services.core.health import retiring
+from services.core.health import ended, retiring
 from services.core.manifest import OWNER_LABEL, bundle_kinds, rv_int
 from services.core.scope import BUILTIN
 from services.core.sha import HashError
@@ -230,6 +230,7 @@ class Watcher:
                                 ObjectKey.of(ev.object),
                                 ev.resource_version,
                                 retired=retiring(ev.object),  # its last state says
+                                ended=ended(ev.object),
                             )
                         rv = ev.resource_version or rv
                 except Gone:
@@ -292,13 +293,21 @@ class Watcher:
             await self._publish_all([change])
         return key
 
-    async def _tombstone(self, key: ObjectKey, rv: str, *, retired: bool = False) -> None:
+    async def _tombstone(
+        self,
+        key: ObjectKey,
+        rv: str,
+        *,
+        retired: bool = False,
+        ended: tuple[Health, str] | None = None,
+    ) -> None:
         seen = self.cache.get(key)
         if seen is not None and seen.sha is None:
             return
-        retired = retired or (seen is not None and seen.retiring)
+        if not retired and seen is not None and seen.retiring:
+            retired, ended = True, (seen.health, seen.why)
         await self._publish_all(
-            [tombstone(key, rv, self.s.cluster, self.s.watcher_id, retired=retired)]
+            [tombstone(key, rv, self.s.cluster, self.s.watcher_id, retired=retired, ended=ended)]
         )
 
     async def _publish_all(self, changes: list[Change]) -> None:

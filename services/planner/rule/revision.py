@@ -18,6 +18,7 @@ import msgspec
 
 from schemas.messages import Bundle, IgnoreRule
 from schemas.subjects import ObjectKey, SubjectError, object_subject
+from services.core import hooks
 from services.core.ignore import (
     IgnoreError,
     check_annotation,
@@ -57,6 +58,13 @@ class BundleView:
     """Objects of this revision not taken (another bundle declares them)."""
     declared_by: dict[str, int] = dataclasses.field(default_factory=dict)
     """Of those, how many each other bundle declares: the bundle status names them."""
+    stages: dict[ObjectKey, hooks.Stage] = dataclasses.field(default_factory=dict)
+    """Each object's stage (``core.hooks``: its hook phase and wave) when the revision has more
+    than one; empty when it has one (nothing waits for anything: ``rule.waves``)."""
+    hook_policies: dict[ObjectKey, frozenset[str]] = dataclasses.field(default_factory=dict)
+    """The revision's hooks, each with its delete policies."""
+    skipped_hooks: int = 0
+    """Hooks left out: ones driftbus does not run (Helm's delete, rollback and test hooks)."""
     propagation: str = "Background"
     refused: tuple[str, str] | None = None
     """(revision, why) of the latest publish if it was refused; this view stays in force."""
@@ -121,15 +129,27 @@ def checked_object(
     key_of(raw, where)
     raw = normalise(raw, scopes, bundle.options.namespace)
     key = key_of(raw, where)
-    return key, owned(ignoring(raw, bundle.options.ignore, key, where), bundle.bundle)
+    manifest = owned(ignoring(raw, bundle.options.ignore, key, where), bundle.bundle)
+    return key, hooks.stamped(manifest, bundle.revision)  # a hook runs once per revision
+
+
+@dataclasses.dataclass
+class Plan:
+    """How a revision's objects are written (``core.hooks``), filled by ``checked_revision``."""
+
+    stages: dict[ObjectKey, hooks.Stage] = dataclasses.field(default_factory=dict)
+    hook_policies: dict[ObjectKey, frozenset[str]] = dataclasses.field(default_factory=dict)
+    skipped: int = 0
 
 
 def checked_revision(
-    bundle: Bundle, manifests: Sequence[Any], scopes: Scopes
+    bundle: Bundle, manifests: Sequence[Any], scopes: Scopes, plan: Plan | None = None
 ) -> list[tuple[Slot, bytes, bytes]]:
     """Every object of the revision keyed, owned and hashed — or ManifestError naming every
     bad one: a revision with one bad object is refused whole (applying the rest would prune
-    the bad one's live object), and so is an empty one unless the publisher says so."""
+    the bad one's live object), and so is an empty one unless the publisher says so. ``plan``
+    gets each object's stage and the hooks (hooks driftbus does not run are left out)."""
+    plan = plan if plan is not None else Plan()
     if bundle.delete and manifests:
         raise ManifestError("a deletion carries no manifests")
     check_not_empty(
@@ -147,6 +167,10 @@ def checked_revision(
     for i, raw in enumerate(manifests):
         where_i = f"manifests[{i}]"
         try:
+            hook = hook_or_error(raw, where_i)
+            if hook == hooks.SKIP:
+                plan.skipped += 1
+                continue
             key, manifest = checked_object(bundle, raw, scopes, where_i)
             if key.namespace and not DNS_LABEL.match(key.namespace):
                 # no such namespace can ever exist: waiting for it would never end
@@ -168,9 +192,25 @@ def checked_revision(
             continue
         seen[key] = i
         out.append(((bundle.cluster, key), encoded, sha))
+        plan.stages[key] = hook.stage if isinstance(hook, hooks.Hook) else hooks.stage_of(manifest)
+        if isinstance(hook, hooks.Hook):
+            plan.hook_policies[key] = hook.delete_policies
     if errors:
         shown = "; ".join(errors[:MAX_LISTED_FAILURES])
         # waiting on a scope only when nothing else is wrong: the rest needs a new revision
         error = UnknownScope if scope_unknown == len(errors) else ManifestError
         raise error(f"{len(errors)} of {len(manifests)} objects are invalid: {shown}")
+    first = next(iter(plan.stages.values()), None)
+    if all(s == first for s in plan.stages.values()):
+        plan.stages.clear()  # one stage: nothing waits for anything
     return out
+
+
+def hook_or_error(raw: Any, where: str) -> hooks.Hook | str | None:
+    """The object's hook (``core.hooks.hook_of``), or ManifestError naming it."""
+    if not isinstance(raw, dict):
+        return None  # refused by ``checked_object``, naming it
+    try:
+        return hooks.hook_of(raw)
+    except hooks.HookError as exc:
+        raise ManifestError(f"{where}: {exc}") from None

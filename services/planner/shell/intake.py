@@ -35,7 +35,7 @@ from services.planner.memory.codebook import Codebook
 from services.planner.rule import holds, limits, messages, takeover
 from services.planner.rule.decide import DELETE_INFLIGHT, Desired, Event, Release
 from services.planner.rule.entry import Slot
-from services.planner.rule.revision import BundleView, checked_revision
+from services.planner.rule.revision import BundleView, Plan, checked_revision
 from services.planner.shell.sending import pace
 from services.planner.shell.status_board import StatusBoard
 from services.planner.status.report import refused_status
@@ -160,8 +160,9 @@ class BundleIntake:
 
     async def _checked(
         self, msg: bus.Message, ident: tuple[str, str]
-    ) -> tuple[Bundle, list[tuple[Slot, bytes, bytes]]] | None:
-        """The bundle and its objects checked, or None when the revision was refused."""
+    ) -> tuple[Bundle, list[tuple[Slot, bytes, bytes]], Plan] | None:
+        """The bundle, its objects checked and how they are written (their hooks and sync
+        waves), or None when the revision was refused."""
         cluster, name = ident
         revision = "?"
         try:
@@ -183,7 +184,8 @@ class BundleIntake:
             # has not named yet, for this revision alone: a refused revision (or a tenant's
             # CRD claiming a kind others use) changes nothing of what the planner believes
             scopes = self.state.scopes.for_revision(manifests)
-            desired = checked_revision(bundle, manifests, scopes)
+            plan = Plan()
+            desired = checked_revision(bundle, manifests, scopes, plan)
             keys = (slot[1] for slot, *_ in desired)
             limits.check(bundle, keys, scopes, self.state.policy)
             self._check_dependencies(bundle)
@@ -198,7 +200,7 @@ class BundleIntake:
             return None
         self._awaiting_scope.pop(ident, None)
         self._awaiting_policy.pop(ident, None)
-        return bundle, desired
+        return bundle, desired, plan
 
     def _check_dependencies(self, bundle: Bundle) -> None:
         """ManifestError when the revision may not depend on what it names, or would close a
@@ -213,6 +215,7 @@ class BundleIntake:
         ident: tuple[str, str],
         bundle: Bundle,
         desired: list[tuple[Slot, bytes, bytes]],
+        plan: Plan,
         *,
         seq: int,
     ) -> None:
@@ -220,6 +223,8 @@ class BundleIntake:
         cluster, name = ident
         options = bundle.options
         view = BundleView.of(bundle, seq)
+        view.stages, view.hook_policies = plan.stages, plan.hook_policies
+        view.skipped_hooks = plan.skipped
         previous = st.bundles.get(ident)
         taken = takeover.take(view, desired, st.entries, st.bundles, take_over=options.take_over)
         for slot, other in taken.moved:

@@ -1,0 +1,88 @@
+"""Which objects of a revision may be written now: its hooks and sync waves (pure).
+
+A revision's objects are written stage by stage (``core.hooks``: pre-sync hooks, then the sync
+waves, then post-sync hooks, each ordered by its wave): an object may be written once every
+object of every lower stage is *done* — this revision's manifest applied, seen by the watcher as
+applied and Ready (a Job Complete), or ended and deleted by its hook's policy. While an object is
+not done, the stages above it wait (``Hold`` with reason ``wave``); a failed object (a hook Job
+that failed, an apply that failed) stops the revision there: what comes after is never written,
+and the sync-fail hooks are. A revision whose objects are all in one stage has no gate at all.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+
+from schemas.messages import Health
+from schemas.subjects import ObjectKey
+from services.core.hooks import Phase, Stage
+from services.planner.rule.entry import Entry
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Gate:
+    """Where a revision's writes stand: ``frontier``, the lowest stage (of the sync-fail hooks'
+    stage aside) holding an object not done (None: all done); ``failed``, an object of the
+    revision failed (then the sync-fail hooks run); ``waiting_on``, an object of the frontier
+    that is not done, for the status."""
+
+    frontier: Stage | None
+    failed: bool = False
+    waiting_on: ObjectKey | None = None
+
+    def may_write(self, stage: Stage) -> bool:
+        if stage[0] == Phase.FAIL:
+            return self.failed
+        return self.frontier is None or stage <= self.frontier
+
+    def why(self) -> str:
+        """For the held objects' decision and the status: what they wait for."""
+        if self.frontier is None:
+            return ""
+        phase = Phase(self.frontier[0]).name.lower()
+        what = f" ({self.waiting_on})" if self.waiting_on is not None else ""
+        return f"waits for {phase} wave {self.frontier[1]} to finish{what}"
+
+
+OPEN = Gate(None)
+
+
+def state(e: Entry | None, health: Health, revision: str) -> tuple[bool, bool]:
+    """(done, failed) of one object for ``revision``."""
+    if e is None or e.revision != revision or e.manifest_sha is None:
+        return False, False
+    if e.failing:
+        return False, True
+    applied = e.applied_manifest_sha == e.manifest_sha and e.inflight is None
+    if not applied:
+        return False, False
+    if e.server_retired and e.server_deleted:
+        return True, False  # ended, and deleted by its hook's policy (or its TTL)
+    if not e.observed or e.drifted:
+        return False, False
+    return health is Health.READY, health is Health.FAILED
+
+
+def gate(
+    stages: Mapping[ObjectKey, Stage],
+    state_of: Callable[[ObjectKey], tuple[bool, bool]],
+) -> Gate:
+    """The gate of a revision whose objects are in ``stages`` (``state_of``: done, failed)."""
+    frontier: Stage | None = None
+    waiting_on: ObjectKey | None = None
+    failed = False
+    for key, stage in stages.items():
+        if stage[0] == Phase.FAIL:
+            continue
+        done, bad = state_of(key)
+        failed = failed or bad
+        if not done and (frontier is None or stage < frontier):
+            frontier, waiting_on = stage, key
+    return Gate(frontier, failed, waiting_on)
+
+
+def staged(stages: Mapping[ObjectKey, Stage]) -> bool:
+    """Whether the revision has more than one stage: only then is anything gated."""
+    first = next(iter(stages.values()), None)
+    return any(s != first for s in stages.values())
