@@ -309,7 +309,7 @@ class Planner:
             elif kind == "server":
                 ev = decode(msg.data, ServerEvent)
                 slot = (ev.cluster, ev.key)
-                if ev.deleted:
+                if ev.deleted and not ev.retired:  # a retired one keeps how it ended
                     details.drop_health(slot)
                 else:
                     details.set_health(slot, ev.health, ev.health_message)
