@@ -33,6 +33,9 @@ from services.planner.rule.revision import BundleView
 log = logging.getLogger("driftbus.planner")
 
 # the object rows the planner writes itself, from its decisions
+HOOK_DELETE = "hook-delete-policy"
+"""``DeleteIntent.reason`` of a hook deleted by its policy (``core.hooks``)."""
+
 ROW_OF = {
     DecisionReason.NEW: ObjectPhase.PENDING,
     DecisionReason.MANIFEST: ObjectPhase.PENDING,
@@ -119,6 +122,8 @@ def intent(
         api_version=api_version,
         bundle=e.owner_bundle or (view.name if view else "?"),
         revision=revision,
+        # a hook deleted by its policy is not a prune: the applier reports no applied fact
+        reason=HOOK_DELETE if d.reason is DecisionReason.HOOK else "pruned",
         propagation=view.propagation if view else "Background",  # type: ignore[arg-type]
         issued_at=now(),
         planner=planner_id,
