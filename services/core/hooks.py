@@ -55,6 +55,9 @@ Stage = tuple[int, int]
 
 DEFAULT_STAGE: Stage = (Phase.SYNC, 0)
 
+POLICY_DELETE = "hook-delete-policy"
+"""``DeleteIntent.reason`` of a hook deleted by its policy: not a prune (no applied fact)."""
+
 BEFORE_CREATION = "before-hook-creation"
 SUCCEEDED = "hook-succeeded"
 FAILED = "hook-failed"

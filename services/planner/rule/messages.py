@@ -26,6 +26,7 @@ from schemas.messages import (
     OutcomeEvent,
 )
 from schemas.subjects import key_tokens
+from services.core import hooks
 from services.planner.rule.decide import DELETE_INFLIGHT, Decision, Entry
 from services.planner.rule.entry import Slot
 from services.planner.rule.revision import BundleView
@@ -33,9 +34,6 @@ from services.planner.rule.revision import BundleView
 log = logging.getLogger("driftbus.planner")
 
 # the object rows the planner writes itself, from its decisions
-HOOK_DELETE = "hook-delete-policy"
-"""``DeleteIntent.reason`` of a hook deleted by its policy (``core.hooks``)."""
-
 ROW_OF = {
     DecisionReason.NEW: ObjectPhase.PENDING,
     DecisionReason.MANIFEST: ObjectPhase.PENDING,
@@ -123,7 +121,7 @@ def intent(
         bundle=e.owner_bundle or (view.name if view else "?"),
         revision=revision,
         # a hook deleted by its policy is not a prune: the applier reports no applied fact
-        reason=HOOK_DELETE if d.reason is DecisionReason.HOOK else "pruned",
+        reason=hooks.POLICY_DELETE if d.reason is DecisionReason.HOOK else "pruned",
         propagation=view.propagation if view else "Background",  # type: ignore[arg-type]
         issued_at=now(),
         planner=planner_id,
@@ -141,10 +139,12 @@ def record(
     planner_id: str,
     identity: Impersonation | None = None,
     bundle: str = "",
+    window: str = "",
 ) -> DecisionRecord:
     """The audit record of a decision (hits included), with every SHA it was made from and
     whom its write is made as; ``bundle``: whose it is when the entry names none (a prune that
-    cancels an apply still on its way)."""
+    cancels an apply still on its way); ``window``: the sync window that held it, or
+    ``override: NAME`` (``ClusterState.window_note``)."""
     cluster, key = slot
     return DecisionRecord(
         cluster=cluster,
@@ -160,6 +160,7 @@ def record(
         at=now(),
         planner=planner_id,
         identity=identity.user if identity is not None else "",
+        window=window,
     )
 
 
