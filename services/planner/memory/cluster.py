@@ -10,15 +10,20 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import datetime as dt
+import time
+from collections.abc import Callable
 from typing import Any
 
+from schemas.decision import DecisionAction, DecisionReason
 from schemas.messages import BundlePhase, Impersonation
 from schemas.tenants import TenantPolicy
+from services.core import windows as sync_windows
 from services.core.scope import Scopes
 from services.planner.memory.object_details import Details
 from services.planner.memory.store import EntryStore
 from services.planner.rule import holds, limits, prune
-from services.planner.rule.decide import Entry, Removed
+from services.planner.rule.decide import Decision, Entry, Removed
 from services.planner.rule.entry import Slot
 from services.planner.rule.revision import BundleView
 
@@ -63,16 +68,83 @@ class ClusterState:
     """Why the latest policy stored on the bus cannot be used, at start or since ("" when it
     can): then no new revision is taken, of any bundle, until a valid policy is applied — a
     tenant's limits are never guessed, nor a lockdown forgotten."""
+    windows: tuple[sync_windows.Window, ...] = ()
+    """The sync windows in force (the windows KV bucket's, followed live; docs/windows.md)."""
+    windows_unusable: str = ""
+    """Why the latest windows stored on the bus cannot be used ("" when they can): the last
+    good ones stay in force meanwhile — a deny window is never dropped for a typo."""
+    overrides: set[str] = dataclasses.field(default_factory=set)
+    """Bundles whose revision in force was published with ``--override-window``."""
+    clock: Callable[[], float] = time.time
+    """Seconds since the epoch: when windows are asked about."""
+    _blocks: dict[tuple[int, ...], tuple[float, sync_windows.Block | None]] = dataclasses.field(
+        default_factory=dict
+    )
+    """The windows naming a bundle (their indexes) -> (until when the answer holds, the block
+    then): a fold asks for every event, the cron is read once per window change."""
 
     def identity(self, bundle: str) -> Impersonation | None:
         """Whom the writes of ``bundle`` are made as (its tenant's ServiceAccount), now."""
         return limits.identity(self.policy, bundle)
 
     def hold(self, bundle: str) -> holds.Hold | None:
-        """Why ``bundle``'s writes wait now (suspended, a dependency not Ready), or None."""
+        """Why ``bundle``'s writes wait now (suspended, a sync window, a dependency not Ready),
+        or None."""
         view = self.bundles.get((self.cluster, bundle))
         deps = view.depends_on if view is not None else []
-        return holds.hold_of(deps, self.phases, suspended=self.suspended.get(bundle))
+        window = None if bundle in self.overrides else self.window_block(bundle)
+        return holds.hold_of(deps, self.phases, suspended=self.suspended.get(bundle), window=window)
+
+    def set_windows(self, windows: tuple[sync_windows.Window, ...]) -> None:
+        """New sync windows in force (the answers cached for the old ones are dropped)."""
+        self.windows, self.windows_unusable = windows, ""
+        self._blocks.clear()
+
+    def window_block(self, bundle: str) -> sync_windows.Block | None:
+        """The sync window that holds ``bundle``'s writes now, whether or not its revision
+        overrides windows; None when none does."""
+        if not self.windows:
+            return None
+        mine = tuple(i for i, w in enumerate(self.windows) if w.names(bundle, self.cluster))
+        if not mine:
+            return None
+        now = self.clock()
+        cached = self._blocks.get(mine)
+        if cached is not None and now < cached[0]:
+            return cached[1]
+        at = dt.datetime.fromtimestamp(now, dt.UTC)
+        ws = [self.windows[i] for i in mine]
+        block = sync_windows.block(ws, bundle, self.cluster, at)
+        change = sync_windows.next_change(ws, bundle, self.cluster, at)
+        valid = min(change.timestamp(), now + 3600.0) if change is not None else now + 3600.0
+        self._blocks[mine] = (valid, block)
+        return block
+
+    def next_window_change(self) -> float | None:
+        """When (seconds since the epoch) a sync window next opens or closes for a bundle of
+        this cluster; None when no window names one."""
+        if not self.windows:
+            return None
+        at = dt.datetime.fromtimestamp(self.clock(), dt.UTC)
+        changes: dict[tuple[int, ...], dt.datetime | None] = {}
+        for _, name in self.bundles:
+            mine = tuple(i for i, w in enumerate(self.windows) if w.names(name, self.cluster))
+            if mine and mine not in changes:
+                ws = [self.windows[i] for i in mine]
+                changes[mine] = sync_windows.next_change(ws, name, self.cluster, at)
+        found = [c.timestamp() for c in changes.values() if c is not None]
+        return min(found) if found else None
+
+    def window_note(self, bundle: str, d: Decision) -> str:
+        """What ``d``'s decision record says of sync windows: the window that held it, or
+        ``override: NAME`` for a write ``--override-window`` let through NAME; "" else."""
+        if d.action is DecisionAction.HOLD and d.reason is DecisionReason.WINDOW:
+            block = self.window_block(bundle)
+            return block.window.name if block is not None else ""
+        if d.writes and bundle in self.overrides:
+            block = self.window_block(bundle)
+            return f"override: {block.window.name}" if block is not None else ""
+        return ""
 
     def may_prune(self) -> bool:
         """Prune only from a complete view: the cluster's watcher has listed every kind."""

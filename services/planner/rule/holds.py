@@ -1,4 +1,6 @@
-"""Why a bundle's writes wait (pure): it is suspended, or a bundle it depends on is not Ready.
+"""Why a bundle's writes wait (pure): it is suspended, a sync window holds them (a deny window
+is open, or allow windows name it and none is: ``services/core/windows.py``, docs/windows.md),
+or a bundle it depends on is not Ready — in that order.
 
 A held bundle is still planned: every fact is folded and every revision taken in, so its
 status tells what differs; only the writes wait (``decide.step(hold=...)``). When the hold ends
@@ -19,13 +21,18 @@ from schemas.decision import DecisionReason
 from schemas.messages import BundlePhase
 from schemas.subjects import join_bundle, split_bundle
 from services.core.manifest import ManifestError, check_bundle_name
+from services.core.windows import Block
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Hold:
     reason: DecisionReason
     message: str
-    """For the bundle's status: ``suspended (an incident)``, ``waits for bundle crds (...)``."""
+    """For the bundle's status: ``suspended (an incident)``, ``deny window "freeze" until …``,
+    ``waits for bundle crds (...)``."""
+    window: str = ""
+    """The sync window that holds the writes ("" for another hold): named in decision records;
+    such a bundle is OutOfSync (nothing changes before the window does), not Reconciling."""
 
 
 def resolve(owner: str, ref: str) -> str:
@@ -85,13 +92,17 @@ def hold_of(
     phases: Mapping[str, BundlePhase],
     *,
     suspended: str | None,
+    window: Block | None = None,
 ) -> Hold | None:
     """Why the bundle's writes wait now, or None. ``suspended``: the reason given when it was
-    suspended ("" for none), or None when it is not; ``phases``: each bundle's last phase
-    (absent: not published, or its new revision not yet counted)."""
+    suspended ("" for none), or None when it is not; ``window``: the sync window holding its
+    writes now, if any (none when its revision overrides windows); ``phases``: each bundle's
+    last phase (absent: not published, or its new revision not yet counted)."""
     if suspended is not None:
         why = f"suspended ({suspended})" if suspended else "suspended"
         return Hold(DecisionReason.SUSPENDED, why)
+    if window is not None:
+        return Hold(DecisionReason.WINDOW, window.message, window.window.name)
     waiting = [d for d in deps if phases.get(d) is not BundlePhase.READY]
     if not waiting:
         return None

@@ -159,7 +159,14 @@ class Decisions:
                 msg_id=intent[1],
             )
         record = messages.record(
-            slot, e, d, revision, self.planner_id, identity if d.writes else None, owner
+            slot,
+            e,
+            d,
+            revision,
+            self.planner_id,
+            identity if d.writes else None,
+            owner,
+            window=self.state.window_note(owner, d),
         )
         await self.pub.publish_batched(
             bus.DECISIONS,

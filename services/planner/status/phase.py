@@ -22,8 +22,8 @@ Deleted     a deletion whose prunes are done (what was kept is named); the bundl
 =========== ================================================================================
 
 A bundle whose writes are held (``holds``) and that is not Ready says why first: suspended
-(OutOfSync: nothing will change until it is resumed), or which dependency it waits for
-(Reconciling).
+(OutOfSync: nothing will change until it is resumed), a sync window (OutOfSync, naming the window
+and when it ends), or which dependency it waits for (Reconciling).
 """
 
 from __future__ import annotations
@@ -75,6 +75,8 @@ class Tally:
     hold: str = ""
     """why the bundle's writes wait ("" when they do not): suspended, or a dependency"""
     suspended: bool = False
+    window: str = ""
+    """the sync window that holds the writes ("" for none): OutOfSync until it ends"""
     deleting: bool = False
     """the revision is a deletion: Deleted once its prunes are done"""
 
@@ -83,7 +85,8 @@ def bundle_phase(t: Tally) -> tuple[BundlePhase, str]:
     """The phase and its one-line explanation (see the module table)."""
     phase, message = _phase(t)
     if t.hold and phase in (BundlePhase.RECONCILING, BundlePhase.OUT_OF_SYNC):
-        phase = BundlePhase.OUT_OF_SYNC if t.suspended else BundlePhase.RECONCILING
+        held = t.suspended or t.window
+        phase = BundlePhase.OUT_OF_SYNC if held else BundlePhase.RECONCILING
         return phase, f"{t.hold}: {message}"
     if t.suspended and phase is BundlePhase.READY:
         return phase, f"{message} (suspended)"
