@@ -11,6 +11,11 @@ The fleet blocks (``schemas/fleet.py``, DESIGN §13) are what the cluster regist
 registers its own cluster only, the admin labels and removes any and pauses, resumes and promotes
 any rollout, a tenant publishes its own fleet bundles and reads its own rollouts, and anyone who
 publishes may read the registry.
+
+The configuration blocks are the two buckets of issue 34: the sync windows
+(``driftbus-windows``: read by whoever reads status, written by the admin) and the notification
+configurations (``driftbus-notify``: the notify service reads every one, a tenant writes and
+reads only its own key ``tenant.<tenant>``, the admin any).
 """
 
 from __future__ import annotations
@@ -30,6 +35,10 @@ OBJ_SUBJECTS = f"$O.{bus.OBJECT_STORE_BUCKET}"
 KV_TENANTS = f"$KV.{bus.TENANTS_BUCKET}"
 KV_CLUSTERS = f"$KV.{bus.CLUSTERS_BUCKET}"
 KV_ROLLOUTS = f"$KV.{bus.ROLLOUTS_BUCKET}"
+KV_NOTIFY = f"$KV.{bus.NOTIFY_BUCKET}"
+NOTIFY_STREAM = f"KV_{bus.NOTIFY_BUCKET}"
+KV_WINDOWS = f"$KV.{bus.WINDOWS_BUCKET}"
+WINDOWS_STREAM = f"KV_{bus.WINDOWS_BUCKET}"
 
 
 def read_streams(*streams: str) -> list[str]:
@@ -189,3 +198,71 @@ def fleet_planner() -> list[str]:
     states and the driver's lease) and records each transition. Its placements in each cluster
     are ordinary bundles (``driftbus.bundle.>``, which it has for rollbacks)."""
     return [f"{KV_CLUSTERS}.>", f"{KV_ROLLOUTS}.>", family_filter("rollout")]
+
+
+# --- configuration buckets: sync windows, notifications -----------------------------------------
+
+
+def config_bucket_admin(stream: str, subjects: str) -> list[str]:
+    """Writing and reading a configuration bucket whole (the admin's): its entries, open and
+    create it, read entries (a message get: these buckets are not ``direct``; the direct gets
+    for when they are), list keys and follow (an ordered consumer)."""
+    return [
+        f"{subjects}.>",
+        f"{JS}.STREAM.INFO.{stream}",
+        f"{JS}.STREAM.CREATE.{stream}",
+        f"{JS}.STREAM.MSG.GET.{stream}",
+        f"{JS}.DIRECT.GET.{stream}",
+        f"{JS}.DIRECT.GET.{stream}.>",
+        *read_streams(stream),
+    ]
+
+
+def windows_read() -> list[str]:
+    """Reading the sync windows in force (``driftbus windows``, ``status``, the page): no
+    secret from those they hold back. Writing them is the admin's alone."""
+    s = WINDOWS_STREAM
+    return [
+        f"{JS}.STREAM.INFO.{s}",
+        f"{JS}.STREAM.MSG.GET.{s}",
+        f"{JS}.DIRECT.GET.{s}",
+        f"{JS}.DIRECT.GET.{s}.>",
+        *read_streams(s),
+    ]
+
+
+def windows_admin() -> list[str]:
+    return config_bucket_admin(WINDOWS_STREAM, KV_WINDOWS)
+
+
+def notify_admin() -> list[str]:
+    """Every notification configuration, the platform's and every tenant's."""
+    return config_bucket_admin(NOTIFY_STREAM, KV_NOTIFY)
+
+
+def notify_key(tenant: str) -> str:
+    """The subject of a tenant's notification configuration in the bucket."""
+    return f"{KV_NOTIFY}.tenant.{encode_token(tenant)}"
+
+
+def notify_tenant(tenant: str) -> list[str]:
+    """A tenant's own notification configuration: put and delete it (a publish to its key's
+    subject, nothing else's), open the bucket, and read it back by key (a direct get on its
+    subject, which names the key: only once the bucket is ``direct``; a message get or a
+    consumer would read any tenant's, so neither is granted)."""
+    return [
+        notify_key(tenant),
+        f"{JS}.STREAM.INFO.{NOTIFY_STREAM}",
+        f"{JS}.DIRECT.GET.{NOTIFY_STREAM}.{notify_key(tenant)}",
+    ]
+
+
+def notify_service() -> list[str]:
+    """What ``driftbus notify`` reads: every configuration (followed), bundle statuses,
+    decisions and rollout transitions (followed), and clusters' registry labels (for alerts
+    selecting clusters by label). It writes nothing on the bus."""
+    return [
+        f"{JS}.STREAM.INFO.{NOTIFY_STREAM}",
+        *read_streams(NOTIFY_STREAM, bus.STATUS, bus.DECISIONS, bus.ROLLOUTS),
+        *registry_read(),
+    ]

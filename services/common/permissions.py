@@ -16,7 +16,15 @@ Every process authenticates as one role and may touch only its own subjects (doc
   and reads only their status, in the clusters listed for it;
 - an admin is a user of every cluster that also writes the tenant policy (the tenants KV
   bucket), which nobody else may (the planner creates the bucket and follows the policy
-  through the JetStream API, but does not write it).
+  through the JetStream API, but does not write it);
+- ``notify`` (``driftbus notify``) reads the notification configurations, bundle statuses,
+  decisions, rollout transitions and the cluster registry, and publishes nothing.
+
+Of the configuration buckets (issue 34), the sync windows (``driftbus-windows``) are read by
+every identity that reads status (users, sources, tenants, viewers) and by the planner (its
+``$JS.API.>``), and written by the admin only; a notification configuration
+(``driftbus-notify``) is written by the admin (any key) or by a tenant (its own key
+``tenant.<tenant>`` only).
 
 Of fleets (``schemas/fleet.py``), the planner writes the cluster registry and the rollouts
 (it drives them); a watcher registers its own cluster only; the admin publishes any fleet bundle,
@@ -170,6 +178,7 @@ def user(clusters: Iterable[str]) -> Permissions:
             *(f"{JS}.DIRECT.GET.{bus.MEMBERS}.{member_filter(c)}" for c in clusters),
             *grants.policy_read(),
             *grants.registry_read(),
+            *grants.windows_read(),
         ),
         subscribe=(*(cluster_filter("status", c) for c in clusters), "_INBOX.>"),
     )
@@ -197,6 +206,8 @@ def tenant(tenant: str, clusters: Iterable[str]) -> Permissions:
             *(f"{JS}.DIRECT.GET.{bus.MEMBERS}.{member_filter(c)}" for c in clusters),
             *grants.policy_read(),
             *grants.tenant_fleet(tenant),
+            *grants.windows_read(),
+            *grants.notify_tenant(tenant),
         ),
         subscribe=(
             *(tenant_status_filter(c, tenant) for c in clusters),
@@ -223,6 +234,8 @@ def admin() -> Permissions:
             f"{JS}.DIRECT.GET.{bus.MEMBERS}.{family_filter('member')}",
             *grants.tenants_bucket(),
             *grants.fleet_admin(),
+            *grants.windows_admin(),
+            *grants.notify_admin(),
         ),
         subscribe=(family_filter("status"), family_filter("rollout"), "_INBOX.>"),
     )
@@ -252,6 +265,7 @@ def viewer() -> Permissions:
             f"{JS}.CONSUMER.INFO.{bus.INTENTS}.*",
             *grants.object_store_read(),
             *grants.policy_read(),
+            *grants.windows_read(),
         ),
         subscribe=(f"{UI_INBOX}.>",),
     )
@@ -278,6 +292,19 @@ def source(clusters: Iterable[str]) -> Permissions:
     )
 
 
+NOTIFY_INBOX = bus.inbox_prefix("notify")
+"""Where ``driftbus notify``'s replies arrive."""
+
+
+def notify() -> Permissions:
+    """``driftbus notify``: reads what it tells of (every configuration, every bundle's status,
+    decisions, rollouts, the registry); sends nothing on the bus."""
+    return Permissions(
+        publish=(*STREAM_INFO, *grants.notify_service()),
+        subscribe=(f"{NOTIFY_INBOX}.>",),
+    )
+
+
 def fleet(
     clusters: Iterable[str],
     users: Mapping[str, Iterable[str]] = {},
@@ -285,10 +312,12 @@ def fleet(
     sources: Mapping[str, Iterable[str]] = {},
     tenants: Mapping[str, Iterable[str]] = {},
     admins: Iterable[str] = (),
+    notifiers: Iterable[str] = (),
 ) -> list[NatsUser]:
     """Every identity of a deployment: a planner, a watcher and an applier per cluster, the
     given users and Git sources (name → clusters), a ``tenant-<name>`` publisher per tenant
-    (tenant name → clusters) and the admins (names). ``passwords`` (name → password) inlines
+    (tenant name → clusters), the admins and the ``driftbus notify`` services (names).
+    ``passwords`` (name → password) inlines
     them (tests). A name given twice is a ValueError (nats-server refuses a duplicate user)."""
     clusters = list(clusters)
     entries = [("planner", planner())]
@@ -298,6 +327,7 @@ def fleet(
     entries += [(name, source(cs)) for name, cs in sources.items()]
     entries += [(TENANT_USER_PREFIX + name, tenant(name, cs)) for name, cs in tenants.items()]
     entries += [(name, admin()) for name in admins]
+    entries += [(name, notify()) for name in notifiers]
     seen: set[str] = set()
     for name, _ in entries:
         if name in seen:
