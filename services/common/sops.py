@@ -21,7 +21,10 @@ Pure (no I/O):
 * ``as_encrypted`` — the file again from a manifest as the applier receives it (the recorded
   metadata and order back in place), ready for ``sops decrypt``;
 * ``as_applied`` — the decrypted object with the planner's metadata (labels, namespace);
-* ``reason`` — sops's error text made one short line, without the MACs it prints.
+* ``reason`` — sops's error text made one short line, without the MACs it prints;
+* ``comparable`` — what of a SOPS document can be compared with the live object (for a
+  desired-vs-live difference): its plaintext fields, without ``sops`` and without the fields
+  holding ciphertext.
 
 Shell: ``Decryptor`` runs the real ``sops`` binary (``binaries.require("sops")``, built from
 its pinned module) with the document on standard input and the age key file named in its
@@ -163,6 +166,15 @@ def as_applied(manifest: Mapping[str, Any], decrypted: Mapping[str, Any]) -> dic
     out = {k: v for k, v in decrypted.items() if k != FIELD}
     out["metadata"] = manifest.get("metadata")
     return out
+
+
+def comparable(manifest: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """(``manifest`` without its ``sops`` field and the top-level fields holding ciphertext,
+    those fields' names): the part of a SOPS document a difference to the live object can show
+    (the ciphertext always differs from the live values, which only the applier may know)."""
+    left_out = [k for k, v in manifest.items() if k != FIELD and _encrypted_leaf(v, k) is not None]
+    kept = {k: v for k, v in manifest.items() if k != FIELD and k not in left_out}
+    return kept, left_out
 
 
 def reason(stderr: str, returncode: int | None) -> str:

@@ -241,3 +241,15 @@ def test_reason_is_one_short_line_without_digests() -> None:
     )
     assert sops.reason("", 3) == "sops exited with status 3"
     assert len(sops.reason("x" * 1000, 1)) == sops.MAX_REASON
+
+
+def test_comparable_part(keys: dict[str, Any], tmp_path: Path) -> None:
+    _, recipient = keys["right"]
+    obj = as_planned(loaded(tmp_path, encrypt(SECRET, recipient)))
+    kept, left_out = sops.comparable(obj)
+    assert left_out == ["stringData", "data"]
+    assert list(kept) == ["apiVersion", "kind", "metadata", "type"]
+    assert sops.comparable({"kind": "ConfigMap", "data": {"a": "b"}}) == (
+        {"kind": "ConfigMap", "data": {"a": "b"}},
+        [],
+    )
