@@ -11,6 +11,8 @@ Objects and their hashes:
 - ``health`` — a live object's health from its status, in the style of kstatus.
 - ``diff`` — field-level differences between two pruned objects (``driftbus plan``), masked.
 - ``scrub`` — Secret values kept out of every message driftbus writes.
+- ``hooks`` — Helm's and Argo CD's hooks and sync waves: each object's stage, delete policies.
+- ``windows`` — sync windows: when automated writes are allowed or denied.
 
 Reading as Kubernetes reads:
 

@@ -10,6 +10,7 @@ planner but the process, so a plan cannot disagree with the planner.
 - ``facts`` — SERVER, APPLIED and OUTCOMES messages → the events ``decide`` folds.
 - ``revision`` — a published revision taken in: keyed, normalised, owned, hashed, or refused.
 - ``holds`` — why a bundle's writes wait: suspended, or a dependency not Ready.
+- ``waves`` — which objects of a revision may be written now: its hooks and sync waves.
 - ``limits`` — a revision held to its tenant's limits, and whom its writes are made as.
 - ``takeover`` — which objects a revision takes when another bundle declares them.
 - ``prune`` — which prunes would destroy what others still want; which objects are strays.
