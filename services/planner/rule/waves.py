@@ -58,7 +58,8 @@ def state(e: Entry | None, health: Health, revision: str) -> tuple[bool, bool]:
     if not applied:
         return False, False
     if e.server_retired and e.server_deleted:
-        return True, False  # ended, and deleted by its hook's policy (or its TTL)
+        # ended, and deleted by its hook's policy (or its TTL): as it ended
+        return health is not Health.FAILED, health is Health.FAILED
     if not e.observed or e.drifted:
         return False, False
     return health is Health.READY, health is Health.FAILED

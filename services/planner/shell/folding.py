@@ -11,10 +11,21 @@ from __future__ import annotations
 
 import time
 
-from schemas.decision import DecisionAction
+from schemas.decision import DecisionAction, DecisionReason
+from schemas.messages import Health
+from services.core import hooks
 from services.planner.memory.cluster import ClusterState
-from services.planner.rule import prune
-from services.planner.rule.decide import Desired, Entry, Event, Removed, restore, step
+from services.planner.rule import prune, waves
+from services.planner.rule.decide import (
+    Decision,
+    Desired,
+    Entry,
+    Event,
+    Release,
+    Removed,
+    restore,
+    step,
+)
 from services.planner.rule.entry import Slot
 from services.planner.rule.holds import Hold
 from services.planner.rule.revision import BundleView
@@ -29,6 +40,10 @@ class Folder:
         self.state = state
         self.board = board
         self.decisions = decisions
+        self._gates: dict[tuple[str, str], tuple[BundleView, waves.Gate]] = {}
+        """each staged revision's gate as last seen: what opened since is decided again"""
+        self._hook_deletes: set[tuple[Slot, bytes | None]] = set()
+        """hooks whose policy delete was sent (per manifest: once per revision)"""
 
     async def fold(self, slot: Slot, event: Event) -> None:
         """Fold one event into the object's entry; live, publish what it decides."""
@@ -52,6 +67,8 @@ class Folder:
             self.board.continue_current_span((slot[0], bundle))
         if decision is not None:
             await self.decisions.publish(slot, decision, removed_from=removed_from)
+        if entry.bundle and not isinstance(event, Removed):
+            await self.advance(slot, entry.bundle)
 
     def hold_of(self, slot: Slot, bundle: str) -> tuple[Hold | None, bool]:
         """Why a write of the object for ``bundle`` waits now, and whether the hold is the whole
@@ -60,7 +77,73 @@ class Folder:
         if not bundle:
             return None, False
         hold = self.state.hold(bundle)
-        return hold, hold is not None
+        if hold is not None:
+            return hold, True
+        view = self.state.bundles.get((slot[0], bundle))
+        stage = view.stages.get(slot[1]) if view is not None else None
+        if view is None or stage is None:
+            return None, False
+        gate = self.gate(view)
+        if gate.may_write(stage):
+            return None, False
+        why = gate.why() or "waits for the revision to fail (a sync-fail hook)"
+        return Hold(DecisionReason.WAVE, why), False
+
+    def gate(self, view: BundleView) -> waves.Gate:
+        """Where the writes of ``view``'s revision stand (``rule.waves``)."""
+        if not view.stages:
+            return waves.OPEN
+        entries, details = self.state.entries, self.state.details
+        return waves.gate(
+            view.stages,
+            lambda key: waves.state(
+                entries.get((view.cluster, key)),
+                details.health((view.cluster, key))[0],
+                view.revision,
+            ),
+        )
+
+    async def advance(self, slot: Slot, bundle: str) -> None:
+        """After an object of a staged revision changed: delete a hook that ended as its
+        policy asks, and decide again on the objects its stage's end lets through."""
+        ident = (slot[0], bundle)
+        view = self.state.bundles.get(ident)
+        if view is None or (slot[1] not in view.stages and slot[1] not in view.hook_policies):
+            return
+        await self._delete_ended_hook(slot, view)
+        if not view.stages:
+            return
+        gate = self.gate(view)
+        before = self._gates.get(ident)
+        self._gates[ident] = (view, gate)
+        old = before[1] if before is not None and before[0] is view else None
+        if old == gate:
+            return
+        for key, stage in list(view.stages.items()):
+            if gate.may_write(stage) and (old is None or not old.may_write(stage)):
+                entry = self.state.entries.get((slot[0], key))
+                if entry is not None and entry.revision == view.revision:
+                    await self.fold((slot[0], key), Release())
+
+    async def _delete_ended_hook(self, slot: Slot, view: BundleView) -> None:
+        """A hook that succeeded (or failed) is deleted when its policy says so, once per
+        revision; its tombstone is then its end (``health.retiring``), not drift."""
+        policies = view.hook_policies.get(slot[1])
+        e = self.state.entries.get(slot)
+        if not policies or e is None or not e.live or e.inflight is not None:
+            return
+        h = self.state.details.health(slot)[0]
+        ended_as = (
+            hooks.SUCCEEDED if h is Health.READY else hooks.FAILED if h is Health.FAILED else ""
+        )
+        done = e.revision == view.revision and e.applied_manifest_sha == e.manifest_sha
+        if not done or not e.observed or ended_as not in policies:
+            return
+        mark = (slot, e.manifest_sha)
+        if mark in self._hook_deletes:
+            return
+        self._hook_deletes.add(mark)
+        await self.decisions.publish(slot, Decision(DecisionAction.DELETE, DecisionReason.HOOK))
 
     async def prune(self, view: BundleView) -> None:
         """Level-triggered prune: live objects carrying this bundle's label, not in its revision.

@@ -63,7 +63,7 @@ class Ledger:
             cluster = book.view.cluster
             # a set intersection: with many bundles, each costs what the smaller side holds
             for key in book.view.keys & keys.get(cluster, set()):
-                book.put(key, mark((cluster, key), known))
+                book.put(key, mark((cluster, key), known, book.view))
 
     def _start(self, known: Known) -> None:
         """Follow this store from now: every book is filled again, the strays indexed anew."""

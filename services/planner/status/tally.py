@@ -19,6 +19,7 @@ from typing import Any
 
 from schemas.messages import WORKING_PHASES, Health, ObjectPhase
 from schemas.subjects import ObjectKey
+from services.core.hooks import DEFAULT_STAGE, Phase
 from services.core.manifest import apply_order
 from services.planner.memory.object_details import Details
 from services.planner.memory.store import EntryStore
@@ -48,10 +49,17 @@ Mark = tuple[int, str]
 """(what the object counts as, the line that names it in the status, or "")"""
 
 
-def mark(slot: Slot, known: Known) -> Mark | None:
-    """What one desired object counts as in its bundle's tally; None when it is Ready."""
+def mark(slot: Slot, known: Known, view: BundleView | None = None) -> Mark | None:
+    """What one desired object counts as in its bundle's tally; None when it is Ready.
+
+    Of a revision with hooks (``view``): a hook that failed fails the revision, naming it and
+    how it ended; a sync-fail hook that did not run (nothing failed) is not waited for."""
     key = slot[1]
+    hook = view is not None and key in view.hook_policies
     p = known.entries.progress(slot)
+    fail_hook = view is not None and view.stages.get(key, DEFAULT_STAGE)[0] == Phase.FAIL
+    if fail_hook and (p is None or not p.applied):
+        return None
     if p is None:
         return SKIP, ""
     if p.failed:
@@ -68,13 +76,18 @@ def mark(slot: Slot, known: Known) -> Mark | None:
     if not p.observed:
         return UNOBSERVED, ""
     if p.retired:
-        return None  # finished, and removed by its controller as its manifest asks
+        h, why = known.details.health(slot)
+        if hook and h is Health.FAILED:
+            return FAILED, f"{key}: hook failed: {why}" if why else f"{key}: hook failed"
+        return None  # finished, and removed by its controller (or its hook policy) as it asks
     if p.drifted:
         return DRIFTED, f"{key}: drifted"
     h, why = known.details.health(slot)
     if h is Health.READY:
         return None
     if h is Health.FAILED:
+        if hook:
+            return FAILED, f"{key}: hook failed: {why}" if why else f"{key}: hook failed"
         return UNHEALTHY, f"{key}: unhealthy: {why}"
     return NOT_READY, f"{key}: not ready ({h}): {why}" if why else f"{key}: not ready ({h})"
 
@@ -118,7 +131,7 @@ class Book:
     def filled(cls, view: BundleView, known: Known) -> Book:
         book = cls(view)
         for key in view.keys:
-            book.put(key, mark((view.cluster, key), known))
+            book.put(key, mark((view.cluster, key), known, view))
         return book
 
     def fits(self, view: BundleView) -> bool:
