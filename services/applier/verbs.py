@@ -25,6 +25,7 @@ from schemas.messages import AppliedEvent, ApplyIntent, DeleteIntent, ObjectPhas
 from services.applier.classify import Decided, Gone, Leave, Replace, Report, Step, Wait, classify
 from services.common import sops
 from services.common.kube import Conflict, Invalid, KubeClient, KubeError, NotFound, Resource
+from services.core import hooks
 from services.core.adopt import adoption_patch
 from services.core.ignore import owned_at, pointers_of, sparse, value_at
 from services.core.manifest import FIELD_MANAGER, PRUNE_ANNOTATION, owner_of, prune_disabled
@@ -111,6 +112,8 @@ async def _apply(
             "bundle no default namespace (publish with --namespace NS)",
         )
     try:
+        if hooks.is_hook(m):
+            await recreate_hook(kube, res, m, intent.bundle)
         if ignored := pointers_of(m):
             await hand_over(kube, res, m, ignored)
         live = await apply_adopting(kube, res, m, force=intent.force)
@@ -206,6 +209,19 @@ async def hand_over(
                 await kube.apply(body, field_manager=HANDOVER_MANAGER, resource=res)
 
 
+async def recreate_hook(kube: KubeClient, res: Resource, m: dict[str, Any], bundle: str) -> None:
+    """A hook's earlier copy (another revision's) is deleted before the hook is created again,
+    as ``before-hook-creation`` asks (the default): a Job runs anew, not patched in place.
+    Only the bundle's own copy: one that does not carry its label is left to the apply."""
+    meta = m["metadata"]
+    try:
+        live = await kube.get(res, meta["name"], meta.get("namespace", ""))
+    except NotFound:
+        return
+    if owner_of(live) == bundle and hooks.recreated(live, m):
+        await replace_delete(kube, res, meta["name"], meta.get("namespace", ""))
+
+
 async def replace_delete(kube: KubeClient, res: Resource, name: str, namespace: str) -> None:
     """Delete for allow-replace and wait until it is gone (Background: no finalizer that
     only a garbage collector would remove), so the re-create does not meet the old object."""
@@ -248,6 +264,10 @@ async def delete(kube: KubeClient, intent: DeleteIntent, *, applier_id: str) -> 
         if not isinstance(verdict := classify(exc, Step.PRUNE, intent), Gone):
             raise Decided(verdict) from None
         rv = ""
+    if intent.reason == hooks.POLICY_DELETE:
+        # not a prune: the object stays desired and applied for this revision; its tombstone
+        # (retired) is its end, so no applied fact says otherwise
+        return Outcome(ObjectPhase.PRUNED, "hook ended; deleted by its hook-delete-policy")
     applied = AppliedEvent(
         cluster=intent.cluster,
         key=key,
