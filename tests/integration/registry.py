@@ -67,9 +67,9 @@ class Registry:
                 for line in lines:
                     if line.get("user") == "docker" and line.get("password"):
                         self.username, self.password = "docker", str(line["password"])
-            if any(str(line.get("msg", "")).startswith("listening on") for line in lines):
-                if not self.auth or self.password:
-                    return
+            listening = any(str(line.get("msg", "")).startswith("listening on") for line in lines)
+            if listening and (not self.auth or self.password):
+                return
             time.sleep(0.1)
         raise ServerError(f"registry did not start:\n{log_tail(self.process.log_path)}")
 
