@@ -14,7 +14,10 @@ As Argo CD does, Helm's install and upgrade hooks both run on every revision (a 
 sync), and the wave is ``argocd.argoproj.io/sync-wave``, else ``helm.sh/hook-weight``, else 0.
 Hooks driftbus does not run — Helm's delete, rollback and test hooks, Argo CD's ``Skip``,
 ``PreDelete`` and ``PostDelete`` — are left out of the revision, as Argo CD leaves them out of a
-sync. A hook named for several phases runs in the earliest.
+sync. A hook named for several phases is created in the earliest and kept through the last
+(charts name their hooks' ServiceAccount and RBAC for both pre- and post-install, so both Jobs
+find them); Helm and Argo CD create it again for each phase, so a Job named for two phases
+runs once here, not twice.
 
 A hook runs once per revision: its manifest is stamped with the revision
 (``driftbus.dev/hook-revision``), so a new revision changes its manifestSHA and an unchanged
@@ -103,6 +106,13 @@ class Hook:
     phase: Phase
     wave: int
     delete_policies: frozenset[str]
+    last: Phase | None = None
+    """The last phase it is named for (None: ``phase``): ``hook-succeeded`` deletes it once
+    that phase is done, not before."""
+
+    @property
+    def until(self) -> Phase:
+        return self.last if self.last is not None else self.phase
 
     @property
     def stage(self) -> Stage:
@@ -158,7 +168,8 @@ def hook_of(obj: Mapping[str, Any]) -> Hook | str | None:
     wave = _int(ann, ARGO_WAVE)
     if wave is None:
         wave = _int(ann, HELM_WEIGHT) or 0
-    return Hook(min(phases), wave, _policies(ann))
+    first, last = min(phases), max(phases)
+    return Hook(first, wave, _policies(ann), last if last != first else None)
 
 
 def _policies(ann: Mapping[str, Any]) -> frozenset[str]:

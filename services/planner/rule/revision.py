@@ -61,8 +61,8 @@ class BundleView:
     stages: dict[ObjectKey, hooks.Stage] = dataclasses.field(default_factory=dict)
     """Each object's stage (``core.hooks``: its hook phase and wave) when the revision has more
     than one; empty when it has one (nothing waits for anything: ``rule.waves``)."""
-    hook_policies: dict[ObjectKey, frozenset[str]] = dataclasses.field(default_factory=dict)
-    """The revision's hooks, each with its delete policies."""
+    hooks: dict[ObjectKey, hooks.Hook] = dataclasses.field(default_factory=dict)
+    """The revision's hooks: phase, wave, delete policies."""
     skipped_hooks: int = 0
     """Hooks left out: ones driftbus does not run (Helm's delete, rollback and test hooks)."""
     propagation: str = "Background"
@@ -138,7 +138,7 @@ class Plan:
     """How a revision's objects are written (``core.hooks``), filled by ``checked_revision``."""
 
     stages: dict[ObjectKey, hooks.Stage] = dataclasses.field(default_factory=dict)
-    hook_policies: dict[ObjectKey, frozenset[str]] = dataclasses.field(default_factory=dict)
+    hooks: dict[ObjectKey, hooks.Hook] = dataclasses.field(default_factory=dict)
     skipped: int = 0
 
 
@@ -194,15 +194,15 @@ def checked_revision(
         out.append(((bundle.cluster, key), encoded, sha))
         plan.stages[key] = hook.stage if isinstance(hook, hooks.Hook) else hooks.stage_of(manifest)
         if isinstance(hook, hooks.Hook):
-            plan.hook_policies[key] = hook.delete_policies
+            plan.hooks[key] = hook
     if errors:
         shown = "; ".join(errors[:MAX_LISTED_FAILURES])
         # waiting on a scope only when nothing else is wrong: the rest needs a new revision
         error = UnknownScope if scope_unknown == len(errors) else ManifestError
         raise error(f"{len(errors)} of {len(manifests)} objects are invalid: {shown}")
     first = next(iter(plan.stages.values()), None)
-    if all(s == first for s in plan.stages.values()):
-        plan.stages.clear()  # one stage: nothing waits for anything
+    if not plan.hooks and all(s == first for s in plan.stages.values()):
+        plan.stages.clear()  # one stage and no hook: nothing waits for anything
     return out
 
 

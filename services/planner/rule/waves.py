@@ -48,6 +48,11 @@ class Gate:
 OPEN = Gate(None)
 
 
+def phase_done(gate: Gate, phase: int) -> bool:
+    """Whether every object of ``phase`` and of the phases before it is done."""
+    return gate.frontier is None or gate.frontier[0] > phase
+
+
 def state(e: Entry | None, health: Health, revision: str) -> tuple[bool, bool]:
     """(done, failed) of one object for ``revision``."""
     if e is None or e.revision != revision or e.manifest_sha is None:

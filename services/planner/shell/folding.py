@@ -108,36 +108,40 @@ class Folder:
         policy asks, and decide again on the objects its stage's end lets through."""
         ident = (slot[0], bundle)
         view = self.state.bundles.get(ident)
-        if view is None or (slot[1] not in view.stages and slot[1] not in view.hook_policies):
-            return
-        await self._delete_ended_hook(slot, view)
-        if not view.stages:
+        if view is None or (slot[1] not in view.stages and slot[1] not in view.hooks):
             return
         gate = self.gate(view)
         before = self._gates.get(ident)
         self._gates[ident] = (view, gate)
         old = before[1] if before is not None and before[0] is view else None
         if old == gate:
+            await self._delete_ended_hook(slot, view, gate)
             return
         for key, stage in list(view.stages.items()):
             if gate.may_write(stage) and (old is None or not old.may_write(stage)):
                 entry = self.state.entries.get((slot[0], key))
                 if entry is not None and entry.revision == view.revision:
                     await self.fold((slot[0], key), Release())
+        for key in list(view.hooks):  # a phase ended: its hooks' policies may delete them now
+            await self._delete_ended_hook((slot[0], key), view, gate)
 
-    async def _delete_ended_hook(self, slot: Slot, view: BundleView) -> None:
-        """A hook that succeeded (or failed) is deleted when its policy says so, once per
-        revision; its tombstone is then its end (``health.retiring``), not drift."""
-        policies = view.hook_policies.get(slot[1])
+    async def _delete_ended_hook(self, slot: Slot, view: BundleView, gate: waves.Gate) -> None:
+        """A hook is deleted when its policy says so, once per revision: ``hook-failed`` as
+        soon as it failed, ``hook-succeeded`` once every hook of its (last) phase is done, as
+        Helm does (a Job's ServiceAccount, itself a hook, stays until the Job is done). Its
+        tombstone is then its end (``health.retiring``), not drift."""
+        hook = view.hooks.get(slot[1])
         e = self.state.entries.get(slot)
-        if not policies or e is None or not e.live or e.inflight is not None:
+        if hook is None or e is None or not e.live or e.inflight is not None:
             return
         h = self.state.details.health(slot)[0]
         ended_as = (
             hooks.SUCCEEDED if h is Health.READY else hooks.FAILED if h is Health.FAILED else ""
         )
         done = e.revision == view.revision and e.applied_manifest_sha == e.manifest_sha
-        if not done or not e.observed or ended_as not in policies:
+        if not done or not e.observed or ended_as not in hook.delete_policies:
+            return
+        if ended_as == hooks.SUCCEEDED and not waves.phase_done(gate, hook.until):
             return
         mark = (slot, e.manifest_sha)
         if mark in self._hook_deletes:

@@ -223,7 +223,7 @@ class BundleIntake:
         cluster, name = ident
         options = bundle.options
         view = BundleView.of(bundle, seq)
-        view.stages, view.hook_policies = plan.stages, plan.hook_policies
+        view.stages, view.hooks = plan.stages, plan.hooks
         view.skipped_hooks = plan.skipped
         previous = st.bundles.get(ident)
         taken = takeover.take(view, desired, st.entries, st.bundles, take_over=options.take_over)
@@ -233,6 +233,10 @@ class BundleIntake:
             self.board.mark((cluster, other))
         st.bundles[ident] = view
         st.phases.pop(name, None)  # not Ready for its dependents until this revision is
+        if options.override_window:  # before its objects are decided: they write through
+            st.overrides.add(name)
+        else:
+            st.overrides.discard(name)
         self.board.mark(ident)
         span = trace.get_current_span()
         if span.get_span_context().is_valid:

@@ -55,7 +55,7 @@ def mark(slot: Slot, known: Known, view: BundleView | None = None) -> Mark | Non
     Of a revision with hooks (``view``): a hook that failed fails the revision, naming it and
     how it ended; a sync-fail hook that did not run (nothing failed) is not waited for."""
     key = slot[1]
-    hook = view is not None and key in view.hook_policies
+    hook = view is not None and key in view.hooks
     p = known.entries.progress(slot)
     fail_hook = view is not None and view.stages.get(key, DEFAULT_STAGE)[0] == Phase.FAIL
     if fail_hook and (p is None or not p.applied):
