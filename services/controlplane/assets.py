@@ -198,6 +198,41 @@ def ensure_compose_schema() -> Path:
     return target
 
 
+# Real charts the tests render with helm, hooks and all. Chart repositories cannot be reached
+# here, but the Go module proxy can, and a chart kept in a Go repository is in its module zip:
+# tools/go/charts pins the module and go.sum its content (``go mod download`` checks it).
+CHARTS = {"ingress-nginx": ("k8s.io/ingress-nginx", "charts/ingress-nginx")}
+
+
+def ensure_chart(name: str) -> Path:
+    """The directory of chart ``name``, downloaded once into Go's module cache (verified)."""
+    import json
+
+    module, subdir = CHARTS[name]
+    mod = TOOLS_DIR / "charts"
+    # ``require k8s.io/ingress-nginx v0.0.0-… // indirect``
+    version = next(
+        words[words.index(module) + 1]
+        for line in (mod / "go.mod").read_text().splitlines()
+        if module in (words := line.split())
+    )
+    res = subprocess.run(
+        ["go", "mod", "download", "-json", f"{module}@{version}"],
+        cwd=mod,
+        env=go_env(),
+        capture_output=True,
+        text=True,
+    )
+    if res.returncode != 0:
+        raise AssetError(
+            f"chart {name}: go mod download failed:\n{res.stdout[-2000:]}{res.stderr[-2000:]}"
+        )
+    chart = Path(json.loads(res.stdout)["Dir"]) / subdir
+    if not (chart / "Chart.yaml").exists():
+        raise AssetError(f"chart {name}: {chart} holds no Chart.yaml")
+    return chart
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m services.controlplane.assets",
@@ -214,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{name:<15} {path}")
             if not args.names:
                 print(f"{'compose schema':<15} {ensure_compose_schema()}")
+                for chart in CHARTS:
+                    print(f"{'chart ' + chart:<15} {ensure_chart(chart)}")
         else:
             for name in ASSETS:
                 found = find(name)
