@@ -16,7 +16,8 @@ FIFOs — and what is too big: the layer and each member within ``max_file_bytes
 within ``4 × max_files`` and all of them within ``bundle_max_bytes`` (``limits``). Then
 ``load_pulled`` reads it as ``publish DIR`` would (a kustomization rendered), or a chart with
 the Helm path of ``load.load_helm`` (release, namespace, values, sets). The bundle's revision is
-the manifest's digest; its source ``oci://registry/repo:tag@sha256:…`` and what rendered it.
+the manifest's digest; its source ``oci://registry/repo:tag@sha256:…``, what rendered it and the
+origin the artifact names (``[origin: SOURCE REVISION]``, its annotations).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from typing import Any
 import orjson
 
 from services.common import binaries
-from services.common.confine import ConfinementError, refuse_links_out
+from services.common.confine import ConfinementError, redacted, refuse_links_out
 from services.common.documents import InputError, Loaded, Manifest
 from services.common.limits import InputLimits, setting_name
 from services.common.load import Locate, load_helm, load_paths
@@ -284,6 +285,12 @@ def load_pulled(
     source = str(pulled.ref)
     if " [rendered: " in rendered:
         source += rendered[rendered.index(" [rendered: ") :]
+    origin = [
+        redacted(pulled.annotations.get(key, ""))[:200]
+        for key in (ANNOTATION_SOURCE, ANNOTATION_REVISION)
+    ]
+    if any(origin):  # where the artifact says it was built from (flux push --source/--revision)
+        source += f" [origin: {' '.join(o for o in origin if o)}]"
     return Loaded(
         [Manifest(m.obj, named(m.where)) for m in loaded.manifests],
         revision=pulled.ref.digest,

@@ -120,7 +120,7 @@ async def test_a_pushed_directory_is_published_by_tag_and_by_digest(
     assert await cm_data(kube, "a", namespace) == {"v": "1"}
     latest = (await bundles_on_stream(pnc, pipeline.cluster, bundle))[-1]
     assert latest.revision == one, latest
-    assert latest.source == f"{repo}:1.0.0@{one}", latest.source
+    assert latest.source == f"{repo}:1.0.0@{one} [origin: r1]", latest.source
 
     # by digest: the tag then only documents it; the revision is the digest all the same
     code, _, err = await driftbus(
