@@ -2,11 +2,15 @@
 
 For each (provider, event) the gate answers one ``Verdict``:
 
-- ``UNCHANGED`` — a bundle's phase in a cluster that is the phase last seen for it (its status
-  is published again on every count change): no news;
-- ``REPEAT`` — the same event (provider, cluster, bundle, kind, revision, object, detail) was
-  sent less than ``dedupeSeconds`` ago: a flapping object, or a bundle going Ready, Degraded,
-  Ready, sends one message per state within the window;
+- ``UNCHANGED`` — a bundle's phase in a cluster that is the phase last sent to the provider
+  (its status is published again on every count change), or ``Progressing`` again for a
+  revision already sent ``Ready`` (a drift being corrected re-reconciles it: the revision is
+  still in force, and a commit status must not fall back to pending): no news. A phase that
+  differs from the last one sent is always news, so the provider's last message is the state in
+  force (a commit status, a chat channel), however often it flaps (the rate limit bounds that);
+- ``REPEAT`` — the same event of another kind (drift corrected, rollout step: provider,
+  cluster, bundle, kind, revision, object, detail) was sent less than ``dedupeSeconds`` ago: an
+  object changed by hand again and again sends one message per window;
 - ``RATE`` — the provider already had ``perMinute`` messages in the last 60 seconds;
 - ``SEND`` — none of those: the message goes, and counts against the window and the rate.
 
@@ -19,7 +23,7 @@ import collections
 import enum
 from typing import Final
 
-from schemas.notify import Limits
+from schemas.notify import EventKind, Limits
 from services.notify.events import PHASE_KINDS, Event
 
 RATE_WINDOW: Final = 60.0
@@ -32,6 +36,10 @@ class Verdict(enum.StrEnum):
     UNCHANGED = "unchanged"
     REPEAT = "repeat"
     RATE = "rate-limited"
+
+
+def _state(e: Event) -> tuple[str, str, str]:
+    return (str(e.kind), e.revision, e.detail)
 
 
 def dedupe_key(provider: str, e: Event) -> tuple[str, ...]:
@@ -49,31 +57,40 @@ class Gate:
         self.dropped: collections.Counter[tuple[str, Verdict]] = collections.Counter()
         """(provider, verdict) → messages dropped, for the logs and metrics."""
 
-    def observe(self, provider: str, e: Event) -> bool:
-        """Record a bundle's phase without sending (the replay at start-up); whether it is a
-        change from the phase seen before."""
-        if e.kind not in PHASE_KINDS:
+    def observe(self, provider: str, e: Event) -> None:
+        """Record a bundle's phase as sent without sending it (the replay at start-up: what
+        the last life of the service sent)."""
+        if e.kind in PHASE_KINDS:
+            self._phase[(provider, e.cluster, e.bundle)] = _state(e)
+
+    def _news(self, provider: str, e: Event) -> bool:
+        last = self._phase.get((provider, e.cluster, e.bundle))
+        if last is None:
             return True
-        key, state = (provider, e.cluster, e.bundle), (str(e.kind), e.revision, e.detail)
-        changed = self._phase.get(key) != state
-        self._phase[key] = state
-        return changed
+        if e.kind is EventKind.PROGRESSING and last[:2] == (EventKind.READY, e.revision):
+            return False
+        return last != _state(e)
 
     def admit(self, provider: str, e: Event, now: float) -> Verdict:
         """The verdict on sending ``e`` to ``provider`` at ``now``; a ``SEND`` is counted."""
-        if not self.observe(provider, e):
-            return self._drop(provider, Verdict.UNCHANGED)
         key = dedupe_key(provider, e)
-        last = self._sent.get(key)
-        if last is not None and now - last < self.limits.dedupe_seconds:
-            return self._drop(provider, Verdict.REPEAT)
+        if e.kind in PHASE_KINDS:
+            if not self._news(provider, e):
+                return self._drop(provider, Verdict.UNCHANGED)
+        else:
+            last = self._sent.get(key)
+            if last is not None and now - last < self.limits.dedupe_seconds:
+                return self._drop(provider, Verdict.REPEAT)
         times = self._rate.setdefault(provider, collections.deque())
         while times and now - times[0] >= RATE_WINDOW:
             times.popleft()
         if len(times) >= self.limits.per_minute:
             return self._drop(provider, Verdict.RATE)
         times.append(now)
-        self._sent[key] = now
+        if e.kind in PHASE_KINDS:
+            self._phase[(provider, e.cluster, e.bundle)] = _state(e)
+        else:
+            self._sent[key] = now
         if len(self._sent) > MAX_REMEMBERED:
             self._forget(now)
         return Verdict.SEND

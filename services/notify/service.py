@@ -228,11 +228,20 @@ async def _set_when(source: asyncio.Event, target: asyncio.Event) -> None:
 
 
 async def _events(
-    js: bus.JetStream, stream: str, subject: str, *, replay: bool
+    js: bus.JetStream, stream: str, subject: str, *, replay: bool, following: asyncio.Event
 ) -> AsyncIterator[tuple[events.Event, bool]]:
     """(event, live) of every message of ``subject``; ``replay``: the last per subject first
-    (not live), else only new messages."""
+    (not live), else only new messages. ``following`` is set once the replay is done."""
     follower = bus.Follower(js, stream, subject, last_per_subject=replay)
+    watching = asyncio.create_task(_set_when(follower.caught_up, following))
+    try:
+        async for item in _decoded(follower, stream):
+            yield item
+    finally:
+        watching.cancel()
+
+
+async def _decoded(follower: bus.Follower, stream: str) -> AsyncIterator[tuple[events.Event, bool]]:
     async for msg in follower.messages():
         live = follower.caught_up.is_set()
         try:
@@ -249,13 +258,19 @@ async def _events(
             yield event, live
 
 
-async def follow(js: bus.JetStream, n: Notifier, labels: LabelCache, stream: str) -> None:
+async def follow(
+    js: bus.JetStream,
+    n: Notifier,
+    labels: LabelCache,
+    stream: str,
+    following: asyncio.Event,
+) -> None:
     subject, replay = {
         bus.STATUS: (f"{PREFIX}.status.*.*.*.bundle", True),
         bus.DECISIONS: (family_filter("decision"), False),
         bus.ROLLOUTS: (family_filter("rollout"), False),
     }[stream]
-    async for event, live in _events(js, stream, subject, replay=replay):
+    async for event, live in _events(js, stream, subject, replay=replay, following=following):
         if n.needs_labels():
             await labels.refresh(event.where)
         n.handle(event, live=live)
@@ -283,7 +298,9 @@ async def run(settings: NotifySettings) -> None:
             waiting.cancel()
             await configs  # it ended: its error says why
         log.info("following", extra={"configurations": sorted(n.configured)})
-        streams = [follow(js, n, labels, s) for s in (bus.STATUS, bus.DECISIONS, bus.ROLLOUTS)]
+        following = {s: asyncio.Event() for s in (bus.STATUS, bus.DECISIONS, bus.ROLLOUTS)}
+        health.add("streams followed", lambda: all(e.is_set() for e in following.values()))
+        streams = [follow(js, n, labels, s, e) for s, e in following.items()]
         await asyncio.gather(configs, *streams)
     finally:
         await n.close()

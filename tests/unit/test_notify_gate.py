@@ -204,14 +204,32 @@ DRIFT = ev(EventKind.DRIFT_CORRECTED, object="ConfigMap/shop/settings", detail="
             id="a-status-republished-in-the-same-phase-is-no-news",
         ),
         pytest.param(
-            [(0, ev()), (1, ev(EventKind.DEGRADED)), (2, ev()), (3, ev(EventKind.DEGRADED))],
-            ["send", "send", "repeat", "repeat"],
-            id="a-bundle-flapping-between-phases-sends-each-phase-once",
+            [(0, ev()), (1, ev(EventKind.DEGRADED)), (2, ev()), (3, ev())],
+            ["send", "send", "send", "unchanged"],
+            id="a-change-of-phase-is-always-news-so-the-last-message-is-the-state-in-force",
         ),
         pytest.param(
-            [(0, ev()), (1, ev(EventKind.DEGRADED)), (120, ev())],
-            ["send", "send", "send"],
-            id="back-to-ready-after-the-window-sends",
+            [(0, ev()), (1, ev(EventKind.PROGRESSING)), (2, ev()), (3, ev(EventKind.FAILED))],
+            ["send", "unchanged", "unchanged", "send"],
+            id="a-ready-revision-reconciled-again-(drift)-is-no-news",
+        ),
+        pytest.param(
+            [
+                (0, ev(EventKind.PROGRESSING)),
+                (1, ev()),
+                (2, Event(EventKind.PROGRESSING, "team-a/web", "r2", cluster="prod-1")),
+                (3, Event(EventKind.READY, "team-a/web", "r2", cluster="prod-1")),
+            ],
+            ["send", "send", "send", "send"],
+            id="a-new-revision-progressing-then-ready",
+        ),
+        pytest.param(
+            [
+                (0, ev(EventKind.FAILED, detail="Failed")),
+                (1, ev(EventKind.FAILED, detail="Conflict")),
+            ],
+            ["send", "send"],
+            id="another-detail-of-a-phase-is-news",
         ),
         pytest.param(
             [(0, ev()), (1, Event(EventKind.READY, "team-a/web", "r2", cluster="prod-1"))],
@@ -241,5 +259,11 @@ def test_the_rate_limit_drops_the_excess_per_provider_per_minute() -> None:
 
 def test_observing_the_replay_learns_the_phase_without_sending() -> None:
     gate = Gate(Limits())
-    assert gate.observe("hook", ev()) is True
+    gate.observe("hook", ev())
     assert run(gate, [(0, ev()), (1, ev(EventKind.FAILED))]) == ["unchanged", "send"]
+
+
+def test_a_rate_limited_phase_is_tried_again_when_its_status_comes_again() -> None:
+    gate = Gate(Limits(per_minute=1))
+    other = ev(cluster="prod-2")
+    assert run(gate, [(0, other), (1, ev()), (61, ev())]) == ["send", "rate-limited", "send"]

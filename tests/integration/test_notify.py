@@ -1,0 +1,463 @@
+"""``driftbus notify`` on the real stack (issue 34): a bundle published from Git, reconciled by
+the real watcher, planner and applier against the real API server, and the notify service
+telling real HTTP receivers on loopback — each checking the request as its API documents it
+(the webhook's HMAC-SHA256 signature, Slack's ``text`` and ``blocks``, GitHub's and GitLab's
+commit status paths, headers and fields).
+
+Shown here: notifications reach a webhook, a Slack-compatible and two commit-status receivers
+with the documented payloads, after a 503 and a 429 answered with Retry-After; a ConfigMap
+changed by hand again and again (corrected every time) sends one message; a tenant's file
+naming another tenant's bundles is refused, and another tenant's events never reach it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import hashlib
+import hmac
+import json
+import socket
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from nats.aio.client import Client as NATS
+
+from harness.pipeline import DecisionLog, Pipeline, StatusWatch, settle
+from services.cli import notify as notify_cli
+from services.common import bus
+from services.common.kube import KubeClient
+from services.notify import service as notify_service
+from services.notify import store
+from tests.gitrepo import git
+
+from ..conftest import unique_name
+from .test_cli import driftbus
+
+pytestmark = pytest.mark.integration
+
+KEY = b"hmac-key-for-tests"
+GH_TOKEN, GL_TOKEN = "ghp_test_token", "glpat-test-token"
+SLACK_PATH = "/slack/T000/B000/XXXX"
+
+
+@dataclasses.dataclass
+class Seen:
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    status: int
+    at: float
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+class Receiver:
+    """Loopback HTTP receivers of every provider, checking each request as its API documents
+    it; ``problems`` lists what was not."""
+
+    def __init__(self) -> None:
+        self.seen: list[Seen] = []
+        self.problems: list[str] = []
+        self.answers: dict[str, list[tuple[int, dict[str, str]]]] = {}
+        """path prefix → answers to give first (status, headers), before 200/201."""
+        self.url = ""
+        self._runner: web.AppRunner | None = None
+
+    def _check(self, path: str, h: Any, body: bytes) -> None:
+        def bad(what: str) -> None:
+            self.problems.append(f"{path}: {what}")
+
+        if h.get("Content-Type", "").split(";")[0] != "application/json":
+            bad(f"Content-Type {h.get('Content-Type')!r}")
+        doc = json.loads(body)
+        if path.startswith(("/hook", "/tenant-", "/platform")):
+            want = "sha256=" + hmac.new(KEY, body, hashlib.sha256).hexdigest()
+            if path.startswith("/hook") and h.get("X-Driftbus-Signature") != want:
+                bad("signature does not verify")
+            if h.get("X-Driftbus-Event") != doc.get("kind"):
+                bad("X-Driftbus-Event is not the body's kind")
+        elif path.startswith("/slack/"):
+            if not isinstance(doc.get("text"), str) or not doc["text"]:
+                bad("no text")
+            if not all(b.get("type") in ("section", "context") for b in doc.get("blocks", [])):
+                bad("unknown block type")
+        elif path.startswith("/repos/"):
+            if h.get("Authorization") != f"Bearer {GH_TOKEN}":
+                bad("Authorization is not the token as Bearer")
+            if h.get("Accept") != "application/vnd.github+json":
+                bad(f"Accept {h.get('Accept')!r}")
+            if doc.get("state") not in ("pending", "success", "failure", "error"):
+                bad(f"state {doc.get('state')!r}")
+            if not isinstance(doc.get("context"), str) or len(doc.get("description", "")) > 140:
+                bad("context or description")
+        elif path.startswith("/api/v4/projects/"):
+            if h.get("PRIVATE-TOKEN") != GL_TOKEN:
+                bad("PRIVATE-TOKEN is not the token")
+            if doc.get("state") not in ("pending", "running", "success", "failed", "canceled"):
+                bad(f"state {doc.get('state')!r}")
+            if not isinstance(doc.get("name"), str):
+                bad("no name")
+        else:
+            bad("unknown path")
+
+    async def handle(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        path = request.raw_path  # GitLab's project path stays URL-encoded
+        try:
+            self._check(path, request.headers, body)
+        except (ValueError, AttributeError) as exc:
+            self.problems.append(f"{path}: {exc}")
+        status, headers = 201 if path.startswith(("/repos", "/api")) else 200, {}
+        for prefix, queued in self.answers.items():
+            if path.startswith(prefix) and queued:
+                status, headers = queued.pop(0)
+        self.seen.append(Seen(path, dict(request.headers), body, status, time.monotonic()))
+        return web.json_response({}, status=status, headers=headers)
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_post("/{tail:.*}", self.handle)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        host, port = self._runner.addresses[0][:2]
+        self.url = f"http://{host}:{port}"
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    def delivered(self, prefix: str) -> list[Any]:
+        """Bodies of the requests under ``prefix`` that were answered 2xx."""
+        return [s.json() for s in self.seen if s.path.startswith(prefix) and s.status < 300]
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[Receiver]:
+    r = Receiver()
+    await r.start()
+    try:
+        yield r
+    finally:
+        await r.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.asynccontextmanager
+async def notifier(pipeline: Pipeline, js: bus.JetStream) -> AsyncIterator[None]:
+    """``driftbus notify`` in this process, once it follows every stream (its /readyz)."""
+    await bus.ensure_streams(js, manage=False, within=60)  # the planner made them
+    port = free_port()
+    settings = notify_service.NotifySettings(
+        nats_url=pipeline.nats.client_url,
+        http_port=port,
+        retry_base=0.3,
+        retry_cap=2.0,
+        http_timeout=5.0,
+    )
+    task = asyncio.create_task(notify_service.run(settings))
+    try:
+        async with aiohttp.ClientSession() as http:
+            await until(lambda: _ready(http, port), "notify ready", task=task)
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def _ready(http: aiohttp.ClientSession, port: int) -> bool:
+    try:
+        async with http.get(f"http://127.0.0.1:{port}/readyz") as resp:
+            return resp.status == 200
+    except aiohttp.ClientError:
+        return False
+
+
+async def until(
+    pred: Callable[[], Any],
+    what: str,
+    *,
+    within: float = 60.0,
+    task: asyncio.Task[None] | None = None,
+) -> None:
+    deadline = time.monotonic() + within
+    while True:
+        got = pred()
+        if asyncio.iscoroutine(got):
+            got = await got
+        if got:
+            return
+        if task is not None and task.done():
+            task.result()  # the service ended: its error
+        assert time.monotonic() < deadline, f"{what} never happened"
+        await asyncio.sleep(0.1)
+
+
+def cli_parser() -> argparse.ArgumentParser:
+    """``driftbus`` with the notify command (its line in services/cli/main.py to come)."""
+    parser = argparse.ArgumentParser(prog="driftbus")
+    notify_cli.add_parser(parser.add_subparsers(dest="command", required=True))
+    return parser
+
+
+async def notify_command(
+    pipeline: Pipeline, capsys: pytest.CaptureFixture[str], *argv: str
+) -> tuple[int, str, str]:
+    args = cli_parser().parse_args(["notify", *argv, "--nats-url", pipeline.nats.client_url])
+    capsys.readouterr()
+    code = await asyncio.to_thread(args.func, args)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def secrets(tmp_path: Path, receiver: Receiver) -> dict[str, Path]:
+    files = {
+        "key": KEY.decode(),
+        "slack": receiver.url + SLACK_PATH,
+        "gh": GH_TOKEN,
+        "gl": GL_TOKEN,
+    }
+    out = {}
+    for name, value in files.items():
+        out[name] = tmp_path / f"secret-{name}"
+        out[name].write_text(value + "\n")
+        out[name].chmod(0o600)
+    return out
+
+
+def config_file(tmp_path: Path, receiver: Receiver, bundle: str) -> Path:
+    s = secrets(tmp_path, receiver)
+    text = f"""
+providers:
+- name: hook
+  type: webhook
+  url: {receiver.url}/hook
+  secretFile: {s["key"]}
+- name: chat
+  type: slack
+  urlFile: {s["slack"]}
+- name: github
+  type: github
+  apiUrl: {receiver.url}
+  tokenFile: {s["gh"]}
+  repository: acme/shop
+  targetUrl: https://status.example/{bundle}
+- name: gitlab
+  type: gitlab
+  apiUrl: {receiver.url}
+  tokenFile: {s["gl"]}
+  repository: acme/shop
+alerts:
+- providers: [hook, chat]
+  bundles: ["{bundle}"]
+  events: [Ready, Failed, Degraded, DriftCorrected]
+- providers: [github, gitlab]
+  bundles: ["{bundle}"]
+  events: [Progressing, Ready, Failed, Degraded]
+"""
+    path = tmp_path / "notify.yaml"
+    path.write_text(text)
+    return path
+
+
+def git_bundle(tmp_path: Path, namespace: str, name: str) -> tuple[Path, str]:
+    repo = tmp_path / "repo"
+    (repo / "deploy").mkdir(parents=True)
+    (repo / "deploy" / "cm.yaml").write_text(
+        f"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  namespace: {namespace}\n"
+        "data:\n  mode: fast\n"
+    )
+    git(repo, "init", "-q")
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "first")
+    return repo, git(repo, "rev-parse", "HEAD")
+
+
+async def test_notifications_reach_every_provider_and_a_flapping_object_sends_one(
+    pipeline: Pipeline,
+    pnc: NATS,
+    kube: KubeClient,
+    namespace: str,
+    tmp_path: Path,
+    receiver: Receiver,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    bundle, name = unique_name("shop"), "settings"
+    repo, sha = git_bundle(tmp_path, namespace, name)
+    js = pnc.jetstream()
+    decisions = DecisionLog()
+    await decisions.start(pnc, pipeline.cluster)
+    pipeline.start_all()
+    code, out, err = await notify_command(
+        pipeline, capsys, "apply", str(config_file(tmp_path, receiver, bundle))
+    )
+    assert code == 0, err
+    assert "notifications platform revision" in out
+    # the first webhook request is answered 503, GitHub's first 429 with Retry-After: 1
+    receiver.answers = {"/hook": [(503, {})], "/repos/": [(429, {"Retry-After": "1"})]}
+
+    async with notifier(pipeline, js):
+        code, out, err = await driftbus(
+            pipeline,
+            *("publish", "--git", str(repo), "--ref", "HEAD", "--path", "deploy", "--force"),
+            *("--cluster", pipeline.cluster, "--bundle", bundle, "--wait", "--timeout", "90"),
+        )
+        assert code == 0, err + out
+
+        def ready_everywhere() -> bool:
+            return all(
+                any(
+                    d.get("kind") == "Ready"
+                    or d.get("state") == "success"
+                    or "Ready" in d.get("text", "")
+                    for d in receiver.delivered(p)
+                )
+                for p in ("/hook", "/slack/", "/repos/", "/api/v4/")
+            )
+
+        await until(ready_everywhere, "Ready at every receiver", within=30)
+
+        # the ConfigMap changed by hand again and again: corrected each time
+        res = await kube.discovery.resource("v1", "ConfigMap")
+        before_drifts = decisions.applies("ConfigMap", name).count("drift")
+        for i in range(4):
+            await kube.apply(
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": name, "namespace": namespace},
+                    "data": {"mode": f"slow-{i}"},
+                },
+                field_manager="intruder",
+                force=True,
+            )
+
+            async def corrected() -> bool:
+                return (await kube.get(res, name, namespace))["data"].get("mode") == "fast"
+
+            await until(corrected, f"hand edit {i} corrected", within=30)
+            await asyncio.sleep(0.3)
+        await until(
+            lambda: decisions.applies("ConfigMap", name).count("drift") - before_drifts >= 4,
+            "four drift corrections decided",
+        )
+        await settle(3.0)
+
+    assert receiver.problems == [], receiver.problems
+    hook = receiver.delivered("/hook")
+    drift = [d for d in hook if d["kind"] == "DriftCorrected"]
+    assert len(drift) == 1, hook
+    assert drift[0]["object"] == f"ConfigMap/{namespace}/{name}"
+    assert drift[0]["bundle"] == bundle
+    assert drift[0]["cluster"] == pipeline.cluster
+    assert [d["kind"] for d in hook].count("Ready") == 1, hook
+    assert hook[0]["revision"] == sha
+    slack = receiver.delivered("/slack/")
+    assert len([d for d in slack if "drifted, corrected" in d["text"]]) == 1, slack
+    assert len([d for d in slack if d["text"].endswith(": Ready")]) == 1, slack
+
+    # the 503 was retried with the same signed body; the 429 waited its Retry-After
+    first, second, *_ = (s for s in receiver.seen if s.path == "/hook")
+    assert (first.status, second.status) == (503, 200)
+    assert first.body == second.body
+    assert first.headers["X-Driftbus-Signature"] == second.headers["X-Driftbus-Signature"]
+    gh = [s for s in receiver.seen if s.path.startswith("/repos/")]
+    assert gh[0].status == 429
+    assert gh[1].body == gh[0].body
+    assert gh[1].at - gh[0].at >= 0.9
+
+    # commit statuses name the commit the bundle was published from
+    assert {s.path for s in gh} == {f"/repos/acme/shop/statuses/{sha}"}
+    gh_states = [s.json()["state"] for s in gh if s.status < 300]
+    assert gh_states[-1] == "success"
+    assert set(gh_states) <= {"pending", "success"}
+    assert gh[-1].json()["context"] == f"driftbus/{pipeline.cluster}/{bundle}"
+    assert gh[-1].json()["target_url"] == f"https://status.example/{bundle}"
+    gl = [s for s in receiver.seen if s.path.startswith("/api/v4/")]
+    assert {s.path for s in gl} == {f"/api/v4/projects/acme%2Fshop/statuses/{sha}"}
+    assert gl[-1].json()["state"] == "success"
+    assert gl[-1].json()["name"] == f"driftbus/{pipeline.cluster}/{bundle}"
+
+    # `notify show` names the secret files, never their content
+    code, out, err = await notify_command(pipeline, capsys, "show", "-o", "json")
+    assert code == 0, err
+    shown = json.loads(out)["configurations"]
+    assert [c["key"] for c in shown] == ["platform"]
+    for secret in (KEY.decode(), GH_TOKEN, GL_TOKEN, SLACK_PATH):
+        assert secret not in out
+    assert str(tmp_path / "secret-slack") in out
+
+
+async def test_a_tenant_is_told_only_of_its_own_bundles(
+    pipeline: Pipeline,
+    pnc: NATS,
+    tmp_path: Path,
+    receiver: Receiver,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    js = pnc.jetstream()
+    pipeline.start_all()
+    a, b = unique_name("ta"), unique_name("tb")
+    hook = "providers:\n- name: hook\n  type: webhook\n  url: {url}\nalerts:\n- providers: [hook]\n"
+
+    # a file reaching another tenant's bundles is refused, and nothing is stored
+    reach = tmp_path / "reach.yaml"
+    reach.write_text(hook.format(url=f"{receiver.url}/tenant-a") + f'  bundles: ["{b}/*"]\n')
+    code, _, err = await notify_command(pipeline, capsys, "apply", str(reach), "--tenant", a)
+    assert code == 1
+    assert f"bundles '{b}/*' reaches beyond tenant {a}'s own bundles" in err
+    await bus.ensure_streams(js, manage=False, within=60)
+    assert await store.read(js, a) is None
+
+    # tenant a's own file: every event of its bundles (Failed included), none of b's
+    own = tmp_path / "own.yaml"
+    own.write_text(hook.format(url=f"{receiver.url}/tenant-a") + "  events: [Ready, Failed]\n")
+    code, _, err = await notify_command(pipeline, capsys, "apply", str(own), "--tenant", a)
+    assert code == 0, err
+    # the platform is told of everything: proof that b's events happened and were seen
+    every = tmp_path / "every.yaml"
+    every.write_text(hook.format(url=f"{receiver.url}/platform") + "  events: [Ready, Failed]\n")
+    code, _, err = await notify_command(pipeline, capsys, "apply", str(every))
+    assert code == 0, err
+
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "x"}}
+    async with notifier(pipeline, js):
+        watch = StatusWatch()
+        await watch.start(pnc, pipeline.cluster, f"{b}/web")
+        for tenant in (b, a):
+            await pipeline.publish(js, f"{tenant}/web", [cm])
+
+        def told(prefix: str, tenant: str) -> bool:
+            return any(d["tenant"] == tenant for d in receiver.delivered(prefix))
+
+        await until(lambda: told("/platform", b), "the platform told of b's bundle", within=60)
+        await until(lambda: told("/platform", a), "the platform told of a's bundle", within=60)
+        await until(lambda: told("/tenant-a", a), "tenant a told of its bundle", within=60)
+        await settle(2.0)
+
+    assert receiver.problems == [], receiver.problems
+    tenant_a = receiver.delivered("/tenant-a")
+    assert tenant_a
+    assert {d["tenant"] for d in tenant_a} == {a}, tenant_a
+    assert {d["bundle"] for d in tenant_a} == {f"{a}/web"}
+
+    code, out, err = await notify_command(pipeline, capsys, "show", "--tenant", a, "-o", "json")
+    assert code == 0, err
+    (entry,) = json.loads(out)["configurations"]
+    assert (entry["tenant"], entry["key"]) == (a, f"tenant.{a}")
