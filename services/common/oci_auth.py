@@ -44,9 +44,13 @@ async def fetch_token(
             f"the registry {registry} sends for a token to {realm[:80]!r}: not HTTPS (plain "
             "HTTP only to loopback or with --insecure)"
         )
-    query = {"scope": params.get("scope") or scope}
+    # the scope the whole operation needs (a push: pull,push), and the one the challenge names
+    # if it differs (a HEAD before an upload asks only pull): one token for both
+    query = [("scope", scope)]
+    if params.get("scope") and params["scope"] != scope:
+        query.append(("scope", params["scope"]))
     if params.get("service"):
-        query["service"] = params["service"]
+        query.append(("service", params["service"]))
     auth = aiohttp.BasicAuth(creds.username, creds.password) if creds else None
     who = f"user {creds.username!r}" if creds else "anonymous"
     try:

@@ -7,24 +7,38 @@ writes one itself with the user ``docker`` and a random password (bcrypt, which 
 standard library nor this project's dependencies can make), and logs the password once; the
 helper reads it from the log. So the credentials are the registry's own, checked by its own
 bcrypt.
+
+With ``token_realm``, the registry takes bearer tokens (``auth: token``): JWTs an issuer signs
+with a key its ``jwks`` file lists; ``TokenService`` is such an issuer (RS256, from
+``cryptography``), a stand-in for docker_auth or a cloud registry's token endpoint.
 """
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import http.server
 import json
+import threading
 import time
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
 from services.common import binaries
 from services.controlplane.servers import Process, ServerError, free_port, log_tail
 
+TOKEN_SERVICE = "driftbus-registry"
+TOKEN_ISSUER = "driftbus-test-issuer"
+
 
 @dataclasses.dataclass
 class Registry:
     workdir: Path
     auth: bool = False
+    token_realm: str = ""
+    """Set: ``auth: token`` — bearer tokens from this realm, signed by a key of ``jwks``."""
+    jwks: Path | None = None
     port: int = 0
     username: str = ""
     password: str = ""
@@ -46,14 +60,25 @@ class Registry:
             "storage": {"filesystem": {"rootdirectory": str(self.storage)}},
             "http": {"addr": self.host, "secret": "driftbus-test-upload-secret"},
         }
-        if self.auth:
+        if self.token_realm:
+            config["auth"] = {
+                "token": {
+                    "realm": self.token_realm,
+                    "service": TOKEN_SERVICE,
+                    "issuer": TOKEN_ISSUER,
+                    "jwks": str(self.jwks),
+                }
+            }
+        elif self.auth:
             config["auth"] = {
                 "htpasswd": {"realm": "driftbus-test", "path": str(self.workdir / "htpasswd")}
             }
         self.workdir.mkdir(parents=True, exist_ok=True)
         path = self.workdir / "config.yml"
         path.write_text(json.dumps(config))  # JSON is YAML
-        name = "registry-auth" if self.auth else "registry"
+        name = (
+            "registry-token" if self.token_realm else "registry-auth" if self.auth else "registry"
+        )
         self.process = Process(
             name, [str(binaries.require("registry")), "serve", str(path)], self.workdir
         )
@@ -103,3 +128,99 @@ class Registry:
 
     def logs(self) -> str:
         return log_tail(self.process.log_path) if self.process else ""
+
+
+class TokenService:
+    """A token endpoint on loopback: ``GET /token?service=…&scope=repository:NAME:ACTIONS``
+    with HTTP basic credentials answers ``{"token": JWT}`` granting the scope; wrong or missing
+    credentials get 401. ``requests`` records each (user, scope) asked."""
+
+    def __init__(self, workdir: Path, username: str, password: str) -> None:
+        from cryptography.hazmat.primitives.asymmetric import rsa
+
+        self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        self.username, self.password = username, password
+        self.requests: list[tuple[str, str]] = []
+        numbers = self.key.public_key().public_numbers()
+        self.jwks = workdir / "jwks.json"
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.jwks.write_text(
+            json.dumps(
+                {
+                    "keys": [
+                        {
+                            "kty": "RSA",
+                            "kid": "driftbus-test",
+                            "alg": "RS256",
+                            "use": "sig",
+                            "n": _b64(numbers.n.to_bytes((numbers.n.bit_length() + 7) // 8)),
+                            "e": _b64(numbers.e.to_bytes(3)),
+                        }
+                    ]
+                }
+            )
+        )
+        self._server: http.server.ThreadingHTTPServer | None = None
+
+    @property
+    def realm(self) -> str:
+        assert self._server is not None
+        return f"http://127.0.0.1:{self._server.server_address[1]}/token"
+
+    def token(self, scope: str) -> str:
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.asymmetric import padding
+
+        kind, _, rest = scope.partition(":")
+        name, _, actions = rest.rpartition(":")
+        now = int(time.time())
+        claims = {
+            "iss": TOKEN_ISSUER,
+            "sub": self.username,
+            "aud": TOKEN_SERVICE,
+            "exp": now + 300,
+            "nbf": now - 10,
+            "iat": now,
+            "jti": f"{now}-{len(self.requests)}",
+            "access": [{"type": kind, "name": name, "actions": actions.split(",")}],
+        }
+        header = {"alg": "RS256", "typ": "JWT", "kid": "driftbus-test"}
+        signed = f"{_b64(json.dumps(header).encode())}.{_b64(json.dumps(claims).encode())}"
+        signature = self.key.sign(signed.encode(), padding.PKCS1v15(), hashes.SHA256())
+        return f"{signed}.{_b64(signature)}"
+
+    def start(self) -> None:
+        service = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
+                scope = query.get("scope", [""])[0]
+                given = self.headers.get("Authorization", "").removeprefix("Basic ")
+                user, _, password = base64.b64decode(given).decode().partition(":")
+                service.requests.append((user, scope))
+                if (user, password) != (service.username, service.password) or not scope:
+                    self.send_response(401)
+                    self.end_headers()
+                    return
+                body = json.dumps({"token": service.token(scope)}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()

@@ -25,7 +25,7 @@ from services.common import binaries, oci, oci_client
 from services.common.kube import KubeClient
 
 from ..conftest import unique_name
-from .registry import Registry
+from .registry import Registry, TokenService
 from .test_trust_cli import ROOT, bundles_on_stream, driftbus, write
 
 CM = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  v: '{v}'\n"
@@ -340,3 +340,55 @@ async def test_a_registry_with_basic_auth_takes_the_right_password_only(
     )  # fmt: skip
     await watch.ready(other, 90, pipeline.logs)
     assert await cm_data(kube, "q", namespace) == {"v": "1"}
+
+
+@pytest.fixture(scope="module")
+def token_registry(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[Registry, TokenService]]:
+    work = tmp_path_factory.mktemp("registry-token")
+    tokens = TokenService(work / "tokens", "robot", "r0bot-pass")
+    tokens.start()
+    r = Registry(work / "registry", token_realm=tokens.realm, jwks=tokens.jwks)
+    try:
+        r.start()
+        yield r, tokens
+    finally:
+        r.stop()
+        tokens.stop()
+
+
+async def test_a_registry_asking_for_bearer_tokens_gets_them_from_its_realm(
+    pipeline: Pipeline, pnc: NATS, kube: KubeClient, namespace: str, tmp_path: Path,
+    token_registry: tuple[Registry, TokenService],
+) -> None:  # fmt: skip
+    reg, tokens = token_registry
+    name = f"team/{unique_name('tok')}"
+    repo = f"oci://{reg.host}/{name}"
+    right, wrong = tmp_path / "right", tmp_path / "wrong"
+    right.write_text("r0bot-pass")
+    wrong.write_text("nope")
+    directory = cm_dir(tmp_path / "d", t="1")
+    creds = ("--oci-username", "robot", "--oci-password-file")
+
+    digest = await pushed(directory, f"{repo}:1.0.0", *creds, str(right))
+    assert ("robot", f"repository:{name}:pull,push") in tokens.requests, tokens.requests
+
+    code, _, err = await push(directory, f"{repo}:1.0.1", *creds, str(wrong))
+    assert code == 1, err
+    assert f"the token service of {reg.host} refused user 'robot' (401)" in err, err
+    code, _, err = await push(directory, f"{repo}:1.0.1")
+    assert code == 1, err
+    assert f"the token service of {reg.host} refused anonymous (401)" in err, err
+
+    pipeline.start_all()
+    bundle = unique_name("tok")
+    code, _, err = await driftbus(
+        pipeline.nats.client_url, "publish", "--oci", f"{repo}:1.0.0", "--cluster",
+        pipeline.cluster, "--bundle", bundle, "-n", namespace, *creds, str(right), "--wait",
+        "--timeout", "90",
+    )  # fmt: skip
+    assert code == 0, err + pipeline.logs()
+    assert ("robot", f"repository:{name}:pull") in tokens.requests, tokens.requests
+    assert await cm_data(kube, "t", namespace) == {"v": "1"}
+    assert (await bundles_on_stream(pnc, pipeline.cluster, bundle))[-1].revision == digest
