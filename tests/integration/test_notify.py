@@ -19,6 +19,7 @@ import dataclasses
 import hashlib
 import hmac
 import json
+import secrets
 import socket
 import time
 from collections.abc import AsyncIterator, Callable
@@ -32,14 +33,16 @@ from nats.aio.client import Client as NATS
 
 from harness.pipeline import DecisionLog, Pipeline, StatusWatch, settle
 from services.cli import notify as notify_cli
-from services.common import bus
+from services.common import bus, permissions
 from services.common.kube import KubeClient
+from services.notify import config as notify_config
 from services.notify import service as notify_service
 from services.notify import store
 from tests.gitrepo import git
 
 from ..conftest import unique_name
 from .test_cli import driftbus
+from .test_security import Secured, refused_publish
 
 pytestmark = pytest.mark.integration
 
@@ -226,7 +229,7 @@ async def notify_command(
     return code, out, err
 
 
-def secrets(tmp_path: Path, receiver: Receiver) -> dict[str, Path]:
+def secret_files(tmp_path: Path, receiver: Receiver) -> dict[str, Path]:
     files = {
         "key": KEY.decode(),
         "slack": receiver.url + SLACK_PATH,
@@ -242,7 +245,7 @@ def secrets(tmp_path: Path, receiver: Receiver) -> dict[str, Path]:
 
 
 def config_file(tmp_path: Path, receiver: Receiver, bundle: str) -> Path:
-    s = secrets(tmp_path, receiver)
+    s = secret_files(tmp_path, receiver)
     text = f"""
 providers:
 - name: hook
@@ -461,3 +464,117 @@ async def test_a_tenant_is_told_only_of_its_own_bundles(
     assert code == 0, err
     (entry,) = json.loads(out)["configurations"]
     assert (entry["tenant"], entry["key"]) == (a, f"tenant.{a}")
+
+
+# --- the same on a locked-down bus: what each identity may do with the configurations ----------
+
+
+class NotifyBus(Secured):
+    """test_security's locked-down server (mutual TLS, a password per identity) serving tenants,
+    a platform user, an admin and a notify service."""
+
+    def __init__(self, workdir: Path) -> None:
+        super().__init__(workdir)
+        users = permissions.fleet(
+            ["c"],
+            {"platform": ["c"]},
+            tenants={"team-a": ["c"], "team-b": ["c"]},
+            admins=["root"],
+            notifiers=["notify"],
+        )
+        users = [dataclasses.replace(u, password=secrets.token_urlsafe(18)) for u in users]
+        self.passwords = {u.name: u.password or "" for u in users}
+        args = self.server.extra_args
+        Path(args[args.index("-c") + 1]).write_text(permissions.authorization_conf(users))
+
+
+@pytest.fixture
+async def locked(tmp_path: Path) -> AsyncIterator[NotifyBus]:
+    sec = NotifyBus(tmp_path)
+    await asyncio.to_thread(sec.server.start)
+    try:
+        errors: list[str] = []
+        planner = await sec.connect("planner", errors, inbox_prefix=bus.inbox_prefix("planner"))
+        try:
+            await bus.ensure_streams(planner.jetstream(timeout=5))  # the buckets too
+        finally:
+            await planner.close()
+        assert not errors, errors
+        yield sec
+    finally:
+        sec.server.stop()
+
+
+HOOK_ONLY = "providers:\n- name: hook\n  type: webhook\n  url: http://127.0.0.1:1/x\n"
+
+
+async def test_on_a_locked_down_bus_a_tenant_writes_only_its_own_notifications(
+    locked: NotifyBus,
+) -> None:
+    errors: list[str] = []
+    cfg = notify_config.load(HOOK_ONLY, "n.yaml", "team-a")
+    tenant = await locked.connect("tenant-team-a", errors)
+    root = await locked.connect("root", errors)
+    try:
+        # what `driftbus notify apply --tenant team-a` does, as the tenant: accepted
+        assert await store.put(tenant.jetstream(timeout=5), "team-a", cfg) > 0
+        # the admin's, and the admin reads every configuration back
+        rjs = root.jetstream(timeout=5)
+        await store.put(rjs, "", notify_config.load(HOOK_ONLY, "n.yaml"))
+        assert sorted(await store.read_all(rjs)) == ["", "team-a"]
+        # the admin writes the sync windows; status readers read them
+        await bus.kv_put(rjs, bus.WINDOWS_BUCKET, bus.WINDOWS_KEY, b"{}")
+        for who in ("platform", "tenant-team-a"):
+            reader = await locked.connect(who, errors)
+            try:
+                got = await bus.kv_get(reader.jetstream(timeout=5), bus.WINDOWS_BUCKET, "windows")
+                assert got is not None, who
+            finally:
+                await reader.close()
+        assert not errors, errors
+    finally:
+        await tenant.close()
+        await root.close()
+
+    kv = f"$KV.{bus.NOTIFY_BUCKET}"
+    stream = f"KV_{bus.NOTIFY_BUCKET}"
+    refusals = [
+        await refused_publish(locked, "tenant-team-a", f"{kv}.tenant.team-b"),
+        await refused_publish(locked, "tenant-team-a", f"{kv}.platform"),
+        await refused_publish(locked, "tenant-team-b", f"{kv}.tenant.team-a"),
+        await refused_publish(locked, "platform", f"{kv}.platform"),
+        await refused_publish(locked, "notify", f"{kv}.platform"),
+        # no read that would show another tenant's configuration
+        await refused_publish(locked, "tenant-team-a", f"$JS.API.STREAM.MSG.GET.{stream}"),
+        await refused_publish(locked, "tenant-team-a", f"$JS.API.CONSUMER.CREATE.{stream}"),
+        await refused_publish(
+            locked, "tenant-team-a", f"$JS.API.DIRECT.GET.{stream}.{kv}.tenant.team-b"
+        ),
+        # only the admin writes the sync windows
+        await refused_publish(locked, "platform", f"$KV.{bus.WINDOWS_BUCKET}.windows"),
+        await refused_publish(locked, "tenant-team-a", f"$KV.{bus.WINDOWS_BUCKET}.windows"),
+    ]
+    assert len(refusals) == 10
+
+
+async def test_the_notify_identity_follows_everything_it_needs(locked: NotifyBus) -> None:
+    """``driftbus notify`` as its own locked-down identity: ready (every stream followed, the
+    configurations read) — a refused consumer would keep it from ever being ready."""
+    port = free_port()
+    settings = notify_service.NotifySettings(
+        nats_url=locked.url,
+        nats_user="notify",
+        nats_password=locked.passwords["notify"],
+        nats_ca=str(locked.ca.ca.cert),
+        nats_cert=str(locked.client_pair.cert),
+        nats_key=str(locked.client_pair.key),
+        http_port=port,
+    )
+    task = asyncio.create_task(notify_service.run(settings))
+    try:
+        async with aiohttp.ClientSession() as http:
+            await until(lambda: _ready(http, port), "notify ready", within=30, task=task)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
