@@ -104,6 +104,24 @@ async def every_stream(js: Any) -> dict[str, str]:
     return out
 
 
+class Wire:
+    """Every message published on the server while the test runs (a core subscription to
+    ``>``): what the streams no longer keep too — intents acked and gone, replies, batch
+    answers."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    async def start(self, nc: NATS) -> None:
+        async def on_msg(msg: Any) -> None:
+            self.lines.append(f"{msg.subject} {msg.data.decode(errors='replace')} {msg.headers}")
+
+        await nc.subscribe(">", cb=on_msg)
+
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+
 async def live_secret(kube: KubeClient, name: str, ns: str) -> dict[str, Any] | None:
     res = await kube.discovery.resource("v1", "Secret")
     try:
@@ -142,6 +160,8 @@ async def test_sops_secret_applied_corrected_and_never_printed(
     c = pipeline.cluster
     watch = StatusWatch()
     await watch.start(pnc, c, "sealed")
+    wire = Wire()
+    await wire.start(pnc)
     pipeline.start_all()
     pipeline.start("ui", None, "--port", str(port))
     outputs = []
@@ -222,10 +242,12 @@ async def test_sops_secret_applied_corrected_and_never_printed(
         "service logs (DEBUG)": pipeline.all_logs_text(),
         "CLI output": "\n".join(outputs),
         "status page": "\n".join(pages),
+        "every message on the wire": wire.text(),
         **{f"stream {s}": text for s, text in (await every_stream(pnc.jetstream())).items()},
     }
     assert any("DRIFTBUS_DECISIONS" in s for s in searched), list(searched)
     assert "ENC[AES256_GCM," in searched["stream DRIFTBUS_BUNDLES"]  # it travelled encrypted
+    assert f"driftbus.intent.{c}." in searched["every message on the wire"]
     leaks = {where: hits(text, marker) for where, text in searched.items()}
     assert not any(leaks.values()), {k: v for k, v in leaks.items() if v}
     sizes = ", ".join(f"{where} {len(text):,} B" for where, text in searched.items())
