@@ -83,6 +83,7 @@ class RegistryClient:
         self._tokens: dict[str, str] = {}
 
     async def __aenter__(self) -> Self:
+        self._creds()  # flags that cannot work fail now, not on the first challenge
         self._session = aiohttp.ClientSession(timeout=self._timeout)
         return self
 

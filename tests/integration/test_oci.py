@@ -269,6 +269,14 @@ async def test_a_tampered_blob_or_manifest_is_refused(
         assert code == 1, err
         assert "not the digest its manifest names: refused (tampered with or corrupted)" in err
 
+    # a layer longer than its manifest says: refused before it is read to the end
+    layer.write_bytes(bytes(data) + b"\0" * 100)
+    code, _, err = await driftbus(
+        pipeline.nats.client_url, "publish", "--oci", f"{repo}@{digest}", *common
+    )
+    assert code == 1, err
+    assert f"bytes, over the {len(data):,}-byte limit" in err, err
+
     # the manifest itself changed under its digest: refused by digest and by tag
     stored = registry.blob_path(digest)
     doc = json.loads(stored.read_bytes())
