@@ -207,9 +207,10 @@ def add_source_args(p: argparse.ArgumentParser, *, fleet: bool = False) -> None:
     )
     p.add_argument(
         "--oci",
-        metavar="oci://REGISTRY/REPO:TAG|@DIGEST",
-        help="read a Flux-format OCI artifact or a Helm chart from a registry; the manifest's "
-        "digest is the revision (docs/oci.md)",
+        metavar="URL",
+        help="read a Flux-format OCI artifact or a Helm chart from a registry: "
+        "oci://REGISTRY/REPO:TAG, …@sha256:DIGEST, or with --semver; the manifest's digest is "
+        "the revision (docs/oci.md)",
     )
     p.add_argument(
         "--semver",
