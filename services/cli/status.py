@@ -99,6 +99,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                             f"  git source {followed.url} {followed.ref}: "
                             f"{table.colour(str(followed.phase))} — {followed.message}"
                         )
+                    await _windows(js, args.cluster, args.bundle, now)
                     shown = [
                         r | {"last_change": (r["last_change"] or "")[:19].replace("T", " ")}
                         for r in output.rows(rows)
@@ -134,6 +135,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                     if args.tenant is not None or any(r["tenant"] for r in table_rows):
                         columns.insert(0, "tenant")
                     table.emit(table_rows, columns, "table")
+                    await _windows(js, args.cluster, None, now)
             sys.stdout.flush()
             if live is None:
                 return 0
@@ -151,6 +153,15 @@ def cmd_status(args: argparse.Namespace) -> int:
                 await nc.close()
 
     return exits.run_or_fail("status", run())
+
+
+async def _windows(js: Any, cluster: str, bundle: str | None, now: Any) -> None:
+    """The sync windows in force for the cluster (or the bundle on it) and the next change."""
+    from services.cli import windows
+
+    spec, problem = await windows.read_windows(js)
+    for line in windows.status_lines(spec, cluster, bundle, now, problem):
+        print(line)
 
 
 async def _fleet_status(args: argparse.Namespace) -> bool:

@@ -31,7 +31,7 @@ import msgspec
 import yaml
 from croniter import CroniterBadDateError, croniter
 
-from schemas.windows import SyncWindow, WindowsFile
+from schemas.windows import SyncWindow, WindowRow, WindowsFile
 from services.core import kyaml
 
 HORIZON: Final = dt.timedelta(days=366)
@@ -337,6 +337,41 @@ def decode_stored(data: bytes) -> WindowsFile:
     except WindowsError as exc:
         raise WindowsError(f"stored windows: {exc}") from None
     return spec
+
+
+def last_good(stored: Sequence[bytes]) -> tuple[WindowsFile, str]:
+    """What planners hold after reading the stored versions ``stored`` (oldest first; a
+    removal is empty): the last usable windows, and why the latest is unusable ("" if it is
+    usable) — as the planner does, a deny window is never dropped for an unusable newer one."""
+    good, problem = WindowsFile(), ""
+    for data in stored:
+        try:
+            good, problem = decode_stored(data), ""
+        except WindowsError as exc:
+            problem = str(exc)
+    return good, problem
+
+
+def rows(spec: WindowsFile, now: dt.datetime) -> list[WindowRow]:
+    """One row per window of ``spec`` (usable: ``decode_stored``'s or ``load_windows``'s): its
+    keys, whether it is open at ``now``, and its next change (``driftbus windows``, the page)."""
+    out = []
+    for w in compiled(spec):
+        change = w.next_change(now)
+        out.append(
+            WindowRow(
+                name=w.name,
+                kind=w.spec.kind,
+                schedule=w.schedule,
+                duration=w.spec.duration,
+                time_zone=w.spec.time_zone,
+                bundles=w.bundles,
+                clusters=w.clusters,
+                active=w.open_until(now) is not None,
+                next_change=w.shown(change) if change is not None else None,
+            )
+        )
+    return out
 
 
 def _at(where: str, line: int | None) -> str:

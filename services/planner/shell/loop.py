@@ -29,6 +29,7 @@ from schemas.messages import (
 )
 from schemas.subjects import SubjectError, cluster_filter, parse_subject
 from services.common import bus, policy, telemetry
+from services.core import windows as sync_windows
 from services.core.manifest import apply_order
 from services.core.tenancy import PolicyError
 from services.fleet import registry
@@ -54,6 +55,9 @@ FACT_STREAMS = {"applied": bus.APPLIED, "outcome": bus.OUTCOMES}
 """The answers to intents, by the kind of message the run loop reads them as."""
 
 
+WINDOWS_STREAM = f"KV_{bus.WINDOWS_BUCKET}"
+WINDOWS_SUBJECT = f"$KV.{bus.WINDOWS_BUCKET}.{bus.WINDOWS_KEY}"
+"""The sync windows' KV entry, followed live (docs/windows.md)."""
 IDLE_WAKE = 5.0
 """Seconds a live planner with no input sleeps before it looks at its loops again."""
 
@@ -171,6 +175,8 @@ class Planner:
             "outcome": bus.Follower(self.js, bus.OUTCOMES, cluster_filter("outcome", self.cluster)),
             "policy": bus.Follower(self.js, bus.TENANTS_STREAM, policy.POLICY_SUBJECT),
             "control": bus.Follower(self.js, bus.CONTROL, cluster_filter("control", self.cluster)),
+            # every stored version in order: the last good one wins when the latest is unusable
+            "windows": bus.Follower(self.js, WINDOWS_STREAM, WINDOWS_SUBJECT, history=True),
         }
 
         async def pump(kind: str, f: bus.Follower) -> None:
@@ -182,6 +188,7 @@ class Planner:
         tasks.append(asyncio.create_task(duties.status(), name="bundle status"))
         tasks.append(asyncio.create_task(duties.intents_pending(), name="intents pending"))
         tasks.append(asyncio.create_task(duties.members(), name="members"))
+        tasks.append(asyncio.create_task(duties.windows(), name="sync windows"))
         tasks.append(asyncio.create_task(duties.resend(lambda: queue.qsize()), name="resend lost"))
         if self.nc is not None:
             tasks.append(
@@ -304,6 +311,8 @@ class Planner:
         try:
             if kind == "bundle":
                 await self.intake.take_in(msg)
+                if self.state.windows:  # a new bundle's window may change sooner
+                    self.duties.windows_changed(new=False)
             elif kind == "recheck":
                 await self.intake.recheck(msg)
             elif kind == "server":
@@ -332,6 +341,8 @@ class Planner:
                     self.intake.labels_changed(labels)
             elif kind == "control":
                 await self.intake.control(msg)
+            elif kind == "windows":
+                self._on_windows(msg)
         except (WireError, ValueError) as exc:
             # Bad input never stops the planner: report and carry on.
             log.error("ignoring message on %s: %s", msg.subject, exc)
@@ -339,6 +350,19 @@ class Planner:
         if (stream := FACT_STREAMS.get(kind)) is not None:
             # read, good or bad: the lost-intent check asks whether a fact was (``periodic``)
             self.state.read_up_to[stream] = msg.metadata.sequence.stream
+
+    def _on_windows(self, msg: bus.Message) -> None:
+        """New sync windows in force (removed: none). Unusable ones leave the last good ones in
+        force — a deny window is never dropped for a typo — said in the log and on status."""
+        try:
+            windows = sync_windows.compiled(sync_windows.decode_stored(msg.data or b""))
+        except sync_windows.WindowsError as exc:
+            self.state.windows_unusable = f"{exc}; the last good windows stay in force"
+            log.error("cluster %s: %s", self.cluster, self.state.windows_unusable)
+            return
+        self.state.set_windows(windows)
+        log.info("cluster %s: %d sync windows in force", self.cluster, len(windows))
+        self.duties.windows_changed(new=True)
 
     def _on_policy(self, msg: bus.Message) -> None:
         """A new tenant policy, or one that cannot be used: then no new revision is taken (the

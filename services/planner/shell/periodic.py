@@ -1,5 +1,6 @@
 """The planner's periodic duties beside its run loop: who serves the cluster (heartbeats), lost
-intents sent again, the intents pending, and the bundle status tick.
+intents sent again, the intents pending, the bundle status tick, and the sync windows' clock
+(what a window held is released the moment it closes).
 
 Each is a loop the planner runs as a task for as long as it plans the cluster; one that ends
 ends the planning (``PlannerStopped``). They share the cluster state with the run loop and change
@@ -32,6 +33,8 @@ STATUS_IDLE = 5.0
 """Seconds the status tick of a cluster with nothing marked sleeps (holds and deletions are
 looked at after each tick that had work, and at least this often)."""
 """Every bundle's status is published again this often, changed or not (STATUS keeps 7 days)."""
+WINDOWS_IDLE = 3600.0
+"""Seconds the sync windows' clock sleeps when no window names a bundle of the cluster."""
 
 
 class Duties:
@@ -60,6 +63,8 @@ class Duties:
         self.release = release
         self.pending: int | None = None
         """Intents of this cluster queued or being applied (None until known)."""
+        self._windows_wake = asyncio.Event()
+        self._windows_new = False
 
     async def members(self) -> None:
         """Who serves the cluster (watcher, applier heartbeats); prune waits for the watcher's
@@ -178,6 +183,36 @@ class Duties:
                 next_refresh = loop.time() + STATUS_REFRESH
             await self.board.publish_changed()
             await self._holds_and_deletions()
+
+    def windows_changed(self, *, new: bool) -> None:
+        """Wake the windows' clock: the windows in force changed (``new``: every bundle's
+        status is looked at again), or a bundle was taken in (its next change may be sooner)."""
+        self._windows_new |= new
+        self._windows_wake.set()
+
+    async def windows(self) -> None:
+        """Wake when a sync window opens or closes for a bundle of the cluster (or the windows
+        change): the bundles' status is looked at again (the hold's message), and the bundles
+        a window held are released the moment it closes — not on the next status tick."""
+        st = self.state
+        while True:
+            wake = st.next_window_change()
+            delay = WINDOWS_IDLE if wake is None else min(max(wake - st.clock(), 0.05), 3600)
+            try:
+                await asyncio.wait_for(self._windows_wake.wait(), delay)
+                boundary = False
+            except TimeoutError:
+                boundary = True
+            self._windows_wake.clear()
+            if not st.live:
+                continue
+            if boundary or self._windows_new:
+                self.board.mark_all(st.bundles)
+            self._windows_new = False
+            for bundle in list(st.held):
+                if st.hold(bundle) is None:
+                    log.info("cluster %s: bundle %s: no sync window holds it", st.cluster, bundle)
+                    await self.release(bundle)
 
     async def _holds_and_deletions(self) -> None:
         """After the tick (phases are current): release the bundles whose hold ended (their

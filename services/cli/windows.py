@@ -1,0 +1,195 @@
+"""``driftbus windows`` (the sync windows in force: each one open or not now, and its next
+change) and ``driftbus windows apply FILE`` (check a windows file and make it the windows every
+planner follows): the windows are state on the bus (KV bucket ``driftbus-windows``), followed
+live (docs/windows.md). An invalid file is refused with FILE:LINE and changes nothing.
+
+``status_lines`` is what ``driftbus status`` prints of them for a cluster or a bundle.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+from fnmatch import fnmatchcase
+from pathlib import Path
+
+from schemas.windows import WindowsFile
+from services.cli import exits
+from services.common import bus, settings
+from services.common.bus import NatsSettings
+from services.core import windows as sync_windows
+
+WINDOWS_STREAM = f"KV_{bus.WINDOWS_BUCKET}"
+WINDOWS_SUBJECT = f"$KV.{bus.WINDOWS_BUCKET}.{bus.WINDOWS_KEY}"
+COLUMNS = [
+    "name",
+    "kind",
+    "schedule",
+    "duration",
+    "time zone",
+    "bundles",
+    "clusters",
+    "now",
+    "next",
+]
+
+
+def read_file(path: str) -> WindowsFile:
+    """The windows of a windows file (``-``: standard input); WindowsError or OSError."""
+    text = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+    return sync_windows.load_windows(text, "<stdin>" if path == "-" else path)
+
+
+async def read_windows(js: bus.JetStream) -> tuple[WindowsFile, str]:
+    """The windows the planners hold — the last usable version stored — and why the latest
+    stored version is unusable ("" when it is usable, or none was ever applied)."""
+    try:
+        if await bus.kv_get(js, bus.WINDOWS_BUCKET, bus.WINDOWS_KEY) is None:
+            return WindowsFile(), ""
+    except bus.BucketMissing:
+        return WindowsFile(), ""
+    follower = bus.Follower(js, WINDOWS_STREAM, WINDOWS_SUBJECT, history=True)
+    stored = [m.data or b"" async for m in follower.snapshot()]
+    return sync_windows.last_good(stored)
+
+
+async def put_windows(js: bus.JetStream, spec: WindowsFile) -> int:
+    """Store ``spec`` as the windows in force; returns its revision (the KV sequence)."""
+    await bus.ensure_config_buckets(js)
+    return await bus.kv_put(js, bus.WINDOWS_BUCKET, bus.WINDOWS_KEY, sync_windows.dump(spec))
+
+
+def status_lines(
+    spec: WindowsFile, cluster: str, bundle: str | None, now: dt.datetime, problem: str = ""
+) -> list[str]:
+    """What ``driftbus status`` says of the sync windows: for a bundle, whether one holds its
+    writes (until when) and the next change; for a cluster, each window naming it, open or
+    not. Nothing when no window names them."""
+    lines = [f"sync windows: the latest on the bus are unusable ({problem})"] if problem else []
+    ws = sync_windows.compiled(spec)
+    if bundle is not None:
+        if not any(w.names(bundle, cluster) for w in ws):
+            return lines
+        block = sync_windows.block(ws, bundle, cluster, now)
+        change = sync_windows.next_change(ws, bundle, cluster, now)
+        if block is not None:
+            lines.append(f"sync window: {block.message} (writes held)")
+        else:
+            lines.append("sync windows: writes allowed now")
+        if change is not None:
+            after = sync_windows.block(ws, bundle, cluster, change)
+            then = after.message if after is not None else "writes allowed"
+            lines.append(f"  next change {_when(change, ws)}: {then}")
+        return lines
+    for w, row in zip(ws, sync_windows.rows(spec, now), strict=True):
+        if not any(fnmatchcase(cluster, p) for p in w.clusters):
+            continue
+        state = "open" if row.active else "closed"
+        verb = "closes" if row.active else "opens"
+        nxt = f", {verb} {row.next_change}" if row.next_change else ""
+        lines.append(
+            f'sync window {w.kind} "{w.name}" (bundles {",".join(w.bundles)}): {state}{nxt}'
+        )
+    return lines
+
+
+def _when(at: dt.datetime, ws: tuple[sync_windows.Window, ...]) -> str:
+    return ws[0].shown(at) if ws else at.isoformat(timespec="minutes")
+
+
+def show(spec: WindowsFile, problem: str, output: str, now: dt.datetime) -> None:
+    from services.cli import output as out
+    from services.cli import table
+
+    if problem:
+        print(
+            f"driftbus windows: the latest windows on the bus are unusable ({problem}); the "
+            "planners keep the last good ones, shown here",
+            file=sys.stderr,
+        )
+    listed = sync_windows.rows(spec, now)
+    if output in ("json", "yaml"):
+        out.dump(listed, output)  # schemas/json/cli-windows.schema.json
+        return
+    if not listed:
+        print("no sync windows: writes are never held for a window")
+        return
+    table.emit(
+        [
+            {
+                "name": r.name,
+                "kind": r.kind,
+                "schedule": r.schedule,
+                "duration": r.duration,
+                "time zone": r.time_zone,
+                "bundles": ",".join(r.bundles),
+                "clusters": ",".join(r.clusters),
+                "now": "open" if r.active else "closed",
+                "next": (("closes " if r.active else "opens ") + r.next_change)
+                if r.next_change
+                else "-",
+            }
+            for r in listed
+        ],
+        COLUMNS,
+        "table",
+    )
+
+
+def cmd_windows(args: argparse.Namespace) -> int:
+    from services.cli import table, user
+
+    new: WindowsFile | None = None
+    if args.action == "apply":
+        if not args.file:
+            return table.fail("windows apply", ValueError("name the windows file (or -)"))
+        try:
+            new = read_file(args.file)
+        except (sync_windows.WindowsError, OSError) as exc:
+            return table.fail("windows apply", exc)
+    elif args.file:
+        return table.fail(
+            "windows show",
+            ValueError("shows the windows in force and takes no file (apply one: windows apply)"),
+        )
+
+    async def run() -> int:
+        nc = await user.connect(args)
+        try:
+            js = nc.jetstream()
+            if new is None:
+                spec, problem = await read_windows(js)
+                show(spec, problem, args.output, dt.datetime.now(dt.UTC))
+                return 0
+            revision = await put_windows(js, new)
+            print(f"sync windows revision {revision} in force: {len(new.windows)} windows")
+            return 0
+        finally:
+            await nc.close()
+
+    return exits.run_or_fail(f"windows {args.action}", run())
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    t = sub.add_parser(
+        "windows",
+        help="show the sync windows in force, or apply a windows file (docs/windows.md)",
+        description="Without arguments: the sync windows in force, each open or closed now and "
+        "its next change. `windows apply FILE` checks FILE (YAML or JSON; - reads standard "
+        "input) and makes it the windows every planner follows, at once: inside a deny window "
+        "(or outside every allow window naming a bundle) nothing of the bundle is written until "
+        "it ends, unless its revision was published with --override-window. Only the admin "
+        "NATS identity may apply.",
+    )
+    t.add_argument("action", nargs="?", choices=["show", "apply"], default="show")
+    t.add_argument("file", nargs="?", help="the windows file (apply)")
+    t.add_argument(
+        "-o",
+        "--output",
+        choices=["table", "json", "yaml"],
+        default="table",
+        help="json or yaml: one row per window (schemas/json/cli-windows.schema.json)",
+    )
+    settings.add_arguments(t, NatsSettings)
+    t.set_defaults(func=cmd_windows)

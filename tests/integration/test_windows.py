@@ -1,0 +1,236 @@
+"""Sync windows (issue 34) on the real stack, through the user's commands: ``driftbus windows
+apply`` puts a deny window in force; a new revision and a hand-made drift are held (the bundle
+OutOfSync naming the window, nothing written) until it ends, then both are applied; a revision
+published with ``--override-window`` is applied at once and its decisions say so; outside an
+allow window nothing is written until the window is lifted. Assertions are what a user sees:
+the cluster, the bundle status, ``driftbus status``/``windows`` and the decision log."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+from nats.aio.client import Client as NATS
+
+from harness.pipeline import Pipeline, settle, write_counts, writes_since
+from schemas.decision import DecisionAction
+from schemas.messages import BundlePhase
+from services.common.kube import KubeClient
+
+from ..conftest import unique_name
+from .manifests import namespace_of
+from .test_cli import driftbus
+from .test_tenancy import started
+from .test_trust import cm
+from .waits import until_object
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGMAPS = {"configmaps"}
+PARSER = (
+    "import argparse, sys\n"
+    "from services.cli import windows\n"
+    "p = argparse.ArgumentParser(prog='driftbus')\n"
+    "windows.add_parser(p.add_subparsers())\n"
+    "a = p.parse_args(sys.argv[1:])\n"
+    "sys.exit(a.func(a))\n"
+)
+
+
+async def windows_cli(pipeline: Pipeline, *args: str) -> tuple[int, str, str]:
+    """``driftbus windows ARGS``: through ``services.cli.main`` once it registers the verb,
+    else through the verb's own parser (``services/cli/windows.py``: the same function)."""
+    from services.cli import main
+
+    if hasattr(main, "windows"):
+        return await driftbus(pipeline, "windows", *args)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        PARSER,
+        "windows",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**pipeline.env(), "NATS_URL": pipeline.nats.client_url},
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+def open_now(seconds: int) -> tuple[str, str]:
+    """A cron schedule that fired at the start of this minute (UTC) and a duration that ends
+    the window ``seconds`` from now: a deny window in force now for exactly that long."""
+    now = dt.datetime.now(dt.UTC)
+    return f"{now.minute} {now.hour} {now.day} {now.month} *", f"{now.second + seconds}s"
+
+
+async def apply_windows(pipeline: Pipeline, tmp_path: Path, windows: list[dict[str, Any]]) -> None:
+    path = tmp_path / f"windows-{unique_name('w')}.yaml"
+    path.write_text(yaml.safe_dump({"windows": windows}))
+    code, out, err = await windows_cli(pipeline, "apply", str(path))
+    assert code == 0, err
+    assert f"{len(windows)} windows" in out
+
+
+def data_of(obj: dict[str, Any]) -> dict[str, Any]:
+    return dict(obj.get("data") or {})
+
+
+async def test_a_deny_window_holds_a_revision_and_a_drift_until_it_ends(
+    pipeline: Pipeline, pnc: NATS, kube: KubeClient, tmp_path: Path
+) -> None:
+    ns, bundle, freeze = unique_name("win"), unique_name("b"), unique_name("freeze")
+    watch, decisions = await started(pipeline, pnc, bundle)
+    js = pnc.jetstream()
+    await pipeline.publish(js, bundle, [namespace_of(ns), cm(ns, "a"), cm(ns, "b")], force=True)
+    await watch.ready("r1", 60, pipeline.logs)
+    res = await kube.discovery.resource("v1", "ConfigMap")
+
+    schedule, duration = open_now(25)
+    await apply_windows(
+        pipeline,
+        tmp_path,
+        [{"kind": "deny", "name": freeze, "schedule": schedule, "duration": duration,
+          "bundles": [bundle], "clusters": [pipeline.cluster]}],
+    )  # fmt: skip
+    code, out, err = await windows_cli(pipeline, "-o", "json")
+    assert code == 0, err
+    rows = json.loads(out)
+    jsonschema.validate(
+        rows, json.loads((ROOT / "schemas/json/cli-windows.schema.json").read_text())
+    )
+    assert [(r["name"], r["kind"], r["active"]) for r in rows] == [(freeze, "deny", True)]
+    await settle(1)  # the planners follow the bucket
+    before = write_counts(pipeline.api)
+
+    # a new revision and a hand-made drift: both held, nothing written
+    await pipeline.publish(
+        js, bundle, [namespace_of(ns), cm(ns, "a"), cm(ns, "b", k="new"), cm(ns, "c")],
+        revision="r2", force=True,
+    )  # fmt: skip
+    await kube.apply(cm(ns, "a", k="intruder"), field_manager="intruder", force=True)
+    status = await watch.until(
+        lambda s: s.revision == "r2" and s.phase is BundlePhase.OUT_OF_SYNC, 20, pipeline.logs
+    )
+    assert status.message.startswith(f'deny window "{freeze}" until '), status.message
+    code, out, err = await driftbus(
+        pipeline, "status", "--cluster", pipeline.cluster, "--bundle", bundle
+    )
+    assert code == 0, err
+    assert f'sync window: deny window "{freeze}" until ' in out, out
+    assert "OutOfSync" in out
+    await settle(2)
+    assert writes_since(pipeline.api, before, CONFIGMAPS) == 1  # the intruder's, nothing else
+    assert data_of(await kube.get(res, "a", ns)) == {"k": "intruder"}
+    assert data_of(await kube.get(res, "b", ns)) == {"k": "b"}
+    await until_object(kube, res, "c", ns, present=False, logs=pipeline.logs)
+    held = [r for r in decisions.records if r.action is DecisionAction.HOLD]
+    assert {r.key.name for r in held} >= {"a", "b", "c"}, decisions.records
+    assert {(str(r.reason), r.window) for r in held} == {("window", freeze)}
+
+    # the window ends: both are applied, with no publish and no restart
+    status = await watch.until(
+        lambda s: s.revision == "r2" and s.phase is BundlePhase.READY, 45, pipeline.logs
+    )
+    assert data_of(await kube.get(res, "a", ns)) == {"k": "a"}
+    assert data_of(await kube.get(res, "b", ns)) == {"k": "new"}
+    assert data_of(await kube.get(res, "c", ns)) == {"k": "c"}
+    assert "apply:drift" in decisions.reasons("a")
+    assert "apply:new" in decisions.reasons("c")
+
+
+async def test_an_override_applies_at_once_and_is_recorded(
+    pipeline: Pipeline, pnc: NATS, kube: KubeClient, tmp_path: Path
+) -> None:
+    ns, bundle, freeze = unique_name("ovr"), unique_name("b"), unique_name("freeze")
+    watch, decisions = await started(pipeline, pnc, bundle)
+    js = pnc.jetstream()
+    await pipeline.publish(js, bundle, [namespace_of(ns), cm(ns, "a")], force=True)
+    await watch.ready("r1", 60, pipeline.logs)
+    res = await kube.discovery.resource("v1", "ConfigMap")
+    await apply_windows(
+        pipeline,
+        tmp_path,
+        [{"kind": "deny", "name": freeze, "schedule": "* * * * *", "duration": "1h",
+          "bundles": ["*"]}],
+    )  # fmt: skip
+    await settle(1)
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "objects.yaml").write_text(
+        yaml.safe_dump_all([namespace_of(ns), cm(ns, "a", k="hotfix"), cm(ns, "d")])
+    )
+    code, out, err = await driftbus(
+        pipeline, "publish", str(src), "--cluster", pipeline.cluster, "--bundle", bundle,
+        "--revision", "hotfix", "--override-window", "--force", "--wait", "--timeout", "45",
+    )  # fmt: skip
+    assert code == 0, err + out + pipeline.logs()
+    assert data_of(await kube.get(res, "a", ns)) == {"k": "hotfix"}
+    assert data_of(await kube.get(res, "d", ns)) == {"k": "d"}
+    writes = [
+        r for r in decisions.records if r.action is DecisionAction.APPLY and r.revision == "hotfix"
+    ]
+    assert {r.key.name for r in writes} == {"a", "d"}, decisions.records
+    assert {r.window for r in writes} == {f"override: {freeze}"}
+
+    # drift of the overriding revision is corrected at once too, and recorded the same way
+    await kube.apply(cm(ns, "d", k="intruder"), field_manager="intruder", force=True)
+    deadline = time.monotonic() + 30
+    while "apply:drift" not in decisions.reasons("d"):
+        assert time.monotonic() < deadline, f"{decisions.records}\n{pipeline.logs()}"
+        await asyncio.sleep(0.2)
+    await settle(1)
+    assert data_of(await kube.get(res, "d", ns)) == {"k": "d"}
+    [drift] = [r for r in decisions.records if r.key.name == "d" and str(r.reason) == "drift"]
+    assert drift.window == f"override: {freeze}"
+
+
+async def test_outside_an_allow_window_nothing_is_written_until_it_is_lifted(
+    pipeline: Pipeline, pnc: NATS, kube: KubeClient, tmp_path: Path
+) -> None:
+    ns, bundle, office = unique_name("alw"), unique_name("b"), unique_name("office")
+    watch, decisions = await started(pipeline, pnc, bundle)
+    js = pnc.jetstream()
+    await pipeline.publish(js, bundle, [namespace_of(ns), cm(ns, "a")], force=True)
+    await watch.ready("r1", 60, pipeline.logs)
+    res = await kube.discovery.resource("v1", "ConfigMap")
+    # open only at midnight on New Year's Day: not in force now (unless the test runs then)
+    now = dt.datetime.now(dt.UTC)
+    schedule = "0 0 1 1 *" if (now.month, now.day) != (1, 1) else "0 0 1 7 *"
+    await apply_windows(
+        pipeline,
+        tmp_path,
+        [{"kind": "allow", "name": office, "schedule": schedule, "duration": "1h",
+          "bundles": [bundle], "timeZone": "Europe/Berlin"}],
+    )  # fmt: skip
+    await settle(1)
+    await pipeline.publish(
+        js, bundle, [namespace_of(ns), cm(ns, "a", k="new")], revision="r2", force=True
+    )
+    status = await watch.until(
+        lambda s: s.revision == "r2" and s.phase is BundlePhase.OUT_OF_SYNC, 20, pipeline.logs
+    )
+    assert status.message.startswith(f'outside allow window "{office}" until '), status.message
+    assert "+01:00" in status.message or "+02:00" in status.message  # shown in Berlin time
+    await settle(2)
+    assert data_of(await kube.get(res, "a", ns)) == {"k": "a"}
+    code, out, err = await driftbus(pipeline, "status", "--cluster", pipeline.cluster)
+    assert code == 0, err
+    assert f'sync window allow "{office}" (bundles {bundle}): closed, opens ' in out, out
+
+    # lifting the windows (an empty file) releases what they held, at once
+    await apply_windows(pipeline, tmp_path, [])
+    await watch.until(
+        lambda s: s.revision == "r2" and s.phase is BundlePhase.READY, 30, pipeline.logs
+    )
+    assert data_of(await kube.get(res, "a", ns)) == {"k": "new"}
+    assert "hold:window" in decisions.reasons("a")
