@@ -81,6 +81,7 @@ class RegistryClient:
         self._credentials_read = False
         self._basic = False
         self._tokens: dict[str, str] = {}
+        self._renewed: set[str] = set()
 
     async def __aenter__(self) -> Self:
         self._creds()  # flags that cannot work fail now, not on the first challenge
@@ -335,10 +336,12 @@ class RegistryClient:
                 f"speak: {header[:80]!r}"
             )
         if sent_auth and scope in self._tokens:
-            who = f"user {creds.username!r}" if creds else "anonymous"
-            raise OciAuthError(
-                f"the registry {self.registry} refused the token issued to {who} for {scope}"
-            )
+            if scope in self._renewed:  # a fresh token refused too: not a matter of time
+                who = f"user {creds.username!r}" if creds else "anonymous"
+                raise OciAuthError(
+                    f"the registry {self.registry} refused the token issued to {who} for {scope}"
+                )
+            self._renewed.add(scope)  # it may have expired: one fresh token
         assert self._session is not None
         self._tokens[scope] = await fetch_token(
             self._session, self.registry, params, scope, creds, insecure=self._access.insecure

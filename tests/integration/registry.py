@@ -141,6 +141,9 @@ class TokenService:
         self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         self.username, self.password = username, password
         self.requests: list[tuple[str, str]] = []
+        self.spoil = 0
+        """How many of the next tokens are signed with a key the registry does not trust (as a
+        token that expired is refused): each refused by the registry, not by this service."""
         numbers = self.key.public_key().public_numbers()
         self.jwks = workdir / "jwks.json"
         workdir.mkdir(parents=True, exist_ok=True)
@@ -184,7 +187,10 @@ class TokenService:
             "jti": f"{now}-{len(self.requests)}",
             "access": [{"type": kind, "name": name, "actions": actions.split(",")}],
         }
-        header = {"alg": "RS256", "typ": "JWT", "kid": "driftbus-test"}
+        kid = "driftbus-test"
+        if self.spoil > 0:
+            self.spoil, kid = self.spoil - 1, "unknown-key"
+        header = {"alg": "RS256", "typ": "JWT", "kid": kid}
         signed = f"{_b64(json.dumps(header).encode())}.{_b64(json.dumps(claims).encode())}"
         signature = self.key.sign(signed.encode(), padding.PKCS1v15(), hashes.SHA256())
         return f"{signed}.{_b64(signature)}"

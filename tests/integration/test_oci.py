@@ -382,6 +382,15 @@ async def test_a_registry_asking_for_bearer_tokens_gets_them_from_its_realm(
     digest = await pushed(directory, f"{repo}:1.0.0", *creds, str(right))
     assert ("robot", f"repository:{name}:pull,push") in tokens.requests, tokens.requests
 
+    # a token the registry refuses (as an expired one) is asked for again, once
+    tokens.spoil = 1
+    await pushed(directory, f"{repo}:0.9.0", *creds, str(right))
+    tokens.spoil = 10
+    code, _, err = await push(directory, f"{repo}:0.9.1", *creds, str(right))
+    assert code == 1, err
+    assert f"the registry {reg.host} refused the token issued to user 'robot'" in err, err
+    tokens.spoil = 0
+
     code, _, err = await push(directory, f"{repo}:1.0.1", *creds, str(wrong))
     assert code == 1, err
     assert f"the token service of {reg.host} refused user 'robot' (401)" in err, err
