@@ -98,7 +98,7 @@ def show(configs: dict[str, NotifyConfig], output: str) -> None:
 
 def cmd_notify(args: argparse.Namespace) -> int:
     from services.cli import table, user
-    from services.notify import store
+    from services.notify import store as saved
 
     if args.action == "run":
         if args.file:
@@ -121,18 +121,18 @@ def cmd_notify(args: argparse.Namespace) -> int:
             js = nc.jetstream()
             if args.action == "show":
                 if args.tenant is None:
-                    configs = await store.read_all(js)
+                    configs = await saved.read_all(js)
                 else:
-                    got = await store.read(js, tenant)
+                    got = await saved.read(js, tenant)
                     configs = {tenant: got} if got is not None else {}
                 show(configs, args.output)
                 return 0
             if args.action == "remove":
-                await store.remove(js, tenant)
+                await saved.remove(js, tenant)
                 print(f"notifications {notify_config.key_of(tenant)} removed")
                 return 0
             assert new is not None
-            revision = await store.put(js, tenant, new)
+            revision = await saved.put(js, tenant, new)
             print(
                 f"notifications {notify_config.key_of(tenant)} revision {revision} in force: "
                 f"{len(new.providers)} providers, {len(new.alerts)} alerts"

@@ -1,0 +1,83 @@
+"""``driftbus notify apply|show`` without a bus: a refused file changes nothing and exits 1;
+``show`` prints where each provider sends and the paths of secret files, never a secret."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from services.cli import notify
+from services.notify import config
+
+FILE = """
+providers:
+- name: ops
+  type: webhook
+  url: https://hooks.example.com/x
+  secretFile: /etc/driftbus/key
+- name: chat
+  type: slack
+  urlFile: /etc/driftbus/slack-url
+- name: gh
+  type: github
+  tokenFile: /etc/driftbus/token
+alerts:
+- providers: [ops, chat, gh]
+  bundles: ["team-a/*"]
+"""
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="driftbus")
+    notify.add_parser(parser.add_subparsers(dest="command", required=True))
+    return parser.parse_args(["notify", *argv])
+
+
+def test_a_tenant_file_reaching_further_is_refused_before_any_connection(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    f = tmp_path / "n.yaml"
+    f.write_text(FILE.replace("team-a/*", "team-b/*"))
+    # no NATS runs at this URL: the refusal comes first
+    args = parse("apply", str(f), "--tenant", "team-a", "--nats-url", "nats://127.0.0.1:1")
+    assert args.func(args) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"driftbus notify apply: {f}: alerts[0]: bundles 'team-b/*' reaches")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["apply"], "name the notifications file"),
+        (["show", "x.yaml"], "takes no file"),
+        (["run", "x.yaml"], "unexpected argument"),
+    ],
+)
+def test_misused_actions_are_refused(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = parse(*argv)
+    assert args.func(args) == 1
+    assert message in capsys.readouterr().err
+
+
+def test_show_names_targets_and_secret_files(capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = config.load(FILE, "n.yaml")
+    notify.show({"": cfg, "team-a": cfg}, "table")
+    out = capsys.readouterr().out
+    assert "(platform)" in out
+    assert "team-a" in out
+    assert "urlFile /etc/driftbus/slack-url" in out
+    assert "/etc/driftbus/key" in out
+    assert "https://api.github.com (repository of the bundle source)" in out
+    notify.show({"team-a": cfg}, "json")
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["configurations"][0]["key"] == "tenant.team-a"
+    assert (
+        doc["configurations"][0]["config"]["providers"][1]["urlFile"] == "/etc/driftbus/slack-url"
+    )
+    notify.show({}, "table")
+    assert "no notifications configured" in capsys.readouterr().out
