@@ -31,7 +31,13 @@ from services.core.hooks import (
 )
 from services.core.manifest import ManifestError
 from services.core.scope import Scopes
-from services.planner.rule.revision import Plan, checked_revision
+from services.planner.memory.object_details import Details
+from services.planner.memory.store import EntryStore
+from services.planner.rule.entry import Entry
+from services.planner.rule.revision import BundleView, Plan, checked_revision
+from services.planner.status.tally import FAILED as FAILED_MARK
+from services.planner.status.tally import NOT_READY, UNHEALTHY, Known, Mark, mark
+from services.planner.status.tally import SKIP as SKIP_MARK
 
 HELM = hooks.HELM_HOOK
 WEIGHT = hooks.HELM_WEIGHT
@@ -752,3 +758,90 @@ def test_a_revision_of_only_skipped_hooks_may_be_empty_when_allowed() -> None:
     )
     assert manifests == {}
     assert plan.skipped == 1
+
+
+# --- the tally: a failed hook fails the revision, naming it; sync-fail hooks not run ----------
+
+M1, A1 = b"\x01" * 32, b"\x0a" * 32
+MIGRATE, PAGE, WORKER = key("Job", "migrate"), key("Job", "page"), key("Job", "worker")
+
+
+def mark_of(
+    k: ObjectKey,
+    *,
+    applied: bool = True,
+    retired: bool = False,
+    h: Health = Health.READY,
+    why: str = "",
+) -> Mark | None:
+    view = BundleView.of(bundle(), 1)
+    view.keys.update([MIGRATE, PAGE, WORKER])
+    view.hooks.update({MIGRATE: Hook(Phase.PRE, 0, DEFAULT), PAGE: Hook(Phase.FAIL, 0, DEFAULT)})
+    view.stages.update({MIGRATE: (Phase.PRE, 0), PAGE: (Phase.FAIL, 0), WORKER: (Phase.SYNC, 0)})
+    entries, details = EntryStore(), Details()
+    slot = ("c", k)
+    entries[slot] = Entry(
+        k,
+        bundle="team-a/web",
+        revision="r1",
+        manifest_sha=M1,
+        applied_manifest_sha=M1 if applied else None,
+        apply_sha=A1 if applied else None,
+        applied_rv=3 if applied else 0,
+        server_sha=None if retired else A1 if applied else None,
+        server_rv=4 if applied else 0,
+        server_deleted=retired,
+        server_retired=retired,
+    )
+    details.set_health(slot, h, why)
+    return mark(slot, Known(entries, details, [], True, lambda _s, _v: ""), view)
+
+
+MIGRATE_FAILED = f"{MIGRATE}: hook failed"
+F, R, IP = Health.FAILED, Health.READY, Health.IN_PROGRESS
+
+MARKS: list[tuple[str, ObjectKey, dict[str, Any], Mark | None]] = [
+    ("a-ready-hook-is-ready", MIGRATE, {}, None),
+    (
+        "a-running-hook-is-not-ready",
+        MIGRATE,
+        {"h": IP, "why": "active: 1"},
+        (NOT_READY, f"{MIGRATE}: not ready (InProgress): active: 1"),
+    ),
+    (
+        "a-failed-hook-fails-naming-it",
+        MIGRATE,
+        {"h": F, "why": "BackoffLimitExceeded"},
+        (FAILED_MARK, f"{MIGRATE_FAILED}: BackoffLimitExceeded"),
+    ),
+    ("a-failed-hook-without-a-message", MIGRATE, {"h": F}, (FAILED_MARK, MIGRATE_FAILED)),
+    (
+        "a-failed-hook-deleted-by-its-policy-still-fails",
+        MIGRATE,
+        {"retired": True, "h": F, "why": "BackoffLimitExceeded"},
+        (FAILED_MARK, f"{MIGRATE_FAILED}: BackoffLimitExceeded"),
+    ),
+    ("a-hook-deleted-after-success-is-ready", MIGRATE, {"retired": True}, None),
+    (
+        "a-failed-ordinary-job-is-unhealthy",
+        WORKER,
+        {"h": F, "why": "x"},
+        (UNHEALTHY, f"{WORKER}: unhealthy: x"),
+    ),
+    ("a-hook-held-by-its-wave-counts-as-not-applied", MIGRATE, {"applied": False}, (SKIP_MARK, "")),
+    ("a-sync-fail-hook-not-run-is-not-waited-for", PAGE, {"applied": False}, None),
+    (
+        "a-sync-fail-hook-that-ran-and-runs",
+        PAGE,
+        {"h": IP},
+        (NOT_READY, f"{PAGE}: not ready (InProgress)"),
+    ),
+    ("a-sync-fail-hook-that-failed-fails", PAGE, {"h": F}, (FAILED_MARK, f"{PAGE}: hook failed")),
+]
+
+
+@pytest.mark.parametrize(
+    ("k", "how", "expected"), [pytest.param(k, h, x, id=i) for i, k, h, x in MARKS]
+)
+def test_mark_of_a_hook(k: ObjectKey, how: dict[str, Any], expected: Mark | None) -> None:
+    assert mark_of(k, **how) == expected
