@@ -1,5 +1,10 @@
 """What the status page shows, kept current from the streams: bundles, objects, the latest drift
-events, writes made against writes avoided per minute, and each drift's time to correct.
+events, writes made against writes avoided per minute, each drift's time to correct, and the sync
+windows in force (per bundle: the window that holds its writes, and the next change).
+
+The hit ratio counts only decisions that could have been hits: a cache hit, or a write about an
+object applied before (a new object's first apply, a held or kept object are not cache
+questions). On a fresh stack there are none, and the page says so rather than 0.00 %.
 
 Bookkeeping, no network or bus I/O: ``server`` feeds it decoded messages and serves what it
 holds (a Secret's SHAs left out through ``detail.without_secret_shas``).
@@ -17,6 +22,8 @@ import msgspec
 from schemas.decision import DecisionRecord
 from schemas.messages import BundleStatus, ObjectStatus, ServerEvent
 from schemas.subjects import split_bundle
+from schemas.windows import WindowsFile
+from services.core import windows as sync_windows
 from services.ui import detail
 
 DRIFT_REASONS = ("drift", "deleted")
@@ -61,6 +68,37 @@ class LiveState:
         """Each drift corrected: when, which object, seconds from detected to corrected."""
         self._detected: dict[str, float] = {}
         """object → when its drift was detected (epoch seconds), until it is corrected."""
+        self.windows = WindowsFile()
+        """The sync windows the planners hold (the last usable version on the bus)."""
+        self.windows_problem = ""
+        """Why the latest windows on the bus are unusable ("" when they are usable)."""
+
+    def set_windows(self, spec: WindowsFile, problem: str) -> None:
+        self.windows, self.windows_problem = spec, problem
+
+    def windows_view(self, now: dt.datetime, tenant: str | None = None) -> dict[str, Any]:
+        """The sync windows: each one open or not at ``now`` and its next change; per bundle a
+        window names (``cluster/bundle``), the window holding its writes ("" for none) and the
+        next change; why the latest version on the bus is unusable, if it is."""
+        ws = sync_windows.compiled(self.windows)
+        held: dict[str, dict[str, Any]] = {}
+        for cluster, bundle in self.bundles:
+            if tenant is not None and split_bundle(bundle)[0] != tenant:
+                continue
+            mine = [w for w in ws if w.names(bundle, cluster)]
+            if not mine:
+                continue
+            block = sync_windows.block(mine, bundle, cluster, now)
+            change = sync_windows.next_change(mine, bundle, cluster, now)
+            held[f"{cluster}/{bundle}"] = {
+                "held": block.message if block is not None else "",
+                "next_change": mine[0].shown(change) if change is not None else None,
+            }
+        return {
+            "windows": _plain(sync_windows.rows(self.windows, now)),
+            "bundles": held,
+            "problem": self.windows_problem,
+        }
 
     def on_server(self, ev: ServerEvent) -> dict[str, Any] | None:
         """Health from the watcher's facts; the object row it changes, if the page has it."""
@@ -108,7 +146,9 @@ class LiveState:
         return doc, corrected
 
     def on_decision(self, d: DecisionRecord) -> dict[str, Any] | None:
-        self.decisions["hit" if str(d.action) == "hit" else "miss"] += 1
+        action = str(d.action)
+        could_hit = action == "hit" or (action in ("apply", "delete") and str(d.reason) != "new")
+        self.decisions["hit" if action == "hit" else "miss" if could_hit else "other"] += 1
         at = d.at.timestamp() if d.at is not None else time.time()
         if str(d.action) in ("apply", "delete", "hit"):
             minute = int(at // 60)
@@ -133,11 +173,14 @@ class LiveState:
 
     def stats(self, now: float | None = None) -> dict[str, Any]:
         total = sum(self.decisions.values())
+        could_hit = self.decisions["hit"] + self.decisions["miss"]
         now = time.time() if now is None else now
         first = int(now // 60) - 59
         empty: collections.Counter[str] = collections.Counter()
         return {
-            "hit_ratio": round(self.decisions["hit"] / total, 4) if total else None,
+            # None: no decision could have hit yet (the page says so, not 0.00 %)
+            "hit_ratio": round(self.decisions["hit"] / could_hit, 4) if could_hit else None,
+            "could_hit": could_hit,
             "decisions": total,
             "pending": dict(self.pending),
             # the charts: the last 60 minutes, oldest first, empty minutes included
@@ -170,4 +213,5 @@ class LiveState:
             },
             "drift": [d for d in self.drift if shown(d.get("bundle", ""))],
             "stats": self.stats(),
+            "windows": self.windows_view(dt.datetime.now(dt.UTC), tenant),
         }

@@ -19,10 +19,13 @@ hashes of its values) appear in no response (``detail.without_secret_shas``).
 
 ``stats`` also carries the last hour per minute: writes made (apply, delete) against writes
 avoided (cache hits), and each drift's time to correct (detected → corrected), for the charts.
+A ``windows`` event carries the sync windows (docs/windows.md): each open or not and its next
+change, and per bundle a window names, the window holding its writes and the next change — sent
+when the windows on the bus change and when one opens or closes.
 
-The page server only reads the bus: STATUS, DECISIONS and SERVER; for the detail also OUTCOMES,
-BUNDLES and the Object Store (manifests: on a locked-down bus, the admin's identity;
-docs/observability.md).
+The page server only reads the bus: STATUS, DECISIONS, SERVER and the sync windows' bucket; for
+the detail also OUTCOMES, BUNDLES and the Object Store (manifests: on a locked-down bus, the
+admin's identity; docs/observability.md).
 """
 
 from __future__ import annotations
@@ -44,12 +47,17 @@ from schemas.subjects import ObjectKey, family_filter, split_bundle
 from services.common import bus
 from services.common.permissions import UI_INBOX
 from services.common.statuswatch import decode_status
+from services.core import windows as sync_windows
 from services.ui import detail, fleet, guard
 from services.ui.live import HOUR, LiveState
 
 log = logging.getLogger("driftbus.ui")
 T = TypeVar("T")
 STATIC = Path(__file__).parent / "static"
+WINDOWS_STREAM = f"KV_{bus.WINDOWS_BUCKET}"
+WINDOWS_SUBJECT = f"$KV.{bus.WINDOWS_BUCKET}.{bus.WINDOWS_KEY}"
+WINDOWS_EVERY = 5.0
+"""Seconds between two looks at whether a sync window opened or closed (sent when one did)."""
 
 
 def _decoded(msg: bus.Message, kind: type[T]) -> T | None:
@@ -70,6 +78,8 @@ class StatusPage:
         self.live = detail.LiveReader()
         self._clients: dict[asyncio.Queue[bytes], str | None] = {}
         """Each live page's queue, and the tenant it shows (None: all)."""
+        self._windows_seen: dict[asyncio.Queue[bytes], bytes] = {}
+        """The windows view each live page was last sent."""
 
     def _send(self, kind: str, data: Any, bundle: str | None = None) -> None:
         """To every page, or (``bundle`` given) to the pages showing that bundle's tenant."""
@@ -104,6 +114,47 @@ class StatusPage:
             self._send("drift", event, d.bundle)
         self._send("stats", self.state.stats())
 
+    def _on_windows(self, msg: bus.Message) -> None:
+        """A new version of the sync windows; an unusable one leaves the last good ones shown
+        (as the planners keep them) and says why."""
+        try:
+            self.state.set_windows(sync_windows.decode_stored(msg.data or b""), "")
+        except sync_windows.WindowsError as exc:
+            self.state.set_windows(self.state.windows, str(exc))
+        self._send_windows()
+
+    def _send_windows(self) -> None:
+        """The windows view to every page whose view of it changed (each tenant its own)."""
+        now = dt.datetime.now(dt.UTC)
+        views: dict[str | None, bytes] = {}
+        for q, shows in list(self._clients.items()):
+            if shows not in views:
+                views[shows] = orjson.dumps(self.state.windows_view(now, shows))
+            body = views[shows]
+            if self._windows_seen.get(q) == body:
+                continue
+            self._windows_seen[q] = body
+            with contextlib.suppress(asyncio.QueueFull):
+                q.put_nowait(b"event: windows\ndata: " + body + b"\n\n")
+
+    async def _follow_windows(self) -> None:
+        """The windows bucket, every version in order (the last good one wins); a bucket not
+        there yet (no planner has run) is waited for."""
+        while True:
+            try:
+                async for msg in bus.Follower(
+                    self.js, WINDOWS_STREAM, WINDOWS_SUBJECT, history=True
+                ).messages():
+                    self._on_windows(msg)
+            except Exception as exc:  # noqa: BLE001 - not there yet, or not ours to read
+                log.debug("status page: the sync windows not followed: %s", exc)
+            await asyncio.sleep(5.0)
+
+    async def _windows_clock(self) -> None:
+        while True:
+            await asyncio.sleep(WINDOWS_EVERY)
+            self._send_windows()
+
     def _on_server(self, msg: bus.Message) -> None:
         if (ev := _decoded(msg, ServerEvent)) is not None and (row := self.state.on_server(ev)):
             self._send("object", row, row.get("bundle"))
@@ -129,6 +180,8 @@ class StatusPage:
             pump(decisions, self._on_decision),
             pump(facts, self._on_server),
             self._poll_pending(),
+            self._follow_windows(),
+            self._windows_clock(),
         )
 
     async def _poll_pending(self) -> None:
@@ -179,6 +232,7 @@ class StatusPage:
             pass
         finally:
             self._clients.pop(q, None)
+            self._windows_seen.pop(q, None)
         return resp
 
     async def api_object(self, request: web.Request) -> web.Response:

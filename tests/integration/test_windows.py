@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import pytest
 import yaml
 from nats.aio.client import Client as NATS
 
@@ -23,6 +24,7 @@ from harness.pipeline import Pipeline, settle, write_counts, writes_since
 from schemas.decision import DecisionAction
 from schemas.messages import BundlePhase
 from services.common.kube import KubeClient
+from services.controlplane import servers
 
 from ..conftest import unique_name
 from .manifests import namespace_of
@@ -234,3 +236,65 @@ async def test_outside_an_allow_window_nothing_is_written_until_it_is_lifted(
     )
     assert data_of(await kube.get(res, "a", ns)) == {"k": "new"}
     assert "hold:window" in decisions.reasons("a")
+
+
+@pytest.mark.ui
+async def test_the_page_shows_the_windows_and_no_hit_ratio_before_anything_could_hit(
+    pipeline: Pipeline, pnc: NATS, kube: KubeClient, tmp_path: Path
+) -> None:
+    from .browser import Browser
+    from .test_ui import opened, page_token
+
+    ns, bundle, freeze = unique_name("page"), unique_name("b"), unique_name("freeze")
+    port = servers.free_port()
+    token, _ = page_token(pipeline)
+    watch, _ = await started(pipeline, pnc, bundle)
+    pipeline.start("ui", None, "--port", str(port))
+    browser = Browser(tmp_path / "chromium")
+    await browser.start()
+    try:
+        await opened(browser, f"http://127.0.0.1:{port}/?token={token}")
+        await browser.until("document.querySelector('#live').textContent === 'live'", 30, "live")
+        js = pnc.jetstream()
+        # a fresh stack: only new objects' first applies, none of which could have been a hit
+        await pipeline.publish(js, bundle, [namespace_of(ns), cm(ns, "a")], force=True)
+        await watch.ready("r1", 60, pipeline.logs)
+        ratio = "document.querySelector('#hit-ratio').textContent"
+        await browser.until(f"{ratio} === 'no decisions that could hit yet'", 20, "no ratio")
+        assert await browser.evaluate("!!document.querySelector('#windows-section').hidden")
+
+        await apply_windows(
+            pipeline,
+            tmp_path,
+            [{"kind": "deny", "name": freeze, "schedule": "* * * * *", "duration": "1h",
+              "bundles": [bundle]}],
+        )  # fmt: skip
+        row = f"document.querySelector('#windows tr[data-window=\"{freeze}\"]')"
+        await browser.until(f"{row} && {row}.dataset.active === 'true'", 20, "the window open")
+        assert not await browser.evaluate("document.querySelector('#windows-section').hidden")
+        notes = f"document.querySelector('tr[data-bundle$=\"/{bundle}\"] td:nth-child(8)')"
+        await browser.until(
+            f"{notes} && {notes}.textContent.startsWith('deny window \"{freeze}\" until')",
+            20,
+            "the bundle's row naming the window",
+        )
+        # held: the revision reported OutOfSync with the window named, on the page too
+        await pipeline.publish(js, bundle, [namespace_of(ns), cm(ns, "a", k="2")], revision="r2")
+        bundle_row = f"document.querySelector('tr[data-bundle$=\"/{bundle}\"]')"
+        await browser.until(
+            f"{bundle_row}.dataset.phase === 'OutOfSync' && "
+            f"{bundle_row}.textContent.includes('deny window \"{freeze}\" until')",
+            20,
+            "the bundle OutOfSync naming the window",
+        )
+        # a changed manifest (written through the window by an override) could have been a hit
+        # (the cache was asked about an object applied before): a ratio now
+        await pipeline.publish(
+            js, bundle, [namespace_of(ns), cm(ns, "a", k="2")], revision="r3",
+            override_window=True, force=True,
+        )  # fmt: skip
+        await watch.ready("r3", 30, pipeline.logs)
+        await browser.until(f"{ratio}.endsWith(' %')", 20, "a hit ratio")
+        await browser.screenshot(ROOT / "test-artifacts" / "ui" / "sync-windows.png")
+    finally:
+        await browser.close()

@@ -1,6 +1,6 @@
 // driftbus status page: state from /events (server-sent events), rendered without a framework.
 "use strict";
-const state = { bundles: {}, objects: {}, drift: [], stats: {} };
+const state = { bundles: {}, objects: {}, drift: [], stats: {}, windows: { windows: [], bundles: {}, problem: "" } };
 let selected = null;
 let selectedObject = null;
 let shownRevisionsOf = null;
@@ -44,6 +44,9 @@ function notes(b) {
   if (b.suspended) out.push("suspended");
   if (b.rollback_of) out.push(`rollback of ${b.rollback_of}`);
   if ((b.depends_on || []).length) out.push(`after ${b.depends_on.join(", ")}`);
+  const w = (state.windows.bundles || {})[bundleId(b)];
+  if (w && w.held) out.push(w.held);
+  else if (w && w.next_change) out.push(`sync window: next change ${w.next_change}`);
   return out.join("; ");
 }
 
@@ -140,10 +143,25 @@ function renderDrift() {
       `${(d.at || "").replace("T", " ").slice(0, 19)} ${d.event}: ${d.object} (${d.cluster}/${d.bundle}) — ${d.detail}`)));
 }
 
+// the sync windows in force: each one open or closed now, and its next change
+function renderWindows() {
+  const w = state.windows;
+  document.querySelector("#windows-section").hidden = !(w.windows.length || w.problem);
+  document.querySelector("#windows-problem").textContent =
+    w.problem ? `the latest windows on the bus are unusable (${w.problem}); the last good ones stay in force` : "";
+  document.querySelector("#windows tbody").replaceChildren(...w.windows.map((r) =>
+    el("tr", { "data-window": r.name, "data-active": `${r.active}` },
+      el("td", {}, r.name), el("td", {}, r.kind), el("td", {}, r.schedule), el("td", {}, r.duration),
+      el("td", {}, r.timeZone), el("td", {}, r.bundles.join(", ")), el("td", {}, r.clusters.join(", ")),
+      el("td", {}, badge(r.active ? "open" : "closed")),
+      el("td", {}, r.nextChange ? `${r.active ? "closes" : "opens"} ${r.nextChange}` : "–"))));
+}
+
 function renderStats() {
   const s = state.stats;
+  // no ratio yet: nothing decided could have been a hit (new objects' first applies only)
   document.querySelector("#hit-ratio").textContent =
-    s.hit_ratio == null ? "–" : `${(100 * s.hit_ratio).toFixed(2)} %`;
+    s.hit_ratio == null ? "no decisions that could hit yet" : `${(100 * s.hit_ratio).toFixed(2)} %`;
   document.querySelector("#decisions").textContent = s.decisions ?? 0;
   document.querySelector("#pending").textContent =
     Object.values(s.pending || {}).reduce((a, b) => a + b, 0);
@@ -151,6 +169,7 @@ function renderStats() {
 
 function render() {
   renderBundles(); renderObjects(); renderDrift(); renderStats(); renderCharts(); renderRevisions();
+  renderWindows();
 }
 
 function connect() {
@@ -163,7 +182,10 @@ function connect() {
     state.bundles = Object.fromEntries(s.bundles.map((b) => [bundleId(b), b]));
     state.objects = Object.fromEntries(Object.entries(s.objects).map(([k, objs]) =>
       [k, Object.fromEntries(objs.map((o) => [o.object, o]))]));
-    state.drift = s.drift; state.stats = s.stats; render();
+    state.drift = s.drift; state.stats = s.stats; state.windows = s.windows || state.windows; render();
+  });
+  source.addEventListener("windows", (e) => {
+    state.windows = JSON.parse(e.data); renderWindows(); renderBundles();
   });
   source.addEventListener("bundle", (e) => {
     const b = JSON.parse(e.data); state.bundles[bundleId(b)] = b; render();
