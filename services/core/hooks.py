@@ -4,6 +4,7 @@ A revision is written in *stages*, each a ``(phase, wave)`` pair, lowest first: 
 written only once every object of every lower stage is done (applied, seen by the watcher, and
 Ready — a Job Complete). The phases:
 
+* ``NAMESPACES`` — the revision's Namespaces and CRDs (not hooks), which hooks need first;
 * ``PRE`` — pre-sync hooks: Helm ``pre-install`` / ``pre-upgrade``, Argo CD ``PreSync``;
 * ``SYNC`` — every other object, and Argo CD ``Sync`` hooks;
 * ``POST`` — post-sync hooks: Helm ``post-install`` / ``post-upgrade``, Argo CD ``PostSync``,
@@ -47,6 +48,9 @@ ARGO_WAVE = "argocd.argoproj.io/sync-wave"
 
 
 class Phase(enum.IntEnum):
+    NAMESPACES = -1
+    """Namespaces and CRDs: what the hooks themselves live in and are made of (as ``helm
+    install --create-namespace`` and Argo CD's ``CreateNamespace`` make them first)."""
     PRE = 0
     SYNC = 1
     POST = 2
@@ -193,6 +197,8 @@ def stage_of(obj: Mapping[str, Any]) -> Stage:
     if isinstance(hook, Hook):
         return hook.stage
     wave = _int(_annotations(obj), ARGO_WAVE)
+    if obj.get("kind") in ("Namespace", "CustomResourceDefinition"):
+        return (Phase.NAMESPACES, wave or 0)
     return (Phase.SYNC, wave or 0)
 
 
