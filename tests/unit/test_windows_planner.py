@@ -1,0 +1,198 @@
+"""Sync windows in the planner (issue 34): the hold a window puts on a bundle's writes, the
+override, what decision records say, the bundle's phase and message, the page's and the CLI's
+view of the windows, and the page's hit ratio before anything could hit."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+
+import pytest
+
+from schemas.decision import DecisionAction, DecisionReason, DecisionRecord
+from schemas.messages import Bundle, BundlePhase, BundleStatus
+from schemas.subjects import ObjectKey
+from schemas.windows import SyncWindow, WindowsFile
+from services.cli import windows as cli_windows
+from services.core import windows as w
+from services.planner.memory.cluster import ClusterState
+from services.planner.rule.decide import Decision, Entry
+from services.planner.rule.revision import BundleView
+from services.planner.status.ledger import Ledger
+from services.planner.status.report import bundle_status
+from services.ui.live import LiveState
+
+KEY = ObjectKey("", "ConfigMap", "ns", "a")
+M = hashlib.sha256(b"m").digest()
+A = hashlib.sha256(b"a").digest()
+NOON = dt.datetime(2026, 6, 1, 12, 0, tzinfo=dt.UTC)
+FREEZE = SyncWindow(kind="deny", name="freeze", schedule="0 12 * * *", duration="1h")
+HELD = Decision(DecisionAction.HOLD, DecisionReason.WINDOW)
+APPLY = Decision(DecisionAction.APPLY, DecisionReason.MANIFEST)
+
+
+def state(*windows: SyncWindow, at: dt.datetime = NOON) -> ClusterState:
+    st = ClusterState("prod", clock=lambda: at.timestamp())
+    st.set_windows(w.compiled(WindowsFile(windows=windows)))
+    return st
+
+
+def test_an_open_deny_window_holds_and_names_itself() -> None:
+    st = state(FREEZE, at=NOON + dt.timedelta(minutes=10))
+    hold = st.hold("web")
+    assert hold is not None
+    assert hold.reason is DecisionReason.WINDOW
+    assert hold.window == "freeze"
+    assert hold.message == 'deny window "freeze" until 2026-06-01T13:00+00:00'
+    assert st.window_note("web", HELD) == "freeze"
+    assert st.window_note("web", APPLY) == ""  # no override: nothing went through it
+
+
+def test_no_window_no_hold() -> None:
+    assert state(FREEZE, at=NOON - dt.timedelta(minutes=1)).hold("web") is None
+    assert ClusterState("prod").hold("web") is None
+    other = SyncWindow(kind="deny", schedule="* * * * *", duration="1h", clusters=("dev-*",))
+    assert state(other).hold("web") is None
+
+
+def test_an_override_writes_through_and_is_noted() -> None:
+    st = state(FREEZE, at=NOON + dt.timedelta(minutes=10))
+    st.overrides.add("web")
+    assert st.hold("web") is None
+    assert st.window_note("web", APPLY) == "override: freeze"
+    assert st.window_note("web", Decision(DecisionAction.HIT, DecisionReason.HIT)) == ""
+    # outside the window an override has nothing to override
+    assert state(FREEZE, at=NOON - dt.timedelta(hours=2)).window_note("web", APPLY) == ""
+
+
+def test_suspension_comes_before_a_window() -> None:
+    st = state(FREEZE, at=NOON)
+    st.suspended["web"] = "incident"
+    hold = st.hold("web")
+    assert hold is not None
+    assert hold.reason is DecisionReason.SUSPENDED
+
+
+def test_answers_are_cached_until_the_next_change_then_asked_again() -> None:
+    now = [NOON + dt.timedelta(minutes=59)]
+    st = ClusterState("prod", clock=lambda: now[0].timestamp())
+    st.set_windows(w.compiled(WindowsFile(windows=(FREEZE,))))
+    st.bundles[("prod", "web")] = BundleView.of(
+        Bundle(cluster="prod", bundle="web", revision="r"), 1
+    )
+    assert st.hold("web") is not None
+    assert st.next_window_change() == (NOON + dt.timedelta(hours=1)).timestamp()
+    now[0] = NOON + dt.timedelta(hours=1)  # the window closes
+    assert st.hold("web") is None
+    assert st.next_window_change() == (NOON + dt.timedelta(days=1)).timestamp()
+    st.set_windows(())
+    assert st.next_window_change() is None
+
+
+def entry(**kw: object) -> Entry:
+    base: dict[str, object] = {
+        "bundle": "web", "revision": "r1", "manifest_sha": M, "applied_manifest_sha": M,
+        "apply_sha": A, "applied_rv": 5, "server_sha": A, "server_rv": 5, "owner_bundle": "web",
+    }  # fmt: skip
+    return Entry(KEY, **(base | kw))  # type: ignore[arg-type]
+
+
+def status_of(st: ClusterState, e: Entry) -> BundleStatus:
+    st.watcher_synced = True
+    v = BundleView.of(Bundle(cluster="prod", bundle="web", revision="r2"), 1)
+    v.keys.add(KEY)
+    st.bundles[("prod", "web")] = v
+    st.entries[("prod", KEY)] = e
+    return bundle_status(st, v, Ledger())
+
+
+def test_a_held_revision_is_out_of_sync_naming_the_window() -> None:
+    st = state(FREEZE, at=NOON + dt.timedelta(minutes=5))
+    new = hashlib.sha256(b"new").digest()
+    status = status_of(st, entry(revision="r2", manifest_sha=new))  # not applied yet
+    assert status.phase is BundlePhase.OUT_OF_SYNC
+    assert status.message.startswith('deny window "freeze" until 2026-06-01T13:00+00:00: ')
+    assert not status.suspended
+
+
+def test_a_held_drift_is_out_of_sync_naming_the_window() -> None:
+    st = state(FREEZE, at=NOON + dt.timedelta(minutes=5))
+    status = status_of(st, entry(server_sha=M, server_rv=6))  # changed out of band
+    assert status.phase is BundlePhase.OUT_OF_SYNC
+    assert status.message.startswith('deny window "freeze" until ')
+
+
+def test_the_cli_says_what_holds_a_bundle_and_the_next_change() -> None:
+    spec = WindowsFile(windows=(FREEZE,))
+    inside = NOON + dt.timedelta(minutes=5)
+    assert cli_windows.status_lines(spec, "prod", "web", inside) == [
+        'sync window: deny window "freeze" until 2026-06-01T13:00+00:00 (writes held)',
+        "  next change 2026-06-01T13:00+00:00: writes allowed",
+    ]
+    assert cli_windows.status_lines(spec, "prod", "web", NOON - dt.timedelta(hours=1)) == [
+        "sync windows: writes allowed now",
+        '  next change 2026-06-01T12:00+00:00: deny window "freeze" until 2026-06-01T13:00+00:00',
+    ]
+    assert cli_windows.status_lines(spec, "prod", None, inside) == [
+        'sync window deny "freeze" (bundles *): open, closes 2026-06-01T13:00+00:00'
+    ]
+    assert cli_windows.status_lines(WindowsFile(), "prod", "web", inside) == []
+    assert cli_windows.status_lines(spec, "prod", None, inside, "bad")[0] == (
+        "sync windows: the latest on the bus are unusable (bad)"
+    )
+
+
+def test_an_unusable_latest_version_keeps_the_last_good_one() -> None:
+    good = w.dump(WindowsFile(windows=(FREEZE,)))
+    spec, problem = w.last_good([good, b"{oops"])
+    assert spec == WindowsFile(windows=(FREEZE,))
+    assert problem.startswith("stored windows: JSON is malformed")
+    assert w.last_good([good, b"{oops", b""]) == (WindowsFile(), "")  # removed: none
+    assert w.last_good([]) == (WindowsFile(), "")
+
+
+def test_the_page_shows_each_window_and_what_holds_each_bundle() -> None:
+    live = LiveState()
+    live.set_windows(WindowsFile(windows=(FREEZE,)), "")
+    live.bundles[("prod", "web")] = {"bundle": "web"}
+    live.bundles[("prod", "team-a/api")] = {"bundle": "team-a/api"}
+    view = live.windows_view(NOON + dt.timedelta(minutes=5))
+    assert [(r["name"], r["active"], r["nextChange"]) for r in view["windows"]] == [
+        ("freeze", True, "2026-06-01T13:00+00:00")
+    ]
+    assert view["bundles"]["prod/web"] == {
+        "held": 'deny window "freeze" until 2026-06-01T13:00+00:00',
+        "next_change": "2026-06-01T13:00+00:00",
+    }
+    # a tenant's page sees only its own bundles
+    assert set(live.windows_view(NOON, "team-a")["bundles"]) == {"prod/team-a/api"}
+
+
+def record(action: str, reason: str) -> DecisionRecord:
+    return DecisionRecord(
+        cluster="prod", key=KEY, bundle="web", revision="r1",
+        action=DecisionAction(action), reason=DecisionReason(reason),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("decided", "ratio"),
+    [
+        pytest.param([], None, id="nothing-decided"),
+        pytest.param([("apply", "new")] * 5, None, id="a-fresh-stack-only-first-applies"),
+        pytest.param([("apply", "new"), ("hold", "window"), ("keep", "not-owned")], None,
+                     id="holds-and-keeps-are-no-cache-questions"),
+        pytest.param([("apply", "new"), ("hit", "hit")], 1.0, id="a-hit"),
+        pytest.param([("hit", "hit"), ("apply", "drift"), ("apply", "new")], 0.5,
+                     id="a-drift-could-have-hit"),
+    ],
+)  # fmt: skip
+def test_the_page_has_no_hit_ratio_until_a_decision_could_hit(
+    decided: list[tuple[str, str]], ratio: float | None
+) -> None:
+    live = LiveState()
+    for action, reason in decided:
+        live.on_decision(record(action, reason))
+    stats = live.stats()
+    assert stats["hit_ratio"] == ratio
+    assert stats["decisions"] == len(decided)
