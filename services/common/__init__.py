@@ -34,6 +34,8 @@ Reading manifests (``publish``, ``plan``, ``source``):
   rendered.
 - ``gitrepo`` — a Git repository at a commit, read through a bare copy.
 - ``documents`` — one file's YAML or JSON documents to keyed objects, within the limits.
+- ``sops`` — SOPS-encrypted Secrets: the publisher's checks, the original metadata recorded,
+  decryption by the real sops (applier only).
 - ``limits`` — how much input one publish, plan or source round may read.
 - ``confine`` — rendering confined to its input: no link out of it, no remote base unless
   allowed, no credentials in messages.
