@@ -35,6 +35,7 @@ from harness.pipeline import DecisionLog, Pipeline, StatusWatch, settle
 from services.cli import notify as notify_cli
 from services.common import bus, permissions
 from services.common.kube import KubeClient
+from services.fleet import registry
 from services.notify import config as notify_config
 from services.notify import service as notify_service
 from services.notify import store
@@ -49,6 +50,7 @@ pytestmark = pytest.mark.integration
 KEY = b"hmac-key-for-tests"
 GH_TOKEN, GL_TOKEN = "ghp_test_token", "glpat-test-token"
 SLACK_PATH = "/slack/T000/B000/XXXX"
+TEAMS_PATH = "/teams/workflows/abc/triggers/manual/paths/invoke"
 
 
 @dataclasses.dataclass
@@ -93,6 +95,14 @@ class Receiver:
                 bad("no text")
             if not all(b.get("type") in ("section", "context") for b in doc.get("blocks", [])):
                 bad("unknown block type")
+        elif path.startswith("/teams/"):
+            (card,) = doc.get("attachments", [None])
+            if doc.get("type") != "message" or card.get("contentType") != (
+                "application/vnd.microsoft.card.adaptive"
+            ):
+                bad("not a message with an Adaptive Card attachment")
+            if card["content"].get("type") != "AdaptiveCard" or not card["content"].get("body"):
+                bad("no Adaptive Card body")
         elif path.startswith("/repos/"):
             if h.get("Authorization") != f"Bearer {GH_TOKEN}":
                 bad("Authorization is not the token as Bearer")
@@ -233,6 +243,7 @@ def secret_files(tmp_path: Path, receiver: Receiver) -> dict[str, Path]:
     files = {
         "key": KEY.decode(),
         "slack": receiver.url + SLACK_PATH,
+        "teams": receiver.url + TEAMS_PATH,
         "gh": GH_TOKEN,
         "gl": GL_TOKEN,
     }
@@ -255,6 +266,12 @@ providers:
 - name: chat
   type: slack
   urlFile: {s["slack"]}
+- name: teams
+  type: teams
+  urlFile: {s["teams"]}
+- name: silver
+  type: webhook
+  url: {receiver.url}/platform-silver
 - name: github
   type: github
   apiUrl: {receiver.url}
@@ -273,6 +290,12 @@ alerts:
 - providers: [github, gitlab]
   bundles: ["{bundle}"]
   events: [Progressing, Ready, Failed, Degraded]
+- providers: [teams]
+  bundles: ["{bundle}"]
+  clusterSelector: tier=gold
+- providers: [silver]
+  bundles: ["{bundle}"]
+  clusterSelector: tier=silver
 """
     path = tmp_path / "notify.yaml"
     path.write_text(text)
@@ -307,6 +330,14 @@ async def test_notifications_reach_every_provider_and_a_flapping_object_sends_on
     decisions = DecisionLog()
     await decisions.start(pnc, pipeline.cluster)
     pipeline.start_all()
+    # the cluster's registry labels, for the alerts selecting clusters by label
+    await bus.ensure_streams(js, manage=False, within=60)
+
+    async def registered() -> bool:
+        return pipeline.cluster in await registry.records(js)
+
+    await until(registered, "the watcher registers its cluster")
+    await registry.relabel(js, pipeline.cluster, set_={"tier": "gold"}, remove=())
     code, out, err = await notify_command(
         pipeline, capsys, "apply", str(config_file(tmp_path, receiver, bundle))
     )
@@ -329,9 +360,10 @@ async def test_notifications_reach_every_provider_and_a_flapping_object_sends_on
                     d.get("kind") == "Ready"
                     or d.get("state") == "success"
                     or "Ready" in d.get("text", "")
+                    or "Ready" in json.dumps(d.get("attachments", []))
                     for d in receiver.delivered(p)
                 )
-                for p in ("/hook", "/slack/", "/repos/", "/api/v4/")
+                for p in ("/hook", "/slack/", "/repos/", "/api/v4/", "/teams/")
             )
 
         await until(ready_everywhere, "Ready at every receiver", within=30)
@@ -374,6 +406,11 @@ async def test_notifications_reach_every_provider_and_a_flapping_object_sends_on
     slack = receiver.delivered("/slack/")
     assert len([d for d in slack if "drifted, corrected" in d["text"]]) == 1, slack
     assert len([d for d in slack if d["text"].endswith(": Ready")]) == 1, slack
+    # Teams: the cluster is labelled tier=gold; nothing for the tier=silver alert
+    teams = receiver.delivered("/teams/")
+    assert len(teams) == 2, teams  # Ready, and one drift corrected
+    assert teams[0]["attachments"][0]["content"]["body"][0]["text"].endswith(": Ready")
+    assert receiver.delivered("/platform-silver") == []
 
     # the 503 was retried with the same signed body; the 429 waited its Retry-After
     first, second, *_ = (s for s in receiver.seen if s.path == "/hook")
