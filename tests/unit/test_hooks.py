@@ -741,6 +741,15 @@ def test_an_ordinary_objects_bad_sync_wave_refuses_the_revision_naming_it() -> N
         )
 
 
+def test_a_hook_with_only_generate_name_is_refused_naming_it() -> None:
+    # Argo CD's docs name hooks with generateName; driftbus keys every object by its name
+    job = annotated({ARGO: "PreSync"}, kind="Job")
+    del job["metadata"]["name"]
+    job["metadata"]["generateName"] = "migrate-"
+    with pytest.raises(ManifestError, match=r"manifests\[0\]: Job/\?: metadata\.name is missing"):
+        checked_revision(bundle(), [job], Scopes())
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="defect: a revision of nothing but hooks driftbus does not run is taken as an empty "
