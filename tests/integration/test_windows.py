@@ -23,6 +23,7 @@ from nats.aio.client import Client as NATS
 from harness.pipeline import Pipeline, settle, write_counts, writes_since
 from schemas.decision import DecisionAction
 from schemas.messages import BundlePhase
+from services.common import bus
 from services.common.kube import KubeClient
 from services.controlplane import servers
 
@@ -228,6 +229,18 @@ async def test_outside_an_allow_window_nothing_is_written_until_it_is_lifted(
     code, out, err = await driftbus(pipeline, "status", "--cluster", pipeline.cluster)
     assert code == 0, err
     assert f'sync window allow "{office}" (bundles {bundle}): closed, opens ' in out, out
+
+    # an unusable version on the bus (written around the CLI, which refuses it) is no reason
+    # to drop a window: the last good ones stay in force, and the CLI says so
+    await bus.kv_put(js, bus.WINDOWS_BUCKET, bus.WINDOWS_KEY, b'{"windows": [{"kind": "deny"}]}')
+    await settle(2)
+    assert data_of(await kube.get(res, "a", ns)) == {"k": "a"}
+    code, out, err = await windows_cli(pipeline)
+    assert code == 0, err
+    assert "the latest windows on the bus are unusable" in err, err
+    assert office in out
+    assert "outside allow window" in (await watch.until(lambda s: True, 5)).message
+    assert "stored windows: " in pipeline.all_logs_text()  # the planner logged why
 
     # lifting the windows (an empty file) releases what they held, at once
     await apply_windows(pipeline, tmp_path, [])
