@@ -183,6 +183,7 @@ def checked_revision(
                 raise ManifestError(f"{where_i}: {key} duplicates manifests[{seen[key]}]")
             encoded = check_size(MANIFEST_JSON.encode(manifest), f"{where_i}: {key}")
             sha = manifest_sha(manifest)
+            stage = hook.stage if isinstance(hook, hooks.Hook) else stage_or_error(manifest, key)
         except (ManifestError, HashError) as exc:
             errors.append(str(exc))
             scope_unknown += isinstance(exc, UnknownScope)
@@ -192,7 +193,7 @@ def checked_revision(
             continue
         seen[key] = i
         out.append(((bundle.cluster, key), encoded, sha))
-        plan.stages[key] = hook.stage if isinstance(hook, hooks.Hook) else hooks.stage_of(manifest)
+        plan.stages[key] = stage
         if isinstance(hook, hooks.Hook):
             plan.hooks[key] = hook
     if errors:
@@ -204,6 +205,14 @@ def checked_revision(
     if not plan.hooks and all(s == first for s in plan.stages.values()):
         plan.stages.clear()  # one stage and no hook: nothing waits for anything
     return out
+
+
+def stage_or_error(manifest: dict[str, Any], key: ObjectKey) -> hooks.Stage:
+    """The object's stage (``core.hooks.stage_of``), or ManifestError naming it."""
+    try:
+        return hooks.stage_of(manifest)
+    except hooks.HookError as exc:
+        raise ManifestError(f"{key}: {exc}") from None
 
 
 def hook_or_error(raw: Any, where: str) -> hooks.Hook | str | None:
