@@ -32,6 +32,9 @@ from aiohttp import web
 from nats.aio.client import Client as NATS
 
 from harness.pipeline import DecisionLog, Pipeline, StatusWatch, settle
+from schemas.codec import encode
+from schemas.fleet import RolloutEvent, RolloutPhase
+from schemas.subjects import rollout_event_subject
 from services.cli import notify as notify_cli
 from services.common import bus, permissions
 from services.common.kube import KubeClient
@@ -501,6 +504,57 @@ async def test_a_tenant_is_told_only_of_its_own_bundles(
     assert code == 0, err
     (entry,) = json.loads(out)["configurations"]
     assert (entry["tenant"], entry["key"]) == (a, f"tenant.{a}")
+
+
+async def test_a_restart_sends_nothing_again_and_a_rollout_step_is_sent(
+    pipeline: Pipeline,
+    pnc: NATS,
+    tmp_path: Path,
+    receiver: Receiver,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A restarted service learns each bundle's phase from the last status without sending it
+    again; a rollout transition on the bus (what the rollout driver publishes) is a
+    RolloutStep naming its clusters."""
+    js = pnc.jetstream()
+    pipeline.start_all()
+    bundle = unique_name("fleet")
+    f = tmp_path / "n.yaml"
+    f.write_text(
+        f"providers:\n- name: hook\n  type: webhook\n  url: {receiver.url}/platform\n"
+        f'alerts:\n- providers: [hook]\n  bundles: ["{bundle}"]\n  clusters: ["prod-*"]\n'
+        f'- providers: [hook]\n  bundles: ["{bundle}"]\n  events: [Failed]\n'
+    )
+    code, _, err = await notify_command(pipeline, capsys, "apply", str(f))
+    assert code == 0, err
+    refused = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}]
+    async with notifier(pipeline, js):
+        # a namespaced kind naming no namespace: the revision fails
+        await pipeline.publish(js, bundle, refused)
+        await until(lambda: receiver.delivered("/platform"), "the Failed status sent")
+        await settle(1.0)
+    before = len(receiver.seen)
+    async with notifier(pipeline, js):
+        for event, clusters in (("started", ["prod-1"]), ("step", ["prod-2", "dev-1"])):
+            r = RolloutEvent(
+                bundle=bundle,
+                revision="r2",
+                seq=1,
+                event=event,
+                phase=RolloutPhase.PROGRESSING,
+                step=1,
+                clusters=clusters,
+                message=f"rollout {event}",
+            )
+            await bus.publish(js, rollout_event_subject(bundle), encode(r))
+        await until(lambda: len(receiver.delivered("/platform")) >= 3, "the rollout steps sent")
+        await settle(2.0)
+    assert receiver.problems == [], receiver.problems
+    again = [s.json() for s in receiver.seen[before:]]
+    assert [d["kind"] for d in again] == ["RolloutStep", "RolloutStep"], again
+    assert [d["detail"] for d in again] == ["started", "step 1"]
+    assert again[1]["clusters"] == ["prod-2", "dev-1"]
+    assert again[1]["cluster"] == ""
 
 
 # --- the same on a locked-down bus: what each identity may do with the configurations ----------
