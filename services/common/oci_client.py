@@ -11,7 +11,9 @@ API driftbus needs is six requests. What it guarantees:
   realm (with those credentials, if any) per repository scope, as docker and helm do. A refusal
   is an ``OciAuthError`` naming the registry and the user, never the password.
 * **Transport**: HTTPS; plain HTTP only to a loopback registry (tried after HTTPS fails) or
-  with ``insecure``; a token realm is contacted over plain HTTP only under the same rule.
+  with ``insecure``; a token realm is contacted over plain HTTP only under the same rule. A
+  ``Location`` or ``Link`` the registry names on another host is refused; a blob's redirect (to
+  the registry's storage) is followed, and aiohttp sends no credentials to another origin.
 * **Integrity**: every manifest and blob read is hashed, and refused unless its sha256 is the
   digest it was asked by (a manifest asked by tag: the digest the registry names, if it names
   one, must match what arrived); a blob longer than its descriptor says is cut off and refused.
