@@ -158,8 +158,10 @@ def hook_of(obj: Mapping[str, Any]) -> Hook | str | None:
             raise HookError(f"annotation {ARGO_HOOK}: unknown hook {unknown[0]!r}")
         phases = [_ARGO_PHASES[n] for n in names if n in _ARGO_PHASES]
     elif HELM_HOOK in ann:
-        names = _names(ann[HELM_HOOK])
-        unknown = [n for n in names if n not in _HELM_PHASES and n not in _HELM_SKIPPED]
+        given = _names(ann[HELM_HOOK])
+        names = [n.lower() for n in given]  # Helm reads them lower-cased
+        unknown = [g for g, n in zip(given, names, strict=True) if n not in _HELM_PHASES]
+        unknown = [g for g in unknown if g.lower() not in _HELM_SKIPPED]
         if unknown:
             raise HookError(f"annotation {HELM_HOOK}: unknown hook {unknown[0]!r}")
         if names and all(_HELM_PHASES.get(n, "") is None for n in names):
@@ -184,9 +186,9 @@ def _policies(ann: Mapping[str, Any]) -> frozenset[str]:
                 raise HookError(f"annotation {ARGO_DELETE_POLICY}: unknown policy {n!r}")
             out.add(_ARGO_POLICIES[n])
     if HELM_DELETE_POLICY in ann:
-        for n in _names(ann[HELM_DELETE_POLICY]):
-            if n not in (BEFORE_CREATION, SUCCEEDED, FAILED):
-                raise HookError(f"annotation {HELM_DELETE_POLICY}: unknown policy {n!r}")
+        for given in _names(ann[HELM_DELETE_POLICY]):
+            if (n := given.lower()) not in (BEFORE_CREATION, SUCCEEDED, FAILED):
+                raise HookError(f"annotation {HELM_DELETE_POLICY}: unknown policy {given!r}")
             out.add(n)
     return frozenset(out or (BEFORE_CREATION,))
 

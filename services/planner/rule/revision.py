@@ -201,6 +201,10 @@ def checked_revision(
         # waiting on a scope only when nothing else is wrong: the rest needs a new revision
         error = UnknownScope if scope_unknown == len(errors) else ManifestError
         raise error(f"{len(errors)} of {len(manifests)} objects are invalid: {shown}")
+    if not out and plan.skipped and manifests:
+        check_not_empty(
+            bundle.bundle, 0, allow_empty=bundle.options.allow_empty, delete=bundle.delete
+        )  # only hooks driftbus does not run: as empty as a revision with no objects
     first = next(iter(plan.stages.values()), None)
     if not plan.hooks and all(s == first for s in plan.stages.values()):
         plan.stages.clear()  # one stage and no hook: nothing waits for anything

@@ -30,6 +30,8 @@ class Gate:
     frontier: Stage | None
     failed: bool = False
     waiting_on: ObjectKey | None = None
+    fail_pending: bool = False
+    """a sync-fail hook is not done (not run, or running)"""
 
     def may_write(self, stage: Stage) -> bool:
         if stage[0] == Phase.FAIL:
@@ -49,7 +51,10 @@ OPEN = Gate(None)
 
 
 def phase_done(gate: Gate, phase: int) -> bool:
-    """Whether every object of ``phase`` and of the phases before it is done."""
+    """Whether every object of ``phase`` and of the phases before it is done (the sync-fail
+    phase: the revision failed and every sync-fail hook is done)."""
+    if phase == Phase.FAIL:
+        return gate.failed and not gate.fail_pending
     return gate.frontier is None or gate.frontier[0] > phase
 
 
@@ -62,7 +67,7 @@ def state(e: Entry | None, health: Health, revision: str) -> tuple[bool, bool]:
     applied = e.applied_manifest_sha == e.manifest_sha and e.inflight is None
     if not applied:
         return False, False
-    if e.server_retired and e.server_deleted:
+    if e.server_retired and e.server_deleted and e.server_rv >= e.applied_rv:
         # ended, and deleted by its hook's policy (or its TTL): as it ended
         return health is not Health.FAILED, health is Health.FAILED
     if not e.observed or e.drifted:
@@ -77,15 +82,16 @@ def gate(
     """The gate of a revision whose objects are in ``stages`` (``state_of``: done, failed)."""
     frontier: Stage | None = None
     waiting_on: ObjectKey | None = None
-    failed = False
+    failed = fail_pending = False
     for key, stage in stages.items():
-        if stage[0] == Phase.FAIL:
-            continue
         done, bad = state_of(key)
+        if stage[0] == Phase.FAIL:
+            fail_pending = fail_pending or not done
+            continue
         failed = failed or bad
         if not done and (frontier is None or stage < frontier):
             frontier, waiting_on = stage, key
-    return Gate(frontier, failed, waiting_on)
+    return Gate(frontier, failed, waiting_on, fail_pending)
 
 
 def staged(stages: Mapping[ObjectKey, Stage]) -> bool:
