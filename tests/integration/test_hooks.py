@@ -253,6 +253,7 @@ async def test_a_failing_pre_sync_hook_fails_the_revision_and_nothing_else_is_wr
     assert any(
         line.startswith(f"Job.batch/{ns}/check: hook failed: ") for line in status.failed_objects
     ), (status.message, status.failed_objects)
+    assert f"Job.batch/{ns}/check: hook failed: " in status.message, status.message
     cm = await live_kube.discovery.resource("v1", "ConfigMap")
     dep = await live_kube.discovery.resource("apps/v1", "Deployment")
     jobs = await live_kube.discovery.resource("batch/v1", "Job")

@@ -78,6 +78,12 @@ CASES: list[tuple[str, Tally, P, str]] = [
         "1 already declared by bundle a and by 1 other bundles (publish with take-over to move "
         "them)",
     ),
+    (
+        "a-failed-hook-is-named-in-the-line",
+        tally(failed=1, problems=["Job.batch/a/migrate: hook failed: BackoffLimitExceeded"]),
+        P.FAILED,
+        "1 of 9 objects failed: Job.batch/a/migrate: hook failed: BackoffLimitExceeded",
+    ),
     ("failed-prune-is-failed", tally(prune_failed=2), P.FAILED, "2 prunes failed"),
     (
         "failed-object-and-failed-prune-are-both-named",

@@ -129,6 +129,10 @@ def _phase(t: Tally) -> tuple[BundlePhase, str]:
         )
     if failed:
         parts = [f"{t.failed} of {t.total} objects failed{_declared(t)}"] if t.failed else []
+        # a failed hook stopped the revision: the one line says which, and how it ended
+        hook = next((line for line in t.problems if ": hook failed" in line), "")
+        if hook and parts:
+            parts[0] += f": {hook}"
         if t.prune_failed:
             parts.append(f"{t.prune_failed} prunes failed")
         return BundlePhase.FAILED, ", ".join(parts)
