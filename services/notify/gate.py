@@ -72,13 +72,21 @@ class Gate:
         return last != _state(e)
 
     def admit(self, provider: str, e: Event, now: float) -> Verdict:
-        """The verdict on sending ``e`` to ``provider`` at ``now``; a ``SEND`` is counted."""
-        key = dedupe_key(provider, e)
+        """The verdict on sending ``e`` to ``provider`` at ``now``; a ``SEND`` is counted
+        (``check`` then ``record``)."""
+        verdict = self.check(provider, e, now)
+        if verdict is Verdict.SEND:
+            self.record(provider, e, now)
+        return verdict
+
+    def check(self, provider: str, e: Event, now: float) -> Verdict:
+        """The verdict, counting nothing sent yet: the shell records a message once it is
+        on its way (its secrets read), so one that could not even be made is tried again."""
         if e.kind in PHASE_KINDS:
             if not self._news(provider, e):
                 return self._drop(provider, Verdict.UNCHANGED)
         else:
-            last = self._sent.get(key)
+            last = self._sent.get(dedupe_key(provider, e))
             if last is not None and now - last < self.limits.dedupe_seconds:
                 return self._drop(provider, Verdict.REPEAT)
         times = self._rate.setdefault(provider, collections.deque())
@@ -86,14 +94,17 @@ class Gate:
             times.popleft()
         if len(times) >= self.limits.per_minute:
             return self._drop(provider, Verdict.RATE)
-        times.append(now)
+        return Verdict.SEND
+
+    def record(self, provider: str, e: Event, now: float) -> None:
+        """Count ``e`` as sent to ``provider`` at ``now``."""
+        self._rate.setdefault(provider, collections.deque()).append(now)
         if e.kind in PHASE_KINDS:
             self._phase[(provider, e.cluster, e.bundle)] = _state(e)
         else:
-            self._sent[key] = now
+            self._sent[dedupe_key(provider, e)] = now
         if len(self._sent) > MAX_REMEMBERED:
             self._forget(now)
-        return Verdict.SEND
 
     def _drop(self, provider: str, verdict: Verdict) -> Verdict:
         self.dropped[(provider, verdict)] += 1

@@ -105,7 +105,10 @@ class Notifier:
         old = self.configured.pop(key, None)
         if cfg is None or tenant is None:
             self._retire(old.outboxes.values() if old else ())
-            log.info("notifications removed", extra={"key": key})
+            if tenant is None:
+                log.warning("ignoring %s: no configuration key (platform, tenant.NAME)", key)
+            else:
+                log.info("notifications removed", extra={"key": key})
             return
         gate = old.gate if old else Gate(cfg.limits)
         gate.limits = cfg.limits
@@ -144,11 +147,13 @@ class Notifier:
                 if not live:
                     c.gate.observe(name, event)
                     continue
-                verdict = c.gate.admit(name, event, self._clock())
+                now = self._clock()
+                verdict = c.gate.check(name, event, now)
                 _sent.add(1, {"type": str(p.type), "verdict": str(verdict)})
                 out.append((f"{key}/{name}", verdict))
                 if verdict is Verdict.SEND:
-                    self._queue(c, p, event)
+                    if self._queue(c, p, event):
+                        c.gate.record(name, event, now)
                 elif verdict is Verdict.RATE:
                     log.warning(
                         "notification dropped: rate limit",
@@ -164,19 +169,20 @@ class Notifier:
                     log.debug("not sent (%s): %s to %s/%s", verdict, event.title(), key, name)
         return out
 
-    def _queue(self, c: Configured, p: Provider, event: events.Event) -> None:
+    def _queue(self, c: Configured, p: Provider, event: events.Event) -> bool:
+        """Read ``p``'s secrets, render and queue; whether the message is on its way."""
         try:
             secrets = read_secrets(p)
         except SecretUnreadable as exc:
             log.error("notification not sent: %s", exc)
-            return
+            return False
         req = render(p, event, secrets)
         if req is None:
-            return
+            return False
         box = c.outboxes.get(p.name)
         if box is None:
             box = c.outboxes[p.name] = Outbox(p, self._session, self._policy, self._timeout)
-        box.put(req)
+        return box.put(req)
 
     async def close(self) -> None:
         boxes = [b for c in self.configured.values() for b in c.outboxes.values()]

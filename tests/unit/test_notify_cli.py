@@ -81,3 +81,33 @@ def test_show_names_targets_and_secret_files(capsys: pytest.CaptureFixture[str])
     )
     notify.show({}, "table")
     assert "no notifications configured" in capsys.readouterr().out
+
+
+async def test_a_message_whose_secret_cannot_be_read_is_tried_again(tmp_path: Path) -> None:
+    """The gate counts a message only once it is on its way: a missing urlFile is logged, and
+    the same status sent once the file is there (not dropped as already sent)."""
+    import aiohttp
+
+    from schemas.notify import EventKind
+    from services.notify.events import Event
+    from services.notify.gate import Verdict
+    from services.notify.send import RetryPolicy
+    from services.notify.service import Notifier
+
+    url = tmp_path / "url"
+    cfg = config.load(
+        f"providers:\n- name: chat\n  type: slack\n  urlFile: {url}\n"
+        "alerts:\n- providers: [chat]\n",
+        "n.yaml",
+    )
+    ready = Event(EventKind.READY, "web", "r1", cluster="c")
+    async with aiohttp.ClientSession() as session:
+        n = Notifier(session=session, policy=RetryPolicy(attempts=1), timeout=1.0)
+        n.configure("platform", cfg)
+        assert n.handle(ready) == [("platform/chat", Verdict.SEND)]
+        assert n.configured["platform"].outboxes == {}  # nothing could be made
+        url.write_text("http://127.0.0.1:1/hook\n")  # nothing listens: delivery fails, fine
+        assert n.handle(ready) == [("platform/chat", Verdict.SEND)]
+        assert list(n.configured["platform"].outboxes) == ["chat"]
+        assert n.handle(ready) == [("platform/chat", Verdict.UNCHANGED)]
+        await n.close()
