@@ -13,6 +13,8 @@ The messages:
 - ``decision`` — the planner's audit log: one ``DecisionRecord`` per decision, with its action
   and why.
 - ``tenants`` — the tenants file (tenants, their identities and limits), also its stored form.
+- ``windows`` — the sync windows file (allow / deny, cron, duration, time zone, globs).
+- ``notify`` — the notifications file: providers, alerts, filters, secrets read from files.
 - ``cli`` — what the command line prints with ``-o json``, as typed Structs.
 
 Around them:

@@ -10,6 +10,8 @@ The services, each a process of its own (``driftbus watcher|planner|applier|sour
 
 Around them:
 
+- ``notify/`` — ``driftbus notify``: status, decision and rollout events sent to webhooks, Slack,
+  Teams and Git commit statuses, filtered, de-duplicated and rate limited (docs/notifications.md).
 - ``fleet/`` — fleets: the cluster registry, fleet bundles, and the rollout driver (run in every
   planner replica) that places them cluster by cluster.
 - ``cli/`` — the ``driftbus`` command line, ``driftbus up`` (the whole stack locally) included.

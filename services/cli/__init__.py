@@ -15,6 +15,11 @@ The commands:
 - ``clusters`` — the cluster registry: list, ``label``, ``remove``.
 - ``rollout`` — a fleet bundle's rollout, seen and steered (``status``, ``pause``, ``undo``, …).
 - ``tenants`` — the tenant policy: show it, ``apply`` a file, the ``rbac`` it needs.
+- ``windows`` — the sync windows: show them (open or closed, the next change), ``apply`` a file.
+- ``notify`` — ``driftbus notify``: the notification service, ``apply`` and ``show`` its
+  configuration.
+- ``push`` — ``driftbus push DIR oci://…:TAG``: a directory as a Flux-format OCI artifact; prints
+  its digest.
 - ``security`` — ``nats-config`` and ``dev-certs``: the locked-down bus, generated.
 - ``tools`` — ``driftbus ui`` and ``driftbus assets``.
 - ``run`` — ``driftbus watcher|planner|applier|source``: one service in the foreground.

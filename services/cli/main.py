@@ -25,6 +25,12 @@ Subcommands so far:
   (``services/cli/plan_cmd.py``; the plan itself: ``services/cli/plan.py``).
 * ``driftbus tenants [apply FILE]`` — the tenant policy in force, or a new one
   (``services/cli/tenants.py``, docs/tenancy.md).
+* ``driftbus windows [apply FILE]`` — the sync windows in force, or new ones
+  (``services/cli/windows.py``, docs/windows.md).
+* ``driftbus notify`` — the notification service; ``notify apply FILE`` / ``notify show`` its
+  configuration (``services/cli/notify.py``, docs/notifications.md).
+* ``driftbus push DIR oci://REGISTRY/REPO:TAG`` — a directory as an OCI artifact; ``publish``,
+  ``plan`` and ``source`` read them with ``--oci`` (``services/cli/push.py``, docs/oci.md).
 * ``driftbus nats-config`` / ``driftbus dev-certs`` — NATS users and test certificates.
 * ``driftbus ui`` — the live status page; ``driftbus assets`` — show or build the server
   binaries (``services/cli/tools.py``).
@@ -38,8 +44,10 @@ import sys
 from services.cli import (
     clusters,
     lifecycle,
+    notify,
     plan_cmd,
     publish,
+    push,
     rollout,
     run,
     security,
@@ -47,6 +55,7 @@ from services.cli import (
     tenants,
     tools,
     up,
+    windows,
 )
 
 
@@ -60,12 +69,15 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_parser(sub)  # up, down
     run.add_parser(sub)  # watcher, planner, applier, source
     publish.add_parser(sub)
+    push.add_parser(sub)  # push DIR oci://…
     plan_cmd.add_parser(sub)
     status.add_parser(sub)  # status, why, shards
     lifecycle.add_parser(sub)  # bundles, delete, suspend, resume, rollback
     clusters.add_parser(sub)
     rollout.add_parser(sub)
     tenants.add_parser(sub)
+    windows.add_parser(sub)  # windows [apply FILE]
+    notify.add_parser(sub)  # notify (the service), notify apply|show
     security.add_parser(sub)  # nats-config, dev-certs
     tools.add_parser(sub)  # ui, assets
     return parser
