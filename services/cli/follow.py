@@ -48,7 +48,9 @@ def status_line(subject: str, data: bytes, output: str) -> str | None:
     elif isinstance(event, ObjectStatus):
         line = f"{event.key}: {colour(str(event.phase))} {event.message}"
     else:
-        line = f"{event.bundle} git source {event.ref}: {colour(str(event.phase))} {event.message}"
+        kind = "oci" if event.url.startswith("oci://") else "git"
+        phase = colour(str(event.phase))
+        line = f"{event.bundle} {kind} source {event.ref}: {phase} {event.message}"
     if output == "json":
         # re-encoded from the contract: only its fields, whatever else a publisher added
         return encode(event).decode()

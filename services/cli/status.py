@@ -96,7 +96,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                             print(f"  {line}")
                     if followed is not None:
                         print(
-                            f"  git source {followed.url} {followed.ref}: "
+                            f"  {'oci' if followed.url.startswith('oci://') else 'git'} source "
+                            f"{followed.url} {followed.ref}: "
                             f"{table.colour(str(followed.phase))} — {followed.message}"
                         )
                     await _windows(js, args.cluster, args.bundle, now)
