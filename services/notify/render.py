@@ -25,7 +25,6 @@ import hashlib
 import hmac
 import re
 from typing import Any, Final
-from urllib.parse import quote, urlsplit
 
 import msgspec
 
@@ -178,13 +177,23 @@ def commit_of(e: Event) -> tuple[str, str] | None:
 def repository_path(url: str) -> str:
     """``OWNER/REPO`` (or ``GROUP/SUB/PROJECT``) of a Git URL, without ``.git``: from
     ``https://host/a/b.git``, ``ssh://git@host/a/b`` or ``git@host:a/b.git``."""
-    if "://" in url:
-        path = urlsplit(url).path
+    if "://" in url:  # scheme://[user@]host[:port]/path
+        path = url.split("://", 1)[1].partition("/")[2].split("?")[0].split("#")[0]
     elif ":" in url.split("/", 1)[0]:  # scp-like: [user@]host:path
         path = url.split(":", 1)[1]
     else:
         path = url
     return path.strip("/").removesuffix(".git")
+
+
+_UNRESERVED: Final = frozenset(
+    b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~"
+)
+
+
+def _percent(text: str) -> str:
+    """``text`` percent-encoded whole (a ``/`` too), as GitLab takes a project's path."""
+    return "".join(chr(b) if b in _UNRESERVED else f"%{b:02X}" for b in text.encode())
 
 
 def description(e: Event) -> str:
@@ -218,7 +227,7 @@ def _commit_status(p: Provider, e: Event, s: Secrets) -> Request | None:
         }
     else:
         base = (p.api_url or "https://gitlab.com").rstrip("/").removesuffix("/api/v4")
-        project = repo if repo.isdigit() else quote(repo, safe="")
+        project = repo if repo.isdigit() else _percent(repo)
         target = f"{base}/api/v4/projects/{project}/statuses/{sha}"
         body["name"] = context
         headers["PRIVATE-TOKEN"] = s.token

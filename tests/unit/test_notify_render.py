@@ -187,6 +187,7 @@ def test_github_needs_owner_and_repo() -> None:
     [
         ("https://github.com/acme/shop.git", "acme/shop"),
         ("https://user@github.com/acme/shop", "acme/shop"),
+        ("https://git.example.com:8443/g/p.git?x=1", "g/p"),
         ("ssh://git@github.com/acme/shop.git", "acme/shop"),
         ("git@github.com:acme/shop.git", "acme/shop"),
         ("git@gitlab.com:g/sub/p.git", "g/sub/p"),
