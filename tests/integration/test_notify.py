@@ -20,7 +20,9 @@ import hashlib
 import hmac
 import json
 import secrets
+import signal
 import socket
+import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -555,6 +557,42 @@ async def test_a_restart_sends_nothing_again_and_a_rollout_step_is_sent(
     assert [d["detail"] for d in again] == ["started", "step 1"]
     assert again[1]["clusters"] == ["prod-2", "dev-1"]
     assert again[1]["cluster"] == ""
+
+
+NOTIFY_MAIN = (
+    "import sys\n"
+    "from tests.integration.test_notify import cli_parser\n"
+    "args = cli_parser().parse_args(sys.argv[1:])\n"
+    "sys.exit(args.func(args))\n"
+)
+"""``driftbus notify`` as its own process (``python -m services.cli.main notify`` once the
+command is registered there)."""
+
+
+async def test_the_notify_command_runs_until_a_signal(pipeline: Pipeline) -> None:
+    pipeline.start("planner")
+    port = free_port()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        NOTIFY_MAIN,
+        *("notify", "--http-port", str(port), "--retries", "2"),
+        env={**pipeline.env(), "DRIFTBUS_NOTIFY_HTTP_TIMEOUT": "3"},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    try:
+        async with aiohttp.ClientSession() as http:
+            await until(lambda: _ready(http, port), "driftbus notify ready", within=60)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = await asyncio.wait_for(proc.communicate(), 20)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 0, out.decode()
+    logs = [json.loads(line) for line in out.decode().splitlines() if line.startswith("{")]
+    assert any(rec["msg"] == "following" for rec in logs), out.decode()
 
 
 # --- the same on a locked-down bus: what each identity may do with the configurations ----------
