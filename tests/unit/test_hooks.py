@@ -295,13 +295,33 @@ def test_a_skipped_hooks_policies_are_not_read() -> None:
     assert hook_of(annotated({HELM: "test", HELM_POLICY: "always"})) == SKIP
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect: Helm lower-cases hook names (helm.sh/hook: Pre-Install installs with helm, "
-    "and helm template prints it as written); core.hooks refuses it",
+@pytest.mark.parametrize(
+    ("annotations", "expected"),
+    [
+        pytest.param({HELM: "Pre-Install"}, Hook(Phase.PRE, 0, DEFAULT), id="hook"),
+        pytest.param(
+            {HELM: "POST-UPGRADE,pre-install"}, Hook(Phase.PRE, 0, DEFAULT, Phase.POST), id="two"
+        ),
+        pytest.param({HELM: "Test"}, SKIP, id="skipped"),
+        pytest.param({HELM: "CRD-Install"}, None, id="crd-install"),
+        pytest.param(
+            {HELM: "pre-install", HELM_POLICY: "Hook-Succeeded"},
+            Hook(Phase.PRE, 0, frozenset([SUCCEEDED])),
+            id="policy",
+        ),
+    ],
 )
-def test_helm_hook_names_are_case_insensitive_as_in_helm() -> None:
-    assert hook_of(annotated({HELM: "Pre-Install"})) == Hook(Phase.PRE, 0, DEFAULT)
+def test_helm_names_are_read_lower_cased_as_helm_reads_them(
+    annotations: dict[str, Any], expected: Hook | str | None
+) -> None:
+    assert hook_of(annotated(annotations)) == expected
+
+
+def test_an_unknown_helm_name_is_named_as_written() -> None:
+    with pytest.raises(HookError, match="unknown hook 'Pre-Instal'"):
+        hook_of(annotated({HELM: "Pre-Instal"}))
+    with pytest.raises(HookError, match="unknown policy 'Hook-Succeded'"):
+        hook_of(annotated({HELM: "pre-install", HELM_POLICY: "Hook-Succeded"}))
 
 
 def test_hook_until_and_stage() -> None:
@@ -332,12 +352,37 @@ def test_stage_of(annotations: dict[str, Any], stage: tuple[int, int]) -> None:
     assert stage_of(annotated(annotations)) == stage
 
 
+@pytest.mark.parametrize(
+    ("kind", "annotations", "stage"),
+    [
+        pytest.param("Namespace", {}, (Phase.NAMESPACES, 0), id="namespace"),
+        pytest.param("Namespace", {WAVE: "3"}, (Phase.NAMESPACES, 3), id="namespace-wave"),
+        pytest.param("CustomResourceDefinition", {}, (Phase.NAMESPACES, 0), id="crd"),
+        pytest.param(
+            "CustomResourceDefinition",
+            {HELM: "crd-install"},
+            (Phase.NAMESPACES, 0),
+            id="crd-install",
+        ),
+        pytest.param("Namespace", {HELM: "pre-install"}, (Phase.PRE, 0), id="namespace-as-a-hook"),
+        pytest.param(
+            "Namespace", {HELM: "test"}, (Phase.NAMESPACES, 0), id="namespace-skipped-hook"
+        ),
+    ],
+)
+def test_namespaces_and_crds_come_first(
+    kind: str, annotations: dict[str, Any], stage: tuple[int, int]
+) -> None:
+    assert stage_of(annotated(annotations, kind=kind)) == stage
+
+
 def test_stages_order_phases_before_waves() -> None:
+    namespace_late = stage_of(annotated({WAVE: "100"}, kind="Namespace"))
     pre_late = stage_of(annotated({HELM: "pre-install", WEIGHT: "100"}))
     sync_early = stage_of(annotated({WAVE: "-100"}))
     post_early = stage_of(annotated({HELM: "post-install", WEIGHT: "-100"}))
     fail = stage_of(annotated({ARGO: "SyncFail", WAVE: "-100"}))
-    assert pre_late < sync_early < post_early < fail
+    assert namespace_late < pre_late < sync_early < post_early < fail
 
 
 def test_an_ordinary_objects_bad_sync_wave_raises() -> None:
@@ -687,6 +732,18 @@ def test_stages_are_kept_only_when_something_waits(
     assert plan.stages == {key("ConfigMap", name): s for (name,), s in stages.items()}
 
 
+def test_a_revision_with_a_namespace_is_staged_without_hooks() -> None:
+    # Namespaces and CRDs are a stage before everything else, hooks or not: a plain revision
+    # with a Namespace now writes its other objects once the Namespace is done
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}
+    _, _, plan = taken(bundle(), [namespace, annotated({}, name="a")])
+    assert plan.hooks == {}
+    assert plan.stages == {
+        ObjectKey("", "Namespace", "", NS): (Phase.NAMESPACES, 0),
+        key("ConfigMap", "a"): (Phase.SYNC, 0),
+    }
+
+
 def test_the_hook_revision_changes_a_hooks_sha_between_revisions_only() -> None:
     _, r1, _ = taken(bundle("r1"), CHART)
     _, r1_again, _ = taken(bundle("r1"), CHART)
@@ -726,15 +783,11 @@ def test_an_unreadable_hook_refuses_the_revision_naming_it(
         checked_revision(bundle(), [annotated({}, name="ok"), manifest], Scopes())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect: an ordinary object's unreadable sync-wave raises HookError (a ValueError) out "
-    "of checked_revision (stage_of outside its try); the planner's intake catches only "
-    "ManifestError, so the revision is not refused naming the object",
-)
 def test_an_ordinary_objects_bad_sync_wave_refuses_the_revision_naming_it() -> None:
     with pytest.raises(
-        ManifestError, match=r"manifests\[1\]: .*sync-wave: 'soon' is not an integer"
+        ManifestError,
+        match=r"^1 of 2 objects are invalid: ConfigMap/apps/a: annotation "
+        r"argocd\.argoproj\.io/sync-wave: 'soon' is not an integer$",
     ):
         checked_revision(
             bundle(), [annotated({}, name="ok"), annotated({WAVE: "soon"}, name="a")], Scopes()
@@ -750,12 +803,6 @@ def test_a_hook_with_only_generate_name_is_refused_naming_it() -> None:
         checked_revision(bundle(), [job], Scopes())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect: a revision of nothing but hooks driftbus does not run is taken as an empty "
-    "revision (check_not_empty counts the manifests before the skipped hooks are left out) "
-    "and prunes every object of the bundle without --allow-empty",
-)
 def test_a_revision_of_only_skipped_hooks_is_refused_as_empty() -> None:
     with pytest.raises(ManifestError, match="empty revision"):
         checked_revision(bundle(), [annotated({HELM: "test"}, kind="Pod", name="t")], Scopes())
