@@ -172,7 +172,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--output",
         choices=["table", "json", "yaml"],
         default="table",
-        help="show: json or yaml as schemas/json/cli-notify.schema.json",
+        help="show: json or yaml as schemas/json/cli-notify.schema.json (default: table)",
     )
     settings.add_arguments(p, NotifySettings)
     p.set_defaults(func=cmd_notify)
