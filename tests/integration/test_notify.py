@@ -12,7 +12,6 @@ naming another tenant's bundles is refused, and another tenant's events never re
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import dataclasses
@@ -37,7 +36,7 @@ from harness.pipeline import DecisionLog, Pipeline, StatusWatch, settle
 from schemas.codec import encode
 from schemas.fleet import RolloutEvent, RolloutPhase
 from schemas.subjects import rollout_event_subject
-from services.cli import notify as notify_cli
+from services.cli.main import build_parser
 from services.common import bus, permissions
 from services.common.kube import KubeClient
 from services.fleet import registry
@@ -227,17 +226,10 @@ async def until(
         await asyncio.sleep(0.1)
 
 
-def cli_parser() -> argparse.ArgumentParser:
-    """``driftbus`` with the notify command (its line in services/cli/main.py to come)."""
-    parser = argparse.ArgumentParser(prog="driftbus")
-    notify_cli.add_parser(parser.add_subparsers(dest="command", required=True))
-    return parser
-
-
 async def notify_command(
     pipeline: Pipeline, capsys: pytest.CaptureFixture[str], *argv: str
 ) -> tuple[int, str, str]:
-    args = cli_parser().parse_args(["notify", *argv, "--nats-url", pipeline.nats.client_url])
+    args = build_parser().parse_args(["notify", *argv, "--nats-url", pipeline.nats.client_url])
     capsys.readouterr()
     code = await asyncio.to_thread(args.func, args)
     out, err = capsys.readouterr()
@@ -559,23 +551,11 @@ async def test_a_restart_sends_nothing_again_and_a_rollout_step_is_sent(
     assert again[1]["cluster"] == ""
 
 
-NOTIFY_MAIN = (
-    "import sys\n"
-    "from tests.integration.test_notify import cli_parser\n"
-    "args = cli_parser().parse_args(sys.argv[1:])\n"
-    "sys.exit(args.func(args))\n"
-)
-"""``driftbus notify`` as its own process (``python -m services.cli.main notify`` once the
-command is registered there)."""
-
-
 async def test_the_notify_command_runs_until_a_signal(pipeline: Pipeline) -> None:
     pipeline.start("planner")
     port = free_port()
     proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-c",
-        NOTIFY_MAIN,
+        *(sys.executable, "-m", "services.cli.main"),
         *("notify", "--http-port", str(port), "--retries", "2"),
         env={**pipeline.env(), "DRIFTBUS_NOTIFY_HTTP_TIMEOUT": "3"},
         stdout=asyncio.subprocess.PIPE,

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from services.cli import notify
+from services.cli.main import build_parser
 from services.notify import config
 
 FILE = """
@@ -31,9 +32,7 @@ alerts:
 
 
 def parse(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="driftbus")
-    notify.add_parser(parser.add_subparsers(dest="command", required=True))
-    return parser.parse_args(["notify", *argv])
+    return build_parser().parse_args(["notify", *argv])
 
 
 def test_a_tenant_file_reaching_further_is_refused_before_any_connection(
