@@ -135,9 +135,11 @@ async def test_a_deny_window_holds_a_revision_and_a_drift_until_it_ends(
     assert data_of(await kube.get(res, "a", ns)) == {"k": "intruder"}
     assert data_of(await kube.get(res, "b", ns)) == {"k": "b"}
     await until_object(kube, res, "c", ns, present=False, logs=pipeline.logs)
+    # (once the window ends, the revision's own stages may hold an object a moment: "wave")
     held = [r for r in decisions.records if r.action is DecisionAction.HOLD]
-    assert {r.key.name for r in held} >= {"a", "b", "c"}, decisions.records
-    assert {(str(r.reason), r.window) for r in held} == {("window", freeze)}
+    by_window = [r for r in held if str(r.reason) == "window"]
+    assert {r.key.name for r in by_window} >= {"a", "b", "c"}, decisions.records
+    assert {r.window for r in by_window} == {freeze}
 
     # the window ends: both are applied, with no publish and no restart
     status = await watch.until(
