@@ -238,13 +238,16 @@ def deleted_by_policy(obj: Mapping[str, Any], ready: bool, failed: bool) -> str:
 
 def recreated(live: Mapping[str, Any], manifest: Mapping[str, Any]) -> bool:
     """Whether the live object is an earlier revision's copy of this hook that must be deleted
-    before the hook is created again (``before-hook-creation``, the default)."""
+    before the hook is created again (``before-hook-creation``, the default; with another
+    policy too, where an earlier copy was left: it failed, or it was kept)."""
     if not is_hook(manifest):
         return False
     try:
         hook = hook_of(manifest)
     except HookError:
         return False
-    if not isinstance(hook, Hook) or BEFORE_CREATION not in hook.delete_policies:
+    if not isinstance(hook, Hook):
         return False
+    # whatever its policy: a Job is not run again by patching it (Helm refuses an existing
+    # hook without before-hook-creation; re-creating it runs the revision's hook as asked)
     return _annotations(live).get(HOOK_REVISION) != _annotations(manifest).get(HOOK_REVISION)

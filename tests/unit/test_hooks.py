@@ -502,8 +502,10 @@ def test_deleted_by_policy(
             True,
             id="before-creation-and-succeeded",
         ),
-        pytest.param(hook(SUCCEEDED, "r1"), hook(SUCCEEDED, "r2"), False, id="succeeded-only"),
-        pytest.param(hook(FAILED, "r1"), hook(FAILED, "r2"), False, id="failed-only"),
+        # an earlier copy left live (it failed, or was kept) is re-created whatever the policy:
+        # patching a Job does not run it again
+        pytest.param(hook(SUCCEEDED, "r1"), hook(SUCCEEDED, "r2"), True, id="succeeded-only"),
+        pytest.param(hook(FAILED, "r1"), hook(FAILED, "r2"), True, id="failed-only"),
         pytest.param(hook(revision="r1"), hook(revision=None), False, id="manifest-not-stamped"),
         pytest.param(hook(revision="r1"), hook("always", "r2"), False, id="unreadable-manifest"),
         pytest.param(
@@ -732,16 +734,22 @@ def test_stages_are_kept_only_when_something_waits(
     assert plan.stages == {key("ConfigMap", name): s for (name,), s in stages.items()}
 
 
-def test_a_revision_with_a_namespace_is_staged_without_hooks() -> None:
-    # Namespaces and CRDs are a stage before everything else, hooks or not: a plain revision
-    # with a Namespace now writes its other objects once the Namespace is done
+def test_a_revision_with_a_namespace_and_no_hook_is_not_staged() -> None:
+    # Namespaces and CRDs go first only for the hooks that live in them: a plain revision with a
+    # Namespace is written all at once, as before (staging it made its intake quadratic)
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}
     _, _, plan = taken(bundle(), [namespace, annotated({}, name="a")])
     assert plan.hooks == {}
-    assert plan.stages == {
-        ObjectKey("", "Namespace", "", NS): (Phase.NAMESPACES, 0),
-        key("ConfigMap", "a"): (Phase.SYNC, 0),
-    }
+    assert plan.stages == {}
+
+
+def test_a_revision_with_a_namespace_and_a_hook_creates_the_namespace_first() -> None:
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}
+    pre = annotated({"helm.sh/hook": "pre-install"}, name="h")
+    _, _, plan = taken(bundle(), [namespace, pre, annotated({}, name="a")])
+    assert plan.stages[ObjectKey("", "Namespace", "", NS)] == (Phase.NAMESPACES, 0)
+    assert plan.stages[key("ConfigMap", "h")] == (Phase.PRE, 0)
+    assert plan.stages[key("ConfigMap", "a")] == (Phase.SYNC, 0)
 
 
 def test_the_hook_revision_changes_a_hooks_sha_between_revisions_only() -> None:

@@ -111,7 +111,8 @@ def test_why(g: Gate, expected: str) -> None:
     [
         pytest.param(OPEN, PRE, True, id="open-pre"),
         pytest.param(OPEN, POST, True, id="open-post"),
-        pytest.param(OPEN, FAIL, False, id="open-fail-nothing-failed"),
+        # every stage done and nothing failed: the revision ended, so did the sync-fail phase
+        pytest.param(OPEN, FAIL, True, id="open-fail-nothing-failed"),
         pytest.param(Gate((PRE, 0), failed=True), FAIL, True, id="failed-sync-fail-hooks-done"),
         pytest.param(
             pending(Gate((PRE, 0), failed=True)), FAIL, False, id="failed-sync-fail-pending"
@@ -419,12 +420,6 @@ def test_a_sync_fail_hook_that_succeeded_may_be_deleted_by_its_policy() -> None:
     assert phase_done(g, page.until)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect: a hook named for an earlier phase and SyncFail (PostSync,SyncFail) with "
-    "HookSucceeded is never deleted when the revision succeeds: its until is FAIL, and "
-    "phase_done(gate, FAIL) is now true only once the revision failed",
-)
 def test_a_hook_kept_through_sync_fail_is_deleted_when_the_revision_succeeds() -> None:
     notify = Hook(POST, 0, frozenset([SUCCEEDED]), FAIL)
     stages = {CONFIG: (SYNC, 0), SMOKE: notify.stage}
@@ -439,3 +434,32 @@ def test_a_retired_tombstone_older_than_the_apply_is_not_this_copys_end() -> Non
     fresh = dataclasses.replace(RETIRED, revision="r2", applied_rv=11, server_rv=10)
     assert not fresh.observed  # the tally counts it unobserved, as it is
     assert state(fresh, R, "r2") == (False, False)
+
+
+def test_a_track_kept_object_by_object_equals_the_gate_counted_afresh() -> None:
+    """``Track`` (what the planner keeps: one update per fold) must say what recounting the
+    whole revision says, after any sequence of changes."""
+    import random
+
+    from services.planner.rule.waves import Track
+
+    rng = random.Random(34)
+    keys = [ObjectKey("", "ConfigMap", "ns", f"o{i}") for i in range(40)]
+    choices = [(PRE, 0), (PRE, 1), (SYNC, -1), (SYNC, 0), (SYNC, 3), (POST, 0), (FAIL, 0)]
+    for _ in range(50):
+        stages = {k: rng.choice(choices) for k in keys}
+        states = {k: (rng.random() < 0.5, rng.random() < 0.1) for k in keys}
+        track = Track(stages, states.__getitem__)
+        for _ in range(200):
+            k = rng.choice(keys)
+            states[k] = (rng.random() < 0.6, rng.random() < 0.05)
+            track.update(k, *states[k])
+            fresh = gate(stages, states.__getitem__)
+            got = track.gate()
+            assert (got.frontier, got.failed, got.fail_pending) == (
+                fresh.frontier,
+                fresh.failed,
+                fresh.fail_pending,
+            )
+            assert got.waiting_on is None or stages[got.waiting_on] == got.frontier
+            assert got.waiting_on is None or not states[got.waiting_on][0]

@@ -205,6 +205,10 @@ def checked_revision(
         check_not_empty(
             bundle.bundle, 0, allow_empty=bundle.options.allow_empty, delete=bundle.delete
         )  # only hooks driftbus does not run: as empty as a revision with no objects
+    if not plan.hooks:  # Namespaces and CRDs go first only for the hooks that live in them
+        for key, stage in plan.stages.items():
+            if stage[0] == hooks.Phase.NAMESPACES:
+                plan.stages[key] = (hooks.Phase.SYNC, stage[1])
     first = next(iter(plan.stages.values()), None)
     if not plan.hooks and all(s == first for s in plan.stages.values()):
         plan.stages.clear()  # one stage and no hook: nothing waits for anything

@@ -53,8 +53,10 @@ OPEN = Gate(None)
 def phase_done(gate: Gate, phase: int) -> bool:
     """Whether every object of ``phase`` and of the phases before it is done (the sync-fail
     phase: the revision failed and every sync-fail hook is done)."""
-    if phase == Phase.FAIL:
-        return gate.failed and not gate.fail_pending
+    if phase == Phase.FAIL:  # ends with the revision: failed (its hooks done) or done
+        return (gate.frontier is None and not gate.failed) or (
+            gate.failed and not gate.fail_pending
+        )
     return gate.frontier is None or gate.frontier[0] > phase
 
 
@@ -80,18 +82,54 @@ def gate(
     state_of: Callable[[ObjectKey], tuple[bool, bool]],
 ) -> Gate:
     """The gate of a revision whose objects are in ``stages`` (``state_of``: done, failed)."""
-    frontier: Stage | None = None
-    waiting_on: ObjectKey | None = None
-    failed = fail_pending = False
-    for key, stage in stages.items():
-        done, bad = state_of(key)
-        if stage[0] == Phase.FAIL:
-            fail_pending = fail_pending or not done
-            continue
-        failed = failed or bad
-        if not done and (frontier is None or stage < frontier):
-            frontier, waiting_on = stage, key
-    return Gate(frontier, failed, waiting_on, fail_pending)
+    return Track(stages, state_of).gate()
+
+
+class Track:
+    """A revision's gate kept current one object at a time: ``update`` costs the same for a
+    revision of ten objects or of twenty thousand, and ``gate`` one step per stage (the
+    planner folds every object's every fact: recounting the revision each time was
+    quadratic)."""
+
+    def __init__(
+        self,
+        stages: Mapping[ObjectKey, Stage],
+        state_of: Callable[[ObjectKey], tuple[bool, bool]],
+    ) -> None:
+        self.stages = stages
+        # per stage, its objects not done, in the order they became so (a dict as an ordered
+        # set: the first is the one the status names)
+        self._pending: dict[Stage, dict[ObjectKey, None]] = {}
+        self._failed: set[ObjectKey] = set()
+        for key in stages:
+            self.update(key, *state_of(key))
+
+    def update(self, key: ObjectKey, done: bool, bad: bool) -> None:
+        stage = self.stages.get(key)
+        if stage is None:
+            return
+        pending = self._pending.setdefault(stage, {})
+        if done:
+            pending.pop(key, None)
+        else:
+            pending.setdefault(key, None)
+        if bad and stage[0] != Phase.FAIL:
+            self._failed.add(key)
+        else:
+            self._failed.discard(key)
+
+    def gate(self) -> Gate:
+        frontier: Stage | None = None
+        fail_pending = False
+        for stage, keys in self._pending.items():
+            if not keys:
+                continue
+            if stage[0] == Phase.FAIL:
+                fail_pending = True
+            elif frontier is None or stage < frontier:
+                frontier = stage
+        waiting_on = next(iter(self._pending[frontier])) if frontier is not None else None
+        return Gate(frontier, bool(self._failed), waiting_on, fail_pending)
 
 
 def staged(stages: Mapping[ObjectKey, Stage]) -> bool:

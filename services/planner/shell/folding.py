@@ -13,6 +13,7 @@ import time
 
 from schemas.decision import DecisionAction, DecisionReason
 from schemas.messages import Health
+from schemas.subjects import ObjectKey
 from services.core import hooks
 from services.planner.memory.cluster import ClusterState
 from services.planner.rule import prune, waves
@@ -41,6 +42,8 @@ class Folder:
         self.board = board
         self.decisions = decisions
         self._gates: dict[tuple[str, str], tuple[BundleView, waves.Gate]] = {}
+        self._tracks: dict[tuple[str, str], tuple[BundleView, waves.Track]] = {}
+        """each staged revision's objects not done, per stage (``waves.Track``)"""
         """each staged revision's gate as last seen: what opened since is decided again"""
         self._hook_deletes: set[tuple[Slot, bytes | None]] = set()
         """hooks whose policy delete was sent (per manifest: once per revision)"""
@@ -83,25 +86,31 @@ class Folder:
         stage = view.stages.get(slot[1]) if view is not None else None
         if view is None or stage is None:
             return None, False
-        gate = self.gate(view)
+        gate = self.gate(view, slot)
         if gate.may_write(stage):
             return None, False
         why = gate.why() or "waits for the revision to fail (a sync-fail hook)"
         return Hold(DecisionReason.WAVE, why), False
 
-    def gate(self, view: BundleView) -> waves.Gate:
-        """Where the writes of ``view``'s revision stand (``rule.waves``)."""
+    def gate(self, view: BundleView, changed: Slot | None = None) -> waves.Gate:
+        """Where the writes of ``view``'s revision stand (``rule.waves``), with what the
+        object at ``changed`` is now (every fold passes here for its object: the track of
+        the revision stays current without recounting it)."""
         if not view.stages:
             return waves.OPEN
         entries, details = self.state.entries, self.state.details
-        return waves.gate(
-            view.stages,
-            lambda key: waves.state(
-                entries.get((view.cluster, key)),
-                details.health((view.cluster, key))[0],
-                view.revision,
-            ),
-        )
+
+        def state_of(key: ObjectKey) -> tuple[bool, bool]:
+            slot = (view.cluster, key)
+            return waves.state(entries.get(slot), details.health(slot)[0], view.revision)
+
+        ident = (view.cluster, view.name)
+        held = self._tracks.get(ident)
+        if held is None or held[0] is not view:
+            self._tracks[ident] = held = (view, waves.Track(view.stages, state_of))
+        elif changed is not None:
+            held[1].update(changed[1], *state_of(changed[1]))
+        return held[1].gate()
 
     async def advance(self, slot: Slot, bundle: str) -> None:
         """After an object of a staged revision changed: delete a hook that ended as its
@@ -110,7 +119,7 @@ class Folder:
         view = self.state.bundles.get(ident)
         if view is None or (slot[1] not in view.stages and slot[1] not in view.hooks):
             return
-        gate = self.gate(view)
+        gate = self.gate(view, slot)
         before = self._gates.get(ident)
         self._gates[ident] = (view, gate)
         old = before[1] if before is not None and before[0] is view else None
