@@ -182,14 +182,17 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "it ends, unless its revision was published with --override-window. Only the admin "
         "NATS identity may apply.",
     )
-    t.add_argument("action", nargs="?", choices=["show", "apply"], default="show")
+    t.add_argument(
+        "action", nargs="?", choices=["show", "apply"], default="show", help="default: show"
+    )
     t.add_argument("file", nargs="?", help="the windows file (apply)")
     t.add_argument(
         "-o",
         "--output",
         choices=["table", "json", "yaml"],
         default="table",
-        help="json or yaml: one row per window (schemas/json/cli-windows.schema.json)",
+        help="table (default), or json or yaml: one row per window "
+        "(schemas/json/cli-windows.schema.json)",
     )
     settings.add_arguments(t, NatsSettings)
     t.set_defaults(func=cmd_windows)
