@@ -239,13 +239,14 @@ def cmd_why(args: argparse.Namespace) -> int:
                     "bundle": r.bundle,
                     "revision": r.revision,
                     "action": r.action,
-                    "reason": r.reason,
+                    # the sync window that held it, or that --override-window overrode
+                    "reason": f"{r.reason} ({rec.window})" if rec.window else r.reason,
                     "as": r.made_as or "",
                     "manifest": (r.manifest_sha or "")[:12],
                     "applied": (r.apply_sha or "")[:12],
                     "live": (r.server_sha or "")[:12],
                 }
-                for r in rows
+                for r, rec in zip(rows, records, strict=True)
             ],
             ["at", "bundle", "revision", "action", "reason", "as", "manifest", "applied", "live"],
             "table",

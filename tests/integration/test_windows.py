@@ -186,6 +186,11 @@ async def test_an_override_applies_at_once_and_is_recorded(
     ]
     assert {r.key.name for r in writes} == {"a", "d"}, decisions.records
     assert {r.window for r in writes} == {f"override: {freeze}"}
+    code, out, err = await driftbus(
+        pipeline, "why", f"ConfigMap/{ns}/a", "--cluster", pipeline.cluster
+    )
+    assert code == 0, err
+    assert f"manifest (override: {freeze})" in out, out
 
     # drift of the overriding revision is corrected at once too, and recorded the same way
     await kube.apply(cm(ns, "d", k="intruder"), field_manager="intruder", force=True)
