@@ -4,8 +4,10 @@ view of the windows, and the page's hit ratio before anything could hit."""
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import hashlib
+from pathlib import Path
 
 import pytest
 
@@ -196,3 +198,16 @@ def test_the_page_has_no_hit_ratio_until_a_decision_could_hit(
     stats = live.stats()
     assert stats["hit_ratio"] == ratio
     assert stats["decisions"] == len(decided)
+
+
+def test_windows_apply_refuses_a_bad_file_naming_its_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "windows.yaml"
+    bad.write_text("windows:\n- kind: deny\n  schedule: '0 22 * * 5'\n  duration: 2d\n")
+    parser = argparse.ArgumentParser(prog="driftbus")
+    cli_windows.add_parser(parser.add_subparsers())
+    args = parser.parse_args(["windows", "apply", str(bad)])
+    assert args.func(args) == 1  # refused before any connection: nothing changes on the bus
+    err = capsys.readouterr().err
+    assert err.startswith(f"driftbus windows apply: {bad}:2: windows[0] (deny-0): duration '2d'")
