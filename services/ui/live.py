@@ -82,18 +82,23 @@ class LiveState:
         next change; why the latest version on the bus is unusable, if it is."""
         ws = sync_windows.compiled(self.windows)
         held: dict[str, dict[str, Any]] = {}
+        # per set of windows naming a bundle, the answer (it depends on nothing else)
+        answers: dict[tuple[int, ...], dict[str, Any]] = {}
         for cluster, bundle in self.bundles:
             if tenant is not None and split_bundle(bundle)[0] != tenant:
                 continue
-            mine = [w for w in ws if w.names(bundle, cluster)]
-            if not mine:
+            key = tuple(i for i, w in enumerate(ws) if w.names(bundle, cluster))
+            if not key:
                 continue
-            block = sync_windows.block(mine, bundle, cluster, now)
-            change = sync_windows.next_change(mine, bundle, cluster, now)
-            held[f"{cluster}/{bundle}"] = {
-                "held": block.message if block is not None else "",
-                "next_change": mine[0].shown(change) if change is not None else None,
-            }
+            if key not in answers:
+                mine = [ws[i] for i in key]
+                block = sync_windows.block(mine, bundle, cluster, now)
+                change = sync_windows.next_change(mine, bundle, cluster, now)
+                answers[key] = {
+                    "held": block.message if block is not None else "",
+                    "next_change": mine[0].shown(change) if change is not None else None,
+                }
+            held[f"{cluster}/{bundle}"] = answers[key]
         return {
             "windows": _plain(sync_windows.rows(self.windows, now)),
             "bundles": held,
