@@ -13,6 +13,7 @@ from pathlib import Path
 from services.applier.service import ApplierSettings
 from services.common.bus import NatsSettings
 from services.common.settings import document
+from services.notify.service import NotifySettings
 from services.planner.service import PlannerSettings
 from services.source.specs import SourceSettings
 from services.watcher.settings import WatcherSettings
@@ -32,6 +33,7 @@ def render() -> str:
         ("planner", PlannerSettings),
         ("applier", ApplierSettings),
         ("source", SourceSettings),
+        ("notify", NotifySettings),
     ):
         parts.append(f"## `driftbus {name}`\n\n{document(model)}\n")
     publish = _subcommand("publish")

@@ -284,11 +284,18 @@ async def ensure_fleet_buckets(js: JetStreamContext, replicas: int = 1) -> None:
 async def ensure_config_buckets(js: JetStreamContext, replicas: int = 1) -> None:
     """The sync windows and the notification configurations (made by the planner, or by
     whoever applies one first). History 10, like the tenant policy: an audit reads earlier ones."""
-    for bucket, description in (
-        (WINDOWS_BUCKET, "driftbus sync windows (driftbus windows apply)"),
-        (NOTIFY_BUCKET, "driftbus notifications (driftbus notify apply)"),
-    ):
-        await _ensure_bucket(js, bucket, description, 10, replicas)
+    await _ensure_bucket(
+        js, WINDOWS_BUCKET, "driftbus sync windows (driftbus windows apply)", 10, replicas
+    )
+    # direct: a tenant reads its own key with a direct get (no stream-wide read)
+    await _ensure_bucket(
+        js,
+        NOTIFY_BUCKET,
+        "driftbus notifications (driftbus notify apply)",
+        10,
+        replicas,
+        direct=True,
+    )
 
 
 async def _ensure_shards_bucket(js: JetStreamContext, replicas: int) -> None:
