@@ -192,8 +192,9 @@ def load_helm(
     """What ``helm template RELEASE CHART`` renders (the Helm the project builds from its
     pinned module, or one of that version on PATH / ``TEST_ASSET_HELM``), with the chart's CRDs
     and without its tests. Hooks are rendered as Helm renders them and kept: the planner runs
-    them in their phase (docs/hooks.md). No cluster is in reach (``lookup`` finds nothing), a chart directory's
-    symbolic links stay inside it, and a chart or values URL is shown without credentials."""
+    them in their phase (docs/hooks.md). No cluster is in reach (``lookup`` finds nothing), a
+    chart directory's symbolic links stay inside it, and a chart or values URL is shown without
+    credentials."""
     shown = redacted(chart)
     if Path(chart).is_dir():
         try:
