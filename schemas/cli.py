@@ -102,6 +102,9 @@ class WhyRow(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     apply_sha: str | None
     server_sha: str | None
     planner: str
+    window: str = ""
+    """The sync window that held this decision, or ``override: NAME`` for a write
+    ``--override-window`` let through ("" when no window was in force; docs/windows.md)."""
 
 
 class PlannerRow(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

@@ -225,6 +225,7 @@ def cmd_why(args: argparse.Namespace) -> int:
                 apply_sha=r.apply_sha,
                 server_sha=r.server_sha,
                 planner=r.planner,
+                window=r.window,
             )
             for r in records
         ]
