@@ -22,7 +22,7 @@ from schemas.codec import WireError, decode
 from schemas.decision import DecisionRecord
 from schemas.messages import Bundle, OutcomeEvent
 from schemas.subjects import ObjectKey, bundle_subject, object_subject, split_bundle
-from services.common import bus
+from services.common import bus, sops
 from services.common.bundles import BundleError, load_manifests, revisions
 from services.core.diff import diff, mask_sensitive, project
 from services.core.ignore import pointers_of, with_rules, without
@@ -166,6 +166,15 @@ async def object_detail(
     elif not got:
         live_note = "the object does not exist in the cluster"
     else:
+        left_out: list[str] = []
+        if sops.is_encrypted(desired):
+            # ciphertext always differs from the live values, which only the applier may know
+            desired, left_out = sops.comparable(desired)
+        if left_out:
+            live_note = (
+                f"SOPS-encrypted: {', '.join(left_out)} not compared (only the applier "
+                "decrypts them)"
+            )
         want = prune(as_stored(desired))
         found = diff(project(prune(got), want), want)
         changes = [
