@@ -243,3 +243,114 @@ def test_a_new_revision_does_not_delete_a_kept_or_namespace_hook(manifest: dict)
 
     live = _stamped(manifest, "r1")
     assert not hooks.recreated(live, _stamped(manifest, "r2"))
+
+
+# --- OCI: a manifest of the wrong shape escapes as TypeError ------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="defect: oci_artifact.pull iterates the manifest's layers and passes a layer's size "
+    "unchecked: layers 5 or a size past 64 bits raise TypeError, not OciError (publish --oci "
+    "prints a traceback; source logs one each poll)",
+)
+@pytest.mark.parametrize(
+    "layers",
+    [5, [{"mediaType": "application/vnd.cncf.flux.content.v1.tar+gzip", "size": 10**30}]],
+    ids=["layers-not-a-list", "size-past-64-bits"],
+)
+async def test_a_manifest_of_the_wrong_shape_is_an_oci_error(
+    tmp_path: Path, layers: object
+) -> None:
+    from services.common import oci_artifact
+    from services.common.oci import FLUX_CONFIG, OCI_MANIFEST, Reference
+    from services.common.oci_client import Fetched
+
+    for layer in layers if isinstance(layers, list) else ():
+        layer["digest"] = "sha256:" + "b" * 64
+    manifest = {"mediaType": OCI_MANIFEST, "config": {"mediaType": FLUX_CONFIG}, "layers": layers}
+
+    class Registry:  # answers the manifest as a registry would; no blob is ever asked for
+        async def manifest(self, ref: Reference) -> Fetched:
+            return Fetched("sha256:" + "a" * 64, OCI_MANIFEST, orjson.dumps(manifest))
+
+        async def blob(self, *args: object, **kwargs: object) -> bytes:
+            raise AssertionError("no blob is read for this manifest")
+
+    with pytest.raises(OciError):
+        await oci_artifact.pull(
+            Registry(),  # type: ignore[arg-type]
+            Reference("r.io", "a", "1"),
+            tmp_path,
+            InputLimits(),
+        )
+
+
+# --- planner: a staged revision's objects finishing one by one is quadratic -----------------
+
+
+async def _finish_one_by_one(n: int) -> float:
+    """Seconds the planner's Folder spends as ``n`` objects of a revision with a pre-sync hook
+    become Ready one after the other (the hook done first)."""
+    import time
+
+    from schemas.messages import Health
+    from schemas.subjects import ObjectKey
+    from services.core.hooks import BEFORE_CREATION, Hook, Phase
+    from services.planner.memory.cluster import ClusterState
+    from services.planner.rule.entry import Entry
+    from services.planner.rule.revision import BundleView
+    from services.planner.shell.folding import Folder
+
+    class Board:
+        def mark(self, ident: object) -> None:
+            pass
+
+        def continue_current_span(self, ident: object) -> None:
+            pass
+
+    class Decisions:
+        async def publish(self, slot: object, d: object, **kw: object) -> None:
+            pass
+
+    st = ClusterState(cluster="c")
+    st.live = True
+    keys = [ObjectKey("", "ConfigMap", "ns", f"c{i}") for i in range(n)]
+    hook = ObjectKey("batch", "Job", "ns", "migrate")
+    stages = {hook: (int(Phase.PRE), 0), **{k: (int(Phase.SYNC), 0) for k in keys}}
+    view = BundleView(
+        "c", "shop", "r2", 1, True, False, False, set(stages), [], stages=stages,
+        hooks={hook: Hook(Phase.PRE, 0, frozenset({BEFORE_CREATION}))},
+    )  # fmt: skip
+    st.bundles[("c", "shop")] = view
+    folder = Folder(state=st, board=Board(), decisions=Decisions())  # type: ignore[arg-type]
+    sha = b"\x01" * 32
+
+    def done(k: ObjectKey) -> None:
+        st.entries[("c", k)] = Entry(
+            k, bundle="shop", revision="r2", manifest_sha=sha, applied_manifest_sha=sha,
+            apply_sha=sha, applied_rv=1, server_sha=sha, server_rv=2, owner_bundle="shop",
+            applied_bundle="shop",
+        )  # fmt: skip
+        st.details.set_health(("c", k), Health.READY, "")
+
+    done(hook)
+    await folder.advance(("c", hook), "shop")
+    start = time.perf_counter()
+    for k in keys:
+        done(k)
+        await folder.advance(("c", k), "shop")
+    return time.perf_counter() - start
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="defect: Folder.advance walks every object of the revision whenever the gate "
+    "differs, and it differs on nearly every fold (Gate.waiting_on names the next object not "
+    "done): quadratic, ~200 s of the planner's loop for a 20,000-object revision with a hook",
+)
+async def test_a_staged_revision_finishing_costs_the_planner_linear_time() -> None:
+    small = await _finish_one_by_one(600)
+    large = await _finish_one_by_one(2400)
+    # 4x the objects: linear work takes about 4x; quadratic 16x
+    assert large < 10 * small, f"600 objects: {small:.2f} s; 2,400: {large:.2f} s"
