@@ -252,6 +252,8 @@ async def delete(kube: KubeClient, intent: DeleteIntent, *, applier_id: str) -> 
             )
         if prune_disabled(live):
             return Outcome(ObjectPhase.KEPT, f"not pruned: it carries {PRUNE_ANNOTATION}: disabled")
+        if intent.reason == hooks.POLICY_DELETE and not hooks.deletable(live):
+            return Outcome(ObjectPhase.KEPT, "not deleted: a kept resource, or a Namespace or CRD")
         gone = await kube.delete(
             res,
             key.name,

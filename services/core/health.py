@@ -162,6 +162,9 @@ def _pod(obj: Mapping[str, Any], status: Mapping[str, Any]) -> Result:
         return READY
     if phase == "Failed":
         return Health.FAILED, str(status.get("message") or status.get("reason") or "pod failed")
+    if phase == "Running" and hooks.is_hook(obj):
+        # a hook Pod has done its work when it succeeded, not while it runs (Helm, Argo CD)
+        return Health.IN_PROGRESS, "a hook: running until it succeeds"
     if phase == "Running" and _is(_conditions(status).get("Ready"), "True"):
         return READY
     return Health.IN_PROGRESS, f"phase: {phase or 'Pending'}"

@@ -113,6 +113,8 @@ class Hook:
     last: Phase | None = None
     """The last phase it is named for (None: ``phase``): ``hook-succeeded`` deletes it once
     that phase is done, not before."""
+    deletable: bool = True
+    """A hook policy may delete it (``deletable``: not kept, not a Namespace or CRD)."""
 
     @property
     def until(self) -> Phase:
@@ -175,7 +177,7 @@ def hook_of(obj: Mapping[str, Any]) -> Hook | str | None:
     if wave is None:
         wave = _int(ann, HELM_WEIGHT) or 0
     first, last = min(phases), max(phases)
-    return Hook(first, wave, _policies(ann), last if last != first else None)
+    return Hook(first, wave, _policies(ann), last if last != first else None, deletable(obj))
 
 
 def _policies(ann: Mapping[str, Any]) -> frozenset[str]:
@@ -218,10 +220,26 @@ def is_hook(obj: Mapping[str, Any]) -> bool:
     return HOOK_REVISION in _annotations(obj)
 
 
+KEEP = ("helm.sh/resource-policy", "keep")
+"""A resource Helm never deletes: no hook policy deletes it either."""
+NEVER_DELETED = frozenset(("Namespace", "CustomResourceDefinition"))
+"""Kinds that hold other objects (other bundles' too): no hook policy deletes them."""
+
+
+def deletable(obj: Mapping[str, Any]) -> bool:
+    """Whether a hook policy may delete this hook at all: not a kept resource, not a
+    Namespace or CRD (deleting it would take what is in it along)."""
+    return (
+        obj.get("kind") not in NEVER_DELETED
+        and str(_annotations(obj).get(KEEP[0], "")).strip() != KEEP[1]
+    )
+
+
 def deleted_by_policy(obj: Mapping[str, Any], ready: bool, failed: bool) -> str:
     """The policy that asks for the hook to be deleted now that it ended (``ready``: it
-    succeeded; ``failed``: it failed), or "" when none does (or it has not ended)."""
-    if not is_hook(obj):
+    succeeded; ``failed``: it failed), or "" when none does (or it has not ended, or it may
+    not be deleted: ``deletable``)."""
+    if not is_hook(obj) or not deletable(obj):
         return ""
     try:
         hook = hook_of(obj)
@@ -240,8 +258,8 @@ def recreated(live: Mapping[str, Any], manifest: Mapping[str, Any]) -> bool:
     """Whether the live object is an earlier revision's copy of this hook that must be deleted
     before the hook is created again (``before-hook-creation``, the default; with another
     policy too, where an earlier copy was left: it failed, or it was kept)."""
-    if not is_hook(manifest):
-        return False
+    if not is_hook(manifest) or not deletable(manifest) or not deletable(live):
+        return False  # applied over in place, as it is
     try:
         hook = hook_of(manifest)
     except HookError:

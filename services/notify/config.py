@@ -10,6 +10,7 @@ configuration — a filter that reaches beyond the tenant's own bundles.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any, Final
 
 import msgspec
@@ -88,7 +89,7 @@ def check(config: NotifyConfig, tenant: str, where: str) -> None:
         if p.name in names:
             raise ConfigError(f"{at}: a second provider of this name")
         names.add(p.name)
-        problem = provider_problem(p)
+        problem = provider_problem(p) or (tenant_file_problem(p, tenant) if tenant else "")
         if problem:
             raise ConfigError(f"{at}: {problem}")
     for i, a in enumerate(config.alerts):
@@ -106,6 +107,24 @@ def check(config: NotifyConfig, tenant: str, where: str) -> None:
             problem = reach_problem(a, tenant)
             if problem:
                 raise ConfigError(f"{at}: {problem}")
+
+
+def tenant_file_problem(p: Provider, tenant: str) -> str:
+    """Why a tenant's provider names a secret file it may not ("" when it may not): a tenant
+    names its files relative to its own directory (``tenants/<tenant>/`` under the service's
+    secrets directory), never an absolute path or one climbing out with ``..``."""
+    for what, path in (("urlFile", p.url_file), ("tokenFile", p.token_file)):
+        if path and (Path(path).is_absolute() or ".." in Path(path).parts):
+            return (
+                f"{what} {path!r}: a tenant names its secret files relative to its own directory "
+                f"(tenants/{tenant}/ in the notify service's secrets directory)"
+            )
+    if p.secret_file and (Path(p.secret_file).is_absolute() or ".." in Path(p.secret_file).parts):
+        return (
+            f"secretFile {p.secret_file!r}: a tenant names its secret files relative to its own "
+            f"directory (tenants/{tenant}/ in the notify service's secrets directory)"
+        )
+    return ""
 
 
 def provider_problem(p: Provider) -> str:

@@ -31,15 +31,24 @@ class SecretUnreadable(OSError):
     """A file a provider names cannot be read; the message names the file, not its content."""
 
 
-def read_secrets(p: Provider) -> Secrets:
+def read_secrets(p: Provider, within: Path | None = None) -> Secrets:
     """What the files ``p`` names hold (trailing newline stripped), read now: a rotated secret
-    is used from the next message on."""
+    is used from the next message on. ``within``: a tenant's directory, which every file a
+    tenant's provider names must resolve inside (links followed), so a tenant's configuration
+    never reads the platform's secrets (or any other file the service can read)."""
 
     def read(path: str | None, what: str) -> bytes:
         if not path:
             return b""
+        file = Path(path)
+        if within is not None:
+            file = (within / path).resolve()
+            if not file.is_relative_to(within.resolve()):
+                raise SecretUnreadable(
+                    f"provider {p.name}: {what} {path} is outside the tenant's directory"
+                )
         try:
-            return Path(path).read_bytes().strip()
+            return file.read_bytes().strip()
         except OSError as exc:
             raise SecretUnreadable(
                 f"provider {p.name}: {what} {path} cannot be read: {exc.strerror}"

@@ -20,6 +20,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from pathlib import Path
 
 import aiohttp
 
@@ -67,6 +68,12 @@ class NotifySettings(telemetry.TelemetrySettings, bus.NatsSettings):
         "seconds one request to a provider may take",
         env="DRIFTBUS_NOTIFY_HTTP_TIMEOUT",
     )
+    secrets_dir: str = setting(
+        "/etc/driftbus/notify",
+        "where tenants' secret files are: a tenant's configuration names files relative to "
+        "tenants/TENANT/ in it, and reads nothing outside",
+        env="DRIFTBUS_NOTIFY_SECRETS_DIR",
+    )
 
 
 @dataclasses.dataclass
@@ -90,8 +97,10 @@ class Notifier:
         timeout: float,
         labels: Callable[[str], Mapping[str, str]] = lambda _: {},
         clock: Callable[[], float] = time.monotonic,
+        secrets_dir: Path | None = None,
     ) -> None:
         self._session, self._policy, self._timeout = session, policy, timeout
+        self._secrets_dir = secrets_dir
         self.labels = labels
         self._clock = clock
         self.configured: dict[str, Configured] = {}
@@ -172,7 +181,12 @@ class Notifier:
     def _queue(self, c: Configured, p: Provider, event: events.Event) -> bool:
         """Read ``p``'s secrets, render and queue; whether the message is on its way."""
         try:
-            secrets = read_secrets(p)
+            within: Path | None = None
+            if c.tenant:
+                if self._secrets_dir is None:
+                    raise SecretUnreadable(f"provider {p.name}: no secrets directory for tenants")
+                within = self._secrets_dir / "tenants" / c.tenant
+            secrets = read_secrets(p, within)
         except SecretUnreadable as exc:
             log.error("notification not sent: %s", exc)
             return False
@@ -292,7 +306,13 @@ async def run(settings: NotifySettings) -> None:
     policy = RetryPolicy(settings.retries, settings.retry_base, settings.retry_cap)
     session = aiohttp.ClientSession()
     labels = LabelCache(js)
-    n = Notifier(session=session, policy=policy, timeout=settings.http_timeout, labels=labels)
+    n = Notifier(
+        session=session,
+        policy=policy,
+        timeout=settings.http_timeout,
+        labels=labels,
+        secrets_dir=Path(settings.secrets_dir),
+    )
     ready = asyncio.Event()
     health.add("notifications read", ready.is_set)
     try:

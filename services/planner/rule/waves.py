@@ -50,6 +50,20 @@ class Gate:
 OPEN = Gate(None)
 
 
+def same_standing(a: Gate, b: Gate) -> bool:
+    """Whether two gates let the same stages through and end the same phases (they may name
+    another object waited for)."""
+    return (a.frontier, a.failed, a.fail_pending) == (b.frontier, b.failed, b.fail_pending)
+
+
+def by_stage(stages: Mapping[ObjectKey, Stage]) -> dict[Stage, list[ObjectKey]]:
+    """The revision's objects per stage."""
+    out: dict[Stage, list[ObjectKey]] = {}
+    for key, stage in stages.items():
+        out.setdefault(stage, []).append(key)
+    return out
+
+
 def phase_done(gate: Gate, phase: int) -> bool:
     """Whether every object of ``phase`` and of the phases before it is done (the sync-fail
     phase: the revision failed and every sync-fail hook is done)."""

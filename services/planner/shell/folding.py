@@ -43,6 +43,9 @@ class Folder:
         self.decisions = decisions
         self._gates: dict[tuple[str, str], tuple[BundleView, waves.Gate]] = {}
         self._tracks: dict[tuple[str, str], tuple[BundleView, waves.Track]] = {}
+        self._by_stage: dict[
+            tuple[str, str], tuple[BundleView, dict[hooks.Stage, list[ObjectKey]]]
+        ] = {}
         """each staged revision's objects not done, per stage (``waves.Track``)"""
         """each staged revision's gate as last seen: what opened since is decided again"""
         self._hook_deletes: set[tuple[Slot, bytes | None]] = set()
@@ -123,16 +126,27 @@ class Folder:
         before = self._gates.get(ident)
         self._gates[ident] = (view, gate)
         old = before[1] if before is not None and before[0] is view else None
-        if old == gate:
+        # only where the revision stands counts (not which object the status names): an
+        # object finishing inside a stage costs nothing more than its own update
+        if old is not None and waves.same_standing(old, gate):
             await self._delete_ended_hook(slot, view, gate)
             return
-        for key, stage in list(view.stages.items()):
+        for stage, keys in self._stages_of(view).items():
             if gate.may_write(stage) and (old is None or not old.may_write(stage)):
-                entry = self.state.entries.get((slot[0], key))
-                if entry is not None and entry.revision == view.revision:
-                    await self.fold((slot[0], key), Release())
+                for key in keys:  # released: decided again, each once per opening
+                    entry = self.state.entries.get((slot[0], key))
+                    if entry is not None and entry.revision == view.revision:
+                        await self.fold((slot[0], key), Release())
         for key in list(view.hooks):  # a phase ended: its hooks' policies may delete them now
             await self._delete_ended_hook((slot[0], key), view, gate)
+
+    def _stages_of(self, view: BundleView) -> dict[hooks.Stage, list[ObjectKey]]:
+        """``view``'s objects per stage, computed once per revision."""
+        ident = (view.cluster, view.name)
+        held = self._by_stage.get(ident)
+        if held is None or held[0] is not view:
+            self._by_stage[ident] = held = (view, waves.by_stage(view.stages))
+        return held[1]
 
     async def _delete_ended_hook(self, slot: Slot, view: BundleView, gate: waves.Gate) -> None:
         """A hook is deleted when its policy says so, once per revision: ``hook-failed`` as
@@ -141,7 +155,7 @@ class Folder:
         tombstone is then its end (``health.retiring``), not drift."""
         hook = view.hooks.get(slot[1])
         e = self.state.entries.get(slot)
-        if hook is None or e is None or not e.live or e.inflight is not None:
+        if hook is None or not hook.deletable or e is None or not e.live or e.inflight is not None:
             return
         h = self.state.details.health(slot)[0]
         ended_as = (
