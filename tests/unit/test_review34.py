@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import gzip
 import io
+import json
 import tarfile
 import tracemalloc
 from pathlib import Path
@@ -40,11 +41,9 @@ def _longname_bomb(header_bytes: int) -> bytes:
     return out.getvalue()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect: oci_artifact.unpack lets tarfile read a GNU long-name (or pax) header of any "
-    "size into memory before any limit is checked: a 300 KB layer allocates 300 MB",
-)
+# found in review, mended in 602f3a5: oci_artifact.unpack lets tarfile read a GNU long-name (or
+# pax) header of any size into memory before any limit is checked: a 300 KB layer allocates 300
+# MB
 def test_a_small_layer_cannot_make_unpack_allocate_hundreds_of_megabytes(tmp_path: Path) -> None:
     data = _longname_bomb(256 * 1024 * 1024)
     assert len(data) < 1024 * 1024
@@ -78,13 +77,10 @@ def _windows_file(duration: str) -> bytes:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect: core.windows.parse_duration accepts a duration whose datetime arithmetic "
-    "overflows (OverflowError, not WindowsError): the planner's fold (ClusterState.window_block "
-    "-> windows.block) or its _on_windows raises it out of the loop, which catches only "
-    "WireError/ValueError",
-)
+# found in review, mended in a8d7070: core.windows.parse_duration accepts a duration whose
+# datetime arithmetic overflows (OverflowError, not WindowsError): the planner's fold
+# (ClusterState.window_block -> windows.block) or its _on_windows raises it out of the loop,
+# which catches only WireError/ValueError
 @pytest.mark.parametrize("duration", ["9999999999h", "99999999999999999h"])
 def test_a_huge_duration_is_refused_or_answered_never_raised(duration: str) -> None:
     at = dt.datetime(2026, 11, 27, 12, 0, tzinfo=dt.UTC)
@@ -102,12 +98,10 @@ def test_a_huge_duration_is_refused_or_answered_never_raised(duration: str) -> N
 # --- notify: a tenant's configuration reads the platform's secret files ----------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect: a tenant's notifications file may name any file the notify service can "
-    "read as tokenFile (or urlFile/secretFile), with an apiUrl of its choosing: the platform's "
-    "GitHub token is sent to the tenant's server (notify.config.check, send.read_secrets)",
-)
+# found in review, mended in a8d7070: a tenant's notifications file may name any file the notify
+# service can read as tokenFile (or urlFile/secretFile), with an apiUrl of its choosing: the
+# platform's GitHub token is sent to the tenant's server (notify.config.check,
+# send.read_secrets)
 async def test_a_tenants_configuration_cannot_send_the_platforms_token_to_its_server(
     tmp_path: Path,
 ) -> None:
@@ -191,13 +185,10 @@ def _running_pod_hook() -> dict[str, object]:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect: a Pod hook (restartPolicy Never) that is Running and Ready counts as "
-    "succeeded (health READY): the next stage is written before it finished, HookSucceeded "
-    "deletes it mid-run (Folder._delete_ended_hook) and its delete is taken as its end "
-    "(health.retiring); Helm and Argo CD wait for a Pod hook to reach Succeeded",
-)
+# found in review, mended in a8d7070: a Pod hook (restartPolicy Never) that is Running and Ready
+# counts as succeeded (health READY): the next stage is written before it finished,
+# HookSucceeded deletes it mid-run (Folder._delete_ended_hook) and its delete is taken as its
+# end (health.retiring); Helm and Argo CD wait for a Pod hook to reach Succeeded
 def test_a_running_pod_hook_has_not_succeeded() -> None:
     from schemas.messages import Health
     from services.core import health, hooks
@@ -222,14 +213,10 @@ def _hook(kind: str, api_version: str, extra: dict[str, str], namespace: str = "
     return {"apiVersion": api_version, "kind": kind, "metadata": meta}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect: every pre-install hook is deleted and re-created on each new revision "
-    "(hooks.recreated, applier verbs.recreate_hook), whatever it is: a PVC Helm keeps "
-    "(helm.sh/resource-policy: keep) loses its data, and a Namespace hook takes every object "
-    "in it, other bundles' too, with it; Helm runs pre-install once and never deletes a kept "
-    "resource",
-)
+# found in review, mended in a8d7070: every pre-install hook is deleted and re-created on each
+# new revision (hooks.recreated, applier verbs.recreate_hook), whatever it is: a PVC Helm keeps
+# (helm.sh/resource-policy: keep) loses its data, and a Namespace hook takes every object in it,
+# other bundles' too, with it; Helm runs pre-install once and never deletes a kept resource
 @pytest.mark.parametrize(
     "manifest",
     [
@@ -248,12 +235,9 @@ def test_a_new_revision_does_not_delete_a_kept_or_namespace_hook(manifest: dict)
 # --- OCI: a manifest of the wrong shape escapes as TypeError ------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect: oci_artifact.pull iterates the manifest's layers and passes a layer's size "
-    "unchecked: layers 5 or a size past 64 bits raise TypeError, not OciError (publish --oci "
-    "prints a traceback; source logs one each poll)",
-)
+# found in review, mended in 602f3a5: oci_artifact.pull iterates the manifest's layers and
+# passes a layer's size unchecked: layers 5 or a size past 64 bits raise TypeError, not OciError
+# (publish --oci prints a traceback; source logs one each poll)
 @pytest.mark.parametrize(
     "layers",
     [5, [{"mediaType": "application/vnd.cncf.flux.content.v1.tar+gzip", "size": 10**30}]],
@@ -272,7 +256,7 @@ async def test_a_manifest_of_the_wrong_shape_is_an_oci_error(
 
     class Registry:  # answers the manifest as a registry would; no blob is ever asked for
         async def manifest(self, ref: Reference) -> Fetched:
-            return Fetched("sha256:" + "a" * 64, OCI_MANIFEST, orjson.dumps(manifest))
+            return Fetched("sha256:" + "a" * 64, OCI_MANIFEST, json.dumps(manifest).encode())
 
         async def blob(self, *args: object, **kwargs: object) -> bytes:
             raise AssertionError("no blob is read for this manifest")
@@ -343,12 +327,9 @@ async def _finish_one_by_one(n: int) -> float:
     return time.perf_counter() - start
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect: Folder.advance walks every object of the revision whenever the gate "
-    "differs, and it differs on nearly every fold (Gate.waiting_on names the next object not "
-    "done): quadratic, ~200 s of the planner's loop for a 20,000-object revision with a hook",
-)
+# found in review, mended in a8d7070: Folder.advance walks every object of the revision whenever
+# the gate differs, and it differs on nearly every fold (Gate.waiting_on names the next object
+# not done): quadratic, ~200 s of the planner's loop for a 20,000-object revision with a hook
 async def test_a_staged_revision_finishing_costs_the_planner_linear_time() -> None:
     small = await _finish_one_by_one(600)
     large = await _finish_one_by_one(2400)
