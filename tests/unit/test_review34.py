@@ -392,3 +392,59 @@ async def test_a_rate_limited_failure_still_reaches_the_provider(
         await runner.cleanup()
     assert got, "nothing was delivered"
     assert got[-1] == "Failed", got
+
+
+# --- OCI: the header walk of 602f3a5 is bypassed by a pax size override ---------------------
+
+
+def _pax(records: dict[str, str]) -> bytes:
+    """A pax extended header (type x) with ``records``, padded to blocks."""
+    body = b""
+    for k, v in records.items():
+        rec = f" {k}={v}\n".encode()
+        width = next(w for w in range(1, 20) if len(str(len(rec) + w)) == w)
+        body += str(len(rec) + width).encode() + rec
+    header = tarfile.TarInfo("././@PaxHeader")
+    header.type = tarfile.XHDTYPE
+    header.size = len(body)
+    return header.tobuf(format=tarfile.USTAR_FORMAT) + body + b"\0" * (-len(body) % 512)
+
+
+def _pax_hidden_bomb(header_bytes: int) -> bytes:
+    """A member whose ustar size covers a GNU long-name header ``header_bytes`` long, while its
+    pax record says size=0: tarfile reads the long-name header next, whole; a walk that skips
+    by the ustar size never looks at it."""
+    bomb = tarfile.TarInfo("././@LongLink")
+    bomb.type = tarfile.GNUTYPE_LONGNAME
+    bomb.size = header_bytes
+    member = tarfile.TarInfo("a.yaml")
+    member.size = 512 + (header_bytes + 511) // 512 * 512
+    out = io.BytesIO()
+    with gzip.GzipFile(fileobj=out, mode="wb", mtime=0) as z:
+        z.write(_pax({"size": "0"}))
+        z.write(member.tobuf(format=tarfile.USTAR_FORMAT))
+        z.write(bomb.tobuf(format=tarfile.GNU_FORMAT))
+        chunk = b"a" * (1024 * 1024)
+        for _ in range(header_bytes // len(chunk)):
+            z.write(chunk)
+        z.write(b"\0" * 2048)
+    return out.getvalue()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="defect: oci_artifact._check_headers skips each member by its ustar size, but "
+    "tarfile takes a pax header's size record over it: a pax size=0 hides a 150 MB GNU "
+    "long-name header from the walk, and a 150 KB layer still makes unpack allocate 171 MiB",
+)
+def test_a_pax_size_record_does_not_hide_a_huge_header(tmp_path: Path) -> None:
+    data = _pax_hidden_bomb(150 * 1024 * 1024)
+    assert len(data) < 1024 * 1024
+    tracemalloc.start()
+    try:
+        with pytest.raises(OciError):
+            unpack(data, tmp_path, InputLimits(), "oci://r/a@sha256:x (layer)")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 * 1024 * 1024, f"peak {peak / 2**20:.0f} MiB for a {len(data):,}-byte layer"
