@@ -58,6 +58,7 @@ from services.common.oci import (
     newest_matching,
 )
 from services.common.oci_client import RegistryClient
+from services.common.oci_tar import check_headers
 
 KINDS = {FLUX_CONFIG: ("flux", FLUX_CONTENT), HELM_CONFIG: ("helm", HELM_CONTENT)}
 
@@ -166,8 +167,11 @@ def unpack(data: bytes, dest: Path, limits: InputLimits, what: str) -> None:
     total = 0
     members: list[tarfile.TarInfo] = []
     try:
-        # before tarfile reads a header: it holds a long-name or pax header whole in memory
-        _check_headers(data, what, limits)
+        # before tarfile reads a header: it holds a long-name or pax header whole in memory;
+        # room for every member's header and padding (the members' own limits are checked
+        # after, on what tarfile reads, with their own messages)
+        cap = 2 * limits.bundle_max_bytes + 1024 * (4 * limits.max_files + 2) + 16 * 2**20
+        check_headers(data, what, cap)
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
             for member in tar:
                 members.append(member)
@@ -196,63 +200,6 @@ def unpack(data: bytes, dest: Path, limits: InputLimits, what: str) -> None:
         refuse_links_out(dest, f"{what}: ", "the artifact")
     except ConfinementError as exc:
         raise OciError(str(exc)) from None
-
-
-MAX_HEADER_DATA = 1024 * 1024
-"""Bytes of a GNU long-name or pax header's data: a path or a few attributes, never more."""
-_HEADER_TYPES = frozenset(b"LKxg")  # GNU long name / link name, pax (extended, global)
-
-
-def _check_headers(data: bytes, what: str, limits: InputLimits) -> None:
-    """Walk the tarball's headers as it decompresses, a block at a time, holding nothing of it:
-    OciError for a long-name or pax header over ``MAX_HEADER_DATA`` (tarfile would read it
-    whole: a few hundred KB of gzip can ask for hundreds of MB) or a tarball that unpacks to
-    more than the bundle limit allows (with room for the headers)."""
-    # room for every member's header and padding: the members' own limits are checked after,
-    # on what tarfile reads, with their own messages
-    cap = 2 * limits.bundle_max_bytes + 1024 * (4 * limits.max_files + 2) + 16 * 1024 * 1024
-    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    pending = b""
-    seen = skip = 0
-    view = memoryview(data)
-    for start in range(0, len(data) + 1, 64 * 1024):
-        chunk = inflate.decompress(view[start : start + 64 * 1024], 256 * 1024)
-        while True:
-            seen += len(chunk)
-            if seen > cap:
-                raise OciError(
-                    f"{what}: unpacks to over {cap:,} bytes ({setting_name('bundle_max_bytes')})"
-                )
-            pending += chunk
-            while len(pending) >= 512:
-                if skip:
-                    n = min(skip, len(pending) // 512 * 512)
-                    pending, skip = pending[n:], skip - n
-                    continue
-                header, pending = pending[:512], pending[512:]
-                if header == b"\0" * 512:
-                    continue
-                size = _header_size(header[124:136])
-                if header[156] in _HEADER_TYPES and size > MAX_HEADER_DATA:
-                    raise OciError(
-                        f"{what}: a tar header of {size:,} bytes (a long name or pax header; "
-                        f"at most {MAX_HEADER_DATA:,}): refused"
-                    )
-                skip = (size + 511) // 512 * 512
-            if not inflate.unconsumed_tail:
-                break
-            chunk = inflate.decompress(inflate.unconsumed_tail, 256 * 1024)
-
-
-def _header_size(field: bytes) -> int:
-    """A tar header's size field: octal digits, or base-256 (first byte's high bit set)."""
-    if field[:1] and field[0] & 0x80:
-        return int.from_bytes(field[1:], "big")
-    digits = field.replace(b"\0", b" ").strip()
-    try:
-        return int(digits, 8) if digits else 0
-    except ValueError:
-        raise OciError("a tar header with an unreadable size") from None
 
 
 def _check_member(member: tarfile.TarInfo, what: str) -> None:

@@ -234,14 +234,9 @@ def parse_duration(text: str) -> dt.timedelta:
     seconds = sum(float(n) * _UNITS[u] for n, u in _DURATION.findall(text))
     if seconds <= 0:
         raise ValueError(f"duration {text!r} must be longer than zero")
-    if seconds > MAX_DURATION.total_seconds():
-        # a window longer than a year is a freeze: suspend the bundle; past that, the date
-        # arithmetic of its opening and closing would overflow
+    if seconds > HORIZON.total_seconds():  # longer is a freeze (suspend); and it overflowed
         raise ValueError(f"duration {text!r} is longer than a year (366 days, 8784h)")
     return dt.timedelta(seconds=seconds)
-
-
-MAX_DURATION = dt.timedelta(days=366)
 
 
 def compiled(spec: WindowsFile) -> tuple[Window, ...]:

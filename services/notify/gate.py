@@ -11,7 +11,9 @@ For each (provider, event) the gate answers one ``Verdict``:
 - ``REPEAT`` — the same event of another kind (drift corrected, rollout step: provider,
   cluster, bundle, kind, revision, object, detail) was sent less than ``dedupeSeconds`` ago: an
   object changed by hand again and again sends one message per window;
-- ``RATE`` — the provider already had ``perMinute`` messages in the last 60 seconds;
+- ``RATE`` — the provider already had ``perMinute`` messages in the last 60 seconds (drift
+  corrections and rollout steps only: a bundle's new phase is always sent, so a provider's last
+  message is never a Ready that stopped being true);
 - ``SEND`` — none of those: the message goes, and counts against the window and the rate.
 
 Time is a number of seconds passed in (a monotonic clock in the service, any number in tests).
@@ -85,10 +87,13 @@ class Gate:
         if e.kind in PHASE_KINDS:
             if not self._news(provider, e):
                 return self._drop(provider, Verdict.UNCHANGED)
-        else:
-            last = self._sent.get(dedupe_key(provider, e))
-            if last is not None and now - last < self.limits.dedupe_seconds:
-                return self._drop(provider, Verdict.REPEAT)
+            # a new phase is never rate-limited: a dropped one would not come again (the
+            # planner publishes a status when it changes), and the provider's last word would
+            # stay a Ready that is no longer true; it still counts against the rate
+            return Verdict.SEND
+        last = self._sent.get(dedupe_key(provider, e))
+        if last is not None and now - last < self.limits.dedupe_seconds:
+            return self._drop(provider, Verdict.REPEAT)
         times = self._rate.setdefault(provider, collections.deque())
         while times and now - times[0] >= RATE_WINDOW:
             times.popleft()

@@ -39,12 +39,25 @@ def test_a_tenant_file_reaching_further_is_refused_before_any_connection(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     f = tmp_path / "n.yaml"
-    f.write_text(FILE.replace("team-a/*", "team-b/*"))
+    # a tenant names its secret files relative to its own directory
+    tenant_file = FILE.replace("/etc/driftbus/", "")
+    f.write_text(tenant_file.replace("team-a/*", "team-b/*"))
     # no NATS runs at this URL: the refusal comes first
     args = parse("apply", str(f), "--tenant", "team-a", "--nats-url", "nats://127.0.0.1:1")
     assert args.func(args) == 1
     err = capsys.readouterr().err
     assert err.startswith(f"driftbus notify apply: {f}: alerts[0]: bundles 'team-b/*' reaches")
+
+
+def test_a_tenant_file_naming_a_secret_file_outside_its_directory_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    f = tmp_path / "n.yaml"
+    f.write_text(FILE)  # absolute paths: the platform's files, say
+    args = parse("apply", str(f), "--tenant", "team-a", "--nats-url", "nats://127.0.0.1:1")
+    assert args.func(args) == 1
+    err = capsys.readouterr().err
+    assert "a tenant names its secret files relative to its own directory" in err, err
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,9 @@
 """Review of issue 34 (hooks and waves, notifications, SOPS, sync windows, OCI): black-box tests
-of defects found. Each is a strict xfail naming its defect: it passes once the defect is mended
-(then drop the mark)."""
+of the defects a review found, each failing before its mend (they were strict xfails until
+then): OCI decompression bombs in tar headers (long-name, pax-hidden) and manifests of the
+wrong shape, a window duration that overflowed out of the planner, a tenant's notifications
+reading the platform's secret files, a rate-limited phase leaving a false Ready, a running Pod
+hook taken as succeeded, kept and Namespace hooks deleted, a staged revision's quadratic cost."""
 
 from __future__ import annotations
 
@@ -340,13 +343,6 @@ async def test_a_staged_revision_finishing_costs_the_planner_linear_time() -> No
 # --- notify: a rate-limited phase is never sent: the last message says Ready ----------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect: a bundle phase dropped by the rate limit (notify.gate Verdict.RATE) is sent "
-    "only 'when its status comes again', but the planner publishes a status only when it "
-    "changes (StatusBoard fingerprint): a bundle that went Ready then Failed within the limit "
-    "keeps Ready (a commit status 'success') as the provider's last message for good",
-)
 async def test_a_rate_limited_failure_still_reaches_the_provider(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -431,12 +427,6 @@ def _pax_hidden_bomb(header_bytes: int) -> bytes:
     return out.getvalue()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect: oci_artifact._check_headers skips each member by its ustar size, but "
-    "tarfile takes a pax header's size record over it: a pax size=0 hides a 150 MB GNU "
-    "long-name header from the walk, and a 150 KB layer still makes unpack allocate 171 MiB",
-)
 def test_a_pax_size_record_does_not_hide_a_huge_header(tmp_path: Path) -> None:
     data = _pax_hidden_bomb(150 * 1024 * 1024)
     assert len(data) < 1024 * 1024
