@@ -120,7 +120,10 @@ class Folder:
         policy asks, and decide again on the objects its stage's end lets through."""
         ident = (slot[0], bundle)
         view = self.state.bundles.get(ident)
-        if view is None or (slot[1] not in view.stages and slot[1] not in view.hooks):
+        if view is None:
+            self._forget(ident)  # a bundle deleted: nothing of it is kept here
+            return
+        if slot[1] not in view.stages and slot[1] not in view.hooks:
             return
         gate = self.gate(view, slot)
         before = self._gates.get(ident)
@@ -139,6 +142,19 @@ class Folder:
                         await self.fold((slot[0], key), Release())
         for key in list(view.hooks):  # a phase ended: its hooks' policies may delete them now
             await self._delete_ended_hook((slot[0], key), view, gate)
+
+    async def resume(self, view: BundleView) -> None:
+        """After a rebuild: release what the revision's gate lets through and delete the hooks
+        that ended meanwhile as their policies ask (nothing may fold for a quiet revision)."""
+        first = next(iter(view.stages), None) or next(iter(view.hooks), None)
+        if first is not None:
+            self._gates.pop((view.cluster, view.name), None)
+            await self.advance((view.cluster, first), view.name)
+
+    def _forget(self, ident: tuple[str, str]) -> None:
+        self._gates.pop(ident, None)
+        self._tracks.pop(ident, None)
+        self._by_stage.pop(ident, None)
 
     def _stages_of(self, view: BundleView) -> dict[hooks.Stage, list[ObjectKey]]:
         """``view``'s objects per stage, computed once per revision."""
@@ -169,6 +185,8 @@ class Folder:
         mark = (slot, e.manifest_sha)
         if mark in self._hook_deletes:
             return
+        if len(self._hook_deletes) > 10_000:  # a delete sent again finds nothing: harmless
+            self._hook_deletes.clear()
         self._hook_deletes.add(mark)
         await self.decisions.publish(slot, Decision(DecisionAction.DELETE, DecisionReason.HOOK))
 

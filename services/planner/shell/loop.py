@@ -271,6 +271,7 @@ class Planner:
                 await self._publish_rebuilt(decided)
         for view in list(st.bundles.values()):
             await self.folder.prune(view)
+            await self.folder.resume(view)  # hooks that ended while no planner watched
         self.board.mark_all(st.bundles)
         log.info(
             "cluster %s: rebuilt %d objects in %d bundles; live",
