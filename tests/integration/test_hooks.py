@@ -414,3 +414,45 @@ async def test_the_ingress_nginx_chart_converges_with_its_hooks_honoured(
         f"ingress-nginx chart ({len(manifests)} objects, {len(hooks)} hooks) Ready in "
         f"{took:.1f}s with its hooks in order; hook-succeeded hooks deleted, none re-created"
     )
+
+
+async def test_a_planner_killed_mid_revision_neither_runs_a_hook_again_nor_stalls(
+    live_pipeline: Pipeline, lnc: NATS, live_kube: KubeClient
+) -> None:
+    """SIGKILL the planner once the pre-install Job is applied; a new one rebuilds from the
+    streams: the Job is not applied again (its stamp matches the APPLIED fact), the revision
+    goes on from where the cluster is, and the succeeded hook is deleted by its policy."""
+    ns, bundle = unique_name("hookkill"), unique_name("hookkill")
+    watch, decisions = await started(live_pipeline, lnc, bundle)
+    js = lnc.jetstream()
+    manifests = [
+        namespace_of(ns),
+        job(ns, "migrate", {**HELM_PRE, "helm.sh/hook-delete-policy": "hook-succeeded"}),
+        deployment(ns, "nginx:1.27"),
+    ]
+    names = [("batch/v1", "Job", "migrate"), ("apps/v1", "Deployment", "web")]
+    async with sampled(live_kube, ns, names) as samples:
+        await live_pipeline.publish(js, bundle, manifests)
+        await watch.object_status(
+            lambda o: o.key.name == "migrate" and o.message == "applied (new)",
+            120,
+            live_pipeline.logs,
+        )
+        live_pipeline.kill("planner")
+        await asyncio.sleep(1)
+        live_pipeline.start("planner")
+        await watch.ready("r1", 180, live_pipeline.logs)
+        jobs = await live_kube.discovery.resource("batch/v1", "Job")
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                await live_kube.get(jobs, "migrate", ns)
+            except NotFound:
+                break
+            assert time.monotonic() < deadline, "the succeeded hook was never deleted"
+            await asyncio.sleep(0.5)
+    assert decisions.applies("Job", "migrate") == ["new"], decisions.reasons("migrate")
+    first = next(i for i, s in enumerate(samples) if s.objects["Deployment/web"] is not None)
+    assert any(complete(s.objects["Job/migrate"]) for s in samples[:first])
+    await settle(3)
+    assert watch.bundles[-1].phase is BundlePhase.READY, watch.bundles[-1]
