@@ -35,9 +35,10 @@ Reading manifests (``publish``, ``plan``, ``source``):
 - ``gitrepo`` — a Git repository at a commit, read through a bare copy.
 - ``documents`` — one file's YAML or JSON documents to keyed objects, within the limits.
 - ``oci`` — OCI references, media types, registry credentials, semver over tags; ``oci_client``
-  the distribution API over aiohttp (digests verified, size limits), ``oci_tar`` an artifact's tar headers walked before tarfile reads them, ``oci_auth`` its 401
+  the distribution API over aiohttp (digests verified, size limits), ``oci_auth`` its 401
   challenges and bearer tokens, ``oci_artifact`` Flux-format artifacts pushed, pulled, safely
-  unpacked and read (charts through ``load_helm``).
+  unpacked and read (charts through ``load_helm``), ``oci_tar`` an artifact's tar headers
+  walked before tarfile reads them.
 - ``sops`` — SOPS-encrypted Secrets: the publisher's checks, the original metadata recorded,
   decryption by the real sops (applier only).
 - ``limits`` — how much input one publish, plan or source round may read.
