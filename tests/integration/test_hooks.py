@@ -137,6 +137,23 @@ def never(samples: list[Sample], bad: Callable[[Sample], bool], what: str) -> No
     assert not found, f"{what}: seen in {len(found)} of {len(samples)} samples"
 
 
+async def until_present(
+    kube: KubeClient, res: Any, name: str, ns: str, present: bool, failure: str
+) -> None:
+    """Wait (60 s at most) until the object exists (``present``) or is gone."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            await kube.get(res, name, ns)
+            if present:
+                return
+        except NotFound:
+            if not present:
+                return
+        assert time.monotonic() < deadline, failure
+        await asyncio.sleep(0.5)
+
+
 async def started(p: Pipeline, nc: NATS, bundle: str) -> tuple[StatusWatch, DecisionLog]:
     watch = StatusWatch()
     await watch.start(nc, p.cluster, bundle)
@@ -258,14 +275,7 @@ async def test_a_failing_pre_sync_hook_fails_the_revision_and_nothing_else_is_wr
     dep = await live_kube.discovery.resource("apps/v1", "Deployment")
     jobs = await live_kube.discovery.resource("batch/v1", "Job")
     # the sync-fail hook runs; the revision's other objects are never written
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            await live_kube.get(cm, "on-fail", ns)
-            break
-        except NotFound:
-            assert time.monotonic() < deadline, "the SyncFail hook was never created"
-            await asyncio.sleep(0.5)
+    await until_present(live_kube, cm, "on-fail", ns, True, "the SyncFail hook was never created")
     await settle(3)
     for res, name in ((cm, "app"), (dep, "web")):
         with pytest.raises(NotFound):
@@ -310,14 +320,7 @@ async def test_sync_waves_and_a_hook_deleted_when_it_succeeded(
         await watch.ready("r1", 180, live_pipeline.logs)
         # the PostSync hook ran, succeeded, and its policy deleted it
         jobs = await live_kube.discovery.resource("batch/v1", "Job")
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                await live_kube.get(jobs, "seed", ns)
-            except NotFound:
-                break
-            assert time.monotonic() < deadline, "the succeeded hook was never deleted"
-            await asyncio.sleep(0.5)
+        await until_present(live_kube, jobs, "seed", ns, False, "the hook was never deleted")
     never(
         samples,
         lambda s: s.objects["Deployment/web"] is not None and s.objects["ConfigMap/early"] is None,
@@ -443,14 +446,7 @@ async def test_a_planner_killed_mid_revision_neither_runs_a_hook_again_nor_stall
         live_pipeline.start("planner")
         await watch.ready("r1", 180, live_pipeline.logs)
         jobs = await live_kube.discovery.resource("batch/v1", "Job")
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                await live_kube.get(jobs, "migrate", ns)
-            except NotFound:
-                break
-            assert time.monotonic() < deadline, "the succeeded hook was never deleted"
-            await asyncio.sleep(0.5)
+        await until_present(live_kube, jobs, "migrate", ns, False, "the hook was never deleted")
     assert decisions.applies("Job", "migrate") == ["new"], decisions.reasons("migrate")
     first = next(i for i, s in enumerate(samples) if s.objects["Deployment/web"] is not None)
     assert any(complete(s.objects["Job/migrate"]) for s in samples[:first])
