@@ -104,13 +104,18 @@ def hook_revision(obj: dict[str, Any] | None) -> str:
 async def sampled(
     kube: KubeClient, ns: str, names: list[tuple[str, str, str]]
 ) -> AsyncIterator[list[Sample]]:
-    """Read the objects ``(apiVersion, kind, name)`` of ``ns`` every 50 ms while the block runs."""
+    """Read the objects ``(apiVersion, kind, name)`` of ``ns`` every 50 ms while the block runs.
+
+    ``names`` go in stage order; each sample reads them last first, effects before causes: an
+    object a later stage wrote is never paired with an older read of what it waited for (a
+    test process stalled between two reads would otherwise see a Deployment changed beside a
+    migration Job read before it completed)."""
     resources = {(v, k): await kube.discovery.resource(v, k) for v, k, _ in names}
     samples: list[Sample] = []
 
     async def one() -> Sample:
         seen: dict[str, dict[str, Any] | None] = {}
-        for version, kind, name in names:
+        for version, kind, name in reversed(names):
             try:
                 seen[f"{kind}/{name}"] = await kube.get(resources[(version, kind)], name, ns)
             except NotFound:
@@ -384,12 +389,8 @@ async def test_the_ingress_nginx_chart_converges_with_its_hooks_honoured(
         await settle(3)
     create, patch = "Job/ingress-nginx-admission-create", "Job/ingress-nginx-admission-patch"
     dep = "Deployment/ingress-nginx-controller"
-    # the pre-install Job is deleted once its phase is done (hook-succeeded): the controller's
-    # Deployment first appears after a sample showing that Job Complete
-    first = next(i for i, s in enumerate(samples) if s.objects[dep] is not None)
-    assert any(complete(s.objects[create]) for s in samples[:first]), (
-        "the controller Deployment before the pre-install Job was Complete"
-    )
+    # the pre-install Job is deleted once its phase is done (hook-succeeded): beside the
+    # controller's Deployment it is Complete or gone, never running
     never(
         samples,
         lambda s: (
@@ -448,7 +449,15 @@ async def test_a_planner_killed_mid_revision_neither_runs_a_hook_again_nor_stall
         jobs = await live_kube.discovery.resource("batch/v1", "Job")
         await until_present(live_kube, jobs, "migrate", ns, False, "the hook was never deleted")
     assert decisions.applies("Job", "migrate") == ["new"], decisions.reasons("migrate")
-    first = next(i for i, s in enumerate(samples) if s.objects["Deployment/web"] is not None)
-    assert any(complete(s.objects["Job/migrate"]) for s in samples[:first])
+    never(
+        samples,
+        lambda s: (
+            s.objects["Deployment/web"] is not None
+            and s.objects["Job/migrate"] is not None
+            and not complete(s.objects["Job/migrate"])
+        ),
+        "the Deployment beside a pre-install Job not Complete",
+    )
+    assert any(s.objects["Job/migrate"] is not None for s in samples), "the hook never ran"
     await settle(3)
     assert watch.bundles[-1].phase is BundlePhase.READY, watch.bundles[-1]
