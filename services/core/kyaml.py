@@ -273,3 +273,23 @@ def documents(text: str) -> Iterator[tuple[int, Any]]:
         raise DecodeError(str(exc)) from None
     except RecursionError:
         raise DecodeError("nested too deeply") from None
+
+
+class FileTextError(ValueError):
+    """A file's text that is not UTF-8, or not YAML Kubernetes would read: the message starts
+    with ``FILE:LINE: `` (or ``FILE: ``)."""
+
+
+def file_documents(text: str | bytes, where: str) -> tuple[str, list[tuple[int, Any]]]:
+    """A settings file's text (the tenants, windows and notifications files) and its
+    documents as ``documents`` reads them; FileTextError naming ``where`` and the line."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError:
+            raise FileTextError(f"{where}: not UTF-8 text") from None
+    try:
+        return text, list(documents(text))
+    except DecodeError as exc:
+        at = f"{where}:{exc.line}: " if exc.line is not None else f"{where}: "
+        raise FileTextError(f"{at}invalid YAML: {exc.problem}") from None

@@ -83,15 +83,10 @@ def tenant_of(bundle: str) -> str:
 
 def load_policy(text: str | bytes, where: str) -> TenantPolicy:
     """The policy of a tenants file (YAML or JSON) named ``where``; PolicyError if unusable."""
-    if isinstance(text, bytes):
-        try:
-            text = text.decode("utf-8")
-        except UnicodeDecodeError:
-            raise PolicyError(f"{where}: not UTF-8 text") from None
     try:
-        docs = list(kyaml.documents(text))
-    except kyaml.DecodeError as exc:
-        raise PolicyError(f"{_at(where, exc.line)}invalid YAML: {exc.problem}") from None
+        text, docs = kyaml.file_documents(text, where)
+    except kyaml.FileTextError as exc:
+        raise PolicyError(str(exc)) from None
     if not docs:
         return TenantPolicy()
     nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))

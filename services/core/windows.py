@@ -294,15 +294,10 @@ def _window(w: SyncWindow, name: str) -> Window:
 
 def load_windows(text: str | bytes, where: str) -> WindowsFile:
     """The windows file (YAML or JSON) named ``where``, checked; WindowsError if unusable."""
-    if isinstance(text, bytes):
-        try:
-            text = text.decode("utf-8")
-        except UnicodeDecodeError:
-            raise WindowsError(f"{where}: not UTF-8 text") from None
     try:
-        docs = list(kyaml.documents(text))
-    except kyaml.DecodeError as exc:
-        raise WindowsError(f"{_at(where, exc.line)}invalid YAML: {exc.problem}") from None
+        text, docs = kyaml.file_documents(text, where)
+    except kyaml.FileTextError as exc:
+        raise WindowsError(str(exc)) from None
     if not docs:
         return WindowsFile()
     if len(docs) > 1:

@@ -58,16 +58,10 @@ def tenant_of(key: str) -> str | None:
 def load(text: str | bytes, where: str, tenant: str = "") -> NotifyConfig:
     """The configuration of a notifications file (YAML or JSON) named ``where``, for ``tenant``
     ("" the platform); ConfigError if it is not usable or reaches beyond ``tenant``."""
-    if isinstance(text, bytes):
-        try:
-            text = text.decode("utf-8")
-        except UnicodeDecodeError:
-            raise ConfigError(f"{where}: not UTF-8 text") from None
     try:
-        docs = list(kyaml.documents(text))
-    except kyaml.DecodeError as exc:
-        line = f":{exc.line}" if exc.line else ""
-        raise ConfigError(f"{where}{line}: invalid YAML: {exc.problem}") from None
+        text, docs = kyaml.file_documents(text, where)
+    except kyaml.FileTextError as exc:
+        raise ConfigError(str(exc)) from None
     if len(docs) > 1:
         raise ConfigError(f"{where}: a second document: the notifications file is one map")
     raw: Any = docs[0][1] if docs else {}
