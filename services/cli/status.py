@@ -72,6 +72,9 @@ def cmd_status(args: argparse.Namespace) -> int:
                 rows = await user.object_rows(js, args.cluster, args.bundle, seen=seen)
                 bundles = await user.bundle_statuses(js, args.cluster, args.bundle, seen=seen)
                 followed = await user.source_status(js, args.cluster, args.bundle)
+                # read before the first line is shown: a stack stopped once the state is on
+                # the screen is then the follow's to report, not a failed read
+                windows_said = await _windows(js, args.cluster, args.bundle, now, args.output)
                 if args.output != "table":
                     output.dump(
                         StatusDocument(
@@ -100,7 +103,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                             f"{followed.url} {followed.ref}: "
                             f"{table.colour(str(followed.phase))} — {followed.message}"
                         )
-                    await _windows(js, args.cluster, args.bundle, now)
+                    for line in windows_said:
+                        print(line)
                     shown = [
                         r | {"last_change": (r["last_change"] or "")[:19].replace("T", " ")}
                         for r in output.rows(rows)
@@ -114,6 +118,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                 statuses = await user.bundle_statuses(
                     js, args.cluster, tenant=args.tenant, seen=seen
                 )
+                windows_said = await _windows(js, args.cluster, None, now, args.output)
                 if args.output != "table":
                     output.dump([bundle_row(b, now) for b in statuses], args.output)
                 else:
@@ -136,7 +141,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                     if args.tenant is not None or any(r["tenant"] for r in table_rows):
                         columns.insert(0, "tenant")
                     table.emit(table_rows, columns, "table")
-                    await _windows(js, args.cluster, None, now)
+                    for line in windows_said:
+                        print(line)
             sys.stdout.flush()
             if live is None:
                 return 0
@@ -156,13 +162,17 @@ def cmd_status(args: argparse.Namespace) -> int:
     return exits.run_or_fail("status", run())
 
 
-async def _windows(js: Any, cluster: str, bundle: str | None, now: Any) -> None:
-    """The sync windows in force for the cluster (or the bundle on it) and the next change."""
+async def _windows(
+    js: Any, cluster: str, bundle: str | None, now: Any, output_format: str
+) -> list[str]:
+    """What the table says of the sync windows in force for the cluster (or the bundle on it)
+    and the next change; nothing to read for the other formats."""
     from services.cli import windows
 
+    if output_format != "table":
+        return []
     spec, problem = await windows.read_windows(js)
-    for line in windows.status_lines(spec, cluster, bundle, now, problem):
-        print(line)
+    return windows.status_lines(spec, cluster, bundle, now, problem)
 
 
 async def _fleet_status(args: argparse.Namespace) -> bool:

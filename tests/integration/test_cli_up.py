@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 from nats.aio.client import Client as NATS
@@ -274,6 +275,46 @@ async def test_status_follow_says_when_the_bus_goes_and_gives_up_or_stops_when_t
     assert "lost the bus at" in said, said
     assert "has been away for 3s; giving up (is the stack stopped?)" in said, said
     assert "Traceback" not in said, said
+
+
+def test_status_follow_reads_nothing_more_once_it_has_shown_the_state(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """A stack stopped the moment the current state is on the screen is the follow's to report
+    (lost, giving up), never a failed read: everything `status -f` shows first (the bundles,
+    the sync windows) is read before its first line is written."""
+    import io
+
+    from services.cli.main import main
+
+    nats_server = servers.NatsServer(tmp_path / "nats")
+    nats_server.start()
+
+    class Terminal(io.StringIO):
+        """Whoever watches stops the stack as soon as the first line is shown."""
+
+        stopped = False
+
+        def write(self, text: str) -> int:
+            wrote = super().write(text)
+            if "\n" in self.getvalue() and not self.stopped:
+                self.stopped = True
+                nats_server.stop()
+            return wrote
+
+    out, err = Terminal(), io.StringIO()
+    monkeypatch.setenv("NATS_URL", nats_server.client_url)
+    monkeypatch.setattr(sys, "stdout", out)
+    monkeypatch.setattr(sys, "stderr", err)
+    try:
+        code = main(["status", "--cluster", "local", "-f", "--reconnect-for", "3"])
+    finally:
+        nats_server.stop()
+    said = err.getvalue()
+    assert out.getvalue().strip() == "(nothing)", said
+    assert code == 1, said
+    assert "has been away for 3s; giving up (is the stack stopped?)" in said, said
+    assert "timeout" not in said, said
 
 
 async def test_a_taken_page_port_is_refused_before_anything_starts(tmp_path: Path) -> None:
