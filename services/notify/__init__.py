@@ -12,6 +12,8 @@
 - ``gate`` (pure) — de-duplication and rate limits: send, or why not.
 - ``render`` (pure) — the HTTP request each provider documents (webhook signed with
   HMAC-SHA256, Slack, Teams, GitHub and GitLab commit statuses).
+- ``egress`` — where a tenant's requests may go: public addresses and the platform's
+  allowance, checked on the addresses connected to (server-side request forgery refused).
 - ``send`` — secrets read from their files, a POST with retries and backoff, an outbox per
   provider.
 """

@@ -22,6 +22,7 @@ from pathlib import Path
 import aiohttp
 
 from schemas.notify import Provider
+from services.notify.egress import EgressRefused
 from services.notify.render import Request, Secrets
 
 log = logging.getLogger(__name__)
@@ -128,6 +129,9 @@ async def deliver(
             ) as resp:
                 status, headers = resp.status, resp.headers
                 await resp.read()
+        except EgressRefused as exc:  # a tenant's address it may not reach: no retry
+            log.error("notification not sent", extra={"to": req.what, "why": str(exc)})
+            return Delivery(False, None, attempt)
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             why = type(exc).__name__
         else:

@@ -33,7 +33,7 @@ from schemas.subjects import PREFIX, family_filter
 from services.common import bus, telemetry
 from services.common.settings import setting
 from services.fleet import registry
-from services.notify import config, events, match, store
+from services.notify import config, egress, events, match, store
 from services.notify.gate import Gate, Verdict
 from services.notify.render import Secrets, render
 from services.notify.send import Outbox, RetryPolicy, SecretUnreadable, read_secrets
@@ -74,6 +74,13 @@ class NotifySettings(telemetry.TelemetrySettings, bus.NatsSettings):
         "tenants/TENANT/ in it, and reads nothing outside",
         env="DRIFTBUS_NOTIFY_SECRETS_DIR",
     )
+    tenant_egress: tuple[str, ...] = setting(
+        (),
+        "what a tenant's providers may reach besides public addresses: CIDRs (10.20.0.0/16) "
+        "or host name globs (*.corp.example), comma-separated; by default only public "
+        "addresses (never the cluster's, the bus's or a metadata endpoint)",
+        env="DRIFTBUS_NOTIFY_TENANT_EGRESS",
+    )
 
 
 @dataclasses.dataclass
@@ -98,9 +105,14 @@ class Notifier:
         labels: Callable[[str], Mapping[str, str]] = lambda _: {},
         clock: Callable[[], float] = time.monotonic,
         secrets_dir: Path | None = None,
+        tenant_session: aiohttp.ClientSession | None = None,
+        tenant_egress: egress.Allowance | None = None,
     ) -> None:
         self._session, self._policy, self._timeout = session, policy, timeout
         self._secrets_dir = secrets_dir
+        # tenants' requests go through a resolver refusing what they may not reach (egress)
+        self._tenant_session = tenant_session or session
+        self._egress = tenant_egress or egress.Allowance()
         self.labels = labels
         self._clock = clock
         self.configured: dict[str, Configured] = {}
@@ -193,9 +205,16 @@ class Notifier:
         req = render(p, event, secrets)
         if req is None:
             return False
+        if c.tenant and (problem := egress.literal_refusal(req.url, self._egress)):
+            log.error(
+                "notification not sent",
+                extra={"tenant": c.tenant, "to": req.what, "why": problem},
+            )
+            return False
         box = c.outboxes.get(p.name)
         if box is None:
-            box = c.outboxes[p.name] = Outbox(p, self._session, self._policy, self._timeout)
+            session = self._tenant_session if c.tenant else self._session
+            box = c.outboxes[p.name] = Outbox(p, session, self._policy, self._timeout)
         return box.put(req)
 
     async def close(self) -> None:
@@ -305,6 +324,8 @@ async def run(settings: NotifySettings) -> None:
     runner = await telemetry.serve(settings.http_port, health)
     policy = RetryPolicy(settings.retries, settings.retry_base, settings.retry_cap)
     session = aiohttp.ClientSession()
+    allow = egress.Allowance(settings.tenant_egress)
+    tenant_session = aiohttp.ClientSession(**egress.session_kwargs(allow))
     labels = LabelCache(js)
     n = Notifier(
         session=session,
@@ -312,6 +333,8 @@ async def run(settings: NotifySettings) -> None:
         timeout=settings.http_timeout,
         labels=labels,
         secrets_dir=Path(settings.secrets_dir),
+        tenant_session=tenant_session,
+        tenant_egress=allow,
     )
     ready = asyncio.Event()
     health.add("notifications read", ready.is_set)
@@ -331,6 +354,7 @@ async def run(settings: NotifySettings) -> None:
     finally:
         await n.close()
         await session.close()
+        await tenant_session.close()
         if runner is not None:
             await runner.cleanup()
         await nc.drain()

@@ -18,6 +18,7 @@ import dataclasses
 import hashlib
 import hmac
 import json
+import logging
 import secrets
 import signal
 import socket
@@ -176,8 +177,11 @@ def free_port() -> int:
 
 
 @contextlib.asynccontextmanager
-async def notifier(pipeline: Pipeline, js: bus.JetStream) -> AsyncIterator[None]:
-    """``driftbus notify`` in this process, once it follows every stream (its /readyz)."""
+async def notifier(
+    pipeline: Pipeline, js: bus.JetStream, tenant_egress: tuple[str, ...] = ("127.0.0.1/32",)
+) -> AsyncIterator[None]:
+    """``driftbus notify`` in this process, once it follows every stream (its /readyz). The
+    receivers are on loopback, which tenants reach only when the platform allows it."""
     await bus.ensure_streams(js, manage=False, within=60)  # the planner made them
     port = free_port()
     settings = notify_service.NotifySettings(
@@ -186,6 +190,7 @@ async def notifier(pipeline: Pipeline, js: bus.JetStream) -> AsyncIterator[None]
         retry_base=0.3,
         retry_cap=2.0,
         http_timeout=5.0,
+        tenant_egress=tenant_egress,
     )
     task = asyncio.create_task(notify_service.run(settings))
     try:
@@ -498,6 +503,65 @@ async def test_a_tenant_is_told_only_of_its_own_bundles(
     assert code == 0, err
     (entry,) = json.loads(out)["configurations"]
     assert (entry["tenant"], entry["key"]) == (a, f"tenant.{a}")
+
+
+async def test_a_tenant_cannot_make_the_service_send_into_its_own_network(
+    pipeline: Pipeline,
+    pnc: NATS,
+    tmp_path: Path,
+    receiver: Receiver,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Server-side request forgery: a tenant's webhook naming a loopback address — as an IP,
+    or as a name resolving to one — is never sent (the log says which and why), while the
+    platform's webhook to the same receiver is; once the platform allows the address
+    (``--tenant-egress``), the tenant's next event is sent."""
+    js = pnc.jetstream()
+    pipeline.start_all()
+    a = unique_name("te")
+    port = receiver.url.rsplit(":", 1)[1]
+    own = tmp_path / "own.yaml"
+    own.write_text(
+        f"providers:\n- name: byip\n  type: webhook\n  url: {receiver.url}/tenant-ip\n"
+        f"- name: byname\n  type: webhook\n  url: http://localhost:{port}/tenant-name\n"
+        "alerts:\n- providers: [byip, byname]\n  events: [Ready, Failed]\n"
+    )
+    code, _, err = await notify_command(pipeline, capsys, "apply", str(own), "--tenant", a)
+    assert code == 0, err
+    every = tmp_path / "every.yaml"
+    every.write_text(
+        f"providers:\n- name: hook\n  type: webhook\n  url: {receiver.url}/platform\n"
+        f'alerts:\n- providers: [hook]\n  bundles: ["{a}/*"]\n  events: [Ready, Failed]\n'
+    )
+    code, _, err = await notify_command(pipeline, capsys, "apply", str(every))
+    assert code == 0, err
+
+    def cm(v: str) -> dict[str, Any]:
+        meta = {"name": "c", "namespace": "default"}
+        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"v": v}}
+
+    def told(prefix: str, revision: int) -> bool:
+        return sum(1 for d in receiver.delivered(prefix)) >= revision
+
+    caplog.set_level(logging.INFO, logger="services.notify")
+    async with notifier(pipeline, js, tenant_egress=()):
+        await pipeline.publish(js, f"{a}/web", [cm("1")])
+        await until(lambda: told("/platform", 1), "the platform told of the tenant's bundle")
+        await settle(2.0)
+    assert receiver.delivered("/tenant-") == [], receiver.seen
+    refused = [r.getMessage() + " " + str(getattr(r, "why", "")) for r in caplog.records]
+    said = "\n".join(refused)
+    assert "127.0.0.1 is a loopback address" in said, said
+    assert "localhost (127.0.0.1) is a loopback address" in said or (
+        "localhost (::1) is a loopback address" in said
+    ), said
+
+    async with notifier(pipeline, js, tenant_egress=("127.0.0.0/8", "localhost")):
+        await pipeline.publish(js, f"{a}/web", [cm("2")], revision="r2")
+        await until(lambda: told("/tenant-ip", 1), "the tenant told once allowed (by address)")
+        await until(lambda: told("/tenant-name", 1), "the tenant told once allowed (by name)")
+    assert receiver.problems == [], receiver.problems
 
 
 async def test_a_restart_sends_nothing_again_and_a_rollout_step_is_sent(
