@@ -340,6 +340,7 @@ async def run(settings: NotifySettings) -> None:
     health.add("notifications read", ready.is_set)
     try:
         await bus.ensure_streams(js, manage=False)  # the planner creates them
+        await bus.wait_for_stream(js, store.STREAM)  # and its bucket, right after
         configs = asyncio.create_task(follow_configs(js, n, ready))
         waiting = asyncio.create_task(ready.wait())
         await asyncio.wait({configs, waiting}, return_when=asyncio.FIRST_COMPLETED)

@@ -627,7 +627,22 @@ async def test_the_notify_command_runs_until_a_signal(pipeline: Pipeline) -> Non
     )
     try:
         async with aiohttp.ClientSession() as http:
-            await until(lambda: _ready(http, port), "driftbus notify ready", within=60)
+
+            async def ready() -> bool:
+                if proc.returncode is not None:  # it ended: what it said is the reason
+                    assert proc.stdout is not None
+                    said = (await proc.stdout.read()).decode()
+                    raise AssertionError(f"notify exited {proc.returncode}: {said}")
+                return await _ready(http, port)
+
+            try:
+                await until(ready, "driftbus notify ready", within=60)
+            except AssertionError:
+                if proc.returncode is None:
+                    proc.kill()
+                    said, _ = await proc.communicate()
+                    raise AssertionError(f"notify never ready; it said: {said.decode()}") from None
+                raise
         proc.send_signal(signal.SIGTERM)
         out, _ = await asyncio.wait_for(proc.communicate(), 20)
     finally:
@@ -637,6 +652,42 @@ async def test_the_notify_command_runs_until_a_signal(pipeline: Pipeline) -> Non
     assert proc.returncode == 0, out.decode()
     logs = [json.loads(line) for line in out.decode().splitlines() if line.startswith("{")]
     assert any(rec["msg"] == "following" for rec in logs), out.decode()
+
+
+async def test_notify_started_before_the_planner_made_its_bucket_waits_for_it(
+    tmp_path: Path,
+) -> None:
+    """The planner creates the streams, then the buckets: a notify service started in between
+    (streams there, its bucket not yet) waits for the bucket, as every service waits for the
+    planner's streams, instead of exiting (CI saw it not become ready)."""
+    from nats import connect
+
+    from services.controlplane import servers
+
+    nats_server = servers.NatsServer(tmp_path / "nats")
+    nats_server.start()
+    nc = await connect(nats_server.client_url)
+    try:
+        js = nc.jetstream()
+        for cfg in bus.stream_configs():  # the streams only: the planner half-way
+            await js.add_stream(cfg)
+        port = free_port()
+        settings = notify_service.NotifySettings(nats_url=nats_server.client_url, http_port=port)
+        task = asyncio.create_task(notify_service.run(settings))
+        try:
+            async with aiohttp.ClientSession() as http:
+                await asyncio.sleep(3)
+                assert not task.done(), task.exception() if task.done() else ""
+                assert not await _ready(http, port)
+                await bus.ensure_config_buckets(js)  # the planner goes on
+                await until(lambda: _ready(http, port), "notify ready", within=30, task=task)
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    finally:
+        await nc.close()
+        nats_server.stop()
 
 
 # --- the same on a locked-down bus: what each identity may do with the configurations ----------

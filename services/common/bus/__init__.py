@@ -139,6 +139,7 @@ from services.common.bus.streams import (
     ensure_tenants_bucket,
     log,
     stream_configs,
+    wait_for_stream,
 )
 
 __all__ = [
@@ -246,4 +247,5 @@ __all__ = [
     "tls_context",
     "unsubscribe",
     "update_entry",
+    "wait_for_stream",
 ]

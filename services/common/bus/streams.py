@@ -201,6 +201,29 @@ def stream_configs(*, replicas: int = 1) -> list[js_api.StreamConfig]:
     ]
 
 
+async def wait_for_stream(js: JetStreamContext, name: str, deadline: float | None = None) -> None:
+    """Wait until stream ``name`` (a stream, or a bucket's: ``KV_<bucket>``) exists — the
+    planner creates them, the streams first, then the buckets — for ever, or until the loop's
+    time ``deadline``, then BusError naming it."""
+    loop = asyncio.get_running_loop()
+    waited = False
+    while True:
+        try:
+            await js.stream_info(name)
+            return
+        except (NotFoundError, ServiceUnavailableError, NatsTimeout, TimeoutError):
+            pass  # not there yet, or a NATS cluster still electing its leaders
+        if deadline is not None and loop.time() > deadline:
+            raise BusError(
+                f"stream {name} does not exist; the planner creates the streams: is it "
+                "running against this NATS?"
+            )
+        if not waited:
+            log.info("waiting for the planner to create the streams", extra={"stream": name})
+            waited = True
+        await asyncio.sleep(0.5)
+
+
 async def ensure_streams(
     js: JetStreamContext, *, replicas: int = 1, manage: bool = True, within: float | None = None
 ) -> None:
@@ -213,25 +236,8 @@ async def ensure_streams(
     for config in stream_configs(replicas=replicas):
         assert config.name is not None
         if not manage:
-            waited = False
-            while True:
-                try:
-                    await js.stream_info(config.name)
-                    break
-                except (NotFoundError, ServiceUnavailableError, NatsTimeout, TimeoutError):
-                    pass  # not there yet, or a NATS cluster still electing its leaders
-                if within is not None and loop.time() - started > within:
-                    raise BusError(
-                        f"stream {config.name} does not exist; the planner creates the "
-                        "streams: is it running against this NATS?"
-                    )
-                if not waited:
-                    log.info(
-                        "waiting for the planner to create the streams",
-                        extra={"stream": config.name},
-                    )
-                    waited = True
-                await asyncio.sleep(0.5)
+            deadline = None if within is None else started + within
+            await wait_for_stream(js, config.name, deadline)
             continue
         await _create_or_update(js, config, started + (within or 120.0))
     if manage:
