@@ -70,6 +70,25 @@ class ObjectRow(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     last_change: dt.datetime | None
 
 
+class BundleWindow(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The sync windows (docs/windows.md) as they stand for one bundle in one cluster."""
+
+    held: bool
+    """A window holds the bundle's automated writes now."""
+    message: str
+    """``deny window "freeze" until 2026-11-30T08:00+01:00`` when held, else
+    ``writes allowed``."""
+    window: str | None
+    """The name of the window holding the writes (null: not held)."""
+    until: str | None
+    """When the writes held may go again, RFC 3339 in the window's time zone (null: not held,
+    or not within a year)."""
+    next_change: str | None
+    """When that next changes (a window opens or closes), RFC 3339; null: not within a year."""
+    then: str | None
+    """What holds from ``next_change`` on, as ``message`` says it (null: no change)."""
+
+
 class StatusDocument(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """``driftbus status --bundle B -o json``."""
 
@@ -77,6 +96,11 @@ class StatusDocument(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     objects: list[ObjectRow]
     git_source: dict[str, Any] | None
     """The Git source's last report (``schemas/json/source-status.schema.json``), if followed."""
+    windows: BundleWindow | None = None
+    """The sync windows for the bundle in this cluster (null: no window names it)."""
+    windows_unusable: str = ""
+    """Why the latest windows stored on the bus are unusable (the planners keep the last good
+    ones, which ``windows`` describes); "" when they are usable."""
 
 
 class WhyRow(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

@@ -165,6 +165,8 @@ class ClusterRollout(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
     seq: Annotated[int, Meta(ge=0)] = 0
     """The placement's number (part of its message id, so a placement repeated after a driver
     was killed is deduplicated, and a later one is not)."""
+    window: str = ""
+    """The sync window holding the placement's writes in the cluster now ("" none)."""
 
 
 class RolloutState(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
@@ -196,6 +198,9 @@ class RolloutState(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
     paused: bool = False
     promote: bool = False
     """``rollout promote``: end the current step's bake now (cleared when the step moves)."""
+    window_hold: str = ""
+    """Sync windows hold writes in clusters of the current step (``"freeze" in prod-1``): the
+    step's time stops, and starts again when they end ("" none)."""
     message: str = ""
     events: Annotated[int, Meta(ge=0)] = 0
     """Transitions recorded so far (the next ``RolloutEvent.seq``)."""

@@ -249,6 +249,9 @@ class BundleStatus(_Message, frozen=True, tag=_tag("bundle-status")):
     """The bundles (full names) this one waits for (``BundleOptions.depends_on``)."""
     rollback_of: str = ""
     """The revision shown was republished by a rollback from this one (``Bundle.rollback_of``)."""
+    window: str = ""
+    """The sync window holding the writes that keep the bundle ``OutOfSync`` (docs/windows.md):
+    nothing changes before it ends ("" when no window holds it)."""
 
 
 # --- source → driftbus.status.<cluster>.<bundle>.source ------------------------------------------

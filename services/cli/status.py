@@ -23,7 +23,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     from schemas.cli import StatusDocument
     from schemas.subjects import split_bundle
-    from services.cli import output, table, user
+    from services.cli import output, table, user, windows
     from services.cli.lifecycle import bundle_row
 
     link = follow.BusLink(args.reconnect_for)
@@ -74,13 +74,15 @@ def cmd_status(args: argparse.Namespace) -> int:
                 followed = await user.source_status(js, args.cluster, args.bundle)
                 # read before the first line is shown: a stack stopped once the state is on
                 # the screen is then the follow's to report, not a failed read
-                windows_said = await _windows(js, args.cluster, args.bundle, now, args.output)
+                spec, unusable = await windows.read_windows(js)
                 if args.output != "table":
                     output.dump(
                         StatusDocument(
                             bundle=bundle_row(bundles[-1], now) if bundles else None,
                             objects=rows,
                             git_source=msgspec.to_builtins(followed) if followed else None,
+                            windows=windows.bundle_window(spec, args.cluster, args.bundle, now),
+                            windows_unusable=unusable,
                         ),
                         args.output,
                     )
@@ -103,7 +105,9 @@ def cmd_status(args: argparse.Namespace) -> int:
                             f"{followed.url} {followed.ref}: "
                             f"{table.colour(str(followed.phase))} — {followed.message}"
                         )
-                    for line in windows_said:
+                    for line in windows.status_lines(
+                        spec, args.cluster, args.bundle, now, unusable
+                    ):
                         print(line)
                     shown = [
                         r | {"last_change": (r["last_change"] or "")[:19].replace("T", " ")}
@@ -118,7 +122,9 @@ def cmd_status(args: argparse.Namespace) -> int:
                 statuses = await user.bundle_statuses(
                     js, args.cluster, tenant=args.tenant, seen=seen
                 )
-                windows_said = await _windows(js, args.cluster, None, now, args.output)
+                # the cluster's windows: only the table shows them (-o json is a list of rows)
+                if args.output == "table":
+                    spec, unusable = await windows.read_windows(js)
                 if args.output != "table":
                     output.dump([bundle_row(b, now) for b in statuses], args.output)
                 else:
@@ -141,7 +147,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                     if args.tenant is not None or any(r["tenant"] for r in table_rows):
                         columns.insert(0, "tenant")
                     table.emit(table_rows, columns, "table")
-                    for line in windows_said:
+                    for line in windows.status_lines(spec, args.cluster, None, now, unusable):
                         print(line)
             sys.stdout.flush()
             if live is None:
@@ -160,19 +166,6 @@ def cmd_status(args: argparse.Namespace) -> int:
                 await nc.close()
 
     return exits.run_or_fail("status", run())
-
-
-async def _windows(
-    js: Any, cluster: str, bundle: str | None, now: Any, output_format: str
-) -> list[str]:
-    """What the table says of the sync windows in force for the cluster (or the bundle on it)
-    and the next change; nothing to read for the other formats."""
-    from services.cli import windows
-
-    if output_format != "table":
-        return []
-    spec, problem = await windows.read_windows(js)
-    return windows.status_lines(spec, cluster, bundle, now, problem)
 
 
 async def _fleet_status(args: argparse.Namespace) -> bool:

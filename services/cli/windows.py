@@ -14,6 +14,7 @@ import sys
 from fnmatch import fnmatchcase
 from pathlib import Path
 
+from schemas.cli import BundleWindow
 from schemas.windows import WindowsFile
 from services.cli import exits
 from services.common import bus, settings
@@ -60,6 +61,27 @@ async def put_windows(js: bus.JetStream, spec: WindowsFile) -> int:
     return await bus.kv_put(js, bus.WINDOWS_BUCKET, bus.WINDOWS_KEY, sync_windows.dump(spec))
 
 
+def bundle_window(
+    spec: WindowsFile, cluster: str, bundle: str, now: dt.datetime
+) -> BundleWindow | None:
+    """The windows as they stand for ``bundle`` in ``cluster`` (``status -o json``), or None
+    when no window names it."""
+    ws = sync_windows.compiled(spec)
+    if not any(w.names(bundle, cluster) for w in ws):
+        return None
+    held = sync_windows.block(ws, bundle, cluster, now)
+    change = sync_windows.next_change(ws, bundle, cluster, now)
+    after = sync_windows.block(ws, bundle, cluster, change) if change is not None else None
+    return BundleWindow(
+        held=held is not None,
+        message=held.message if held is not None else "writes allowed",
+        window=held.window.name if held is not None else None,
+        until=held.window.shown(held.until) if held is not None and held.until else None,
+        next_change=_when(change, ws) if change is not None else None,
+        then=(after.message if after is not None else "writes allowed") if change else None,
+    )
+
+
 def status_lines(
     spec: WindowsFile, cluster: str, bundle: str | None, now: dt.datetime, problem: str = ""
 ) -> list[str]:
@@ -69,18 +91,15 @@ def status_lines(
     lines = [f"sync windows: the latest on the bus are unusable ({problem})"] if problem else []
     ws = sync_windows.compiled(spec)
     if bundle is not None:
-        if not any(w.names(bundle, cluster) for w in ws):
+        bw = bundle_window(spec, cluster, bundle, now)
+        if bw is None:
             return lines
-        block = sync_windows.block(ws, bundle, cluster, now)
-        change = sync_windows.next_change(ws, bundle, cluster, now)
-        if block is not None:
-            lines.append(f"sync window: {block.message} (writes held)")
+        if bw.held:
+            lines.append(f"sync window: {bw.message} (writes held)")
         else:
             lines.append("sync windows: writes allowed now")
-        if change is not None:
-            after = sync_windows.block(ws, bundle, cluster, change)
-            then = after.message if after is not None else "writes allowed"
-            lines.append(f"  next change {_when(change, ws)}: {then}")
+        if bw.next_change is not None:
+            lines.append(f"  next change {bw.next_change}: {bw.then}")
         return lines
     for w, row in zip(ws, sync_windows.rows(spec, now), strict=True):
         if not any(fnmatchcase(cluster, p) for p in w.clusters):

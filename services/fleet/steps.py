@@ -28,6 +28,8 @@ class Observed:
     message: str = ""
     forbidden: bool = False
     """Objects of it are refused by the API server (403): never Ready, a failure for the gate."""
+    window: str = ""
+    """The sync window holding its writes there now (OutOfSync until it ends)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -127,7 +127,7 @@ class OpenTick:
             seen = observed.get(cluster)
             if seen is None:
                 continue
-            message = seen.message
+            message, window = seen.message, ""
             if not _about(seen, entry):
                 if not _after(seen, entry):
                     continue  # a status of an earlier placement: says nothing of this one
@@ -139,9 +139,12 @@ class OpenTick:
             elif seen.phase is BundlePhase.READY:
                 new = "ready"
             else:
-                new = "assigned"
-            if new != entry.state or message != entry.message:
-                self._set(cluster, msgspec.structs.replace(entry, state=new, message=message))
+                new, window = "assigned", seen.window
+            if (new, message, window) != (entry.state, entry.message, entry.window):
+                self._set(
+                    cluster,
+                    msgspec.structs.replace(entry, state=new, message=message, window=window),
+                )
 
     def pause_or_resume(self) -> None:
         s = self.state
@@ -185,12 +188,15 @@ class OpenTick:
         if bad:
             self.halt(tuple(bad), "; ".join(f"{c}: {s.clusters[c].message}" for c in bad))
             return
+        waiting = sorted(c for c in held if c not in on_target or on_target[c].state != "ready")
+        windowed = self._windows(on_target, waiting)
+        s = self.state  # a window that ended started the step's time again
         timeout = (
             s.phase is RolloutPhase.PROGRESSING
+            and not windowed
             and s.step_started_at is not None
             and ((self.now - s.step_started_at).total_seconds() > s.spec.step_timeout)
         )
-        waiting = sorted(c for c in held if c not in on_target or on_target[c].state != "ready")
         if timeout and waiting:
             self.halt(
                 tuple(waiting),
@@ -239,6 +245,31 @@ class OpenTick:
         newly = sorted(sets[nxt] - held)
         self.note(Event("step", tuple(newly), f"step {s.step + 1} {how}; step {nxt + 1} starts"))
         self.gate(members, refusals)  # place the next step's clusters in this tick
+
+    def _windows(self, on_target: Mapping[str, ClusterRollout], waiting: list[str]) -> bool:
+        """Whether sync windows hold writes in clusters of the step that are not Ready yet.
+        The step's time stops while they do — a change freeze is not a failed step, and
+        halting (or rolling back, which the window would hold too) is not what it asks for —
+        and starts again when the last of them ends. Said once each way."""
+        s = self.state
+        held = [(c, on_target[c].window) for c in waiting if c in on_target and on_target[c].window]
+        said = ", ".join(f'"{w}" in {c}' for c, w in held)
+        if said == s.window_hold:
+            return bool(held)
+        if held:
+            self.state = msgspec.structs.replace(s, window_hold=said)
+            self.note(
+                Event(
+                    "window",
+                    tuple(c for c, _ in held),
+                    f"step {s.step + 1}: sync windows hold its writes ({said}); the step's "
+                    "time stops until they end",
+                )
+            )
+        else:
+            self.state = msgspec.structs.replace(s, window_hold="", step_started_at=self.now)
+            self.note(Event("window-ended", (), f"step {s.step + 1}: the step's time starts again"))
+        return bool(held)
 
     def _refuse(self, cluster: str, step: int, why: str) -> None:
         self._set(

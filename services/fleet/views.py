@@ -58,6 +58,7 @@ def observed_of(status: BundleStatus) -> Observed:
         published_at=status.published_at,
         message=status.message,
         forbidden=forbidden,
+        window=status.window,
     )
 
 

@@ -9,6 +9,7 @@ import asyncio
 import datetime as dt
 import json
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -252,6 +253,55 @@ async def test_a_canary_rollout_with_a_bake_converges_step_by_step(world: World)
     code, out, err = await driftbus(w.fleet, "why", f"rollout/{w.bundle}", "-o", "json")
     assert code == 0, err
     assert [e["event"] for e in json.loads(out)["events"]] == events
+
+
+async def test_a_change_freeze_on_the_canary_stops_the_steps_clock_instead_of_halting(
+    world: World, tmp_path: Path
+) -> None:
+    """A deny window holding the canary's writes is not a failed step: the rollout waits past
+    its step timeout (no halt, no rollback, nothing placed further), says which window holds
+    it, and goes on once the window is lifted."""
+    w = world
+    await w.publish("r1", w.configmaps("v1"))
+    await w.phase(RolloutPhase.COMPLETE, "r1", within=180)
+    freeze = unique_name("freeze")
+    windows = tmp_path / "windows.yaml"
+    windows.write_text(
+        f"windows:\n- kind: deny\n  name: {freeze}\n  schedule: '* * * * *'\n"
+        f"  duration: 1h\n  bundles: ['{w.bundle}']\n  clusters: ['{CANARY}']\n"
+    )
+    code, _, err = await driftbus(w.fleet, "windows", "apply", str(windows))
+    assert code == 0, err
+    try:
+        await asyncio.sleep(2)  # the planners follow the windows
+        spec = RolloutSpec(steps=["env=canary"], bake=1, step_timeout=8, on_failure="rollback")
+        await w.publish("r2", w.configmaps("v2"), rollout=spec)
+
+        async def held() -> Any:
+            s = await rollout_state(w.nc, w.bundle)
+            ok = s is not None and s.target.revision == "r2" and s.window_hold
+            return s if ok else None
+
+        state = await until("the rollout held by the window", held, 60, w.fleet.logs)
+        assert f'"{freeze}" in {CANARY}' in state.window_hold
+        assert state.clusters[CANARY].window == freeze
+        await asyncio.sleep(12)  # well past the step timeout
+        state = await rollout_state(w.nc, w.bundle)
+        assert state is not None
+        assert state.phase is RolloutPhase.PROGRESSING, state.message
+        assert await w.values(CANARY) == {"v1"}  # held: nothing written
+        for prod in (PROD_A, PROD_B):
+            assert "r2" not in await placed_revisions(w.nc, prod, w.bundle)
+    finally:
+        windows.write_text("windows: []\n")
+        code, _, err = await driftbus(w.fleet, "windows", "apply", str(windows))
+        assert code == 0, err
+    await w.phase(RolloutPhase.COMPLETE, "r2", within=180)
+    for cluster in w.fleet.names():
+        assert await w.values(cluster) == {"v2"}
+    events = [e.event for e in w.events.of(w.bundle)]
+    assert {"window", "window-ended"} <= set(events), events
+    assert not {"halted", "rolled-back"} & set(events), events
 
 
 async def test_a_revision_failing_on_the_canary_halts_and_rollback_restores_it(

@@ -130,6 +130,13 @@ async def test_a_deny_window_holds_a_revision_and_a_drift_until_it_ends(
     assert code == 0, err
     assert f'sync window: deny window "{freeze}" until ' in out, out
     assert "OutOfSync" in out
+    code, out, err = await driftbus(
+        pipeline, "status", "--cluster", pipeline.cluster, "--bundle", bundle, "-o", "json"
+    )
+    assert code == 0, err
+    said = json.loads(out)["windows"]
+    assert (said["held"], said["window"]) == (True, freeze), said
+    assert said["message"].startswith(f'deny window "{freeze}" until '), said
     await settle(2)
     assert writes_since(pipeline.api, before, CONFIGMAPS) == 1  # the intruder's, nothing else
     assert data_of(await kube.get(res, "a", ns)) == {"k": "intruder"}

@@ -165,6 +165,39 @@ def test_max_unavailable_bounds_the_clusters_on_their_way() -> None:
     assert placed(t) == [("prod-a", "target")]
 
 
+def test_a_sync_window_stops_the_step_clock_and_its_end_starts_it_again() -> None:
+    """A change freeze is not a failed step: while a window holds a cluster of the step the
+    timeout does not run (no halt, no rollback the window would hold too); it is said once,
+    and the step's time starts afresh when the window ends."""
+    spec = msgspec.structs.replace(CANARY, step_timeout=60)
+    t = rollout.advance(begin(spec), FLEET, {}, at(1))
+    entry = t.state.clusters["canary"]
+    frozen = {
+        "canary": Observed(
+            entry.revision, BundlePhase.OUT_OF_SYNC, entry.at, "deny window …", window="freeze"
+        )
+    }
+    t = rollout.advance(t.state, FLEET, frozen, at(30))
+    assert [(e.event, e.clusters) for e in t.events] == [("window", ("canary",))]
+    assert '"freeze" in canary' in t.events[0].message
+    assert t.state.clusters["canary"].window == "freeze"
+    for later in (61, 3600, 86_400):  # long past the step timeout: still waiting, quietly
+        t = rollout.advance(t.state, FLEET, frozen, at(later))
+        assert t.state.phase is RolloutPhase.PROGRESSING, t.state.message
+        assert t.events == ()
+    busy = ready_on(t.state, "canary", phase=BundlePhase.RECONCILING)
+    t = rollout.advance(t.state, FLEET, busy, at(90_000))
+    assert [e.event for e in t.events] == ["window-ended"]
+    assert (t.state.window_hold, t.state.step_started_at) == ("", at(90_000))
+    assert t.state.clusters["canary"].window == ""
+    assert rollout.advance(t.state, FLEET, busy, at(90_059)).state.phase is (
+        RolloutPhase.PROGRESSING
+    )
+    assert rollout.advance(t.state, FLEET, busy, at(90_061)).state.phase is RolloutPhase.HALTED
+    t = rollout.advance(t.state, FLEET, ready_on(t.state, "canary"), at(90_030))
+    assert t.state.clusters["canary"].state == "ready"
+
+
 def test_pause_stops_placements_and_resume_restarts_the_step_clock() -> None:
     spec = msgspec.structs.replace(CANARY, step_timeout=60)
     t = rollout.advance(begin(spec), FLEET, {}, at(1))

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from schemas.cli import BundleWindow
 from schemas.decision import DecisionAction, DecisionReason, DecisionRecord
 from schemas.messages import Bundle, BundlePhase, BundleStatus
 from schemas.subjects import ObjectKey
@@ -115,6 +116,7 @@ def test_a_held_revision_is_out_of_sync_naming_the_window() -> None:
     assert status.phase is BundlePhase.OUT_OF_SYNC
     assert status.message.startswith('deny window "freeze" until 2026-06-01T13:00+00:00: ')
     assert not status.suspended
+    assert status.window == "freeze"  # what a fleet rollout reads: its step's time stops
 
 
 def test_a_held_drift_is_out_of_sync_naming_the_window() -> None:
@@ -142,6 +144,25 @@ def test_the_cli_says_what_holds_a_bundle_and_the_next_change() -> None:
     assert cli_windows.status_lines(spec, "prod", None, inside, "bad")[0] == (
         "sync windows: the latest on the bus are unusable (bad)"
     )
+
+
+def test_status_json_says_the_same_of_a_bundle_typed() -> None:
+    spec = WindowsFile(windows=(FREEZE,))
+    inside = NOON + dt.timedelta(minutes=5)
+    held = cli_windows.bundle_window(spec, "prod", "web", inside)
+    assert held == BundleWindow(
+        held=True,
+        message='deny window "freeze" until 2026-06-01T13:00+00:00',
+        window="freeze",
+        until="2026-06-01T13:00+00:00",
+        next_change="2026-06-01T13:00+00:00",
+        then="writes allowed",
+    )
+    free = cli_windows.bundle_window(spec, "prod", "web", NOON - dt.timedelta(hours=1))
+    assert free is not None
+    assert (free.held, free.window, free.until) == (False, None, None)
+    assert free.then == 'deny window "freeze" until 2026-06-01T13:00+00:00'
+    assert cli_windows.bundle_window(WindowsFile(), "prod", "web", inside) is None
 
 
 def test_an_unusable_latest_version_keeps_the_last_good_one() -> None:

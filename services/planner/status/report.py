@@ -56,6 +56,7 @@ def status_message(view: BundleView, t: Tally) -> BundleStatus:
         suspended=t.suspended,
         depends_on=list(view.depends_on),
         rollback_of="" if view.refused else view.rollback_of,
+        window=t.window if phase is BundlePhase.OUT_OF_SYNC else "",
     )
 
 
