@@ -20,6 +20,7 @@ import pytest
 from nats.aio.client import Client as NATS
 
 from harness.pipeline import DecisionLog, Pipeline, StatusWatch, settle
+from schemas.decision import DecisionAction
 from schemas.messages import BundlePhase
 from services.common import load
 from services.common.kube import KubeClient, NotFound
@@ -291,6 +292,45 @@ async def test_a_failing_pre_sync_hook_fails_the_revision_and_nothing_else_is_wr
     assert decisions.applies("Job", "check") == ["new"]
     assert decisions.applies("ConfigMap", "app") == []
     assert watch.bundles[-1].phase is BundlePhase.FAILED
+
+
+async def test_a_revision_stopped_by_its_pre_sync_hook_prunes_nothing(
+    live_pipeline: Pipeline, lnc: NATS, live_kube: KubeClient
+) -> None:
+    """What left the revision is pruned in its sync phase (wave 0, as Argo CD does), after the
+    pre-sync hooks: a revision whose pre-sync hook fails deletes nothing of the one before it.
+    The next revision that gets through prunes it."""
+    ns, bundle = unique_name("hookprune"), unique_name("hookprune")
+    watch, decisions = await started(live_pipeline, lnc, bundle)
+    js = lnc.jetstream()
+    await live_pipeline.publish(
+        js, bundle, [namespace_of(ns), configmap(ns, "app"), configmap(ns, "old")]
+    )
+    await watch.ready("r1", 90, live_pipeline.logs)
+    failing = job(
+        ns,
+        "check",
+        {"helm.sh/hook": "pre-upgrade"},
+        activeDeadlineSeconds=3,
+        pod={"nodeSelector": {"driftbus.test/no-such-node": "true"}},  # fails at its deadline
+    )
+    await live_pipeline.publish(
+        js, bundle, [namespace_of(ns), failing, configmap(ns, "app")], revision="r2"
+    )
+    await watch.until(
+        lambda s: s.revision == "r2" and s.phase is BundlePhase.FAILED, 120, live_pipeline.logs
+    )
+    await settle(3)
+    cm = await live_kube.discovery.resource("v1", "ConfigMap")
+    await live_kube.get(cm, "old", ns)  # still there: raises NotFound if it was pruned
+    deletes = [
+        r for r in decisions.records if r.key.name == "old" and r.action is DecisionAction.DELETE
+    ]
+    assert deletes == [], deletes
+    # a revision that gets through (no hook now) prunes what left
+    await live_pipeline.publish(js, bundle, [namespace_of(ns), configmap(ns, "app")], revision="r3")
+    await watch.ready("r3", 90, live_pipeline.logs)
+    await until_present(live_kube, cm, "old", ns, False, "r3 never pruned the ConfigMap")
 
 
 async def test_sync_waves_and_a_hook_deleted_when_it_succeeded(

@@ -33,6 +33,9 @@ from services.planner.rule.revision import BundleView
 from services.planner.shell.sending import Decisions, pace
 from services.planner.shell.status_board import StatusBoard
 
+PRUNE_STAGE: hooks.Stage = hooks.DEFAULT_STAGE
+"""Where the prunes of a staged revision go: its sync phase, wave 0 (Argo CD's default wave)."""
+
 
 class Folder:
     """Folds events into one cluster's entries and prunes its bundles' strays."""
@@ -59,7 +62,8 @@ class Folder:
             entries[slot] = restore(entry, event)
             return
         of = event.bundle if isinstance(event, Desired | Removed) else entry.bundle
-        hold, of_bundle = self.hold_of(slot, of or entry.owner_bundle)
+        pruning = isinstance(event, Removed)
+        hold, of_bundle = self.hold_of(slot, of or entry.owner_bundle, pruning=pruning)
         entry, decision = step(
             entry, event, now=time.time(), hold=hold.reason if hold is not None else None
         )
@@ -76,18 +80,29 @@ class Folder:
         if entry.bundle and not isinstance(event, Removed):
             await self.advance(slot, entry.bundle)
 
-    def hold_of(self, slot: Slot, bundle: str) -> tuple[Hold | None, bool]:
+    def hold_of(
+        self, slot: Slot, bundle: str, *, pruning: bool = False
+    ) -> tuple[Hold | None, bool]:
         """Why a write of the object for ``bundle`` waits now, and whether the hold is the whole
         bundle's (suspended, a dependency, a window: released together when it ends, by the
-        periodic duty) rather than the object's own (a sync wave: released as waves finish)."""
+        periodic duty) rather than the object's own (a sync wave: released as waves finish).
+
+        ``pruning``: the object left ``bundle``'s revision. A staged revision prunes in its sync
+        phase at wave 0, as Argo CD does: after its pre-sync hooks (and any negative wave) are
+        done, never when one of them failed — a revision stopped by a failing hook writes
+        nothing, deletes included. ``advance`` prunes again when that stage opens."""
         if not bundle:
             return None, False
         hold = self.state.hold(bundle)
         if hold is not None:
             return hold, True
         view = self.state.bundles.get((slot[0], bundle))
-        stage = view.stages.get(slot[1]) if view is not None else None
-        if view is None or stage is None:
+        if view is None or not view.stages:
+            return None, False
+        stage = view.stages.get(slot[1])
+        if stage is None and pruning and slot[1] not in view.hooks:
+            stage = PRUNE_STAGE
+        if stage is None:
             return None, False
         gate = self.gate(view, slot)
         if gate.may_write(stage):
@@ -142,6 +157,8 @@ class Folder:
                         await self.fold((slot[0], key), Release())
         for key in list(view.hooks):  # a phase ended: its hooks' policies may delete them now
             await self._delete_ended_hook((slot[0], key), view, gate)
+        if gate.may_write(PRUNE_STAGE) and (old is None or not old.may_write(PRUNE_STAGE)):
+            await self.prune(view)  # what left the revision waited for this stage (hold_of)
 
     async def resume(self, view: BundleView) -> None:
         """After a rebuild: release what the revision's gate lets through and delete the hooks
