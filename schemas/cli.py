@@ -74,7 +74,8 @@ class BundleWindow(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """The sync windows (docs/windows.md) as they stand for one bundle in one cluster."""
 
     held: bool
-    """A window holds the bundle's automated writes now."""
+    """A window holds the bundle's automated writes now (a revision published with
+    ``--override-window`` goes through all the same)."""
     message: str
     """``deny window "freeze" until 2026-11-30T08:00+01:00`` when held, else
     ``writes allowed``."""

@@ -193,15 +193,14 @@ class OpenTick:
         s = self.state  # a window that ended started the step's time again
         timeout = (
             s.phase is RolloutPhase.PROGRESSING
-            and not windowed
             and s.step_started_at is not None
             and ((self.now - s.step_started_at).total_seconds() > s.spec.step_timeout)
         )
-        if timeout and waiting:
+        late = [c for c in waiting if c not in windowed]  # a held cluster is not late
+        if timeout and late:
             self.halt(
-                tuple(waiting),
-                f"step {s.step + 1} not Ready within {s.spec.step_timeout:g}s: "
-                + ", ".join(waiting),
+                tuple(late),
+                f"step {s.step + 1} not Ready within {s.spec.step_timeout:g}s: " + ", ".join(late),
             )
             return
         if s.phase is RolloutPhase.PAUSED:
@@ -246,16 +245,19 @@ class OpenTick:
         self.note(Event("step", tuple(newly), f"step {s.step + 1} {how}; step {nxt + 1} starts"))
         self.gate(members, refusals)  # place the next step's clusters in this tick
 
-    def _windows(self, on_target: Mapping[str, ClusterRollout], waiting: list[str]) -> bool:
-        """Whether sync windows hold writes in clusters of the step that are not Ready yet.
-        The step's time stops while they do — a change freeze is not a failed step, and
-        halting (or rolling back, which the window would hold too) is not what it asks for —
-        and starts again when the last of them ends. Said once each way."""
+    def _windows(
+        self, on_target: Mapping[str, ClusterRollout], waiting: list[str]
+    ) -> frozenset[str]:
+        """The clusters of the step, not Ready yet, whose writes sync windows hold. The step's
+        time stops for them while they do — a change freeze is not a failed step, and halting
+        (or rolling back, which the window would hold too) is not what it asks for — and
+        starts again when the last of them ends; the step's other clusters still time out.
+        Said once each way."""
         s = self.state
         held = [(c, on_target[c].window) for c in waiting if c in on_target and on_target[c].window]
         said = ", ".join(f'"{w}" in {c}' for c, w in held)
         if said == s.window_hold:
-            return bool(held)
+            return frozenset(c for c, _ in held)
         if held:
             self.state = msgspec.structs.replace(s, window_hold=said)
             self.note(
@@ -269,7 +271,7 @@ class OpenTick:
         else:
             self.state = msgspec.structs.replace(s, window_hold="", step_started_at=self.now)
             self.note(Event("window-ended", (), f"step {s.step + 1}: the step's time starts again"))
-        return bool(held)
+        return frozenset(c for c, _ in held)
 
     def _refuse(self, cluster: str, step: int, why: str) -> None:
         self._set(
@@ -287,7 +289,9 @@ class OpenTick:
 
     def halt(self, clusters: tuple[str, ...], why: str) -> None:
         s = self.state
-        self.state = msgspec.structs.replace(s, phase=RolloutPhase.HALTED, message=why)
+        self.state = msgspec.structs.replace(
+            s, phase=RolloutPhase.HALTED, message=why, window_hold=""
+        )
         self.note(Event("halted", clusters, f"step {s.step + 1}: {why}"))
         if s.spec.on_failure != "rollback":
             return

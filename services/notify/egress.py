@@ -94,11 +94,21 @@ def refusal(host: str, ips: Iterable[Address], allow: Allowance) -> str:
 
 def literal_refusal(url: str, allow: Allowance) -> str:
     """``refusal`` for a URL whose host is an IP literal (not resolved, so not seen by the
-    resolver); "" for a host name, which the resolver checks when connecting."""
-    host = URL(url).host or ""
+    resolver); "" for a host name, which the resolver checks when connecting. A URL that does
+    not parse, and an IPv6 literal with a zone (``[::1%25]``: aiohttp connects to it without
+    resolving, ``ipaddress`` cannot judge an empty zone), are refused. The URL itself is never
+    in the message: a chat webhook's URL is its credential."""
+    try:
+        host = URL(url).host or ""
+    except (ValueError, TypeError):
+        return "its URL does not parse"
+    if "%" in host:
+        return f"{host.split('%', 1)[0]} with a zone is a scoped IPv6 address: never reached"
     try:
         ip = ipaddress.ip_address(host)
     except ValueError:
+        if ":" in host:  # an IPv6 literal to aiohttp, whatever ipaddress makes of it
+            return f"{host} is not an address driftbus can judge: never reached"
         return ""
     return refusal(host, [ip], allow)
 

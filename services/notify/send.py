@@ -132,6 +132,10 @@ async def deliver(
         except EgressRefused as exc:  # a tenant's address it may not reach: no retry
             log.error("notification not sent", extra={"to": req.what, "why": str(exc)})
             return Delivery(False, None, attempt)
+        except aiohttp.InvalidURL:  # it will not parse the next time either (never logged:
+            # a chat webhook's URL is its credential)
+            log.error("notification not sent", extra={"to": req.what, "why": "invalid URL"})
+            return Delivery(False, None, attempt)
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             why = type(exc).__name__
         else:

@@ -173,7 +173,12 @@ class Notifier:
                 _sent.add(1, {"type": str(p.type), "verdict": str(verdict)})
                 out.append((f"{key}/{name}", verdict))
                 if verdict is Verdict.SEND:
-                    if self._queue(c, p, event):
+                    try:
+                        queued = self._queue(c, p, event)
+                    except Exception:  # one configuration's bad entry never stops the service
+                        log.exception("notification not sent: %s/%s", key, name)
+                        queued = False
+                    if queued:
                         c.gate.record(name, event, now)
                 elif verdict is Verdict.RATE:
                     log.warning(

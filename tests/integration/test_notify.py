@@ -525,7 +525,11 @@ async def test_a_tenant_cannot_make_the_service_send_into_its_own_network(
     own.write_text(
         f"providers:\n- name: byip\n  type: webhook\n  url: {receiver.url}/tenant-ip\n"
         f"- name: byname\n  type: webhook\n  url: http://localhost:{port}/tenant-name\n"
-        "alerts:\n- providers: [byip, byname]\n  events: [Ready, Failed]\n"
+        # (review) an IPv6 literal with an empty zone: aiohttp connects without resolving
+        f"- name: byzone\n  type: webhook\n  url: 'http://[::ffff:127.0.0.1%25]:{port}/tenant-zone'\n"
+        # (review) a URL that does not parse: it once stopped the whole service
+        "- name: broken\n  type: webhook\n  url: 'http://[::1'\n"
+        "alerts:\n- providers: [byip, byname, byzone, broken]\n  events: [Ready, Failed]\n"
     )
     code, _, err = await notify_command(pipeline, capsys, "apply", str(own), "--tenant", a)
     assert code == 0, err
@@ -561,7 +565,9 @@ async def test_a_tenant_cannot_make_the_service_send_into_its_own_network(
         await pipeline.publish(js, f"{a}/web", [cm("2")], revision="r2")
         await until(lambda: told("/tenant-ip", 1), "the tenant told once allowed (by address)")
         await until(lambda: told("/tenant-name", 1), "the tenant told once allowed (by name)")
+        await settle(1.0)
     assert receiver.problems == [], receiver.problems
+    assert receiver.delivered("/tenant-zone") == []  # a zoned literal is never reached
 
 
 async def test_a_restart_sends_nothing_again_and_a_rollout_step_is_sent(

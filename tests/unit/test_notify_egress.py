@@ -114,3 +114,24 @@ def test_an_allowance_reads_networks_and_host_globs() -> None:
     a = egress.Allowance(["10.0.0.0/8", " *.corp.example ", "", "192.168.1.7"])
     assert [str(n) for n in a.networks] == ["10.0.0.0/8", "192.168.1.7/32"]
     assert a.hosts == ["*.corp.example"]
+
+
+@pytest.mark.parametrize(
+    ("url", "refused"),
+    [
+        ("http://[::ffff:127.0.0.1%25]:8222/x", "with a zone is a scoped IPv6 address"),
+        ("http://[::1%25]:8222/x", "with a zone is a scoped IPv6 address"),
+        ("http://[::1%25lo]:8222/x", "with a zone is a scoped IPv6 address"),
+        ("http://[::1", "its URL does not parse"),
+        ("http://x.example:99999/", "its URL does not parse"),
+    ],
+)
+def test_literals_driftbus_cannot_judge_and_urls_that_do_not_parse_are_refused(
+    url: str, refused: str
+) -> None:
+    """(review: an empty zone id made ``ipaddress`` refuse the literal, so it was taken for a
+    name and never resolved — aiohttp connected to ::1; a URL that did not parse raised out
+    of the notify service)"""
+    said = egress.literal_refusal(url, egress.Allowance(["0.0.0.0/0", "::/0"]))
+    assert refused in said, said
+    assert url not in said  # a chat webhook's URL is its credential

@@ -198,6 +198,24 @@ def test_a_sync_window_stops_the_step_clock_and_its_end_starts_it_again() -> Non
     assert t.state.clusters["canary"].state == "ready"
 
 
+def test_a_window_on_one_cluster_does_not_keep_a_stuck_one_from_timing_out() -> None:
+    """(review) only the clusters a window holds are not late: another of the same step stuck
+    on its way still halts the rollout at the step timeout, and the halt drops the hold."""
+    spec = RolloutSpec(steps=["env=prod"], step_timeout=60)
+    t = rollout.advance(begin(spec), FLEET, {}, at(1))
+    a, b = t.state.clusters["prod-a"], t.state.clusters["prod-b"]
+    seen = {
+        "prod-a": Observed(a.revision, BundlePhase.OUT_OF_SYNC, a.at, "held", window="freeze"),
+        "prod-b": Observed(b.revision, BundlePhase.RECONCILING, b.at, "stuck"),
+    }
+    t = rollout.advance(t.state, FLEET, seen, at(30))
+    assert t.state.window_hold == '"freeze" in prod-a'
+    t = rollout.advance(t.state, FLEET, seen, at(61))
+    assert t.state.phase is RolloutPhase.HALTED
+    assert t.state.message.endswith("not Ready within 60s: prod-b"), t.state.message
+    assert t.state.window_hold == ""
+
+
 def test_pause_stops_placements_and_resume_restarts_the_step_clock() -> None:
     spec = msgspec.structs.replace(CANARY, step_timeout=60)
     t = rollout.advance(begin(spec), FLEET, {}, at(1))

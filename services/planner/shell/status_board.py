@@ -105,6 +105,7 @@ class StatusBoard:
                 tuple(st.failed_objects),
                 st.suspended,
                 st.message if st.phase is BundlePhase.DELETED else "",
+                st.window,  # another window, or none: a fleet rollout's step clock reads it
             )
             if self._last.get(ident) == fingerprint:
                 continue
