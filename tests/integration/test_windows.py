@@ -211,6 +211,44 @@ async def test_an_override_applies_at_once_and_is_recorded(
     assert drift.window == f"override: {freeze}"
 
 
+async def test_a_held_bundle_names_the_window_in_force_when_another_takes_over(
+    pipeline: Pipeline, pnc: NATS, tmp_path: Path
+) -> None:
+    """(review) one deny window replaced by another, the bundle OutOfSync throughout with the
+    same counts: its status names the new window (what a fleet rollout's step clock reads),
+    not the one that ended."""
+    ns, bundle = unique_name("swap"), unique_name("b")
+    first, second = unique_name("wa"), unique_name("wb")
+    watch, _ = await started(pipeline, pnc, bundle)
+    js = pnc.jetstream()
+    await pipeline.publish(js, bundle, [namespace_of(ns), cm(ns, "a")], force=True)
+    await watch.ready("r1", 60, pipeline.logs)
+
+    def deny(name: str) -> dict[str, Any]:
+        return {"kind": "deny", "name": name, "schedule": "* * * * *", "duration": "1h",
+                "bundles": [bundle]}  # fmt: skip
+
+    try:
+        await apply_windows(pipeline, tmp_path, [deny(first)])
+        await settle(1)
+        await pipeline.publish(
+            js, bundle, [namespace_of(ns), cm(ns, "a", k="new")], revision="r2", force=True
+        )
+        await watch.until(
+            lambda s: (
+                s.revision == "r2" and s.phase is BundlePhase.OUT_OF_SYNC and s.window == first
+            ),
+            30,
+            pipeline.logs,
+        )
+        await apply_windows(pipeline, tmp_path, [deny(second)])
+        status = await watch.until(lambda s: s.window == second, 30, pipeline.logs)
+        assert status.phase is BundlePhase.OUT_OF_SYNC
+        assert status.message.startswith(f'deny window "{second}" until '), status.message
+    finally:
+        await apply_windows(pipeline, tmp_path, [])
+
+
 async def test_outside_an_allow_window_nothing_is_written_until_it_is_lifted(
     pipeline: Pipeline, pnc: NATS, kube: KubeClient, tmp_path: Path
 ) -> None:
