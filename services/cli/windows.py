@@ -89,7 +89,6 @@ def status_lines(
     writes (until when) and the next change; for a cluster, each window naming it, open or
     not. Nothing when no window names them."""
     lines = [f"sync windows: the latest on the bus are unusable ({problem})"] if problem else []
-    ws = sync_windows.compiled(spec)
     if bundle is not None:
         bw = bundle_window(spec, cluster, bundle, now)
         if bw is None:
@@ -101,6 +100,7 @@ def status_lines(
         if bw.next_change is not None:
             lines.append(f"  next change {bw.next_change}: {bw.then}")
         return lines
+    ws = sync_windows.compiled(spec)
     for w, row in zip(ws, sync_windows.rows(spec, now), strict=True):
         if not any(fnmatchcase(cluster, p) for p in w.clusters):
             continue

@@ -34,14 +34,31 @@ def _longname_bomb(header_bytes: int) -> bytes:
     hdr = tarfile.TarInfo("././@LongLink")
     hdr.type = tarfile.GNUTYPE_LONGNAME
     hdr.size = header_bytes
+    return _gzipped(hdr.tobuf(format=tarfile.GNU_FORMAT), header_bytes, 1024)
+
+
+def _gzipped(headers: bytes, header_bytes: int, trailer: int) -> bytes:
+    """``headers``, then ``header_bytes`` of one repeated byte (a header's body: it
+    compresses to almost nothing), then ``trailer`` zero bytes, gzipped."""
     out = io.BytesIO()
     with gzip.GzipFile(fileobj=out, mode="wb", mtime=0) as z:
-        z.write(hdr.tobuf(format=tarfile.GNU_FORMAT))
+        z.write(headers)
         chunk = b"a" * (1024 * 1024)
         for _ in range(header_bytes // len(chunk)):
             z.write(chunk)
-        z.write(b"\0" * 1024)
+        z.write(b"\0" * trailer)
     return out.getvalue()
+
+
+def _peak_refusing(data: bytes, tmp_path: Path) -> int:
+    """The peak memory (bytes) of an ``unpack`` of ``data`` that must be refused."""
+    tracemalloc.start()
+    try:
+        with pytest.raises(OciError):
+            unpack(data, tmp_path, InputLimits(), "oci://r/a@sha256:x (layer)")
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
 
 
 # found in review, mended in 602f3a5: oci_artifact.unpack lets tarfile read a GNU long-name (or
@@ -50,13 +67,7 @@ def _longname_bomb(header_bytes: int) -> bytes:
 def test_a_small_layer_cannot_make_unpack_allocate_hundreds_of_megabytes(tmp_path: Path) -> None:
     data = _longname_bomb(256 * 1024 * 1024)
     assert len(data) < 1024 * 1024
-    tracemalloc.start()
-    try:
-        with pytest.raises(OciError):
-            unpack(data, tmp_path, InputLimits(), "oci://r/a@sha256:x (layer)")
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    peak = _peak_refusing(data, tmp_path)
     assert peak < 64 * 1024 * 1024, f"peak {peak / 2**20:.0f} MiB for a {len(data):,}-byte layer"
 
 
@@ -415,26 +426,16 @@ def _pax_hidden_bomb(header_bytes: int) -> bytes:
     bomb.size = header_bytes
     member = tarfile.TarInfo("a.yaml")
     member.size = 512 + (header_bytes + 511) // 512 * 512
-    out = io.BytesIO()
-    with gzip.GzipFile(fileobj=out, mode="wb", mtime=0) as z:
-        z.write(_pax({"size": "0"}))
-        z.write(member.tobuf(format=tarfile.USTAR_FORMAT))
-        z.write(bomb.tobuf(format=tarfile.GNU_FORMAT))
-        chunk = b"a" * (1024 * 1024)
-        for _ in range(header_bytes // len(chunk)):
-            z.write(chunk)
-        z.write(b"\0" * 2048)
-    return out.getvalue()
+    headers = (
+        _pax({"size": "0"})
+        + member.tobuf(format=tarfile.USTAR_FORMAT)
+        + bomb.tobuf(format=tarfile.GNU_FORMAT)
+    )
+    return _gzipped(headers, header_bytes, 2048)
 
 
 def test_a_pax_size_record_does_not_hide_a_huge_header(tmp_path: Path) -> None:
     data = _pax_hidden_bomb(150 * 1024 * 1024)
     assert len(data) < 1024 * 1024
-    tracemalloc.start()
-    try:
-        with pytest.raises(OciError):
-            unpack(data, tmp_path, InputLimits(), "oci://r/a@sha256:x (layer)")
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    peak = _peak_refusing(data, tmp_path)
     assert peak < 64 * 1024 * 1024, f"peak {peak / 2**20:.0f} MiB for a {len(data):,}-byte layer"
