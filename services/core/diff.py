@@ -1,8 +1,11 @@
-"""Field-level differences between two pruned objects, for ``driftbus plan``.
+"""Field-level differences between two pruned objects, for ``driftbus plan`` and the status
+page's object detail.
 
 Pure. Paths read like kubectl's (``spec.template.spec.containers[0].image``). Sensitive values
 are masked on both sides — a Secret's data, and containers' ``env[].value`` (where credentials
-end up in practice) — so a plan can say *that* ``data.password`` changes, never to what.
+end up in practice) — so a plan can say *that* ``data.password`` changes, never to what. A live
+object is compared only after ``project`` cut it to the manifest's shape: no live subtree the
+manifest does not declare is ever a value of a change (``Withheld`` says its type instead).
 """
 
 from __future__ import annotations
@@ -58,16 +61,45 @@ def diff(old: Any, new: Any, path: str = "") -> list[Change]:
     return [] if old == new else [Change(path, old, new)]
 
 
+@dataclasses.dataclass(frozen=True)
+class Withheld:
+    """A live mapping or list where the manifest declares no such subtree (a scalar, or the
+    other kind of container): only its type is shown, never its content — the manifest is
+    what decides which live fields a difference may show."""
+
+    type: str
+    """``mapping`` or ``list``."""
+
+    def __repr__(self) -> str:
+        return f"(a {self.type})"
+
+
+def _withheld(live: Any) -> Any:
+    if isinstance(live, dict):
+        return Withheld("mapping")
+    if isinstance(live, list):
+        return Withheld("list")
+    return live
+
+
 def project(live: Any, desired: Any) -> Any:
     """``live`` cut to the shape of ``desired``: only the keys ``desired`` sets (at every depth
-    of nested mappings, and item by item in lists of the same length), so a diff shows what
-    differs from the manifest, not the server's defaults and status. A list whose length
-    differs is kept whole: the difference is the list."""
-    if isinstance(live, dict) and isinstance(desired, dict):
+    of nested mappings, and item by item in lists), so a diff shows what differs from the
+    manifest, not the server's defaults and status. A live mapping or list is returned only
+    where ``desired`` has one of the same kind, and then cut to it: elsewhere (a scalar in the
+    manifest, or the other kind of container) it is a ``Withheld``, its type without its
+    content. A list whose length differs keeps its extra live items, scalars as they are,
+    containers withheld (the manifest declared nothing of them)."""
+    if isinstance(desired, dict):
+        if not isinstance(live, dict):
+            return _withheld(live)
         return {k: project(live[k], v) for k, v in desired.items() if k in live}
-    if isinstance(live, list) and isinstance(desired, list) and len(live) == len(desired):
-        return [project(a, b) for a, b in zip(live, desired, strict=True)]
-    return live
+    if isinstance(desired, list):
+        if not isinstance(live, list):
+            return _withheld(live)
+        paired = [project(a, b) for a, b in zip(live, desired, strict=False)]
+        return paired + [_withheld(a) for a in live[len(desired) :]]
+    return _withheld(live)
 
 
 _ENV_PATH = re.compile(r"(?:^|\.)env(?:\[\d+\](?:\.value)?)?$")

@@ -1,11 +1,14 @@
 """What the status page explains on a click, read when asked: one object's decision history,
 its last error and its desired-vs-live difference; one bundle's revision history.
 
-Desired is the object's manifest in the bundle's latest revision on the bus, with its ownership
-labels (as applied). Live is read from the cluster when the page has a kubeconfig (``driftbus up``
-gives it one; anywhere else ``KUBECONFIG``), cut to the fields the manifest sets, so server
-defaults and status are not shown as differences. Secret values and every ``env[].value`` are
-masked (``diff.mask_sensitive``), and error texts come scrubbed from the appliers.
+Desired is the object's manifest, with its ownership labels (as applied), in the newest revision
+of the bundle on the bus that the planner took the object in (``accepted``): never a revision
+it refused, which may name any object of any namespace. Live is read from the cluster when the
+page has a kubeconfig (``driftbus up`` gives it one; anywhere else ``KUBECONFIG``), and only for
+such an object; it is cut to the fields the manifest sets (``diff.project``), so server defaults
+and status are not shown as differences, and a live subtree the manifest does not declare is
+shown by its type alone. Secret values and every ``env[].value`` are masked
+(``diff.mask_sensitive``), and error texts come scrubbed from the appliers.
 """
 
 from __future__ import annotations
@@ -14,22 +17,24 @@ import base64
 import contextlib
 import logging
 import os
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
 from schemas.codec import WireError, decode
 from schemas.decision import DecisionRecord
-from schemas.messages import Bundle, OutcomeEvent
-from schemas.subjects import ObjectKey, bundle_subject, object_subject, split_bundle
+from schemas.messages import AppliedEvent, Bundle, OutcomeEvent
+from schemas.subjects import ObjectKey, object_subject, split_bundle
 from services.common import bus, sops
 from services.common.bundles import BundleError, load_manifests, revisions
-from services.core.diff import diff, mask_sensitive, project
+from services.core.diff import Change, Withheld, diff, mask_sensitive, project
 from services.core.ignore import pointers_of, with_rules, without
 from services.core.manifest import owned
 from services.core.sha import prune
+from services.ui import accepted
 
 log = logging.getLogger("driftbus.ui")
+T = TypeVar("T")
 MAX_DECISIONS = 50
 SHA_FIELDS = ("manifest_sha", "last_applied_manifest_sha", "apply_sha", "server_sha")
 
@@ -65,14 +70,10 @@ def _matches(raw: Any, key: ObjectKey, default_ns: str) -> bool:
 
 
 async def desired_manifest(
-    js: bus.JetStream, cluster: str, bundle: str, key: ObjectKey
+    js: bus.JetStream, msg: Bundle, bundle: str, key: ObjectKey
 ) -> dict[str, Any] | None:
-    """The object's manifest in the bundle's latest revision, as applied (owned)."""
-    last = await bus.last_message(js, bus.BUNDLES, bundle_subject(cluster, bundle))
-    if last is None or not last.data:
-        return None
+    """The object's manifest in revision ``msg`` of ``bundle``, as applied (owned)."""
     try:
-        msg = decode(last.data, Bundle)
         # read inside: a stored manifest is decoded (and may be refused) as it is reached
         for raw in await load_manifests(js, msg):
             if _matches(raw, key, msg.options.namespace):
@@ -80,8 +81,18 @@ async def desired_manifest(
                 raw = with_rules(raw, msg.options.ignore, key)
                 return owned(dict(without(raw, pointers_of(raw))), bundle)
     except (WireError, BundleError) as exc:
-        log.warning("bundle %s/%s not read: %s", cluster, bundle, exc)
+        log.warning("bundle %s/%s not read: %s", msg.cluster, bundle, exc)
     return None
+
+
+async def _last(js: bus.JetStream, stream: str, subject: str, kind: type[T]) -> T | None:
+    last = await bus.last_message(js, stream, subject)
+    if last is None or not last.data:
+        return None
+    try:
+        return decode(last.data, kind)
+    except WireError:
+        return None
 
 
 def as_stored(manifest: dict[str, Any]) -> dict[str, Any]:
@@ -137,30 +148,31 @@ async def object_detail(
     # the object's history is keyed by the object alone: what another tenant's bundle did with
     # the same key (a Secret of its own namespace, asked for through this bundle) is not shown
     tenant = split_bundle(bundle)[0]
-    decisions = []
-    for m in (await _history(js, bus.DECISIONS, object_subject("decision", cluster, key)))[
-        -MAX_DECISIONS:
-    ]:
+    records: list[DecisionRecord] = []
+    for m in await _history(js, bus.DECISIONS, object_subject("decision", cluster, key)):
         with contextlib.suppress(WireError):
-            record = decode(m.data, DecisionRecord)
-            if split_bundle(record.bundle)[0] == tenant:
-                decisions.append(without_secret_shas(msgspec.to_builtins(record), key))
+            records.append(decode(m.data, DecisionRecord))
+    decisions = [
+        without_secret_shas(msgspec.to_builtins(r), key)
+        for r in records
+        if split_bundle(r.bundle)[0] == tenant
+    ][-MAX_DECISIONS:]
     error = None
-    last = await bus.last_message(js, bus.OUTCOMES, object_subject("outcome", cluster, key))
-    if last is not None and last.data:
-        with contextlib.suppress(WireError):
-            oc = decode(last.data, OutcomeEvent)
-            if split_bundle(oc.bundle)[0] == tenant:
-                error = {
-                    "phase": str(oc.phase),
-                    "message": oc.message,
-                    "at": msgspec.to_builtins(oc.at),
-                }
-    desired = await desired_manifest(js, cluster, bundle, key)
+    oc = await _last(js, bus.OUTCOMES, object_subject("outcome", cluster, key), OutcomeEvent)
+    if oc is not None and split_bundle(oc.bundle)[0] == tenant:
+        error = {"phase": str(oc.phase), "message": oc.message, "at": msgspec.to_builtins(oc.at)}
+    applied = await _last(js, bus.APPLIED, object_subject("applied", cluster, key), AppliedEvent)
+    ev = accepted.evidence(bundle, records, applied, oc)
+    chosen = accepted.in_force(await revisions(js, cluster, bundle), ev, str(key))
+    desired = (
+        None
+        if chosen.revision is None
+        else await desired_manifest(js, chosen.revision, bundle, key)
+    )
     changes: list[dict[str, Any]] | None = None
     live_note = ""
     if desired is None:
-        live_note = "the object is not in the bundle's latest revision"
+        live_note = chosen.why_not or f"{key} is not in the revision in force"
     elif (got := await live.get(desired, key)) is None:
         live_note = live.why_not
     elif not got:
@@ -177,25 +189,41 @@ async def object_detail(
             )
         want = prune(as_stored(desired))
         found = diff(project(prune(got), want), want)
-        changes = [
-            {
-                "path": c.path,
-                "live": c.old,
-                "desired": c.new,
-                "added": c.added,
-                "removed": c.removed,
-            }
-            for c in mask_sensitive(found, key.kind)
-        ]
+        changes = [_shown(c) for c in mask_sensitive(found, key.kind)]
     return {
         "cluster": cluster,
         "bundle": bundle,
         "object": str(key),
+        "revision": chosen.revision.revision if chosen.revision is not None else None,
         "decisions": decisions,
         "last_error": error,
         "diff": changes,
         "diff_note": live_note,
     }
+
+
+def _shown(c: Change) -> dict[str, Any]:
+    """One change as the page shows it: a live subtree the manifest does not declare by its
+    type alone (``live_type``; inside a list, as ``(a mapping)``)."""
+    withheld = c.old if isinstance(c.old, Withheld) else None
+    return {
+        "path": c.path,
+        "live": None if withheld is not None else _typed(c.old),
+        "live_type": withheld.type if withheld is not None else None,
+        "desired": c.new,
+        "added": c.added,
+        "removed": c.removed,
+    }
+
+
+def _typed(value: Any) -> Any:
+    if isinstance(value, Withheld):
+        return repr(value)
+    if isinstance(value, list):
+        return [_typed(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _typed(v) for k, v in value.items()}
+    return value
 
 
 async def bundle_history(js: bus.JetStream, cluster: str, bundle: str) -> list[dict[str, Any]]:

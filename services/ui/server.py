@@ -9,7 +9,9 @@ One page (``static/``, shipped in the package: no CDN) and two endpoints:
   ``object``, ``drift`` and ``stats`` events as they happen; ``?tenant=T`` as above (the
   ``stats``, hit ratio and intents pending, are the cluster's, not the tenant's);
 - ``GET /api/object?cluster=&bundle=&group=&kind=&namespace=&name=`` — one object explained
-  (``detail``): its decision history, last error, desired-vs-live difference (masked);
+  (``detail``): its decision history, last error, desired-vs-live difference (masked), for an
+  object the planner accepted for the bundle only (``accepted``: a refused revision's objects
+  are never read from the cluster);
 - ``GET /api/bundle?cluster=&bundle=`` — the bundle's revision history, rollbacks marked.
 
 Every endpoint takes ``?tenant=T`` (and one pinned with ``--tenant`` holds for all): a bundle of
@@ -24,8 +26,9 @@ change, and per bundle a window names, the window holding its writes and the nex
 when the windows on the bus change and when one opens or closes.
 
 The page server only reads the bus: STATUS, DECISIONS, SERVER and the sync windows' bucket; for
-the detail also OUTCOMES, BUNDLES and the Object Store (manifests: on a locked-down bus, the
-admin's identity; docs/observability.md).
+the detail also OUTCOMES, APPLIED (with the decisions: whether the planner took the object in),
+BUNDLES and the Object Store (manifests: on a locked-down bus, the admin's identity;
+docs/observability.md).
 """
 
 from __future__ import annotations

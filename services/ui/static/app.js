@@ -82,7 +82,7 @@ async function showObject(o) {
     el("div", { class: c.added ? "add" : c.removed ? "remove" : "change" },
       c.added ? `+ ${c.path}: ${JSON.stringify(c.desired)} (not live)`
         : c.removed ? `- ${c.path}: ${JSON.stringify(c.live)}`
-        : `~ ${c.path}: live ${JSON.stringify(c.live)} → desired ${JSON.stringify(c.desired)}`)));
+        : `~ ${c.path}: live ${c.live_type ? `(a ${c.live_type}, not shown)` : JSON.stringify(c.live)} → desired ${JSON.stringify(c.desired)}`)));
   document.querySelector("#detail-decisions tbody").replaceChildren(...[...doc.decisions].reverse().map((d) =>
     el("tr", { "data-action": d.action, "data-reason": d.reason },
       el("td", {}, (d.at || "").replace("T", " ").slice(0, 23)), el("td", {}, d.revision),
