@@ -72,11 +72,14 @@ def _matches(raw: Any, key: ObjectKey, default_ns: str) -> bool:
 async def desired_manifest(
     js: bus.JetStream, msg: Bundle, bundle: str, key: ObjectKey
 ) -> dict[str, Any] | None:
-    """The object's manifest in revision ``msg`` of ``bundle``, as applied (owned)."""
+    """The object's manifest in revision ``msg`` of ``bundle``, as applied (owned). ``msg`` is
+    one the planner took ``key`` in (``accepted``), so a manifest naming no namespace where the
+    publisher gave none is the one the planner placed in the tenant's default namespace."""
+    default_ns = msg.options.namespace or key.namespace
     try:
         # read inside: a stored manifest is decoded (and may be refused) as it is reached
         for raw in await load_manifests(js, msg):
-            if _matches(raw, key, msg.options.namespace):
+            if _matches(raw, key, default_ns):
                 # the fields driftbus neither applies nor compares are not differences either
                 raw = with_rules(raw, msg.options.ignore, key)
                 return owned(dict(without(raw, pointers_of(raw))), bundle)

@@ -74,7 +74,8 @@ async def test_a_tenants_page_explains_only_what_the_planner_accepted_for_the_te
     web, app = f"{ta}/web", f"{tb}/app"
     await tenant_namespace(kube, na, ["configmaps"])
     await tenant_namespace(kube, nb, ["configmaps"])
-    await put_policy(pnc, f"tenants:{team(ta, na)}{team(tb, nb)}")
+    # team-a's objects that name no namespace go to its default one
+    await put_policy(pnc, f"tenants:{team(ta, na, f'    defaultNamespace: {na}')}{team(tb, nb)}")
     b_value, typed_value = f"b-only-{secrets.token_hex(6)}", f"live-only-{secrets.token_hex(6)}"
     # team-a's own namespace holds a ConfigMap someone else made: team-a's manifest of it sets
     # `data: 0` (the API server refuses it; the live map stays)
@@ -91,7 +92,9 @@ async def test_a_tenants_page_explains_only_what_the_planner_accepted_for_the_te
     await pipeline.publish(js, app, [{**cm(nb, "settings"), "data": {"password": b_value}}])
     await watch_b.ready("r1", 90, pipeline.logs)
     typed = {**cm(na, "typed"), "data": 0}
-    await pipeline.publish(js, web, [cm(na, "a"), typed], drift="warn")
+    mine = cm("", "a")
+    del mine["metadata"]["namespace"]
+    await pipeline.publish(js, web, [mine, typed], drift="warn")
     await watch_a.object_status(
         lambda o: o.key.name == "typed" and o.phase is ObjectPhase.FAILED, 90, pipeline.logs
     )
@@ -99,9 +102,7 @@ async def test_a_tenants_page_explains_only_what_the_planner_accepted_for_the_te
         lambda o: o.key.name == "a" and o.phase is ObjectPhase.APPLIED, 90, pipeline.logs
     )
     # r2 names team-b's ConfigMap: outside team-a's namespaces, the planner refuses it whole
-    await pipeline.publish(
-        js, web, [cm(na, "a"), typed, {**cm(nb, "settings"), "data": 0}], revision="r2"
-    )
+    await pipeline.publish(js, web, [mine, typed, {**cm(nb, "settings"), "data": 0}], revision="r2")
     refused = await watch_a.until(lambda s: s.revision == "r2", 60, pipeline.logs)
     assert refused.phase is BundlePhase.FAILED, refused
     assert "refused" in refused.message, refused
@@ -126,7 +127,8 @@ async def test_a_tenants_page_explains_only_what_the_planner_accepted_for_the_te
     change = changes(body)["data"]
     assert (change["live"], change["live_type"], change["desired"]) == (None, "mapping", 0), body
 
-    # the revision in force is still explained: a field changed out of band shows its values
+    # the revision in force is still explained (its object placed in team-a's default
+    # namespace too): a field changed out of band shows its values
     await kube.apply(
         {**cm(na, "a"), "data": {"k": "changed"}}, field_manager="intruder", force=True
     )
