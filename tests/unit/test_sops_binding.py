@@ -14,7 +14,9 @@ from typing import Any
 import pytest
 
 from services.applier.decrypt import Decryptor, Keys
+from services.applier.service import check_key_file
 from services.common import binaries, sops
+from services.common.settings import SettingsError
 from services.common.sops import SopsError
 
 from .test_sops import MARKER, SECRET, as_planned, encrypt, loaded
@@ -253,3 +255,14 @@ def test_a_tenants_key_decrypts_its_own_secrets_only(tmp_path: Path) -> None:
             asyncio.run(Decryptor(k).decrypt(obj, bundle))
         assert why in str(err.value), err.value
         assert MARKER not in str(err.value)
+
+
+def test_a_key_dir_that_cannot_be_read_stops_the_applier(tmp_path: Path) -> None:
+    check_key_file("", str(tmp_path))  # a directory: fine, even empty
+    for bad in (tmp_path / "absent", tmp_path / "file"):
+        (tmp_path / "file").write_text("x")
+        with pytest.raises(
+            SettingsError,
+            match=r"--sops-key-dir / DRIFTBUS_SOPS_KEY_DIR=.*: not a readable directory",
+        ):
+            check_key_file("", str(bad))
