@@ -3,5 +3,6 @@
 The only component that writes to the cluster. ``service`` (settings, the ``Applier`` and
 ``run``) wires together ``consumer`` (fetching, concurrency), ``fence`` (deposed planners),
 ``gate`` (objects wait for their namespace's apply), ``verbs`` (apply, replace, prune),
-``classify`` (errors → report / retry, pure) and ``report`` (facts and status).
+``decrypt`` (a SOPS Secret's key, by its bundle's tenant, and ``sops``), ``classify`` (errors →
+report / retry, pure) and ``report`` (facts and status).
 """

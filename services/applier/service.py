@@ -17,8 +17,9 @@ deletes only what still carries the bundle's label and does not opt out, with a 
 precondition (never a namesake created meanwhile) and the bundle's propagation policy. Errors
 are classified (``classify``: invalid, conflict, immutable, retryable, unknown kind) and every
 message is scrubbed of Secret values before it leaves this process. A SOPS-encrypted manifest is
-decrypted with the replica's age key (``--sops-age-key-file``) just before its apply and
-nowhere else (``verbs.decrypted``, ``common.sops``). Fetching, concurrency and
+decrypted with the age key of its bundle's tenant (``--sops-key-dir``) or the replica's
+(``--sops-age-key-file``) just before its apply and nowhere else (``verbs.decrypted``,
+``decrypt``, ``common.sops``). Fetching, concurrency and
 keeping intents claimed: ``consumer``.
 """
 
@@ -38,11 +39,12 @@ from schemas.messages import AppliedEvent, ApplyIntent, DeleteIntent, Intent
 from schemas.subjects import ObjectKey, object_subject, split_bundle
 from services.applier.classify import Report, Retry, Step, classify, schedule
 from services.applier.consumer import consume, keep_claimed, seq
+from services.applier.decrypt import Decryptor, Keys
 from services.applier.fence import Fence, follow_claims, read_claim
 from services.applier.gate import NamespaceGate
 from services.applier.report import Reporter
 from services.applier.verbs import Outcome, apply, delete, now
-from services.common import bus, members, sops, telemetry
+from services.common import bus, members, telemetry
 from services.common.kube import Forbidden, KubeClient
 from services.common.runtime import ClusterSettings, cluster_connections
 from services.common.settings import SettingsError, replica_id, setting
@@ -97,9 +99,23 @@ class ApplierSettings(ClusterSettings, telemetry.TelemetrySettings, bus.NatsSett
         "",
         "age key file (as age-keygen writes it) with which this replica decrypts SOPS-encrypted "
         "Secrets just before applying them; the only place driftbus holds the key. Without it "
-        "such a Secret is Failed. Give every applier of a cluster the same key "
-        "(docs/secrets.md)",
+        "such a Secret is Failed. With --sops-key-dir, the platform's key: for platform bundles "
+        "only. Give every applier of a cluster the same keys (docs/secrets.md)",
         env="SOPS_AGE_KEY_FILE",
+    )
+    sops_key_dir: str = setting(
+        "",
+        "directory of per-tenant age keys, one file TENANT.agekey per tenant (read at each "
+        "decryption: a key added needs no restart); with it a tenant's SOPS Secrets are "
+        "decrypted with its own key only, never with --sops-age-key-file, and fail without one",
+    )
+    sops_non_age_keys: bool = setting(
+        False,
+        "let sops try a SOPS file's keys other than age (kms, gcp_kms, hckms, azure_kv, "
+        "hc_vault, pgp) when its age key fails, with this node's credentials (the instance's "
+        "metadata service, and the AWS_*, GOOGLE_*, CLOUDSDK_*, HUAWEICLOUD_*, AZURE_*, VAULT_* "
+        "and GNUPGHOME variables of the applier's environment); with --sops-key-dir for "
+        "platform bundles only. Off: such a file is Failed",
     )
 
 
@@ -126,7 +142,13 @@ class Applier:
         self.fence = Fence()
         self.gate = NamespaceGate()
         self.bound = asyncio.Event()
-        self.decryptor = sops.Decryptor(settings.sops_age_key_file)
+        self.decryptor = Decryptor(
+            Keys(
+                platform=settings.sops_age_key_file,
+                tenant_dir=settings.sops_key_dir,
+                non_age=settings.sops_non_age_keys,
+            )
+        )
 
     async def run(self) -> None:
         await read_claim(self.fence, self.js, self.s.cluster, max_backoff=self.s.max_backoff)
@@ -329,18 +351,22 @@ class Applier:
             return False
 
 
-def check_key_file(path: str) -> None:
-    """A configured age key file must be readable at start-up (the setting fails loudly,
-    naming itself, instead of every SOPS-encrypted Secret failing later)."""
+def check_key_file(path: str, key_dir: str = "") -> None:
+    """A configured age key file, and key directory, must be readable at start-up (the setting
+    fails loudly, naming itself, instead of every SOPS-encrypted Secret failing later)."""
     if path and not os.access(path, os.R_OK):
         raise SettingsError(
             f"--sops-age-key-file / SOPS_AGE_KEY_FILE={path!r}: not a readable file"
+        )
+    if key_dir and not (os.path.isdir(key_dir) and os.access(key_dir, os.R_OK | os.X_OK)):
+        raise SettingsError(
+            f"--sops-key-dir / DRIFTBUS_SOPS_KEY_DIR={key_dir!r}: not a readable directory"
         )
 
 
 async def run(settings: ApplierSettings, *, stopping: asyncio.Event | None = None) -> None:
     settings = dataclasses.replace(settings, applier_id=settings.applier_id or replica_id())
-    check_key_file(settings.sops_age_key_file)
+    check_key_file(settings.sops_age_key_file, settings.sops_key_dir)
     async with cluster_connections("applier", settings, settings, settings) as c:
         applier = Applier(settings=settings, js=c.js, kube=c.kube, publisher=c.publisher)
         c.health.add("bound to the cluster's intent consumer", applier.bound.is_set)

@@ -3,10 +3,11 @@
 Each verb returns its result as data (an ``Outcome``, with the applied fact on success) or raises
 ``Decided`` with the classification of the error that stopped it (``classify``).
 
-A SOPS-encrypted manifest is decrypted here, just before its apply (``decrypted``), and the
-rest of the apply works on the decrypted intent, so every error is scrubbed of the decrypted
-values; the plaintext lives only in this call. One that cannot be decrypted is ``Failed``
-naming the object and sops's reason, and nothing of it is applied.
+A SOPS-encrypted manifest is decrypted here, just before its apply (``decrypted``, with the key
+of the intent's bundle: ``decrypt``), and the rest of the apply works on the decrypted intent,
+so every error is scrubbed of the decrypted values; the plaintext lives only in this call. One
+that cannot be decrypted — or that would be applied as another object than it was encrypted
+as — is ``Failed`` naming the object and the reason, and nothing of it is applied.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import orjson
 
 from schemas.messages import AppliedEvent, ApplyIntent, DeleteIntent, ObjectPhase
 from services.applier.classify import Decided, Gone, Leave, Replace, Report, Step, Wait, classify
+from services.applier.decrypt import Decryptor, Keys
 from services.common import sops
 from services.common.kube import Conflict, Invalid, KubeClient, KubeError, NotFound, Resource
 from services.core import hooks
@@ -54,7 +56,7 @@ async def apply(
     *,
     applier_id: str,
     whole: bool = False,
-    decryptor: sops.Decryptor | None = None,
+    decryptor: Decryptor | None = None,
 ) -> Outcome:
     """Server-side apply (``fieldManager=driftbus``); an immutable field is replaced if the
     bundle allows it. A SOPS-encrypted manifest is decrypted first (``decryptor``)."""
@@ -69,13 +71,14 @@ async def decrypted(
     *,
     applier_id: str,
     whole: bool,
-    by: sops.Decryptor | None,
+    by: Decryptor | None,
 ) -> Outcome:
     """Apply the decrypted form of a SOPS-encrypted intent: ``Failed`` (nothing applied) when it
-    cannot be decrypted; any error of the apply classified against the decrypted manifest, so
-    its values are scrubbed from every message and log line."""
+    cannot be decrypted with its bundle's key, or is not bound to the object it would be
+    applied as (``sops.bound``); any error of the apply classified against the decrypted
+    manifest, so its values are scrubbed from every message and log line."""
     try:
-        plain = await (by or sops.Decryptor("")).decrypt(intent.manifest)
+        plain = await (by or Decryptor(Keys())).decrypt(intent.manifest, intent.bundle)
     except sops.SopsError as exc:
         return Outcome(ObjectPhase.FAILED, f"{intent.key}: not applied: its SOPS encryption: {exc}")
     clear = msgspec.structs.replace(intent, manifest=plain)

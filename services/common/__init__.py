@@ -40,7 +40,8 @@ Reading manifests (``publish``, ``plan``, ``source``):
   unpacked and read (charts through ``load_helm``), ``oci_tar`` an artifact's tar headers
   walked before tarfile reads them.
 - ``sops`` — SOPS-encrypted Secrets: the publisher's checks, the original metadata recorded,
-  decryption by the real sops (applier only).
+  the binding to the namespace and name a file was encrypted with (decrypted by the real sops
+  in ``services.applier.decrypt`` only).
 - ``limits`` — how much input one publish, plan or source round may read.
 - ``confine`` — rendering confined to its input: no link out of it, no remote base unless
   allowed, no credentials in messages.

@@ -3,21 +3,29 @@
 A document with a top-level ``sops:`` map is a SOPS file (https://github.com/getsops/sops).
 driftbus takes it as it is — the publisher, the bus, the planner, the decision log, ``plan`` and
 the status page only ever see its ciphertext — and the applier, the one component that writes,
-decrypts it just before the server-side apply (docs/secrets.md).
+decrypts it just before the server-side apply (docs/secrets.md; the shell that runs ``sops`` is
+``services.applier.decrypt``).
 
 Pure (no I/O):
 
 * ``is_encrypted`` — does a document carry SOPS metadata;
 * ``check`` — what a publish accepts: a ``v1`` Secret whose ``apiVersion``, ``kind`` and
   ``metadata`` are plaintext (``sops --encrypted-regex '^(data|stringData)$'``, as Flux
-  documents), with an age recipient. Other kinds are refused: only a Secret's values are
-  masked in every diff and message driftbus prints (``core.diff``, ``core.scrub``), so a
-  decrypted ConfigMap's would not be;
+  documents) and name its namespace, whose MAC covers its plaintext too (no
+  ``mac_only_encrypted``), with an age recipient. Other kinds are refused: only a Secret's
+  values are masked in every diff and message driftbus prints (``core.diff``, ``core.scrub``),
+  so a decrypted ConfigMap's would not be;
 * ``carried`` — the document as published: its original ``metadata`` and field order recorded
   inside its ``sops`` map (``RECORD``), because SOPS's MAC covers every value of the file, the
   plaintext ones too, in their order, and the planner adds ownership labels and a default
   namespace to the metadata. ``sops`` ignores keys of its metadata it does not know; the
   applier removes the record anyway;
+* ``bound`` — the binding: a document is applied only as the namespace and name it was
+  encrypted with. The recorded metadata is what sops's MAC checks, the manifest's is what the
+  planner checked against the tenant's limits and what would be written; they must name the
+  same object, or another tenant could republish the file under a namespace of its own;
+* ``other_key_groups`` — the key groups of a file that are not age (cloud KMS, Vault, PGP),
+  which sops would try with the credentials of the node it runs on;
 * ``as_encrypted`` — the file again from a manifest as the applier receives it (the recorded
   metadata and order back in place), ready for ``sops decrypt``;
 * ``as_applied`` — the decrypted object with the planner's metadata (labels, namespace);
@@ -25,28 +33,14 @@ Pure (no I/O):
 * ``comparable`` — what of a SOPS document can be compared with the live object (for a
   desired-vs-live difference): its plaintext fields, without ``sops`` and without the fields
   holding ciphertext.
-
-Shell: ``Decryptor`` runs the real ``sops`` binary (``binaries.require("sops")``, built from
-its pinned module) with the document on standard input and the age key file named in its
-environment (``SOPS_AGE_KEY_FILE``), never on its command line. There is no maintained Python
-implementation of SOPS (the original Python ``sops`` package was retired in favour of the Go
-one in 2019), and a reimplementation of its format, MAC and key groups would be ours to keep
-right: the binary is the reference.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import os
+import copy
 import re
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, Final
-
-import orjson
-
-from services.common import binaries
 
 FIELD: Final = "sops"
 RECORD: Final = "driftbus"
@@ -55,7 +49,10 @@ and field order (``carried``)."""
 ENCRYPTED_VALUE: Final = re.compile(r"^ENC\[[A-Z0-9_]+,data:.*\]$", re.DOTALL)
 """How SOPS writes an encrypted value (``ENC[AES256_GCM,data:…,iv:…,tag:…,type:str]``)."""
 HINT: Final = "encrypt only data and stringData: sops --encrypted-regex '^(data|stringData)$'"
-DECRYPT_TIMEOUT: Final = 60.0
+OTHER_KEYS: Final = ("pgp", "kms", "gcp_kms", "hckms", "azure_kv", "hc_vault")
+"""SOPS's key types other than age (sops v3.13): when the age key does not open a file, sops
+tries each with whatever credentials the process that runs it can reach (instance metadata, a
+gpg agent, a Vault agent)."""
 MAX_REASON: Final = 400
 _DIGEST = re.compile(r"\b[0-9A-Fa-f]{32,}\b")
 
@@ -88,8 +85,9 @@ def _encrypted_leaf(value: Any, path: str) -> str | None:
 
 def check(obj: Mapping[str, Any]) -> None:
     """Refuse (``SopsError``) a SOPS document driftbus cannot carry: identifying fields
-    encrypted, a kind other than a core ``v1`` Secret, metadata that is not SOPS's, no age
-    recipient. The caller names the file and document."""
+    encrypted, a kind other than a core ``v1`` Secret, no namespace named, metadata that is not
+    SOPS's or whose MAC leaves the plaintext out, no age recipient. The caller names the file
+    and document."""
     for field in ("apiVersion", "kind", "metadata"):
         if (found := _encrypted_leaf(obj.get(field), field)) is not None:
             raise SopsError(
@@ -109,22 +107,92 @@ def check(obj: Mapping[str, Any]) -> None:
             "its top-level 'sops' field is not SOPS metadata (no 'mac'): encrypt the file with "
             "sops, or remove the field"
         )
-    age = meta.get("age")
-    if not isinstance(age, list) or not any(isinstance(r, Mapping) for r in age):
-        others = sorted(k for k in ("pgp", "kms", "gcp_kms", "azure_kv", "hc_vault") if meta.get(k))
+    _mac_covers_metadata(meta)
+    if not any(group.get("age") for group in _key_groups(meta)):
+        others = other_key_groups(meta)
         raise SopsError(
             "it has no age recipient"
             + (f" (only {', '.join(others)})" if others else "")
             + ": driftbus's applier decrypts with an age key (sops --age RECIPIENT)"
         )
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, Mapping) or not metadata.get("namespace"):
+        raise SopsError(
+            "it names no metadata.namespace: an encrypted Secret is applied only in the "
+            "namespace it was encrypted with (its MAC covers it), never in a default one "
+            "(-n): name it in the file and encrypt it again"
+        )
+
+
+def _mac_covers_metadata(meta: Mapping[str, Any]) -> None:
+    """Refuse a file whose MAC leaves its plaintext out (``sops --mac-only-encrypted``): its
+    metadata could then be changed unnoticed, and with it where the Secret is applied."""
+    if meta.get("mac_only_encrypted"):
+        raise SopsError(
+            "it was encrypted with mac_only_encrypted: its MAC does not cover its metadata, "
+            "which names where it is applied; encrypt it again without --mac-only-encrypted"
+        )
+
+
+def _key_groups(meta: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The key groups of SOPS metadata: those of ``key_groups`` (Shamir), or the metadata
+    itself (one group, the keys at the top)."""
+    groups = meta.get("key_groups")
+    if isinstance(groups, list):
+        return [g for g in groups if isinstance(g, Mapping)]
+    return [meta]
+
+
+def other_key_groups(meta: Mapping[str, Any]) -> list[str]:
+    """The key types other than age that SOPS metadata ``meta`` names with at least one key
+    (``OTHER_KEYS``, in that order), in any of its key groups."""
+    groups = _key_groups(meta)
+    return [k for k in OTHER_KEYS if any(group.get(k) for group in groups)]
+
+
+def _named(metadata: Any) -> tuple[str, str]:
+    """(namespace, name) of a metadata map ("" for what it does not name)."""
+    if not isinstance(metadata, Mapping):
+        return "", ""
+    ns, name = metadata.get("namespace"), metadata.get("name")
+    return (ns if isinstance(ns, str) else ""), (name if isinstance(name, str) else "")
+
+
+def _object(kind: Any, ns: str, name: str) -> str:
+    return f"{kind}/{ns}/{name}" if ns else f"{kind}/{name or '?'} (no namespace)"
+
+
+def bound(manifest: Mapping[str, Any]) -> None:
+    """Refuse (``SopsError``, naming both) a manifest that would be applied under another
+    namespace or name than the one its document was encrypted with: the recorded metadata
+    (``carried``), which sops's MAC checks, against the manifest's, which the planner checked
+    against the tenant's limits and which is written. A manifest without a record is its own
+    document (the MAC checks its metadata itself), so it is bound already. Checked before
+    anything is decrypted."""
+    meta = manifest.get(FIELD)
+    if not isinstance(meta, Mapping):
+        raise SopsError("its 'sops' field is not SOPS metadata")
+    _mac_covers_metadata(meta)
+    record = meta.get(RECORD)
+    if not isinstance(record, Mapping):
+        return
+    kind = manifest.get("kind")
+    was, now = _named(record.get("metadata")), _named(manifest.get("metadata"))
+    if was != now or not was[0]:
+        raise SopsError(
+            f"it was encrypted as {_object(kind, *was)} and would be applied as "
+            f"{_object(kind, *now)}: an encrypted Secret is applied only under the namespace "
+            "and name it was encrypted with"
+        )
 
 
 def carried(obj: Mapping[str, Any]) -> dict[str, Any]:
     """``obj`` as published: its ``sops`` map also records the original ``metadata`` and the
-    order of its fields (``RECORD``), which SOPS's MAC depends on. The input is not modified."""
+    order of its fields (``RECORD``), which SOPS's MAC depends on. The input is not modified,
+    and the record is a copy: what later changes the object's metadata leaves it as it was."""
     meta = {k: v for k, v in obj[FIELD].items() if k != RECORD}
     meta[RECORD] = {
-        "metadata": obj.get("metadata"),
+        "metadata": copy.deepcopy(obj.get("metadata")),
         "fields": [k for k in obj if k != FIELD],
     }
     return {**obj, FIELD: meta}
@@ -185,73 +253,3 @@ def reason(stderr: str, returncode: int | None) -> str:
     if not text:
         text = f"sops exited with status {returncode}"
     return text if len(text) <= MAX_REASON else text[: MAX_REASON - 1] + "…"
-
-
-class Decryptor:
-    """Decrypts SOPS documents with the age key in ``key_file`` by running ``sops``. The
-    plaintext exists only in the returned object (and the pipe it came through)."""
-
-    def __init__(self, key_file: str, *, binary: Path | None = None) -> None:
-        self.key_file = key_file
-        self._binary = binary
-
-    def binary(self) -> Path:
-        if self._binary is None:
-            try:
-                self._binary = binaries.require("sops")
-            except binaries.AssetError as exc:
-                raise SopsError(str(exc)) from None
-        return self._binary
-
-    async def decrypt(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
-        """``manifest`` (as the applier receives it) decrypted and ready to apply
-        (``as_applied``), or ``SopsError`` with sops's reason: no key configured, a key that
-        is not a recipient, a changed file (MAC mismatch), a broken value."""
-        if not self.key_file:
-            raise SopsError(
-                "this applier has no age key to decrypt it (--sops-age-key-file, or "
-                "SOPS_AGE_KEY_FILE in its environment)"
-            )
-        document = orjson.dumps(as_encrypted(manifest))
-        out = await self._run(document)
-        try:
-            decrypted = orjson.loads(out)
-        except orjson.JSONDecodeError:
-            raise SopsError("sops did not answer with a JSON document") from None
-        if not isinstance(decrypted, dict):
-            raise SopsError("sops did not answer with a JSON object")
-        return as_applied(manifest, decrypted)
-
-    async def _run(self, document: bytes) -> bytes:
-        argv = [
-            str(self.binary()),
-            "decrypt",
-            "--input-type",
-            "json",
-            "--output-type",
-            "json",
-        ]
-        # only the key file: no HOME (no ~/.config/sops/age/keys.txt of whoever runs us), no
-        # keyservice, no cloud credentials; cwd "/" so no .sops.yaml is picked up
-        env = {"SOPS_AGE_KEY_FILE": self.key_file, "PATH": os.defpath}
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                env=env,
-                cwd="/",
-            )
-        except OSError as exc:
-            raise SopsError(f"sops could not be started: {exc}") from None
-        try:
-            out, err = await asyncio.wait_for(proc.communicate(document), DECRYPT_TIMEOUT)
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
-            raise SopsError(f"sops did not answer within {DECRYPT_TIMEOUT:.0f} s") from None
-        if proc.returncode != 0:
-            raise SopsError(reason(err.decode(errors="replace"), proc.returncode))
-        return out

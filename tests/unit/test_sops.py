@@ -1,6 +1,7 @@
 """SOPS documents (services/common/sops.py, load.py): accepted encrypted, refused when driftbus
 could not key them, and decrypted by the real ``sops`` (built from its pinned module) only
-from the manifest the applier receives — after the planner owned it and gave it a namespace."""
+from the manifest the applier receives — after the planner owned it. The binding to the namespace
+and name, per-tenant keys and other key groups: ``test_sops_binding.py``."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 import orjson
 import pytest
 
+from services.applier.decrypt import Decryptor, Keys
 from services.common import binaries, load, sops
 from services.core.manifest import OWNER_LABEL, TENANT_LABEL, owned
 from services.core.scope import Scopes, normalise
@@ -23,6 +25,7 @@ apiVersion: v1
 kind: Secret
 metadata:
   name: db
+  namespace: shop
   labels:
     app: shop
 type: Opaque
@@ -67,14 +70,14 @@ def loaded(tmp_path: Path, text: str, name: str = "secret.yaml") -> dict[str, An
 
 
 def as_planned(obj: dict[str, Any], bundle: str = "team-a/shop") -> dict[str, Any]:
-    """What the planner sends: the default namespace given, the ownership labels added, through
-    JSON (the bus)."""
+    """What the planner sends: the ownership labels added (a default namespace too, for a
+    document without one), through JSON (the bus)."""
     planned = owned(normalise(obj, Scopes(), "shop"), bundle)
     return orjson.loads(orjson.dumps(planned))  # type: ignore[no-any-return]
 
 
 def decrypt(key: Path | str, manifest: dict[str, Any]) -> dict[str, Any]:
-    return asyncio.run(sops.Decryptor(str(key)).decrypt(manifest))
+    return asyncio.run(Decryptor(Keys(platform=str(key))).decrypt(manifest, "team-a/shop"))
 
 
 def test_loaded_encrypted_and_decrypted_after_the_planner(
@@ -84,17 +87,21 @@ def test_loaded_encrypted_and_decrypted_after_the_planner(
     obj = loaded(tmp_path, encrypt(SECRET, recipient))
     assert MARKER not in orjson.dumps(obj).decode()  # travels encrypted
     assert obj["stringData"]["password"].startswith("ENC[AES256_GCM,")
-    assert obj["sops"][sops.RECORD]["metadata"] == {"name": "db", "labels": {"app": "shop"}}
+    assert obj["sops"][sops.RECORD]["metadata"] == {
+        "name": "db",
+        "namespace": "shop",
+        "labels": {"app": "shop"},
+    }
     planned = as_planned(obj)
     plain = decrypt(key, planned)
     assert plain["stringData"] == {"password": MARKER}
     assert plain["data"] == {"token": "QUJD" * 4}
     assert "sops" not in plain
-    # the planner's metadata is what is applied: ownership labels and the default namespace
+    # the planner's metadata is what is applied: its ownership labels
     assert plain["metadata"] == {
         "name": "db",
-        "labels": {"app": "shop", OWNER_LABEL: "shop", TENANT_LABEL: "team-a"},
         "namespace": "shop",
+        "labels": {"app": "shop", OWNER_LABEL: "shop", TENANT_LABEL: "team-a"},
     }
     assert list(plain) == ["apiVersion", "kind", "metadata", "type", "stringData", "data"]
 
@@ -152,7 +159,7 @@ def test_tampered_ciphertext_and_metadata(keys: dict[str, Any], tmp_path: Path) 
         decrypt(key, as_planned(bad_value))
     assert MARKER not in str(err.value)
     record = obj["sops"][sops.RECORD]
-    changed = {**record, "metadata": {"name": "db", "labels": {"app": "other"}}}
+    changed = {**record, "metadata": {**record["metadata"], "labels": {"app": "other"}}}
     bad_meta = {**obj, "sops": {**obj["sops"], sops.RECORD: changed}}
     with pytest.raises(sops.SopsError, match="MAC mismatch") as err:
         decrypt(key, as_planned(bad_meta))
