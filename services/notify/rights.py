@@ -56,8 +56,15 @@ class Refusals:
 
 
 async def follow_policy(js: bus.JetStream, holder: Holder, known: asyncio.Event) -> None:
-    """Keep ``holder.tenants`` the tenant policy in force; ``known`` is set once it is read
-    (none applied yet: the empty policy, which grants nothing)."""
+    """Keep ``holder.tenants`` the tenant policy in force; ``known`` is set once it is read.
+    No bucket yet (the planner makes it): no policy was ever applied, so the empty one, which
+    grants nothing, is known at once, and the bucket is followed once it exists."""
+    try:
+        await js.stream_info(bus.TENANTS_STREAM)
+    except (bus.NatsError, bus.NatsTimeout, TimeoutError):  # not there (yet): nothing granted
+        holder.tenants = TenantPolicy()
+        known.set()
+        await bus.wait_for_stream(js, bus.TENANTS_STREAM)
     follower = bus.Follower(js, bus.TENANTS_STREAM, tenant_policy.POLICY_SUBJECT)
     if holder.tenants is None:
         holder.tenants = TenantPolicy()  # replaced by the stored one, if any, before ``known``

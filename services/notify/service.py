@@ -361,7 +361,6 @@ async def run(settings: NotifySettings) -> None:
     try:
         await bus.ensure_streams(js, manage=False)  # the planner creates them
         await bus.wait_for_stream(js, store.STREAM)  # and its bucket, right after
-        await bus.wait_for_stream(js, bus.TENANTS_STREAM)
         known = asyncio.Event()
         configs = asyncio.create_task(follow_configs(js, n, ready))
         tenants = asyncio.create_task(rights.follow_policy(js, n, known))
