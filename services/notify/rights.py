@@ -59,9 +59,9 @@ async def follow_policy(js: bus.JetStream, holder: Holder, known: asyncio.Event)
     """Keep ``holder.tenants`` the tenant policy in force; ``known`` is set once it is read.
     No bucket yet (the planner makes it): no policy was ever applied, so the empty one, which
     grants nothing, is known at once, and the bucket is followed once it exists."""
-    try:
-        await js.stream_info(bus.TENANTS_STREAM)
-    except (bus.NatsError, bus.NatsTimeout, TimeoutError):  # not there (yet): nothing granted
+    try:  # one look: there now or not
+        await bus.wait_for_stream(js, bus.TENANTS_STREAM, asyncio.get_running_loop().time())
+    except bus.BusError:  # not there (yet): nothing granted meanwhile
         holder.tenants = TenantPolicy()
         known.set()
         await bus.wait_for_stream(js, bus.TENANTS_STREAM)
