@@ -2,7 +2,8 @@
 applied with, and the limits on what they may manage.
 
 The wire keys are the user-facing file format (``serviceAccount``, ``clusterScoped``,
-``defaultNamespace``, ``clusterSelector``), so the Structs rename to camelCase. The same Structs
+``defaultNamespace``, ``clusterSelector``, ``rights.overrideWindows``), so the Structs rename to
+camelCase. The same Structs
 are what is stored on the bus (``services/core/tenancy.py`` dumps and reads them). Keys left out
 of a file stay out of the stored form (``omit_defaults``), and ``namespaces``/``clusterScoped``
 are ``UNSET`` when not written: "omitted" means something different from any value they can be
@@ -46,6 +47,20 @@ class KindRules(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_de
     """Wins over ``allow``."""
 
 
+class Rights(
+    msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True, rename="camel"
+):
+    """What a tenant may ask of the platform beyond its own limits: nothing unless granted."""
+
+    override_windows: bool = False
+    """Its revisions may be published with ``--override-window``: written through the
+    platform's sync windows. Without it such a revision is refused whole."""
+    commit_status_repositories: tuple[Glob, ...] = ()
+    """Repositories (``OWNER/REPO``, GitLab's ``GROUP/SUB/PROJECT``; globs, ``*`` matching
+    ``/`` too, case-insensitive) on which the platform's commit-status providers may post
+    statuses for its bundles. Its own notifications, with its own token, need none."""
+
+
 class Tenant(
     msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True, rename="camel"
 ):
@@ -65,6 +80,8 @@ class Tenant(
     cluster_selector: str = ""
     """Clusters it may publish to, by their registry labels (a kubectl label selector); both
     this and ``clusters`` must admit a cluster. "" admits every cluster ``clusters`` does."""
+    rights: Rights = Rights()
+    """What it may ask of the platform beyond its limits (none unless granted)."""
 
 
 class TenantPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):

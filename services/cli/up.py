@@ -115,6 +115,7 @@ def _up(args: argparse.Namespace, wanted: list[upclusters.ClusterSpec]) -> int:
         except (PolicyError, OSError) as exc:
             print(f"driftbus up: --tenants: {exc}", file=sys.stderr)
             return 1
+        tenants.warn_exposed(tenant_policy, "driftbus up: --tenants")
     workdir = Path(args.workdir) if args.workdir else default_workdir()
     if workdir.exists() and not args.workdir:
         shutil.rmtree(workdir)

@@ -258,11 +258,13 @@ def notify_tenant(tenant: str) -> list[str]:
 
 
 def notify_service() -> list[str]:
-    """What ``driftbus notify`` reads: every configuration (followed), bundle statuses,
-    decisions and rollout transitions (followed), and clusters' registry labels (for alerts
-    selecting clusters by label). It writes nothing on the bus."""
+    """What ``driftbus notify`` reads: every configuration and the tenant policy (followed:
+    what the platform's commit statuses may be posted on for a tenant's bundle), bundle
+    statuses, decisions and rollout transitions (followed), and clusters' registry labels (for
+    alerts selecting clusters by label). It writes nothing on the bus."""
     return [
         f"{JS}.STREAM.INFO.{NOTIFY_STREAM}",
-        *read_streams(NOTIFY_STREAM, bus.STATUS, bus.DECISIONS, bus.ROLLOUTS),
+        f"{JS}.STREAM.INFO.{bus.TENANTS_STREAM}",
+        *read_streams(NOTIFY_STREAM, bus.TENANTS_STREAM, bus.STATUS, bus.DECISIONS, bus.ROLLOUTS),
         *registry_read(),
     ]

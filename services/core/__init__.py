@@ -23,6 +23,8 @@ Tenancy:
 
 - ``tenancy`` — the tenant policy: the tenants file read, and what it allows a bundle.
 - ``tenant_clusters`` — which clusters a tenant may use.
+- ``tenant_rights`` — what a tenant may ask beyond its limits (``--override-window``, the
+  platform's commit statuses on a repository), only if its policy grants it.
 - ``tenant_rbac`` — the RBAC that lets the applier impersonate exactly a tenant's
   ServiceAccounts.
 """

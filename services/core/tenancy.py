@@ -2,11 +2,11 @@
 
 A bundle's full name says whose it is (``team-a/web``; a plain ``web`` is the platform team's).
 Everything here is a pure decision on the policy and names: whether a bundle may be taken at
-all (:func:`bundle_refusal`; the clusters a tenant may use are ``tenant_clusters``'), which of
-its objects fall outside the tenant's limits (:func:`object_refusals`), and whose identity its
-requests carry (:func:`impersonation`). The limits are a first fence that names the rule broken
-before anything is written; what the API server enforces is the impersonated ServiceAccount's
-RBAC.
+all (:func:`bundle_refusal`; the clusters a tenant may use are ``tenant_clusters``', the rights
+it may be granted ``tenant_rights``'), which of its objects fall outside the tenant's limits
+(:func:`object_refusals`), and whose identity its requests carry (:func:`impersonation`). The
+limits are a first fence that names the rule broken before anything is written; what the API
+server enforces is the impersonated ServiceAccount's RBAC.
 
 Errors in a tenants file name the file and, when it can be found, the line of the offending
 tenant or key.
@@ -36,6 +36,7 @@ from schemas.tenants import (
 )
 from services.core import kyaml
 from services.core.tenant_clusters import cluster_problem, selector_problem
+from services.core.tenant_rights import rights_problem
 
 Path = tuple[str | int, ...]
 """Where in the file: keys and list indexes, from the document's root."""
@@ -289,7 +290,7 @@ def _tenant_problem(tenant: Tenant) -> tuple[Path, str] | None:
             return ("clusters", i), f"clusters[{i}] {pattern!r}: {why}"
     if why := selector_problem(tenant.cluster_selector):
         return ("clusterSelector",), f"clusterSelector: {why}"
-    return None
+    return rights_problem(tenant)
 
 
 def _kind_pattern_problem(pattern: str) -> str:

@@ -1,5 +1,6 @@
 """The RBAC that lets the applier impersonate exactly the ServiceAccounts a tenant policy names,
-and nothing else (pure): what ``driftbus tenants rbac`` prints and ``deploy/tenants/`` ships.
+and nothing else (pure): what ``driftbus tenants rbac`` prints and ``deploy/tenants/`` ships; and
+the tenants' ServiceAccounts a tenant could use directly (:func:`exposed_accounts`).
 
 The API server asks the impersonating user for the verb ``impersonate`` on the resource
 ``serviceaccounts``, in the ServiceAccount's namespace, named by it. So one Role per namespace
@@ -11,7 +12,10 @@ names in every namespace, and a rule without ``resourceNames`` every ServiceAcco
 from __future__ import annotations
 
 from collections import defaultdict
+from fnmatch import fnmatchcase
 from typing import Any, Final
+
+import msgspec
 
 from schemas.tenants import TenantPolicy
 
@@ -76,6 +80,32 @@ def impersonation_rbac(policy: TenantPolicy, applier: str = APPLIER) -> list[dic
             }
         )
     return docs
+
+
+def exposed_accounts(policy: TenantPolicy) -> list[str]:
+    """One warning per tenant ServiceAccount living in a namespace a tenant may manage objects
+    in (its ``namespaces`` match it, or are unset): a Pod of that tenant's bundle there may name
+    it as its ``serviceAccountName`` and run with its token, so its RBAC is used directly, past
+    the policy's kinds and namespaces. ``tenants rbac`` grants a deployer none of its own rights,
+    so RBAC cannot be known to hold the line instead: only where it lives can."""
+    out = []
+    for owner, tenant in sorted(policy.tenants.items()):
+        namespace = tenant.service_account.split("/")[0]
+        for user, other in sorted(policy.tenants.items()):
+            allowed = other.namespaces
+            if not isinstance(allowed, msgspec.UnsetType) and not any(
+                fnmatchcase(namespace, p) for p in allowed
+            ):
+                continue
+            whose = "its own" if user == owner else f"tenant {owner}'s"
+            out.append(
+                f"tenant {user} may manage namespace {namespace}, where {whose} ServiceAccount "
+                f"{tenant.service_account} lives: a Pod of its bundles can run as "
+                f"{tenant.service_account} and use its RBAC directly, past the policy's kinds and "
+                f"namespaces (and `tenants rbac` does not limit that RBAC); keep tenants' "
+                f"ServiceAccounts in a namespace no tenant manages (e.g. driftbus-tenants/{owner})"
+            )
+    return out
 
 
 def _service_account(value: str) -> tuple[str, str]:

@@ -8,7 +8,10 @@
 - ``store`` — the configurations on the bus: put, read, remove, and the keys of its stream.
 - ``events`` (pure) — an ``Event`` made from a bundle status, a decision or a rollout
   transition.
-- ``match`` (pure) — which providers an event goes to: alert filters, and the tenant's scope.
+- ``match`` (pure) — which providers an event goes to: alert filters, the tenant's scope, and
+  the rights a platform commit status for a tenant's bundle needs.
+- ``rights`` — the tenant policy followed (what it grants tenants' bundles), and the messages
+  refused for want of a right, counted and logged once.
 - ``gate`` (pure) — de-duplication and rate limits: send, or why not.
 - ``render`` (pure) — the HTTP request each provider documents (webhook signed with
   HMAC-SHA256, Slack, Teams, GitHub and GitLab commit statuses).

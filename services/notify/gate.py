@@ -16,6 +16,9 @@ For each (provider, event) the gate answers one ``Verdict``:
   message is never a Ready that stopped being true);
 - ``SEND`` — none of those: the message goes, and counts against the window and the rate.
 
+``REFUSED`` is not the gate's: the service's, for a commit status the platform's token may not
+post for a tenant's bundle (``match.platform_token_refusal``), never sent however often it comes.
+
 Time is a number of seconds passed in (a monotonic clock in the service, any number in tests).
 """
 
@@ -38,6 +41,7 @@ class Verdict(enum.StrEnum):
     UNCHANGED = "unchanged"
     REPEAT = "repeat"
     RATE = "rate-limited"
+    REFUSED = "refused"
 
 
 def _state(e: Event) -> tuple[str, str, str]:

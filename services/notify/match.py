@@ -4,6 +4,10 @@ An event goes to a provider when some alert naming the provider admits it: every
 alert gives (bundles, tenants, clusters, clusterSelector, events) must. And never beyond the
 configuration's tenant: a tenant's configuration is sent only events of that tenant's bundles,
 whatever its alerts say (``apply`` refused filters reaching further; this holds again here).
+
+And the platform's token posts a commit status for a tenant's bundle only on a repository the
+tenant's policy grants (``rights.commitStatusRepositories``, :func:`platform_token_refusal`):
+the repository comes from the bundle's ``source``, which its publisher writes.
 """
 
 from __future__ import annotations
@@ -11,9 +15,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from fnmatch import fnmatchcase
 
-from schemas.notify import DEFAULT_EVENTS, Alert, NotifyConfig
+from schemas.notify import DEFAULT_EVENTS, Alert, NotifyConfig, Provider
+from schemas.tenants import TenantPolicy
 from services.core.selector import SelectorError, parse_selector
+from services.core.tenant_rights import commit_status_refusal
 from services.notify.events import Event
+from services.notify.render import commit_status_repository
 
 Labels = Callable[[str], Mapping[str, str]]
 """A cluster's registry labels ({} when it is not registered)."""
@@ -60,3 +67,18 @@ def providers_for(config: NotifyConfig, tenant: str, event: Event, labels: Label
         return []
     wanted = {p for a in config.alerts if admits(a, event, labels) for p in a.providers}
     return [p.name for p in config.providers if p.name in wanted]
+
+
+def platform_token_refusal(
+    tenant: str, provider: Provider, event: Event, policy: TenantPolicy | None
+) -> str | None:
+    """Why the provider of a configuration of ``tenant`` may not tell ``event`` (a commit
+    status with the platform's token, on a repository the event's tenant is not granted), or
+    None. ``policy`` None: not known, so no tenant's bundle is granted anything. A tenant's own
+    providers use its own token: they need no right."""
+    if tenant:
+        return None
+    repository = commit_status_repository(provider, event)
+    if repository is None:
+        return None
+    return commit_status_refusal(policy, event.bundle, repository)

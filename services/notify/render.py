@@ -201,22 +201,34 @@ def description(e: Event) -> str:
     return text if len(text) <= DESCRIPTION_MAX else text[: DESCRIPTION_MAX - 1] + "…"
 
 
-def _commit_status(p: Provider, e: Event, s: Secrets) -> Request | None:
-    states = _GITHUB_STATE if p.type is ProviderType.GITHUB else _GITLAB_STATE
-    state = states.get(e.kind)
-    found = commit_of(e)
-    if state is None or found is None or not e.cluster:
+def commit_status_repository(p: Provider, e: Event) -> str | None:
+    """The repository a commit-status provider posts ``e``'s status on (``repository``, else
+    the path of the URL the bundle names as its source); None when it posts nothing."""
+    if p.type not in (ProviderType.GITHUB, ProviderType.GITLAB) or not e.cluster:
         return None
-    url, sha = found
-    repo = p.repository or repository_path(url)
+    states = _GITHUB_STATE if p.type is ProviderType.GITHUB else _GITLAB_STATE
+    found = commit_of(e)
+    if e.kind not in states or found is None:
+        return None
+    repo = p.repository or repository_path(found[0])
+    if p.type is ProviderType.GITHUB and repo.count("/") != 1:
+        return None  # not OWNER/REPO: a local path, or a GitLab group's project
+    return repo
+
+
+def _commit_status(p: Provider, e: Event, s: Secrets) -> Request | None:
+    repo = commit_status_repository(p, e)
+    found = commit_of(e)
+    if repo is None or found is None:
+        return None
+    sha = found[1]
+    state = (_GITHUB_STATE if p.type is ProviderType.GITHUB else _GITLAB_STATE)[e.kind]
     context = p.context or f"driftbus/{e.cluster}/{e.bundle}"
     body: dict[str, Any] = {"state": state, "description": description(e)}
     if p.target_url:
         body["target_url"] = p.target_url
     headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT}
     if p.type is ProviderType.GITHUB:
-        if repo.count("/") != 1:
-            return None  # not OWNER/REPO: a local path, or a GitLab group's project
         base = (p.api_url or "https://api.github.com").rstrip("/")
         target = f"{base}/repos/{repo}/statuses/{sha}"
         body["context"] = context

@@ -1,7 +1,8 @@
 """``driftbus notify``: follow the bus and tell the providers of every configuration what their
 alerts ask for.
 
-It follows the configurations (the ``driftbus-notify`` bucket) first, then three streams:
+It follows the configurations (the ``driftbus-notify`` bucket) and the tenant policy (what the
+platform's commit statuses may be posted on for a tenant's bundle) first, then three streams:
 bundle statuses (``driftbus.status.*.*.*.bundle``: their last one per bundle is replayed at
 start to learn each bundle's phase without sending it again, then followed live), planner
 decisions (drift corrections, from now on) and rollout transitions (from now on). Each event is
@@ -30,10 +31,11 @@ from schemas.fleet import RolloutEvent
 from schemas.messages import BundleStatus
 from schemas.notify import NotifyConfig, Provider
 from schemas.subjects import PREFIX, family_filter
+from schemas.tenants import TenantPolicy
 from services.common import bus, telemetry
 from services.common.settings import setting
 from services.fleet import registry
-from services.notify import config, egress, events, match, store
+from services.notify import config, egress, events, match, rights, store
 from services.notify.gate import Gate, Verdict
 from services.notify.render import Secrets, render
 from services.notify.send import Outbox, RetryPolicy, SecretUnreadable, read_secrets
@@ -116,6 +118,9 @@ class Notifier:
         self.labels = labels
         self._clock = clock
         self.configured: dict[str, Configured] = {}
+        self.tenants: TenantPolicy | None = None
+        """The tenant policy in force (None: not known yet, or unusable: nothing granted)."""
+        self.refusals = rights.Refusals(_sent)
         self._retired: set[asyncio.Task[None]] = set()
 
     def configure(self, key: str, cfg: NotifyConfig | None) -> None:
@@ -165,6 +170,11 @@ class Notifier:
                 p = providers[name]
                 if render(p, event, Secrets()) is None:
                     continue  # e.g. a commit status of a bundle not published from Git
+                if why := match.platform_token_refusal(c.tenant, p, event, self.tenants):
+                    if live:
+                        self.refusals.note(f"{key}/{name}", p, event, why)
+                        out.append((f"{key}/{name}", Verdict.REFUSED))
+                    continue
                 if not live:
                     c.gate.observe(name, event)
                     continue
@@ -271,6 +281,11 @@ async def _set_when(source: asyncio.Event, target: asyncio.Event) -> None:
     target.set()
 
 
+async def _all_set(*events: asyncio.Event) -> None:
+    for e in events:
+        await e.wait()
+
+
 async def _events(
     js: bus.JetStream, stream: str, subject: str, *, replay: bool, following: asyncio.Event
 ) -> AsyncIterator[tuple[events.Event, bool]]:
@@ -346,17 +361,20 @@ async def run(settings: NotifySettings) -> None:
     try:
         await bus.ensure_streams(js, manage=False)  # the planner creates them
         await bus.wait_for_stream(js, store.STREAM)  # and its bucket, right after
+        known = asyncio.Event()
         configs = asyncio.create_task(follow_configs(js, n, ready))
-        waiting = asyncio.create_task(ready.wait())
-        await asyncio.wait({configs, waiting}, return_when=asyncio.FIRST_COMPLETED)
-        if configs.done():
-            waiting.cancel()
-            await configs  # it ended: its error says why
+        tenants = asyncio.create_task(rights.follow_policy(js, n, known))
+        waiting = asyncio.create_task(_all_set(ready, known))
+        await asyncio.wait({configs, tenants, waiting}, return_when=asyncio.FIRST_COMPLETED)
+        for ended in (configs, tenants):
+            if ended.done():
+                waiting.cancel()
+                await ended  # it ended: its error says why
         log.info("following", extra={"configurations": sorted(n.configured)})
         following = {s: asyncio.Event() for s in (bus.STATUS, bus.DECISIONS, bus.ROLLOUTS)}
         health.add("streams followed", lambda: all(e.is_set() for e in following.values()))
         streams = [follow(js, n, labels, s, e) for s, e in following.items()]
-        await asyncio.gather(configs, *streams)
+        await asyncio.gather(configs, tenants, *streams)
     finally:
         await n.close()
         await session.close()

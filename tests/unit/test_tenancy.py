@@ -8,11 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import msgspec
 import orjson
 import pytest
 
 from schemas.subjects import ObjectKey
-from schemas.tenants import KindRules, Tenant, TenantPolicy
+from schemas.tenants import KindRules, Rights, Tenant, TenantPolicy
 from services.core.kyaml import documents
 from services.core.tenancy import (
     Identity,
@@ -28,6 +29,7 @@ from services.core.tenancy import (
     object_refusals,
     tenant_of,
 )
+from services.core.tenant_rbac import exposed_accounts
 
 ROOT = Path(__file__).parents[2]
 EXAMPLE = """\
@@ -717,7 +719,16 @@ def _doc_example() -> str:
 
 
 def test_the_documented_example_is_what_the_tests_read() -> None:
-    assert load_policy(_doc_example(), "docs/tenancy.md") == policy(team_a=TEAM_A)
+    """docs/tenancy.md's example: the tests' team-a, its ServiceAccount where no tenant runs
+    Pods (nothing for ``tenants apply`` to warn of), and a right granted."""
+    documented = msgspec.structs.replace(
+        TEAM_A,
+        service_account="driftbus-tenants/team-a",
+        rights=Rights(commit_status_repositories=("acme/team-a-*",)),
+    )
+    example = load_policy(_doc_example(), "docs/tenancy.md")
+    assert example == policy(team_a=documented)
+    assert exposed_accounts(example) == []
 
 
 @pytest.mark.parametrize(

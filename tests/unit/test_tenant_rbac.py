@@ -10,7 +10,12 @@ import pytest
 import yaml
 
 from services.core import tenancy
-from services.core.tenant_rbac import ROLE, impersonation_rbac, service_accounts
+from services.core.tenant_rbac import (
+    ROLE,
+    exposed_accounts,
+    impersonation_rbac,
+    service_accounts,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -85,8 +90,86 @@ def test_shipped_deploy_tenants_is_generated_from_its_tenants_file() -> None:
     example = tenancy.load_policy((here / "tenants.yaml").read_bytes(), "tenants.yaml")
     assert shipped == impersonation_rbac(example)
     assert yaml.safe_load((here / "kustomization.yaml").read_text())["resources"] == [
-        "impersonate.yaml"
+        "deployers.yaml",
+        "impersonate.yaml",
     ]
+
+
+def test_shipped_example_keeps_its_service_accounts_where_no_tenant_runs_pods() -> None:
+    """deploy/tenants/deployers.yaml makes exactly the example's ServiceAccounts, in a
+    namespace no tenant of it may manage: the documented example is one that holds."""
+    here = ROOT / "deploy" / "tenants"
+    example = tenancy.load_policy((here / "tenants.yaml").read_bytes(), "tenants.yaml")
+    docs = [d for d in yaml.safe_load_all((here / "deployers.yaml").read_text()) if d]
+    made = {
+        f"{d['metadata']['namespace']}/{d['metadata']['name']}"
+        for d in docs
+        if d["kind"] == "ServiceAccount"
+    }
+    assert made == {t.service_account for t in example.tenants.values()}
+    namespaces = {d["metadata"]["name"] for d in docs if d["kind"] == "Namespace"}
+    assert namespaces == {sa.split("/")[0] for sa in made}
+    assert exposed_accounts(example) == []
+
+
+def tenants(**bodies: str) -> Any:
+    text = "".join(f"  {name}:\n{body}" for name, body in bodies.items())
+    return tenancy.load_policy(f"tenants:\n{text}", "t.yaml")
+
+
+@pytest.mark.parametrize(
+    ("pol", "expected"),
+    [
+        pytest.param(
+            tenants(a="    serviceAccount: a/deployer\n    namespaces: [a]\n"),
+            ["tenant a may manage namespace a, where its own ServiceAccount a/deployer lives"],
+            id="in-its-own-namespace",
+        ),
+        pytest.param(
+            tenants(a="    serviceAccount: a/deployer\n"),
+            ["tenant a may manage namespace a, where its own ServiceAccount a/deployer lives"],
+            id="a-tenant-of-any-namespace",
+        ),
+        pytest.param(
+            tenants(a="    serviceAccount: a-x/deployer\n    namespaces: [a-*]\n"),
+            ["tenant a may manage namespace a-x, where its own ServiceAccount a-x/deployer"],
+            id="matched-by-a-glob",
+        ),
+        pytest.param(
+            tenants(
+                a="    serviceAccount: b/a\n    namespaces: [a]\n",
+                b="    serviceAccount: sys/b\n    namespaces: [b]\n",
+            ),
+            ["tenant b may manage namespace b, where tenant a's ServiceAccount b/a lives"],
+            id="in-another-tenants-namespace",
+        ),
+        pytest.param(
+            tenants(
+                a="    serviceAccount: sys/a\n    namespaces: [a]\n",
+                b="    serviceAccount: sys/b\n    namespaces: [b, b-*]\n",
+            ),
+            [],
+            id="where-no-tenant-manages",
+        ),
+        pytest.param(
+            tenants(
+                a="    serviceAccount: sys/a\n    namespaces: [a]\n",
+                b="    serviceAccount: sys/b\n",
+            ),
+            [
+                "tenant b may manage namespace sys, where tenant a's ServiceAccount sys/a lives",
+                "tenant b may manage namespace sys, where its own ServiceAccount sys/b lives",
+            ],
+            id="a-tenant-of-any-namespace-reaches-every-account",
+        ),
+    ],
+)
+def test_exposed_accounts(pol: Any, expected: list[str]) -> None:
+    got = exposed_accounts(pol)
+    assert len(got) == len(expected), got
+    for line, want in zip(got, expected, strict=True):
+        assert line.startswith(want), line
+        assert "driftbus-tenants" in line  # what to do instead
 
 
 def test_the_applier_is_never_granted_to_impersonate_itself() -> None:

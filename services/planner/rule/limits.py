@@ -19,6 +19,7 @@ from schemas.tenants import TenantPolicy
 from services.core import tenancy
 from services.core.manifest import ManifestError
 from services.core.scope import Scopes, UnknownScope
+from services.core.tenant_rights import override_refusal
 
 MAX_NAMED = 10
 """Objects named in one refusal message (the count says how many there are)."""
@@ -31,12 +32,15 @@ class PolicyRefused(ManifestError):
 def with_tenant_defaults(
     bundle: Bundle, policy: TenantPolicy, labels: Mapping[str, str] | None = None
 ) -> Bundle:
-    """The bundle refused outright (unknown tenant, cluster not allowed, lockdown) or with its
-    tenant's default namespace filled in where the publisher gave none. ``labels``: the
-    cluster's registry labels, which a tenant's ``clusterSelector`` must match (None: only
-    the ``clusters`` globs are checked: ``plan`` without a bus)."""
+    """The bundle refused outright (unknown tenant, cluster not allowed, lockdown,
+    ``--override-window`` without the tenant's right) or with its tenant's default namespace
+    filled in where the publisher gave none. ``labels``: the cluster's registry labels, which a
+    tenant's ``clusterSelector`` must match (None: only the ``clusters`` globs are checked:
+    ``plan`` without a bus)."""
     if why := tenancy.bundle_refusal(policy, bundle.bundle, bundle.cluster, labels):
         raise PolicyRefused(why)
+    if bundle.options.override_window and (why := override_refusal(policy, bundle.bundle)):
+        raise PolicyRefused(why)  # whole: held by the window instead, it would go in unasked
     default = tenancy.default_namespace(policy, bundle.bundle)
     if not default or bundle.options.namespace:
         return bundle

@@ -30,6 +30,7 @@ from services.common import bus, heap
 from services.common.bundles import BundleError, load_manifests
 from services.core.manifest import ManifestError, apply_order, check_bundle_name
 from services.core.scope import UnknownScope
+from services.core.tenant_rights import override_refusal
 from services.planner.memory.cluster import ClusterState
 from services.planner.memory.codebook import Codebook
 from services.planner.rule import holds, limits, messages, takeover
@@ -134,6 +135,11 @@ class BundleIntake:
                         "; ".join(now_outside[:3]),
                     )
                 view.outside = now_outside
+                self.board.mark(ident)
+            if view.name in st.overrides and (why := override_refusal(policy, view.name)):
+                # a right taken back: the revision in force is held by the windows from now on
+                log.warning("bundle %s/%s: override ended: %s", *ident, why)
+                st.overrides.discard(view.name)
                 self.board.mark(ident)
         self._requeue(list(self._awaiting_policy.values()))
 
