@@ -164,7 +164,8 @@ async def pull(client: RegistryClient, ref: Reference, dest: Path, limits: Input
         )
     check_digest(digest, f"{where}: layer digest")
     data = await client.blob(where, digest, size, limit=limits.max_file_bytes)
-    unpack(data, dest, limits, f"{where} (layer {digest[:19]})")
+    # off the event loop: the source service follows other bundles meanwhile
+    await asyncio.to_thread(unpack, data, dest, limits, f"{where} (layer {digest[:19]})")
     annotations = manifest.get("annotations")
     notes = (
         {str(k): str(v) for k, v in annotations.items()} if isinstance(annotations, dict) else {}

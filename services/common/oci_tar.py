@@ -38,6 +38,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import re
+import struct
 import zlib
 from collections.abc import Iterator
 from typing import Final
@@ -52,6 +54,7 @@ MAX_PATH_BYTES: Final = 1024
 MAX_NAME_BYTES: Final = 255
 """Bytes of one component of a path (NAME_MAX)."""
 _BLOCK: Final = 512
+_CONTROL: Final = re.compile("[\x00-\x1f\x7f\ufffd]")  # control characters, or not UTF-8
 _CHUNK: Final = 256 * 1024
 _FILE_TYPES: Final = frozenset(b"0\x007")  # regular (and contiguous: a regular file too)
 _REFUSED: Final = {
@@ -216,9 +219,8 @@ def _check_header(header: bytes, what: str) -> tuple[int, int]:
     if magic not in (b"ustar\x0000", b"ustar  \x00"):
         raise OciError(f"{what}: a block that is not a ustar, pax or GNU tar header: refused")
     stored = _number(header[148:156], what)
-    unsigned = sum(header[:148]) + 8 * 32 + sum(header[156:])
-    signed = unsigned - 2 * sum(b for b in header[:148] + header[156:] if b > 127)
-    if stored not in (unsigned, signed):
+    unsigned = 256 + sum(header[:148]) + sum(header[156:])  # the field itself read as spaces
+    if stored != unsigned and stored != 256 + sum(struct.unpack_from("148b8x356b", header)):
         raise OciError(f"{what}: a tar header whose checksum is wrong: refused")
     return header[156], _number(header[124:136], what)
 
@@ -308,7 +310,7 @@ def _name(header: bytes, pending: dict[str, str], what: str) -> str:
 
 def _normalised(name: str, where: str) -> str:
     """``name`` relative and clean (``./a//b/`` is ``a/b``), or OciError saying why not."""
-    if any(ord(c) < 32 or ord(c) == 127 for c in name) or "\ufffd" in name:
+    if _CONTROL.search(name):
         raise OciError(f"{where}: a name with a control character or not UTF-8: refused")
     if name.startswith("/"):
         raise OciError(f"{where}: an absolute path: refused (out of the artifact)")

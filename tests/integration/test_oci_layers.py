@@ -19,8 +19,10 @@ from pathlib import Path
 
 import orjson
 import pytest
+from nats.aio.client import Client as NATS
 
-from harness.pipeline import Pipeline
+from harness.pipeline import Pipeline, StatusWatch
+from schemas.messages import SourcePhase
 from services.common import oci, oci_client
 from services.common.kube import KubeClient
 
@@ -116,6 +118,27 @@ async def test_a_chain_of_links_in_a_layer_is_refused_and_nothing_lands_outside(
     assert len(err.strip().splitlines()) == 1, err
     assert f"'{member}': a symbolic link" in err, err
     assert "refused" in err, err
+    assert sorted(p.name for p in tmp.iterdir()) == [], "written outside the unpack directory"
+
+
+async def test_the_source_service_refuses_the_chain_too_and_keeps_following(
+    pipeline: Pipeline, pnc: NATS, tmp_path: Path, registry: Registry
+) -> None:
+    url = await push_layer(registry, path_max_chain())
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    pipeline.role_env["source"] = {"TMPDIR": str(tmp)}
+    bundle = unique_name("src")
+    watch = StatusWatch()
+    await watch.start(pnc, pipeline.cluster, bundle)
+    pipeline.start(
+        "source", None, "--cluster", pipeline.cluster, "--bundle", bundle, "--oci", url,
+        "--namespace", "default", "--interval", "1",
+    )  # fmt: skip
+    status = await watch.source_status(lambda s: s.phase is SourcePhase.FAILED, 90, pipeline.logs)
+    assert "'a': a symbolic link" in status.message, status
+    assert "refused" in status.message, status
+    assert pipeline.procs["source"].alive(), pipeline.logs()
     assert sorted(p.name for p in tmp.iterdir()) == [], "written outside the unpack directory"
 
 
