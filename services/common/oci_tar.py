@@ -139,8 +139,9 @@ def walk(data: bytes, limits: InputLimits, what: str) -> Iterator[tuple[Entry, I
     """Each file and directory of the gzipped tarball ``data`` with its content (read it before
     asking for the next entry, or it is skipped); ``OciError`` naming the member for anything
     the rules above refuse, ``zlib.error`` for what is not gzip."""
-    # every byte read is a header (bounded in number and size) or a file's (bounded in all):
-    # the cap only stops a stream that goes on past what the walk would read anyway
+    # every byte read is a header's (at most 8 × max_files of them, each bounded) or a file's
+    # (bounded in all); the cap bounds their sum, so that many large pax headers cannot keep
+    # the walk decompressing for minutes
     cap = limits.bundle_max_bytes + 8 * limits.max_files * 2 * _BLOCK + 2 * MAX_HEADER_DATA
     stream = _Gunzip(data, what, cap)
     pending: dict[str, str] = {}

@@ -4,6 +4,7 @@ before anything is written, within bounded memory."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import os
@@ -12,12 +13,15 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from services.common import oci_tar
 from services.common.limits import InputLimits
 from services.common.oci import OciError
 from services.common.oci_artifact import unpack
 
+from ..fuzzing import DEADLINE, examples
 from ..hostile_layers import HEADER_BYPASSES, link_chain, path_max_chain, tar, tgz
 
 LIMITS = InputLimits()
@@ -177,3 +181,33 @@ def test_the_check_writes_nothing_and_lists_what_would_be_written() -> None:
         ("d", True, 0),
         ("d/a.yaml", False, 5),
     ]
+
+
+_SEED = tar(
+    [
+        ("d", "dir", ""),
+        ("d/a.yaml", "file", b"a: 1\n"),
+        ("/".join(["p" * 90] * 3) + "/long.yaml", "file", b"b: 2\n"),  # a pax path
+    ]
+)
+
+
+@settings(max_examples=examples(300), deadline=DEADLINE, suppress_health_check=list(HealthCheck))
+@given(
+    edits=st.lists(st.tuples(st.integers(0, len(_SEED) - 1), st.integers(0, 255)), max_size=8),
+    cut=st.integers(0, len(_SEED)),
+)
+def test_fuzz_a_mangled_layer_is_read_or_refused_never_crashes(
+    tmp_path_factory: pytest.TempPathFactory, edits: list[tuple[int, int]], cut: int
+) -> None:
+    raw = bytearray(_SEED)
+    for at, value in edits:
+        raw[at] = value
+    for block in range(0, len(raw) - 511, 512):  # checksums made right: the parser is reached
+        if raw[block + 257 : block + 262] == b"ustar":
+            raw[block + 148 : block + 156] = b" " * 8
+            raw[block + 148 : block + 155] = b"%06o\0" % sum(raw[block : block + 512])
+    dest = tmp_path_factory.mktemp("fuzz")
+    with contextlib.suppress(OciError):
+        unpack(tgz(bytes(raw[: cut or None])), dest, LIMITS, WHAT)
+    assert all(not p.is_symlink() for p in dest.rglob("*"))
