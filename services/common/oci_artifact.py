@@ -130,7 +130,7 @@ async def pull(client: RegistryClient, ref: Reference, dest: Path, limits: Input
     if media not in (OCI_MANIFEST, DOCKER_MANIFEST):
         raise OciError(
             f"{where}: a {media or 'manifest of no media type'}, not an image manifest of a "
-            "Flux artifact or Helm chart (an image index is not read)"
+            "Flux, Helm or generic artifact (an image index is not read)"
         )
     config: dict[str, Any] = manifest.get("config") or {}
     if not isinstance(config, dict):
