@@ -92,7 +92,7 @@ def oci_access(args: argparse.Namespace) -> Any:
 
 
 def load_oci(args: argparse.Namespace, limits: Any, allow_remote: bool) -> Any:
-    """``--oci``: the artifact (Flux's format) or chart the reference names, or the newest tag
+    """``--oci``: the artifact (Flux's, or generic) or chart the reference names, or the newest tag
     in ``--semver``; its manifest's digest is the revision (``oci_artifact``)."""
     import asyncio
 
@@ -208,7 +208,8 @@ def add_source_args(p: argparse.ArgumentParser, *, fleet: bool = False) -> None:
     p.add_argument(
         "--oci",
         metavar="URL",
-        help="read a Flux-format OCI artifact or a Helm chart from a registry: "
+        help="read a Flux-format OCI artifact, a Helm chart or a generic artifact of one "
+        "tar+gzip layer (oras push, Argo CD) from a registry: "
         "oci://REGISTRY/REPO:TAG, …@sha256:DIGEST, or with --semver; the manifest's digest is "
         "the revision (docs/oci.md)",
     )

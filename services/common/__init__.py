@@ -36,9 +36,9 @@ Reading manifests (``publish``, ``plan``, ``source``):
 - ``documents`` — one file's YAML or JSON documents to keyed objects, within the limits.
 - ``oci`` — OCI references, media types, registry credentials, semver over tags; ``oci_client``
   the distribution API over aiohttp (digests verified, size limits), ``oci_auth`` its 401
-  challenges and bearer tokens, ``oci_artifact`` Flux-format artifacts pushed, pulled, safely
-  unpacked and read (charts through ``load_helm``), ``oci_tar`` an artifact's tar headers
-  walked before tarfile reads them.
+  challenges and bearer tokens, ``oci_artifact`` Flux-format, Helm and generic artifacts pushed,
+  pulled, unpacked and read (charts through ``load_helm``), ``oci_tar`` the one bounded reader
+  of a layer (files and directories only, every header checked before anything is written).
 - ``sops`` — SOPS-encrypted Secrets: the publisher's checks, the original metadata recorded,
   the binding to the namespace and name a file was encrypted with (decrypted by the real sops
   in ``services.applier.decrypt`` only).

@@ -4,7 +4,10 @@ and the credentials a registry is asked with (pure but for reading a credentials
 ``oci://REGISTRY/REPOSITORY[:TAG][@sha256:DIGEST]`` names a manifest in a registry speaking the
 OCI distribution API: an artifact in Flux's format (``flux push artifact``, ``driftbus push``:
 one ``application/vnd.cncf.flux.content.v1.tar+gzip`` layer, a tarball of manifest files) or a
-Helm chart (``helm push``: one ``application/vnd.cncf.helm.chart.content.v1.tar+gzip`` layer).
+Helm chart (``helm push``: one ``application/vnd.cncf.helm.chart.content.v1.tar+gzip`` layer),
+or a generic artifact whose one layer is a tar+gzip of manifests (``oras push``; what Argo CD's
+``oci://`` source reads: ``application/vnd.oci.image.layer.v1.tar+gzip`` or Argo CD's
+``application/vnd.cncf.argoproj.argocd.content.v1.tar+gzip``), whatever its config.
 A digest, when given, is what is read (the tag then only documents it); without one the tag is
 resolved to a digest once, and everything after is read by that digest. The digest becomes the
 bundle's revision.
@@ -38,6 +41,8 @@ FLUX_CONFIG = "application/vnd.cncf.flux.config.v1+json"
 FLUX_CONTENT = "application/vnd.cncf.flux.content.v1.tar+gzip"
 HELM_CONFIG = "application/vnd.cncf.helm.config.v1+json"
 HELM_CONTENT = "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
+OCI_LAYER_GZIP = "application/vnd.oci.image.layer.v1.tar+gzip"
+ARGOCD_CONTENT = "application/vnd.cncf.argoproj.argocd.content.v1.tar+gzip"
 ANNOTATION_SOURCE = "org.opencontainers.image.source"
 ANNOTATION_REVISION = "org.opencontainers.image.revision"
 ANNOTATION_CREATED = "org.opencontainers.image.created"

@@ -1,23 +1,29 @@
 """OCI artifacts in and out: ``driftbus push`` writes a directory as Flux does
-(``flux push artifact``), ``publish --oci`` and ``source --oci`` read one back — a Flux artifact
-or a Helm chart ``helm push`` stored — into manifests.
+(``flux push artifact``), ``publish --oci`` and ``source --oci`` read one back — a Flux artifact,
+a Helm chart ``helm push`` stored, or a generic artifact of one tar+gzip layer (``oras push``,
+what Argo CD's ``oci://`` source reads) — into manifests.
 
 **Written** (``push``): an OCI image manifest whose config is ``{}`` of media type
 ``application/vnd.cncf.flux.config.v1+json`` and whose one layer, of media type
 ``application/vnd.cncf.flux.content.v1.tar+gzip``, is a gzipped tarball of the directory's
 regular files (paths relative to it, owner 0, time 0, sorted: the same directory packs to the
-same layer); annotations ``org.opencontainers.image.source``, ``.revision`` and ``.created``.
+same layer; no links); annotations ``org.opencontainers.image.source``, ``.revision`` and
+``.created``.
 
 **Read** (``pull``): the manifest (by digest, or the tag resolved to one, or the newest tag in a
-semver range), then its content layer, each checked against its digest (``oci_client``). The
-layer is unpacked into a temporary directory by ``unpack``, which refuses what could reach
-outside it — absolute names, ``..``, links leaving the directory (``confine``), device files,
-FIFOs — and what is too big: the layer and each member within ``max_file_bytes``, the members
-within ``4 × max_files`` and all of them within ``bundle_max_bytes`` (``limits``). Then
-``load_pulled`` reads it as ``publish DIR`` would (a kustomization rendered), or a chart with
-the Helm path of ``load.load_helm`` (release, namespace, values, sets). The bundle's revision is
-the manifest's digest; its source ``oci://registry/repo:tag@sha256:…``, what rendered it and the
-origin the artifact names (``[origin: SOURCE REVISION]``, its annotations).
+semver range), then its content layer, each checked against its digest (``oci_client``): the
+layer of the config's kind (Flux, Helm), else the one layer of an artifact whose layer is
+``application/vnd.oci.image.layer.v1.tar+gzip`` or Argo CD's
+``application/vnd.cncf.argoproj.argocd.content.v1.tar+gzip`` (any config). The layer is
+unpacked into a temporary directory by ``unpack``, through the one bounded reader of a layer
+(``oci_tar``): regular files and directories only (a link of any kind, a device, a FIFO is
+refused naming it), no absolute name, no ``..``, bounded paths, headers, members
+(``4 × max_files``), sizes (each within ``max_file_bytes``, all within ``bundle_max_bytes``:
+``limits``), everything checked before anything is written. Then ``load_pulled`` reads it as
+``publish DIR`` would (a kustomization rendered), or a chart with the Helm path of
+``load.load_helm`` (release, namespace, values, sets). The bundle's revision is the manifest's
+digest; its source ``oci://registry/repo:tag@sha256:…``, what rendered it and the origin the
+artifact names (``[origin: SOURCE REVISION]``, its annotations).
 """
 
 from __future__ import annotations
@@ -45,11 +51,13 @@ from services.common.oci import (
     ANNOTATION_CREATED,
     ANNOTATION_REVISION,
     ANNOTATION_SOURCE,
+    ARGOCD_CONTENT,
     DOCKER_MANIFEST,
     FLUX_CONFIG,
     FLUX_CONTENT,
     HELM_CONFIG,
     HELM_CONTENT,
+    OCI_LAYER_GZIP,
     OCI_MANIFEST,
     OciAccess,
     OciError,
@@ -58,9 +66,10 @@ from services.common.oci import (
     newest_matching,
 )
 from services.common.oci_client import RegistryClient
-from services.common.oci_tar import check_headers
+from services.common.oci_tar import extract
 
 KINDS = {FLUX_CONFIG: ("flux", FLUX_CONTENT), HELM_CONFIG: ("helm", HELM_CONTENT)}
+GENERIC_CONTENT = (OCI_LAYER_GZIP, ARGOCD_CONTENT)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,7 +78,8 @@ class Pulled:
 
     ref: Reference
     kind: str
-    """``flux`` (a tarball of manifests) or ``helm`` (a chart)."""
+    """``flux`` (a tarball of manifests), ``helm`` (a chart) or ``oci`` (a generic artifact:
+    one tar+gzip layer of manifests, as ``oras push`` writes and Argo CD reads)."""
     directory: Path
     annotations: dict[str, str]
 
@@ -120,25 +130,30 @@ async def pull(client: RegistryClient, ref: Reference, dest: Path, limits: Input
     if media not in (OCI_MANIFEST, DOCKER_MANIFEST):
         raise OciError(
             f"{where}: a {media or 'manifest of no media type'}, not an image manifest of a "
-            "Flux artifact or Helm chart (an image index is not read)"
+            "Flux, Helm or generic artifact (an image index is not read)"
         )
     config: dict[str, Any] = manifest.get("config") or {}
     if not isinstance(config, dict):
         raise OciError(f"{where}: the manifest's config is not an object")
-    kind, content = KINDS.get(str(config.get("mediaType", "")), ("", ""))
-    if not kind:
-        raise OciError(
-            f"{where}: config of media type {config.get('mediaType')!r}: neither a Flux "
-            f"artifact ({FLUX_CONFIG}) nor a Helm chart ({HELM_CONFIG})"
-        )
     listed = manifest.get("layers") or []
     if not isinstance(listed, list):
         raise OciError(f"{where}: the manifest's layers are not a list")
-    layers = [
-        layer for layer in listed if isinstance(layer, dict) and layer.get("mediaType") == content
-    ]
-    if len(layers) != 1:
-        raise OciError(f"{where}: expected one {content} layer, found {len(layers)}")
+    kind, content = KINDS.get(str(config.get("mediaType", "")), ("", ""))
+    if kind:
+        layers = [x for x in listed if isinstance(x, dict) and x.get("mediaType") == content]
+        if len(layers) != 1:
+            raise OciError(f"{where}: expected one {content} layer, found {len(layers)}")
+    else:  # a generic artifact (oras push, Argo CD's oci:// source): one layer, tar+gzip
+        kind, layers = "oci", [x for x in listed if isinstance(x, dict)]
+        layer_media = str(layers[0].get("mediaType")) if len(layers) == 1 else ""
+        if layer_media not in GENERIC_CONTENT:
+            of = f" of type {layer_media!r}" if layer_media else ""
+            raise OciError(
+                f"{where}: config of media type {config.get('mediaType')!r}, "
+                f"{len(layers)} layer(s){of}: neither "
+                f"a Flux artifact ({FLUX_CONFIG}), a Helm chart ({HELM_CONFIG}) nor an artifact "
+                f"of one layer of {' or '.join(GENERIC_CONTENT)}"
+            )
     digest, size = str(layers[0].get("digest", "")), layers[0].get("size")
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
         raise OciError(f"{where}: the content layer has no size")
@@ -149,7 +164,8 @@ async def pull(client: RegistryClient, ref: Reference, dest: Path, limits: Input
         )
     check_digest(digest, f"{where}: layer digest")
     data = await client.blob(where, digest, size, limit=limits.max_file_bytes)
-    unpack(data, dest, limits, f"{where} (layer {digest[:19]})")
+    # off the event loop: the source service follows other bundles meanwhile
+    await asyncio.to_thread(unpack, data, dest, limits, f"{where} (layer {digest[:19]})")
     annotations = manifest.get("annotations")
     notes = (
         {str(k): str(v) for k, v in annotations.items()} if isinstance(annotations, dict) else {}
@@ -161,66 +177,16 @@ async def pull(client: RegistryClient, ref: Reference, dest: Path, limits: Input
 
 
 def unpack(data: bytes, dest: Path, limits: InputLimits, what: str) -> None:
-    """Extract the gzipped tarball ``data`` into ``dest``, refusing (``OciError``) any member
-    that would land outside it or is not a regular file, directory or link inside it, and
-    anything over the limits. Nothing is extracted when a member is refused."""
-    total = 0
-    members: list[tarfile.TarInfo] = []
+    """Extract the gzipped tarball ``data`` into ``dest`` through the one bounded reader
+    (``oci_tar``): every header is checked before anything is written, only regular files and
+    directories are written, and a link, a path out of ``dest``, an oversized header or member
+    refuses the whole layer (``OciError`` naming the member); nothing is written then."""
     try:
-        # before tarfile reads a header: it holds a long-name or pax header whole in memory;
-        # room for every member's header and padding (the members' own limits are checked
-        # after, on what tarfile reads, with their own messages)
-        cap = 2 * limits.bundle_max_bytes + 1024 * (4 * limits.max_files + 2) + 16 * 2**20
-        check_headers(data, what, cap)
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-            for member in tar:
-                members.append(member)
-                if len(members) > 4 * limits.max_files:
-                    raise OciError(
-                        f"{what}: over {4 * limits.max_files:,} members, four times the limit "
-                        f"of files per bundle ({setting_name('max_files')})"
-                    )
-                _check_member(member, what)
-                total += member.size
-                if member.size > limits.max_file_bytes:
-                    raise OciError(
-                        f"{what}: {member.name}: {member.size:,} bytes, over the "
-                        f"{limits.max_file_bytes:,}-byte limit ({setting_name('max_file_bytes')})"
-                    )
-                if total > limits.bundle_max_bytes:
-                    raise OciError(
-                        f"{what}: unpacks to over {limits.bundle_max_bytes:,} bytes "
-                        f"({setting_name('bundle_max_bytes')})"
-                    )
-            # the "data" filter refuses the same again (absolute, .., links out, devices)
-            tar.extractall(dest, members=members, filter="data")
-    except (tarfile.TarError, EOFError, OSError, gzip.BadGzipFile, zlib.error) as exc:
+        extract(data, dest, limits, what)
+    except zlib.error as exc:
         raise OciError(f"{what}: not a readable .tar.gz: {exc}") from None
-    try:
-        refuse_links_out(dest, f"{what}: ", "the artifact")
-    except ConfinementError as exc:
-        raise OciError(str(exc)) from None
-
-
-def _check_member(member: tarfile.TarInfo, what: str) -> None:
-    name = PurePosixPath(member.name)
-    where = f"{what}: {member.name[:200]!r}"
-    if name.is_absolute() or ".." in name.parts:
-        raise OciError(f"{where}: a path out of the artifact (absolute or with ..): refused")
-    if member.isfile() or member.isdir():
-        return
-    if member.issym() or member.islnk():
-        target = PurePosixPath(member.linkname)
-        base = name.parent if member.issym() else PurePosixPath(".")
-        depth = 0
-        for part in (base / target).parts:
-            depth += -1 if part == ".." else (0 if part == "." else 1)
-            if depth < 0:
-                break
-        if target.is_absolute() or depth < 0:
-            raise OciError(f"{where}: a link to {member.linkname[:200]!r}, out of the artifact")
-        return
-    raise OciError(f"{where}: a device, FIFO or other special file: refused")
+    except OSError as exc:
+        raise OciError(f"{what}: cannot unpack: {exc.strerror or exc}") from None
 
 
 def pack(directory: Path) -> bytes:

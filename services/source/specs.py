@@ -69,7 +69,8 @@ class SourceSettings(bus.NatsSettings):
     oci: str = setting(
         "",
         "OCI repository to follow instead: oci://REGISTRY/REPO (with --tag or --semver), "
-        "or with :TAG or @DIGEST; a Flux artifact or a Helm chart (docs/oci.md)",
+        "or with :TAG or @DIGEST; a Flux artifact, a Helm chart or a generic artifact of one "
+        "tar+gzip layer (docs/oci.md)",
     )
     oci_username: str = setting("", "registry user (with --oci-password-file)")
     oci_password_file: str = setting("", "file holding the registry password or token")

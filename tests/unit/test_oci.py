@@ -230,14 +230,15 @@ def test_a_directory_with_a_link_out_of_it_is_not_packed(tmp_path: Path) -> None
 @pytest.mark.parametrize(
     ("entry", "error"),
     [
-        ((member("/etc/cron.d/x"), b"x"), "a path out of the artifact"),
-        ((member("../x.yaml"), b"x"), "a path out of the artifact"),
-        ((member("a/../../x.yaml"), b"x"), "a path out of the artifact"),
-        ((member("l", tarfile.SYMTYPE, "/etc/passwd"), b""), "a link to '/etc/passwd'"),
-        ((member("d/l", tarfile.SYMTYPE, "../../x"), b""), "out of the artifact"),
-        ((member("h", tarfile.LNKTYPE, "../x"), b""), "out of the artifact"),
-        ((member("dev", tarfile.CHRTYPE), b""), "a device, FIFO or other special file"),
-        ((member("fifo", tarfile.FIFOTYPE), b""), "a device, FIFO or other special file"),
+        ((member("/etc/cron.d/x"), b"x"), "'/etc/cron.d/x': an absolute path: refused"),
+        ((member("../x.yaml"), b"x"), r"'\.\./x.yaml': a path with '\.\.': refused"),
+        ((member("a/../../x.yaml"), b"x"), r"a path with '\.\.': refused"),
+        ((member("l", tarfile.SYMTYPE, "/etc/passwd"), b""),
+         r"'l': a symbolic link \(to '/etc/passwd'\): refused"),
+        ((member("d/l", tarfile.SYMTYPE, "../../x"), b""), "'d/l': a symbolic link"),
+        ((member("h", tarfile.LNKTYPE, "../x"), b""), "'h': a hard link"),
+        ((member("dev", tarfile.CHRTYPE), b""), "'dev': a character device: refused"),
+        ((member("fifo", tarfile.FIFOTYPE), b""), "'fifo': a FIFO: refused"),
     ],
     ids=["absolute", "dotdot", "nested-dotdot", "symlink-absolute", "symlink-up",
          "hardlink-up", "device", "fifo"],
@@ -254,14 +255,17 @@ def test_an_unsafe_member_is_refused_and_nothing_is_extracted(
     assert not (tmp_path / "x.yaml").exists()
 
 
-def test_a_link_inside_the_artifact_is_kept(tmp_path: Path) -> None:
+def test_a_link_inside_the_artifact_is_refused_too(tmp_path: Path) -> None:
+    # issue 41: links are never written (driftbus, Flux and Helm push none); one inside today
+    # is the first link of a chain that leads out tomorrow
     data = tarball(
         (member("d", tarfile.DIRTYPE), b""),
         (member("d/a.yaml"), b"a: 1\n"),
         (member("d/l.yaml", tarfile.SYMTYPE, "a.yaml"), b""),
     )
-    unpack(data, tmp_path, LIMITS, "artifact")
-    assert (tmp_path / "d" / "l.yaml").read_text() == "a: 1\n"
+    with pytest.raises(OciError, match=r"'d/l.yaml': a symbolic link \(to 'a.yaml'\): refused"):
+        unpack(data, tmp_path, LIMITS, "artifact")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_an_artifact_over_the_limits_is_refused(tmp_path: Path) -> None:
