@@ -18,7 +18,8 @@ rollout log lacks. Each has a message id of its own, so nothing is sent twice.
 
 A test hook (off unless set; for tests only): ``DRIFTBUS_TEST_DRIVER_EXIT_FILE`` names a file; a
 driver that finds it right after a state write whose tick places anything deletes it and kills
-its own process (SIGKILL) before the first placement, the one moment recovery exists for.
+its own process (SIGKILL) before the first placement, the one moment recovery exists for, or
+stops it (SIGSTOP: a stall past the lease) when the file says ``STOP``.
 """
 
 from __future__ import annotations
@@ -314,17 +315,20 @@ class Driver:
 
 
 def _exit_hook(tick: Tick) -> None:
-    """The test hook: killed between the state write and the first placement (off unless
-    ``DRIFTBUS_TEST_DRIVER_EXIT_FILE`` names a file that exists; the file is used once)."""
+    """The test hook: killed (or stopped) between the state write and the first placement
+    (off unless ``DRIFTBUS_TEST_DRIVER_EXIT_FILE`` names a file that exists; used once)."""
     path = os.environ.get(EXIT_FILE_HOOK)
     if not path or not tick.actions:
         return
     try:
+        with open(path) as f:
+            stop = f.read().strip() == "STOP"
         os.remove(path)
     except FileNotFoundError:
         return
-    log.warning("test hook %s: killed after the state write, before the placements", path)
-    os.kill(os.getpid(), signal.SIGKILL)
+    how = signal.SIGSTOP if stop else signal.SIGKILL
+    log.warning("test hook %s: %s after the state write, before the placements", path, how.name)
+    os.kill(os.getpid(), how)
 
 
 def _running(stored: Stored | None, seq: int) -> bool:

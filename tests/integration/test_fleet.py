@@ -6,9 +6,11 @@ decision records and its bundle subject, what is in it from its own API server."
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import datetime as dt
 import json
+import signal
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +24,13 @@ from harness.pipeline import StatusWatch
 from schemas.codec import decode, encode
 from schemas.fleet import RolloutPhase, RolloutSpec
 from schemas.messages import BundleOptions, BundlePhase, ObjectPhase, ObjectStatus
-from schemas.subjects import ObjectKey, bundle_subject, fleet_subject, object_status_subject
+from schemas.subjects import (
+    ObjectKey,
+    bundle_subject,
+    fleet_subject,
+    object_status_subject,
+    rollout_event_subject,
+)
 from services.common import bus, policy
 from services.common.kube import KubeClient
 from services.common.members import STALE_AFTER, heartbeats, serving
@@ -600,6 +608,8 @@ async def test_a_driver_killed_between_the_state_write_and_the_placements_repeat
         assert state is not None
         assert state.step == 1, state
         assert state.clusters[PROD_A].state == "assigned", state.clusters
+        # written, not placed: the state says more than the bus (until the next driver)
+        assert await placed_revisions(w.nc, PROD_A, w.bundle) == []
         await w.phase(RolloutPhase.COMPLETE, "r1", within=180)
     finally:
         w.fleet.exit_file.unlink(missing_ok=True)
@@ -612,6 +622,56 @@ async def test_a_driver_killed_between_the_state_write_and_the_placements_repeat
     for cluster in w.fleet.names():
         assert await placed_revisions(w.nc, cluster, w.bundle) == ["r1"], cluster
         await until(f"{cluster} written", lambda c=cluster: _has(w, c, {"k"}), 60, w.fleet.logs)
+
+
+async def test_a_driver_stopped_past_its_lease_publishes_nothing_when_it_wakes(
+    world: World,
+) -> None:
+    """Issue 41 item 12. The lease holder stalls (SIGSTOP, by the driver's test hook) right
+    after the state write that starts step 2, before its placements; the other replica takes
+    the lease and finishes the rollout. Woken (SIGCONT), the stalled driver asks its lease
+    before it publishes, finds it ran out, and publishes nothing: every placement and event
+    message id is sent once, by the driver that took over."""
+    w = world
+    sent: collections.Counter[str] = collections.Counter()
+
+    async def on_msg(msg: Any) -> None:
+        sent[(msg.headers or {}).get("Nats-Msg-Id", "")] += 1
+
+    for cluster in w.fleet.names():
+        await w.nc.subscribe(bundle_subject(cluster, w.bundle), cb=on_msg)
+    await w.nc.subscribe(rollout_event_subject(w.bundle), cb=on_msg)
+    spec = RolloutSpec(steps=["env=canary", "region=eu"], bake=2, step_timeout=180)
+    await w.publish("r1", w.configmaps("s"), rollout=spec)
+
+    async def baking() -> Any:
+        s = await rollout_state(w.nc, w.bundle)
+        return s if s is not None and s.ready_since is not None and s.step == 0 else None
+
+    await until("canary baking", baking, 120, w.fleet.logs)
+    holder = await _driver(w)
+    proc = w.fleet.home.procs[holder]
+    w.fleet.exit_file.write_text("STOP")
+    try:
+        await until("the driver stopped", lambda: _gone(w.fleet.exit_file), 60, w.fleet.logs)
+        await w.phase(RolloutPhase.COMPLETE, "r1", within=180)
+    finally:
+        w.fleet.exit_file.unlink(missing_ok=True)
+        proc.proc.send_signal(signal.SIGCONT)
+
+    async def woke() -> bool:
+        """It found its lease gone, or it published again (a driver that does not ask)."""
+        log = await asyncio.to_thread(proc.log_path.read_text, errors="replace")
+        return "the rollout driver lease ran out" in log or any(n > 1 for n in sent.values())
+
+    await until("the stalled driver awake", woke, 60, w.fleet.logs)
+    await w.nc.flush()
+    repeated = {msg_id: n for msg_id, n in sent.items() if n > 1}
+    assert not repeated, f"published again after the lease ran out: {repeated}"
+    events = w.events.of(w.bundle)
+    assert [e.event for e in events] == ["started", "step", "step", "complete"], events
+    for cluster in w.fleet.names():
+        assert await placed_revisions(w.nc, cluster, w.bundle) == ["r1"], cluster
 
 
 async def test_git_into_a_fleet_rolls_each_commit_out_in_waves(world: World) -> None:
@@ -638,6 +698,10 @@ async def test_git_into_a_fleet_rolls_each_commit_out_in_waves(world: World) -> 
             await until(f"{cluster} g2", lambda c=cluster: _has(w, c, {"g2"}), 60, w.fleet.logs)
     finally:
         w.fleet.home.procs[f"source-{w.bundle}"].stop(timeout=10)
+
+
+async def _gone(path: Path) -> bool:
+    return not await asyncio.to_thread(path.exists)
 
 
 async def _other_driver(w: World, holder: str) -> bool:
