@@ -6,7 +6,9 @@ bundle-wide rules included (an undefined tenant, platform bundles under lockdown
 driver asks it of every cluster a fleet bundle names, and names the clusters refused in the
 rollout's status rather than leaving them out silently. ``tenancy.bundle_refusal`` asks
 ``cluster_problem`` of each bundle the planner takes, with the cluster's labels when its caller
-has them. Pure: the registry is read by the caller.
+has them. ``credentials_refusal`` holds a tenant's fleet placements to the clusters of its NATS
+publisher as the admin recorded them (the driver publishes for every tenant, so the NATS server
+cannot). Pure: the registry and the record are read by the caller.
 """
 
 from __future__ import annotations

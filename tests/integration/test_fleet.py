@@ -528,6 +528,17 @@ async def test_a_tenants_fleet_publish_reaches_no_cluster_its_nats_credentials_d
             )
             assert await w.values(prod) == set()
         assert any(e.event == "excluded" for e in w.events.of(w.bundle))
+        # the admin grants prod-a too, with the command that records the lists: followed live,
+        # prod-a joins the fleet
+        code, out, err = await driftbus(
+            w.fleet,
+            *("nats-config", "--cluster", CANARY, "--cluster", PROD_A),
+            *("--tenant", f"{tenant}={CANARY},{PROD_A}", "--record"),
+        )
+        assert code == 0, err
+        assert "recorded: 1 tenants" in out, out
+        await until("prod-a joined", lambda: _has(w, PROD_A, {"mine"}), 90, w.fleet.logs)
+        assert await placed_revisions(w.nc, PROD_B, w.bundle) == []
     finally:
         await tenants_kv.delete("credentials")
         await policy.put_policy(w.js, tenancy.load_policy("tenants: {}", "tenants.yaml"))
