@@ -123,6 +123,11 @@ class Bundle(Message, frozen=True, tag=tag("bundle")):
     fleet: bool = False
     """Placed by a fleet bundle's rollout (``driftbus publish --selector``, docs/fleet.md): the
     rollout driver decides which revision this cluster gets."""
+    fencing_token: Annotated[int, Meta(ge=0)] = 0
+    """Of a fleet placement: the rollout driver's lease token (the KV revision that made the
+    lease its own). The planner refuses a placement whose token is lower than one it has taken
+    for the bundle: it comes from a driver deposed while it was stalled. 0: not the driver's
+    (a user's publish, a ``driftbus rollback``), never refused for it."""
 
 
 class BundleControl(Message, frozen=True, tag=tag("bundle-control")):

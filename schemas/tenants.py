@@ -90,3 +90,17 @@ class TenantPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit
     lockdown: bool = False
     """Refuse platform bundles (those of no tenant)."""
     tenants: dict[TenantName, Tenant] = {}
+
+
+ClusterName = Annotated[str, Meta(pattern=DNS_LABEL, description="a cluster's name")]
+
+
+class TenantCredentials(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The clusters each tenant's NATS publisher (``tenant-<name>``) may publish to, as
+    ``driftbus nats-config --tenant NAME=CLUSTER[,CLUSTER] --record`` grants and records them
+    (key ``credentials`` of the tenants bucket, written by the admin). The rollout driver holds a
+    tenant's fleet placements to it: a fleet revision never reaches a cluster the tenant's own
+    credentials could not publish to (docs/tenancy.md)."""
+
+    tenants: dict[TenantName, tuple[ClusterName, ...]] = {}
+    """Tenant → the clusters of its NATS publisher. A tenant missing here has no publisher."""

@@ -4,8 +4,10 @@
 per role (docs/security.md) — the very function the tests run nats-server with; tenants'
 publishers (``tenant-<name>``) and admins (who write the tenant policy) included — and, with
 ``--passwords``, fresh random passwords as ``NAME=value`` lines for a ``.env`` file or a
-Kubernetes Secret. ``dev-certs`` writes a throwaway CA, a server certificate for NATS and a
-client certificate, for trying mutual TLS locally (use your PKI or cert-manager in production).
+Kubernetes Secret. ``--record`` (as the admin, once the bus runs) records each tenant's
+clusters on the bus, where the rollout driver holds the tenant's fleet placements to them.
+``dev-certs`` writes a throwaway CA, a server certificate for NATS and a client certificate,
+for trying mutual TLS locally (use your PKI or cert-manager in production).
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ import secrets
 import sys
 from pathlib import Path
 
-from services.common import permissions
+import msgspec
+
+from services.common import permissions, settings
+from services.common.bus import NatsSettings
 
 
 def _users(values: list[str], flag: str = "--user") -> dict[str, list[str]]:
@@ -80,7 +85,33 @@ def write_config(directory: Path, users: list[permissions.NatsUser]) -> None:
     (directory / "nats.conf").write_text(server_conf(str(directory / "tls")))
 
 
+def record_credentials(args: argparse.Namespace, tenants: dict[str, list[str]]) -> int:
+    """``nats-config --record``: the tenants' cluster lists written to the bus (the admin's
+    identity), what the rollout driver holds their fleet placements to."""
+    from schemas.tenants import TenantCredentials
+    from services.cli import exits, user
+    from services.common import policy
+
+    try:
+        record = msgspec.convert({"tenants": tenants}, TenantCredentials)
+    except msgspec.ValidationError as exc:  # a tenant or cluster that is no DNS label
+        raise SystemExit(f"driftbus nats-config --record: {exc}") from None
+
+    async def run() -> int:
+        async with user.connected(args) as nc:
+            revision = await policy.put_credentials(nc.jetstream(), record)
+        print(
+            f"tenant credentials revision {revision} recorded: {len(tenants)} tenants; "
+            "fleet placements are held to their clusters"
+        )
+        return 0
+
+    return exits.run_or_fail("nats-config --record", run())
+
+
 def cmd_nats_config(args: argparse.Namespace) -> int:
+    if args.record:
+        return record_credentials(args, _users(args.tenant, "--tenant"))
     try:
         users = permissions.fleet(
             args.cluster,
@@ -188,6 +219,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         metavar="DIR",
         help="write DIR/auth.conf with fresh passwords and DIR/passwords/<user> (for containers)",
     )
+    nc.add_argument(
+        "--record",
+        action="store_true",
+        help="instead: record each --tenant's clusters on the bus (as the admin), so that the "
+        "rollout driver places a tenant's fleet bundles only where its credentials publish",
+    )
+    settings.add_arguments(nc, NatsSettings)
     nc.set_defaults(func=cmd_nats_config)
 
     dc = sub.add_parser("dev-certs", help="write a throwaway CA and NATS server/client certs")

@@ -181,6 +181,7 @@ async def publish_bundle(
     rollback_of: str = "",
     msg_id: str | None = None,
     streams_known: bool = False,
+    fencing_token: int = 0,
 ) -> Bundle:
     """Publish ``manifests`` as ``revision`` of ``bundle`` for ``cluster``; the message sent.
 
@@ -195,10 +196,11 @@ async def publish_bundle(
 
     A fleet's rollout places a revision whose manifests are stored once for every cluster:
     ``stored`` (with its ``kinds``) instead of ``manifests``, the placement's own
-    ``published_at`` (what the rollout's gate matches the status against) and ``msg_id`` (a
-    placement repeated by a driver that took over is deduplicated). A rollback republishes a
-    revision from the bundle's history as it was (its ``stored`` manifests and ``kinds``) with
-    ``rollback_of`` set."""
+    ``published_at`` (what the rollout's gate matches the status against), ``msg_id`` (a
+    placement repeated by a driver that took over is deduplicated) and the driver's lease
+    ``fencing_token`` (a deposed driver's placement is refused by the planner). A rollback
+    republishes a revision from the bundle's history as it was (its ``stored`` manifests and
+    ``kinds``) with ``rollback_of`` set."""
     check_bundle_name(bundle)
     if delete and (manifests or stored):
         raise ValueError(f"a deletion of {bundle} carries no manifests")
@@ -221,6 +223,7 @@ async def publish_bundle(
         delete=delete,
         fleet=fleet,
         rollback_of=rollback_of,
+        fencing_token=fencing_token,
     )
     data = encode(msg)
     if stored is None and len(data) > INLINE_LIMIT:

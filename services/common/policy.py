@@ -3,17 +3,26 @@ read by ``driftbus tenants`` and ``plan``, followed live by every planner (docs/
 
 The policy is state on the bus, not a file each process reads, so a change reaches every planner
 at once and needs no restart; the bucket keeps the last ten policies for an audit.
+
+Beside it (key ``credentials``) the admin records the clusters each tenant's NATS publisher may
+publish to (``driftbus nats-config --tenant … --record``): the rollout driver, which publishes
+for every tenant, holds a tenant's fleet placements to them.
 """
 
 from __future__ import annotations
 
-from schemas.tenants import TenantPolicy
+import msgspec
+
+from schemas.tenants import TenantCredentials, TenantPolicy
 from services.common import bus
 from services.core import tenancy
 
 POLICY_SUBJECT = f"$KV.{bus.TENANTS_BUCKET}.{bus.TENANTS_KEY}"
 """The subject the policy's KV entry is stored under (what a planner follows)."""
 _REMOVED = ("DEL", "PURGE")
+CREDENTIALS_KEY = "credentials"
+"""The key of the tenants' NATS cluster lists (``TenantCredentials``), beside the policy."""
+CREDENTIALS_SUBJECT = f"$KV.{bus.TENANTS_BUCKET}.{CREDENTIALS_KEY}"
 
 
 class PolicyUnreadable(RuntimeError):
@@ -47,3 +56,21 @@ def policy_of(msg: bus.Message) -> TenantPolicy:
     if (msg.headers or {}).get("KV-Operation") in _REMOVED:
         return TenantPolicy()
     return tenancy.decode_stored(msg.data or b"")
+
+
+async def put_credentials(js: bus.JetStream, credentials: TenantCredentials) -> int:
+    """Record the clusters of each tenant's NATS publisher (``nats-config --record``, the
+    admin); returns the revision."""
+    await bus.ensure_tenants_bucket(js)
+    return await bus.kv_put(
+        js, bus.TENANTS_BUCKET, CREDENTIALS_KEY, msgspec.json.encode(credentials)
+    )
+
+
+def credentials_of(msg: bus.Message) -> TenantCredentials | None:
+    """The tenants' NATS cluster lists a message of the bucket's stream carries (None: the
+    record was deleted). Raises ``msgspec.ValidationError``/``DecodeError`` for one that is
+    not such a record."""
+    if (msg.headers or {}).get("KV-Operation") in _REMOVED:
+        return None
+    return msgspec.json.decode(msg.data or b"", type=TenantCredentials)

@@ -6,7 +6,9 @@ bundle-wide rules included (an undefined tenant, platform bundles under lockdown
 driver asks it of every cluster a fleet bundle names, and names the clusters refused in the
 rollout's status rather than leaving them out silently. ``tenancy.bundle_refusal`` asks
 ``cluster_problem`` of each bundle the planner takes, with the cluster's labels when its caller
-has them. Pure: the registry is read by the caller.
+has them. ``credentials_refusal`` holds a tenant's fleet placements to the clusters of its NATS
+publisher as the admin recorded them (the driver publishes for every tenant, so the NATS server
+cannot). Pure: the registry and the record are read by the caller.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import functools
 from collections.abc import Mapping
 from fnmatch import fnmatchcase
 
-from schemas.tenants import Tenant, TenantPolicy
+from schemas.tenants import Tenant, TenantCredentials, TenantPolicy
 from services.core.selector import Selector, SelectorError, parse_selector
 
 
@@ -76,3 +78,26 @@ def selector_problem(text: str) -> str:
 def _parsed(text: str) -> Selector:
     """A tenant's selector, parsed once: the driver asks of every cluster of every fleet."""
     return parse_selector(text)
+
+
+def credentials_refusal(
+    credentials: TenantCredentials | None, tenant: str, cluster: str
+) -> str | None:
+    """Why the rollout driver may not place ``tenant``'s fleet bundle in ``cluster``: the
+    tenant's NATS publisher could not publish there itself (one line naming both), or None.
+    ``credentials`` None: none recorded (a bus without tenant publishers), nothing to hold
+    to. Platform bundles ("") are not a tenant's."""
+    if credentials is None or not tenant:
+        return None
+    clusters = credentials.tenants.get(tenant)
+    if clusters is None:
+        return (
+            f'tenant {tenant} may not publish to cluster "{cluster}": its NATS credentials name '
+            "no cluster (nats-config --tenant records none for it)"
+        )
+    if cluster in clusters:
+        return None
+    return (
+        f'tenant {tenant} may not publish to cluster "{cluster}": its NATS credentials allow '
+        f"only [{', '.join(clusters)}]"
+    )

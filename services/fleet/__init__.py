@@ -13,9 +13,9 @@ The rollout rule (pure):
 The driver (run in every planner replica):
 
 - ``driver`` — the lease holder takes every rollout a tick further.
-- ``lease`` — its lease: one process at a time drives.
+- ``lease`` — its lease: one process at a time drives, and its fencing token on every placement.
 - ``views`` — what it reads, followed live: fleet bundles, rollout states, bundle status, the
-  registry and the tenant policy.
+  registry, the tenant policy and the clusters of each tenant's NATS publisher.
 - ``placing`` — what a tick asks for, done on the bus: place, remove, transitions logged.
 - ``recovery`` — what a driver taking over must still publish.
 

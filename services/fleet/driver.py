@@ -4,7 +4,10 @@ It runs in every planner replica; the one holding the lease (the ``driver`` entr
 bucket, renewed by compare-and-set) drives, the others watch the lease and take it when it has
 not changed for ``lease_timeout`` on their own clock (the planners' shard rule). A driver whose
 renewals have failed for longer than the timeout minus one interval stops before anyone else
-can start.
+can start. The lease is asked again before the state write and before every publish of a tick
+(``Placer``), and every placement carries its fencing token, which the clusters' planners hold
+placements to: a driver that stalled past its lease (a stopped process, a starved loop) wakes
+up publishing nothing more, and a placement already on its way is refused.
 
 A tick asks the pure rule (``rollout.advance``) and then, in this order: writes the new state
 with compare-and-set on the revision it read (a lost race changes nothing), then places the
@@ -12,6 +15,11 @@ revisions and publishes the transitions. A driver killed between the two leaves 
 says more than the bus; the next driver, before its first tick, publishes what is missing
 (``_recover``): each placement whose bundle subject does not carry it, each transition the
 rollout log lacks. Each has a message id of its own, so nothing is sent twice.
+
+A test hook (off unless set; for tests only): ``DRIFTBUS_TEST_DRIVER_EXIT_FILE`` names a file; a
+driver that finds it right after a state write whose tick places anything deletes it and kills
+its own process (SIGKILL) before the first placement, the one moment recovery exists for, or
+stops it (SIGSTOP: a stall past the lease) when the file says ``STOP``.
 """
 
 from __future__ import annotations
@@ -20,6 +28,8 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
+import os
+import signal
 
 import msgspec
 
@@ -36,9 +46,9 @@ from services.common import bus
 from services.common.bundles import BundleError
 from services.common.bus.streams import PUBLISH_RETRIED
 from services.core.selector import SelectorError
-from services.core.tenant_clusters import cluster_refusal
+from services.core.tenant_clusters import cluster_refusal, credentials_refusal
 from services.fleet import rollout, substitute
-from services.fleet.lease import Lease
+from services.fleet.lease import Lease, LeaseLost
 from services.fleet.placing import Placer
 from services.fleet.publish import FleetError, check
 from services.fleet.recovery import missing
@@ -49,6 +59,8 @@ from services.fleet.views import FleetViews, Stored
 
 log = logging.getLogger("driftbus.fleet")
 RECENT = 20
+EXIT_FILE_HOOK = "DRIFTBUS_TEST_DRIVER_EXIT_FILE"
+"""A test hook (see the module's docstring); never set outside tests."""
 
 
 class Driver:
@@ -74,7 +86,7 @@ class Driver:
             js, holder=driver_id, interval=lease_interval, timeout=lease_timeout, taken=self._took
         )
         self._recovered = False
-        self.placer = Placer(js, self.views)
+        self.placer = Placer(js, self.views, self.lease.check)
 
     @property
     def leading(self) -> bool:
@@ -82,6 +94,7 @@ class Driver:
 
     def _took(self) -> None:
         self._recovered = False
+        self.views.mark_all()  # what changed while another drove is not known here
         self.wake.set()
 
     async def run(self) -> None:
@@ -103,6 +116,9 @@ class Driver:
                         await self._recover()
                         self._recovered = True
                     await self._tick_all()
+                except LeaseLost as exc:
+                    log.warning("rollout driver stopped: %s", exc)
+                    self._recovered = False
                 except Exception:
                     log.exception("rollout tick failed; trying again")
                     self._recovered = False
@@ -128,7 +144,12 @@ class Driver:
             try:
                 tick = await self._decide(bundle, seq, fb, stored, now)
                 if tick is not None and await self._write(bundle, stored, tick):
+                    _exit_hook(tick)
                     await self._act(bundle, tick)
+            except LeaseLost as exc:
+                log.warning("rollout of %s: %s; the next driver completes the tick", bundle, exc)
+                self._recovered = False
+                return
             except Exception as exc:  # noqa: BLE001 - bad input never stops the driver
                 # one fleet bundle that cannot be read or written holds up no other
                 log.error("rollout of %s not advanced: %r", bundle, exc)
@@ -178,7 +199,11 @@ class Driver:
             return Tick(state, (), ())
         excluded = {}
         for cluster, labels in list(fleet.items()):
-            why = cluster_refusal(self.views.policy, state.tenant, cluster, labels)
+            # the policy's limits, and the tenant's own NATS credentials: the driver publishes
+            # for every tenant, so it must not reach a cluster the tenant could not itself
+            why = cluster_refusal(
+                self.views.policy, state.tenant, cluster, labels
+            ) or credentials_refusal(self.views.credentials, state.tenant, cluster)
             if why is not None:
                 excluded[cluster] = why
                 del fleet[cluster]
@@ -234,6 +259,7 @@ class Driver:
         )
         data = msgspec.json.encode(state)
         key = rollout_key(bundle)
+        self.lease.check()  # a state written by a deposed driver would be acted on by no one
         if stored is None:
             rev = await bus.kv_create(self.js, bus.ROLLOUTS_BUCKET, key, data)
         else:
@@ -281,8 +307,28 @@ class Driver:
                         "rollout of %s: placing in %s what the state says", bundle, action.cluster
                     )
                     await self.placer.perform(stored.state, action)
+            except LeaseLost as exc:
+                log.warning("rollouts not completed after a take-over: %s", exc)
+                raise
             except Exception as exc:  # noqa: BLE001 - bad input never stops the driver
                 log.error("rollout of %s: not completed after a take-over: %r", bundle, exc)
+
+
+def _exit_hook(tick: Tick) -> None:
+    """The test hook: killed (or stopped) between the state write and the first placement
+    (off unless ``DRIFTBUS_TEST_DRIVER_EXIT_FILE`` names a file that exists; used once)."""
+    path = os.environ.get(EXIT_FILE_HOOK)
+    if not path or not tick.actions:
+        return
+    try:
+        with open(path) as f:
+            stop = f.read().strip() == "STOP"
+        os.remove(path)
+    except FileNotFoundError:
+        return
+    how = signal.SIGSTOP if stop else signal.SIGKILL
+    log.warning("test hook %s: %s after the state write, before the placements", path, how.name)
+    os.kill(os.getpid(), how)
 
 
 def _running(stored: Stored | None, seq: int) -> bool:

@@ -5,6 +5,12 @@ with compare-and-set. The others watch it and take it (compare-and-set again, so
 once it has not changed for ``timeout`` on their own clock, the rule the planners' shard claims
 follow: no clock is compared across machines. A holder whose renewals have failed for ``timeout``
 minus one ``interval`` stops holding before anyone else can take over.
+
+Its fencing ``token`` is the KV revision of the write that made the lease ours (revisions only
+grow, so a later holder's is higher): every placement carries it, and a planner refuses one whose
+token is lower than a token it has already taken for that bundle (a driver deposed while it was
+stalled). ``check`` is asked before every publish; a process that stalled past its lease (a
+stopped process, a starved event loop) wakes up not holding it, on its own monotonic clock.
 """
 
 from __future__ import annotations
@@ -20,6 +26,10 @@ from schemas.subjects import ROLLOUT_DRIVER_KEY
 from services.common import bus
 
 log = logging.getLogger("driftbus.fleet")
+
+
+class LeaseLost(RuntimeError):
+    """The driver no longer holds its lease: it must not publish (the message says since when)."""
 
 
 class Lease:
@@ -41,10 +51,19 @@ class Lease:
         self.timeout = timeout
         self._taken = taken
         self._until = 0.0
+        self.token = 0
+        """The KV revision of the write that made the lease ours (0: never held)."""
 
     @property
     def held(self) -> bool:
         return time.monotonic() < self._until
+
+    def check(self) -> int:
+        """The fencing token to publish with; LeaseLost when the lease is not ours now."""
+        late = time.monotonic() - self._until
+        if late >= 0 or not self.token:
+            raise LeaseLost(f"the rollout driver lease ran out {late:.1f}s ago")
+        return self.token
 
     async def hold(self) -> None:
         seen_rev, seen_at = -1, time.monotonic()
@@ -55,30 +74,35 @@ class Lease:
                 entry = await bus.kv_get(self.js, b, key)
                 started = time.monotonic()
                 if entry is None:
-                    if await bus.kv_create(self.js, b, key, value) is not None:
-                        self._take(started, "no driver yet")
+                    rev = await bus.kv_create(self.js, b, key, value)
+                    if rev is not None:
+                        self._take(started, rev, "no driver yet")
                 else:
                     holder = holder_of(entry.value)
                     if holder == self.holder:
-                        if await bus.kv_update(self.js, b, key, value, last=entry.revision):
-                            first = not self.held
+                        rev = await bus.kv_update(self.js, b, key, value, last=entry.revision)
+                        if rev:
+                            if not self.held:  # a new term (a restart, or renewals had failed)
+                                self._take(started, rev, "ours already")
                             self._until = started + self.timeout - self.interval
-                            if first:
-                                self._take(started, "ours already")
                         else:
                             self._until = 0.0  # someone else took it
                     elif entry.revision != seen_rev:
                         seen_rev, seen_at = entry.revision, started
-                    elif started - seen_at > self.timeout and await bus.kv_update(
-                        self.js, b, key, value, last=entry.revision
-                    ):
-                        self._take(started, f"driver {holder} silent {started - seen_at:.0f}s")
+                    elif started - seen_at > self.timeout:
+                        rev = await bus.kv_update(self.js, b, key, value, last=entry.revision)
+                        if rev:
+                            silent = f"driver {holder} silent {started - seen_at:.0f}s"
+                            self._take(started, rev, silent)
             except Exception as exc:  # noqa: BLE001 - NATS away: the lease runs out by itself
                 log.warning("rollout driver lease not renewed: %s", exc)
             await asyncio.sleep(self.interval)
 
-    def _take(self, at: float, why: str) -> None:
-        log.info("driving the rollouts (%s)", why, extra={"driver": self.holder})
+    def _take(self, at: float, token: int, why: str) -> None:
+        log.info(
+            "driving the rollouts (%s), fencing token %d", why, token, extra={"driver": self.holder}
+        )
+        self.token = int(token)
         self._until = at + self.timeout - self.interval
         self._taken()
 

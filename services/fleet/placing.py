@@ -3,11 +3,16 @@ as the cluster's bundle (its stored manifests referred to, or substituted with t
 labels), a ``Remove`` deletes the bundle from a cluster that left, and each transition is
 appended to the rollout log. Every publish carries a message id of its own (the placement's
 ``seq``, the event's), so doing it again after a take-over sends nothing twice.
+
+Before every publish the driver's lease is asked again (``fence``): a driver that lost it
+publishes nothing more (``LeaseLost``), and each placement carries the lease's fencing token, so
+one already on its way when the lease ran out is refused by the cluster's planner.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -29,8 +34,10 @@ MANIFESTS_KEPT = 8
 class Placer:
     """Carries out a rollout's placements and records its transitions (for the driver)."""
 
-    def __init__(self, js: bus.JetStream, views: FleetViews) -> None:
+    def __init__(self, js: bus.JetStream, views: FleetViews, fence: Callable[[], int]) -> None:
         self.js = js
+        self.fence = fence
+        """The lease's fencing token, asked before every publish (raises ``LeaseLost``)."""
         self.views = views
         """Read for each cluster's labels (the registry) when a placement is substituted."""
         self.manifests: dict[str, list[Any]] = {}
@@ -42,6 +49,7 @@ class Placer:
         if isinstance(action, Remove):
             # a fleet published without prune prunes nothing when a cluster leaves either
             prune = state.target.options.prune and not action.orphan
+            token = self.fence()
             await publish_bundle(
                 self.js,
                 cluster=cluster,
@@ -54,6 +62,7 @@ class Placer:
                 published_at=action.at,
                 msg_id=msg_id,
                 source=f"fleet {state.bundle}: left the fleet",
+                fencing_token=token,
             )
             return
         placement = state.target if action.which == "target" else state.previous
@@ -78,10 +87,9 @@ class Placer:
                 )
                 return
             manifests = await self.load(state.bundle, placement)
+            substituted = substitute.substitute(manifests, cluster, record.labels)
             await publish_bundle(
-                self.js,
-                manifests=substitute.substitute(manifests, cluster, record.labels),
-                **common,
+                self.js, manifests=substituted, fencing_token=self.fence(), **common
             )
         else:
             await publish_bundle(
@@ -89,10 +97,12 @@ class Placer:
                 manifests=[],
                 stored=placement.manifests_ref,
                 kinds=placement.kinds,
+                fencing_token=self.fence(),
                 **common,
             )
 
     async def record(self, event: RolloutEvent) -> None:
+        self.fence()
         await bus.publish(
             self.js,
             rollout_event_subject(event.bundle),

@@ -1,6 +1,7 @@
 """What the rollout driver reads, each followed live from the bus: the fleet bundles (last
 revision of each), the rollout states (so a ``rollout pause`` written by the CLI is seen), the
-bundle status of every cluster (the gate), the registry and the tenant policy.
+bundle status of every cluster (the gate), the registry, the tenant policy and the clusters of
+each tenant's NATS publisher (``credentials``).
 
 Every view is push-fed (a follower), so an idle fleet costs the driver nothing but the messages
 that actually change something.
@@ -28,9 +29,9 @@ from schemas.subjects import (
     join_bundle,
     parse_subject,
 )
-from schemas.tenants import TenantPolicy
+from schemas.tenants import TenantCredentials, TenantPolicy
 from services.common import bus
-from services.common.policy import POLICY_SUBJECT, policy_of
+from services.common.policy import CREDENTIALS_SUBJECT, POLICY_SUBJECT, credentials_of, policy_of
 from services.fleet.registry import RegistryView
 from services.fleet.steps import Observed
 
@@ -73,11 +74,14 @@ class FleetViews:
         self.statuses: dict[str, dict[str, Observed]] = {}
         """bundle → cluster → its last status (fleet bundles only: what the gate reads)."""
         self.policy = TenantPolicy()
+        self.credentials: TenantCredentials | None = None
+        """The clusters of each tenant's NATS publisher, as recorded (None: none recorded)."""
         self.registry = RegistryView(js, self._everything_changed)
         self._dirty: set[str] | None = None
         """The bundles whose inputs changed since the last tick (None: all of them)."""
         self.caught_up = {
-            name: asyncio.Event() for name in ("fleets", "states", "statuses", "policy")
+            name: asyncio.Event()
+            for name in ("fleets", "states", "statuses", "policy", "credentials")
         }
 
     def tasks(self) -> list[asyncio.Task[None]]:
@@ -99,12 +103,22 @@ class FleetViews:
                 self._follow("policy", bus.TENANTS_STREAM, POLICY_SUBJECT, self._policy),
                 name="follow tenant policy",
             ),
+            asyncio.create_task(
+                self._follow(
+                    "credentials", bus.TENANTS_STREAM, CREDENTIALS_SUBJECT, self._credentials
+                ),
+                name="follow tenant credentials",
+            ),
         ]
 
     def take_dirty(self) -> set[str] | None:
         """The bundles to tick (None: every one), and start collecting afresh."""
         dirty, self._dirty = self._dirty, set()
         return dirty
+
+    def mark_all(self) -> None:
+        """Every rollout is ticked next time (a driver that just took the lease)."""
+        self._dirty = None
 
     def _touch(self, bundle: str) -> None:
         if self._dirty is not None:
@@ -180,6 +194,16 @@ class FleetViews:
             self.policy = policy_of(msg)
         except Exception as exc:  # noqa: BLE001 - the planner reports a bad policy
             log.error("tenant policy unreadable for the rollout driver: %s", exc)
+
+    def _credentials(self, msg: bus.Message) -> None:
+        self._dirty = None  # which clusters a tenant may use: every rollout's members
+        try:
+            self.credentials = credentials_of(msg)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            # never read as "none recorded", which would hold no tenant to anything: every
+            # tenant is held to no cluster until a readable record is written
+            log.error("tenant credentials unreadable (%s): no tenant's fleet is placed", exc)
+            self.credentials = TenantCredentials()
 
     async def _follow(
         self, name: str, stream: str, subject: str, fold: Callable[[bus.Message], None]

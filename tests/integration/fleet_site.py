@@ -31,6 +31,8 @@ from services.common.kube.discovery import Resource
 from services.controlplane import servers
 
 CM = Resource("", "v1", "ConfigMap", "configmaps", True)
+EXIT_FILE_HOOK = "DRIFTBUS_TEST_DRIVER_EXIT_FILE"
+"""The driver's test hook (``services.fleet.driver.EXIT_FILE_HOOK``)."""
 INTERVAL, TIMEOUT = 0.5, 3.0
 """Planner heartbeats (and so the rollout driver's lease): a take-over within a few seconds."""
 T = TypeVar("T")
@@ -85,6 +87,10 @@ class FleetStack:
             p.log_level = "INFO"
             self.sites[cluster.name] = Site(cluster.name, lab, p)
         self.home = next(iter(self.sites.values())).pipeline
+        self.exit_file = workdir / "driver-exit"
+        """The driver's test hook: the lease holder kills itself after its next state write
+        that places anything, once, when this file exists (``services.fleet.driver``)."""
+        self.home.planner_env[EXIT_FILE_HOOK] = str(self.exit_file)
 
     def start(self) -> None:
         for name in ("planner-a", "planner-b"):

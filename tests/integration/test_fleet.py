@@ -6,8 +6,11 @@ decision records and its bundle subject, what is in it from its own API server."
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import datetime as dt
 import json
+import signal
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +24,13 @@ from harness.pipeline import StatusWatch
 from schemas.codec import decode, encode
 from schemas.fleet import RolloutPhase, RolloutSpec
 from schemas.messages import BundleOptions, BundlePhase, ObjectPhase, ObjectStatus
-from schemas.subjects import ObjectKey, fleet_subject, object_status_subject
+from schemas.subjects import (
+    ObjectKey,
+    bundle_subject,
+    fleet_subject,
+    object_status_subject,
+    rollout_event_subject,
+)
 from services.common import bus, policy
 from services.common.kube import KubeClient
 from services.common.members import STALE_AFTER, heartbeats, serving
@@ -487,6 +496,195 @@ async def test_a_tenants_own_publish_to_a_cluster_its_selector_does_not_admit_wa
         await policy.put_policy(w.js, tenancy.load_policy("tenants: {}", "tenants.yaml"))
 
 
+async def test_a_tenants_fleet_publish_reaches_no_cluster_its_nats_credentials_do_not_name(
+    world: World,
+) -> None:
+    """Issue 41 item 8. The tenant's NATS publisher may publish to the canary only (what
+    ``driftbus nats-config --tenant T=CANARY --record`` records); its policy admits every
+    cluster. Its fleet publish names every cluster: the driver, which publishes for every
+    tenant, must not reach the prod clusters its own credentials could not, and says so in the
+    rollout's status, one line naming the tenant and each cluster."""
+    w = world
+    tenant = unique_name("t")
+    w.bundle = f"{tenant}/web"
+    for site in w.fleet.sites.values():
+        assert site.kube is not None
+        await tenant_namespace(site.kube, w.ns, ["configmaps"])
+    await policy.put_policy(w.js, tenancy.load_policy(f"tenants:{team(tenant, w.ns)}", "t.yaml"))
+    tenants_kv = await w.js.key_value(bus.TENANTS_BUCKET)
+    # the record `nats-config --record` writes, beside the policy (the admin's bucket)
+    await tenants_kv.put("credentials", json.dumps({"tenants": {tenant: [CANARY]}}).encode())
+    try:
+        await w.publish("r1", w.configmaps("mine"))
+        state = await w.phase(RolloutPhase.COMPLETE, "r1")
+        await until("canary written", lambda: _has(w, CANARY, {"mine"}), 60, w.fleet.logs)
+        placed = {c: await placed_revisions(w.nc, c, w.bundle) for c in (PROD_A, PROD_B)}
+        assert placed == {PROD_A: [], PROD_B: []}, f"placed beyond its credentials: {placed}"
+        assert sorted(state.excluded) == [PROD_A, PROD_B], state.excluded
+        for prod in (PROD_A, PROD_B):
+            assert state.excluded[prod] == (
+                f'tenant {tenant} may not publish to cluster "{prod}": its NATS credentials '
+                f"allow only [{CANARY}]"
+            )
+            assert await w.values(prod) == set()
+        assert any(e.event == "excluded" for e in w.events.of(w.bundle))
+        # the admin grants prod-a too, with the command that records the lists: followed live,
+        # prod-a joins the fleet
+        code, out, err = await driftbus(
+            w.fleet,
+            *("nats-config", "--cluster", CANARY, "--cluster", PROD_A),
+            *("--tenant", f"{tenant}={CANARY},{PROD_A}", "--record"),
+        )
+        assert code == 0, err
+        assert "recorded: 1 tenants" in out, out
+        await until("prod-a joined", lambda: _has(w, PROD_A, {"mine"}), 90, w.fleet.logs)
+        assert await placed_revisions(w.nc, PROD_B, w.bundle) == []
+    finally:
+        await tenants_kv.delete("credentials")
+        await policy.put_policy(w.js, tenancy.load_policy("tenants: {}", "tenants.yaml"))
+
+
+async def test_a_placement_of_a_driver_that_lost_its_lease_is_refused(world: World) -> None:
+    """Issue 41 item 12. A driver that stalls past its lease (a stopped process, a loop
+    starved by a thousand clusters) may wake up and send a placement it decided before: here
+    the r1 placement, sent again after another driver placed r2 and past the 120 s dedupe
+    window (a message id the stream has not seen). The planner refuses it — its fencing token
+    is older than the r2 placement's — and puts r2 back as the bundle's last message, so the
+    cluster keeps r2 and a planner rebuilding from the bus does too."""
+    w = world
+    await w.publish("r1", w.configmaps("one"), clusters=[PROD_A])
+    await w.phase(RolloutPhase.COMPLETE, "r1")
+    await until("prod-a on r1", lambda: _has(w, PROD_A, {"one"}), 60, w.fleet.logs)
+    subject = bundle_subject(PROD_A, w.bundle)
+    stale = await bus.last_message(w.js, bus.BUNDLES, subject)
+    assert stale is not None
+    assert stale.data
+    # the driver loses its lease: the other replica takes it over and places r2
+    holder = await _driver(w)
+    w.fleet.home.kill(holder)
+    try:
+        await until("another driver", lambda: _other_driver(w, holder), 60, w.fleet.logs)
+        await w.publish("r2", w.configmaps("two"), clusters=[PROD_A])
+        await w.phase(RolloutPhase.COMPLETE, "r2")
+        await until("prod-a on r2", lambda: _has(w, PROD_A, {"two"}), 60, w.fleet.logs)
+        # the deposed driver's late placement of r1, while the new driver and prod-a's
+        # planner are live (the killed replica restarts afterwards)
+        await w.js.publish(subject, stale.data, headers={"Nats-Msg-Id": unique_name("late")})
+
+        async def settled() -> bool:
+            """r2 back as the subject's last message (refused), or the cluster on r1."""
+            placed = await placed_revisions(w.nc, PROD_A, w.bundle)
+            return placed[-2:] == ["r1", "r2"] or await _has(w, PROD_A, {"one"})
+
+        with contextlib.suppress(AssertionError):
+            await until("the late placement settled", settled, 60, w.fleet.logs)
+        values = await w.values(PROD_A)
+        assert values == {"two"}, f"the deposed driver's r1 placement was taken: holds {values}"
+        assert (await placed_revisions(w.nc, PROD_A, w.bundle))[-1] == "r2"
+        state = await rollout_state(w.nc, w.bundle)
+        assert state is not None
+        assert state.target.revision == "r2"
+        assert state.phase is RolloutPhase.COMPLETE
+    finally:
+        w.fleet.start_planner(holder)
+
+
+async def test_a_driver_killed_between_the_state_write_and_the_placements_repeats_nothing(
+    world: World,
+) -> None:
+    """Issue 41. The lease holder is killed (SIGKILL, by the driver's test hook) right after it
+    wrote the state that promotes the rollout to its second step, before it placed anything of
+    that step: the state says more than the bus. The driver that takes over publishes what is
+    missing: no step is repeated (each cluster gets the revision once, each event is logged
+    once) and none is skipped (the rollout completes through every step)."""
+    w = world
+    spec = RolloutSpec(steps=["env=canary", "region=eu"], bake=2, step_timeout=180)
+    await w.publish("r1", w.configmaps("k"), rollout=spec)
+
+    async def baking() -> Any:
+        s = await rollout_state(w.nc, w.bundle)
+        return s if s is not None and s.ready_since is not None and s.step == 0 else None
+
+    await until("canary baking", baking, 120, w.fleet.logs)
+    holder = await _driver(w)
+    w.fleet.exit_file.touch()  # the holder's next state write that places: step 2's
+    proc = w.fleet.home.procs[holder]
+    try:
+
+        async def killed() -> bool:
+            return not proc.alive() and not w.fleet.exit_file.exists()
+
+        await until("the driver killed at its state write", killed, 60, w.fleet.logs)
+        state = await rollout_state(w.nc, w.bundle)
+        assert state is not None
+        assert state.step == 1, state
+        assert state.clusters[PROD_A].state == "assigned", state.clusters
+        # written, not placed: the state says more than the bus (until the next driver)
+        assert await placed_revisions(w.nc, PROD_A, w.bundle) == []
+        await w.phase(RolloutPhase.COMPLETE, "r1", within=180)
+    finally:
+        w.fleet.exit_file.unlink(missing_ok=True)
+        w.fleet.start_planner(holder)
+    events = w.events.of(w.bundle)
+    assert [e.event for e in events] == ["started", "step", "step", "complete"], events
+    assert [e.seq for e in events] == [0, 1, 2, 3]
+    assert events[1].driver == holder  # written by the killed driver, logged by the next
+    assert {events[2].driver, events[3].driver} != {holder}
+    for cluster in w.fleet.names():
+        assert await placed_revisions(w.nc, cluster, w.bundle) == ["r1"], cluster
+        await until(f"{cluster} written", lambda c=cluster: _has(w, c, {"k"}), 60, w.fleet.logs)
+
+
+async def test_a_driver_stopped_past_its_lease_publishes_nothing_when_it_wakes(
+    world: World,
+) -> None:
+    """Issue 41 item 12. The lease holder stalls (SIGSTOP, by the driver's test hook) right
+    after the state write that starts step 2, before its placements; the other replica takes
+    the lease and finishes the rollout. Woken (SIGCONT), the stalled driver asks its lease
+    before it publishes, finds it ran out, and publishes nothing: every placement and event
+    message id is sent once, by the driver that took over."""
+    w = world
+    sent: collections.Counter[str] = collections.Counter()
+
+    async def on_msg(msg: Any) -> None:
+        sent[(msg.headers or {}).get("Nats-Msg-Id", "")] += 1
+
+    for cluster in w.fleet.names():
+        await w.nc.subscribe(bundle_subject(cluster, w.bundle), cb=on_msg)
+    await w.nc.subscribe(rollout_event_subject(w.bundle), cb=on_msg)
+    spec = RolloutSpec(steps=["env=canary", "region=eu"], bake=2, step_timeout=180)
+    await w.publish("r1", w.configmaps("s"), rollout=spec)
+
+    async def baking() -> Any:
+        s = await rollout_state(w.nc, w.bundle)
+        return s if s is not None and s.ready_since is not None and s.step == 0 else None
+
+    await until("canary baking", baking, 120, w.fleet.logs)
+    holder = await _driver(w)
+    proc = w.fleet.home.procs[holder]
+    w.fleet.exit_file.write_text("STOP")
+    try:
+        await until("the driver stopped", lambda: _gone(w.fleet.exit_file), 60, w.fleet.logs)
+        await w.phase(RolloutPhase.COMPLETE, "r1", within=180)
+    finally:
+        w.fleet.exit_file.unlink(missing_ok=True)
+        proc.proc.send_signal(signal.SIGCONT)
+
+    async def woke() -> bool:
+        """It found its lease gone, or it published again (a driver that does not ask)."""
+        log = await asyncio.to_thread(proc.log_path.read_text, errors="replace")
+        return "the rollout driver lease ran out" in log or any(n > 1 for n in sent.values())
+
+    await until("the stalled driver awake", woke, 60, w.fleet.logs)
+    await w.nc.flush()
+    repeated = {msg_id: n for msg_id, n in sent.items() if n > 1}
+    assert not repeated, f"published again after the lease ran out: {repeated}"
+    events = w.events.of(w.bundle)
+    assert [e.event for e in events] == ["started", "step", "step", "complete"], events
+    for cluster in w.fleet.names():
+        assert await placed_revisions(w.nc, cluster, w.bundle) == ["r1"], cluster
+
+
 async def test_git_into_a_fleet_rolls_each_commit_out_in_waves(world: World) -> None:
     """``driftbus source --selector`` with a canary step: each new commit is a fleet revision."""
     w = world
@@ -511,6 +709,16 @@ async def test_git_into_a_fleet_rolls_each_commit_out_in_waves(world: World) -> 
             await until(f"{cluster} g2", lambda c=cluster: _has(w, c, {"g2"}), 60, w.fleet.logs)
     finally:
         w.fleet.home.procs[f"source-{w.bundle}"].stop(timeout=10)
+
+
+async def _gone(path: Path) -> bool:
+    return not await asyncio.to_thread(path.exists)
+
+
+async def _other_driver(w: World, holder: str) -> bool:
+    with contextlib.suppress(Exception):  # the entry between two writes
+        return await _driver(w) != holder
+    return False
 
 
 async def _driver(w: World) -> str:

@@ -40,8 +40,9 @@ from schemas.subjects import (
     tenant_bundle_filter,
     tenant_status_filter,
 )
+from schemas.tenants import TenantCredentials
 from services.cli import security
-from services.common import bus, grants, members, permissions
+from services.common import bus, grants, members, permissions, policy
 from services.common.bundles import INLINE_LIMIT, publish_bundle
 from services.controlplane import assets
 
@@ -273,6 +274,28 @@ async def test_only_the_admin_writes_the_tenant_policy(sec: TenantBus) -> None:
         assert not errors, errors
     finally:
         await root.close()
+
+
+async def test_only_the_admin_records_the_tenants_nats_clusters(sec: TenantBus) -> None:
+    """Issue 41 item 8: the clusters of each tenant's publisher, recorded beside the policy
+    (``nats-config --record``), are what the rollout driver holds a tenant's fleet to: only
+    the admin writes them, the planner (the driver) reads them."""
+    errors: list[str] = []
+    root = await sec.connect("root", errors)
+    planner = await sec.connect("planner", errors, inbox_prefix=bus.inbox_prefix("planner"))
+    record = TenantCredentials(tenants={TENANT_A: (C,), TENANT_B: (C,)})
+    subject = f"$KV.{bus.TENANTS_BUCKET}.{policy.CREDENTIALS_KEY}"
+    try:
+        await policy.put_credentials(root.jetstream(timeout=5), record)
+        refusals = [await refused_publish(sec, who, subject) for who in (USER_A, "platform")]
+        print("\n".join(refusals))
+        follower = bus.Follower(planner.jetstream(timeout=5), bus.TENANTS_STREAM, subject)
+        seen = [policy.credentials_of(m) async for m in follower.snapshot(timeout=5)]
+        assert seen == [record]
+        assert not errors, errors
+    finally:
+        await root.close()
+        await planner.close()
 
 
 async def test_a_tenant_publishes_its_own_fleet_bundles_and_reads_its_own_rollouts(

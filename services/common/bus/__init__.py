@@ -47,7 +47,7 @@ from services.common.bus.core import (
     subscribe,
     unsubscribe,
 )
-from services.common.bus.follower import Follower, last_message
+from services.common.bus.follower import Follower, last_message, message_at
 from services.common.bus.intents import (
     IntentConsumerSettings,
     IntentQueue,
@@ -231,6 +231,7 @@ __all__ = [
     "kv_update",
     "last_message",
     "log",
+    "message_at",
     "nak",
     "publish",
     "put_entry",

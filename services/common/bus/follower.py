@@ -170,3 +170,11 @@ async def last_message(
         return await js.get_last_msg(stream, subject, direct=True)
     except NotFoundError:
         return None
+
+
+async def message_at(js: JetStreamContext, stream: str, seq: int) -> js_api.RawStreamMsg | None:
+    """The message of ``stream`` at sequence ``seq`` (None: gone, or never there)."""
+    try:
+        return await js.get_msg(stream, seq, direct=True)
+    except NotFoundError:
+        return None

@@ -231,3 +231,22 @@ def hook_or_error(raw: Any, where: str) -> hooks.Hook | str | None:
         return hooks.hook_of(raw)
     except hooks.HookError as exc:
         raise ManifestError(f"{where}: {exc}") from None
+
+
+def fenced(bundle: Bundle, fences: dict[str, int]) -> str:
+    """Why ``bundle``, a fleet placement, comes from a rollout driver that had lost its lease
+    ("" if it does not): its fencing token is lower than one already taken for the bundle in
+    this cluster, so a newer driver placed since (the bundle stream's order is the order the
+    placements were made in). A placement not refused raises the bundle's fence. Messages
+    without a token (a user's publish, a ``driftbus rollback``) are never fenced."""
+    token = bundle.fencing_token
+    if not (bundle.fleet and token):
+        return ""
+    highest = fences.get(bundle.bundle, 0)
+    if token < highest:
+        return (
+            f"a placement of a rollout driver that lost its lease (fencing token {token}, "
+            f"a newer driver's is {highest}): refused, the revision in force stays"
+        )
+    fences[bundle.bundle] = token
+    return ""
