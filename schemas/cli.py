@@ -13,7 +13,8 @@ class FleetSummary(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """The rollout of a fleet bundle, on each cluster's row of it (docs/fleet.md)."""
 
     phase: str
-    """Progressing, Paused, Halted, RolledBack, Complete or Deleted."""
+    """Progressing, Paused, Halted, RollingBack, RolledBack, RollbackFailed, Complete or
+    Deleted."""
     revision: str
     """The revision being rolled out (the cluster's own row says which one it is on)."""
     step: int

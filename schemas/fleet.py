@@ -126,8 +126,14 @@ class RolloutPhase(enum.StrEnum):
     """``rollout pause``: no step starts and no cluster gets the revision until resumed."""
     HALTED = "Halted"
     """A cluster of a step failed, or the step timed out: later steps never get the revision."""
+    ROLLING_BACK = "RollingBack"
+    """Halted, and the clusters already on the revision were given the previous one back: not
+    an end, it waits until that revision is Ready again on each of them."""
     ROLLED_BACK = "RolledBack"
-    """Halted, and the clusters already on the revision got the previous one back."""
+    """Halted, and the previous revision is Ready again on every cluster it went back to."""
+    ROLLBACK_FAILED = "RollbackFailed"
+    """Halted, and the previous revision did not become Ready again on some cluster it went
+    back to (Failed there, or not Ready within the step timeout); the message names them."""
     COMPLETE = "Complete"
     """Every cluster of the fleet is on the revision (new members get it as they join)."""
     DELETED = "Deleted"
@@ -201,6 +207,11 @@ class RolloutState(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
     window_hold: str = ""
     """Sync windows hold writes in clusters of the current step (``"freeze" in prod-1``): the
     step's time stops, and starts again when they end ("" none)."""
+    rollback: list[str] = []
+    """The clusters a rollback put ``previous`` back on (RollingBack waits for each to be Ready
+    on that placement)."""
+    rollback_started_at: AwareTime | None = None
+    """When that rollback's placements were made (its time runs for ``spec.step_timeout``)."""
     message: str = ""
     events: Annotated[int, Meta(ge=0)] = 0
     """Transitions recorded so far (the next ``RolloutEvent.seq``)."""
@@ -224,8 +235,9 @@ class RolloutEvent(Message, frozen=True, tag=tag("rollout-event")):
     revision: str
     seq: int
     event: str
-    """What happened: ``started``, ``step``, ``baked``, ``halted``, ``rolled-back``,
-    ``complete``, ``paused``, ``resumed``, ``promoted``, ``joined``, ``left``, ``refused``."""
+    """What happened: ``started``, ``step``, ``baked``, ``halted``, ``rolling-back``,
+    ``rolled-back``, ``rollback-failed``, ``complete``, ``paused``, ``resumed``, ``promoted``,
+    ``joined``, ``left``, ``refused``."""
     phase: RolloutPhase
     step: int
     clusters: list[str] = []
@@ -289,6 +301,10 @@ class FleetStatus(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     message: str = ""
     previous: str = ""
     """The revision in force before ``revision`` (what a rollback puts back)."""
+    rollback: list[str] = []
+    """The clusters a rollback put ``previous`` back on."""
+    rollback_ready: int = 0
+    """Of those, the clusters Ready again on ``previous``."""
     paused: bool = False
     promote: bool = False
     """``rollout promote`` asked, not yet acted on (the step is not Ready yet)."""

@@ -53,7 +53,8 @@ class EventKind(enum.StrEnum):
     DRIFT_CORRECTED = "DriftCorrected"
     """An object changed or deleted by hand was written back."""
     ROLLOUT_STEP = "RolloutStep"
-    """A fleet bundle's rollout moved: started, a step, baked, halted, rolled back, complete."""
+    """A fleet bundle's rollout moved: started, a step, baked, halted, rolling back, rolled
+    back, rollback failed, complete."""
 
 
 DEFAULT_EVENTS: Final = (

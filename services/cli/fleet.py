@@ -1,6 +1,8 @@
 """``driftbus publish`` to a fleet: ``--selector`` / ``-l`` or ``--cluster`` repeated, with the
 rollout flags; and ``--wait`` on a fleet, which follows the rollout to the same exit codes as a
-one-cluster publish (0 Complete; 1 Halted or RolledBack; 2 no end within ``--timeout``).
+one-cluster publish (0 Complete; 1 Halted, RolledBack or RollbackFailed; 2 no end within
+``--timeout``). ``RollingBack`` is no end: a rollback is waited for until the previous revision
+is Ready again on every cluster it went back to (RolledBack), or it failed there.
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ ENDS = {
     RolloutPhase.COMPLETE: 0,
     RolloutPhase.HALTED: 1,
     RolloutPhase.ROLLED_BACK: 1,
+    RolloutPhase.ROLLBACK_FAILED: 1,
     RolloutPhase.DELETED: 0,
 }
+"""The phases ``--wait`` ends on, and its exit code (RollingBack is not one of them)."""
 
 
 def add_fleet_flags(p: argparse.ArgumentParser) -> None:
@@ -212,12 +216,22 @@ def progress_line(state: RolloutState) -> str:
         f"{state.bundle}@{state.target.revision}: {state.phase}, step {state.step + 1}/"
         f"{steps}, {ready}/{total} clusters Ready on it"
     )
+    if state.rollback and state.previous is not None:
+        back = sum(
+            1
+            for c in state.rollback
+            if (e := state.clusters.get(c)) is not None
+            and e.revision == state.previous.revision
+            and e.state == "ready"
+        )
+        line += f", {back}/{len(state.rollback)} back Ready on {state.previous.revision}"
     return f"{line}: {state.message}" if state.message else line
 
 
 async def wait(js: Any, bundle: str, published_at: Any, *, within: float) -> int:
     """Follow the rollout of the revision published at ``published_at`` (this publish, not an
-    earlier one of the same name) to its end: 0 Complete, 1 halted, 2 no end in time."""
+    earlier one of the same name) to its end: 0 Complete, 1 halted (rolled back, or the rollback
+    failed), 2 no end in time. A rollback under way is followed to its end."""
     deadline = time.monotonic() + within
     shown = ""
     while time.monotonic() < deadline:

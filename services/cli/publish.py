@@ -225,7 +225,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     pub.add_argument(
         "--wait",
         action="store_true",
-        help="follow status until Ready, Failed, Degraded or Conflict; exit non-zero unless Ready",
+        help="follow status until Ready, Failed, Degraded or Conflict; exit non-zero unless Ready "
+        "(a fleet: until Complete, Halted, RolledBack or RollbackFailed; a rollback is followed "
+        "until the previous revision is Ready again on every cluster it went back to)",
     )
     pub.add_argument(
         "--timeout", type=float, default=300.0, help="seconds to --wait (default %(default)s)"

@@ -97,6 +97,8 @@ def fleet_status(
                 reported_revision=seen.revision if seen is not None else "",
             )
         )
+    prev = state.previous.revision if state.previous is not None else ""
+    back = [r for r in rows if r.cluster in state.rollback]
     return FleetStatus(
         bundle=state.bundle,
         revision=state.target.revision,
@@ -108,7 +110,9 @@ def fleet_status(
         clusters=rows,
         excluded=dict(state.excluded),
         message=state.message,
-        previous=state.previous.revision if state.previous is not None else "",
+        previous=prev,
+        rollback=list(state.rollback),
+        rollback_ready=sum(r.rollout == "ready" and r.revision == prev for r in back),
         paused=state.paused,
         promote=state.promote,
         updated_at=state.updated_at,
@@ -121,6 +125,8 @@ def summary_line(fs: FleetStatus) -> str:
         f"{fs.bundle}@{fs.revision}: {fs.phase}, step {min(fs.step, fs.steps - 1) + 1}/"
         f"{fs.steps}, {fs.ready}/{fs.total} clusters Ready"
     )
+    if fs.rollback:
+        line += f", {fs.rollback_ready}/{len(fs.rollback)} back Ready on {fs.previous}"
     if fs.paused and fs.phase is not RolloutPhase.PAUSED:
         line += " (pause asked)"
     if fs.promote:

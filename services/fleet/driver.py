@@ -332,11 +332,15 @@ def _exit_hook(tick: Tick) -> None:
 
 
 def _running(stored: Stored | None, seq: int) -> bool:
-    """Whether a rollout must be ticked on the clock: under way (bake, timeout), or a new
-    revision of it waits to start."""
+    """Whether a rollout must be ticked on the clock: under way (bake, timeout, a rollback
+    waiting for Ready), or a new revision of it waits to start."""
     if stored is None or seq > stored.state.source_seq:
         return True
-    return stored.state.phase in (RolloutPhase.PROGRESSING, RolloutPhase.PAUSED)
+    return stored.state.phase in (
+        RolloutPhase.PROGRESSING,
+        RolloutPhase.PAUSED,
+        RolloutPhase.ROLLING_BACK,  # its timeout runs on the clock too
+    )
 
 
 def _refused(

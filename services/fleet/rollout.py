@@ -2,11 +2,12 @@
 status, the next state, the placements to make and the transitions to record.
 
 One call of ``advance`` is one tick of the driver: it runs the rules (``OpenTick``'s, in
-``services.fleet.tick``) in their order. It never looks at a clock or the bus: what it needs is
-passed in, what it wants done is returned, so every row of docs/fleet.md's state table is a unit
-test. The driver writes the new state with compare-and-set **before** it acts, so a driver killed
-mid-tick leaves a state whose placements and events a replacement completes
-(``services/fleet/driver.py``): no step is repeated and none skipped.
+``services.fleet.tick``, and the rollback's, in ``services.fleet.rollback``) in their order. It
+never looks at a clock or the bus: what it needs is passed in, what it wants done is returned, so
+every row of docs/fleet.md's state table is a unit test. The driver writes the new state with
+compare-and-set **before** it acts, so a driver killed mid-tick leaves a state whose placements
+and events a replacement completes (``services/fleet/driver.py``): no step is repeated and none
+skipped.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Literal
 import msgspec
 
 from schemas.fleet import ClusterRollout, Placement, RolloutPhase, RolloutSpec, RolloutState
+from services.fleet import rollback
 from services.fleet.steps import Event, Observed, Tick
 from services.fleet.tick import OpenTick
 
@@ -110,6 +112,7 @@ def advance(
     t.pause_or_resume()
     if t.state.phase in (RolloutPhase.PROGRESSING, RolloutPhase.PAUSED):
         t.gate(members, refusals or {})
+    rollback.settle(t)  # a rollback (begun by a halt, now or before) ends only when checked
     t.join(members, refusals or {})
     return t.done()
 

@@ -189,7 +189,7 @@ class OpenTick:
             self.halt(tuple(bad), "; ".join(f"{c}: {s.clusters[c].message}" for c in bad))
             return
         waiting = sorted(c for c in held if c not in on_target or on_target[c].state != "ready")
-        windowed = self._windows(on_target, waiting)
+        windowed = self.windows(on_target, waiting)
         s = self.state  # a window that ended started the step's time again
         timeout = (
             s.phase is RolloutPhase.PROGRESSING
@@ -245,32 +245,34 @@ class OpenTick:
         self.note(Event("step", tuple(newly), f"step {s.step + 1} {how}; step {nxt + 1} starts"))
         self.gate(members, refusals)  # place the next step's clusters in this tick
 
-    def _windows(
+    def windows(
         self, on_target: Mapping[str, ClusterRollout], waiting: list[str]
     ) -> frozenset[str]:
-        """The clusters of the step, not Ready yet, whose writes sync windows hold. The step's
-        time stops for them while they do — a change freeze is not a failed step, and halting
-        (or rolling back, which the window would hold too) is not what it asks for — and
-        starts again when the last of them ends; the step's other clusters still time out.
-        Said once each way."""
+        """The clusters of the step (or of a rollback), not Ready yet, whose writes sync windows
+        hold. The step's (the rollback's) time stops for them while they do — a change freeze
+        is not a failed step, and halting (or rolling back, which the window would hold too) is
+        not what it asks for — and starts again when the last of them ends; the step's other
+        clusters still time out. Said once each way."""
         s = self.state
         held = [(c, on_target[c].window) for c in waiting if c in on_target and on_target[c].window]
         said = ", ".join(f'"{w}" in {c}' for c, w in held)
         if said == s.window_hold:
             return frozenset(c for c, _ in held)
+        back = s.phase is RolloutPhase.ROLLING_BACK  # the rollback's time, not the step's
+        what = f"rollback to {s.previous.revision}" if back and s.previous else f"step {s.step + 1}"
         if held:
             self.state = msgspec.structs.replace(s, window_hold=said)
             self.note(
                 Event(
                     "window",
                     tuple(c for c, _ in held),
-                    f"step {s.step + 1}: sync windows hold its writes ({said}); the step's "
-                    "time stops until they end",
+                    f"{what}: sync windows hold its writes ({said}); its time stops until they end",
                 )
             )
         else:
-            self.state = msgspec.structs.replace(s, window_hold="", step_started_at=self.now)
-            self.note(Event("window-ended", (), f"step {s.step + 1}: the step's time starts again"))
+            clock = "rollback_started_at" if back else "step_started_at"
+            self.state = msgspec.structs.replace(s, window_hold="", **{clock: self.now})
+            self.note(Event("window-ended", (), f"{what}: its time starts again"))
         return frozenset(c for c, _ in held)
 
     def _refuse(self, cluster: str, step: int, why: str) -> None:
@@ -298,14 +300,29 @@ class OpenTick:
         if s.previous is None:
             self.note(Event("rollback-impossible", (), "no earlier revision to roll back to"))
             return
-        back = sorted(c for c, e in s.clusters.items() if _on_target(s, e))
-        for cluster in back:
+        back: list[str] = []
+        for cluster in sorted(c for c, e in s.clusters.items() if _on_target(s, e)):
             if s.clusters[cluster].state == "refused":
                 self._set(cluster, None)  # never placed: nothing to take back
                 continue
             self.place(cluster, "previous", -1)
-        self.state = msgspec.structs.replace(self.state, phase=RolloutPhase.ROLLED_BACK)
-        self.note(Event("rolled-back", tuple(back), f"back on revision {s.previous.revision}"))
+            back.append(cluster)
+        prev = s.previous.revision
+        if not back:
+            self.state = msgspec.structs.replace(self.state, phase=RolloutPhase.ROLLED_BACK)
+            self.note(Event("rolled-back", (), f"no cluster was on the revision: {prev} stays"))
+            return
+        # not an end yet: RolledBack once the previous revision is Ready again on each of them
+        # (services.fleet.rollback)
+        self.state = msgspec.structs.replace(
+            self.state,
+            phase=RolloutPhase.ROLLING_BACK,
+            rollback=back,
+            rollback_started_at=self.now,
+        )
+        self.note(
+            Event("rolling-back", tuple(back), f"revision {prev} placed back; waiting for Ready")
+        )
 
     def join(self, members: Mapping[str, Mapping[str, str]], refusals: Mapping[str, str]) -> None:
         """Members with nothing placed get the revision in force: the target once the rollout

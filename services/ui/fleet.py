@@ -161,7 +161,8 @@ def progress(
     state: RolloutState, registry: Mapping[str, ClusterRecord], now: float
 ) -> dict[str, Any]:
     """One rollout's progress: phase, step k/n and the steps' selectors with their clusters,
-    clusters Ready on the target / in the fleet, the bake left, the last transitions."""
+    clusters Ready on the target / in the fleet, the bake left, the clusters a rollback put the
+    previous revision back on and how many are Ready again on it, the last transitions."""
     fleet = fleet_of(state, registry)
     try:
         sets = step_sets(state.spec.steps, fleet)
@@ -174,6 +175,12 @@ def progress(
         if e.state == "ready" and e.revision == state.target.revision
     )
     placed = [c for c, e in state.clusters.items() if e.state != "removed"]
+    prev = state.previous.revision if state.previous is not None else None
+    back_ready = [
+        c
+        for c in state.rollback
+        if (e := state.clusters.get(c)) is not None and e.revision == prev and e.state == "ready"
+    ]
     bake_left = None
     if state.ready_since is not None and state.phase == RolloutPhase.PROGRESSING:
         bake_left = round(max(0.0, state.spec.bake - (now - state.ready_since.timestamp())), 1)
@@ -181,7 +188,9 @@ def progress(
         "bundle": state.bundle,
         "tenant": split_bundle(state.bundle)[0],
         "revision": state.target.revision,
-        "previous": state.previous.revision if state.previous is not None else None,
+        "previous": prev,
+        "rollback": list(state.rollback),
+        "rollback_ready": len(back_ready),
         "phase": str(state.phase),
         "paused": state.paused,
         "message": state.message,

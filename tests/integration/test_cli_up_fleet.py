@@ -222,7 +222,7 @@ async def readme_tour(tmp_path: Path, kubeconfig: str) -> None:
         "--on-failure", "rollback", "--revision", "v2", "--wait", "--timeout", "120", within=180,
     )  # fmt: skip
     assert code == 1, out
-    assert "web@v2: RolledBack" in out, out
+    assert "web@v2: RolledBack" in out, out  # v1 Ready again on the canary
     for name in FLEET:  # the canary back on v1, the others never left it
         for _ in range(60):
             code, out = await kubectl(
@@ -242,6 +242,7 @@ async def readme_tour(tmp_path: Path, kubeconfig: str) -> None:
         ("v1", "complete"),
         ("v2", "started"),
         ("v2", "halted"),
+        ("v2", "rolling-back"),
         ("v2", "rolled-back"),
     ], events
 

@@ -23,9 +23,10 @@ from nats.aio.client import Client as NATS
 from harness.pipeline import StatusWatch
 from schemas.codec import decode, encode
 from schemas.fleet import RolloutPhase, RolloutSpec
-from schemas.messages import BundleOptions, BundlePhase, ObjectPhase, ObjectStatus
+from schemas.messages import BundleOptions, BundlePhase, BundleStatus, ObjectPhase, ObjectStatus
 from schemas.subjects import (
     ObjectKey,
+    bundle_status_subject,
     bundle_subject,
     fleet_subject,
     object_status_subject,
@@ -751,3 +752,142 @@ async def _has(w: World, cluster: str, values: set[str]) -> bool:
 async def _left(w: World, cluster: str) -> bool:
     s = await rollout_state(w.nc, w.bundle)
     return s is not None and cluster in s.clusters and s.clusters[cluster].state == "removed"
+
+
+# --- a rollback is RolledBack only once checked (issue 41, item 13) ----------------------------
+
+
+def _manifest_dir(w: World, revision: str, manifests: list[dict[str, Any]]) -> Path:
+    root = w.fleet.workdir / f"{w.bundle}-{revision}"
+    root.mkdir()
+    for i, m in enumerate(manifests):
+        (root / f"{i}.yaml").write_text(json.dumps(m))
+    return root
+
+
+def _publish_rolling_back(w: World, revision: str, step_timeout: float) -> tuple[str, ...]:
+    """``driftbus publish`` of a revision the API server refuses, to every cluster of the fleet
+    in one step, rolled back on its failure, with ``--wait``."""
+    root = _manifest_dir(w, revision, [*w.configmaps("bad"), _invalid(w.ns)])
+    every = [a for c in w.fleet.names() for a in ("--cluster", c)]
+    return (
+        "publish", str(root), "--bundle", w.bundle, *every, "--revision", revision,
+        "--step-timeout", f"{step_timeout:g}", "--on-failure", "rollback",
+        "--wait", "--timeout", "300",
+    )  # fmt: skip
+
+
+async def _bundle_status(w: World, cluster: str) -> BundleStatus | None:
+    msg = await bus.last_message(w.js, bus.STATUS, bundle_status_subject(cluster, w.bundle))
+    return decode(msg.data, BundleStatus) if msg is not None and msg.data else None
+
+
+async def _good_everywhere(w: World) -> None:
+    await w.publish("r1", w.configmaps("good"))
+    await w.phase(RolloutPhase.COMPLETE, "r1", within=180)
+    for cluster in w.fleet.names():
+        await until(f"{cluster} good", lambda c=cluster: _has(w, c, {"good"}), 60, w.fleet.logs)
+
+
+async def test_a_rollback_is_rolled_back_only_once_the_previous_revision_is_ready_everywhere(
+    world: World,
+) -> None:
+    """r2 fails; every cluster goes back to r1, but prod-b's applier is down, so r1 cannot be
+    Ready there yet: the rollout says RollingBack (no end) and ``--wait`` keeps waiting. Once
+    the applier is back and r1 is Ready on prod-b too, it says RolledBack and ``--wait``
+    returns — with every cluster's status Ready on the rollback's own placement of r1."""
+    w = world
+    await _good_everywhere(w)
+    site = w.fleet.sites[PROD_B]
+    site.pipeline.procs["applier"].stop(timeout=10)
+
+    async def halted() -> Any:
+        s = await rollout_state(w.nc, w.bundle)
+        ok = s is not None and s.target.revision == "r2" and s.phase != RolloutPhase.PROGRESSING
+        return s if ok else None
+
+    restarted = False
+    cli = asyncio.create_task(driftbus(w.fleet, *_publish_rolling_back(w, "r2", 120), limit=330))
+    try:
+        state = await until("r2 halted and rolling back", halted, 150, w.fleet.logs)
+        assert state.phase == "RollingBack", (state.phase, state.message)
+        assert state.rollback == sorted(w.fleet.names())
+        for cluster in (CANARY, PROD_A):  # r1 back in force there, Ready again
+            await until(f"{cluster} good", lambda c=cluster: _has(w, c, {"good"}), 90, w.fleet.logs)
+        back = await until(
+            "canary and prod-a Ready again in the state",
+            lambda: _back_ready(w, CANARY, PROD_A),
+            60,
+            w.fleet.logs,
+        )
+        assert back.phase is RolloutPhase.ROLLING_BACK, back.phase  # prod-b is not: no end
+        assert not cli.done(), "--wait returned while prod-b was not back on r1"
+        site.pipeline.start("applier", "applier")
+        restarted = True
+        code, _out, err = await cli
+    finally:
+        if not restarted:
+            site.pipeline.start("applier", "applier")
+        if not cli.done():
+            cli.cancel()
+    assert code == 1, err + w.fleet.logs()
+    assert f"{w.bundle}@r2: RollingBack" in err, err
+    assert f"{w.bundle}@r2: RolledBack" in err, err
+    state = await rollout_state(w.nc, w.bundle)
+    assert state is not None
+    assert state.phase is RolloutPhase.ROLLED_BACK
+    for cluster in w.fleet.names():  # what RolledBack says was checked, on each cluster
+        st = await _bundle_status(w, cluster)
+        assert st is not None
+        entry = state.clusters[cluster]
+        assert (st.revision, st.phase, st.published_at) == ("r1", BundlePhase.READY, entry.at)
+        assert await w.values(cluster) == {"good"}
+    events = [(e.event, e.clusters) for e in w.events.of(w.bundle) if e.revision == "r2"]
+    assert [e for e, _ in events] == ["started", "halted", "rolling-back", "rolled-back"], events
+    assert events[-1][1] == sorted(w.fleet.names())
+
+
+async def test_a_rollback_that_cannot_become_ready_on_a_cluster_fails_naming_it(
+    world: World,
+) -> None:
+    """r2 fails and goes back to r1 everywhere; prod-b's applier stays down, so r1 never becomes
+    Ready there: RollingBack, then RollbackFailed naming prod-b (and only prod-b) once the step
+    timeout passes; ``--wait`` follows it to that end (exit 1)."""
+    w = world
+    await _good_everywhere(w)
+    site = w.fleet.sites[PROD_B]
+    site.pipeline.procs["applier"].stop(timeout=10)
+    try:
+        code, _out, err = await driftbus(w.fleet, *_publish_rolling_back(w, "r2", 30), limit=330)
+        state = await rollout_state(w.nc, w.bundle)
+    finally:
+        site.pipeline.start("applier", "applier")
+    assert f"{w.bundle}@r2: RollingBack" in err, err  # not RolledBack at once
+    assert f"{w.bundle}@r2: RollbackFailed" in err, err
+    assert code == 1, err + w.fleet.logs()
+    assert state is not None
+    assert state.phase is RolloutPhase.ROLLBACK_FAILED, (state.phase, state.message, err)
+    why = state.message.split("rollback failed: ", 1)[1]
+    assert why == f"r1 not Ready again within 30s in {PROD_B}", state.message
+    events = [e for e in w.events.of(w.bundle) if e.revision == "r2"]
+    assert [e.event for e in events] == ["started", "halted", "rolling-back", "rollback-failed"]
+    assert events[-1].clusters == [PROD_B]
+    assert events[-1].phase is RolloutPhase.ROLLBACK_FAILED
+    for cluster in (CANARY, PROD_A):  # the others did come back
+        assert state.clusters[cluster].state == "ready"
+        assert await w.values(cluster) == {"good"}
+    # prod-b's applier is back: the placement of r1 the rollback made is applied there
+    await until("prod-b back on r1", lambda: _has(w, PROD_B, {"good"}), 90, w.fleet.logs)
+
+
+async def _back_ready(w: World, *clusters: str) -> Any:
+    s = await rollout_state(w.nc, w.bundle)
+    if s is None or s.previous is None:
+        return None
+    ok = all(
+        (e := s.clusters.get(c)) is not None
+        and e.revision == s.previous.revision
+        and e.state == "ready"
+        for c in clusters
+    )
+    return s if ok else None

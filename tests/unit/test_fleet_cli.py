@@ -26,7 +26,7 @@ from schemas.fleet import (
     RolloutState,
 )
 from schemas.messages import BundleCounts, BundlePhase, BundleStatus, MemberHeartbeat
-from services.cli import clusters, lifecycle, rollout
+from services.cli import clusters, fleet, lifecycle, rollout
 from services.cli.main import build_parser
 from services.cli.rollout import RolloutError
 
@@ -101,6 +101,58 @@ def test_a_rolled_back_cluster_is_not_shown_as_waiting() -> None:
     assert [(r.rollout, r.revision) for r in fs.clusters] == [("ready", "r1")]
     assert fs.ready == 0
     assert rollout.summary_line(fs).endswith("0/1 clusters Ready: canary: failed")
+
+
+def rolling_back(phase: RolloutPhase = RolloutPhase.ROLLING_BACK) -> RolloutState:
+    """r2 halted on the canary and prod-a: both placed back on r1, the canary Ready on it."""
+    return state(
+        phase=phase,
+        message="canary: failed",
+        rollback=["canary", "prod-a"],
+        clusters={
+            "canary": ClusterRollout(revision="r1", state="ready", step=-1, seq=5),
+            "prod-a": ClusterRollout(revision="r1", state="assigned", step=-1, seq=6),
+            "prod-b": ClusterRollout(revision="r1", state="ready", step=0, seq=1),
+        },
+    )
+
+
+def test_a_rollback_under_way_says_how_many_are_back() -> None:
+    fs = rollout.fleet_status(rolling_back(), FLEET, {})
+    assert (fs.rollback, fs.rollback_ready) == (["canary", "prod-a"], 1)
+    assert rollout.summary_line(fs) == (
+        "app@r2: RollingBack, step 2/2, 0/3 clusters Ready, 1/2 back Ready on r1: canary: failed"
+    )
+    assert fleet.progress_line(rolling_back()) == (
+        "app@r2: RollingBack, step 2/2, 0/3 clusters Ready on it, 1/2 back Ready on r1: "
+        "canary: failed"
+    )
+
+
+@pytest.mark.parametrize(
+    ("phases", "code"),
+    [
+        pytest.param(["RollingBack", "RollingBack", "RolledBack"], 1, id="rolled-back"),
+        pytest.param(["RollingBack", "RollbackFailed"], 1, id="rollback-failed"),
+        pytest.param(["Progressing", "Complete"], 0, id="complete"),
+        pytest.param(["RollingBack"] * 20, 2, id="a-rollback-under-way-is-no-end"),
+    ],
+)
+async def test_wait_follows_a_rollback_to_its_end(
+    phases: list[str], code: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = iter(phases)
+    read: list[str] = []
+
+    async def read_state(_js: object, _bundle: str) -> tuple[int, RolloutState]:
+        phase = next(seen, phases[-1])
+        read.append(phase)
+        return 1, rolling_back(RolloutPhase(phase))
+
+    monkeypatch.setattr(fleet, "read_state", read_state)
+    assert await fleet.wait(None, "app", None, within=1.2 if code == 2 else 30) == code
+    if code != 2:
+        assert read == phases  # not one read more, not one less
 
 
 def test_refused_and_excluded_clusters_are_named() -> None:

@@ -104,6 +104,29 @@ def test_a_rollout_transition_is_a_rollout_step_over_its_clusters() -> None:
     )
 
 
+def test_a_rollback_under_way_and_its_end_are_each_sent() -> None:
+    """RollingBack is no end: its end (rolled back, or failed naming the clusters) is news of
+    its own, never a repeat of the rollback starting."""
+    gate = Gate(Limits(dedupe_seconds=600))
+    sent = []
+    for seq, (event, phase, clusters) in enumerate(
+        [
+            ("rolling-back", RolloutPhase.ROLLING_BACK, ["prod-1", "prod-2"]),
+            ("rollback-failed", RolloutPhase.ROLLBACK_FAILED, ["prod-2"]),
+        ]
+    ):
+        r = RolloutEvent(
+            bundle="web", revision="r2", seq=seq, event=event, phase=phase, step=0,
+            clusters=clusters, message=f"{event}: prod-2",
+        )  # fmt: skip
+        got = events.from_rollout(r)
+        sent.append((gate.admit("hook", got, float(seq)), got.title(), got.where))
+    assert sent == [
+        (Verdict.SEND, "rollout of web r2: rolling-back", ("prod-1", "prod-2")),
+        (Verdict.SEND, "rollout of web r2: rollback-failed", ("prod-2",)),
+    ]
+
+
 # --- matching ------------------------------------------------------------------------------
 
 HOOK = Provider(name="hook", type=ProviderType.WEBHOOK, url="http://x")

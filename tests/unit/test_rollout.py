@@ -141,18 +141,26 @@ def test_rollback_puts_the_canary_back_on_the_previous_revision() -> None:
     t = rollout.advance(
         t.state, FLEET, ready_on(t.state, "canary", phase=BundlePhase.FAILED), at(2)
     )
-    assert t.state.phase is RolloutPhase.ROLLED_BACK
+    # placed back, not yet back: RolledBack waits for r1 to be Ready again on the canary
+    assert t.state.phase is RolloutPhase.ROLLING_BACK
     assert placed(t) == [("canary", "previous")]
-    assert [(e.event, e.phase) for e in t.events] == [
-        ("halted", RolloutPhase.HALTED),
-        ("rolled-back", RolloutPhase.ROLLED_BACK),
+    assert [(e.event, e.phase, e.clusters) for e in t.events] == [
+        ("halted", RolloutPhase.HALTED, ("canary",)),
+        ("rolling-back", RolloutPhase.ROLLING_BACK, ("canary",)),
     ]
+    assert (t.state.rollback, t.state.rollback_started_at) == (["canary"], at(2))
     assert t.state.clusters["canary"].revision == "r1"
     assert {c: e.revision for c, e in t.state.clusters.items()} == {
         "canary": "r1",
         "prod-a": "r1",
         "prod-b": "r1",
     }
+    t = rollout.advance(t.state, FLEET, ready_on(t.state, "canary"), at(5))
+    assert t.state.phase is RolloutPhase.ROLLED_BACK
+    assert [(e.event, e.phase, e.clusters) for e in t.events] == [
+        ("rolled-back", RolloutPhase.ROLLED_BACK, ("canary",))
+    ]
+    assert t.state.message.startswith("canary: m")  # why it halted, kept
 
 
 def test_max_unavailable_bounds_the_clusters_on_their_way() -> None:
@@ -419,3 +427,147 @@ def test_a_cluster_whose_entry_is_unknown_keeps_what_it_has() -> None:
     fleet = {c: v for c, v in FLEET.items() if c != "prod-b"}
     t = rollout.advance(state, fleet, {}, at(10), unknown={"prod-b"})
     assert not t.actions
+
+
+# --- a rollback ends only once checked (issue 41, item 13) -------------------------------------
+
+BACK = RolloutSpec(step_timeout=60, on_failure="rollback")
+"""One step (the whole fleet), rolled back on a failure: every cluster goes back to r1."""
+
+
+def rolling_back() -> rollout.Tick:
+    """r2 on every cluster, failed on the canary at 2 s: the three placed back on r1 at 2 s."""
+    t = rollout.advance(begin(BACK, before=complete(BACK)), FLEET, {}, at(1))
+    assert placed(t) == [(c, "target") for c in sorted(FLEET)]
+    failing = ready_on(t.state, "canary", phase=BundlePhase.FAILED)
+    t = rollout.advance(t.state, FLEET, failing, at(2))
+    assert t.state.phase is RolloutPhase.ROLLING_BACK
+    assert placed(t) == [(c, "previous") for c in sorted(FLEET)]
+    assert t.state.rollback == sorted(FLEET)
+    return t
+
+
+def back_status(state: RolloutState, cluster: str, how: str) -> Observed:
+    """A status of ``cluster`` as its planner would publish it after the rollback placed r1."""
+    entry = state.clusters[cluster]
+    phase = {"ready": BundlePhase.READY, "busy": BundlePhase.RECONCILING}.get(how)
+    if how == "stale-ready":  # Ready on r1, of its placement before the rollout
+        return Observed("r1", BundlePhase.READY, at(0), "earlier")
+    if how == "window":
+        return Observed("r1", BundlePhase.OUT_OF_SYNC, entry.at, "held", window="freeze")
+    if how == "forbidden":
+        return Observed("r1", BundlePhase.RECONCILING, entry.at, "forbidden", forbidden=True)
+    if how == "still-r2":  # the status of the placement that failed: says nothing of r1's
+        return Observed("r2", BundlePhase.FAILED, at(1), "bad")
+    return Observed("r1", phase or BundlePhase(how), entry.at, f"{cluster} {how}")
+
+
+READY3 = {"canary": "ready", "prod-a": "ready", "prod-b": "ready"}
+
+
+@pytest.mark.parametrize(
+    ("statuses", "seconds", "phase", "event", "named"),
+    [
+        pytest.param(READY3, 5, RolloutPhase.ROLLED_BACK, "rolled-back", tuple(sorted(FLEET)),
+                     id="ready-again-everywhere"),
+        pytest.param(READY3 | {"prod-b": "busy"}, 30, RolloutPhase.ROLLING_BACK, None, (),
+                     id="one-on-its-way-within-the-timeout"),
+        pytest.param({"canary": "ready", "prod-a": "ready"}, 30, RolloutPhase.ROLLING_BACK,
+                     None, (), id="one-not-heard-from-within-the-timeout"),
+        pytest.param(READY3 | {"prod-b": "still-r2"}, 30, RolloutPhase.ROLLING_BACK, None, (),
+                     id="the-failed-revisions-status-is-not-the-rollbacks"),
+        pytest.param({}, 30, RolloutPhase.ROLLING_BACK, None, (), id="nothing-heard-yet"),
+        pytest.param(READY3 | {"prod-b": "busy"}, 63, RolloutPhase.ROLLBACK_FAILED,
+                     "rollback-failed", ("prod-b",), id="one-not-ready-by-the-timeout"),
+        pytest.param({"canary": "ready", "prod-a": "ready"}, 63, RolloutPhase.ROLLBACK_FAILED,
+                     "rollback-failed", ("prod-b",), id="one-never-heard-from"),
+        pytest.param(READY3 | {"prod-b": "stale-ready"}, 63, RolloutPhase.ROLLBACK_FAILED,
+                     "rollback-failed", ("prod-b",), id="a-ready-from-before-does-not-count"),
+        pytest.param({"canary": "ready", "prod-a": "busy", "prod-b": "busy"}, 63,
+                     RolloutPhase.ROLLBACK_FAILED, "rollback-failed", ("prod-a", "prod-b"),
+                     id="every-late-cluster-named"),
+        pytest.param(READY3 | {"prod-a": "Failed"}, 5, RolloutPhase.ROLLBACK_FAILED,
+                     "rollback-failed", ("prod-a",), id="failed-at-once"),
+        pytest.param(READY3 | {"prod-a": "Degraded", "prod-b": "Conflict"}, 5,
+                     RolloutPhase.ROLLBACK_FAILED, "rollback-failed", ("prod-a", "prod-b"),
+                     id="degraded-and-conflict"),
+        pytest.param(READY3 | {"canary": "forbidden"}, 5, RolloutPhase.ROLLBACK_FAILED,
+                     "rollback-failed", ("canary",), id="forbidden"),
+        pytest.param(READY3 | {"prod-b": "window"}, 63, RolloutPhase.ROLLING_BACK, "window",
+                     ("prod-b",), id="held-by-a-window-is-not-late"),
+    ],
+)  # fmt: skip
+def test_a_rollback_ends_only_once_the_previous_revision_is_ready_again(
+    statuses, seconds, phase, event, named
+) -> None:
+    state = rolling_back().state
+    seen = {c: back_status(state, c, how) for c, how in statuses.items()}
+    t = rollout.advance(state, FLEET, seen, at(seconds))
+    assert t.state.phase is phase, t.state.message
+    assert placed(t) == []  # nothing placed again, whatever the end
+    assert [(e.event, e.clusters) for e in t.events] == ([(event, named)] if event else [])
+    if phase is RolloutPhase.ROLLBACK_FAILED:
+        assert t.events[0].phase is RolloutPhase.ROLLBACK_FAILED
+        assert t.state.message.startswith("canary: m; rollback failed: r1 ")  # the halt kept
+        assert all(c in t.state.message for c in named)
+    # an end is an end: later ticks change nothing
+    if phase is not RolloutPhase.ROLLING_BACK:
+        later = rollout.advance(t.state, FLEET, seen, at(seconds + 600))
+        assert (later.state.phase, later.events, later.actions) == (phase, (), ())
+
+
+def test_a_rollback_timeout_names_why_and_the_step_timeout() -> None:
+    state = rolling_back().state
+    seen = {c: back_status(state, c, "ready") for c in ("canary", "prod-a")}
+    assert rollout.advance(state, FLEET, seen, at(62)).state.phase is RolloutPhase.ROLLING_BACK
+    t = rollout.advance(state, FLEET, seen, at(62.5))
+    assert t.state.phase is RolloutPhase.ROLLBACK_FAILED
+    assert t.events[0].message == "rollback failed: r1 not Ready again within 60s in prod-b"
+
+
+def test_a_window_holding_a_rollback_stops_its_clock_until_it_ends() -> None:
+    state = rolling_back().state
+    held = {c: back_status(state, c, "ready") for c in ("canary", "prod-a")}
+    held["prod-b"] = back_status(state, "prod-b", "window")
+    t = rollout.advance(state, FLEET, held, at(10))
+    assert [e.event for e in t.events] == ["window"]
+    assert "rollback to r1" in t.events[0].message
+    t = rollout.advance(t.state, FLEET, held, at(3600))
+    assert (t.state.phase, t.events) == (RolloutPhase.ROLLING_BACK, ())
+    busy = held | {"prod-b": back_status(state, "prod-b", "busy")}
+    t = rollout.advance(t.state, FLEET, busy, at(4000))  # the window ended: its time again
+    assert [e.event for e in t.events] == ["window-ended"]
+    assert t.state.rollback_started_at == at(4000)
+    assert rollout.advance(t.state, FLEET, busy, at(4059)).state.phase is (
+        RolloutPhase.ROLLING_BACK
+    )
+    ready = busy | {"prod-b": back_status(state, "prod-b", "ready")}
+    assert rollout.advance(t.state, FLEET, ready, at(4059)).state.phase is (
+        RolloutPhase.ROLLED_BACK
+    )
+
+
+def test_a_rollback_with_nothing_on_the_revision_is_rolled_back_at_once() -> None:
+    """Refused everywhere it was to go (never placed): nothing to put back or wait for."""
+    spec = msgspec.structs.replace(CANARY, on_failure="rollback")
+    state = begin(spec, before=complete(spec))
+    refused = {"canary": "no label region"}
+    t = rollout.advance(state, FLEET, {}, at(1), refusals=refused)
+    t = rollout.advance(t.state, FLEET, {}, at(2), refusals=refused)
+    assert t.state.phase is RolloutPhase.ROLLED_BACK
+    assert t.state.rollback == []
+    assert [e.event for e in t.events][:2] == ["halted", "rolled-back"]
+
+
+def test_a_new_revision_after_a_failed_rollback_goes_back_to_the_same_previous() -> None:
+    state = rolling_back().state
+    t = rollout.advance(state, FLEET, {}, at(100))
+    assert t.state.phase is RolloutPhase.ROLLBACK_FAILED
+    nxt = begin(BACK, before=t.state, revision="r3")
+    assert nxt.previous is not None
+    assert nxt.previous.revision == "r1"
+    assert (nxt.rollback, nxt.rollback_started_at, nxt.phase) == (
+        [],
+        None,
+        RolloutPhase.PROGRESSING,
+    )

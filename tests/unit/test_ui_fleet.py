@@ -220,6 +220,27 @@ def test_bake_remaining_only_while_a_step_bakes(
     assert fleet.progress(state, REGISTRY, T0.timestamp())["bake_remaining"] == left
 
 
+def test_a_rollback_under_way_shows_how_many_are_back() -> None:
+    state = rollout(
+        phase=RolloutPhase.ROLLING_BACK,
+        rollback=["canary", "prod-a"],
+        clusters={
+            "canary": ClusterRollout(revision="r1", state="ready", step=-1, at=T0),
+            "prod-a": ClusterRollout(revision="r1", state="assigned", step=-1, at=T0),
+        },
+    )
+    p = fleet.progress(state, REGISTRY, T0.timestamp())
+    assert (p["phase"], p["previous"], p["rollback"], p["rollback_ready"]) == (
+        "RollingBack",
+        "r1",
+        ["canary", "prod-a"],
+        1,
+    )
+    assert p["ready"] == 0  # on the target r2: none
+    done = fleet.progress(rollout(phase=RolloutPhase.COMPLETE), REGISTRY, T0.timestamp())
+    assert (done["rollback"], done["rollback_ready"]) == ([], 0)
+
+
 def test_a_tenant_sees_only_its_own_rows_and_rollouts() -> None:
     statuses = {
         ("canary", "team-a/web"): status("Ready"),

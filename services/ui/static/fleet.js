@@ -25,7 +25,9 @@ function renderRollout(r) {
     el("h3", {}, `${r.bundle}@${r.revision} `, badge(r.phase),
       r.paused ? el("span", { class: "badge Paused" }, "paused") : "",
       el("span", { class: "progress" },
-        ` step ${r.step}/${r.steps}, ${r.ready}/${r.total} clusters Ready${bake}`)),
+        ` step ${r.step}/${r.steps}, ${r.ready}/${r.total} clusters Ready${bake}`),
+      r.rollback.length ? el("span", { class: "progress back" },
+        `, ${r.rollback_ready}/${r.rollback.length} back Ready on ${r.previous}`) : ""),
     r.message ? el("p", { class: "muted" }, r.message) : "",
     el("ol", { class: "steps" }, ...r.selectors.map((s) =>
       el("li", { class: s.state, "data-step": s.step },
