@@ -61,9 +61,10 @@ class ClusterState:
     in drops it): what a bundle that depends on it waits for."""
     held: set[str] = dataclasses.field(default_factory=set)
     """Bundles with a write held back since their hold began: released when it ends."""
-    cluster_labels: dict[str, str] = dataclasses.field(default_factory=dict)
-    """The cluster's labels in the fleet registry (empty: not registered), which a tenant's
-    ``clusterSelector`` must match: read before the first revision, then followed live."""
+    cluster_labels: dict[str, str] | None = None
+    """The cluster's labels in the fleet registry, which a tenant's ``clusterSelector`` must
+    match: read before the first revision, then followed live. None: unknown (not registered,
+    removed, unreadable), which no selector matches — not ``{}``, which ``env!=prod`` does."""
     policy_unusable: str = ""
     """Why the latest policy stored on the bus cannot be used, at start or since ("" when it
     can): then no new revision is taken, of any bundle, until a valid policy is applied — a
