@@ -29,6 +29,7 @@ from services.controlplane import servers
 from services.fleet import registry
 
 from ..conftest import unique_name
+from .fleet_site import until
 from .manifests import namespace_of
 from .test_cli import driftbus
 from .test_tenancy import started
@@ -261,10 +262,15 @@ async def test_a_deny_window_by_cluster_label_holds_only_where_the_labels_say(
     watch, _ = await started(pipeline, pnc, bundle)
     js = pnc.jetstream()
     res = await kube.discovery.resource("v1", "ConfigMap")
+    await pipeline.publish(js, bundle, [namespace_of(ns), cm(ns, "a")], force=True)
+    await watch.ready("r1", 60, pipeline.logs)
+
+    async def registered() -> bool:
+        return pipeline.cluster in await registry.records(js)
+
+    await until("the cluster registered", registered, 60, pipeline.logs)
     await registry.relabel(js, pipeline.cluster, set_={"env": "dev"}, remove=[])
     try:
-        await pipeline.publish(js, bundle, [namespace_of(ns), cm(ns, "a")], force=True)
-        await watch.ready("r1", 60, pipeline.logs)
         await apply_windows(
             pipeline,
             tmp_path,
