@@ -37,6 +37,10 @@ class SyncWindow(
     """Globs over full bundle names (``TENANT/NAME``; a platform bundle is ``NAME``)."""
     clusters: tuple[Glob, ...] = ("*",)
     """Globs over cluster names."""
+    cluster_selector: Annotated[str, Meta(max_length=4096)] = ""
+    """A label selector over the cluster registry (kubectl syntax: ``env=prod``), besides
+    ``clusters``: both must name a cluster ("" names every cluster the globs do). A cluster
+    whose labels are unknown is named by any selector: a window restricts, it grants nothing."""
     name: Annotated[str, Meta(max_length=63)] = ""
     """What status, the page and the decision log call it; "" means ``KIND-INDEX``
     (``deny-0``: the first window of the file)."""
@@ -59,6 +63,8 @@ class WindowRow(msgspec.Struct, frozen=True, rename="camel"):
     time_zone: str
     bundles: tuple[str, ...]
     clusters: tuple[str, ...]
+    cluster_selector: str
+    """The window's ``clusterSelector``, canonical ("": none)."""
     active: bool
     """It is open now (a deny window: writes to what it names are held)."""
     next_change: str | None

@@ -11,15 +11,16 @@ import argparse
 import asyncio
 import sys
 import time
-from typing import Any, get_args
+from typing import Any
 
 import msgspec
 
-from schemas.fleet import OnFailure, OnLeave, RolloutPhase, RolloutSpec, RolloutState
+from schemas.fleet import RolloutPhase, RolloutSpec, RolloutState
 from schemas.messages import BundleOptions
 from schemas.subjects import rollout_key
 from services.common import bus
 from services.common.documents import Loaded
+from services.fleet import rollout_flags
 
 ENDS = {
     RolloutPhase.COMPLETE: 0,
@@ -43,56 +44,7 @@ def add_fleet_flags(p: argparse.ArgumentParser) -> None:
         "(eu,us),!canary); every matching cluster gets the revision, including clusters "
         "that register or are relabelled into it later",
     )
-    g.add_argument(
-        "--rollout",
-        action="append",
-        default=[],
-        metavar="STEP",
-        help="a rollout step, in order (repeatable): a selector within the fleet or N%% of its "
-        "clusters; the whole fleet is the implicit last step",
-    )
-    g.add_argument(
-        "--bake",
-        type=float,
-        default=0.0,
-        metavar="SECONDS",
-        help="every cluster of a step stays Ready on the revision this long before the next "
-        "step starts (default %(default)s)",
-    )
-    g.add_argument(
-        "--max-unavailable",
-        type=int,
-        default=0,
-        metavar="N",
-        help="clusters of a step updated at once (default: all of the step)",
-    )
-    g.add_argument(
-        "--step-timeout",
-        type=float,
-        default=RolloutSpec().step_timeout,
-        metavar="SECONDS",
-        help="a step not Ready by then halts the rollout (default %(default)s)",
-    )
-    g.add_argument(
-        "--on-failure",
-        choices=get_args(OnFailure),
-        default="halt",
-        help="halt: later steps never get the revision; rollback: also put the clusters "
-        "already on it back on the previous revision (default %(default)s)",
-    )
-    g.add_argument(
-        "--on-leave",
-        choices=get_args(OnLeave),
-        default="prune",
-        help="what a cluster that leaves the fleet gets: its objects pruned (every prune "
-        "safeguard holds) or left in place (default %(default)s)",
-    )
-    g.add_argument(
-        "--substitute",
-        action="store_true",
-        help="replace ${cluster.name} and ${cluster.labels.KEY} in the manifests per cluster "
-        "(a cluster lacking the label is refused, named)",
-    )
+    rollout_flags.add_flags(g)
 
 
 def is_fleet(args: argparse.Namespace) -> bool:
@@ -102,24 +54,12 @@ def is_fleet(args: argparse.Namespace) -> bool:
     return (
         args.selector is not None
         or len(clusters) > 1
-        or bool(args.rollout)
-        or args.substitute
-        or args.on_leave != "prune"
-        or args.on_failure != "halt"
-        or args.bake != 0.0
-        or args.max_unavailable != 0
-        or args.step_timeout != RolloutSpec().step_timeout
+        or bool(rollout_flags.given(rollout_flags.from_args(args)))
     )
 
 
 def rollout_spec(args: argparse.Namespace) -> RolloutSpec:
-    return RolloutSpec(
-        steps=list(args.rollout),
-        bake=args.bake,
-        max_unavailable=args.max_unavailable,
-        step_timeout=args.step_timeout,
-        on_failure=args.on_failure,
-    )
+    return rollout_flags.from_args(args).spec()
 
 
 async def publish(

@@ -38,6 +38,7 @@ from services.core.manifest import FIELD_MANAGER, apply_order, check_bundle_name
 from services.core.scope import Scopes, group_kind
 from services.core.scrub import scrub_for
 from services.core.sha import manifest_sha, prune
+from services.core.tenant_clusters import NOT_READ, Labels
 from services.fleet import registry
 from services.planner.rule import facts, limits
 from services.planner.rule.decide import Decision, Desired, Entry, evaluate, restore
@@ -76,13 +77,14 @@ async def _state(js: bus.JetStream, cluster: str) -> dict[ObjectKey, list[facts.
     return known
 
 
-async def _labels(js: bus.JetStream, cluster: str) -> dict[str, str] | None:
+async def _labels(js: bus.JetStream, cluster: str) -> Labels:
     """The cluster's registry labels, as its planner holds a tenant's clusterSelector to them
-    (None when the registry cannot be read: then only the ``clusters`` globs are checked)."""
+    (None: unknown to the registry, which no selector admits; ``NOT_READ`` when the registry
+    cannot be read: then only the ``clusters`` globs are checked)."""
     try:
         return await registry.labels_of(js, cluster)
     except Exception:  # noqa: BLE001 - no registry, or no right to read it: plan says less
-        return None
+        return NOT_READ
 
 
 async def _scopes(kube: KubeClient, loaded: Loaded) -> Scopes:

@@ -75,13 +75,16 @@ def cmd_status(args: argparse.Namespace) -> int:
                 # read before the first line is shown: a stack stopped once the state is on
                 # the screen is then the follow's to report, not a failed read
                 spec, unusable = await windows.read_windows(js)
+                labels = await windows.cluster_labels(js, spec, args.cluster)
                 if args.output != "table":
                     output.dump(
                         StatusDocument(
                             bundle=bundle_row(bundles[-1], now) if bundles else None,
                             objects=rows,
                             git_source=msgspec.to_builtins(followed) if followed else None,
-                            windows=windows.bundle_window(spec, args.cluster, args.bundle, now),
+                            windows=windows.bundle_window(
+                                spec, args.cluster, args.bundle, now, labels
+                            ),
                             windows_unusable=unusable,
                         ),
                         args.output,
@@ -106,7 +109,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                             f"{table.colour(str(followed.phase))} — {followed.message}"
                         )
                     for line in windows.status_lines(
-                        spec, args.cluster, args.bundle, now, unusable
+                        spec, args.cluster, args.bundle, now, unusable, labels
                     ):
                         print(line)
                     shown = [
@@ -125,6 +128,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                 # the cluster's windows: only the table shows them (-o json is a list of rows)
                 if args.output == "table":
                     spec, unusable = await windows.read_windows(js)
+                    labels = await windows.cluster_labels(js, spec, args.cluster)
+                labels = await windows.cluster_labels(js, spec, args.cluster)
                 if args.output != "table":
                     output.dump([bundle_row(b, now) for b in statuses], args.output)
                 else:
@@ -147,7 +152,9 @@ def cmd_status(args: argparse.Namespace) -> int:
                     if args.tenant is not None or any(r["tenant"] for r in table_rows):
                         columns.insert(0, "tenant")
                     table.emit(table_rows, columns, "table")
-                    for line in windows.status_lines(spec, args.cluster, None, now, unusable):
+                    for line in windows.status_lines(
+                        spec, args.cluster, None, now, unusable, labels
+                    ):
                         print(line)
             sys.stdout.flush()
             if live is None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import sys
-from fnmatch import fnmatchcase
+from collections.abc import Mapping
 from pathlib import Path
 
 from schemas.cli import BundleWindow
@@ -20,6 +20,7 @@ from services.cli import exits
 from services.common import bus, settings
 from services.common.bus import NatsSettings
 from services.core import windows as sync_windows
+from services.core.window import Window
 
 WINDOWS_STREAM = f"KV_{bus.WINDOWS_BUCKET}"
 WINDOWS_SUBJECT = f"$KV.{bus.WINDOWS_BUCKET}.{bus.WINDOWS_KEY}"
@@ -55,6 +56,22 @@ async def read_windows(js: bus.JetStream) -> tuple[WindowsFile, str]:
     return sync_windows.last_good(stored)
 
 
+async def cluster_labels(
+    js: bus.JetStream, spec: WindowsFile, cluster: str
+) -> Mapping[str, str] | None:
+    """``cluster``'s registry labels when a window of ``spec`` has a ``clusterSelector`` (else
+    {}: no window asks); None when they are unknown or cannot be read — every selector window
+    then names the cluster, as its planner reads it."""
+    if not any(w.cluster_selector for w in spec.windows):
+        return {}
+    from services.fleet import registry
+
+    try:
+        return await registry.labels_of(js, cluster)
+    except Exception:  # noqa: BLE001 - no registry, or not ours to read: unknown
+        return None
+
+
 async def put_windows(js: bus.JetStream, spec: WindowsFile) -> int:
     """Store ``spec`` as the windows in force; returns its revision (the KV sequence)."""
     await bus.ensure_config_buckets(js)
@@ -62,16 +79,25 @@ async def put_windows(js: bus.JetStream, spec: WindowsFile) -> int:
 
 
 def bundle_window(
-    spec: WindowsFile, cluster: str, bundle: str, now: dt.datetime
+    spec: WindowsFile,
+    cluster: str,
+    bundle: str,
+    now: dt.datetime,
+    labels: Mapping[str, str] | None = None,
 ) -> BundleWindow | None:
     """The windows as they stand for ``bundle`` in ``cluster`` (``status -o json``), or None
-    when no window names it."""
+    when no window names it. ``labels``: the cluster's registry labels, for a window's
+    ``clusterSelector`` (None: unknown, named by every selector, as the planner reads it)."""
     ws = sync_windows.compiled(spec)
-    if not any(w.names(bundle, cluster) for w in ws):
+    if not any(w.names(bundle, cluster, labels) for w in ws):
         return None
-    held = sync_windows.block(ws, bundle, cluster, now)
-    change = sync_windows.next_change(ws, bundle, cluster, now)
-    after = sync_windows.block(ws, bundle, cluster, change) if change is not None else None
+    held = sync_windows.block(ws, bundle, cluster, now, labels=labels)
+    change = sync_windows.next_change(ws, bundle, cluster, now, labels=labels)
+    after = (
+        sync_windows.block(ws, bundle, cluster, change, labels=labels)
+        if change is not None
+        else None
+    )
     return BundleWindow(
         held=held is not None,
         message=held.message if held is not None else "writes allowed",
@@ -83,14 +109,19 @@ def bundle_window(
 
 
 def status_lines(
-    spec: WindowsFile, cluster: str, bundle: str | None, now: dt.datetime, problem: str = ""
+    spec: WindowsFile,
+    cluster: str,
+    bundle: str | None,
+    now: dt.datetime,
+    problem: str = "",
+    labels: Mapping[str, str] | None = None,
 ) -> list[str]:
     """What ``driftbus status`` says of the sync windows: for a bundle, whether one holds its
     writes (until when) and the next change; for a cluster, each window naming it, open or
-    not. Nothing when no window names them."""
+    not. Nothing when no window names them. ``labels``: as for ``bundle_window``."""
     lines = [f"sync windows: the latest on the bus are unusable ({problem})"] if problem else []
     if bundle is not None:
-        bw = bundle_window(spec, cluster, bundle, now)
+        bw = bundle_window(spec, cluster, bundle, now, labels)
         if bw is None:
             return lines
         if bw.held:
@@ -102,7 +133,7 @@ def status_lines(
         return lines
     ws = sync_windows.compiled(spec)
     for w, row in zip(ws, sync_windows.rows(spec, now), strict=True):
-        if not any(fnmatchcase(cluster, p) for p in w.clusters):
+        if not w.names_cluster(cluster, labels):
             continue
         state = "open" if row.active else "closed"
         verb = "closes" if row.active else "opens"
@@ -113,7 +144,7 @@ def status_lines(
     return lines
 
 
-def _when(at: dt.datetime, ws: tuple[sync_windows.Window, ...]) -> str:
+def _when(at: dt.datetime, ws: tuple[Window, ...]) -> str:
     return ws[0].shown(at) if ws else at.isoformat(timespec="minutes")
 
 
@@ -143,7 +174,8 @@ def show(spec: WindowsFile, problem: str, output: str, now: dt.datetime) -> None
                 "duration": r.duration,
                 "time zone": r.time_zone,
                 "bundles": ",".join(r.bundles),
-                "clusters": ",".join(r.clusters),
+                "clusters": ",".join(r.clusters)
+                + (f" with {r.cluster_selector}" if r.cluster_selector else ""),
                 "now": "open" if r.active else "closed",
                 "next": (("closes " if r.active else "opens ") + r.next_change)
                 if r.next_change

@@ -96,7 +96,8 @@ def add_arguments(
             dest=f.name,
             default=None,
             metavar=f.name.upper(),
-            help=f"{f.metadata.get('doc', '')} [env {env}; default {default!r}]",
+            # argparse formats help with %: a literal one ("N%") is doubled
+            help=f"{f.metadata.get('doc', '')} [env {env}; default {default!r}]".replace("%", "%%"),
             type=str,
         )
 

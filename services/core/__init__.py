@@ -12,7 +12,8 @@ Objects and their hashes:
 - ``diff`` — field-level differences between two pruned objects (``driftbus plan``), masked.
 - ``scrub`` — Secret values kept out of every message driftbus writes.
 - ``hooks`` — Helm's and Argo CD's hooks and sync waves: each object's stage, delete policies.
-- ``windows`` — sync windows: when automated writes are allowed or denied.
+- ``windows`` — sync windows: when automated writes are allowed or denied; the windows file.
+- ``window`` — one sync window: the bundles and clusters it names, and when it is open.
 
 Reading as Kubernetes reads:
 

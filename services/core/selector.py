@@ -5,6 +5,10 @@ tokens, same quirks (``k=`` and ``k in ()`` mean the value ""), same matching (`
 ``notin`` match a missing key). Two differences: ``==`` is read as ``=``, so a selector has one
 canonical form, and the integer operators ``>``/``<`` are refused. Input is bounded (4096
 characters, 64 requirements). Pure, no I/O; every error names the text it is about.
+
+A cluster's labels can be unknown (no registry entry, removed, or an entry that cannot be read):
+``selects`` reads them as None, never as ``{}``, and then only the empty selector selects it —
+``env!=prod`` does not, although it matches a known cluster without ``env``.
 """
 
 from __future__ import annotations
@@ -123,6 +127,13 @@ class Selector:
     def __str__(self) -> str:
         """Canonical: by key then operator, values sorted; ``parse_selector`` reads it back."""
         return ",".join(str(r) for r in self.requirements)
+
+
+def selects(selector: Selector, labels: Mapping[str, str] | None) -> bool:
+    """Whether ``selector`` selects an object whose labels are ``labels``; None: they are
+    unknown, which matches no requirement (not ``!=``, ``notin`` or ``!k`` either): only the
+    empty selector, which depends on no label, selects it."""
+    return selector.matches(labels) if labels is not None else selector.empty
 
 
 def parse_selector(text: str) -> Selector:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any, Final
@@ -35,7 +35,7 @@ from schemas.tenants import (
     TenantPolicy,
 )
 from services.core import kyaml
-from services.core.tenant_clusters import cluster_problem, selector_problem
+from services.core.tenant_clusters import NOT_READ, Labels, cluster_problem, selector_problem
 from services.core.tenant_rights import rights_problem
 
 Path = tuple[str | int, ...]
@@ -185,10 +185,11 @@ def may_manage_cluster_scoped(tenant: Tenant) -> bool:
 
 
 def bundle_refusal(
-    policy: TenantPolicy, bundle: str, cluster: str, labels: Mapping[str, str] | None = None
+    policy: TenantPolicy, bundle: str, cluster: str, labels: Labels = NOT_READ
 ) -> str | None:
     """Why ``bundle`` may not be taken for ``cluster`` at all, or None if it may. The tenant's
-    ``clusterSelector`` is checked only against the cluster's registry ``labels`` given."""
+    ``clusterSelector`` is checked against the cluster's registry ``labels`` (None: unknown,
+    admitted by no selector) unless they were not read."""
     name = tenant_of(bundle)
     if not name:
         if policy.lockdown:

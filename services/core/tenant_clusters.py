@@ -9,23 +9,42 @@ rollout's status rather than leaving them out silently. ``tenancy.bundle_refusal
 has them. ``credentials_refusal`` holds a tenant's fleet placements to the clusters of its NATS
 publisher as the admin recorded them (the driver publishes for every tenant, so the NATS server
 cannot). Pure: the registry and the record are read by the caller.
+
+Labels the registry cannot give (no entry, removed, unreadable) are None, never ``{}``: a tenant
+with a ``clusterSelector`` may not use such a cluster, whatever the selector (``env!=prod`` too,
+which a known cluster without ``env`` matches). ``NOT_READ`` is a caller that did not read
+them (``plan`` without the registry): only the ``clusters`` globs are checked then.
 """
 
 from __future__ import annotations
 
+import enum
 import functools
 from collections.abc import Mapping
 from fnmatch import fnmatchcase
+from typing import Final, Literal
 
 from schemas.tenants import Tenant, TenantCredentials, TenantPolicy
-from services.core.selector import Selector, SelectorError, parse_selector
+from services.core.selector import Selector, SelectorError, parse_selector, selects
+
+
+class _NotRead(enum.Enum):
+    NOT_READ = "not read"
+
+
+NOT_READ: Final = _NotRead.NOT_READ
+"""Labels the caller did not read (not "unknown": the registry was not asked)."""
+
+Labels = Mapping[str, str] | None | Literal[_NotRead.NOT_READ]
+"""A cluster's registry labels; None: unknown to the registry; ``NOT_READ``: not asked."""
 
 
 def cluster_refusal(
-    policy: TenantPolicy, tenant: str, cluster: str, labels: Mapping[str, str]
+    policy: TenantPolicy, tenant: str, cluster: str, labels: Mapping[str, str] | None
 ) -> str | None:
     """Why the bundles of ``tenant`` ("": the platform's) may not be placed in ``cluster``,
-    whose registry labels are ``labels`` (one line naming both), or None if they may."""
+    whose registry labels are ``labels`` (None: unknown), in one line naming both, or None if
+    they may."""
     if not tenant:
         if policy.lockdown:
             return (
@@ -42,23 +61,27 @@ def cluster_refusal(
     return cluster_problem(tenant, rules, cluster, labels)
 
 
-def cluster_problem(
-    name: str, tenant: Tenant, cluster: str, labels: Mapping[str, str] | None
-) -> str | None:
+def cluster_problem(name: str, tenant: Tenant, cluster: str, labels: Labels) -> str | None:
     """Why tenant ``name`` (its rules ``tenant``) may not publish to ``cluster``, or None.
-    ``labels`` None: not known to the caller, so only the ``clusters`` globs are checked."""
+    ``labels`` None: unknown to the registry, so a ``clusterSelector`` admits nothing;
+    ``NOT_READ``: not read by the caller, so only the ``clusters`` globs are checked."""
     if not any(fnmatchcase(cluster, p) for p in tenant.clusters):
         clusters = f"[{', '.join(tenant.clusters)}]"
         return f'tenant {name} may not publish to cluster "{cluster}" (its clusters: {clusters})'
     text = tenant.cluster_selector
-    if not text or labels is None:
+    if not text or labels is NOT_READ:
         return None
     try:
         selector = _parsed(text)
     except SelectorError as exc:  # a policy checked on reading never has one; fail closed
         return f'tenant {name} may not publish to cluster "{cluster}" ({exc})'
-    if selector.matches(labels):
+    if selects(selector, labels):
         return None
+    if labels is None:
+        return (
+            f'tenant {name} may not publish to cluster "{cluster}" (its labels are unknown: it '
+            f'has no readable registry entry, so its clusterSelector "{text}" admits nothing)'
+        )
     return (
         f'tenant {name} may not publish to cluster "{cluster}" (its labels do not match its '
         f'clusterSelector "{text}")'

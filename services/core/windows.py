@@ -1,12 +1,9 @@
 """Sync windows (docs/windows.md): whether a bundle's writes to a cluster may happen now, and when
-that changes (pure).
+that changes (pure); and the windows file, read and checked. One window — what it names, when
+it is open — is ``services.core.window``'s.
 
-A window opens each time its cron ``schedule`` fires, read in its ``timeZone`` (DST included:
-croniter's wall-clock rule — a time that does not exist on a spring-forward day fires at the first
-instant after the gap, one that happens twice on a fall-back day fires twice), and stays open for
-its ``duration`` of elapsed time. Open periods that overlap or touch are one period.
-
-For a bundle on a cluster, the windows that name both (globs) decide:
+For a bundle on a cluster, the windows that name both (globs, and the cluster's registry labels
+for a ``clusterSelector``) decide:
 
 * a **deny** window open now holds its writes;
 * else, if **allow** windows name it, writes happen only while one of them is open;
@@ -23,107 +20,27 @@ import dataclasses
 import datetime as dt
 import re
 from collections.abc import Callable, Sequence
-from fnmatch import fnmatchcase
 from typing import Final
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import msgspec
 import yaml
-from croniter import CroniterBadDateError, croniter
+from croniter import croniter
 
 from schemas.windows import SyncWindow, WindowRow, WindowsFile
 from services.core import kyaml
+from services.core.selector import SelectorError, parse_selector
+from services.core.window import HORIZON, Labels, Window
 
-HORIZON: Final = dt.timedelta(days=366)
-"""How far ahead a change is looked for: a schedule firing later than this counts as never."""
 MAX_STEPS: Final = 200
 """Window boundaries walked at most in one question."""
-MAX_CHAIN: Final = 1500
-"""Overlapping openings chained at most: a window that opens more often than it lasts for more
-than a day of minutely openings is open for good (``FOREVER``)."""
-FOREVER: Final = dt.timedelta(days=10_000)
 _DURATION: Final = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(h|ms|m|s)")
 _UNITS: Final = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
 _NAME: Final = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
-_EPSILON: Final = dt.timedelta(microseconds=1)
 
 
 class WindowsError(ValueError):
     """A windows file or stored windows are unusable: one line, ``FILE:LINE: `` first if known."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Window:
-    """One sync window, checked and ready to ask."""
-
-    name: str
-    kind: str
-    schedule: str
-    duration: dt.timedelta
-    zone: ZoneInfo
-    bundles: tuple[str, ...]
-    clusters: tuple[str, ...]
-    spec: SyncWindow
-
-    def names(self, bundle: str, cluster: str) -> bool:
-        """Whether the window is about ``bundle`` (its full name) on ``cluster``."""
-        return any(fnmatchcase(bundle, p) for p in self.bundles) and any(
-            fnmatchcase(cluster, p) for p in self.clusters
-        )
-
-    def last_start(self, at: dt.datetime) -> dt.datetime | None:
-        """The latest time the schedule fired at or before ``at`` (None: not within a year)."""
-        try:
-            start: dt.datetime = croniter(
-                self.schedule, (at + _EPSILON).astimezone(self.zone)
-            ).get_prev(dt.datetime)
-        except CroniterBadDateError:
-            return None
-        return start if at - start <= HORIZON else None
-
-    def next_start(self, after: dt.datetime) -> dt.datetime | None:
-        """The first time the schedule fires strictly after ``after`` (None: not within a
-        year)."""
-        try:
-            start: dt.datetime = croniter(self.schedule, after.astimezone(self.zone)).get_next(
-                dt.datetime
-            )
-        except CroniterBadDateError:
-            return None
-        return start if start - after <= HORIZON else None
-
-    def open_until(self, at: dt.datetime) -> dt.datetime | None:
-        """When the open period holding ``at`` ends (openings that overlap or touch chained);
-        None when the window is closed at ``at``, or ``at + FOREVER`` when it stays open for
-        more than ``MAX_CHAIN`` openings in a row (a window that never closes)."""
-        start = self.last_start(at)
-        if start is None or _utc(start) + self.duration <= at:
-            return None
-        end = _utc(start) + self.duration
-        try:
-            following = croniter(self.schedule, start)
-            for _ in range(MAX_CHAIN):
-                nxt: dt.datetime = following.get_next(dt.datetime)
-                if _utc(nxt) > end:
-                    return end.astimezone(self.zone)
-                end = max(end, _utc(nxt) + self.duration)
-        except CroniterBadDateError:
-            return end.astimezone(self.zone)
-        return (at + FOREVER).astimezone(self.zone)
-
-    def next_change(self, at: dt.datetime) -> dt.datetime | None:
-        """When the window next closes (open at ``at``) or opens (closed); None: not within a
-        year."""
-        until = self.open_until(at)
-        if until is not None:
-            return None if until - at >= FOREVER else until
-        return self.next_start(at)
-
-    def shown(self, at: dt.datetime) -> str:
-        """``at`` in the window's time zone, to the minute (the second when it has one):
-        ``2026-11-30T08:00+01:00``."""
-        local = at.astimezone(self.zone)
-        return local.isoformat(timespec="seconds" if local.second else "minutes")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,12 +64,12 @@ class Block:
 
 
 def blocking(
-    windows: Sequence[Window], bundle: str, cluster: str, at: dt.datetime
+    windows: Sequence[Window], bundle: str, cluster: str, at: dt.datetime, *, labels: Labels = None
 ) -> Window | None:
-    """The window that holds ``bundle``'s writes to ``cluster`` at ``at``, or None: the first
-    deny window open (file order), else — when allow windows name it and none is open — the
-    allow window that opens next."""
-    mine = [w for w in windows if w.names(bundle, cluster)]
+    """The window that holds ``bundle``'s writes to ``cluster`` (its registry ``labels``; None:
+    unknown) at ``at``, or None: the first deny window open (file order), else — when allow
+    windows name it and none is open — the allow window that opens next."""
+    mine = [w for w in windows if w.names(bundle, cluster, labels)]
     for w in mine:
         if w.kind == "deny" and w.open_until(at) is not None:
             return w
@@ -164,41 +81,44 @@ def blocking(
 
 
 def next_change(
-    windows: Sequence[Window], bundle: str, cluster: str, at: dt.datetime
+    windows: Sequence[Window], bundle: str, cluster: str, at: dt.datetime, *, labels: Labels = None
 ) -> dt.datetime | None:
     """When the window that holds ``bundle``'s writes to ``cluster`` (or that none does) next
     changes after ``at``; None: not within a year."""
-    now = blocking(windows, bundle, cluster, at)
-    return _walk(windows, bundle, cluster, at, lambda w: _name(w) != _name(now))
+    now = blocking(windows, bundle, cluster, at, labels=labels)
+    return _walk(windows, bundle, cluster, labels, at, lambda w: _name(w) != _name(now))
 
 
 def resumes(
-    windows: Sequence[Window], bundle: str, cluster: str, at: dt.datetime
+    windows: Sequence[Window], bundle: str, cluster: str, at: dt.datetime, *, labels: Labels = None
 ) -> dt.datetime | None:
     """When writes held at ``at`` may go again (``at`` itself when they are not held); None:
     not within a year."""
-    if blocking(windows, bundle, cluster, at) is None:
+    if blocking(windows, bundle, cluster, at, labels=labels) is None:
         return at
-    return _walk(windows, bundle, cluster, at, lambda w: w is None)
+    return _walk(windows, bundle, cluster, labels, at, lambda w: w is None)
 
 
-def block(windows: Sequence[Window], bundle: str, cluster: str, at: dt.datetime) -> Block | None:
+def block(
+    windows: Sequence[Window], bundle: str, cluster: str, at: dt.datetime, *, labels: Labels = None
+) -> Block | None:
     """Why ``bundle``'s writes to ``cluster`` are held at ``at`` and until when, or None."""
-    w = blocking(windows, bundle, cluster, at)
+    w = blocking(windows, bundle, cluster, at, labels=labels)
     if w is None:
         return None
-    return Block(w, resumes(windows, bundle, cluster, at))
+    return Block(w, resumes(windows, bundle, cluster, at, labels=labels))
 
 
 def _walk(
     windows: Sequence[Window],
     bundle: str,
     cluster: str,
+    labels: Labels,
     at: dt.datetime,
     changed: Callable[[Window | None], bool],
 ) -> dt.datetime | None:
     """The first window boundary after ``at`` at which ``changed(blocking(...))`` is true."""
-    mine = [w for w in windows if w.names(bundle, cluster)]
+    mine = [w for w in windows if w.names(bundle, cluster, labels)]
     t = at
     for _ in range(MAX_STEPS):
         bounds = [b for w in mine if (b := w.next_change(t)) is not None]
@@ -207,17 +127,13 @@ def _walk(
         t = min(bounds)
         if t - at > HORIZON:
             return None
-        if changed(blocking(mine, bundle, cluster, t)):
+        if changed(blocking(mine, bundle, cluster, t, labels=labels)):
             return t
     return None
 
 
 def _name(w: Window | None) -> str:
     return "" if w is None else w.name
-
-
-def _utc(t: dt.datetime) -> dt.datetime:
-    return t.astimezone(dt.UTC)
 
 
 # --- reading ----------------------------------------------------------------------------------
@@ -281,8 +197,20 @@ def _window(w: SyncWindow, name: str) -> Window:
             raise ValueError(f'{key} is empty: name at least one glob ("*" for all)')
         if bad := [g for g in globs if any(c.isspace() for c in g)]:
             raise ValueError(f"{key}: {bad[0]!r} contains white space")
+    try:
+        selector = parse_selector(w.cluster_selector)
+    except SelectorError as exc:
+        raise ValueError(f"clusterSelector: {exc}") from None
     window = Window(
-        name, w.kind, w.schedule, parse_duration(w.duration), zone, w.bundles, w.clusters, w
+        name,
+        w.kind,
+        w.schedule,
+        parse_duration(w.duration),
+        zone,
+        w.bundles,
+        w.clusters,
+        w,
+        selector,
     )
     if (
         window.next_start(dt.datetime.now(dt.UTC)) is None
@@ -364,6 +292,7 @@ def rows(spec: WindowsFile, now: dt.datetime) -> list[WindowRow]:
                 time_zone=w.spec.time_zone,
                 bundles=w.bundles,
                 clusters=w.clusters,
+                cluster_selector=str(w.selector),
                 active=w.open_until(now) is not None,
                 next_change=w.shown(change) if change is not None else None,
             )

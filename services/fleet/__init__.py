@@ -25,4 +25,5 @@ For everyone:
 
 - ``registry`` — the cluster registry: one ``ClusterRecord`` per cluster, and a live view of it.
 - ``publish`` — publishing a fleet bundle revision (``publish_fleet``).
+- ``rollout_flags`` — the rollout flags, declared once for ``publish`` and ``source``.
 """

@@ -7,6 +7,11 @@ brought up to date). Labels change only through ``relabel`` (``driftbus clusters
 admin role) and an entry goes only through ``deregister`` (``driftbus clusters remove``): both
 change fleet membership. Heartbeats never touch the registry, so a cluster that goes quiet stays a
 member and nothing is pruned for it.
+
+A cluster's labels are unknown when it has no entry, was removed, or its entry cannot be read:
+they read as None (``labels_in``, ``labels_of``) and such a cluster is in no ``records``, never
+as ``{}``, which ``env!=prod`` would match. Unknown labels add a cluster to no fleet and, short
+of an explicit removal, take it out of none.
 """
 
 from __future__ import annotations
@@ -38,7 +43,9 @@ def members(
     records: Mapping[str, ClusterRecord], selector: str, named: Sequence[str]
 ) -> dict[str, dict[str, str]]:
     """The registered clusters a fleet bundle names, with their labels (pure): those the
-    selector matches and, when ``named`` is given, only those named."""
+    selector matches and, when ``named`` is given, only those named. ``records`` holds only
+    clusters whose labels are known (``RegistryView`` leaves the unreadable out), so one whose
+    labels are unknown is no member (the driver keeps what it already has: not a removal)."""
     sel = parse_selector(selector)
     wanted = set(named)
     return {
@@ -140,28 +147,30 @@ def entry_subject(cluster: str) -> str:
     return KV_PREFIX + cluster_registry_key(cluster)
 
 
-def labels_in(msg: Message) -> dict[str, str]:
-    """The labels a registry entry message carries ({}: removed, or unreadable: a tenant's
-    clusterSelector then admits nothing, the closed side)."""
+def labels_in(msg: Message) -> dict[str, str] | None:
+    """The labels a registry entry message carries; None when they are unknown (removed, or
+    unreadable): never ``{}``, which ``env!=prod`` would match — unknown labels match no
+    selector that depends on them (``selector.selects``)."""
     if (msg.headers or {}).get("KV-Operation") in ("DEL", "PURGE"):
-        return {}
+        return None
     try:
         return dict(_decode(msg.data, msg.subject).labels)
     except RegistryError as exc:
         log.error("%s", exc)
-        return {}
+        return None
 
 
-async def labels_of(js: JetStream, cluster: str) -> dict[str, str]:
-    """The registry labels of ``cluster`` ({}: not registered, or no registry yet)."""
+async def labels_of(js: JetStream, cluster: str) -> dict[str, str] | None:
+    """The registry labels of ``cluster``; None when unknown (not registered, removed, no
+    registry yet, or an entry that cannot be read)."""
     msg = await bus.last_message(js, bus.CLUSTERS_STREAM, entry_subject(cluster))
     if msg is None or not msg.data:
-        return {}
+        return None
     try:
         return dict(_decode(msg.data, cluster).labels)
     except RegistryError as exc:
         log.error("%s", exc)
-        return {}
+        return None
 
 
 def _decode(data: bytes | None, cluster: str) -> ClusterRecord:
@@ -182,7 +191,9 @@ class RegistryView:
         """Clusters whose entry was deleted (``clusters remove``): the one way out of a fleet
         besides labels. A cluster absent with no deletion recorded has not left."""
         self.unreadable: set[str] = set()
-        """Clusters whose last entry cannot be read: they keep what they have."""
+        """Clusters whose last entry cannot be read: their labels are unknown, so they are in
+        no ``records`` (no selector adds them to a fleet) and keep what they have (neither a
+        removal nor a relabelling: nothing is pruned for them)."""
         self.caught_up = asyncio.Event()
         self._changed = changed
 
@@ -203,11 +214,16 @@ class RegistryView:
                 self.records[name] = _decode(msg.data, name)
                 self.unreadable.discard(name)
             except RegistryError as exc:
-                self.unreadable.add(name)
                 # bad input never loses data: an unreadable entry is not a removal (which
-                # would prune the cluster's fleet bundles); its last good labels stay
-                kept = "its last labels are kept" if name in self.records else "it is in no fleet"
-                log.error("%s; %s until a readable entry is written", exc, kept)
+                # would prune the cluster's fleet bundles), nor are its last labels still
+                # true (they would add it to fleets it was never meant for): unknown
+                self.records.pop(name, None)
+                self.unreadable.add(name)
+                log.error(
+                    "%s; its labels are unknown: it joins no fleet and keeps what it has until "
+                    "a readable entry is written (driftbus clusters label)",
+                    exc,
+                )
         self._changed()
 
     async def follow(self) -> None:

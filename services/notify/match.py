@@ -17,13 +17,14 @@ from fnmatch import fnmatchcase
 
 from schemas.notify import DEFAULT_EVENTS, Alert, NotifyConfig, Provider
 from schemas.tenants import TenantPolicy
-from services.core.selector import SelectorError, parse_selector
+from services.core.selector import SelectorError, parse_selector, selects
 from services.core.tenant_rights import commit_status_refusal
 from services.notify.events import Event
 from services.notify.render import commit_status_repository
 
-Labels = Callable[[str], Mapping[str, str]]
-"""A cluster's registry labels ({} when it is not registered)."""
+Labels = Callable[[str], Mapping[str, str] | None]
+"""A cluster's registry labels (None when unknown: not registered, removed or unreadable, which
+no ``clusterSelector`` matches)."""
 
 
 def _any(globs: tuple[str, ...], value: str) -> bool:
@@ -51,7 +52,7 @@ def admits(alert: Alert, event: Event, labels: Labels) -> bool:
             selector = parse_selector(alert.cluster_selector)
         except SelectorError:
             return False  # checked at apply: a stored one that is not admits nothing
-        if not any(selector.matches(labels(c)) for c in where):
+        if not any(selects(selector, labels(c)) for c in where):
             return False
     return True
 

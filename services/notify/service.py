@@ -104,7 +104,7 @@ class Notifier:
         session: aiohttp.ClientSession,
         policy: RetryPolicy,
         timeout: float,
-        labels: Callable[[str], Mapping[str, str]] = lambda _: {},
+        labels: match.Labels = lambda _: {},
         clock: Callable[[], float] = time.monotonic,
         secrets_dir: Path | None = None,
         tenant_session: aiohttp.ClientSession | None = None,
@@ -243,15 +243,15 @@ class LabelCache:
 
     def __init__(self, js: bus.JetStream) -> None:
         self._js = js
-        self._labels: dict[str, tuple[float, dict[str, str]]] = {}
+        self._labels: dict[str, tuple[float, dict[str, str] | None]] = {}
 
-    def __call__(self, cluster: str) -> Mapping[str, str]:
-        return self._labels.get(cluster, (0.0, {}))[1]
+    def __call__(self, cluster: str) -> Mapping[str, str] | None:
+        return self._labels.get(cluster, (0.0, None))[1]
 
     async def refresh(self, clusters: tuple[str, ...]) -> None:
         now = time.monotonic()
         for c in clusters:
-            if now - self._labels.get(c, (-LABELS_FOR, {}))[0] >= LABELS_FOR:
+            if now - self._labels.get(c, (-LABELS_FOR, None))[0] >= LABELS_FOR:
                 try:
                     self._labels[c] = (now, await registry.labels_of(self._js, c))
                 except (bus.NatsError, bus.NatsTimeout, TimeoutError) as exc:

@@ -142,6 +142,8 @@ class Follower:
                     options=options,
                     selector=spec.selector,
                     rollout=spec.rollout,
+                    on_leave=spec.on_leave,
+                    substitute=spec.substitute,
                     source=loaded.source,
                 )
             else:

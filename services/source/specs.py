@@ -2,7 +2,7 @@
 flags, or a YAML list). A source is a Git repository (``git``) or an OCI repository (``oci``:
 Flux artifacts or Helm charts, docs/oci.md). It publishes to one bundle of one cluster, or
 (``selector``) to a fleet bundle rolled out over every cluster the selector names
-(docs/fleet.md)."""
+(docs/fleet.md), with every rollout flag ``publish`` takes (``RolloutSettings``, declared once)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,15 @@ from typing import Any
 
 import msgspec
 
-from schemas.fleet import RolloutSpec
+from schemas.fleet import OnLeave, RolloutSpec
 from services.common import bus, load
 from services.common.gitrepo import HelmOptions
 from services.common.oci import OciAccess, OciError, parse_reference
 from services.common.settings import setting
 from services.core import kyaml
+from services.fleet import rollout_flags
 from services.fleet.publish import FleetError, check
+from services.fleet.rollout_flags import RolloutFlagError, RolloutSettings
 from services.source.refs import RefError, RefRule
 
 
@@ -45,6 +47,10 @@ class SourceSpec:
     """Set: each new commit is a fleet bundle revision for every cluster this label selector
     names ("" every registered cluster), rolled out by ``rollout``; ``cluster`` is unused."""
     rollout: RolloutSpec = dataclasses.field(default_factory=RolloutSpec)
+    on_leave: OnLeave = "prune"
+    """A fleet's: what a cluster that leaves it gets (prune, or orphan)."""
+    substitute: bool = False
+    """A fleet's: ``${cluster.name}`` and ``${cluster.labels.KEY}`` replaced per cluster."""
 
     @property
     def fleet(self) -> bool:
@@ -62,7 +68,11 @@ class SourceSpec:
 
 
 @dataclasses.dataclass(frozen=True)
-class SourceSettings(bus.NatsSettings):
+class SourceSettings(RolloutSettings, bus.NatsSettings):
+    """The ``source`` service's settings; the rollout ones (``--rollout``, ``--bake``,
+    ``--max-unavailable``, ``--on-leave``, ``--substitute``…) are ``publish``'s, for
+    ``--selector``."""
+
     cluster: str = setting("", "cluster the bundle is published for")
     bundle: str = setting("", "bundle the repository is published as")
     git: str = setting("", "repository to follow: any URL git clones, or a local path", secret=True)
@@ -104,7 +114,8 @@ class SourceSettings(bus.NatsSettings):
     sources: str = setting(
         "",
         "YAML file listing several sources (each: cluster, bundle, git, branch|tag|semver, "
-        "path, namespace, release, values, prune, allow_remote_bases); replaces the "
+        "path, namespace, release, values, prune, allow_remote_bases; a fleet's: selector, "
+        "rollout, on_leave, substitute); replaces the "
         "single-source settings",
     )
     interval: float = setting(60.0, "seconds between polls of each repository")
@@ -120,12 +131,6 @@ class SourceSettings(bus.NatsSettings):
         "a label selector over the cluster registry: publish each commit to that fleet "
         "instead of one cluster (docs/fleet.md); '*' for every registered cluster",
     )
-    rollout: tuple[str, ...] = setting(
-        (), "a fleet's rollout steps, in order: selectors or N% (comma-separated)"
-    )
-    bake: float = setting(0.0, "seconds each rollout step stays Ready before the next")
-    step_timeout: float = setting(600.0, "seconds a rollout step may take to be Ready")
-    on_failure: str = setting("halt", "a failed rollout step: halt, or rollback")
     cache_dir: str = setting(
         "", "where the bare copies are cloned, afresh at each start (default: a temporary dir)"
     )
@@ -137,6 +142,8 @@ class SpecError(ValueError):
 
 def specs(s: SourceSettings) -> list[SourceSpec]:
     """The sources ``s`` describes: the ``sources`` file's, or the one of the flags."""
+    if not s.sources and not s.selector and (flags := rollout_flags.given(s)):
+        raise SpecError(f"source: {', '.join(flags)} roll out a fleet: give --selector too")
     if not s.sources:
         entries: list[dict[str, Any]] = [
             {f: getattr(s, f) for f in _SPEC_FIELDS if getattr(s, f) not in ("", ())}
@@ -146,12 +153,9 @@ def specs(s: SourceSettings) -> list[SourceSpec]:
         if s.selector:
             entries[0] |= {
                 "selector": "" if s.selector == "*" else s.selector,
-                "rollout": {
-                    "steps": list(s.rollout),
-                    "bake": s.bake,
-                    "step_timeout": s.step_timeout,
-                    "on_failure": s.on_failure,
-                },
+                "rollout": msgspec.to_builtins(s.spec()),
+                "on_leave": s.on_leave,
+                "substitute": s.substitute,
             }
     else:
         try:
@@ -167,7 +171,7 @@ def specs(s: SourceSettings) -> list[SourceSpec]:
         unknown = set(e) - set(_SPEC_FIELDS) - {*_FLAGS, *_FLEET_FIELDS}
         if unknown:
             raise SpecError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
-        selector, rollout = _fleet_of(e, where)
+        selector, rollout, on_leave, substitute = _fleet_of(e, where)
         for required in ("bundle",) if selector is not None else ("cluster", "bundle"):
             if not isinstance(e.get(required), str) or not e[required]:
                 raise SpecError(f"{where}: {required} is required")
@@ -189,6 +193,8 @@ def specs(s: SourceSettings) -> list[SourceSpec]:
                 cluster=str(e.get("cluster", "")),
                 selector=selector,
                 rollout=rollout,
+                on_leave=on_leave,
+                substitute=substitute,
                 bundle=e["bundle"],
                 git=str(e.get("git", "")),
                 oci=str(e.get("oci", "")),
@@ -225,7 +231,7 @@ _SPEC_FIELDS = (
 )
 _FLAGS = ("prune", "allow_remote_bases", "insecure")
 
-_FLEET_FIELDS = ("selector", "rollout")
+_FLEET_FIELDS = ("selector", "rollout", "on_leave", "substitute")
 FLEET_SOURCE = "_fleet"
 """The cluster token of a fleet source's status (no cluster is called that: names are DNS
 labels)."""
@@ -255,12 +261,13 @@ def _oci_of(e: dict[str, Any], rule: RefRule, where: str) -> OciAccess:
     )
 
 
-def _fleet_of(e: dict[str, Any], where: str) -> tuple[str | None, RolloutSpec]:
-    """A source entry's fleet: its selector (None: one cluster) and rollout, checked."""
+def _fleet_of(e: dict[str, Any], where: str) -> tuple[str | None, RolloutSpec, OnLeave, bool]:
+    """A source entry's fleet: its selector (None: one cluster), rollout, what a cluster that
+    leaves gets and whether values are substituted per cluster, checked."""
     if "selector" not in e:
-        if "rollout" in e:
-            raise SpecError(f"{where}: rollout needs a selector")
-        return None, RolloutSpec()
+        if given := [f for f in _FLEET_FIELDS if f in e]:
+            raise SpecError(f"{where}: {', '.join(given)} needs a selector")
+        return None, RolloutSpec(), "prune", False
     selector = e["selector"]
     if not isinstance(selector, str):
         raise SpecError(f"{where}: selector must be a string")
@@ -268,6 +275,11 @@ def _fleet_of(e: dict[str, Any], where: str) -> tuple[str | None, RolloutSpec]:
     try:
         rollout = msgspec.convert(raw, RolloutSpec)
         check(selector, (), rollout)
-    except (msgspec.ValidationError, FleetError) as exc:
+        flags = RolloutSettings(
+            on_leave=e.get("on_leave", "prune"), substitute=e.get("substitute", False)
+        ).checked()
+    except (msgspec.ValidationError, FleetError, RolloutFlagError) as exc:
         raise SpecError(f"{where}: {exc}") from None
-    return selector, rollout
+    if not isinstance(flags.substitute, bool):
+        raise SpecError(f"{where}: substitute must be true or false")
+    return selector, rollout, flags.on_leave, flags.substitute

@@ -72,6 +72,9 @@ class LiveState:
         """The sync windows the planners hold (the last usable version on the bus)."""
         self.windows_problem = ""
         """Why the latest windows on the bus are unusable ("" when they are usable)."""
+        self.cluster_labels: dict[str, dict[str, str]] = {}
+        """The registry labels of the clusters whose labels are known, for a window's
+        ``clusterSelector`` (any other cluster's are unknown: every selector names it)."""
 
     def set_windows(self, spec: WindowsFile, problem: str) -> None:
         self.windows, self.windows_problem = spec, problem
@@ -87,13 +90,14 @@ class LiveState:
         for cluster, bundle in self.bundles:
             if tenant is not None and split_bundle(bundle)[0] != tenant:
                 continue
-            key = tuple(i for i, w in enumerate(ws) if w.names(bundle, cluster))
+            labels = self.cluster_labels.get(cluster)
+            key = tuple(i for i, w in enumerate(ws) if w.names(bundle, cluster, labels))
             if not key:
                 continue
             if key not in answers:
                 mine = [ws[i] for i in key]
-                block = sync_windows.block(mine, bundle, cluster, now)
-                change = sync_windows.next_change(mine, bundle, cluster, now)
+                block = sync_windows.block(mine, bundle, cluster, now, labels=labels)
+                change = sync_windows.next_change(mine, bundle, cluster, now, labels=labels)
                 answers[key] = {
                     "held": block.message if block is not None else "",
                     "next_change": mine[0].shown(change) if change is not None else None,

@@ -51,6 +51,7 @@ from services.common import bus
 from services.common.permissions import UI_INBOX
 from services.common.statuswatch import decode_status
 from services.core import windows as sync_windows
+from services.fleet.registry import RegistryView
 from services.ui import detail, fleet, guard
 from services.ui.live import HOUR, LiveState
 
@@ -153,6 +154,21 @@ class StatusPage:
                 log.debug("status page: the sync windows not followed: %s", exc)
             await asyncio.sleep(5.0)
 
+    async def _follow_registry(self) -> None:
+        """The cluster registry's labels, for the windows' ``clusterSelector``s (not readable:
+        every cluster's labels are unknown, so every selector window names it, as a planner
+        that cannot read them holds it)."""
+        view: RegistryView | None = None
+
+        def changed() -> None:
+            assert view is not None
+            self.state.cluster_labels = {n: dict(r.labels) for n, r in view.records.items()}
+            if view.caught_up.is_set():
+                self._send_windows()
+
+        view = RegistryView(self.js, changed)
+        await view.follow()
+
     async def _windows_clock(self) -> None:
         while True:
             await asyncio.sleep(WINDOWS_EVERY)
@@ -184,6 +200,7 @@ class StatusPage:
             pump(facts, self._on_server),
             self._poll_pending(),
             self._follow_windows(),
+            self._follow_registry(),
             self._windows_clock(),
         )
 

@@ -28,6 +28,7 @@ from schemas.subjects import (
     ObjectKey,
     bundle_status_subject,
     bundle_subject,
+    cluster_registry_key,
     fleet_subject,
     object_status_subject,
     rollout_event_subject,
@@ -686,6 +687,72 @@ async def test_a_driver_stopped_past_its_lease_publishes_nothing_when_it_wakes(
         assert await placed_revisions(w.nc, cluster, w.bundle) == ["r1"], cluster
 
 
+async def test_a_cluster_whose_labels_are_unknown_matches_no_negative_selector(
+    world: World,
+) -> None:
+    """Issue 41 item 9: unknown labels are not ``{}``. The canary's registry entry is made
+    unreadable (an admin's write whose labels do not decode), then removed: a tenant limited to
+    ``env!=prod`` may not publish to it, and a fleet ``-l env!=prod`` does not reach it. Once its
+    labels are known again (env=canary) the refused revision is taken and the fleet joins it."""
+    w = world
+    tenant = unique_name("t")
+    site = w.fleet.sites[CANARY]
+    assert site.kube is not None
+    await tenant_namespace(site.kube, w.ns, ["configmaps"])
+    text = f"tenants:{team(tenant, w.ns)}    clusterSelector: env!=prod\n"
+    await policy.put_policy(w.js, tenancy.load_policy(text, "tenants.yaml"))
+    before = (await registry.records(w.js))[CANARY]
+    kv = await w.js.key_value(bus.CLUSTERS_BUCKET)
+    garbled = {"name": CANARY, "labels": {"env": 5}}  # a label value that is not a string
+    await kv.put(cluster_registry_key(CANARY), json.dumps(garbled).encode())
+    own, fleet = f"{tenant}/own", f"{tenant}/wide"
+    watch = StatusWatch()
+    await watch.start(w.nc, CANARY, own)
+    try:
+        # the planner refuses the tenant's own publish: its cluster's labels are unknown
+        w.bundle = own
+        await site.pipeline.publish(w.js, own, w.configmaps("own", n=1), as_user=True)
+        refused = await watch.until(lambda s: s.phase is BundlePhase.FAILED, 60, w.fleet.logs)
+        assert "labels are unknown" in refused.message, refused
+        # the driver does not add it to a fleet of env!=prod (nor of anything else)
+        w.bundle = fleet
+        wide = w.configmaps("wide", n=1)
+        wide[0]["metadata"]["name"] = "cm-wide"  # not the own bundle's object
+        await w.publish("r1", wide, selector="env!=prod")
+
+        async def started() -> Any:
+            s = await rollout_state(w.nc, fleet)
+            return s if s is not None and s.target.revision == "r1" else None
+
+        state = await until("the fleet's rollout of r1", started, 60, w.fleet.logs)
+        assert CANARY not in state.clusters, state.clusters
+        assert await placed_revisions(w.nc, CANARY, fleet) == []
+        # removed (no entry at all): unknown too, so a new revision is refused as well
+        await registry.deregister(w.js, CANARY)
+        await site.pipeline.publish(
+            w.js, own, w.configmaps("own", n=1), revision="r2", as_user=True
+        )
+        refused = await watch.until(
+            lambda s: s.revision == "r2" and s.phase is BundlePhase.FAILED, 60, w.fleet.logs
+        )
+        assert "labels are unknown" in refused.message, refused
+        assert await w.values(CANARY) == set()
+        # known again: the refused revision is taken, and the fleet joins the canary
+        await registry.register(
+            w.js, CANARY, labels=before.labels, kube_version=before.kube_version, by="test"
+        )
+        await watch.ready("r2", 90, w.fleet.logs)
+        await until("canary joined", lambda: _has(w, CANARY, {"own", "wide"}), 90, w.fleet.logs)
+    finally:
+        try:  # rewrites an unreadable entry too
+            await registry.relabel(w.js, CANARY, set_=dict(before.labels), remove=[])
+        except registry.RegistryError:  # removed
+            await registry.register(
+                w.js, CANARY, labels=before.labels, kube_version=before.kube_version, by="test"
+            )
+        await policy.put_policy(w.js, tenancy.load_policy("tenants: {}", "tenants.yaml"))
+
+
 async def test_git_into_a_fleet_rolls_each_commit_out_in_waves(world: World) -> None:
     """``driftbus source --selector`` with a canary step: each new commit is a fleet revision."""
     w = world
@@ -720,6 +787,37 @@ async def _other_driver(w: World, holder: str) -> bool:
     with contextlib.suppress(Exception):  # the entry between two writes
         return await _driver(w) != holder
     return False
+
+
+async def test_a_git_source_takes_every_rollout_flag_publish_takes(world: World) -> None:
+    """Issue 41: ``source --selector`` with ``--max-unavailable``, ``--on-leave``,
+    ``--substitute`` (and ``--on-failure``): each commit's fleet revision carries them, and the
+    per-cluster values reach each cluster."""
+    w = world
+    repo = w.fleet.workdir / w.bundle
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    cm = w.configmaps("${cluster.name}/${cluster.labels.env}", n=1)[0]
+    (repo / "cm.yaml").write_text(json.dumps(cm))
+    first = commit(repo, "one")
+    args = ("--bundle", w.bundle, "--git", f"file://{repo}", "--interval", "1")
+    args += ("--selector", "env=prod", "--max-unavailable", "1", "--on-leave", "orphan")
+    args += ("--substitute", "true", "--on-failure", "rollback")
+    w.fleet.home.start("source", f"source-{w.bundle}", *args)
+    try:
+        await w.phase(RolloutPhase.COMPLETE, first, within=150)
+        fb = next(r for r in await fleet_revisions(w.js, w.bundle) if r.revision == first)
+        assert (fb.selector, fb.substitute, fb.on_leave) == ("env=prod", True, "orphan"), fb
+        assert (fb.rollout.max_unavailable, fb.rollout.on_failure) == (1, "rollback"), fb
+        for prod in (PROD_A, PROD_B):
+            await until(
+                f"{prod} substituted",
+                lambda c=prod: _has(w, c, {f"{c}/prod"}),
+                60,
+                w.fleet.logs,
+            )
+    finally:
+        w.fleet.home.procs[f"source-{w.bundle}"].stop(timeout=10)
 
 
 async def _driver(w: World) -> str:

@@ -26,8 +26,10 @@ from schemas.messages import BundlePhase
 from services.common import bus
 from services.common.kube import KubeClient
 from services.controlplane import servers
+from services.fleet import registry
 
 from ..conftest import unique_name
+from .fleet_site import until
 from .manifests import namespace_of
 from .test_cli import driftbus
 from .test_tenancy import started
@@ -247,6 +249,63 @@ async def test_a_held_bundle_names_the_window_in_force_when_another_takes_over(
         assert status.message.startswith(f'deny window "{second}" until '), status.message
     finally:
         await apply_windows(pipeline, tmp_path, [])
+
+
+async def test_a_deny_window_by_cluster_label_holds_only_where_the_labels_say(
+    pipeline: Pipeline, pnc: NATS, kube: KubeClient, tmp_path: Path
+) -> None:
+    """Issue 41: a window's ``clusterSelector`` (besides its name globs). A deny window of
+    ``env=prod`` lets a revision through while the cluster is labelled env=dev, holds the next
+    one once it is relabelled env=prod (status and ``driftbus status`` name the window), and
+    releases it when it is relabelled back, with no publish."""
+    ns, bundle, freeze = unique_name("sel"), unique_name("b"), unique_name("prod-freeze")
+    watch, _ = await started(pipeline, pnc, bundle)
+    js = pnc.jetstream()
+    res = await kube.discovery.resource("v1", "ConfigMap")
+    await pipeline.publish(js, bundle, [namespace_of(ns), cm(ns, "a")], force=True)
+    await watch.ready("r1", 60, pipeline.logs)
+
+    async def registered() -> bool:
+        return pipeline.cluster in await registry.records(js)
+
+    await until("the cluster registered", registered, 60, pipeline.logs)
+    await registry.relabel(js, pipeline.cluster, set_={"env": "dev"}, remove=[])
+    try:
+        await apply_windows(
+            pipeline,
+            tmp_path,
+            [{"kind": "deny", "name": freeze, "schedule": "* * * * *", "duration": "1h",
+              "bundles": [bundle], "clusterSelector": "env=prod"}],
+        )  # fmt: skip
+        await settle(1)  # the planners follow the bucket
+        # a dev cluster: not named, the revision goes through
+        await pipeline.publish(
+            js, bundle, [namespace_of(ns), cm(ns, "a", k="dev")], revision="r2", force=True
+        )
+        await watch.ready("r2", 60, pipeline.logs)
+        assert data_of(await kube.get(res, "a", ns)) == {"k": "dev"}
+        # relabelled prod: the next revision is held, named
+        await registry.relabel(js, pipeline.cluster, set_={"env": "prod"}, remove=[])
+        await settle(2)  # the planner follows its registry entry
+        await pipeline.publish(js, bundle, [namespace_of(ns), cm(ns, "a", k="prod")], revision="r3")
+        status = await watch.until(
+            lambda s: s.revision == "r3" and s.phase is BundlePhase.OUT_OF_SYNC, 30, pipeline.logs
+        )
+        assert status.message.startswith(f'deny window "{freeze}" until '), status.message
+        code, out, err = await driftbus(
+            pipeline, "status", "--cluster", pipeline.cluster, "--bundle", bundle
+        )
+        assert code == 0, err
+        assert f'sync window: deny window "{freeze}" until ' in out, out
+        await settle(2)
+        assert data_of(await kube.get(res, "a", ns)) == {"k": "dev"}
+        # relabelled dev again: released at once, nothing republished
+        await registry.relabel(js, pipeline.cluster, set_={"env": "dev"}, remove=[])
+        await watch.ready("r3", 45, pipeline.logs)
+        assert data_of(await kube.get(res, "a", ns)) == {"k": "prod"}
+    finally:
+        await apply_windows(pipeline, tmp_path, [])
+        await registry.relabel(js, pipeline.cluster, set_={}, remove=["env"])
 
 
 async def test_outside_an_allow_window_nothing_is_written_until_it_is_lifted(

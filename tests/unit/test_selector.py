@@ -21,6 +21,7 @@ from services.core.selector import (
     parse_cluster_spec,
     parse_label_changes,
     parse_selector,
+    selects,
 )
 
 PROD_EU = {"env": "prod", "topology.kubernetes.io/region": "eu", "tier": ""}
@@ -245,6 +246,30 @@ def test_empty_property() -> None:
     assert parse_selector("").empty
     assert Selector().empty
     assert not parse_selector("a").empty
+
+
+@pytest.mark.parametrize(
+    ("text", "known", "unknown"),
+    [
+        # (selector, selects a known cluster with no labels, selects one whose labels are unknown)
+        pytest.param("", True, True, id="empty-depends-on-no-label"),
+        pytest.param("env=prod", False, False, id="equality"),
+        pytest.param("env!=prod", True, False, id="inequality-is-not-a-missing-key"),
+        pytest.param("env notin (prod)", True, False, id="notin-is-not-a-missing-key"),
+        pytest.param("!frozen", True, False, id="absence-is-not-unknown"),
+        pytest.param("gpu", False, False, id="existence"),
+        pytest.param("env in (dev)", False, False, id="in"),
+        pytest.param("!frozen,env!=prod", True, False, id="all-negative"),
+    ],
+)
+def test_unknown_labels_are_selected_by_no_selector_that_reads_them(
+    text: str, known: bool, unknown: bool
+) -> None:
+    """Issue 41 item 9: labels the registry cannot give (None) are not ``{}``: a negative
+    requirement matches a missing key of known labels, never unknown ones."""
+    selector = parse_selector(text)
+    assert selects(selector, {}) is known
+    assert selects(selector, None) is unknown
 
 
 def test_selector_built_by_hand_is_ordered_like_a_parsed_one() -> None:

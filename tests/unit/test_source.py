@@ -3,17 +3,26 @@ secrets."""
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import hashlib
 import hmac
+import re
 from pathlib import Path
 
 import pytest
 
+from schemas.fleet import RolloutSpec
+from services.cli.main import build_parser
 from services.common.gitrepo import Repository, _in_repository, redacted
+from services.common.settings import add_arguments, load
+from services.fleet.rollout_flags import RolloutSettings
 from services.source.refs import RefError, RefRule, Resolved, resolve
 from services.source.service import Follower, _proven
 from services.source.specs import SourceSettings, SpecError, specs
 from tests.gitrepo import git
+
+P = pytest.param
 
 REFS = {
     "refs/heads/main": "m" * 40,
@@ -250,3 +259,42 @@ def test_a_sources_file_may_name_a_fleet(tmp_path: Path) -> None:
     f.write_text("- bundle: web\n  git: /r\n  cluster: c1\n  rollout: {bake: 1}\n")
     with pytest.raises(SpecError, match="rollout needs a selector"):
         specs(SourceSettings(sources=str(f)))
+    f.write_text(
+        "- bundle: web\n  git: /r\n  selector: env=prod\n  on_leave: orphan\n"
+        "  substitute: true\n  rollout: {max_unavailable: 2}\n"
+    )
+    [web] = specs(SourceSettings(sources=str(f)))
+    assert (web.on_leave, web.substitute, web.rollout.max_unavailable) == ("orphan", True, 2)
+
+
+def test_a_fleet_source_takes_every_rollout_flag_publish_takes() -> None:
+    """Issue 41: ``--max-unavailable``, ``--on-leave``, ``--substitute`` as ``publish`` has them
+    (one declaration: ``RolloutSettings``), read from the flags as a service reads them."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser, SourceSettings)
+    argv = ["--bundle", "web", "--git", "/r", "--selector", "env=prod", "--rollout", "10%"]
+    argv += ["--max-unavailable", "2", "--on-leave", "orphan", "--substitute", "true"]
+    argv += ["--on-failure", "rollback", "--bake", "5", "--step-timeout", "30"]
+    [spec] = specs(load(SourceSettings, parser.parse_args(argv), environ={}))
+    assert spec.rollout == RolloutSpec(
+        steps=["10%"], bake=5.0, max_unavailable=2, step_timeout=30.0, on_failure="rollback"
+    )
+    assert (spec.on_leave, spec.substitute) == ("orphan", True)
+    publish = build_parser().parse_args(["publish", "d", "--bundle", "web", *argv[6:8]])
+    source_flags = {f.name for f in dataclasses.fields(SourceSettings)}
+    publish_flags = set(vars(publish))
+    assert {f.name for f in dataclasses.fields(RolloutSettings)} <= source_flags & publish_flags
+
+
+@pytest.mark.parametrize(
+    ("settings", "error"),
+    [
+        P({"selector": "env=prod", "on_leave": "keep"}, "--on-leave 'keep'", id="on-leave"),
+        P({"selector": "env=prod", "max_unavailable": -1}, "max_unavailable", id="negative"),
+        P({"substitute": True}, "--substitute roll out a fleet: give --selector", id="no-fleet"),
+        P({"max_unavailable": 3, "on_leave": "orphan"}, "--max-unavailable, --on-leave", id="two"),
+    ],
+)
+def test_a_fleet_flag_is_checked_and_never_dropped(settings: dict[str, object], error: str) -> None:
+    with pytest.raises(SpecError, match=re.escape(error)):
+        specs(SourceSettings(bundle="web", git="/r", cluster="c1", **settings))  # type: ignore[arg-type]

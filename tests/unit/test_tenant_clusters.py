@@ -14,7 +14,7 @@ import pytest
 
 from schemas.tenants import Tenant, TenantPolicy
 from services.core.tenancy import bundle_refusal, load_policy
-from services.core.tenant_clusters import cluster_refusal, selector_problem
+from services.core.tenant_clusters import NOT_READ, cluster_refusal, selector_problem
 
 P = pytest.param
 DEV = {"env": "dev", "region": "eu"}
@@ -36,6 +36,10 @@ def refused(cluster: str, why: str) -> str:
 LOCKDOWN = (
     'bundles of no tenant may not publish to cluster "prod-1": the tenant policy is in lockdown '
     "(name the bundle TENANT/NAME)"
+)
+UNKNOWN = (
+    "its labels are unknown: it has no readable registry entry, so its clusterSelector "
+    '"{}" admits nothing'
 )
 UNDEFINED = (
     'tenant "team-x" may not publish to cluster "prod-1": it is not defined in the tenant policy'
@@ -150,6 +154,49 @@ UNDEFINED = (
             None,
             id="both-admit",
         ),
+        # labels unknown to the registry (no entry, removed, unreadable): None, never {}
+        P(
+            team_a(cluster_selector="env!=prod"),
+            "team-a",
+            "gone-1",
+            None,
+            refused("gone-1", UNKNOWN.format("env!=prod")),
+            id="unknown-labels-match-no-inequality",
+        ),
+        P(
+            team_a(cluster_selector="!frozen"),
+            "team-a",
+            "gone-1",
+            None,
+            refused("gone-1", UNKNOWN.format("!frozen")),
+            id="unknown-labels-match-no-absence",
+        ),
+        P(
+            team_a(cluster_selector="env notin (prod)"),
+            "team-a",
+            "gone-1",
+            None,
+            refused("gone-1", UNKNOWN.format("env notin (prod)")),
+            id="unknown-labels-match-no-notin",
+        ),
+        P(
+            team_a(cluster_selector="env=dev"),
+            "team-a",
+            "gone-1",
+            None,
+            refused("gone-1", UNKNOWN.format("env=dev")),
+            id="unknown-labels-match-no-equality",
+        ),
+        P(team_a(), "team-a", "gone-1", None, None, id="no-selector-needs-no-labels"),
+        P(
+            team_a(clusters=("dev-*",), cluster_selector="env!=prod"),
+            "team-a",
+            "gone-1",
+            None,
+            refused("gone-1", "its clusters: [dev-*]"),
+            id="unknown-labels-the-glob-first",
+        ),
+        P(TenantPolicy(), "", "gone-1", None, None, id="platform-bundle-unknown-labels"),
         # a policy made in code, never read from a file: an unreadable selector admits nothing
         P(
             team_a(cluster_selector="env in (dev"),
@@ -162,7 +209,11 @@ UNDEFINED = (
     ],
 )
 def test_cluster_refusal(
-    pol: TenantPolicy, tenant: str, cluster: str, labels: Mapping[str, str], refusal: str | None
+    pol: TenantPolicy,
+    tenant: str,
+    cluster: str,
+    labels: Mapping[str, str] | None,
+    refusal: str | None,
 ) -> None:
     assert cluster_refusal(pol, tenant, cluster, labels) == refusal
 
@@ -175,10 +226,12 @@ def test_cluster_refusal(
         P({"cluster_selector": "env=dev"}, "c1", DEV, id="selector-admits"),
         P({"cluster_selector": "env=dev"}, "prod-1", PROD, id="selector-refuses"),
         P({"clusters": ("dev-*",), "cluster_selector": "env=dev"}, "prod-1", DEV, id="both"),
+        P({"cluster_selector": "env!=prod"}, "gone-1", None, id="unknown-labels"),
+        P({"cluster_selector": "env!=prod"}, "new-1", {}, id="known-no-labels"),
     ],
 )
 def test_the_planners_check_of_a_bundle_says_the_same_given_the_labels(
-    fields: dict[str, Any], cluster: str, labels: Mapping[str, str]
+    fields: dict[str, Any], cluster: str, labels: Mapping[str, str] | None
 ) -> None:
     """``bundle_refusal`` (every bundle the planner takes) and ``cluster_refusal`` (the rollout
     driver, per cluster of a fleet) give one verdict and one message for a tenant's bundle."""
@@ -188,11 +241,14 @@ def test_the_planners_check_of_a_bundle_says_the_same_given_the_labels(
     )
 
 
-def test_without_the_labels_the_planner_checks_the_clusters_globs_only() -> None:
-    """What the planner does until it passes the registry's labels (docs/tenancy.md)."""
+def test_labels_not_read_check_the_clusters_globs_only() -> None:
+    """``plan`` when it cannot read the registry (not the same as labels the registry does not
+    have: those admit nothing)."""
     pol = team_a(clusters=("prod-*",), cluster_selector="env=dev")
     assert bundle_refusal(pol, "team-a/web", "prod-1") is None
+    assert bundle_refusal(pol, "team-a/web", "prod-1", NOT_READ) is None
     assert bundle_refusal(pol, "team-a/web", "prod-1", PROD) is not None
+    assert bundle_refusal(pol, "team-a/web", "prod-1", None) is not None
     assert bundle_refusal(pol, "team-a/web", "dev-1") == refused("dev-1", "its clusters: [prod-*]")
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from schemas.windows import SyncWindow, WindowsFile
 from services.core import windows as w
+from services.core.window import Window
 
 UTC = dt.UTC
 
@@ -18,7 +19,7 @@ def at(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
-def one(kind: str, schedule: str, duration: str, zone: str = "UTC", **kw: object) -> w.Window:
+def one(kind: str, schedule: str, duration: str, zone: str = "UTC", **kw: object) -> Window:
     spec = SyncWindow(kind=kind, schedule=schedule, duration=duration, time_zone=zone, **kw)  # type: ignore[arg-type]
     return w.compiled(WindowsFile(windows=(spec,)))[0]
 
@@ -269,8 +270,54 @@ def test_globs_name_bundles_and_clusters(
     bundles: tuple[str, ...], clusters: tuple[str, ...], bundle: str, cluster: str, named: bool
 ) -> None:
     win = one("deny", "* * * * *", "1h", bundles=bundles, clusters=clusters)
-    assert win.names(bundle, cluster) is named
+    assert win.names(bundle, cluster, {}) is named
     assert (w.block([win], bundle, cluster, at("2026-06-01T12:00Z")) is not None) is named
+
+
+PROD = {"env": "prod", "region": "eu"}
+
+
+@pytest.mark.parametrize(
+    ("clusters", "selector", "cluster", "labels", "named"),
+    [
+        pytest.param(("*",), "env=prod", "c1", PROD, True, id="selector-names"),
+        pytest.param(("*",), "env=prod", "c1", {"env": "dev"}, False, id="selector-does-not"),
+        pytest.param(("*",), "env=prod", "c1", {}, False, id="known-no-labels"),
+        pytest.param(("*",), "env!=prod", "c1", {}, True, id="inequality-missing-key"),
+        pytest.param(("eu-*",), "env=prod", "us-1", PROD, False, id="globs-and-selector-both"),
+        pytest.param(("*",), "", "c1", {"env": "dev"}, True, id="no-selector"),
+        # unknown labels: a window restricts, it grants nothing — a selector names the cluster
+        pytest.param(("*",), "env=prod", "c1", None, True, id="unknown-labels-held"),
+        pytest.param(("*",), "env!=prod", "c1", None, True, id="unknown-labels-inequality"),
+        pytest.param(("eu-*",), "env=prod", "us-1", None, False, id="unknown-labels-globs"),
+    ],
+)
+def test_a_cluster_selector_names_clusters_by_their_registry_labels(
+    clusters: tuple[str, ...],
+    selector: str,
+    cluster: str,
+    labels: dict[str, str] | None,
+    named: bool,
+) -> None:
+    """Issue 41: ``clusterSelector`` besides the name globs; both must name a cluster."""
+    win = one("deny", "* * * * *", "1h", clusters=clusters, cluster_selector=selector)
+    assert win.names("web", cluster, labels) is named
+    now = at("2026-06-01T12:00Z")
+    assert (w.block([win], "web", cluster, now, labels=labels) is not None) is named
+    allow = one("allow", "0 3 * * *", "1h", clusters=clusters, cluster_selector=selector)
+    assert (w.block([allow], "web", cluster, now, labels=labels) is not None) is named
+
+
+def test_a_cluster_selector_is_read_from_the_file_and_shown() -> None:
+    spec = w.load_windows(
+        "windows:\n- {kind: deny, schedule: '@daily', duration: 1h, "
+        "clusterSelector: 'tier in (b, a),env=prod'}\n",
+        "f",
+    )
+    assert spec.windows[0].cluster_selector == "tier in (b, a),env=prod"
+    [row] = w.rows(spec, at("2026-06-01T12:00Z"))
+    assert row.cluster_selector == "env=prod,tier in (a,b)"
+    assert w.decode_stored(w.dump(spec)) == spec
 
 
 def test_names_default_to_kind_and_index() -> None:
@@ -315,6 +362,11 @@ def test_names_default_to_kind_and_index() -> None:
         ),
         ("- a\n", "must be a map"),
         ("windows: [\n", "invalid YAML"),
+        (
+            "windows:\n- {kind: deny, schedule: '@daily', duration: 1h,\n"
+            "   clusterSelector: 'a in (b'}\n",
+            'f:2: windows[0] (deny-0): clusterSelector: selector "a in (b": missing ")"',
+        ),
     ],
     ids=[
         "cron-words",
@@ -331,6 +383,7 @@ def test_names_default_to_kind_and_index() -> None:
         "no-bundles",
         "not-a-map",
         "bad-yaml",
+        "cluster-selector",
     ],
 )
 def test_an_unusable_file_is_refused_naming_what(text: str, problem: str) -> None:

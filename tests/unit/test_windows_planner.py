@@ -58,6 +58,28 @@ def test_no_window_no_hold() -> None:
     assert state(other).hold("web") is None
 
 
+@pytest.mark.parametrize(
+    ("labels", "held"),
+    [
+        pytest.param({"env": "prod"}, True, id="prod-labelled"),
+        pytest.param({"env": "dev"}, False, id="dev-labelled"),
+        pytest.param({}, False, id="no-labels"),
+        pytest.param(None, True, id="labels-unknown-held"),
+    ],
+)
+def test_a_window_by_cluster_label_holds_what_the_clusters_labels_say(
+    labels: dict[str, str] | None, held: bool
+) -> None:
+    """The planner asks a window's ``clusterSelector`` of its cluster's registry labels (as
+    it follows them); unknown labels: held, a freeze is never skipped for want of them."""
+    prod_freeze = SyncWindow(
+        kind="deny", name="prod", schedule="0 12 * * *", duration="1h", cluster_selector="env=prod"
+    )
+    st = state(prod_freeze, at=NOON + dt.timedelta(minutes=10))
+    st.cluster_labels = labels
+    assert (st.hold("web") is not None) is held
+
+
 def test_an_override_writes_through_and_is_noted() -> None:
     st = state(FREEZE, at=NOON + dt.timedelta(minutes=10))
     st.overrides.add("web")

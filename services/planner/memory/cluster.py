@@ -20,6 +20,7 @@ from schemas.messages import BundlePhase, Impersonation
 from schemas.tenants import TenantPolicy
 from services.core import windows as sync_windows
 from services.core.scope import Scopes
+from services.core.window import Window
 from services.planner.memory.object_details import Details
 from services.planner.memory.store import EntryStore
 from services.planner.rule import holds, limits, prune
@@ -61,9 +62,10 @@ class ClusterState:
     in drops it): what a bundle that depends on it waits for."""
     held: set[str] = dataclasses.field(default_factory=set)
     """Bundles with a write held back since their hold began: released when it ends."""
-    cluster_labels: dict[str, str] = dataclasses.field(default_factory=dict)
-    """The cluster's labels in the fleet registry (empty: not registered), which a tenant's
-    ``clusterSelector`` must match: read before the first revision, then followed live."""
+    cluster_labels: dict[str, str] | None = None
+    """The cluster's labels in the fleet registry, which a tenant's ``clusterSelector`` must
+    match: read before the first revision, then followed live. None: unknown (not registered,
+    removed, unreadable), which no selector matches — not ``{}``, which ``env!=prod`` does."""
     fleet_fences: dict[str, int] = dataclasses.field(default_factory=dict)
     """Bundle -> the highest rollout-driver fencing token of a placement taken for it: a lower
     one comes from a driver deposed while it stalled (``revision.fenced``)."""
@@ -71,7 +73,7 @@ class ClusterState:
     """Why the latest policy stored on the bus cannot be used, at start or since ("" when it
     can): then no new revision is taken, of any bundle, until a valid policy is applied — a
     tenant's limits are never guessed, nor a lockdown forgotten."""
-    windows: tuple[sync_windows.Window, ...] = ()
+    windows: tuple[Window, ...] = ()
     """The sync windows in force (the windows KV bucket's, followed live; docs/windows.md)."""
     windows_unusable: str = ""
     """Why the latest windows stored on the bus cannot be used ("" when they can): the last
@@ -98,7 +100,7 @@ class ClusterState:
         window = None if bundle in self.overrides else self.window_block(bundle)
         return holds.hold_of(deps, self.phases, suspended=self.suspended.get(bundle), window=window)
 
-    def set_windows(self, windows: tuple[sync_windows.Window, ...]) -> None:
+    def set_windows(self, windows: tuple[Window, ...]) -> None:
         """New sync windows in force (the answers cached for the old ones are dropped)."""
         self.windows, self.windows_unusable = windows, ""
         self._blocks.clear()
@@ -108,7 +110,7 @@ class ClusterState:
         overrides windows; None when none does."""
         if not self.windows:
             return None
-        mine = tuple(i for i, w in enumerate(self.windows) if w.names(bundle, self.cluster))
+        mine = self._naming(bundle)
         if not mine:
             return None
         now = self.clock()
@@ -117,11 +119,18 @@ class ClusterState:
             return cached[1]
         at = dt.datetime.fromtimestamp(now, dt.UTC)
         ws = [self.windows[i] for i in mine]
-        block = sync_windows.block(ws, bundle, self.cluster, at)
-        change = sync_windows.next_change(ws, bundle, self.cluster, at)
+        labels = self.cluster_labels
+        block = sync_windows.block(ws, bundle, self.cluster, at, labels=labels)
+        change = sync_windows.next_change(ws, bundle, self.cluster, at, labels=labels)
         valid = min(change.timestamp(), now + 3600.0) if change is not None else now + 3600.0
         self._blocks[mine] = (valid, block)
         return block
+
+    def _naming(self, bundle: str) -> tuple[int, ...]:
+        """The indexes of the windows naming ``bundle`` on this cluster (its registry labels
+        for a ``clusterSelector``; unknown labels: named, the restrictive reading)."""
+        labels = self.cluster_labels
+        return tuple(i for i, w in enumerate(self.windows) if w.names(bundle, self.cluster, labels))
 
     def next_window_change(self) -> float | None:
         """When (seconds since the epoch) a sync window next opens or closes for a bundle of
@@ -131,10 +140,12 @@ class ClusterState:
         at = dt.datetime.fromtimestamp(self.clock(), dt.UTC)
         changes: dict[tuple[int, ...], dt.datetime | None] = {}
         for _, name in self.bundles:
-            mine = tuple(i for i, w in enumerate(self.windows) if w.names(name, self.cluster))
+            mine = self._naming(name)
             if mine and mine not in changes:
                 ws = [self.windows[i] for i in mine]
-                changes[mine] = sync_windows.next_change(ws, name, self.cluster, at)
+                changes[mine] = sync_windows.next_change(
+                    ws, name, self.cluster, at, labels=self.cluster_labels
+                )
         found = [c.timestamp() for c in changes.values() if c is not None]
         return min(found) if found else None
 

@@ -9,7 +9,7 @@ themselves are ``services.core.tenancy``'s.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 
 import msgspec
 
@@ -19,6 +19,7 @@ from schemas.tenants import TenantPolicy
 from services.core import tenancy
 from services.core.manifest import ManifestError
 from services.core.scope import Scopes, UnknownScope
+from services.core.tenant_clusters import NOT_READ, Labels
 from services.core.tenant_rights import override_refusal
 
 MAX_NAMED = 10
@@ -29,14 +30,13 @@ class PolicyRefused(ManifestError):
     """The revision is outside its tenant's limits; it waits for a policy that allows it."""
 
 
-def with_tenant_defaults(
-    bundle: Bundle, policy: TenantPolicy, labels: Mapping[str, str] | None = None
-) -> Bundle:
+def with_tenant_defaults(bundle: Bundle, policy: TenantPolicy, labels: Labels = NOT_READ) -> Bundle:
     """The bundle refused outright (unknown tenant, cluster not allowed, lockdown,
     ``--override-window`` without the tenant's right) or with its tenant's default namespace
     filled in where the publisher gave none. ``labels``: the cluster's registry labels, which a
-    tenant's ``clusterSelector`` must match (None: only the ``clusters`` globs are checked:
-    ``plan`` without a bus)."""
+    tenant's ``clusterSelector`` must match (None: unknown, which no selector matches;
+    ``NOT_READ``: only the ``clusters`` globs are checked, as ``plan`` does when it cannot read
+    the registry)."""
     if why := tenancy.bundle_refusal(policy, bundle.bundle, bundle.cluster, labels):
         raise PolicyRefused(why)
     if bundle.options.override_window and (why := override_refusal(policy, bundle.bundle)):
@@ -87,7 +87,7 @@ def outside(
     keys: Iterable[ObjectKey],
     scopes: Scopes,
     policy: TenantPolicy,
-    labels: Mapping[str, str] | None = None,
+    labels: Labels = NOT_READ,
 ) -> list[str]:
     """What of a revision in force the policy no longer allows (``[]`` when all is allowed)."""
     if why := tenancy.bundle_refusal(policy, bundle, cluster, labels):

@@ -118,9 +118,9 @@ class BundleIntake:
         self.state.policy, self.state.policy_unusable = policy, ""
         self._recheck()
 
-    def labels_changed(self, labels: dict[str, str]) -> None:
-        """The cluster's registry labels changed (a tenant's ``clusterSelector`` matches them):
-        checked again as for a new policy."""
+    def labels_changed(self, labels: dict[str, str] | None) -> None:
+        """The cluster's registry labels changed (a tenant's ``clusterSelector`` matches them;
+        None: now unknown, which none does): checked again as for a new policy."""
         self.state.cluster_labels = labels
         self._recheck()
 

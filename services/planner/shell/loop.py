@@ -340,6 +340,8 @@ class Planner:
                 if labels != self.state.cluster_labels:
                     log.info("cluster %s: registry labels changed", self.cluster)
                     self.intake.labels_changed(labels)
+                    if self.state.windows:  # a clusterSelector may name it now, or no more
+                        self.duties.windows_changed(new=True)
             elif kind == "control":
                 await self.intake.control(msg)
             elif kind == "windows":
