@@ -529,7 +529,11 @@ async def test_a_tenant_cannot_make_the_service_send_into_its_own_network(
         f"- name: byzone\n  type: webhook\n  url: 'http://[::ffff:127.0.0.1%25]:{port}/tenant-zone'\n"
         # (review) a URL that does not parse: it once stopped the whole service
         "- name: broken\n  type: webhook\n  url: 'http://[::1'\n"
-        "alerts:\n- providers: [byip, byname, byzone, broken]\n  events: [Ready, Failed]\n"
+        # (issue 41) global to Python 3.11's ipaddress: 6to4 carrying 127.0.0.1, site-local
+        f"- name: by6to4\n  type: webhook\n  url: 'http://[2002:7f00:1::1]:{port}/tenant-6to4'\n"
+        f"- name: bysite\n  type: webhook\n  url: 'http://[fec0::1]:{port}/tenant-site'\n"
+        "alerts:\n- providers: [byip, byname, byzone, broken, by6to4, bysite]\n"
+        "  events: [Ready, Failed]\n"
     )
     code, _, err = await notify_command(pipeline, capsys, "apply", str(own), "--tenant", a)
     assert code == 0, err
@@ -560,6 +564,8 @@ async def test_a_tenant_cannot_make_the_service_send_into_its_own_network(
     assert "localhost (127.0.0.1) is a loopback address" in said or (
         "localhost (::1) is a loopback address" in said
     ), said
+    assert "2002:7f00:1::1 is a 6to4 address" in said, said
+    assert "fec0::1 is a site-local address" in said, said
 
     async with notifier(pipeline, js, tenant_egress=("127.0.0.0/8", "localhost")):
         await pipeline.publish(js, f"{a}/web", [cm("2")], revision="r2")
