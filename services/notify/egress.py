@@ -155,8 +155,13 @@ class GuardedResolver(AbstractResolver):
         await self._inner.close()
 
 
-def session_kwargs(allow: Allowance) -> dict[str, Any]:
-    """What a ClientSession sending tenants' notifications is made with."""
+def session_kwargs(allow: Allowance, connections: int = 100) -> dict[str, Any]:
+    """What a ClientSession sending a tenant's notifications is made with: at most
+    ``connections`` open at once (a tenant's share, ``shares``)."""
     import aiohttp
 
-    return {"connector": aiohttp.TCPConnector(resolver=GuardedResolver(allow))}
+    return {
+        "connector": aiohttp.TCPConnector(
+            resolver=GuardedResolver(allow), limit=connections, limit_per_host=connections
+        )
+    }

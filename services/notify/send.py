@@ -16,7 +16,7 @@ import dataclasses
 import datetime as dt
 import email.utils
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import aiohttp
@@ -24,6 +24,7 @@ import aiohttp
 from schemas.notify import Provider
 from services.notify.egress import EgressRefused
 from services.notify.render import Request, Secrets
+from services.notify.shares import Share
 
 log = logging.getLogger(__name__)
 
@@ -153,47 +154,63 @@ async def deliver(
         await asyncio.sleep(wait)
 
 
+Done = Callable[[], None]
+"""Called once a queued message is over: delivered, refused, given up on, or dropped."""
+
+
 class Outbox:
-    """One provider's queue and the task sending it, in order, one message at a time."""
+    """One provider's queue and the task sending it, in order, one message at a time, through
+    its owner's ``Share`` (the tenant's connections, counted against the tenant's queue)."""
 
     def __init__(
         self,
         provider: Provider,
-        session: aiohttp.ClientSession,
+        share: Share,
         policy: RetryPolicy,
         timeout: float,
         size: int = 1000,
     ) -> None:
         self.provider = provider
-        self._session, self._policy, self._timeout = session, policy, timeout
-        self._queue: asyncio.Queue[Request] = asyncio.Queue(maxsize=size)
+        self._share, self._policy, self._timeout = share, policy, timeout
+        self._queue: asyncio.Queue[tuple[Request, Done | None]] = asyncio.Queue(maxsize=size)
         self._task: asyncio.Task[None] | None = None
         self.delivered = 0
         self.failed = 0
 
-    def put(self, req: Request) -> bool:
-        """Queue ``req``; False (and a log line) when the queue is full."""
+    def put(self, req: Request, done: Done | None = None) -> bool:
+        """Queue ``req`` (``done`` called once it is over); False (and a log line) when the
+        queue, or its owner's share of queued messages, is full."""
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name=f"notify-{self.provider.name}")
-        try:
-            self._queue.put_nowait(req)
-        except asyncio.QueueFull:
+        if self._queue.full():
             log.warning("notification dropped: %s has %d queued", req.what, self._queue.qsize())
             return False
+        if not self._share.take():
+            log.warning(
+                "notification dropped: the tenant's share of the queue is full",
+                extra={"to": req.what, "tenant": self._share.who, "queued": self._share.waiting},
+            )
+            return False
+        self._queue.put_nowait((req, done))
         return True
 
     async def _run(self) -> None:
         while True:
-            req = await self._queue.get()
+            req, done = await self._queue.get()
+            got: Delivery | None = None
             try:
-                got = await deliver(self._session, req, self._policy, self._timeout)
+                got = await deliver(self._share.session, req, self._policy, self._timeout)
+            except asyncio.CancelledError:  # stopped while sending: not over (``done`` not
+                self._queue.task_done()  # called), so a durable consumer delivers it again
+                self._share.give()
+                raise
             except Exception:  # one broken message never ends the outbox
                 log.exception("sending to %s failed", req.what)
-                self.failed += 1
-                continue
-            finally:
-                self._queue.task_done()
-            if got.ok:
+            self._queue.task_done()
+            self._share.give()
+            if done is not None:
+                done()
+            if got is not None and got.ok:
                 self.delivered += 1
                 log.info(
                     "notification delivered",
@@ -203,7 +220,8 @@ class Outbox:
                 self.failed += 1
 
     async def drain(self, within: float) -> None:
-        """Wait (at most ``within`` seconds) for what is queued, then stop."""
+        """Wait (at most ``within`` seconds) for what is queued, then stop. What was left is
+        not sent (nor its ``done`` called: a message of a durable consumer is redelivered)."""
         if self._task is None:
             return
         with contextlib.suppress(TimeoutError):
@@ -211,3 +229,4 @@ class Outbox:
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
+        self._share.give(self._queue.qsize())

@@ -17,6 +17,7 @@ the callers still to move). This module re-exports its API.
 - ``intents`` — the appliers' work queue: one durable pull consumer per cluster.
 - ``publisher`` — bounded, deduplicated, timed publishing.
 - ``batching`` — fast batches: plain publishes acknowledged per window, not one by one.
+- ``durable`` — a durable pull consumer a service's replicas share (the notify service's).
 - ``follower`` — compacted replay, then live; a subject's last message.
 - ``objects`` — the Object Store: read chunk by chunk within a limit, and its bucket's limits.
 """
@@ -46,6 +47,15 @@ from services.common.bus.core import (
     stream_subjects,
     subscribe,
     unsubscribe,
+)
+from services.common.bus.durable import (
+    DurableSettings,
+    WorkQueue,
+    bind_durable,
+    deliveries,
+    ensure_durable,
+    published_at,
+    stream_sequence,
 )
 from services.common.bus.follower import Follower, last_message
 from services.common.bus.intents import (
@@ -115,6 +125,7 @@ from services.common.bus.streams import (
     INTENTS,
     MEMBERS,
     NOTIFY_BUCKET,
+    NOTIFY_CONSUMERS,
     OBJECT_STORE_BUCKET,
     OUTCOMES,
     ROLLOUTS,
@@ -156,6 +167,7 @@ __all__ = [
     "INTENTS",
     "MEMBERS",
     "NOTIFY_BUCKET",
+    "NOTIFY_CONSUMERS",
     "OBJECT_STORE_BUCKET",
     "OUTCOMES",
     "ROLLOUTS",
@@ -180,6 +192,7 @@ __all__ = [
     "BusError",
     "Claim",
     "Connection",
+    "DurableSettings",
     "Follower",
     "Handler",
     "IntentConsumerSettings",
@@ -201,8 +214,10 @@ __all__ = [
     "StoreLimits",
     "StreamMissing",
     "Subscription",
+    "WorkQueue",
     "WrongLastSequence",
     "ack",
+    "bind_durable",
     "bind_intents",
     "bucket",
     "claim_holder",
@@ -212,7 +227,9 @@ __all__ = [
     "create_entry",
     "credentials",
     "delete_entry",
+    "deliveries",
     "ensure_config_buckets",
+    "ensure_durable",
     "ensure_fleet_buckets",
     "ensure_intent_consumer",
     "ensure_object_store",
@@ -233,6 +250,7 @@ __all__ = [
     "log",
     "nak",
     "publish",
+    "published_at",
     "put_entry",
     "put_object",
     "read_claim",
@@ -241,6 +259,7 @@ __all__ = [
     "request",
     "serve",
     "stream_configs",
+    "stream_sequence",
     "stream_subjects",
     "subscribe",
     "term",
