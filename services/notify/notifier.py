@@ -112,7 +112,7 @@ class Notifier:
 
     def _retire(self, boxes: Iterable[Outbox]) -> None:
         for box in list(boxes):
-            task = asyncio.create_task(box.drain(self._timeout))
+            task = asyncio.create_task(box.drain(self._timeout, retired=True))
             self._retired.add(task)
             task.add_done_callback(self._retired.discard)
 

@@ -174,6 +174,8 @@ class Outbox:
         self._share, self._policy, self._timeout = share, policy, timeout
         self._queue: asyncio.Queue[tuple[Request, Done | None]] = asyncio.Queue(maxsize=size)
         self._task: asyncio.Task[None] | None = None
+        self._sending: Done | None = None
+        """The ``done`` of the message being sent."""
         self.delivered = 0
         self.failed = 0
 
@@ -198,14 +200,16 @@ class Outbox:
         while True:
             req, done = await self._queue.get()
             got: Delivery | None = None
+            self._sending = done
             try:
                 got = await deliver(self._share.session, req, self._policy, self._timeout)
             except asyncio.CancelledError:  # stopped while sending: not over (``done`` not
-                self._queue.task_done()  # called), so a durable consumer delivers it again
+                self._queue.task_done()  # called here: ``drain`` says)
                 self._share.give()
                 raise
             except Exception:  # one broken message never ends the outbox
                 log.exception("sending to %s failed", req.what)
+            self._sending = None
             self._queue.task_done()
             self._share.give()
             if done is not None:
@@ -219,9 +223,10 @@ class Outbox:
             else:
                 self.failed += 1
 
-    async def drain(self, within: float) -> None:
-        """Wait (at most ``within`` seconds) for what is queued, then stop. What was left is
-        not sent (nor its ``done`` called: a message of a durable consumer is redelivered)."""
+    async def drain(self, within: float, *, retired: bool = False) -> None:
+        """Wait (at most ``within`` seconds) for what is queued, then stop. What is left is not
+        sent: ``retired`` (its provider changed or was removed) it is over, each ``done``
+        called; else (the service stopping) not, so a durable consumer delivers it again."""
         if self._task is None:
             return
         with contextlib.suppress(TimeoutError):
@@ -229,4 +234,13 @@ class Outbox:
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
-        self._share.give(self._queue.qsize())
+        left = []
+        while not self._queue.empty():
+            left.append(self._queue.get_nowait()[1])
+        self._share.give(len(left))
+        if self._sending is not None:
+            left.append(self._sending)
+        if retired:
+            for done in left:
+                if done is not None:
+                    done()

@@ -83,3 +83,30 @@ async def test_dispatch_is_done_once_every_send_is_over() -> None:
         await asyncio.wait_for(over.wait(), 10)
         assert calls == [1, 1]
         await n.close()
+
+
+@pytest.mark.parametrize(("retired", "over"), [(True, 2), (False, 0)])
+async def test_a_retired_outbox_is_over_and_a_stopped_one_is_not(retired: bool, over: int) -> None:
+    """A provider changed or removed: what its outbox still held is over (its messages
+    acknowledged, not sent); the service stopping: not (a durable consumer redelivers them)."""
+
+    async def hang(_: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await asyncio.sleep(30)
+
+    server = await asyncio.start_server(hang, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    calls: list[int] = []
+    try:
+        async with aiohttp.ClientSession() as session:
+            share = Shares(session, lambda: session, owned=False).of("")
+            provider = config.load(HOOK + "alerts: []\n", "n.yaml").providers[0]
+            req = Request(url=f"http://127.0.0.1:{port}/x", body=b"{}", headers={}, what="hook")
+            box = Outbox(provider, share, RetryPolicy(attempts=1), 30.0)
+            assert box.put(req, lambda: calls.append(1))  # being sent when drained
+            assert box.put(req, lambda: calls.append(1))  # still queued
+            await asyncio.sleep(0.2)
+            await box.drain(0.1, retired=retired)
+            assert share.waiting == 0
+    finally:
+        server.close()
+    assert len(calls) == over
