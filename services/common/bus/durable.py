@@ -16,7 +16,7 @@ import datetime as dt
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js import api as js_api
-from nats.js.errors import BadRequestError
+from nats.js.errors import BadRequestError, NotFoundError
 
 from services.common.bus.intents import IntentQueue
 from services.common.bus.streams import BUS_AWAY, BusError
@@ -76,6 +76,19 @@ async def ensure_durable(
             if loop.time() > deadline:
                 raise BusError(f"consumer {name} of {stream} cannot be created: {exc!r}") from None
             await asyncio.sleep(1.0)
+
+
+async def durables_exist(js: JetStreamContext, consumers: dict[str, tuple[str, str]]) -> bool:
+    """Whether every consumer (stream → (name, filter)) exists (False too when NATS does not
+    answer, or refuses)."""
+    for stream, (name, _) in consumers.items():
+        try:
+            await js.consumer_info(stream, name, timeout=5)
+        except NotFoundError:
+            return False
+        except BUS_AWAY:
+            return False
+    return True
 
 
 async def bind_durable(js: JetStreamContext, stream: str, name: str) -> IntentQueue:
