@@ -135,6 +135,12 @@ async def view(
         watching.cancel()
 
 
+async def _ack(msg: bus.Message) -> None:
+    """Acknowledge; an ack lost (the bus away) only means the message comes again."""
+    with contextlib.suppress(bus.NatsError):
+        await bus.ack(msg)
+
+
 class Worker:
     """This replica's share of a durable consumer: send what the view decided, acknowledge."""
 
@@ -157,7 +163,13 @@ class Worker:
         keeping = asyncio.create_task(self._keep_alive())
         try:
             while True:
-                for msg in await queue.fetch(64, timeout=5.0):
+                try:
+                    msgs = await queue.fetch(64, timeout=5.0)
+                except bus.NatsError as exc:  # the bus away for a moment: not the end
+                    log.warning("%s: NATS did not answer (%s)", self._stream, type(exc).__name__)
+                    await asyncio.sleep(1.0)
+                    continue
+                for msg in msgs:
                     await self.handle(msg)
         finally:
             keeping.cancel()
@@ -169,10 +181,11 @@ class Worker:
             decided = await self._decisions.take(seq, VIEW_WAIT)
         except TimeoutError:
             log.warning("%s message %d: not decided yet, given back", self._stream, seq)
-            await bus.nak(msg, delay=5.0)
+            with contextlib.suppress(bus.NatsError):
+                await bus.nak(msg, delay=5.0)
             return
         if decided is None:
-            await bus.ack(msg)
+            await _ack(msg)
             return
         age = (self._clock() - bus.published_at(msg)).total_seconds()
         if age > self._max_age:
@@ -180,7 +193,7 @@ class Worker:
                 "notification not sent: older than its age limit",
                 extra={"event": decided.event.title(), "age": round(age), "max_age": self._max_age},
             )
-            await bus.ack(msg)
+            await _ack(msg)
             return
         self.pending[seq] = msg
         self._n.dispatch(decided.event, decided.sends, lambda: self._done(seq))
@@ -188,7 +201,7 @@ class Worker:
     def _done(self, seq: int) -> None:
         msg = self.pending.pop(seq, None)
         if msg is not None:
-            task = asyncio.create_task(bus.ack(msg))
+            task = asyncio.create_task(_ack(msg))
             self._acks.add(task)
             task.add_done_callback(self._acks.discard)
 
