@@ -32,8 +32,10 @@ class DurableSettings:
     it is delivered again."""
     max_deliver: int = 5
     """Deliveries of one message in all: a message no replica manages is not tried forever."""
-    max_ack_pending: int = 2000
-    """Messages delivered and not yet acknowledged, over every replica."""
+    max_ack_pending: int = 20_000
+    """Messages delivered and not yet acknowledged, over every replica. Above the tenants'
+    queue shares together (the notify service's are 1,000 each), so a few tenants whose
+    messages wait on slow receivers do not stop the consumer for everyone."""
 
 
 def durable_config(name: str, subject: str, s: DurableSettings) -> js_api.ConsumerConfig:
