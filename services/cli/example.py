@@ -73,7 +73,8 @@ async def apply_notifications(nats: bus.NatsSettings, config: Any) -> None:
 async def notify_following(nats: bus.NatsSettings, within: float) -> bool:
     """Whether ``driftbus notify`` (connecting as ``nats``: its own role) made its consumers
     within ``within`` seconds: from then on every status is kept for it."""
-    nc = await bus.connect(nats, name="driftbus-up", reconnect=False)
+    inbox = bus.inbox_prefix("notify")  # the role's own replies, as the service's
+    nc = await bus.connect(nats, name="driftbus-up", reconnect=False, inbox=inbox)
     try:
         deadline = asyncio.get_running_loop().time() + within
         while asyncio.get_running_loop().time() < deadline:
