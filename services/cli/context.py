@@ -15,7 +15,8 @@ on. ``up`` removes its context when it stops.
 
 The bus of ``up`` is closed (``localbus``): the context also names the operator's NATS
 credentials (``nats_auth``: user, password file, CA, client certificate — paths, no secret), which
-a command takes with the URL (``fill_nats``). The file is owner-only.
+a command takes with the URL (``fill_nats``), and those of the services a user may start beside
+the stack (``nats_roles``: ``notify``). The file is owner-only.
 """
 
 from __future__ import annotations
@@ -115,16 +116,18 @@ AUTH_FIELDS = ("nats_user", "nats_password_file", "nats_ca", "nats_cert", "nats_
 """What ``up`` puts in ``nats_auth``: ``NatsSettings`` fields, paths and a user name."""
 
 
-def fill_nats(args: argparse.Namespace) -> None:
+def fill_nats(args: argparse.Namespace, role: str = "") -> None:
     """Where the bus is for a command, and as whom: the flags, else ``NATS_URL`` (and the
     ``DRIFTBUS_NATS_*`` variables), else the running stack's URL and the operator's credentials
-    from its context — each credential unless a flag or variable gives it."""
+    from its context — or, for a service (``role``: ``notify``), that role's (``nats_roles``) —
+    each credential unless a flag or variable gives it."""
     from_context = not (getattr(args, "nats_url", None) or os.environ.get("NATS_URL"))
     args.nats_url = nats_url(getattr(args, "nats_url", None))
     if not from_context or args.nats_url is None:
         return
     info = read() or {}
-    auth = info.get("nats_auth")
+    roles = info.get("nats_roles")
+    auth = (roles.get(role) if isinstance(roles, dict) else None) if role else info.get("nats_auth")
     if not isinstance(auth, dict):
         return
     for field in AUTH_FIELDS:

@@ -3,6 +3,7 @@ publish ``examples/hello`` with live progress, then print its table."""
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,33 @@ async def apply_policy(nats: bus.NatsSettings, tenant_policy: Any) -> None:
     nc = await bus.connect(nats, name="driftbus-up", reconnect=False)
     try:
         await policy.put_policy(nc.jetstream(), tenant_policy)
+    finally:
+        await nc.drain()
+
+
+async def apply_notifications(nats: bus.NatsSettings, config: Any) -> None:
+    """``up --notify FILE``: the platform's notifications, in force before notify starts."""
+    from services.notify.store import put as put_notifications
+
+    nc = await bus.connect(nats, name="driftbus-up", reconnect=False)
+    try:
+        await put_notifications(nc.jetstream(), "", config)
+    finally:
+        await nc.drain()
+
+
+async def notify_following(nats: bus.NatsSettings, within: float) -> bool:
+    """Whether ``driftbus notify`` (connecting as ``nats``: its own role) made its consumers
+    within ``within`` seconds: from then on every status is kept for it."""
+    inbox = bus.inbox_prefix("notify")  # the role's own replies, as the service's
+    nc = await bus.connect(nats, name="driftbus-up", reconnect=False, inbox=inbox)
+    try:
+        deadline = asyncio.get_running_loop().time() + within
+        while asyncio.get_running_loop().time() < deadline:
+            if await bus.durables_exist(nc.jetstream(), bus.NOTIFY_CONSUMERS):
+                return True
+            await asyncio.sleep(0.3)
+        return False
     finally:
         await nc.drain()
 

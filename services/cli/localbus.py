@@ -5,10 +5,11 @@ per stack.
 client certificate per identity (``tls.Authority``), a fresh password per identity, and the
 permission sets of ``permissions`` (a planner; a watcher and an applier of each of its clusters,
 ``watcher-<cluster>`` and ``applier-<cluster>``; a Git source of the first cluster, the status page
-as a read-only ``viewer``, and the person who ran it as an ``operator``: an admin who also
-reads). nats-server then requires mutual TLS and a password from every client
-and enforces each role's subjects. The operator's credentials go into the context every
-``driftbus`` command reads (``context.fill_nats``), so commands keep working with no exports.
+as a read-only ``viewer``, the notification service as ``notify``, and the person who ran it
+as an ``operator``: an admin who also reads). nats-server then requires mutual TLS and a
+password from every client and enforces each role's subjects. The operator's credentials go
+into the context every ``driftbus`` command reads (``context.fill_nats``), so commands keep
+working with no exports; so do the notify role's, for a ``driftbus notify`` started beside.
 
 Everything lives in one owner-only directory; no password is ever printed or put in an
 environment variable (the services read theirs from a file).
@@ -31,6 +32,8 @@ PAGE = "page"
 """The status page's identity: reads, never publishes."""
 SOURCE = "gitops"
 """``up --git``'s ``driftbus source``."""
+NOTIFIER = "notify"
+"""``driftbus notify``: its own role (``permissions.notify``), never the operator's."""
 
 
 class LocalBusError(RuntimeError):
@@ -54,7 +57,7 @@ class LocalBus:
     conf: Path
     identities: dict[str, Identity]
     """By role: planner, ``watcher-<cluster>`` and ``applier-<cluster>`` per cluster, source,
-    ui (the page), cli (the operator)."""
+    ui (the page), notify, cli (the operator)."""
 
     def server_args(self) -> list[str]:
         """nats-server's flags: the users of ``conf``, TLS that requires a client certificate
@@ -111,12 +114,13 @@ def create(directory: Path, clusters: Sequence[str]) -> LocalBus:
     _private_dir(directory)
     ca = Authority.create(_private_dir(directory / "tls"), name="driftbus up CA")
     server = ca.issue("nats-server", server=True)
-    users = permissions.fleet(clusters, sources={SOURCE: clusters[:1]})
+    users = permissions.fleet(clusters, sources={SOURCE: clusters[:1]}, notifiers=[NOTIFIER])
     users += [
         permissions.NatsUser(OPERATOR, permissions.operator()),
         permissions.NatsUser(PAGE, permissions.viewer()),
     ]
     roles = {"planner": "planner", "source": SOURCE, "ui": PAGE, "cli": OPERATOR}
+    roles["notify"] = NOTIFIER
     for c in clusters:
         roles |= {f"watcher-{c}": f"watcher-{c}", f"applier-{c}": f"applier-{c}"}
     passwords = _private_dir(directory / "passwords")

@@ -1,7 +1,9 @@
 """``driftbus notify``: run the notification service, or manage what it sends
 (docs/notifications.md).
 
-- ``driftbus notify`` — the service (``services/notify``), until a signal;
+- ``driftbus notify`` — the service (``services/notify``), until a signal; with neither
+  ``--nats-url`` nor ``NATS_URL``, on the bus of the running ``driftbus up`` as its ``notify``
+  role (``context``);
 - ``driftbus notify apply FILE [--tenant T]`` — check a notifications file and put it in force
   as the platform's (or tenant T's) configuration; a tenant's file naming another's bundles is
   refused, and nothing changes;
@@ -103,6 +105,12 @@ def cmd_notify(args: argparse.Namespace) -> int:
     if args.action == "run":
         if args.file:
             return table.fail("notify", ValueError(f"unexpected argument {args.file!r}"))
+        from services.cli import context
+
+        try:  # beside `driftbus up`: its bus, as its notify role (as the commands find it)
+            context.fill_nats(args, role="notify")
+        except context.StaleContext as exc:
+            return table.fail("notify", exc)
         return run.start("notify", SERVICE, args)
     tenant = args.tenant or ""
     new: NotifyConfig | None = None

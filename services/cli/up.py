@@ -2,7 +2,9 @@
 
 ``up`` starts nats-server (JetStream) and — unless ``--kubeconfig`` points at an existing
 cluster — the local control plane (etcd + kube-apiserver), then a watcher, the planner and
-``--appliers`` appliers as supervised child processes (restarted if they crash), publishes the
+``--appliers`` appliers and ``driftbus notify`` (as its own NATS role; ``--notify FILE`` puts the
+platform's notifications in force first) as supervised child processes (restarted if they
+crash), publishes the
 example bundle with live progress, prints a status table and keeps running until Ctrl-C, which
 stops everything. ``--detach`` leaves it running in the background; ``driftbus down`` stops it.
 
@@ -33,7 +35,13 @@ from types import FrameType
 
 from services.cli import context, localbus, upclusters
 from services.cli.detach import cmd_down, detach
-from services.cli.example import apply_policy, print_example, publish_example
+from services.cli.example import (
+    apply_notifications,
+    apply_policy,
+    notify_following,
+    print_example,
+    publish_example,
+)
 from services.cli.example import say as _say
 from services.cli.upinfo import default_workdir, print_info
 from services.controlplane import assets, servers
@@ -116,6 +124,16 @@ def _up(args: argparse.Namespace, wanted: list[upclusters.ClusterSpec]) -> int:
             print(f"driftbus up: --tenants: {exc}", file=sys.stderr)
             return 1
         tenants.warn_exposed(tenant_policy, "driftbus up: --tenants")
+    notifications = None
+    if args.notify:
+        from services.cli.notify import read_file as read_notifications
+        from services.notify.config import ConfigError
+
+        try:  # before anything starts, as the tenants file
+            notifications = read_notifications(args.notify, "")
+        except (ConfigError, OSError) as exc:
+            print(f"driftbus up: --notify: {exc}", file=sys.stderr)
+            return 1
     workdir = Path(args.workdir) if args.workdir else default_workdir()
     if workdir.exists() and not args.workdir:
         shutil.rmtree(workdir)
@@ -168,14 +186,18 @@ def _up(args: argparse.Namespace, wanted: list[upclusters.ClusterSpec]) -> int:
             # in force before the planner starts: no bundle is ever taken without it
             asyncio.run(apply_policy(operator, tenant_policy))
             _say(f"tenant policy from {args.tenants}: {len(tenant_policy.tenants)} tenants")
+        if notifications is not None:
+            asyncio.run(apply_notifications(operator, notifications))
+            _say(f"notifications from {args.notify} in force")
         token = secrets.token_urlsafe(32)
-        envs = {r: env | creds.env(r) for r in ("planner", "ui", "source")}
+        envs = {r: env | creds.env(r) for r in ("planner", "ui", "source", "notify")}
         envs["ui"][TOKEN_ENV] = token  # the page's token: its environment only, never a flag
         procs = upclusters.cluster_services(wanted, args, workdir, env, creds)
         procs.insert(1, upclusters.service("planner", "planner", first, workdir, envs["planner"]))
         if args.ui_port:
             page = upclusters.service("ui", "ui", first, workdir, envs["ui"], ui_port=args.ui_port)
             procs.append(page)
+        procs.append(upclusters.service("notify", "notify", first, workdir, envs["notify"]))
         if args.git:
             extra = source_args(args)
             source = upclusters.service(
@@ -202,7 +224,12 @@ def _up(args: argparse.Namespace, wanted: list[upclusters.ClusterSpec]) -> int:
             info["ui"] = f"http://127.0.0.1:{args.ui_port}/?token={token}"
         # from now on other terminals' commands find this stack (the example may take a while)
         info["context"] = str(context.path())
-        context.write({**info, "nats_auth": creds.settings("cli")})
+        # a `driftbus notify` started beside this stack finds it, as its own role
+        roles = {"notify": creds.settings("notify")}
+        context.write({**info, "nats_auth": creds.settings("cli"), "nats_roles": roles})
+        notifier = creds.nats("notify", nats_server.port)
+        if not asyncio.run(notify_following(notifier, 60.0)):  # else the example comes first
+            _say("notify is not ready yet (its log is in services/); going on")
         for spec in [] if args.no_example else wanted:
             if len(wanted) > 1:
                 _say(f"cluster {spec.name}:")
@@ -280,6 +307,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         metavar="FILE",
         help="tenants file (docs/tenancy.md) put in force before the planner starts; "
         "change it later with `driftbus tenants apply`",
+    )
+    up.add_argument(
+        "--notify",
+        metavar="FILE",
+        help="notifications file (docs/notifications.md) put in force as the platform's before "
+        "`driftbus notify` starts (it always runs; change it later with `driftbus notify apply`)",
     )
     up.add_argument("--kubeconfig", help="use this cluster instead of starting a local one")
     up.add_argument("--context", help="kubeconfig context (with --kubeconfig)")

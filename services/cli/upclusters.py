@@ -134,7 +134,7 @@ def service(
         argv += ["--port", str(ui_port)]
     elif role == "source":
         argv += ["--cluster", cluster]
-    elif role != "planner":
+    elif role not in ("planner", "notify"):
         argv += ["--cluster", cluster]
         if context:
             argv += ["--context", context]

@@ -261,10 +261,20 @@ def notify_service() -> list[str]:
     """What ``driftbus notify`` reads: every configuration and the tenant policy (followed:
     what the platform's commit statuses may be posted on for a tenant's bundle), bundle
     statuses, decisions and rollout transitions (followed), and clusters' registry labels (for
-    alerts selecting clusters by label). It writes nothing on the bus."""
+    alerts selecting clusters by label). It publishes nothing on the bus; it creates, reads from
+    and acknowledges its own durable consumers (``bus.NOTIFY_CONSUMERS``, shared by its
+    replicas), each pinned to its name and filter."""
+    durable = []
+    for stream, (name, subject) in bus.NOTIFY_CONSUMERS.items():
+        durable += [
+            f"{JS}.CONSUMER.CREATE.{stream}.{name}.{subject}",
+            f"{JS}.CONSUMER.MSG.NEXT.{stream}.{name}",
+            f"$JS.ACK.{stream}.{name}.>",
+        ]
     return [
         f"{JS}.STREAM.INFO.{NOTIFY_STREAM}",
         f"{JS}.STREAM.INFO.{bus.TENANTS_STREAM}",
         *read_streams(NOTIFY_STREAM, bus.TENANTS_STREAM, bus.STATUS, bus.DECISIONS, bus.ROLLOUTS),
+        *durable,
         *registry_read(),
     ]

@@ -1,8 +1,11 @@
 """Notifications: ``driftbus notify`` tells chat, webhooks and Git hosts what happened on the bus
 (docs/notifications.md).
 
-- ``service`` — the process: follows the configurations, bundle statuses, decisions and
-  rollouts; matches, gates, renders and queues each event.
+- ``service`` — the process: follows the configurations, then the three streams.
+- ``consume`` — each stream through a durable consumer the replicas share (what was published
+  while the service was down is sent when it is back; two replicas send each message once),
+  decided by a view of the whole stream every replica reads.
+- ``notifier`` — the configurations in force: an event matched, gated, rendered and queued.
 - ``config`` (pure) — a notifications file read and checked, a tenant's reach refused beyond
   its own bundles; the bucket's keys (``platform``, ``tenant.<tenant>``).
 - ``store`` — the configurations on the bus: put, read, remove, and the keys of its stream.
@@ -19,4 +22,6 @@
   allowance, checked on the addresses connected to (server-side request forgery refused).
 - ``send`` — secrets read from their files, a POST with retries and backoff, an outbox per
   provider.
+- ``shares`` — each tenant's own connections and queue (the platform's too): one tenant's slow
+  receivers never hold up another's notifications.
 """

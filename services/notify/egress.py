@@ -21,7 +21,7 @@ import fnmatch
 import ipaddress
 import socket
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Final
 
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
@@ -59,10 +59,30 @@ class Allowance:
         return any(ip.version == n.version and ip in n for n in self.networks)
 
 
+SIX_TO_FOUR: Final = ipaddress.IPv6Network("2002::/16")
+NAT64: Final = ipaddress.IPv6Network("64:ff9b::/96")
+NOT_GLOBAL_V6: Final = (
+    # what Python 3.11's ipaddress counts as global, wrongly for a guard (issue 41)
+    (SIX_TO_FOUR, "a 6to4"),  # relayed by whoever runs a relay: never judged by its IPv4
+    (ipaddress.IPv6Network("fec0::/10"), "a site-local"),  # deprecated, still routed in sites
+    (ipaddress.IPv6Network("64:ff9b:1::/48"), "a local-use NAT64"),
+    (ipaddress.IPv6Network("3fff::/20"), "a documentation"),
+    (ipaddress.IPv6Network("5f00::/16"), "an SRv6"),
+)
+
+
 def address_problem(ip: Address) -> str:
-    """Why a tenant may not reach ``ip`` by default ("" when it may: a public address)."""
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        return address_problem(ip.ipv4_mapped)
+    """Why a tenant may not reach ``ip`` by default ("" when it may: a public address). An
+    IPv4-mapped or well-known NAT64 address (``64:ff9b::/96``, what DNS64 answers) is judged as
+    the IPv4 address it carries; a 6to4 one (``2002::/16``) is refused whatever it carries."""
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return address_problem(ip.ipv4_mapped)
+        if ip in NAT64:
+            return address_problem(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
+        for net, what in NOT_GLOBAL_V6:
+            if ip in net:
+                return f"{what} address"
     for what, hit in (
         ("unspecified", ip.is_unspecified),
         ("loopback", ip.is_loopback),
@@ -135,8 +155,13 @@ class GuardedResolver(AbstractResolver):
         await self._inner.close()
 
 
-def session_kwargs(allow: Allowance) -> dict[str, Any]:
-    """What a ClientSession sending tenants' notifications is made with."""
+def session_kwargs(allow: Allowance, connections: int = 100) -> dict[str, Any]:
+    """What a ClientSession sending a tenant's notifications is made with: at most
+    ``connections`` open at once (a tenant's share, ``shares``)."""
     import aiohttp
 
-    return {"connector": aiohttp.TCPConnector(resolver=GuardedResolver(allow))}
+    return {
+        "connector": aiohttp.TCPConnector(
+            resolver=GuardedResolver(allow), limit=connections, limit_per_host=connections
+        )
+    }

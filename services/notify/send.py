@@ -16,7 +16,7 @@ import dataclasses
 import datetime as dt
 import email.utils
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import aiohttp
@@ -24,6 +24,7 @@ import aiohttp
 from schemas.notify import Provider
 from services.notify.egress import EgressRefused
 from services.notify.render import Request, Secrets
+from services.notify.shares import Share
 
 log = logging.getLogger(__name__)
 
@@ -153,47 +154,67 @@ async def deliver(
         await asyncio.sleep(wait)
 
 
+Done = Callable[[], None]
+"""Called once a queued message is over: delivered, refused, given up on, or dropped."""
+
+
 class Outbox:
-    """One provider's queue and the task sending it, in order, one message at a time."""
+    """One provider's queue and the task sending it, in order, one message at a time, through
+    its owner's ``Share`` (the tenant's connections, counted against the tenant's queue)."""
 
     def __init__(
         self,
         provider: Provider,
-        session: aiohttp.ClientSession,
+        share: Share,
         policy: RetryPolicy,
         timeout: float,
         size: int = 1000,
     ) -> None:
         self.provider = provider
-        self._session, self._policy, self._timeout = session, policy, timeout
-        self._queue: asyncio.Queue[Request] = asyncio.Queue(maxsize=size)
+        self._share, self._policy, self._timeout = share, policy, timeout
+        self._queue: asyncio.Queue[tuple[Request, Done | None]] = asyncio.Queue(maxsize=size)
         self._task: asyncio.Task[None] | None = None
+        self._sending: Done | None = None
+        """The ``done`` of the message being sent."""
         self.delivered = 0
         self.failed = 0
 
-    def put(self, req: Request) -> bool:
-        """Queue ``req``; False (and a log line) when the queue is full."""
+    def put(self, req: Request, done: Done | None = None) -> bool:
+        """Queue ``req`` (``done`` called once it is over); False (and a log line) when the
+        queue, or its owner's share of queued messages, is full."""
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name=f"notify-{self.provider.name}")
-        try:
-            self._queue.put_nowait(req)
-        except asyncio.QueueFull:
+        if self._queue.full():
             log.warning("notification dropped: %s has %d queued", req.what, self._queue.qsize())
             return False
+        if not self._share.take():
+            log.warning(
+                "notification dropped: the tenant's share of the queue is full",
+                extra={"to": req.what, "tenant": self._share.who, "queued": self._share.waiting},
+            )
+            return False
+        self._queue.put_nowait((req, done))
         return True
 
     async def _run(self) -> None:
         while True:
-            req = await self._queue.get()
+            req, done = await self._queue.get()
+            got: Delivery | None = None
+            self._sending = done
             try:
-                got = await deliver(self._session, req, self._policy, self._timeout)
+                got = await deliver(self._share.session, req, self._policy, self._timeout)
+            except asyncio.CancelledError:  # stopped while sending: not over (``done`` not
+                self._queue.task_done()  # called here: ``drain`` says)
+                self._share.give()
+                raise
             except Exception:  # one broken message never ends the outbox
                 log.exception("sending to %s failed", req.what)
-                self.failed += 1
-                continue
-            finally:
-                self._queue.task_done()
-            if got.ok:
+            self._sending = None
+            self._queue.task_done()
+            self._share.give()
+            if done is not None:
+                done()
+            if got is not None and got.ok:
                 self.delivered += 1
                 log.info(
                     "notification delivered",
@@ -202,8 +223,10 @@ class Outbox:
             else:
                 self.failed += 1
 
-    async def drain(self, within: float) -> None:
-        """Wait (at most ``within`` seconds) for what is queued, then stop."""
+    async def drain(self, within: float, *, retired: bool = False) -> None:
+        """Wait (at most ``within`` seconds) for what is queued, then stop. What is left is not
+        sent: ``retired`` (its provider changed or was removed) it is over, each ``done``
+        called; else (the service stopping) not, so a durable consumer delivers it again."""
         if self._task is None:
             return
         with contextlib.suppress(TimeoutError):
@@ -211,3 +234,13 @@ class Outbox:
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
+        left = []
+        while not self._queue.empty():
+            left.append(self._queue.get_nowait()[1])
+        self._share.give(len(left))
+        if self._sending is not None:
+            left.append(self._sending)
+        if retired:
+            for done in left:
+                if done is not None:
+                    done()

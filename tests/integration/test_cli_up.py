@@ -4,6 +4,7 @@ Ctrl-C stopping every process it started."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -11,7 +12,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import jsonschema
+from aiohttp import web
 from nats.aio.client import Client as NATS
 
 from services.cli import user
@@ -36,18 +39,39 @@ async def test_up_reconciles_the_example_and_stops_cleanly(tmp_path: Path) -> No
     git(repo, "add", ".")
     git(repo, "commit", "-qm", "one")
     head = git(repo, "rev-parse", "HEAD")
+    # (issue 41) `up --notify FILE`: notify runs as its own role, and tells a webhook
+    hooks: list[dict[str, Any]] = []
+
+    async def hook(request: web.Request) -> web.Response:
+        hooks.append(await request.json())
+        return web.json_response({})
+
+    app = web.Application()
+    app.router.add_post("/hook", hook)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    hook_port = runner.addresses[0][1]
+    notify_file = tmp_path / "notify.yaml"
+    notify_file.write_text(
+        f"providers:\n- name: hook\n  type: webhook\n  url: http://127.0.0.1:{hook_port}/hook\n"
+        "alerts:\n- providers: [hook]\n  bundles: [hello]\n  events: [Ready]\n"
+    )
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "services.cli.main", "up", "--workdir", str(workdir), "-o", "json",
-        "--ui-port", str(ui_port),
+        "--ui-port", str(ui_port), "--notify", str(notify_file),
         "--git", str(repo), "--path", "deploy", "-n", "default", "--git-bundle", "fromgit",
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
     )  # fmt: skip
     try:
         assert proc.stdout is not None
-        info = json.loads(await asyncio.wait_for(proc.stdout.readline(), timeout=240))
+        line = await asyncio.wait_for(proc.stdout.readline(), timeout=240)
+        assert line, f"up ended (exit {await proc.wait()}) before describing the stack"
+        info = json.loads(line)
         assert set(info["services"]) == {
-            *("watcher", "planner", "applier-0", "applier-1", "ui", "source")
+            *("watcher", "planner", "applier-0", "applier-1", "ui", "source", "notify")
         }
         # as Jupyter prints it: the address with the page's token
         assert info["ui"].startswith(f"http://127.0.0.1:{ui_port}/?token="), info["ui"]
@@ -69,9 +93,17 @@ async def test_up_reconciles_the_example_and_stops_cleanly(tmp_path: Path) -> No
         async with await KubeClient.from_kubeconfig(info["kubeconfig"]) as kube:
             cr = await kube.discovery.resource("example.driftbus.dev/v1", "Greeting")
             assert (await kube.get(cr, "world", "hello"))["spec"]["text"] == "hello, world"
+        for _ in range(300):
+            if any(h.get("bundle") == "hello" and h.get("kind") == "Ready" for h in hooks):
+                break
+            await asyncio.sleep(0.2)
+        else:
+            raise AssertionError(f"up's notify never told the webhook hello is Ready: {hooks}")
+        await notify_beside_up()
         pids = [info["pid"], *info["services"].values()]
         assert all(servers.pid_alive(p) for p in pids)
     finally:
+        await runner.cleanup()
         proc.send_signal(signal.SIGINT)
         assert await asyncio.wait_for(proc.wait(), timeout=60) == 0
     assert servers.orphans(str(workdir)) == []
@@ -122,6 +154,36 @@ async def test_detach_leaves_it_running_and_down_stops_it(
     assert not [p for p in pids if servers.pid_alive(p)]
     assert servers.orphans(str(workdir)) == []
     assert not context_file().exists(), "down removes the context"
+
+
+async def notify_beside_up() -> None:
+    """``driftbus notify`` started in another terminal, with no NATS settings: it finds the
+    stack as the commands do, and its role follows everything it needs (a second replica)."""
+    port = servers.free_port()
+    env = {
+        k: v for k, v in os.environ.items() if k != "NATS_URL" and not k.startswith("DRIFTBUS_NATS")
+    }
+    p = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "services.cli.main", "notify", "--http-port", str(port), env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)  # fmt: skip
+    try:
+        async with aiohttp.ClientSession() as http:
+            for _ in range(300):
+                assert p.returncode is None, "driftbus notify beside up exited"
+                with contextlib.suppress(aiohttp.ClientError):
+                    async with http.get(f"http://127.0.0.1:{port}/readyz") as r:
+                        if r.status == 200:
+                            break
+                await asyncio.sleep(0.2)
+            else:
+                raise AssertionError("driftbus notify beside up never ready")
+    finally:
+        if p.returncode is None:
+            p.send_signal(signal.SIGTERM)
+        out, _ = await asyncio.wait_for(p.communicate(), 30)
+    said = out.decode()
+    assert "Connection refused" not in said, said
+    assert "permissions violation" not in said, said
 
 
 def context_file() -> Path:

@@ -69,6 +69,7 @@ async def test_up_three_clusters_one_kubeconfig_a_publish_reaches_only_its_clust
         ]
         assert set(info["services"]) == {
             "planner",
+            "notify",
             *(f"watcher-{n}" for n in FLEET),
             *(f"applier-{n}-0" for n in FLEET),
         }

@@ -36,7 +36,8 @@ from nats.aio.client import Client as NATS
 from harness.pipeline import DecisionLog, Pipeline, StatusWatch, settle
 from schemas.codec import encode
 from schemas.fleet import RolloutEvent, RolloutPhase
-from schemas.subjects import rollout_event_subject
+from schemas.messages import BundleCounts, BundlePhase, BundleStatus
+from schemas.subjects import bundle_status_subject, rollout_event_subject
 from services.cli.main import build_parser
 from services.common import bus, permissions
 from services.common.kube import KubeClient
@@ -178,19 +179,26 @@ def free_port() -> int:
 
 @contextlib.asynccontextmanager
 async def notifier(
-    pipeline: Pipeline, js: bus.JetStream, tenant_egress: tuple[str, ...] = ("127.0.0.1/32",)
+    pipeline: Pipeline | str,
+    js: bus.JetStream,
+    tenant_egress: tuple[str, ...] = ("127.0.0.1/32",),
+    **overrides: Any,
 ) -> AsyncIterator[None]:
-    """``driftbus notify`` in this process, once it follows every stream (its /readyz). The
-    receivers are on loopback, which tenants reach only when the platform allows it."""
+    """``driftbus notify`` in this process (of the pipeline's NATS, or that URL), once it
+    follows every stream (its /readyz). The receivers are on loopback, which tenants reach only
+    when the platform allows it."""
     await bus.ensure_streams(js, manage=False, within=60)  # the planner made them
     port = free_port()
     settings = notify_service.NotifySettings(
-        nats_url=pipeline.nats.client_url,
-        http_port=port,
-        retry_base=0.3,
-        retry_cap=2.0,
-        http_timeout=5.0,
-        tenant_egress=tenant_egress,
+        **{
+            "nats_url": pipeline if isinstance(pipeline, str) else pipeline.nats.client_url,
+            "http_port": port,
+            "retry_base": 0.3,
+            "retry_cap": 2.0,
+            "http_timeout": 5.0,
+            "tenant_egress": tenant_egress,
+            **overrides,
+        }
     )
     task = asyncio.create_task(notify_service.run(settings))
     try:
@@ -232,9 +240,10 @@ async def until(
 
 
 async def notify_command(
-    pipeline: Pipeline, capsys: pytest.CaptureFixture[str], *argv: str
+    pipeline: Pipeline | str, capsys: pytest.CaptureFixture[str], *argv: str
 ) -> tuple[int, str, str]:
-    args = build_parser().parse_args(["notify", *argv, "--nats-url", pipeline.nats.client_url])
+    url = pipeline if isinstance(pipeline, str) else pipeline.nats.client_url
+    args = build_parser().parse_args(["notify", *argv, "--nats-url", url])
     capsys.readouterr()
     code = await asyncio.to_thread(args.func, args)
     out, err = capsys.readouterr()
@@ -529,7 +538,11 @@ async def test_a_tenant_cannot_make_the_service_send_into_its_own_network(
         f"- name: byzone\n  type: webhook\n  url: 'http://[::ffff:127.0.0.1%25]:{port}/tenant-zone'\n"
         # (review) a URL that does not parse: it once stopped the whole service
         "- name: broken\n  type: webhook\n  url: 'http://[::1'\n"
-        "alerts:\n- providers: [byip, byname, byzone, broken]\n  events: [Ready, Failed]\n"
+        # (issue 41) global to Python 3.11's ipaddress: 6to4 carrying 127.0.0.1, site-local
+        f"- name: by6to4\n  type: webhook\n  url: 'http://[2002:7f00:1::1]:{port}/tenant-6to4'\n"
+        f"- name: bysite\n  type: webhook\n  url: 'http://[fec0::1]:{port}/tenant-site'\n"
+        "alerts:\n- providers: [byip, byname, byzone, broken, by6to4, bysite]\n"
+        "  events: [Ready, Failed]\n"
     )
     code, _, err = await notify_command(pipeline, capsys, "apply", str(own), "--tenant", a)
     assert code == 0, err
@@ -560,6 +573,8 @@ async def test_a_tenant_cannot_make_the_service_send_into_its_own_network(
     assert "localhost (127.0.0.1) is a loopback address" in said or (
         "localhost (::1) is a loopback address" in said
     ), said
+    assert "2002:7f00:1::1 is a 6to4 address" in said, said
+    assert "fec0::1 is a site-local address" in said, said
 
     async with notifier(pipeline, js, tenant_egress=("127.0.0.0/8", "localhost")):
         await pipeline.publish(js, f"{a}/web", [cm("2")], revision="r2")
@@ -787,9 +802,18 @@ async def test_on_a_locked_down_bus_a_tenant_writes_only_its_own_notifications(
     assert len(refusals) == 10
 
 
-async def test_the_notify_identity_follows_everything_it_needs(locked: NotifyBus) -> None:
+async def test_the_notify_identity_follows_everything_it_needs(
+    locked: NotifyBus, receiver: Receiver
+) -> None:
     """``driftbus notify`` as its own locked-down identity: ready (every stream followed, the
-    configurations read) — a refused consumer would keep it from ever being ready."""
+    configurations read) — a refused consumer would keep it from ever being ready — and a
+    status the planner publishes is taken from its durable consumer, sent and acknowledged."""
+    errors: list[str] = []
+    root = await locked.connect("root", errors)
+    planner = await locked.connect("planner", errors, inbox_prefix=bus.inbox_prefix("planner"))
+    rjs = root.jetstream(timeout=5)
+    hook = f"providers:\n- name: hook\n  type: webhook\n  url: {receiver.url}/platform\n"
+    await store.put(rjs, "", notify_config.load(hook + "alerts:\n- providers: [hook]\n", "n.yaml"))
     port = free_port()
     settings = notify_service.NotifySettings(
         nats_url=locked.url,
@@ -804,7 +828,31 @@ async def test_the_notify_identity_follows_everything_it_needs(locked: NotifyBus
     try:
         async with aiohttp.ClientSession() as http:
             await until(lambda: _ready(http, port), "notify ready", within=30, task=task)
+        status = BundleStatus(
+            cluster="c",
+            bundle="web",
+            revision="r1",
+            phase=BundlePhase.READY,
+            counts=BundleCounts(total=1, applied=1, ready=1),
+        )
+        await bus.publish(
+            planner.jetstream(timeout=5), bundle_status_subject("c", "web"), encode(status)
+        )
+        await until(lambda: receiver.delivered("/platform"), "the status sent", task=task)
+        name = bus.NOTIFY_CONSUMERS[bus.STATUS][0]
+        notify = await locked.connect("notify", errors, inbox_prefix=bus.inbox_prefix("notify"))
+        njs = notify.jetstream(timeout=5)
+
+        async def acked() -> bool:
+            info = await njs.consumer_info(bus.STATUS, name)
+            return info.num_ack_pending == 0 and (info.delivered.stream_seq or 0) > 0
+
+        await until(acked, "the status acknowledged by the notify identity", task=task)
+        await notify.close()
+        assert not errors, errors
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+        await root.close()
+        await planner.close()

@@ -32,6 +32,22 @@ from services.notify import egress
         ("100.64.0.1", "not a public address"),  # carrier-grade NAT
         ("::ffff:127.0.0.1", "a loopback address"),  # IPv4-mapped: judged as the IPv4
         ("::ffff:10.1.2.3", "a private address"),
+        # (issue 41) what Python 3.11's ipaddress counts as global but is not
+        ("2002:7f00:1::1", "a 6to4 address"),  # 6to4 embedding 127.0.0.1
+        ("2002:5db8:d70e::1", "a 6to4 address"),  # even a public IPv4: relays are anyone's
+        ("fec0::1", "a site-local address"),  # deprecated, still routed inside sites
+        ("feff::1", "a site-local address"),
+        ("64:ff9b::7f00:1", "a loopback address"),  # NAT64: judged as the embedded IPv4
+        ("64:ff9b::a00:7", "a private address"),
+        ("64:ff9b::a9fe:a9fe", "a link-local address"),
+        ("64:ff9b::5db8:d70e", ""),  # NAT64 of a public IPv4
+        ("64:ff9b:1::a00:1", "a local-use NAT64 address"),  # local-use NAT64
+        ("100::1", "a private address"),  # discard-only
+        ("::7f00:1", "a reserved address"),  # IPv4-compatible (deprecated)
+        ("2001::1", "a private address"),  # Teredo
+        ("2001:db8::1", "a private address"),  # documentation
+        ("5f00::1", "an SRv6 address"),  # SRv6 SIDs
+        ("3fff::1", "a documentation address"),  # documentation (RFC 9637)
     ],
 )
 def test_address_problem(address: str, problem: str) -> None:

@@ -47,6 +47,22 @@ def test_the_notify_service_reads_what_it_follows() -> None:
     assert not may_subscribe(n, "_INBOX.abc")
 
 
+def test_the_notify_service_uses_only_its_own_durable_consumers() -> None:
+    """(issue 41) its replicas share one durable consumer per stream: created with its own
+    name and filter, read and acknowledged; no other consumer, no other filter."""
+    n = users()["notify"]
+    for stream, (name, subject) in bus.NOTIFY_CONSUMERS.items():
+        assert may_publish(n, f"{JS}.CONSUMER.CREATE.{stream}.{name}.{subject}"), stream
+        assert may_publish(n, f"{JS}.CONSUMER.MSG.NEXT.{stream}.{name}"), stream
+        assert may_publish(n, f"$JS.ACK.{stream}.{name}.1.2.3.4.5"), stream
+        assert not may_publish(n, f"{JS}.CONSUMER.CREATE.{stream}.{name}.driftbus.>"), stream
+        assert not may_publish(n, f"{JS}.CONSUMER.MSG.NEXT.{stream}.other"), stream
+        assert not may_publish(n, f"$JS.ACK.{stream}.other.1.2.3.4.5"), stream
+    name = bus.intent_consumer_name("c")
+    assert not may_publish(n, f"{JS}.CONSUMER.MSG.NEXT.{bus.INTENTS}.{name}")
+    assert not may_publish(n, f"$JS.ACK.{bus.INTENTS}.{name}.1.2.3.4.5")
+
+
 @pytest.mark.parametrize(
     "subject",
     [

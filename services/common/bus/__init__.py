@@ -17,6 +17,7 @@ the callers still to move). This module re-exports its API.
 - ``intents`` — the appliers' work queue: one durable pull consumer per cluster.
 - ``publisher`` — bounded, deduplicated, timed publishing.
 - ``batching`` — fast batches: plain publishes acknowledged per window, not one by one.
+- ``durable`` — a durable pull consumer a service's replicas share (the notify service's).
 - ``follower`` — compacted replay, then live; a subject's last message.
 - ``objects`` — the Object Store: read chunk by chunk within a limit, and its bucket's limits.
 """
@@ -46,6 +47,16 @@ from services.common.bus.core import (
     stream_subjects,
     subscribe,
     unsubscribe,
+)
+from services.common.bus.durable import (
+    DurableSettings,
+    WorkQueue,
+    bind_durable,
+    deliveries,
+    durables_exist,
+    ensure_durable,
+    published_at,
+    stream_sequence,
 )
 from services.common.bus.follower import Follower, last_message, message_at
 from services.common.bus.intents import (
@@ -115,6 +126,7 @@ from services.common.bus.streams import (
     INTENTS,
     MEMBERS,
     NOTIFY_BUCKET,
+    NOTIFY_CONSUMERS,
     OBJECT_STORE_BUCKET,
     OUTCOMES,
     ROLLOUTS,
@@ -156,6 +168,7 @@ __all__ = [
     "INTENTS",
     "MEMBERS",
     "NOTIFY_BUCKET",
+    "NOTIFY_CONSUMERS",
     "OBJECT_STORE_BUCKET",
     "OUTCOMES",
     "ROLLOUTS",
@@ -180,6 +193,7 @@ __all__ = [
     "BusError",
     "Claim",
     "Connection",
+    "DurableSettings",
     "Follower",
     "Handler",
     "IntentConsumerSettings",
@@ -201,8 +215,10 @@ __all__ = [
     "StoreLimits",
     "StreamMissing",
     "Subscription",
+    "WorkQueue",
     "WrongLastSequence",
     "ack",
+    "bind_durable",
     "bind_intents",
     "bucket",
     "claim_holder",
@@ -212,7 +228,10 @@ __all__ = [
     "create_entry",
     "credentials",
     "delete_entry",
+    "deliveries",
+    "durables_exist",
     "ensure_config_buckets",
+    "ensure_durable",
     "ensure_fleet_buckets",
     "ensure_intent_consumer",
     "ensure_object_store",
@@ -234,6 +253,7 @@ __all__ = [
     "message_at",
     "nak",
     "publish",
+    "published_at",
     "put_entry",
     "put_object",
     "read_claim",
@@ -242,6 +262,7 @@ __all__ = [
     "request",
     "serve",
     "stream_configs",
+    "stream_sequence",
     "stream_subjects",
     "subscribe",
     "term",

@@ -54,6 +54,7 @@ class Follower:
         history: bool = False,
         headers_only: bool = False,
         since: dt.datetime | None = None,
+        start_seq: int | None = None,
     ) -> None:
         self._js = js
         self._stream = stream
@@ -61,9 +62,13 @@ class Follower:
         # history: every message (an audit log); otherwise the compacted view (last per subject)
         # or, without last_per_subject, only new messages
         # since: every message from that time on (the status page's last hour)
+        # start_seq: every message from that stream sequence on
         self._since = since
+        self._start_seq = start_seq
         self._policy = (
-            js_api.DeliverPolicy.BY_START_TIME
+            js_api.DeliverPolicy.BY_START_SEQUENCE
+            if start_seq is not None
+            else js_api.DeliverPolicy.BY_START_TIME
             if since is not None
             else js_api.DeliverPolicy.ALL
             if history
@@ -76,6 +81,11 @@ class Follower:
         self._sub: Any = None
 
     async def _subscribe(self) -> Any:
+        config = None
+        if self._start_seq is not None:
+            config = js_api.ConsumerConfig(opt_start_seq=max(1, self._start_seq))
+        elif self._since is not None:
+            config = js_api.ConsumerConfig(opt_start_time=self._since)
         return await self._js.subscribe(
             self._subject,
             stream=self._stream,
@@ -83,7 +93,7 @@ class Follower:
             deliver_policy=self._policy,
             idle_heartbeat=2.0,
             headers_only=self._headers_only or None,
-            config=js_api.ConsumerConfig(opt_start_time=self._since) if self._since else None,
+            config=config,
             pending_msgs_limit=1_000_000,
             pending_bytes_limit=1024**3,
         )

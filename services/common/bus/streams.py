@@ -22,7 +22,7 @@ from nats.js.errors import (
     ServiceUnavailableError,
 )
 
-from schemas.subjects import family_filter
+from schemas.subjects import PREFIX, family_filter
 from services.common.bus import objects
 
 log = logging.getLogger("driftbus.bus")
@@ -64,6 +64,12 @@ WINDOWS_KEY = "windows"
 NOTIFY_BUCKET = "driftbus-notify"
 """KV bucket of notification configurations (docs/notifications.md): the platform's and each
 tenant's, one key each."""
+NOTIFY_CONSUMERS = {
+    STATUS: ("notify-status", f"{PREFIX}.status.*.*.*.bundle"),
+    DECISIONS: ("notify-decisions", family_filter("decision")),
+    ROLLOUTS: ("notify-rollouts", family_filter("rollout")),
+}
+"""stream → (name, filter) of the durable consumers ``driftbus notify`` replicas share."""
 DAY = 24 * 3600.0
 DEDUPE_WINDOW = 120.0
 """Seconds during which a repeated Nats-Msg-Id is dropped: covers publish retries across a
