@@ -47,7 +47,7 @@ from services.common.bus.core import (
     subscribe,
     unsubscribe,
 )
-from services.common.bus.follower import Follower, last_message, message_at
+from services.common.bus.follower import Follower, last_message, message_at, subject_history
 from services.common.bus.intents import (
     IntentConsumerSettings,
     IntentQueue,
@@ -243,6 +243,7 @@ __all__ = [
     "serve",
     "stream_configs",
     "stream_subjects",
+    "subject_history",
     "subscribe",
     "term",
     "tls_context",
