@@ -65,8 +65,9 @@ class ClusterState:
     """The cluster's labels in the fleet registry (empty: not registered), which a tenant's
     ``clusterSelector`` must match: read before the first revision, then followed live."""
     fleet_fences: dict[str, int] = dataclasses.field(default_factory=dict)
-    """Bundle -> the highest rollout-driver fencing token of a placement taken for it: a lower
-    one comes from a driver deposed while it stalled (``revision.fenced``)."""
+    """Bundle -> the highest rollout-driver fencing token of a placement taken for it (or, met
+    with none remembered, found in the bundle's history: ``shell.fencing``): a lower one comes
+    from a driver deposed while it stalled (``revision.fenced``)."""
     policy_unusable: str = ""
     """Why the latest policy stored on the bus cannot be used, at start or since ("" when it
     can): then no new revision is taken, of any bundle, until a valid policy is applied — a

@@ -59,22 +59,17 @@ class PlacementFence:
             msg.subject, in_force, msg_id=f"fenced:{msg.subject}:{msg.metadata.sequence.stream}"
         )
 
-    async def after_newer(self, ident: tuple[str, str], msg: bus.Message) -> bool:
-        """Whether ``msg`` is a deposed driver's placement that landed after a newer driver's
-        while this planner had no memory of the bundle's fence (``revision.history_needed``):
-        then it is dropped, said in the log, and the message the bundle's history holds in
-        force (the newest placement with the highest token, or a later message that is not
-        the driver's) is published again as it was, and taken when it arrives."""
-        try:
-            bundle = decode(msg.data, Bundle)
-        except WireError:
-            return False  # refused by the checks, as ever
+    async def after_newer(self, ident: tuple[str, str], msg: bus.Message, bundle: Bundle) -> bool:
+        """Whether ``msg`` (``bundle``, decoded and checked to name its subject's bundle) is a
+        deposed driver's placement that landed after a newer driver's while this planner had
+        no memory of the bundle's fence (``revision.history_needed``): then it is dropped, said
+        in the log, and the message the bundle's history holds in force (the newest placement
+        with the highest token, or a later message that is not the driver's) is published
+        again as it was, and taken when it arrives."""
         fences = self.state.fleet_fences
         if not (bundle.fleet and bundle.fencing_token) or bundle.bundle in fences:
             return False  # the common case, decided without reading the lease
-        if bundle.bundle != ident[1] or not history_needed(
-            bundle, fences, await self._lease_token()
-        ):
+        if not history_needed(bundle, fences, await self._lease_token()):
             return False
         seq = msg.metadata.sequence.stream
         earlier = await bus.subject_history(self.js, bus.BUNDLES, msg.subject, upto=seq - 1)

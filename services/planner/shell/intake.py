@@ -99,8 +99,6 @@ class BundleIntake:
             log.error("bundle on a malformed subject: %s", exc)
             return
         ident = (where.cluster, where.bundle or "")
-        if await self.fence.after_newer(ident, msg):
-            return
         checked = await self._checked(msg, ident)
         if checked is None:
             return
@@ -189,6 +187,8 @@ class BundleIntake:
                     f"published to the subject of {cluster}/{name}"
                 )
             check_bundle_name(bundle.bundle)
+            if await self.fence.after_newer(ident, msg, bundle):
+                return None
             stale = fenced(bundle, self.state.fleet_fences)
             if stale:
                 await self.fence.dropped(ident, msg, revision, stale)
