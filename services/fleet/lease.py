@@ -11,6 +11,9 @@ grow, so a later holder's is higher): every placement carries it, and a planner 
 token is lower than a token it has already taken for that bundle (a driver deposed while it was
 stalled). ``check`` is asked before every publish; a process that stalled past its lease (a
 stopped process, a starved event loop) wakes up not holding it, on its own monotonic clock.
+Each renewal writes the token into the lease entry (``lease_token`` reads it), so a planner
+rebuilding a cluster can tell a placement made before the current holder's term, and only then
+reads the bundle's history for a newer token (``services.planner.shell.intake``).
 """
 
 from __future__ import annotations
@@ -67,9 +70,10 @@ class Lease:
 
     async def hold(self) -> None:
         seen_rev, seen_at = -1, time.monotonic()
-        value = msgspec.json.encode({"driver": self.holder})
         b, key = bus.ROLLOUTS_BUCKET, ROLLOUT_DRIVER_KEY
         while True:
+            # a renewal names our token; a take cannot yet (it is the revision the write gets)
+            value = lease_value(self.holder, self.token if self.held else 0)
             try:
                 entry = await bus.kv_get(self.js, b, key)
                 started = time.monotonic()
@@ -114,3 +118,22 @@ def holder_of(data: bytes | None) -> str:
     except msgspec.DecodeError:
         return ""
     return str(value.get("driver", "")) if isinstance(value, Mapping) else ""
+
+
+def lease_value(holder: str, token: int) -> bytes:
+    """The lease entry: its holder, and its fencing token once known (0: not written)."""
+    value: dict[str, object] = {"driver": holder}
+    if token:
+        value["token"] = token
+    return msgspec.json.encode(value)
+
+
+def lease_token(data: bytes | None) -> int | None:
+    """The holder's fencing token the lease entry names (None: unreadable, or not named yet —
+    a holder between its take and its first renewal, or a driver older than this one)."""
+    try:
+        value = msgspec.json.decode(data or b"{}")
+    except msgspec.DecodeError:
+        return None
+    token = value.get("token") if isinstance(value, Mapping) else None
+    return token if isinstance(token, int) and not isinstance(token, bool) and token > 0 else None

@@ -591,6 +591,68 @@ async def test_a_placement_of_a_driver_that_lost_its_lease_is_refused(world: Wor
         w.fleet.start_planner(holder)
 
 
+async def test_a_stale_placement_that_lands_while_no_planner_serves_is_refused_on_rebuild(
+    world: World,
+) -> None:
+    """Issue 41 item 12, the fence's former known limit. A newer driver places r2; then no
+    planner serves the cluster (both replicas down), and the deposed driver's r1 placement
+    lands (a lower fencing token, a message id the stream has not seen): it is the bundle's
+    last message. The planner that starts rebuilds from the bus: it must not take r1 because
+    it has no memory of r2's token — the bundle's history shows r2's higher one."""
+    w = world
+    await w.publish("r1", w.configmaps("one"), clusters=[PROD_A])
+    await w.phase(RolloutPhase.COMPLETE, "r1")
+    await until("prod-a on r1", lambda: _has(w, PROD_A, {"one"}), 60, w.fleet.logs)
+    subject = bundle_subject(PROD_A, w.bundle)
+    stale = await bus.last_message(w.js, bus.BUNDLES, subject)
+    assert stale is not None
+    assert stale.data
+    holder = await _driver(w)
+    w.fleet.home.kill(holder)
+    planners = ("planner-a", "planner-b")
+    try:
+        await until("another driver", lambda: _other_driver(w, holder), 60, w.fleet.logs)
+        await w.publish("r2", w.configmaps("two"), clusters=[PROD_A])
+        await w.phase(RolloutPhase.COMPLETE, "r2")
+        await until("prod-a on r2", lambda: _has(w, PROD_A, {"two"}), 60, w.fleet.logs)
+        # no planner serves any cluster now; the deposed driver's r1 placement lands
+        for name in planners:
+            w.fleet.home.kill(name)
+            await asyncio.to_thread(w.fleet.home.procs[name].proc.wait, 30)
+        await w.js.publish(subject, stale.data, headers={"Nats-Msg-Id": unique_name("late")})
+        assert (await placed_revisions(w.nc, PROD_A, w.bundle))[-1] == "r1"
+    finally:
+        for name in planners:
+            w.fleet.home.kill(name)
+            await asyncio.to_thread(w.fleet.home.procs[name].proc.wait, 30)
+            w.fleet.start_planner(name)
+
+    async def settled() -> bool:
+        """r2 back as the subject's last message (refused on rebuild), or the cluster on r1."""
+        placed = await placed_revisions(w.nc, PROD_A, w.bundle)
+        return placed[-2:] == ["r1", "r2"] or await _has(w, PROD_A, {"one"})
+
+    with contextlib.suppress(AssertionError):
+        await until("the rebuild settled", settled, 120, w.fleet.logs)
+    values = await w.values(PROD_A)
+    assert values == {"two"}, f"a rebuild took the deposed driver's r1 placement: holds {values}"
+    assert (await placed_revisions(w.nc, PROD_A, w.bundle))[-1] == "r2"
+    state = await rollout_state(w.nc, w.bundle)
+    assert state is not None
+    assert state.target.revision == "r2"
+    assert state.phase is RolloutPhase.COMPLETE
+    logs = [
+        await asyncio.to_thread(w.fleet.home.procs[name].log_path.read_text, errors="replace")
+        for name in planners
+    ]
+    said = f"bundle {PROD_A}/{w.bundle}@r1: a placement of a rollout driver that lost its lease"
+    assert any(
+        said in line and "the bundle's history holds a newer driver's" in line
+        for log in logs
+        for line in log.splitlines()
+    ), "the refusal on rebuild is not in a planner's log"
+
+
 async def test_a_driver_killed_between_the_state_write_and_the_placements_repeats_nothing(
     world: World,
 ) -> None:

@@ -58,7 +58,7 @@ from services.common.bus.durable import (
     published_at,
     stream_sequence,
 )
-from services.common.bus.follower import Follower, last_message, message_at
+from services.common.bus.follower import Follower, last_message, message_at, subject_history
 from services.common.bus.intents import (
     IntentConsumerSettings,
     IntentQueue,
@@ -264,6 +264,7 @@ __all__ = [
     "stream_configs",
     "stream_sequence",
     "stream_subjects",
+    "subject_history",
     "subscribe",
     "term",
     "tls_context",

@@ -1,5 +1,6 @@
 """Replaying a compacted view (deliver-last-per-subject), then following live messages, telling
-when the replay caught up; and reading a subject's last message.
+when the replay caught up; and reading a subject's last message, a message by its sequence, or
+what a stream still keeps of a subject.
 """
 
 from __future__ import annotations
@@ -188,3 +189,22 @@ async def message_at(js: JetStreamContext, stream: str, seq: int) -> js_api.RawS
         return await js.get_msg(stream, seq, direct=True)
     except NotFoundError:
         return None
+
+
+async def subject_history(
+    js: JetStreamContext, stream: str, subject: str, *, upto: int
+) -> list[js_api.RawStreamMsg]:
+    """Every message ``stream`` still keeps on ``subject`` up to sequence ``upto``, oldest first
+    (one direct get each: a stream keeping a few messages per subject costs a few requests)."""
+    out: list[js_api.RawStreamMsg] = []
+    seq = 1
+    while seq <= upto:
+        try:
+            msg = await js.get_msg(stream, seq, subject=subject, next=True, direct=True)
+        except NotFoundError:
+            break
+        if msg.seq is None or msg.seq > upto:
+            break
+        out.append(msg)
+        seq = msg.seq + 1
+    return out

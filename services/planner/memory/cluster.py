@@ -67,8 +67,9 @@ class ClusterState:
     match: read before the first revision, then followed live. None: unknown (not registered,
     removed, unreadable), which no selector matches — not ``{}``, which ``env!=prod`` does."""
     fleet_fences: dict[str, int] = dataclasses.field(default_factory=dict)
-    """Bundle -> the highest rollout-driver fencing token of a placement taken for it: a lower
-    one comes from a driver deposed while it stalled (``revision.fenced``)."""
+    """Bundle -> the highest rollout-driver fencing token of a placement taken for it (or, met
+    with none remembered, found in the bundle's history: ``shell.fencing``): a lower one comes
+    from a driver deposed while it stalled (``revision.fenced``)."""
     policy_unusable: str = ""
     """Why the latest policy stored on the bus cannot be used, at start or since ("" when it
     can): then no new revision is taken, of any bundle, until a valid policy is applied — a

@@ -250,3 +250,30 @@ def fenced(bundle: Bundle, fences: dict[str, int]) -> str:
         )
     fences[bundle.bundle] = token
     return ""
+
+
+def history_needed(bundle: Bundle, fences: dict[str, int], lease_token: int | None) -> bool:
+    """Whether ``bundle``, a fleet placement met with no memory of the bundle's fence (a
+    rebuild, or the first placement since), may be a deposed driver's that landed after a
+    newer one: its token is below the current lease holder's (``lease_token``; None: the lease
+    does not say, so it may be). Only then is the bundle's history read (``in_force_of``): a
+    placement of the current holder's term never costs that."""
+    token = bundle.fencing_token
+    if not (bundle.fleet and token) or bundle.bundle in fences:
+        return False
+    return lease_token is None or token < lease_token
+
+
+def in_force_of(history: Sequence[tuple[bool, int]]) -> tuple[int, int]:
+    """The fence replayed over a bundle subject's messages, oldest first, each ``(fleet,
+    fencing_token)``: the index of the last one a planner that had watched them all would have
+    taken, and the highest token it would have taken. A fleet placement whose token is below
+    one taken before it is refused (``fenced``); every other message is taken."""
+    in_force, highest = -1, 0
+    for i, (fleet, token) in enumerate(history):
+        if fleet and token:
+            if token < highest:
+                continue
+            highest = token
+        in_force = i
+    return in_force, highest

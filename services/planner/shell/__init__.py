@@ -6,6 +6,9 @@
   published; and the level-triggered prune.
 - ``intake`` — a bundle message taken in (checked, taken, folded) or refused; suspend, resume
   and a hold's release.
+- ``fencing`` — fleet placements held to the rollout driver's fence: a deposed driver's
+  dropped, live or on a rebuild (then checked against the bundle's history), the message in
+  force published again.
 - ``sending`` — publishing one decision: status row, intent, decision record, under the fencing
   token.
 - ``status_board`` — each changed bundle's status (``status.report``), published per tick when

@@ -5,9 +5,10 @@ hold ends (``release``: every object decided again, then the prune).
 
 A refused revision never replaces the one in force: that stays applied, and its status says the
 latest publish was refused. A fleet placement of a rollout driver that had lost its lease (its
-fencing token below one already taken: ``revision.fenced``) is dropped, said in the log, and
-the revision in force is published again as it was, so that a planner rebuilding from the
-bundle's last message never takes the dropped one either. A revision refused only because a
+fencing token below one already taken, or, met on a rebuild, below a newer one in the bundle's
+history) is dropped, said in the log, and the message in force is published again as it was
+(``fencing``), so that a planner rebuilding from the bundle's last message never takes the
+dropped one either. A revision refused only because a
 custom kind's scope is unknown waits for it (a CRD in another bundle, the watcher's discovery)
 instead of failing for good.
 """
@@ -41,6 +42,7 @@ from services.planner.rule import holds, limits, messages, takeover
 from services.planner.rule.decide import DELETE_INFLIGHT, Desired, Event, Release
 from services.planner.rule.entry import Slot
 from services.planner.rule.revision import BundleView, Plan, checked_revision, fenced
+from services.planner.shell.fencing import PlacementFence
 from services.planner.shell.sending import pace
 from services.planner.shell.status_board import StatusBoard
 from services.planner.status.report import refused_status
@@ -87,6 +89,7 @@ class BundleIntake:
         """The latest revision of a bundle, refused by the tenant policy: handled again when
         the policy changes (so granting a tenant a right needs no republish)."""
         self._rechecks: set[asyncio.Task[None]] = set()
+        self.fence = PlacementFence(state=state, js=js, publisher=publisher)
 
     async def take_in(self, msg: bus.Message) -> None:
         """A revision published to driftbus.bundle.<cluster>.<bundle>."""
@@ -184,9 +187,11 @@ class BundleIntake:
                     f"published to the subject of {cluster}/{name}"
                 )
             check_bundle_name(bundle.bundle)
+            if await self.fence.after_newer(ident, msg, bundle):
+                return None
             stale = fenced(bundle, self.state.fleet_fences)
             if stale:
-                await self._fenced(ident, msg, revision, stale)
+                await self.fence.dropped(ident, msg, revision, stale)
                 return None
             if self.state.policy_unusable:
                 raise limits.PolicyRefused(self.state.policy_unusable)
@@ -215,26 +220,6 @@ class BundleIntake:
         self._awaiting_scope.pop(ident, None)
         self._awaiting_policy.pop(ident, None)
         return bundle, desired, plan
-
-    async def _fenced(
-        self, ident: tuple[str, str], msg: bus.Message, revision: str, why: str
-    ) -> None:
-        """A deposed driver's placement, dropped: the log says why, and the revision in force
-        is published again as it was (same bytes: nothing is written for it), so the bundle's
-        last message is never the dropped one."""
-        log.error("bundle %s/%s@%s: %s", *ident, revision, why)
-        self.state.counters["placements_fenced"] += 1
-        view = self.state.bundles.get(ident)
-        if view is None:
-            return
-        in_force = await bus.message_at(self.js, bus.BUNDLES, view.seq)
-        if in_force is None or not in_force.data:
-            return
-        await self.pub.publish(
-            msg.subject,
-            in_force.data,
-            msg_id=f"fenced:{msg.subject}:{msg.metadata.sequence.stream}",
-        )
 
     def _check_dependencies(self, bundle: Bundle) -> None:
         """ManifestError when the revision may not depend on what it names, or would close a
