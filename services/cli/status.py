@@ -129,7 +129,6 @@ def cmd_status(args: argparse.Namespace) -> int:
                 if args.output == "table":
                     spec, unusable = await windows.read_windows(js)
                     labels = await windows.cluster_labels(js, spec, args.cluster)
-                labels = await windows.cluster_labels(js, spec, args.cluster)
                 if args.output != "table":
                     output.dump([bundle_row(b, now) for b in statuses], args.output)
                 else:

@@ -96,8 +96,8 @@ async def test_publish_wait_status_and_why(
     )
     assert code == 0, err + out
 
-    code, out, _ = await driftbus(pipeline, "status", "--cluster", c, "-o", "json")
-    assert code == 0
+    code, out, err = await driftbus(pipeline, "status", "--cluster", c, "-o", "json")
+    assert code == 0, err
     (row,) = json.loads(out)
     assert row["bundle"] == "cli"
     assert row["phase"] == "Ready"
