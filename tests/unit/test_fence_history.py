@@ -11,7 +11,7 @@ import pytest
 
 from schemas.bundle import Bundle
 from services.fleet.lease import holder_of, lease_token, lease_value
-from services.planner.rule.revision import history_needed, in_force_of
+from services.planner.rule.revision import history_needed, in_force_of, republishable
 
 
 def placement(token: int, *, fleet: bool = True) -> Bundle:
@@ -83,3 +83,21 @@ def test_the_lease_entry_names_its_holders_token(data: bytes | None, token: int 
 
 def test_the_lease_entry_still_names_its_holder() -> None:
     assert holder_of(lease_value("planner-a", 57)) == "planner-a"
+
+
+@pytest.mark.parametrize(
+    ("in_force", "highest", "again"),
+    [
+        ((True, 57), 57, True),  # the newest driver's placement: published again
+        ((True, 57), 41, True),  # above the fence
+        ((False, 0), 57, True),  # a user's publish is never fenced
+        ((True, 0), 57, True),  # a placement without a token (an older driver's)
+        # a newer driver's placement (61) raised the fence and was refused: the older one in
+        # force would be dropped in turn and published again, round and round
+        ((True, 57), 61, False),
+    ],
+)
+def test_the_message_in_force_is_published_again_only_if_the_fence_lets_it_through(
+    in_force: tuple[bool, int], highest: int, again: bool
+) -> None:
+    assert republishable(in_force, highest) is again

@@ -252,6 +252,17 @@ def fenced(bundle: Bundle, fences: dict[str, int]) -> str:
     return ""
 
 
+def republishable(in_force: tuple[bool, int], highest: int) -> bool:
+    """Whether the message in force, ``(fleet, fencing_token)``, may be published again when a
+    deposed driver's placement is dropped: not when it is itself a placement below the
+    bundle's fence (``highest``) — a newer driver's placement raised the fence and was then
+    refused (policy, unknown labels, scope), so the older one stayed in force. Published
+    again, it would be dropped in turn and published again, each copy under a new message id,
+    until the bundle's history held nothing but copies of it."""
+    fleet, token = in_force
+    return not (fleet and token and token < highest)
+
+
 def history_needed(bundle: Bundle, fences: dict[str, int], lease_token: int | None) -> bool:
     """Whether ``bundle``, a fleet placement met with no memory of the bundle's fence (a
     rebuild, or the first placement since), may be a deposed driver's that landed after a

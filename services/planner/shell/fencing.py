@@ -11,7 +11,10 @@ holder's own term reads nothing more, so a normal rebuild costs what it did.
 
 Either way the message in force is published again as it was (same bytes; one message id per
 dropped message, so planners that drop the same one publish it once), so the bundle's last
-message is never the dropped one and a later rebuild takes the one in force.
+message is never the dropped one and a later rebuild takes the one in force — unless that
+message is itself below the fence (a newer driver's placement raised it and was then refused:
+``revision.republishable``), which would be dropped in turn; then nothing is published, and a
+rebuild's history check refuses the dropped placement instead.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from schemas.subjects import ROLLOUT_DRIVER_KEY
 from services.common import bus
 from services.fleet.lease import lease_token
 from services.planner.memory.cluster import ClusterState
-from services.planner.rule.revision import history_needed, in_force_of
+from services.planner.rule.revision import history_needed, in_force_of, republishable
 
 log = logging.getLogger("driftbus.planner")
 
@@ -51,8 +54,19 @@ class PlacementFence:
         if view is None:
             return
         in_force = await bus.message_at(self.js, bus.BUNDLES, view.seq)
-        if in_force is not None and in_force.data:
-            await self._republish(msg, in_force.data)
+        if in_force is None or not in_force.data:
+            return
+        highest = self.state.fleet_fences.get(ident[1], 0)
+        if not republishable(_fence_mark(in_force.data), highest):
+            log.warning(
+                "bundle %s/%s: the message in force (sequence %s) is itself below the fence "
+                "(%d): not published again (a newer driver's placement was refused)",
+                *ident,
+                view.seq,
+                highest,
+            )
+            return
+        await self._republish(msg, in_force.data)
 
     async def _republish(self, msg: bus.Message, in_force: bytes) -> None:
         await self.pub.publish(
