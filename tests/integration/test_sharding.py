@@ -436,3 +436,31 @@ async def test_two_watchers_per_cluster_make_exactly_the_writes_of_one(
         f"{writes[one.name]} API writes with 1 watcher, {writes[two.name]} with 2 "
         f"(expected {expected})"
     )
+
+
+async def test_both_planners_killed_at_once_serve_every_cluster_again(
+    fleet: tuple[Fleet, list[Site], NATS],
+) -> None:
+    """One replica holds every claim (the other died); then both are killed at once and
+    restarted under their names. The first back finds its previous run's claims: it runs its
+    share and must free the rest, or the other live replica may never take them
+    (``rules.orphaned``): on the loaded CI machine a cluster stayed unplanned for 8 minutes."""
+    f, sites, nc = fleet
+    f.start_cluster_services()
+    for p in ("planner-a", "planner-b"):
+        f.start_planner(p)
+    await publish_all(f, sites, nc, 3, "r0")  # the clusters are known by their bundles
+    await until_claims(f, nc, lambda c: len(loads(c)) == 2 and len(c) == 3, 60)
+    f.planners["planner-b"].kill()
+    await until_claims(f, nc, lambda c: loads(c) == {"planner-a": 3}, 30)
+    f.planners["planner-a"].kill()
+    for p in ("planner-a", "planner-b"):
+        await asyncio.to_thread(f.planners[p].proc.wait, 30)
+        f.start_planner(p)
+    claims = await until_claims(
+        f, nc, lambda c: len(loads(c)) == 2 and sum(loads(c).values()) == 3, 30
+    )
+    assert sorted(loads(claims).values()) == [1, 2], claims
+    await publish_all(f, sites, nc, 3, "r1")
+    for s in sites:
+        await s.watch.ready("r1", 60, f.logs)

@@ -16,6 +16,7 @@ from services.planner.sharding.rules import (
     live,
     may_claim,
     moves,
+    orphaned,
 )
 
 
@@ -173,3 +174,24 @@ def test_heartbeat_problem(interval: float, timeout: float, ok: bool) -> None:
     assert (problem is None) is ok
     if problem:
         assert problem.startswith("--heartbeat-timeout (3.9s) must be at least twice")
+
+
+@pytest.mark.parametrize(
+    ("holders", "running", "share", "freed"),
+    [
+        # restarted under its old name, holding all three: it runs its share, frees the other
+        ({"a": "p1", "b": "p1", "c": "p1"}, {"a", "b"}, {"a": "p1", "b": "p1", "c": "p2"}, ["c"]),
+        # a claim it runs is released by the rebalance, never freed here
+        ({"a": "p1"}, {"a"}, {"a": "p2"}, []),
+        # its own share, not yet running: claimed again, not freed
+        ({"a": "p1"}, set(), {"a": "p1"}, []),
+        # another replica's claims are never touched
+        ({"a": "p2", "b": "p3"}, set(), {"a": "p1", "b": "p1"}, []),
+        # a cluster no longer in any share (gone from the registry) held by a claim of ours
+        ({"gone": "p1"}, set(), {}, ["gone"]),
+    ],
+)
+def test_a_claim_of_ours_we_neither_run_nor_are_to_run_is_freed(
+    holders: dict[str, str], running: set[str], share: dict[str, str], freed: list[str]
+) -> None:
+    assert orphaned(holders, running, share, "p1") == freed

@@ -34,7 +34,14 @@ from opentelemetry.metrics import Observation
 from services.common import bus, telemetry
 from services.common.bus import Claim
 from services.planner.sharding.bucket import ShardBucket
-from services.planner.sharding.rules import assign, heartbeat_problem, lease_holds, live, may_claim
+from services.planner.sharding.rules import (
+    assign,
+    heartbeat_problem,
+    lease_holds,
+    live,
+    may_claim,
+    orphaned,
+)
 from services.planner.sharding.view import ShardView
 
 __all__ = ["Coordinator", "StartCluster", "StopCluster", "heartbeat_problem"]
@@ -175,6 +182,10 @@ class Coordinator:
                 await self._drop(cluster, "deposed")
             elif share.get(cluster) != self.me:
                 await self._release(cluster, token, to=share.get(cluster, ""))
+        for cluster in orphaned(holders, self.running, share, self.me):
+            claim = view.claims[cluster]
+            if await self._free(cluster, claim.revision):
+                log.info("freed cluster %s, claimed by our previous run (rebalance)", cluster)
         for cluster in sorted(c for c, p in share.items() if p == self.me):
             if cluster not in self.running:
                 await self._claim(cluster, alive)

@@ -89,6 +89,17 @@ def may_claim(holder: str, me: str, alive: Collection[str]) -> bool:
     return holder in ("", me) or holder not in alive
 
 
+def orphaned(
+    holders: Mapping[str, str], running: Collection[str], share: Mapping[str, str], me: str
+) -> list[str]:
+    """Clusters whose claim names ``me`` but which ``me`` does not plan and is not to plan: a
+    replica restarted under its old name (both replicas killed at once) finds its previous run's
+    claims. It runs only its share; a claim left naming it would keep every other live replica
+    from taking that cluster (``may_claim``), and nothing would ever plan it. So they are freed."""
+    ours = (c for c, holder in holders.items() if holder == me)
+    return sorted(c for c in ours if c not in running and share.get(c) != me)
+
+
 def heartbeat_problem(interval: float, timeout: float) -> str | None:
     """Why these heartbeat settings cannot work, if they cannot: a replica fences itself one
     interval before the others may take over, which needs room for at least one heartbeat."""
