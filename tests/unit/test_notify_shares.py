@@ -90,8 +90,10 @@ async def test_a_retired_outbox_is_over_and_a_stopped_one_is_not(retired: bool, 
     """A provider changed or removed: what its outbox still held is over (its messages
     acknowledged, not sent); the service stopping: not (a durable consumer redelivers them)."""
 
+    held: list[asyncio.StreamWriter] = []
+
     async def hang(_: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        await asyncio.sleep(30)
+        held.append(w)  # never answers; closed when the test ends, not left to the collector
 
     server = await asyncio.start_server(hang, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
@@ -108,5 +110,8 @@ async def test_a_retired_outbox_is_over_and_a_stopped_one_is_not(retired: bool, 
             await box.drain(0.1, retired=retired)
             assert share.waiting == 0
     finally:
+        for w in held:
+            w.close()
         server.close()
+        await server.wait_closed()
     assert len(calls) == over
