@@ -47,8 +47,11 @@ class Lease:
         interval: float,
         timeout: float,
         taken: Callable[[], None],
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.js = js
+        self._clock = clock
+        """Monotonic seconds: a stall shows on it as time passed (a test passes its own)."""
         self.holder = holder
         self.interval = interval
         self.timeout = timeout
@@ -59,24 +62,24 @@ class Lease:
 
     @property
     def held(self) -> bool:
-        return time.monotonic() < self._until
+        return self._clock() < self._until
 
     def check(self) -> int:
         """The fencing token to publish with; LeaseLost when the lease is not ours now."""
-        late = time.monotonic() - self._until
+        late = self._clock() - self._until
         if late >= 0 or not self.token:
             raise LeaseLost(f"the rollout driver lease ran out {late:.1f}s ago")
         return self.token
 
     async def hold(self) -> None:
-        seen_rev, seen_at = -1, time.monotonic()
+        seen_rev, seen_at = -1, self._clock()
         b, key = bus.ROLLOUTS_BUCKET, ROLLOUT_DRIVER_KEY
         while True:
             # a renewal names our token; a take cannot yet (it is the revision the write gets)
             value = lease_value(self.holder, self.token if self.held else 0)
             try:
                 entry = await bus.kv_get(self.js, b, key)
-                started = time.monotonic()
+                started = self._clock()
                 if entry is None:
                     rev = await bus.kv_create(self.js, b, key, value)
                     if rev is not None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import time
 from typing import Any
 
 import msgspec
@@ -61,18 +60,33 @@ def test_a_placement_carries_its_token_on_the_wire_and_old_messages_read_as_zero
     assert decode(msgspec.json.encode(old), Bundle).fencing_token == 0
 
 
-def lease() -> Lease:
-    return Lease(None, holder="a", interval=1.0, timeout=4.0, taken=lambda: None)  # type: ignore[arg-type]
+class Clock:
+    """Monotonic seconds that move only when the test says so."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def lease(clock: Clock | None = None) -> Lease:
+    return Lease(
+        None,  # type: ignore[arg-type]
+        holder="a", interval=1.0, timeout=4.0, taken=lambda: None, clock=clock or Clock(),
+    )  # fmt: skip
 
 
 def test_the_lease_gives_its_token_only_while_it_is_held() -> None:
-    held = lease()
+    clock = Clock()
+    held = lease(clock)
     with pytest.raises(LeaseLost):
         held.check()  # never held
-    held._take(time.monotonic(), 42, "test")
+    held._take(clock.now, 42, "test")  # held for timeout - interval = 3 s from now
+    clock.now += 2.9
     assert held.check() == 42
-    held._until = time.monotonic() - 0.5  # a stall past the lease: its own clock says so
-    with pytest.raises(LeaseLost, match="ran out"):
+    clock.now += 0.6  # a stall past the lease: its own clock says so
+    with pytest.raises(LeaseLost, match=r"ran out 0\.5s ago"):
         held.check()
 
 
