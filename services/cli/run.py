@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import importlib
 import signal
 import sys
 from collections.abc import Callable, Coroutine
@@ -17,12 +18,10 @@ from typing import Any
 
 import uvloop
 
-from services.applier import service as applier
+from services.applier.settings import ApplierSettings
 from services.common import logs, settings
-from services.planner import service as planner
-from services.source import service as source
+from services.planner.settings import PlannerSettings
 from services.source.specs import SourceSettings
-from services.watcher import service as watcher
 from services.watcher.settings import WatcherSettings
 
 
@@ -39,13 +38,35 @@ class Service:
     drains: bool = False
 
 
+def _run_of(module: str) -> Callable[..., Coroutine[Any, Any, None]]:
+    """``module.run``, imported when the service starts: a planner process loads the planner,
+    not the applier, the watcher and the source too (~0.1-0.25 s of CPU at each start)."""
+
+    def run(config: Any, **kwargs: Any) -> Coroutine[Any, Any, None]:
+        started: Coroutine[Any, Any, None] = importlib.import_module(module).run(config, **kwargs)
+        return started
+
+    return run
+
+
 SERVICES: dict[str, Service] = {
-    "watcher": Service(watcher.run, WatcherSettings, "list+watch a cluster, publish SHAs"),
-    "planner": Service(planner.run, planner.PlannerSettings, "decide what to apply"),
-    "applier": Service(
-        applier.run, applier.ApplierSettings, "server-side apply intents", drains=True
+    "watcher": Service(
+        _run_of("services.watcher.service"), WatcherSettings, "list+watch a cluster, publish SHAs"
     ),
-    "source": Service(source.run, SourceSettings, "follow Git repositories, publish bundles"),
+    "planner": Service(
+        _run_of("services.planner.service"), PlannerSettings, "decide what to apply"
+    ),
+    "applier": Service(
+        _run_of("services.applier.service"),
+        ApplierSettings,
+        "server-side apply intents",
+        drains=True,
+    ),
+    "source": Service(
+        _run_of("services.source.service"),
+        SourceSettings,
+        "follow Git repositories, publish bundles",
+    ),
 }
 
 
