@@ -385,19 +385,25 @@ def _deployment(ns: str, *, image: str) -> dict[str, Any]:
     }
 
 
-async def test_a_driver_killed_mid_step_finishes_the_rollout_without_repeating_a_step(
-    world: World,
-) -> None:
-    w = world
-    spec = RolloutSpec(steps=["env=canary", "region=eu"], bake=6, step_timeout=180)
-    await w.publish("r1", w.configmaps("k"), rollout=spec)
+async def _canary_baking(w: World, value: str, *, bake: int) -> str:
+    """r1 (ConfigMaps of ``value``) published in two steps, the canary then region=eu, and
+    baking on the canary: the driver, the lease holder."""
+    spec = RolloutSpec(steps=["env=canary", "region=eu"], bake=bake, step_timeout=180)
+    await w.publish("r1", w.configmaps(value), rollout=spec)
 
     async def baking() -> Any:
         s = await rollout_state(w.nc, w.bundle)
         return s if s is not None and s.ready_since is not None and s.step == 0 else None
 
     await until("canary baking", baking, 120, w.fleet.logs)
-    holder = await _driver(w)
+    return await _driver(w)
+
+
+async def test_a_driver_killed_mid_step_finishes_the_rollout_without_repeating_a_step(
+    world: World,
+) -> None:
+    w = world
+    holder = await _canary_baking(w, "k", bake=6)
     w.fleet.home.kill(holder)  # SIGKILL
     try:
         await w.phase(RolloutPhase.COMPLETE, "r1", within=180)
@@ -661,15 +667,7 @@ async def test_a_driver_killed_between_the_state_write_and_the_placements_repeat
     missing: no step is repeated (each cluster gets the revision once, each event is logged
     once) and none is skipped (the rollout completes through every step)."""
     w = world
-    spec = RolloutSpec(steps=["env=canary", "region=eu"], bake=2, step_timeout=180)
-    await w.publish("r1", w.configmaps("k"), rollout=spec)
-
-    async def baking() -> Any:
-        s = await rollout_state(w.nc, w.bundle)
-        return s if s is not None and s.ready_since is not None and s.step == 0 else None
-
-    await until("canary baking", baking, 120, w.fleet.logs)
-    holder = await _driver(w)
+    holder = await _canary_baking(w, "k", bake=2)
     w.fleet.exit_file.touch()  # the holder's next state write that places: step 2's
     proc = w.fleet.home.procs[holder]
     try:
@@ -715,15 +713,7 @@ async def test_a_driver_stopped_past_its_lease_publishes_nothing_when_it_wakes(
     for cluster in w.fleet.names():
         await w.nc.subscribe(bundle_subject(cluster, w.bundle), cb=on_msg)
     await w.nc.subscribe(rollout_event_subject(w.bundle), cb=on_msg)
-    spec = RolloutSpec(steps=["env=canary", "region=eu"], bake=2, step_timeout=180)
-    await w.publish("r1", w.configmaps("s"), rollout=spec)
-
-    async def baking() -> Any:
-        s = await rollout_state(w.nc, w.bundle)
-        return s if s is not None and s.ready_since is not None and s.step == 0 else None
-
-    await until("canary baking", baking, 120, w.fleet.logs)
-    holder = await _driver(w)
+    holder = await _canary_baking(w, "s", bake=2)
     proc = w.fleet.home.procs[holder]
     w.fleet.exit_file.write_text("STOP")
     try:
