@@ -440,17 +440,24 @@ async def test_a_fleet_revision_no_one_can_read_changes_nothing(world: World) ->
     assert all(e.event != "left" for e in w.events.of(w.bundle))
 
 
+async def _tenants_bundle(w: World) -> str:
+    """The world's bundle made a new tenant's (``TENANT/web``), the tenant's namespace on every
+    cluster (for ConfigMaps): the tenant."""
+    tenant = unique_name("t")
+    w.bundle = f"{tenant}/web"
+    for site in w.fleet.sites.values():
+        assert site.kube is not None
+        await tenant_namespace(site.kube, w.ns, ["configmaps"])
+    return tenant
+
+
 async def test_a_tenants_fleet_publish_reaches_only_the_clusters_it_may_use(
     world: World,
 ) -> None:
     """The tenant may use clusters labelled env=prod; its fleet publish names every cluster:
     the canary is left out and named, the prod clusters are written as its ServiceAccount."""
     w = world
-    tenant = unique_name("t")
-    w.bundle = f"{tenant}/web"
-    for site in w.fleet.sites.values():
-        assert site.kube is not None
-        await tenant_namespace(site.kube, w.ns, ["configmaps"])
+    tenant = await _tenants_bundle(w)
     text = f"tenants:{team(tenant, w.ns)}    clusterSelector: env=prod\n"
     await policy.put_policy(w.js, tenancy.load_policy(text, "tenants.yaml"))
     try:
@@ -513,11 +520,7 @@ async def test_a_tenants_fleet_publish_reaches_no_cluster_its_nats_credentials_d
     tenant, must not reach the prod clusters its own credentials could not, and says so in the
     rollout's status, one line naming the tenant and each cluster."""
     w = world
-    tenant = unique_name("t")
-    w.bundle = f"{tenant}/web"
-    for site in w.fleet.sites.values():
-        assert site.kube is not None
-        await tenant_namespace(site.kube, w.ns, ["configmaps"])
+    tenant = await _tenants_bundle(w)
     await policy.put_policy(w.js, tenancy.load_policy(f"tenants:{team(tenant, w.ns)}", "t.yaml"))
     tenants_kv = await w.js.key_value(bus.TENANTS_BUCKET)
     # the record `nats-config --record` writes, beside the policy (the admin's bucket)
