@@ -16,6 +16,7 @@ with a key its ``jwks`` file lists; ``TokenService`` is such an issuer (RS256, f
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import http.server
 import json
@@ -117,6 +118,15 @@ class Registry:
     def stop(self) -> None:
         if self.process is not None:
             self.process.stop()
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[Registry]:
+        """The registry started, stopped on leaving (a module's fixture)."""
+        self.start()
+        try:
+            yield self
+        finally:
+            self.stop()
 
     def blobs(self) -> Iterator[Path]:
         """Every blob's data file in the registry's storage."""

@@ -23,6 +23,7 @@ from services.common.kube import KubeClient
 from services.controlplane import servers
 
 from ..gitrepo import git
+from ..loopback import serve_posts
 
 UP_SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "json" / "cli-up.schema.json"
 
@@ -46,13 +47,7 @@ async def test_up_reconciles_the_example_and_stops_cleanly(tmp_path: Path) -> No
         hooks.append(await request.json())
         return web.json_response({})
 
-    app = web.Application()
-    app.router.add_post("/hook", hook)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    hook_port = runner.addresses[0][1]
+    runner, hook_port = await serve_posts(hook, "/hook")
     notify_file = tmp_path / "notify.yaml"
     notify_file.write_text(
         f"providers:\n- name: hook\n  type: webhook\n  url: http://127.0.0.1:{hook_port}/hook\n"

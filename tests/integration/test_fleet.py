@@ -385,19 +385,25 @@ def _deployment(ns: str, *, image: str) -> dict[str, Any]:
     }
 
 
-async def test_a_driver_killed_mid_step_finishes_the_rollout_without_repeating_a_step(
-    world: World,
-) -> None:
-    w = world
-    spec = RolloutSpec(steps=["env=canary", "region=eu"], bake=6, step_timeout=180)
-    await w.publish("r1", w.configmaps("k"), rollout=spec)
+async def _canary_baking(w: World, value: str, *, bake: int) -> str:
+    """r1 (ConfigMaps of ``value``) published in two steps, the canary then region=eu, and
+    baking on the canary: the driver, the lease holder."""
+    spec = RolloutSpec(steps=["env=canary", "region=eu"], bake=bake, step_timeout=180)
+    await w.publish("r1", w.configmaps(value), rollout=spec)
 
     async def baking() -> Any:
         s = await rollout_state(w.nc, w.bundle)
         return s if s is not None and s.ready_since is not None and s.step == 0 else None
 
     await until("canary baking", baking, 120, w.fleet.logs)
-    holder = await _driver(w)
+    return await _driver(w)
+
+
+async def test_a_driver_killed_mid_step_finishes_the_rollout_without_repeating_a_step(
+    world: World,
+) -> None:
+    w = world
+    holder = await _canary_baking(w, "k", bake=6)
     w.fleet.home.kill(holder)  # SIGKILL
     try:
         await w.phase(RolloutPhase.COMPLETE, "r1", within=180)
@@ -434,17 +440,24 @@ async def test_a_fleet_revision_no_one_can_read_changes_nothing(world: World) ->
     assert all(e.event != "left" for e in w.events.of(w.bundle))
 
 
+async def _tenants_bundle(w: World) -> str:
+    """The world's bundle made a new tenant's (``TENANT/web``), the tenant's namespace on every
+    cluster (for ConfigMaps): the tenant."""
+    tenant = unique_name("t")
+    w.bundle = f"{tenant}/web"
+    for site in w.fleet.sites.values():
+        assert site.kube is not None
+        await tenant_namespace(site.kube, w.ns, ["configmaps"])
+    return tenant
+
+
 async def test_a_tenants_fleet_publish_reaches_only_the_clusters_it_may_use(
     world: World,
 ) -> None:
     """The tenant may use clusters labelled env=prod; its fleet publish names every cluster:
     the canary is left out and named, the prod clusters are written as its ServiceAccount."""
     w = world
-    tenant = unique_name("t")
-    w.bundle = f"{tenant}/web"
-    for site in w.fleet.sites.values():
-        assert site.kube is not None
-        await tenant_namespace(site.kube, w.ns, ["configmaps"])
+    tenant = await _tenants_bundle(w)
     text = f"tenants:{team(tenant, w.ns)}    clusterSelector: env=prod\n"
     await policy.put_policy(w.js, tenancy.load_policy(text, "tenants.yaml"))
     try:
@@ -507,11 +520,7 @@ async def test_a_tenants_fleet_publish_reaches_no_cluster_its_nats_credentials_d
     tenant, must not reach the prod clusters its own credentials could not, and says so in the
     rollout's status, one line naming the tenant and each cluster."""
     w = world
-    tenant = unique_name("t")
-    w.bundle = f"{tenant}/web"
-    for site in w.fleet.sites.values():
-        assert site.kube is not None
-        await tenant_namespace(site.kube, w.ns, ["configmaps"])
+    tenant = await _tenants_bundle(w)
     await policy.put_policy(w.js, tenancy.load_policy(f"tenants:{team(tenant, w.ns)}", "t.yaml"))
     tenants_kv = await w.js.key_value(bus.TENANTS_BUCKET)
     # the record `nats-config --record` writes, beside the policy (the admin's bucket)
@@ -546,6 +555,47 @@ async def test_a_tenants_fleet_publish_reaches_no_cluster_its_nats_credentials_d
         await policy.put_policy(w.js, tenancy.load_policy("tenants: {}", "tenants.yaml"))
 
 
+async def _r1_placed(w: World) -> tuple[str, bytes]:
+    """r1 rolled out to prod-a: the bundle's subject there and the r1 placement (what a driver
+    that loses its lease may send again later)."""
+    await w.publish("r1", w.configmaps("one"), clusters=[PROD_A])
+    await w.phase(RolloutPhase.COMPLETE, "r1")
+    await until("prod-a on r1", lambda: _has(w, PROD_A, {"one"}), 60, w.fleet.logs)
+    subject = bundle_subject(PROD_A, w.bundle)
+    stale = await bus.last_message(w.js, bus.BUNDLES, subject)
+    assert stale is not None
+    assert stale.data
+    return subject, stale.data
+
+
+async def _r2_placed_by_another_driver(w: World, holder: str) -> None:
+    """Once a driver other than ``holder`` leads, r2 rolled out to prod-a."""
+    await until("another driver", lambda: _other_driver(w, holder), 60, w.fleet.logs)
+    await w.publish("r2", w.configmaps("two"), clusters=[PROD_A])
+    await w.phase(RolloutPhase.COMPLETE, "r2")
+    await until("prod-a on r2", lambda: _has(w, PROD_A, {"two"}), 60, w.fleet.logs)
+
+
+async def _r2_kept(w: World, settling: str, within: float, taken: str) -> None:
+    """After a late r1 placement: once it settled (r2 back as the subject's last message, the
+    placement refused, or the cluster on r1), prod-a holds r2, r2 is the last placement and the
+    rollout is r2's, complete. ``taken``: what it means when prod-a holds something else."""
+
+    async def settled() -> bool:
+        placed = await placed_revisions(w.nc, PROD_A, w.bundle)
+        return placed[-2:] == ["r1", "r2"] or await _has(w, PROD_A, {"one"})
+
+    with contextlib.suppress(AssertionError):
+        await until(settling, settled, within, w.fleet.logs)
+    values = await w.values(PROD_A)
+    assert values == {"two"}, f"{taken}: holds {values}"
+    assert (await placed_revisions(w.nc, PROD_A, w.bundle))[-1] == "r2"
+    state = await rollout_state(w.nc, w.bundle)
+    assert state is not None
+    assert state.target.revision == "r2"
+    assert state.phase is RolloutPhase.COMPLETE
+
+
 async def test_a_placement_of_a_driver_that_lost_its_lease_is_refused(world: World) -> None:
     """Issue 41 item 12. A driver that stalls past its lease (a stopped process, a loop
     starved by a thousand clusters) may wake up and send a placement it decided before: here
@@ -554,39 +604,18 @@ async def test_a_placement_of_a_driver_that_lost_its_lease_is_refused(world: Wor
     is older than the r2 placement's — and puts r2 back as the bundle's last message, so the
     cluster keeps r2 and a planner rebuilding from the bus does too."""
     w = world
-    await w.publish("r1", w.configmaps("one"), clusters=[PROD_A])
-    await w.phase(RolloutPhase.COMPLETE, "r1")
-    await until("prod-a on r1", lambda: _has(w, PROD_A, {"one"}), 60, w.fleet.logs)
-    subject = bundle_subject(PROD_A, w.bundle)
-    stale = await bus.last_message(w.js, bus.BUNDLES, subject)
-    assert stale is not None
-    assert stale.data
+    subject, stale = await _r1_placed(w)
     # the driver loses its lease: the other replica takes it over and places r2
     holder = await _driver(w)
     w.fleet.home.kill(holder)
     try:
-        await until("another driver", lambda: _other_driver(w, holder), 60, w.fleet.logs)
-        await w.publish("r2", w.configmaps("two"), clusters=[PROD_A])
-        await w.phase(RolloutPhase.COMPLETE, "r2")
-        await until("prod-a on r2", lambda: _has(w, PROD_A, {"two"}), 60, w.fleet.logs)
+        await _r2_placed_by_another_driver(w, holder)
         # the deposed driver's late placement of r1, while the new driver and prod-a's
         # planner are live (the killed replica restarts afterwards)
-        await w.js.publish(subject, stale.data, headers={"Nats-Msg-Id": unique_name("late")})
-
-        async def settled() -> bool:
-            """r2 back as the subject's last message (refused), or the cluster on r1."""
-            placed = await placed_revisions(w.nc, PROD_A, w.bundle)
-            return placed[-2:] == ["r1", "r2"] or await _has(w, PROD_A, {"one"})
-
-        with contextlib.suppress(AssertionError):
-            await until("the late placement settled", settled, 60, w.fleet.logs)
-        values = await w.values(PROD_A)
-        assert values == {"two"}, f"the deposed driver's r1 placement was taken: holds {values}"
-        assert (await placed_revisions(w.nc, PROD_A, w.bundle))[-1] == "r2"
-        state = await rollout_state(w.nc, w.bundle)
-        assert state is not None
-        assert state.target.revision == "r2"
-        assert state.phase is RolloutPhase.COMPLETE
+        await w.js.publish(subject, stale, headers={"Nats-Msg-Id": unique_name("late")})
+        await _r2_kept(
+            w, "the late placement settled", 60, "the deposed driver's r1 placement was taken"
+        )
     finally:
         w.fleet.start_planner(holder)
 
@@ -600,47 +629,26 @@ async def test_a_stale_placement_that_lands_while_no_planner_serves_is_refused_o
     last message. The planner that starts rebuilds from the bus: it must not take r1 because
     it has no memory of r2's token — the bundle's history shows r2's higher one."""
     w = world
-    await w.publish("r1", w.configmaps("one"), clusters=[PROD_A])
-    await w.phase(RolloutPhase.COMPLETE, "r1")
-    await until("prod-a on r1", lambda: _has(w, PROD_A, {"one"}), 60, w.fleet.logs)
-    subject = bundle_subject(PROD_A, w.bundle)
-    stale = await bus.last_message(w.js, bus.BUNDLES, subject)
-    assert stale is not None
-    assert stale.data
+    subject, stale = await _r1_placed(w)
     holder = await _driver(w)
     w.fleet.home.kill(holder)
     planners = ("planner-a", "planner-b")
     try:
-        await until("another driver", lambda: _other_driver(w, holder), 60, w.fleet.logs)
-        await w.publish("r2", w.configmaps("two"), clusters=[PROD_A])
-        await w.phase(RolloutPhase.COMPLETE, "r2")
-        await until("prod-a on r2", lambda: _has(w, PROD_A, {"two"}), 60, w.fleet.logs)
+        await _r2_placed_by_another_driver(w, holder)
         # no planner serves any cluster now; the deposed driver's r1 placement lands
         for name in planners:
             w.fleet.home.kill(name)
             await asyncio.to_thread(w.fleet.home.procs[name].proc.wait, 30)
-        await w.js.publish(subject, stale.data, headers={"Nats-Msg-Id": unique_name("late")})
+        await w.js.publish(subject, stale, headers={"Nats-Msg-Id": unique_name("late")})
         assert (await placed_revisions(w.nc, PROD_A, w.bundle))[-1] == "r1"
     finally:
         for name in planners:
             w.fleet.home.kill(name)
             await asyncio.to_thread(w.fleet.home.procs[name].proc.wait, 30)
             w.fleet.start_planner(name)
-
-    async def settled() -> bool:
-        """r2 back as the subject's last message (refused on rebuild), or the cluster on r1."""
-        placed = await placed_revisions(w.nc, PROD_A, w.bundle)
-        return placed[-2:] == ["r1", "r2"] or await _has(w, PROD_A, {"one"})
-
-    with contextlib.suppress(AssertionError):
-        await until("the rebuild settled", settled, 120, w.fleet.logs)
-    values = await w.values(PROD_A)
-    assert values == {"two"}, f"a rebuild took the deposed driver's r1 placement: holds {values}"
-    assert (await placed_revisions(w.nc, PROD_A, w.bundle))[-1] == "r2"
-    state = await rollout_state(w.nc, w.bundle)
-    assert state is not None
-    assert state.target.revision == "r2"
-    assert state.phase is RolloutPhase.COMPLETE
+    await _r2_kept(
+        w, "the rebuild settled", 120, "a rebuild took the deposed driver's r1 placement"
+    )
     logs = [
         await asyncio.to_thread(w.fleet.home.procs[name].log_path.read_text, errors="replace")
         for name in planners
@@ -662,15 +670,7 @@ async def test_a_driver_killed_between_the_state_write_and_the_placements_repeat
     missing: no step is repeated (each cluster gets the revision once, each event is logged
     once) and none is skipped (the rollout completes through every step)."""
     w = world
-    spec = RolloutSpec(steps=["env=canary", "region=eu"], bake=2, step_timeout=180)
-    await w.publish("r1", w.configmaps("k"), rollout=spec)
-
-    async def baking() -> Any:
-        s = await rollout_state(w.nc, w.bundle)
-        return s if s is not None and s.ready_since is not None and s.step == 0 else None
-
-    await until("canary baking", baking, 120, w.fleet.logs)
-    holder = await _driver(w)
+    holder = await _canary_baking(w, "k", bake=2)
     w.fleet.exit_file.touch()  # the holder's next state write that places: step 2's
     proc = w.fleet.home.procs[holder]
     try:
@@ -716,15 +716,7 @@ async def test_a_driver_stopped_past_its_lease_publishes_nothing_when_it_wakes(
     for cluster in w.fleet.names():
         await w.nc.subscribe(bundle_subject(cluster, w.bundle), cb=on_msg)
     await w.nc.subscribe(rollout_event_subject(w.bundle), cb=on_msg)
-    spec = RolloutSpec(steps=["env=canary", "region=eu"], bake=2, step_timeout=180)
-    await w.publish("r1", w.configmaps("s"), rollout=spec)
-
-    async def baking() -> Any:
-        s = await rollout_state(w.nc, w.bundle)
-        return s if s is not None and s.ready_since is not None and s.step == 0 else None
-
-    await until("canary baking", baking, 120, w.fleet.logs)
-    holder = await _driver(w)
+    holder = await _canary_baking(w, "s", bake=2)
     proc = w.fleet.home.procs[holder]
     w.fleet.exit_file.write_text("STOP")
     try:

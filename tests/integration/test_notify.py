@@ -156,6 +156,17 @@ class Receiver:
         if self._runner is not None:
             await self._runner.cleanup()
 
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def running(cls) -> AsyncIterator[Receiver]:
+        """Receivers started, stopped on leaving."""
+        r = cls()
+        await r.start()
+        try:
+            yield r
+        finally:
+            await r.stop()
+
     def delivered(self, prefix: str) -> list[Any]:
         """Bodies of the requests under ``prefix`` that were answered 2xx."""
         return [s.json() for s in self.seen if s.path.startswith(prefix) and s.status < 300]
@@ -163,12 +174,8 @@ class Receiver:
 
 @pytest.fixture
 async def receiver() -> AsyncIterator[Receiver]:
-    r = Receiver()
-    await r.start()
-    try:
+    async with Receiver.running() as r:
         yield r
-    finally:
-        await r.stop()
 
 
 def free_port() -> int:

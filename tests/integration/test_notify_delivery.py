@@ -88,12 +88,8 @@ async def nc(nats_url: str) -> AsyncIterator[NATS]:
 
 @pytest.fixture
 async def receiver() -> AsyncIterator[Receiver]:
-    r = Receiver()
-    await r.start()
-    try:
+    async with Receiver.running() as r:
         yield r
-    finally:
-        await r.stop()
 
 
 async def publish_status(

@@ -38,22 +38,14 @@ CHART_CM = (
 
 @pytest.fixture(scope="module")
 def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
-    r = Registry(tmp_path_factory.mktemp("registry"))
-    r.start()
-    try:
+    with Registry(tmp_path_factory.mktemp("registry")).running() as r:
         yield r
-    finally:
-        r.stop()
 
 
 @pytest.fixture(scope="module")
 def auth_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
-    r = Registry(tmp_path_factory.mktemp("registry-auth"), auth=True)
-    r.start()
-    try:
+    with Registry(tmp_path_factory.mktemp("registry-auth"), auth=True).running() as r:
         yield r
-    finally:
-        r.stop()
 
 
 async def push(directory: Path, url: str, *args: str) -> tuple[int, str, str]:

@@ -41,12 +41,8 @@ GENERIC_LAYERS = [  # what Argo CD's oci:// source reads (its documentation, doc
 
 @pytest.fixture(scope="module")
 def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
-    r = Registry(tmp_path_factory.mktemp("registry-layers"))
-    r.start()
-    try:
+    with Registry(tmp_path_factory.mktemp("registry-layers")).running() as r:
         yield r
-    finally:
-        r.stop()
 
 
 async def push_layer(

@@ -36,7 +36,7 @@ from .test_cli import driftbus
 from .test_notify import Receiver, notifier, notify_command, secret_files, until
 from .test_tenancy import put_policy, started, team, tenant_namespace
 from .test_trust import cm
-from .test_windows import apply_windows, data_of
+from .test_windows import apply_windows, data_of, deny_now
 
 pytestmark = pytest.mark.integration
 
@@ -54,12 +54,7 @@ async def test_override_window_is_a_right_the_tenants_policy_grants(
     js = pnc.jetstream()
     await pipeline.publish(js, bundle, [cm(ns, "a")])
     await watch.ready("r1", 60, pipeline.logs)
-    await apply_windows(
-        pipeline,
-        tmp_path,
-        [{"kind": "deny", "name": freeze, "schedule": "* * * * *", "duration": "1h",
-          "bundles": ["*"]}],
-    )  # fmt: skip
+    await apply_windows(pipeline, tmp_path, [deny_now(freeze, ["*"])])
     await settle(1)
 
     # the tenant asks to write through the platform's freeze, without the right
@@ -90,12 +85,8 @@ async def test_override_window_is_a_right_the_tenants_policy_grants(
 @pytest.fixture
 async def hosts() -> AsyncIterator[Receiver]:
     """test_notify's loopback receivers: here GitHub's API and the platform's webhook."""
-    r = Receiver()
-    await r.start()
-    try:
+    async with Receiver.running() as r:
         yield r
-    finally:
-        await r.stop()
 
 
 def _refused_logged(caplog: pytest.LogCaptureFixture, repository: str) -> bool:

@@ -29,6 +29,7 @@ from services.common.kube import KubeClient, NotFound
 from services.controlplane import servers
 from services.core.manifest import OWNER_LABEL
 
+from ..agekeys import age_key
 from .test_cli import driftbus
 from .test_ui import page_token
 
@@ -37,16 +38,6 @@ pytestmark = pytest.mark.reliability
 
 def b64(s: str) -> str:
     return base64.b64encode(s.encode()).decode()
-
-
-def age_key(path: Path) -> str:
-    """A new age key in ``path`` (age-keygen); its recipient."""
-    subprocess.run([binaries.require("age-keygen"), "-o", path], check=True, capture_output=True)
-    return next(
-        line.split(": ", 1)[1]
-        for line in path.read_text().splitlines()
-        if line.startswith("# public key: ")
-    )
 
 
 def encrypted(doc: dict[str, Any], recipient: str) -> str:

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from nats.aio.client import Client as NATS
 
-from harness.pipeline import Pipeline, settle, write_counts, writes_since
+from harness.pipeline import Pipeline, StatusWatch, settle, write_counts, writes_since
 from schemas.decision import DecisionAction
 from schemas.messages import BundlePhase
 from services.common import bus
@@ -85,6 +85,38 @@ async def apply_windows(pipeline: Pipeline, tmp_path: Path, windows: list[dict[s
     assert f"{len(windows)} windows" in out
 
 
+def deny_now(name: str, bundles: list[str], **more: Any) -> dict[str, Any]:
+    """A deny window over ``bundles`` open now and for the next hour (it opens every minute,
+    for an hour)."""
+    return {
+        "kind": "deny",
+        "name": name,
+        "schedule": "* * * * *",
+        "duration": "1h",
+        "bundles": bundles,
+        **more,
+    }
+
+
+async def held_by(
+    pipeline: Pipeline, watch: StatusWatch, bundle: str, revision: str, freeze: str, within: float
+) -> str:
+    """``revision`` of ``bundle`` is held by the deny window ``freeze``: its status OutOfSync,
+    naming the window, and so does ``driftbus status`` (its output)."""
+    status = await watch.until(
+        lambda s: s.revision == revision and s.phase is BundlePhase.OUT_OF_SYNC,
+        within,
+        pipeline.logs,
+    )
+    assert status.message.startswith(f'deny window "{freeze}" until '), status.message
+    code, out, err = await driftbus(
+        pipeline, "status", "--cluster", pipeline.cluster, "--bundle", bundle
+    )
+    assert code == 0, err
+    assert f'sync window: deny window "{freeze}" until ' in out, out
+    return out
+
+
 def data_of(obj: dict[str, Any]) -> dict[str, Any]:
     return dict(obj.get("data") or {})
 
@@ -122,15 +154,7 @@ async def test_a_deny_window_holds_a_revision_and_a_drift_until_it_ends(
         revision="r2", force=True,
     )  # fmt: skip
     await kube.apply(cm(ns, "a", k="intruder"), field_manager="intruder", force=True)
-    status = await watch.until(
-        lambda s: s.revision == "r2" and s.phase is BundlePhase.OUT_OF_SYNC, 20, pipeline.logs
-    )
-    assert status.message.startswith(f'deny window "{freeze}" until '), status.message
-    code, out, err = await driftbus(
-        pipeline, "status", "--cluster", pipeline.cluster, "--bundle", bundle
-    )
-    assert code == 0, err
-    assert f'sync window: deny window "{freeze}" until ' in out, out
+    out = await held_by(pipeline, watch, bundle, "r2", freeze, 20)
     assert "OutOfSync" in out
     code, out, err = await driftbus(
         pipeline, "status", "--cluster", pipeline.cluster, "--bundle", bundle, "-o", "json"
@@ -151,7 +175,7 @@ async def test_a_deny_window_holds_a_revision_and_a_drift_until_it_ends(
     assert {r.window for r in by_window} == {freeze}
 
     # the window ends: both are applied, with no publish and no restart
-    status = await watch.until(
+    await watch.until(
         lambda s: s.revision == "r2" and s.phase is BundlePhase.READY, 45, pipeline.logs
     )
     assert data_of(await kube.get(res, "a", ns)) == {"k": "a"}
@@ -170,12 +194,7 @@ async def test_an_override_applies_at_once_and_is_recorded(
     await pipeline.publish(js, bundle, [namespace_of(ns), cm(ns, "a")], force=True)
     await watch.ready("r1", 60, pipeline.logs)
     res = await kube.discovery.resource("v1", "ConfigMap")
-    await apply_windows(
-        pipeline,
-        tmp_path,
-        [{"kind": "deny", "name": freeze, "schedule": "* * * * *", "duration": "1h",
-          "bundles": ["*"]}],
-    )  # fmt: skip
+    await apply_windows(pipeline, tmp_path, [deny_now(freeze, ["*"])])
     await settle(1)
 
     src = tmp_path / "src"
@@ -272,11 +291,8 @@ async def test_a_deny_window_by_cluster_label_holds_only_where_the_labels_say(
     await registry.relabel(js, pipeline.cluster, set_={"env": "dev"}, remove=[])
     try:
         await apply_windows(
-            pipeline,
-            tmp_path,
-            [{"kind": "deny", "name": freeze, "schedule": "* * * * *", "duration": "1h",
-              "bundles": [bundle], "clusterSelector": "env=prod"}],
-        )  # fmt: skip
+            pipeline, tmp_path, [deny_now(freeze, [bundle], clusterSelector="env=prod")]
+        )
         await settle(1)  # the planners follow the bucket
         # a dev cluster: not named, the revision goes through
         await pipeline.publish(
@@ -288,15 +304,7 @@ async def test_a_deny_window_by_cluster_label_holds_only_where_the_labels_say(
         await registry.relabel(js, pipeline.cluster, set_={"env": "prod"}, remove=[])
         await settle(2)  # the planner follows its registry entry
         await pipeline.publish(js, bundle, [namespace_of(ns), cm(ns, "a", k="prod")], revision="r3")
-        status = await watch.until(
-            lambda s: s.revision == "r3" and s.phase is BundlePhase.OUT_OF_SYNC, 30, pipeline.logs
-        )
-        assert status.message.startswith(f'deny window "{freeze}" until '), status.message
-        code, out, err = await driftbus(
-            pipeline, "status", "--cluster", pipeline.cluster, "--bundle", bundle
-        )
-        assert code == 0, err
-        assert f'sync window: deny window "{freeze}" until ' in out, out
+        await held_by(pipeline, watch, bundle, "r3", freeze, 30)
         await settle(2)
         assert data_of(await kube.get(res, "a", ns)) == {"k": "dev"}
         # relabelled dev again: released at once, nothing republished
@@ -387,12 +395,7 @@ async def test_the_page_shows_the_windows_and_no_hit_ratio_before_anything_could
         await browser.until(f"{ratio} === 'no decisions that could hit yet'", 20, "no ratio")
         assert await browser.evaluate("!!document.querySelector('#windows-section').hidden")
 
-        await apply_windows(
-            pipeline,
-            tmp_path,
-            [{"kind": "deny", "name": freeze, "schedule": "* * * * *", "duration": "1h",
-              "bundles": [bundle]}],
-        )  # fmt: skip
+        await apply_windows(pipeline, tmp_path, [deny_now(freeze, [bundle])])
         row = f"document.querySelector('#windows tr[data-window=\"{freeze}\"]')"
         await browser.until(f"{row} && {row}.dataset.active === 'true'", 20, "the window open")
         assert not await browser.evaluate("document.querySelector('#windows-section').hidden")

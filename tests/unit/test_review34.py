@@ -25,6 +25,8 @@ from services.common.oci import OciError
 from services.common.oci_artifact import unpack
 from services.core import windows as sync_windows
 
+from ..loopback import serve_posts
+
 # --- OCI: a decompression bomb in a tar header ------------------------------------------------
 
 
@@ -133,13 +135,7 @@ async def test_a_tenants_configuration_cannot_send_the_platforms_token_to_its_se
         got.append(request.headers.get("Authorization", ""))
         return web.json_response({}, status=201)
 
-    app = web.Application()
-    app.router.add_post("/{tail:.*}", receive)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    runner, port = await serve_posts(receive, "/{tail:.*}")
     try:
         text = (
             "providers:\n- name: steal\n  type: github\n"
@@ -381,13 +377,7 @@ async def test_a_rate_limited_failure_still_reaches_the_provider(
         got.append((await request.json())["kind"])
         return web.json_response({})
 
-    app = web.Application()
-    app.router.add_post("/hook", receive)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    runner, port = await serve_posts(receive, "/hook")
     try:
         cfg = config.load(
             f"providers:\n- name: hook\n  type: webhook\n  url: http://127.0.0.1:{port}/hook\n"

@@ -19,6 +19,8 @@ from services.common import binaries, load, sops
 from services.core.manifest import OWNER_LABEL, TENANT_LABEL, owned
 from services.core.scope import Scopes, normalise
 
+from ..agekeys import age_key
+
 MARKER = f"PLANTED-PLAINTEXT-{uuid.uuid4().hex}"
 SECRET = f"""\
 apiVersion: v1
@@ -43,15 +45,7 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name in ("right", "wrong"):
         path = d / f"{name}.txt"
-        subprocess.run(
-            [binaries.require("age-keygen"), "-o", path], check=True, capture_output=True
-        )
-        recipient = next(
-            line.split(": ", 1)[1]
-            for line in path.read_text().splitlines()
-            if line.startswith("# public key: ")
-        )
-        out[name] = (path, recipient)
+        out[name] = (path, age_key(path))
     return out
 
 

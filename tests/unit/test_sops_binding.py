@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +14,11 @@ import pytest
 
 from services.applier.decrypt import Decryptor, Keys
 from services.applier.service import check_key_file
-from services.common import binaries, sops
+from services.common import sops
 from services.common.settings import SettingsError
 from services.common.sops import SopsError
 
+from ..agekeys import age_key
 from .test_sops import MARKER, SECRET, as_planned, encrypt, loaded
 
 
@@ -208,15 +208,6 @@ def test_other_key_groups_refused_unless_enabled(
 
 
 # --- with the real sops ---------------------------------------------------------------------
-
-
-def age_key(path: Path) -> str:
-    subprocess.run([binaries.require("age-keygen"), "-o", path], check=True, capture_output=True)
-    return next(
-        line.split(": ", 1)[1]
-        for line in path.read_text().splitlines()
-        if line.startswith("# public key: ")
-    )
 
 
 def run(keys: Keys, manifest: dict[str, Any], bundle: str) -> dict[str, Any]:

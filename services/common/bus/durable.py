@@ -18,7 +18,7 @@ from nats.js import JetStreamContext
 from nats.js import api as js_api
 from nats.js.errors import BadRequestError, NotFoundError
 
-from services.common.bus.intents import IntentQueue
+from services.common.bus.intents import IntentQueue, shared_consumer_config
 from services.common.bus.streams import BUS_AWAY, BusError
 
 WorkQueue = IntentQueue
@@ -42,18 +42,14 @@ def durable_config(name: str, subject: str, s: DurableSettings) -> js_api.Consum
     """The consumer: named and filtered, so nats-py creates it on
     ``$JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>``, which permissions can pin; messages
     from its creation on (``NEW``), later ones kept for it until acknowledged."""
-    return js_api.ConsumerConfig(
-        name=name,
-        durable_name=name,
+    return shared_consumer_config(
+        name,
+        subject,
         description=f"driftbus {name}",
-        filter_subject=subject,
-        ack_policy=js_api.AckPolicy.EXPLICIT,
         deliver_policy=js_api.DeliverPolicy.NEW,
         ack_wait=s.ack_wait,
         max_deliver=s.max_deliver,
         max_ack_pending=s.max_ack_pending,
-        max_waiting=512,
-        replay_policy=js_api.ReplayPolicy.INSTANT,
     )
 
 

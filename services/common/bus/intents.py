@@ -45,27 +45,51 @@ async def intents_pending(js: JetStreamContext, cluster: str) -> int | None:
     return (info.num_pending or 0) + (info.num_ack_pending or 0)
 
 
+def shared_consumer_config(
+    name: str,
+    subject: str,
+    *,
+    description: str,
+    deliver_policy: js_api.DeliverPolicy,
+    ack_wait: float,
+    max_deliver: int,
+    max_ack_pending: int,
+) -> js_api.ConsumerConfig:
+    """A durable pull consumer that a service's replicas share, acknowledging each message.
+
+    Named and filtered: nats-py then creates it on
+    ``$JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>``, which lets NATS permissions pin a
+    replica to its own subjects. No consumer backoff: NATS would use its first step as the ack
+    deadline of the first delivery, redelivering any message handled slower than that (appliers
+    nak with their own delay)."""
+    return js_api.ConsumerConfig(
+        name=name,
+        durable_name=name,
+        description=description,
+        filter_subject=subject,
+        ack_policy=js_api.AckPolicy.EXPLICIT,
+        deliver_policy=deliver_policy,
+        ack_wait=ack_wait,
+        max_deliver=max_deliver,
+        max_ack_pending=max_ack_pending,
+        max_waiting=512,
+        replay_policy=js_api.ReplayPolicy.INSTANT,
+    )
+
+
 async def ensure_intent_consumer(
     js: JetStreamContext, cluster: str, s: IntentConsumerSettings
 ) -> str:
     """The one durable pull consumer per cluster that every applier replica shares."""
     name = intent_consumer_name(cluster)
-    config = js_api.ConsumerConfig(
-        # name + filter: nats-py then creates it on $JS.API.CONSUMER.CREATE.<stream>.<name>.
-        # <filter>, which lets NATS permissions pin an applier to its own cluster's intents
-        name=name,
-        durable_name=name,
+    config = shared_consumer_config(
+        name,
+        cluster_filter("intent", cluster),
         description=f"appliers of cluster {cluster}",
-        filter_subject=cluster_filter("intent", cluster),
-        ack_policy=js_api.AckPolicy.EXPLICIT,
         deliver_policy=js_api.DeliverPolicy.ALL,
         ack_wait=s.ack_wait,
         max_deliver=s.max_deliver,
-        # No consumer backoff: NATS would use its first step as the ack deadline of the first
-        # delivery, redelivering any apply slower than that. Appliers nak with their own delay.
         max_ack_pending=s.max_ack_pending,
-        max_waiting=512,
-        replay_policy=js_api.ReplayPolicy.INSTANT,
     )
     loop = asyncio.get_running_loop()
     deadline = loop.time() + 120.0
