@@ -26,6 +26,7 @@ import pytest
 from nats.aio.client import Client as NATS
 
 from harness.pipeline import Pipeline, settle
+from schemas.decision import DecisionAction
 from schemas.messages import BundleOptions, BundlePhase, ObjectPhase
 from services.common.bundles import publish_bundle
 from services.common.kube import KubeClient, KubeError, NotFound
@@ -36,7 +37,7 @@ from .test_cli import driftbus
 from .test_notify import Receiver, notifier, notify_command, secret_files, until
 from .test_tenancy import put_policy, started, team, tenant_namespace
 from .test_trust import cm
-from .test_windows import apply_windows, data_of, deny_now
+from .test_windows import apply_windows, data_of, deny_now, held_by
 
 pytestmark = pytest.mark.integration
 
@@ -80,6 +81,22 @@ async def test_override_window_is_a_right_the_tenants_policy_grants(
     assert data_of(await kube.get(res, "a", ns)) == {"k": "hotfix"}
     writes = [r for r in decisions.records if r.revision == "hotfix" and r.action == "apply"]
     assert {r.window for r in writes} == {f"override: {freeze}"}, writes
+
+    # taken back: the revision in force is held by the freeze from now on, so a drift is
+    # reported and held, not written through it (the planner says when it saw the policy)
+    await put_policy(pnc, f"tenants:{team(tenant, ns)}")
+    await until(
+        lambda: "override ended" in pipeline.all_logs_text(), "the planner saw the right go"
+    )
+    await kube.apply(cm(ns, "a", k="intruder"), field_manager="intruder", force=True)
+    await held_by(pipeline, watch, bundle, "hotfix", freeze, 30)
+    held = [
+        r for r in decisions.records
+        if r.key.name == "a" and r.action is DecisionAction.HOLD and str(r.reason) == "window"
+    ]  # fmt: skip
+    assert {r.window for r in held} == {freeze}, decisions.records
+    await settle(2)
+    assert data_of(await kube.get(res, "a", ns)) == {"k": "intruder"}, "written through the freeze"
 
 
 @pytest.fixture
