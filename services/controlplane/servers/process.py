@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import random
 import signal
 import socket
 import ssl
@@ -27,11 +28,33 @@ class ServerError(RuntimeError):
     """A server failed to start or to become ready; the message carries the tail of its log."""
 
 
+def ephemeral_ports() -> range:
+    """The ports the kernel hands to outgoing connections (Linux's ip_local_port_range)."""
+    try:
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999  # Linux's default
+    return range(low, high + 1)
+
+
 def free_port() -> int:
-    with socket.socket() as s:
+    """A loopback port free now, for a server about to start, chosen outside the ephemeral
+    range: a port found free there can be handed to any process's outgoing connection before
+    the server binds it (etcd exited with "bind: address already in use" so in a test run)."""
+    ephemeral = ephemeral_ports()
+    below = range(10000, ephemeral.start) if ephemeral.start > 12000 else range(0)
+    for _ in range(100 if below else 0):
+        port = random.choice(below)  # noqa: S311 - spread, not secrecy: workers pick apart
+        with socket.socket() as s:
+            try:
+                s.bind((LOOPBACK, port))
+            except OSError:
+                continue  # in use (or lingering): another
+            return port
+    with socket.socket() as s:  # no room below the ephemeral range: the kernel's choice
         s.bind((LOOPBACK, 0))
-        port: int = s.getsockname()[1]
-        return port
+        chosen: int = s.getsockname()[1]
+        return chosen
 
 
 def _die_with_parent() -> None:
