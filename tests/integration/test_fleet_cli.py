@@ -164,7 +164,9 @@ async def test_pause_holds_the_next_step_resume_continues_and_history_lists_it(
     world: World,
 ) -> None:
     w = world
-    spec = RolloutSpec(steps=["env=canary"], bake=2, step_timeout=300)
+    # the bake is the time the pause has to arrive in: with 2 s, a CLI start slowed by a loaded
+    # machine (three workers on two cores) found the rollout Complete already
+    spec = RolloutSpec(steps=["env=canary"], bake=10, step_timeout=300)
     await w.publish("r1", "p1", rollout=spec)
 
     async def canary_placed() -> bool:
