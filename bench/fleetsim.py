@@ -46,7 +46,7 @@ from harness.pipeline import planner_ready
 from schemas.bundle import BundleOptions
 from schemas.fleet import RolloutPhase, RolloutSpec
 from schemas.subjects import ROLLOUT_DRIVER_KEY
-from services.cli.fleet import read_state
+from services.cli.fleet.publish import read_state
 from services.common import bus
 from services.controlplane import servers
 from services.fleet.publish import publish_fleet

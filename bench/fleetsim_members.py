@@ -5,9 +5,9 @@ bus members, with no Kubernetes behind them.
 clusters ``sim-<I>`` … ``sim-<I+N-1>`` in one asyncio process. What each does on the bus is what
 the real services do, through the same code where the code is not about Kubernetes:
 
-* registers itself in the cluster registry (``services.fleet.registry.register``, as a watcher
+* registers itself in the cluster registry (``services.clusters.registry.register``, as a watcher
   does at start);
-* heartbeats as watcher (``synced``) and applier every 5 s (``services.common.members.announce``);
+* heartbeats as watcher (``synced``) and applier every 5 s (``services.clusters.members.announce``);
 * takes its intents off the cluster's durable pull consumer with the applier's own loop
   (``services.applier.consumer.consume``: fetch with a 1 s timeout, 16 in flight) behind the
   applier's fence (``services.applier.fence``: the claim read at start and every second);
@@ -56,9 +56,10 @@ from services.applier.consumer import consume, seq
 from services.applier.fence import Fence, follow_claims, read_claim
 from services.applier.report import supersedes
 from services.applier.verbs import DELETED_SHA, now
-from services.common import bus, members
-from services.common.newest import publish_newest
-from services.fleet.registry import register
+from services.clusters import members
+from services.clusters.registry import register
+from services.common import bus
+from services.common.bus.newest import publish_newest
 from services.watcher.facts import fact_id, newer_than
 
 CONCURRENCY = 16

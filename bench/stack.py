@@ -43,9 +43,9 @@ from harness.pipeline import (
 from schemas.messages import BundlePhase, BundleStatus
 from schemas.tenants import TenantPolicy
 from services.common import bus
-from services.common.policy import put_policy
 from services.controlplane import assets, servers
 from services.core.manifest import FIELD_MANAGER, owned
+from services.tenancy.store import put_policy
 
 CRD_GROUP = "bench.driftbus.dev"
 BUNDLE = "bench"

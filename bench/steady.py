@@ -34,8 +34,8 @@ from harness.pipeline import write_counts, writes_since
 from schemas.codec import decode
 from schemas.decision import DecisionAction, DecisionRecord
 from schemas.subjects import family_filter
-from services.common.kube import KubeClient, Resource
 from services.core.manifest import OWNER_LABEL
+from services.kube import KubeClient, Resource
 
 RECONCILES_PER_REPETITION = 12  # 10 republishes, a planner restart, a watcher resync
 

@@ -45,10 +45,10 @@ from bench.stack import (
 )
 from harness.pipeline import DecisionLog, settle
 from schemas.tenants import TenantPolicy
-from services.common import members
+from services.clusters import members
 from services.controlplane import servers
-from services.core import tenancy
-from services.core.tenant_rbac import impersonation_rbac
+from services.tenancy import policy as tenancy
+from services.tenancy.rbac import impersonation_rbac
 
 TENANT = "bench"
 SA = "deployer"

@@ -33,7 +33,7 @@ from bench.stack import (
     namespaces_for,
 )
 from harness.webhook import AdmissionWebhook
-from services.common.kube import KubeClient
+from services.kube import KubeClient
 
 APPLIERS = (1, 2, 4, 8)
 PER_APPLIER = 2

@@ -31,9 +31,10 @@ from schemas.messages import (
     SourceStatus,
 )
 from schemas.subjects import cluster_filter
-from services.common import bus, statuswatch
-from services.common.bundles import publish_bundle
+from services.common import bus
 from services.controlplane import servers
+from services.revisions import watch as statuswatch
+from services.revisions.publish import publish_bundle
 
 # Writes the API server makes to itself (leases, APF config) are not driftbus's.
 _SYSTEM_RESOURCES = {
@@ -230,7 +231,7 @@ E = TypeVar("E")
 
 class StatusWatch(statuswatch.StatusWatch):
     """Every status event of one bundle (object, bundle and Git source) as a user would see
-    them (``services.common.statuswatch``); a wait that runs out fails the test with what it
+    them (``services.revisions.watch``); a wait that runs out fails the test with what it
     saw."""
 
     async def until(

@@ -49,7 +49,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from services.common.kube import KubeClient, KubeError, NotFound
+from services.kube import KubeClient, KubeError, NotFound
 
 Mode = Literal["allow", "error", "deny"]
 LOOPBACK = "127.0.0.1"

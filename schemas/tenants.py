@@ -4,7 +4,7 @@ applied with, and the limits on what they may manage.
 The wire keys are the user-facing file format (``serviceAccount``, ``clusterScoped``,
 ``defaultNamespace``, ``clusterSelector``, ``rights.overrideWindows``), so the Structs rename to
 camelCase. The same Structs
-are what is stored on the bus (``services/core/tenancy.py`` dumps and reads them). Keys left out
+are what is stored on the bus (``services/tenancy/policy.py`` dumps and reads them). Keys left out
 of a file stay out of the stored form (``omit_defaults``), and ``namespaces``/``clusterScoped``
 are ``UNSET`` when not written: "omitted" means something different from any value they can be
 given, and an empty ``namespaces:`` (null) is refused rather than read as "any namespace".

@@ -5,7 +5,7 @@ The wire keys are the user-facing file format (``timeZone``), so the Structs ren
 The same Structs are what ``driftbus windows apply`` stores on the bus (KV bucket
 ``driftbus-windows``, key ``windows``) and what every planner follows; the checks a Struct cannot
 express (a cron that parses, a Go duration, a known time zone, unique names) are
-``services/core/windows.py``'s.
+``services/windows/verdict.py``'s.
 """
 
 from __future__ import annotations

@@ -12,13 +12,28 @@ Around them:
 
 - ``notify/`` — ``driftbus notify``: status, decision and rollout events sent to webhooks, Slack,
   Teams and Git commit statuses, filtered, de-duplicated and rate limited (docs/notifications.md).
-- ``fleet/`` — fleets: the cluster registry, fleet bundles, and the rollout driver (run in every
-  planner replica) that places them cluster by cluster.
+- ``fleet/`` — fleet bundles: the rollout rule (``rollout/``, pure) and the rollout driver
+  (``driver/``, run in every planner replica) that places them cluster by cluster.
 - ``cli/`` — the ``driftbus`` command line, ``driftbus up`` (the whole stack locally) included.
 - ``ui/`` — the status page: a read-only web view of bundles and objects, fed from the bus.
-- ``core/`` (pure) — manifests, SHAs, health, scopes, YAML, selectors and the tenant policy.
-- ``common/`` — what the services share at their edges: the bus, the Kubernetes client, reading
-  manifests, settings, telemetry, permissions, members and process start-up.
+
+The concepts they share, each in its own package:
+
+- ``inputs/`` — reading what users publish: files, charts, kustomizations, Git, OCI, SOPS; it
+  never touches the bus.
+- ``revisions/`` — a bundle revision published on the bus, and its status followed.
+- ``tenancy/`` — the tenant policy: what each tenant may write where, and its store.
+- ``windows/`` — sync windows: when a bundle's writes may happen.
+- ``clusters/`` — the cluster registry, label selectors, and who serves each cluster.
+- ``access/`` — NATS permissions per role and the nats-server configuration granting them.
+
+The doors and the floor:
+
+- ``common/`` — process plumbing (settings, logs, telemetry, binaries, heap) and ``bus/``, the
+  one door to NATS.
+- ``kube/`` — the one door to the Kubernetes API: a thin client on aiohttp.
+- ``runtime`` — what every service process opens at start and closes at exit.
+- ``core/`` (pure) — manifests, SHAs, health, scopes, YAML, hooks and diffs.
 - ``controlplane/`` — a local control plane built from pinned Go modules (etcd, kube-apiserver,
   nats-server, kubectl, helm), for ``driftbus up`` and the tests.
 

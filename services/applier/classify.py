@@ -21,8 +21,8 @@ from typing import Any, Final
 
 from schemas.messages import ApplyIntent, DeleteIntent, ObjectPhase
 from services.common.bus import BusError
-from services.common.kube import Conflict, Forbidden, Invalid, KubeError, NotFound
 from services.core.scrub import scrub_for
+from services.kube import Conflict, Forbidden, Invalid, KubeError, NotFound
 
 FIRST_DELAY: Final = 1.0
 RETRY_AFTER_CAP: Final = 600.0

@@ -35,8 +35,9 @@ from typing import Any, Final
 import orjson
 
 from schemas.subjects import split_bundle
-from services.common import binaries, sops
-from services.common.sops import SopsError
+from services.common import binaries
+from services.inputs import sops
+from services.inputs.sops import SopsError
 
 DECRYPT_TIMEOUT: Final = 60.0
 KEY_SUFFIX: Final = ".agekey"

@@ -24,7 +24,7 @@ from schemas.subjects import SubjectError, object_status_subject, object_subject
 from services.applier.consumer import seq
 from services.applier.verbs import DELETED_SHA, Outcome, now
 from services.common import bus
-from services.common.newest import publish_newest
+from services.common.bus.newest import publish_newest
 from services.core.manifest import rv_int
 
 log = logging.getLogger("driftbus.applier")

@@ -45,11 +45,12 @@ from services.applier.gate import NamespaceGate
 from services.applier.report import Reporter
 from services.applier.settings import ApplierSettings
 from services.applier.verbs import Outcome, apply, delete, now
-from services.common import bus, members, telemetry
-from services.common.kube import Forbidden, KubeClient
-from services.common.runtime import cluster_connections
+from services.clusters import members
+from services.common import bus, telemetry
 from services.common.settings import SettingsError, replica_id
 from services.core.scrub import scrub_for
+from services.kube import Forbidden, KubeClient
+from services.runtime import cluster_connections
 
 log = logging.getLogger("driftbus.applier")
 APPLY_SECONDS = telemetry.meter.create_histogram(

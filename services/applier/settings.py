@@ -7,8 +7,8 @@ from __future__ import annotations
 import dataclasses
 
 from services.common import bus, telemetry
-from services.common.runtime import ClusterSettings
 from services.common.settings import setting
+from services.runtime import ClusterSettings
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,8 +25,6 @@ import orjson
 from schemas.messages import AppliedEvent, ApplyIntent, DeleteIntent, ObjectPhase
 from services.applier.classify import Decided, Gone, Leave, Replace, Report, Step, Wait, classify
 from services.applier.decrypt import Decryptor, Keys
-from services.common import sops
-from services.common.kube import Conflict, Invalid, KubeClient, KubeError, NotFound, Resource
 from services.core import hooks
 from services.core.adopt import adoption_patch
 from services.core.ignore import owned_at, pointers_of, sparse, value_at
@@ -34,6 +32,8 @@ from services.core.manifest import FIELD_MANAGER, PRUNE_ANNOTATION, owner_of, pr
 from services.core.owned import field_set
 from services.core.scrub import scrub_for
 from services.core.sha import object_sha
+from services.inputs import sops
+from services.kube import Conflict, Invalid, KubeClient, KubeError, NotFound, Resource
 
 log = logging.getLogger("driftbus.applier")
 DELETED_SHA: Final = "0" * 64

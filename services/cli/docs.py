@@ -42,7 +42,7 @@ def render() -> str:
         "Flags only, no environment variables: an option that can prune or take over objects is "
         "seen on the command line that used it. The NATS connection settings (`--nats-url`, "
         "…) are the services' above, with the same environment variables. Which files a PATH "
-        "(or `--git`) loads: `services/common/load.py`.\n\n" + flag_table(publish) + "\n"
+        "(or `--git`) loads: `services/inputs/load.py`.\n\n" + flag_table(publish) + "\n"
     )
     return "\n".join(parts)
 

@@ -1,6 +1,6 @@
 """What ``publish`` and ``plan`` read: the PATH / ``--git`` / ``--helm`` / ``--oci`` flags and
 the bundle they name, and the manifests those flags select (the loaders themselves:
-``services.common.load``, ``.gitrepo`` and ``.oci_artifact``; a kubectl or helm they need and
+``services.inputs.load``, ``.gitrepo`` and ``.oci_artifact``; a kubectl or helm they need and
 cannot find is built, ``assets.ensure``).
 """
 
@@ -17,10 +17,11 @@ def load_manifests(args: argparse.Namespace) -> Any:
     a revision with no objects is refused unless --allow-empty (it would prune the bundle).
     Objects naming no namespace take ``--namespace``, else (a tenant's bundle) the tenant's
     ``defaultNamespace`` from the policy on the bus."""
-    from services.common import gitrepo, load
-    from services.common.limits import InputLimits
     from services.common.settings import SettingsError
     from services.controlplane import assets
+    from services.inputs import git as gitrepo
+    from services.inputs import load
+    from services.inputs.limits import InputLimits
 
     try:
         limits = InputLimits.from_env(args=args)
@@ -81,7 +82,7 @@ def load_manifests(args: argparse.Namespace) -> Any:
 
 def oci_access(args: argparse.Namespace) -> Any:
     """How the registry is reached: ``add_oci_access_args``'s flags (``oci.OciAccess``)."""
-    from services.common.oci import OciAccess
+    from services.inputs.oci.reference import OciAccess
 
     return OciAccess(
         username=args.oci_username or "",
@@ -96,8 +97,10 @@ def load_oci(args: argparse.Namespace, limits: Any, allow_remote: bool) -> Any:
     in ``--semver``; its manifest's digest is the revision (``oci_artifact``)."""
     import asyncio
 
-    from services.common import load, oci, oci_artifact
     from services.controlplane import assets
+    from services.inputs import load
+    from services.inputs.oci import artifact as oci_artifact
+    from services.inputs.oci import reference as oci
 
     ref = oci.parse_reference(args.oci, bare=bool(args.semver))
     chart = oci_artifact.ChartOptions(
@@ -153,9 +156,9 @@ def tenant_default_namespace(args: argparse.Namespace) -> str:
     import asyncio
 
     from schemas.subjects import split_bundle
-    from services.cli import user
-    from services.common import policy
-    from services.core import tenancy
+    from services.cli import reads as user
+    from services.tenancy import policy as tenancy
+    from services.tenancy import store as policy
 
     if not split_bundle(args.bundle)[0]:
         return ""
@@ -175,10 +178,10 @@ def tenant_default_namespace(args: argparse.Namespace) -> str:
 
 def add_source_args(p: argparse.ArgumentParser, *, fleet: bool = False) -> None:
     """Where the manifests come from, and which bundle of which cluster: publish and plan
-    (with the input limits, ``services.common.limits``). ``fleet``: ``--cluster`` may be
-    repeated (a list: a fleet of the named clusters, ``services/cli/fleet.py``)."""
+    (with the input limits, ``services.inputs.limits``). ``fleet``: ``--cluster`` may be
+    repeated (a list: a fleet of the named clusters, ``services/cli/fleet/publish.py``)."""
     from services.common import settings
-    from services.common.limits import InputLimits
+    from services.inputs.limits import InputLimits
 
     p.add_argument(
         "paths",

@@ -18,21 +18,11 @@ from typing import Any, get_args
 from schemas.cli import BundleRow, FleetSummary
 from schemas.messages import BundleOptions, BundlePhase, BundleStatus, Propagation
 from services.cli import context, exits, output
+from services.cli.table import age
 from services.common import settings
 from services.common.bus import NatsSettings
 
 WAIT_HELP = "follow the bundle's status until it ends; the exit code says how (0 success)"
-
-
-def age(since: dt.datetime | None, now: dt.datetime) -> str:
-    """``42s``, ``7m``, ``3h``, ``2d``: how long ago, at a glance ("" unknown)."""
-    if since is None:
-        return ""
-    s = max(0, int((now - since).total_seconds()))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if s >= size:
-            return f"{s // size}{unit}"
-    return f"{s}s"
 
 
 def bundle_row(st: BundleStatus, now: dt.datetime, fleet: FleetSummary | None = None) -> BundleRow:
@@ -76,7 +66,8 @@ def table_row(st: BundleStatus, now: dt.datetime) -> dict[str, Any]:
 
 
 def cmd_bundles(args: argparse.Namespace) -> int:
-    from services.cli import output, table, user
+    from services.cli import output, table
+    from services.cli import reads as user
 
     async def run() -> tuple[list[BundleStatus], dict[str, FleetSummary]]:
         async with user.connected(args) as nc:
@@ -161,7 +152,7 @@ async def fleet_rows(js: Any, tenant: str | None, everything: bool) -> dict[str,
 
 async def _watch(nc: Any, args: argparse.Namespace, ends: frozenset[Any]) -> Any:
     """A wait on ``args.bundle``, started (subscribed) before what it waits for is sent."""
-    from services.cli import user
+    from services.cli import reads as user
 
     waiter = user.BundleWait(nc, args.cluster, args.bundle, ends=ends)
     await waiter.start()
@@ -170,7 +161,7 @@ async def _watch(nc: Any, args: argparse.Namespace, ends: frozenset[Any]) -> Any
 
 async def _wait(waiter: Any, args: argparse.Namespace, revision: str) -> int:
     """Follow the bundle until ``revision`` reaches a phase the wait ends on (``reported``)."""
-    from services.cli import user
+    from services.cli import reads as user
 
     st = await waiter.wait(revision, within=args.timeout, progress=True)
     return user.reported(
@@ -184,16 +175,16 @@ async def _wait(waiter: Any, args: argparse.Namespace, revision: str) -> int:
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
-    from services.cli import user
-    from services.common.bundles import publish_bundle
+    from services.cli import reads as user
     from services.core.manifest import check_bundle_name
+    from services.revisions.publish import publish_bundle
 
     async def run() -> int:
         check_bundle_name(args.bundle)
         async with user.connected(args) as nc:
             js = nc.jetstream()
             if args.fleet:
-                from services.cli import fleet
+                from services.cli.fleet import publish as fleet
 
                 return await fleet.delete(js, args.bundle, keep=args.keep_objects, wait=args.wait)
             if not await user.bundle_statuses(js, args.cluster, args.bundle):
@@ -231,7 +222,8 @@ def cmd_suspend(args: argparse.Namespace, *, suspended: bool) -> int:
     from schemas.codec import encode
     from schemas.messages import BundleControl
     from schemas.subjects import control_subject
-    from services.cli import table, user
+    from services.cli import reads as user
+    from services.cli import table
     from services.common import bus
     from services.core.manifest import check_bundle_name
 
@@ -275,7 +267,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     from schemas.codec import decode, encode
     from schemas.messages import RollbackAnswer, RollbackRequest
     from schemas.subjects import rollback_subject
-    from services.cli import user
+    from services.cli import reads as user
     from services.common import bus
     from services.core.manifest import check_bundle_name
 

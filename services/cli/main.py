@@ -2,11 +2,12 @@
 
 Subcommands so far:
 
-* ``driftbus up [--detach]`` / ``driftbus down`` — the whole stack locally (``services/cli/up.py``).
+* ``driftbus up [--detach]`` / ``driftbus down`` — the whole stack locally
+  (``services/cli/up/command.py``).
 * ``driftbus watcher|planner|applier|source`` — run one service (settings: ``--help`` of each;
   ``services/cli/run.py``).
 * ``driftbus publish PATH... --cluster C --bundle B [--wait]`` — publish manifests as a bundle
-  (which files a PATH loads: ``services/common/load.py``). Refuses a revision with no objects
+  (which files a PATH loads: ``services/inputs/load.py``). Refuses a revision with no objects
   unless ``--allow-empty``; warns when no watcher or applier serves the cluster. With
   ``--wait`` the exit code says how it ended: 0 Ready; 1 Failed, Degraded or Conflict; 2 no
   end within ``--timeout`` (still Reconciling or OutOfSync, or no status at all).
@@ -14,15 +15,15 @@ Subcommands so far:
   then (``-f``) every change: bundle summaries, and with ``--bundle`` its objects too. A fleet
   bundle with no ``--cluster``: a row per cluster and the rollout's summary.
 * ``driftbus clusters [-o json]``, ``clusters label NAME KEY=VALUE… KEY-``, ``clusters remove
-  NAME`` — the cluster registry and who serves each cluster (``services/cli/clusters.py``).
+  NAME`` — the cluster registry and who serves each cluster (``services/cli/fleet/clusters.py``).
 * ``driftbus rollout status|pause|resume|promote|undo|history BUNDLE`` — a fleet bundle's
-  rollout, seen and steered (``services/cli/rollout.py``).
+  rollout, seen and steered (``services/cli/fleet/rollout.py``).
 * ``driftbus why KIND/NAMESPACE/NAME --cluster C`` — the decision history of one object.
 * ``driftbus shards`` — planner replicas and which one plans which cluster.
 * ``driftbus bundles|delete bundle|suspend|resume|rollback`` — a bundle's life after its
   publish (``services/cli/lifecycle.py``, docs/lifecycle.md).
 * ``driftbus plan PATH... --cluster C --bundle B`` — what a publish would do, with diffs
-  (``services/cli/plan_cmd.py``; the plan itself: ``services/cli/plan.py``).
+  (``services/cli/plan/command.py``; the plan itself: ``services/cli/plan/explain.py``).
 * ``driftbus tenants [apply FILE]`` — the tenant policy in force, or a new one
   (``services/cli/tenants.py``, docs/tenancy.md).
 * ``driftbus windows [apply FILE]`` — the sync windows in force, or new ones
@@ -44,15 +45,15 @@ import sys
 
 FAMILIES: dict[str, tuple[str, ...]] = {
     # module of services/cli -> the commands it registers, in the order of `driftbus --help`
-    "up": ("up", "down"),
+    "up.command": ("up", "down"),
     "run": ("watcher", "planner", "applier", "source"),
     "publish": ("publish",),
     "push": ("push",),  # push DIR oci://…
-    "plan_cmd": ("plan",),
-    "status": ("status", "why", "shards"),
+    "plan.command": ("plan",),
+    "status.command": ("status", "why", "shards"),
     "lifecycle": ("bundles", "delete", "suspend", "resume", "rollback"),
-    "clusters": ("clusters",),
-    "rollout": ("rollout",),
+    "fleet.clusters": ("clusters",),
+    "fleet.rollout": ("rollout",),
     "tenants": ("tenants",),
     "windows": ("windows",),  # windows [apply FILE]
     "notify": ("notify",),  # notify (the service), notify apply|show
@@ -81,7 +82,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from services.cli import context
-    from services.cli.user import BusUnreachable
+    from services.cli.reads import BusUnreachable
 
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser(argv[0] if argv else None)

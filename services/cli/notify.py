@@ -99,7 +99,8 @@ def show(configs: dict[str, NotifyConfig], output: str) -> None:
 
 
 def cmd_notify(args: argparse.Namespace) -> int:
-    from services.cli import table, user
+    from services.cli import reads as user
+    from services.cli import table
     from services.notify import store as saved
 
     if args.action == "run":

@@ -42,10 +42,12 @@ def _ignore_rule(text: str) -> IgnoreRule:
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
-    from services.cli import fleet, table, user
-    from services.common import load
+    from services.cli import reads as user
+    from services.cli import table
+    from services.cli.fleet import publish as fleet
     from services.core.manifest import ManifestError, check_bundle_name
     from services.fleet.publish import FleetError, check
+    from services.inputs import load
 
     if isinstance(args.cluster, list) and len(args.cluster) == 1 and not fleet.is_fleet(args):
         args.cluster = args.cluster[0]
@@ -64,7 +66,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
         return asyncio.run(_publish_fleet(args, loaded, revision, options))
 
     from services.common import telemetry
-    from services.common.bundles import publish_bundle
+    from services.revisions.publish import publish_bundle
 
     telemetry.setup("cli", telemetry.TelemetrySettings(otlp_endpoint=otlp_endpoint()))
 
@@ -126,9 +128,11 @@ def cmd_publish(args: argparse.Namespace) -> int:
 async def _publish_fleet(
     args: argparse.Namespace, loaded: Any, revision: str, options: BundleOptions
 ) -> int:
-    from services.cli import fleet, table, user
-    from services.common.bundles import BundleError
+    from services.cli import reads as user
+    from services.cli import table
+    from services.cli.fleet import publish as fleet
     from services.fleet.publish import FleetError
+    from services.revisions.publish import BundleError
 
     async with user.connected(args) as nc:
         try:
@@ -232,7 +236,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     pub.add_argument(
         "--timeout", type=float, default=300.0, help="seconds to --wait (default %(default)s)"
     )
-    from services.cli.fleet import add_fleet_flags
+    from services.cli.fleet.publish import add_fleet_flags
 
     add_fleet_flags(pub)
     settings.add_arguments(pub, NatsSettings)

@@ -1,5 +1,5 @@
 """``driftbus push DIR oci://REGISTRY/REPO:TAG``: write a directory of manifests to a registry as
-an OCI artifact in Flux's format (``flux push artifact``; ``services.common.oci_artifact``) and
+an OCI artifact in Flux's format (``flux push artifact``; ``services.inputs.oci.artifact``) and
 print its digest — what ``publish --oci …@DIGEST`` and ``source --oci`` then read, and the
 revision the bundle will carry. Needs no bus.
 """
@@ -16,7 +16,9 @@ from services.cli.inputs import add_oci_access_args, oci_access
 
 def cmd_push(args: argparse.Namespace) -> int:
     from services.cli import table
-    from services.common import load, oci, oci_artifact
+    from services.inputs import load
+    from services.inputs.oci import artifact as oci_artifact
+    from services.inputs.oci import reference as oci
 
     try:
         ref = oci.parse_reference(args.url, need_tag=True)

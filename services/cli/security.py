@@ -21,7 +21,8 @@ from pathlib import Path
 
 import msgspec
 
-from services.common import permissions, settings
+from services.access import permissions
+from services.common import settings
 from services.common.bus import NatsSettings
 
 
@@ -89,8 +90,9 @@ def record_credentials(args: argparse.Namespace, tenants: dict[str, list[str]]) 
     """``nats-config --record``: the tenants' cluster lists written to the bus (the admin's
     identity), what the rollout driver holds their fleet placements to."""
     from schemas.tenants import TenantCredentials
-    from services.cli import exits, user
-    from services.common import policy
+    from services.cli import exits
+    from services.cli import reads as user
+    from services.tenancy import store as policy
 
     try:
         record = msgspec.convert({"tenants": tenants}, TenantCredentials)

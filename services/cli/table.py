@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -64,3 +65,14 @@ def emit(rows: Sequence[dict[str, Any]], columns: Sequence[str], output: str) ->
 def fail(command: str, exc: Exception) -> int:
     print(f"driftbus {command}: {exc}", file=sys.stderr)
     return 1
+
+
+def age(since: dt.datetime | None, now: dt.datetime) -> str:
+    """``42s``, ``7m``, ``3h``, ``2d``: how long ago, at a glance ("" unknown)."""
+    if since is None:
+        return ""
+    s = max(0, int((now - since).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size:
+            return f"{s // size}{unit}"
+    return f"{s}s"

@@ -22,7 +22,7 @@ from services.common.bus import NatsSettings
 
 def read_file(path: str) -> TenantPolicy:
     """The policy of a tenants file (``-``: standard input); PolicyError or OSError."""
-    from services.core import tenancy
+    from services.tenancy import policy as tenancy
 
     text = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
     return tenancy.load_policy(text, "<stdin>" if path == "-" else path)
@@ -91,7 +91,7 @@ def print_rbac(policy: TenantPolicy, applier: str, output: str) -> None:
     """The impersonation RBAC of ``policy``: YAML documents, or ``-o json`` a ``v1/List``."""
     import yaml
 
-    from services.core.tenant_rbac import impersonation_rbac
+    from services.tenancy.rbac import impersonation_rbac
 
     docs = impersonation_rbac(policy, applier)
     if not docs and output != "json":
@@ -112,22 +112,23 @@ def print_rbac(policy: TenantPolicy, applier: str, output: str) -> None:
 def warn_exposed(policy: TenantPolicy, who: str) -> None:
     """A warning on stderr for each tenant ServiceAccount a tenant could use directly from a
     Pod (``tenant_rbac.exposed_accounts``): the policy is put in force all the same."""
-    from services.core.tenant_rbac import exposed_accounts
+    from services.tenancy.rbac import exposed_accounts
 
     for line in exposed_accounts(policy):
         print(f"{who}: warning: {line}", file=sys.stderr)
 
 
 def tenant_cluster_scoped(t: Tenant) -> bool:
-    from services.core import tenancy
+    from services.tenancy import policy as tenancy
 
     return tenancy.may_manage_cluster_scoped(t)
 
 
 def cmd_tenants(args: argparse.Namespace) -> int:
-    from services.cli import table, user
-    from services.common import policy
-    from services.core.tenancy import PolicyError
+    from services.cli import reads as user
+    from services.cli import table
+    from services.tenancy import store as policy
+    from services.tenancy.policy import PolicyError
 
     new: TenantPolicy | None = None
     if args.action == "apply" and not args.file:

@@ -19,8 +19,8 @@ from schemas.windows import WindowsFile
 from services.cli import exits
 from services.common import bus, settings
 from services.common.bus import NatsSettings
-from services.core import windows as sync_windows
-from services.core.window import Window
+from services.windows import verdict as sync_windows
+from services.windows.spec import Window
 
 WINDOWS_STREAM = f"KV_{bus.WINDOWS_BUCKET}"
 WINDOWS_SUBJECT = f"$KV.{bus.WINDOWS_BUCKET}.{bus.WINDOWS_KEY}"
@@ -64,7 +64,7 @@ async def cluster_labels(
     then names the cluster, as its planner reads it."""
     if not any(w.cluster_selector for w in spec.windows):
         return {}
-    from services.fleet import registry
+    from services.clusters import registry
 
     try:
         return await registry.labels_of(js, cluster)
@@ -189,7 +189,8 @@ def show(spec: WindowsFile, problem: str, output: str, now: dt.datetime) -> None
 
 
 def cmd_windows(args: argparse.Namespace) -> int:
-    from services.cli import table, user
+    from services.cli import reads as user
+    from services.cli import table
 
     new: WindowsFile | None = None
     if args.action == "apply":

@@ -3,7 +3,7 @@ etcd, kube-apiserver) and the renderers a publish may need (kubectl for kustomiz
 
 Finding only: a missing binary is built from the pinned Go modules by
 ``services.controlplane.assets``, which the CLI and the tests use; the loader
-(``services.common.load``) and so ``driftbus source`` only find one. Lookup order follows the
+(``services.inputs.load``) and so ``driftbus source`` only find one. Lookup order follows the
 controller-runtime/envtest convention so a user who already has binaries keeps using them:
 
 1. ``TEST_ASSET_<NAME>`` (e.g. ``TEST_ASSET_KUBE_APISERVER``),

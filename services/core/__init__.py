@@ -12,20 +12,11 @@ Objects and their hashes:
 - ``diff`` — field-level differences between two pruned objects (``driftbus plan``), masked.
 - ``scrub`` — Secret values kept out of every message driftbus writes.
 - ``hooks`` — Helm's and Argo CD's hooks and sync waves: each object's stage, delete policies.
-- ``windows`` — sync windows: when automated writes are allowed or denied; the windows file.
-- ``window`` — one sync window: the bundles and clusters it names, and when it is open.
 
 Reading as Kubernetes reads:
 
 - ``kyaml`` — YAML to JSON exactly as Kubernetes reads it.
-- ``selector`` — label selectors, label changes and cluster specs, as kubectl reads them.
 
-Tenancy:
-
-- ``tenancy`` — the tenant policy: the tenants file read, and what it allows a bundle.
-- ``tenant_clusters`` — which clusters a tenant may use.
-- ``tenant_rights`` — what a tenant may ask beyond its limits (``--override-window``, the
-  platform's commit statuses on a repository), only if its policy grants it.
-- ``tenant_rbac`` — the RBAC that lets the applier impersonate exactly a tenant's
-  ServiceAccounts.
+Sync windows, tenancy and selectors have packages of their own (``services/windows``,
+``services/tenancy``, ``services/clusters``).
 """

@@ -236,7 +236,7 @@ def _go_float32(value: float) -> str:
 def _jsonable(value: Any, where: str, done: dict[int, Any] | None = None) -> Any:
     """Go's encoding/json view of a decoded value: integral floats as integers, no Inf/NaN.
     A node an alias repeats is converted once and shared (``done``), so an alias bomb stays a
-    small graph here; ``services.common.limits.measure`` refuses it afterwards."""
+    small graph here; ``services.inputs.limits.measure`` refuses it afterwards."""
     if isinstance(value, float):
         if math.isinf(value) or math.isnan(value):
             raise DecodeError(f"{where or 'the document'}: {value} has no JSON form")

@@ -30,6 +30,11 @@ TENANT_NAME = re.compile(DNS_LABEL)
 MAX_MANIFEST_BYTES: Final = 1_000_000
 """One object's JSON must fit one NATS message (1 MiB by default) with its intent envelope;
 the API server refuses objects near this size anyway (etcd's request limit is 1.5 MiB)."""
+DEFAULT_BUNDLE_MAX_BYTES: Final = 64 * 1024 * 1024
+"""The stored manifests of one bundle (their JSON): 100 times the largest install set of the
+corpus (argo-cd, 59 objects: 633,660 bytes of JSON), and a 100,000-object bundle fits. Read by
+the loader before anything is sent and by the Object Store when a bundle is stored."""
+BUNDLE_LIMIT_SETTING: Final = "DRIFTBUS_BUNDLE_MAX_BYTES"
 
 
 def rv_int(resource_version: str) -> int:

@@ -18,11 +18,11 @@ from schemas.codec import WireError, decode, encode
 from schemas.fleet import FleetBundle, OnLeave, RolloutSpec
 from schemas.messages import BundleOptions
 from schemas.subjects import fleet_subject
+from services.clusters.selector import SelectorError, parse_selector
 from services.common import bus, telemetry
-from services.common.bundles import store_manifests
 from services.core.manifest import ManifestError, bundle_kinds, check_bundle_name, check_not_empty
-from services.core.selector import SelectorError, parse_selector
-from services.fleet.steps import check_steps
+from services.fleet.rollout.steps import check_steps
+from services.revisions.publish import store_manifests
 
 _NO_STEPS = RolloutSpec()
 FLEET_STORE = "_fleet"

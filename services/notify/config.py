@@ -17,8 +17,8 @@ import msgspec
 
 from schemas.notify import Alert, NotifyConfig, Provider, ProviderType
 from schemas.subjects import SubjectError, decode_token, encode_token
+from services.clusters.selector import SelectorError, parse_selector
 from services.core import kyaml
-from services.core.selector import SelectorError, parse_selector
 
 PLATFORM_KEY: Final = "platform"
 TENANT_PREFIX: Final = "tenant."

@@ -17,10 +17,10 @@ from fnmatch import fnmatchcase
 
 from schemas.notify import DEFAULT_EVENTS, Alert, NotifyConfig, Provider
 from schemas.tenants import TenantPolicy
-from services.core.selector import SelectorError, parse_selector, selects
-from services.core.tenant_rights import commit_status_refusal
+from services.clusters.selector import SelectorError, parse_selector, selects
 from services.notify.events import Event
 from services.notify.render import commit_status_repository
+from services.tenancy.rights import commit_status_refusal
 
 Labels = Callable[[str], Mapping[str, str] | None]
 """A cluster's registry labels (None when unknown: not registered, removed or unreadable, which

@@ -21,8 +21,8 @@ import aiohttp
 
 from schemas.notify import NotifyConfig, Provider
 from schemas.tenants import TenantPolicy
+from services.clusters import registry
 from services.common import bus, telemetry
-from services.fleet import registry
 from services.notify import config, egress, events, match, rights
 from services.notify.gate import Gate, Verdict
 from services.notify.render import Secrets, render

@@ -13,7 +13,7 @@
   ``PRIVATE-TOKEN``.
 
 A commit status is sent only for a bundle published from Git: its revision is the commit and its
-source reads ``URL@<commit>`` (``services.common.gitrepo``); other events (drift, rollouts) and
+source reads ``URL@<commit>`` (``services.inputs.git``); other events (drift, rollouts) and
 other bundles give no request (``None``). Secrets arrive in ``Secrets``, read by the shell; a
 request's ``what`` names it for logs without any of them.
 """

@@ -18,8 +18,8 @@ from opentelemetry.metrics import Counter
 from schemas.notify import Provider
 from schemas.tenants import TenantPolicy
 from services.common import bus
-from services.common import policy as tenant_policy
 from services.notify.events import Event
+from services.tenancy import store as tenant_policy
 
 log = logging.getLogger(__name__)
 REMEMBERED: Final = 10_000

@@ -2,7 +2,7 @@
 ``driftbus-notify`` bucket (``platform``, ``tenant.<tenant>``), written by ``driftbus notify
 apply``, read by ``driftbus notify show``, followed live by ``driftbus notify``.
 
-A tenant's NATS identity may write only its own key (services/common/permissions.py); the admin
+A tenant's NATS identity may write only its own key (services/access/permissions.py); the admin
 writes any. The service checks every stored configuration again (``config.decode_stored``).
 """
 

@@ -17,12 +17,12 @@ from typing import Any
 from opentelemetry.metrics import Observation
 
 from services.common import bus, telemetry
-from services.common.runtime import connections
 from services.common.settings import replica_id
-from services.fleet.driver import Driver
+from services.fleet.driver.drive import Driver
 from services.planner.settings import PlannerSettings
 from services.planner.sharding.claims import Coordinator, heartbeat_problem
 from services.planner.shell.loop import Planner
+from services.runtime import connections
 
 log = logging.getLogger("driftbus.planner")
 

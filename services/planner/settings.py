@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from services.common import bus, members, telemetry
+from services.clusters import members
+from services.common import bus, telemetry
 from services.common.settings import setting
 
 

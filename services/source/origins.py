@@ -14,13 +14,13 @@ import tempfile
 from pathlib import Path
 from typing import Protocol
 
-from services.common import oci_artifact
-from services.common.confine import redacted
-from services.common.gitrepo import ReadOptions, Repository
-from services.common.limits import InputLimits
-from services.common.load import Loaded
-from services.common.oci import Reference, parse_reference
-from services.common.oci_client import RegistryClient
+from services.inputs.confine import redacted
+from services.inputs.git import ReadOptions, Repository
+from services.inputs.limits import InputLimits
+from services.inputs.load import Loaded
+from services.inputs.oci import artifact as oci_artifact
+from services.inputs.oci.client import RegistryClient
+from services.inputs.oci.reference import Reference, parse_reference
 from services.source.refs import resolve
 from services.source.specs import SourceSpec
 

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 
 import semantic_version
 
-from services.common.confine import ConfinementError, check_ref
-from services.common.oci import newest_matching
+from services.inputs.confine import ConfinementError, check_ref
+from services.inputs.oci.reference import newest_matching
 
 
 class RefError(ValueError):

@@ -18,7 +18,7 @@ good revision, and the failure is reported as a ``SourceStatus`` on
 ``driftbus.status.<cluster>.<bundle>.source`` (``driftbus status --bundle`` shows it). The
 source tries that commit again only when the ref moves (a broken commit stays broken); a fetch
 error is retried every interval. A repository is read within the input limits
-(``services.common.limits``, ``DRIFTBUS_MAX_*``) and confined (``services.common.confine``: no
+(``services.inputs.limits``, ``DRIFTBUS_MAX_*``) and confined (``services.inputs.confine``: no
 symbolic link out of it, kustomize remote bases only for a source the operator allowed them), so
 no repository can take the process — and every other source it follows — down with it.
 
@@ -42,12 +42,13 @@ from aiohttp import web
 from schemas.codec import encode
 from schemas.messages import BundleOptions, SourcePhase, SourceStatus
 from schemas.subjects import source_status_subject
-from services.common import bus, load
-from services.common.bundles import publish_bundle
-from services.common.limits import InputLimits
+from services.common import bus
 from services.common.settings import SettingsError
 from services.core.manifest import ManifestError
 from services.fleet.publish import publish_fleet
+from services.inputs import load
+from services.inputs.limits import InputLimits
+from services.revisions.publish import publish_bundle
 from services.source.origins import Origin, origin_of, short
 from services.source.refs import RefError
 from services.source.specs import SourceSettings, SourceSpec, SpecError, specs

@@ -13,14 +13,15 @@ from typing import Any
 import msgspec
 
 from schemas.fleet import OnLeave, RolloutSpec
-from services.common import bus, load
-from services.common.gitrepo import HelmOptions
-from services.common.oci import OciAccess, OciError, parse_reference
+from services.common import bus
 from services.common.settings import setting
 from services.core import kyaml
 from services.fleet import rollout_flags
 from services.fleet.publish import FleetError, check
 from services.fleet.rollout_flags import RolloutFlagError, RolloutSettings
+from services.inputs import load
+from services.inputs.git import HelmOptions
+from services.inputs.oci.reference import OciAccess, OciError, parse_reference
 from services.source.refs import RefError, RefRule
 
 

@@ -25,12 +25,13 @@ from schemas.codec import WireError, decode
 from schemas.decision import DecisionRecord
 from schemas.messages import AppliedEvent, Bundle, OutcomeEvent
 from schemas.subjects import ObjectKey, object_subject, split_bundle
-from services.common import bus, sops
-from services.common.bundles import BundleError, load_manifests, revisions
+from services.common import bus
 from services.core.diff import Change, Withheld, diff, mask_sensitive, project
 from services.core.ignore import pointers_of, with_rules, without
 from services.core.manifest import owned
 from services.core.sha import prune
+from services.inputs import sops
+from services.revisions.publish import BundleError, load_manifests, revisions
 from services.ui import accepted
 
 log = logging.getLogger("driftbus.ui")
@@ -120,7 +121,7 @@ class LiveReader:
         self.why_not = ""
 
     async def get(self, manifest: dict[str, Any], key: ObjectKey) -> dict[str, Any] | None:
-        from services.common.kube import KubeClient, KubeError, NotFound
+        from services.kube import KubeClient, KubeError, NotFound
 
         if self._kube is None:
             if not os.environ.get("KUBECONFIG") and not os.environ.get("KUBERNETES_SERVICE_HOST"):

@@ -30,10 +30,10 @@ from aiohttp.typedefs import Handler
 
 from schemas.fleet import ClusterRecord, ClusterRollout, RolloutPhase, RolloutState
 from schemas.subjects import SubjectError, decode_token, join_bundle, split_bundle
+from services.clusters.registry import members, records
+from services.clusters.selector import SelectorError
 from services.common import bus
-from services.core.selector import SelectorError
-from services.fleet.registry import members, records
-from services.fleet.steps import step_sets
+from services.fleet.rollout.steps import step_sets
 from services.ui import guard
 
 log = logging.getLogger("driftbus.ui")

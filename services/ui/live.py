@@ -23,8 +23,8 @@ from schemas.decision import DecisionRecord
 from schemas.messages import BundleStatus, ObjectStatus, ServerEvent
 from schemas.subjects import split_bundle
 from schemas.windows import WindowsFile
-from services.core import windows as sync_windows
 from services.ui import detail
+from services.windows import verdict as sync_windows
 
 DRIFT_REASONS = ("drift", "deleted")
 MAX_DRIFT_EVENTS = 200

@@ -47,13 +47,13 @@ from schemas.codec import WireError, decode
 from schemas.decision import DecisionRecord
 from schemas.messages import BundleStatus, ObjectStatus, ServerEvent
 from schemas.subjects import ObjectKey, family_filter, split_bundle
+from services.access.permissions import UI_INBOX
+from services.clusters.registry import RegistryView
 from services.common import bus
-from services.common.permissions import UI_INBOX
-from services.common.statuswatch import decode_status
-from services.core import windows as sync_windows
-from services.fleet.registry import RegistryView
+from services.revisions.watch import decode_status
 from services.ui import detail, fleet, guard
 from services.ui.live import HOUR, LiveState
+from services.windows import verdict as sync_windows
 
 log = logging.getLogger("driftbus.ui")
 T = TypeVar("T")

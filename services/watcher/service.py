@@ -10,12 +10,12 @@ import asyncio
 import dataclasses
 import logging
 
-from services.common import bus, members
-from services.common.kube import KubeClient
-from services.common.runtime import cluster_connections
+from services.clusters import members, registry
+from services.clusters.selector import parse_label_changes
+from services.common import bus
 from services.common.settings import replica_id
-from services.core.selector import parse_label_changes
-from services.fleet import registry
+from services.kube import KubeClient
+from services.runtime import cluster_connections
 from services.watcher.settings import WatcherSettings
 from services.watcher.watch import Watcher
 

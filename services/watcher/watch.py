@@ -30,13 +30,13 @@ from schemas.subjects import (
     object_subject,
 )
 from services.common import bus, telemetry
-from services.common.bundles import BundleError, load_manifests
-from services.common.kube import Gone, KubeClient, KubeError, NotFound, Resource
-from services.common.newest import publish_newest
+from services.common.bus.newest import publish_newest
 from services.core.health import ended, retiring
 from services.core.manifest import OWNER_LABEL, bundle_kinds, rv_int
 from services.core.scope import BUILTIN
 from services.core.sha import HashError
+from services.kube import Gone, KubeClient, KubeError, NotFound, Resource
+from services.revisions.publish import BundleError, load_manifests
 from services.watcher.facts import Change, Seen, change, fact_id, newer_than, tombstone
 from services.watcher.settings import WatcherSettings
 

@@ -12,8 +12,8 @@ import pytest
 from nats.aio.client import Client as NATS
 
 from harness.pipeline import FAST_HEARTBEATS, Pipeline
-from services.common.kube import KubeClient
 from services.controlplane import servers
+from services.kube import KubeClient
 
 from ..conftest import NAMESPACES_MADE, empty_namespace, kube_client, unique_name
 

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import msgspec
 from nats.aio.client import Client as NATS
+from services.kube.discovery import Resource
 
 from harness.fleet import clusters
 from harness.pipeline import DecisionLog, Pipeline
@@ -26,13 +27,12 @@ from schemas.fleet import RolloutEvent, RolloutState
 from schemas.messages import Bundle
 from schemas.subjects import bundle_subject, family_filter, rollout_key
 from services.common import bus
-from services.common.kube import KubeClient
-from services.common.kube.discovery import Resource
 from services.controlplane import servers
+from services.kube import KubeClient
 
 CM = Resource("", "v1", "ConfigMap", "configmaps", True)
 EXIT_FILE_HOOK = "DRIFTBUS_TEST_DRIVER_EXIT_FILE"
-"""The driver's test hook (``services.fleet.driver.EXIT_FILE_HOOK``)."""
+"""The driver's test hook (``services.fleet.driver.drive.EXIT_FILE_HOOK``)."""
 INTERVAL, TIMEOUT = 0.5, 3.0
 """Planner heartbeats (and so the rollout driver's lease): a take-over within a few seconds."""
 T = TypeVar("T")
@@ -89,7 +89,7 @@ class FleetStack:
         self.home = next(iter(self.sites.values())).pipeline
         self.exit_file = workdir / "driver-exit"
         """The driver's test hook: the lease holder kills itself after its next state write
-        that places anything, once, when this file exists (``services.fleet.driver``)."""
+        that places anything, once, when this file exists (``services.fleet.driver.drive``)."""
         self.home.planner_env[EXIT_FILE_HOOK] = str(self.exit_file)
 
     def start(self) -> None:

@@ -25,8 +25,8 @@ from schemas.codec import decode
 from schemas.messages import BundlePhase, BundleStatus, ObjectPhase, ObjectStatus
 from schemas.subjects import bundle_subject, encode_token
 from services.common import bus
-from services.common.bundles import store_manifests
-from services.common.kube import KubeClient, NotFound
+from services.kube import KubeClient, NotFound
+from services.revisions.publish import store_manifests
 
 from ..conftest import unique_name
 

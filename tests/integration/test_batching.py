@@ -13,8 +13,8 @@ from nats.js import JetStreamContext
 from nats.js import api as js_api
 
 from services.common import bus
+from services.common.bus.newest import Survivor, publish_newest
 from services.common.bus.streams import stream_configs
-from services.common.newest import Survivor, publish_newest
 
 from ..conftest import unique_name
 

@@ -17,10 +17,10 @@ import jsonschema
 from aiohttp import web
 from nats.aio.client import Client as NATS
 
-from services.cli import user
+from services.cli import reads as user
 from services.common import bus
-from services.common.kube import KubeClient
 from services.controlplane import servers
+from services.kube import KubeClient
 
 from ..gitrepo import git
 from ..loopback import serve_posts

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from nats.js import JetStreamContext
 
-from services.common.kube import KubeClient, NotFound
 from services.controlplane import servers
+from services.kube import KubeClient, NotFound
 
 from ..conftest import unique_name
 

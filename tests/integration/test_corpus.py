@@ -27,8 +27,8 @@ import pytest
 
 from harness.pipeline import FAST_HEARTBEATS, DecisionLog, Pipeline, StatusWatch, settle
 from schemas.messages import BundlePhase, BundleStatus
-from services.common.load import load_paths
 from services.controlplane import servers
+from services.inputs.load import load_paths
 
 from ..conftest import kube_client
 from .test_trust_cli import driftbus

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import yaml
 
-from services.common.kube import KubeClient
 from services.controlplane import assets
+from services.kube import KubeClient
 
 ROOT = Path(__file__).resolve().parents[2]
 WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection", "escalate", "bind", "*"}
@@ -67,8 +67,8 @@ def test_watcher_and_planner_cannot_write() -> None:
 def test_shipped_nats_configuration_is_generated_and_accepted_by_nats_server() -> None:
     """deploy/nats/ is what `driftbus nats-config` generates (so it cannot drift from the
     permission sets the security tests prove), and nats-server accepts it."""
+    from services.access import permissions
     from services.cli.security import server_conf
-    from services.common import permissions
 
     users = permissions.fleet(["in-cluster"], {"platform": ["in-cluster"]})
     auth = (ROOT / "deploy" / "nats" / "auth.conf").read_text()

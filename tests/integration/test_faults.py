@@ -30,9 +30,9 @@ from harness.pipeline import (
     writes_since,
 )
 from services.common import bus
-from services.common.kube import KubeClient, NotFound
 from services.controlplane import servers
 from services.core.manifest import OWNER_LABEL
+from services.kube import KubeClient, NotFound
 
 from ..conftest import unique_name
 from .test_scaling import configmaps

@@ -33,12 +33,13 @@ from schemas.subjects import (
     object_status_subject,
     rollout_event_subject,
 )
-from services.common import bus, policy
-from services.common.kube import KubeClient
-from services.common.members import STALE_AFTER, heartbeats, serving
-from services.core import tenancy
-from services.fleet import registry
+from services.clusters import registry
+from services.clusters.members import STALE_AFTER, heartbeats, serving
+from services.common import bus
 from services.fleet.publish import fleet_revisions, publish_fleet
+from services.kube import KubeClient
+from services.tenancy import policy as tenancy
+from services.tenancy import store as policy
 from tests.gitrepo import git
 
 from ..conftest import unique_name

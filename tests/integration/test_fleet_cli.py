@@ -17,9 +17,9 @@ import pytest
 
 from schemas.fleet import ClusterList, FleetStatus, RolloutHistory, RolloutPhase, RolloutSpec
 from schemas.messages import BundleOptions
-from services.common.kube import KubeClient
-from services.fleet import registry
+from services.clusters import registry
 from services.fleet.publish import fleet_revisions, publish_fleet
+from services.kube import KubeClient
 
 from ..conftest import unique_name
 from .fleet_site import FleetStack, driftbus, placed_revisions, rollout_state, until

@@ -22,9 +22,9 @@ from nats.aio.client import Client as NATS
 from harness.pipeline import DecisionLog, Pipeline, StatusWatch, settle
 from schemas.decision import DecisionAction
 from schemas.messages import BundlePhase
-from services.common import load
-from services.common.kube import KubeClient, NotFound
 from services.controlplane import assets
+from services.inputs import load
+from services.kube import KubeClient, NotFound
 
 from ..conftest import unique_name
 from .manifests import namespace_of

@@ -37,7 +37,7 @@ from schemas.codec import decode
 from schemas.messages import Bundle, BundleOptions, BundlePhase, BundleStatus, ObjectStoreRef
 from schemas.subjects import bundle_subject, encode_token
 from services.common import bus
-from services.common.bundles import BundleError, load_manifests, publish_bundle
+from services.revisions.publish import BundleError, load_manifests, publish_bundle
 
 pytestmark = [pytest.mark.reliability, pytest.mark.timeout(600)]
 

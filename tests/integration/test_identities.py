@@ -16,11 +16,11 @@ import pytest
 
 from harness.pipeline import DecisionLog, Pipeline, StatusWatch
 from schemas.messages import ObjectPhase
-from services.common import policy
-from services.common.kube import Forbidden, KubeClient
 from services.controlplane import servers
-from services.core import tenancy
-from services.core.tenant_rbac import impersonation_rbac
+from services.kube import Forbidden, KubeClient
+from services.tenancy import policy as tenancy
+from services.tenancy import store as policy
+from services.tenancy.rbac import impersonation_rbac
 
 from .test_deploy import rendered
 from .test_tenancy import cm, exists, team, tenant_namespace

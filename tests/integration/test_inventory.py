@@ -21,7 +21,7 @@ from harness.pipeline import DecisionLog, Pipeline, StatusWatch, settle
 from schemas.messages import BundlePhase
 from schemas.subjects import ObjectKey, object_subject
 from services.common import bus
-from services.common.kube import KubeClient
+from services.kube import KubeClient
 
 from ..conftest import unique_name
 from .manifests import crd

@@ -15,7 +15,7 @@ from nats.aio.client import Client as NATS
 
 from harness.pipeline import DecisionLog, Pipeline, StatusWatch, settle, write_counts, writes_since
 from schemas.messages import BundlePhase
-from services.common.kube import KubeClient
+from services.kube import KubeClient
 
 from ..conftest import unique_name
 from .test_cli import driftbus
@@ -420,7 +420,7 @@ async def test_a_real_install_split_into_its_crds_and_the_rest_applies_in_order(
     Its webhook configurations are left out: this API server is shared with the other tests of
     the worker and no Gatekeeper runs here, so they would refuse every Namespace written after
     (check-ignore-label fails closed). test_corpus applies them whole, to a cluster of its own."""
-    from services.common.load import load_paths
+    from services.inputs.load import load_paths
 
     loaded = load_paths([str(CORPUS / "gatekeeper")])
     webhooks = {"ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"}

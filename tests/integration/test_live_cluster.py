@@ -17,7 +17,7 @@ import pytest
 from nats.aio.client import Client as NATS
 
 from harness.pipeline import DecisionLog, Pipeline, StatusWatch, settle
-from services.common.kube import KubeClient, NotFound
+from services.kube import KubeClient, NotFound
 
 from ..conftest import unique_name
 from .manifests import namespace_of

@@ -9,7 +9,7 @@ from typing import Any
 from nats.aio.client import Client as NATS
 
 from harness.pipeline import Pipeline, StatusWatch
-from services.common.kube import KubeClient
+from services.kube import KubeClient
 
 
 async def test_adding_only_a_finalizer_is_applied(

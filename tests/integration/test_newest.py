@@ -1,5 +1,5 @@
 """Compare-and-publish against a real nats-server: a compacted stream keeps the newest fact of an
-object, not the last one published (``services/common/newest.py``).
+object, not the last one published (``services/common/bus/newest.py``).
 
 Why it matters is shown by ``tests/unit/test_decide_properties.py``: a restarted planner believes
 the one fact per object that SERVER and APPLIED keep, so a lagging watcher's (or a slow
@@ -18,8 +18,8 @@ from schemas.codec import decode
 from schemas.messages import Health, ServerEvent
 from schemas.subjects import ObjectKey, object_subject
 from services.common import bus
-from services.common.kube import KubeClient
-from services.common.newest import Survivor, publish_newest
+from services.common.bus.newest import Survivor, publish_newest
+from services.kube import KubeClient
 from services.watcher.facts import Seen
 from services.watcher.settings import WatcherSettings
 from services.watcher.watch import Watcher

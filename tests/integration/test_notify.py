@@ -38,10 +38,11 @@ from schemas.codec import encode
 from schemas.fleet import RolloutEvent, RolloutPhase
 from schemas.messages import BundleCounts, BundlePhase, BundleStatus
 from schemas.subjects import bundle_status_subject, rollout_event_subject
+from services.access import permissions
 from services.cli.main import build_parser
-from services.common import bus, permissions
-from services.common.kube import KubeClient
-from services.fleet import registry
+from services.clusters import registry
+from services.common import bus
+from services.kube import KubeClient
 from services.notify import config as notify_config
 from services.notify import service as notify_service
 from services.notify import store

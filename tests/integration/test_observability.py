@@ -13,8 +13,8 @@ import aiohttp
 from nats.aio.client import Client as NATS
 
 from harness.pipeline import Pipeline, StatusWatch
-from services.common.kube import KubeClient
 from services.controlplane import servers
+from services.kube import KubeClient
 
 from .test_scaling import configmaps
 from .waits import until_object

@@ -21,8 +21,10 @@ from nats.aio.client import Client as NATS
 
 from harness.pipeline import Pipeline, StatusWatch
 from schemas.messages import SourcePhase
-from services.common import binaries, oci, oci_client
-from services.common.kube import KubeClient
+from services.common import binaries
+from services.inputs.oci import client as oci_client
+from services.inputs.oci import reference as oci
+from services.kube import KubeClient
 
 from ..conftest import unique_name
 from .registry import Registry, TokenService

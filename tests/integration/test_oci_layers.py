@@ -23,8 +23,9 @@ from nats.aio.client import Client as NATS
 
 from harness.pipeline import Pipeline, StatusWatch
 from schemas.messages import SourcePhase
-from services.common import oci, oci_client
-from services.common.kube import KubeClient
+from services.inputs.oci import client as oci_client
+from services.inputs.oci import reference as oci
+from services.kube import KubeClient
 
 from ..conftest import unique_name
 from ..hostile_layers import HEADER_BYPASSES, link_chain, path_max_chain, tgz

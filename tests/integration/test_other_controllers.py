@@ -20,8 +20,8 @@ import pytest
 from nats.aio.client import Client as NATS
 
 from harness.pipeline import DecisionLog, Pipeline, StatusWatch, settle
-from services.common.kube import KubeClient, NotFound
 from services.core.ignore import parse_rule
+from services.kube import KubeClient, NotFound
 
 from ..conftest import unique_name
 from .test_trust_cli import driftbus

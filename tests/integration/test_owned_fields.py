@@ -27,11 +27,11 @@ from schemas.messages import ApplyIntent
 from schemas.subjects import ObjectKey
 from services.applier import verbs
 from services.common import binaries
-from services.common.kube import Conflict, KubeClient
 from services.controlplane import servers
 from services.core.ignore import owned_at, parse_rule
 from services.core.owned import field_set
 from services.core.sha import object_sha
+from services.kube import Conflict, KubeClient
 from services.planner.rule.revision import ignoring as ignored_manifest
 
 MERGE_PATCH = "application/merge-patch+json"

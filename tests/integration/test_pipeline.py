@@ -24,7 +24,7 @@ from harness.pipeline import (
     writes_since,
 )
 from schemas.messages import BundlePhase, ObjectPhase
-from services.common.kube import KubeClient, NotFound
+from services.kube import KubeClient, NotFound
 
 from ..conftest import unique_name
 

@@ -15,9 +15,9 @@ from nats.aio.client import Client as NATS
 
 from harness.pipeline import Pipeline
 from services.common import bus
-from services.common.gitrepo import HelmOptions, load_git
-from services.common.kube import KubeClient, NotFound
-from services.common.load import InputError, load_paths
+from services.inputs.git import HelmOptions, load_git
+from services.inputs.load import InputError, load_paths
+from services.kube import KubeClient, NotFound
 
 from ..conftest import unique_name
 from ..gitrepo import git

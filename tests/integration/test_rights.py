@@ -28,9 +28,9 @@ from nats.aio.client import Client as NATS
 from harness.pipeline import Pipeline, settle
 from schemas.decision import DecisionAction
 from schemas.messages import BundleOptions, BundlePhase, ObjectPhase
-from services.common.bundles import publish_bundle
-from services.common.kube import KubeClient, KubeError, NotFound
-from services.core import tenancy
+from services.kube import KubeClient, KubeError, NotFound
+from services.revisions.publish import publish_bundle
+from services.tenancy import policy as tenancy
 
 from ..conftest import unique_name
 from .test_cli import driftbus

@@ -15,7 +15,7 @@ from harness.pipeline import Pipeline, StatusWatch, until_planner_ready
 from schemas.codec import decode
 from schemas.messages import AppliedEvent
 from schemas.subjects import encode_token
-from services.common.kube import KubeClient
+from services.kube import KubeClient
 
 from ..conftest import unique_name
 
@@ -105,7 +105,7 @@ async def test_5000_object_bundle_goes_through_the_object_store(
     from schemas.messages import Bundle
     from schemas.subjects import bundle_subject
     from services.common import bus
-    from services.common.bundles import INLINE_LIMIT
+    from services.revisions.publish import INLINE_LIMIT
 
     n = 5000
     manifests = configmaps(namespace, n)

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from schemas.subjects import ObjectKey
-from services.common.kube import KubeClient, NotFound
 from services.controlplane import servers
 from services.core.scope import BUILTIN, Scopes, normalise
+from services.kube import KubeClient, NotFound
 
 from ..conftest import unique_name
 from .manifests import crd

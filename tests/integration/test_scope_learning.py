@@ -11,7 +11,7 @@ from nats.aio.client import Client as NATS
 
 from harness.pipeline import Pipeline, StatusWatch
 from schemas.messages import BundlePhase
-from services.common.kube import KubeClient
+from services.kube import KubeClient
 
 from ..conftest import unique_name
 from .manifests import crd

@@ -18,7 +18,7 @@ from nats.aio.client import Client as NATS
 
 from harness.pipeline import Pipeline, StatusWatch, settle
 from services.common import bus
-from services.common.kube import KubeClient
+from services.kube import KubeClient
 
 from .test_cli import driftbus
 

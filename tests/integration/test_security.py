@@ -21,7 +21,8 @@ from nats.js import api as js_api
 
 from harness.pipeline import Pipeline, StatusWatch
 from schemas.subjects import encode_token
-from services.common import bus, permissions
+from services.access import permissions
+from services.common import bus
 from services.controlplane import servers
 from services.controlplane.tls import Authority
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from services.common.kube import KubeClient, Resource
 from services.core.sha import canonical_bytes, object_sha
+from services.kube import KubeClient, Resource
 
 from ..conftest import unique_name
 

@@ -17,6 +17,7 @@ import nats
 import orjson
 import pytest
 from nats.aio.client import Client as NATS
+from services.kube.discovery import Resource
 
 from harness.fleet import Fleet
 from harness.pipeline import StatusWatch, settle, until_planner_ready, write_counts, writes_since
@@ -24,9 +25,8 @@ from schemas.codec import decode
 from schemas.messages import ApplyIntent, DeleteIntent, Intent, ObjectPhase
 from schemas.subjects import encode_token, object_subject
 from services.common.bus import Claim
-from services.common.kube import KubeClient
-from services.common.kube.discovery import Resource
 from services.controlplane import servers
+from services.kube import KubeClient
 
 from ..conftest import unique_name
 from .test_cli import driftbus

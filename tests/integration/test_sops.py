@@ -25,9 +25,9 @@ from nats.js.errors import NotFoundError
 
 from harness.pipeline import Pipeline, StatusWatch, settle, write_counts, writes_since
 from services.common import binaries
-from services.common.kube import KubeClient, NotFound
 from services.controlplane import servers
 from services.core.manifest import OWNER_LABEL
+from services.kube import KubeClient, NotFound
 
 from ..agekeys import age_key
 from .test_cli import driftbus

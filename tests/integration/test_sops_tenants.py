@@ -20,8 +20,8 @@ from nats.aio.client import Client as NATS
 
 from harness.pipeline import Pipeline, StatusWatch
 from schemas.messages import ObjectStatus
-from services.common import load
-from services.common.kube import KubeClient
+from services.inputs import load
+from services.kube import KubeClient
 
 from ..conftest import NAMESPACES_MADE, unique_name
 from .test_cli import driftbus

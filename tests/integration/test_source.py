@@ -11,8 +11,8 @@ from nats.aio.client import Client as NATS
 
 from harness.pipeline import Pipeline, StatusWatch, settle, write_counts, writes_since
 from schemas.messages import SourcePhase
-from services.common.kube import KubeClient
 from services.controlplane import servers
+from services.kube import KubeClient
 
 from ..conftest import unique_name
 from ..gitrepo import git

@@ -20,12 +20,13 @@ from harness.pipeline import DecisionLog, Pipeline, StatusWatch, settle
 from schemas.codec import encode
 from schemas.messages import Bundle, BundlePhase, ObjectPhase
 from schemas.subjects import bundle_subject
-from services.cli.plan import plan
-from services.common import bus, policy
-from services.common.kube import KubeClient, NotFound
-from services.common.load import Loaded, Manifest
-from services.core import tenancy
+from services.cli.plan.explain import plan
+from services.common import bus
 from services.core.manifest import ManifestError
+from services.inputs.load import Loaded, Manifest
+from services.kube import KubeClient, NotFound
+from services.tenancy import policy as tenancy
+from services.tenancy import store as policy
 
 from ..conftest import unique_name
 from .manifests import cm, secret

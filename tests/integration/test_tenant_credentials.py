@@ -41,10 +41,13 @@ from schemas.subjects import (
     tenant_status_filter,
 )
 from schemas.tenants import TenantCredentials
+from services.access import grants, permissions
 from services.cli import security
-from services.common import bus, grants, members, permissions, policy
-from services.common.bundles import INLINE_LIMIT, publish_bundle
+from services.clusters import members
+from services.common import bus
 from services.controlplane import assets
+from services.revisions.publish import INLINE_LIMIT, publish_bundle
+from services.tenancy import store as policy
 
 from .test_security import Secured, refused_publish, refused_subscribe
 

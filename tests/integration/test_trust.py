@@ -19,9 +19,9 @@ from harness.pipeline import Pipeline, StatusWatch, settle, write_counts, writes
 from schemas.codec import encode
 from schemas.messages import Bundle, BundlePhase, ObjectPhase
 from schemas.subjects import bundle_subject
-from services.cli.plan import plan
-from services.common.kube import KubeClient, NotFound
-from services.common.load import Loaded, Manifest
+from services.cli.plan.explain import plan
+from services.inputs.load import Loaded, Manifest
+from services.kube import KubeClient, NotFound
 
 from ..conftest import unique_name
 from .manifests import namespace_of

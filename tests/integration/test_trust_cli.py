@@ -38,7 +38,8 @@ from schemas.messages import (
     MemberHeartbeat,
 )
 from schemas.subjects import bundle_status_subject, bundle_subject, member_subject
-from services.common import bus, permissions
+from services.access import permissions
+from services.common import bus
 from services.controlplane import servers
 
 pytestmark = pytest.mark.integration

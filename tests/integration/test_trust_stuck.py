@@ -30,7 +30,7 @@ from nats.aio.msg import Msg
 from harness.pipeline import Pipeline, until_planner_ready
 from schemas.subjects import cluster_filter
 from services.common import bus
-from services.common.kube import KubeClient, NotFound
+from services.kube import KubeClient, NotFound
 
 from ..conftest import unique_name
 from .manifests import crd

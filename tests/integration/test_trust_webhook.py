@@ -18,7 +18,7 @@ from nats.aio.client import Client as NATS
 
 from harness.pipeline import Pipeline, StatusWatch
 from harness.webhook import AdmissionWebhook
-from services.common.kube import KubeClient, NotFound
+from services.kube import KubeClient, NotFound
 
 pytestmark = pytest.mark.reliability
 

@@ -14,8 +14,8 @@ import pytest
 from nats.aio.client import Client as NATS
 
 from harness.pipeline import Pipeline
-from services.common.kube import KubeClient
 from services.controlplane import servers
+from services.kube import KubeClient
 from services.ui.guard import TOKEN_ENV
 
 from .browser import Browser

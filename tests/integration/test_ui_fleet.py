@@ -37,9 +37,9 @@ from schemas.fleet import (
 )
 from schemas.messages import BundleCounts, BundlePhase, BundleStatus
 from schemas.subjects import bundle_status_subject, rollout_key
+from services.clusters import registry
 from services.common import bus
 from services.controlplane import servers
-from services.fleet import registry
 from services.ui.guard import TOKEN_ENV
 
 pytestmark = pytest.mark.integration

@@ -20,8 +20,8 @@ from nats.aio.client import Client as NATS
 
 from harness.pipeline import Pipeline, StatusWatch
 from schemas.messages import BundlePhase, ObjectPhase
-from services.common.kube import KubeClient
 from services.controlplane import servers
+from services.kube import KubeClient
 from services.ui.guard import TOKEN_ENV
 
 from ..conftest import unique_name

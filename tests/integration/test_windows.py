@@ -23,10 +23,10 @@ from nats.aio.client import Client as NATS
 from harness.pipeline import Pipeline, StatusWatch, settle, write_counts, writes_since
 from schemas.decision import DecisionAction
 from schemas.messages import BundlePhase
+from services.clusters import registry
 from services.common import bus
-from services.common.kube import KubeClient
 from services.controlplane import servers
-from services.fleet import registry
+from services.kube import KubeClient
 
 from ..conftest import unique_name
 from .fleet_site import until

@@ -6,8 +6,9 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from services.common.kube import KubeClient, NotFound
-from services.common.kube.discovery import Resource
+from services.kube.discovery import Resource
+
+from services.kube import KubeClient, NotFound
 
 
 async def until_object(

@@ -1,12 +1,11 @@
-"""Reading aggregated discovery (services/common/kube/discovery.py: ``aggregated_scopes``)."""
+"""Reading aggregated discovery (services/kube/discovery.py: ``aggregated_scopes``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
-
-from services.common.kube.discovery import aggregated_scopes
+from services.kube.discovery import aggregated_scopes
 
 
 def group(name: str, *versions: list[dict[str, Any]]) -> dict[str, Any]:

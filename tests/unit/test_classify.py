@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from nats.errors import TimeoutError as NatsTimeout
+from services.kube.errors import error_for
 
 from schemas.messages import ApplyIntent, DeleteIntent, Impersonation, ObjectPhase
 from schemas.subjects import ObjectKey
@@ -25,8 +26,7 @@ from services.applier.classify import (
     schedule,
 )
 from services.common.bus import BusError
-from services.common.kube import KubeError, Retryable
-from services.common.kube.errors import error_for
+from services.kube import KubeError, Retryable
 
 FAILED, CONFLICT = ObjectPhase.FAILED, ObjectPhase.CONFLICT
 WAITING, RETRYING = ObjectPhase.WAITING, ObjectPhase.RETRYING

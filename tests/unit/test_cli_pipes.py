@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from services.cli import upinfo
+from services.cli.up import info as upinfo
 
 VERBS = [["version"], ["--help"], ["assets"], ["publish", "--help"]]
 

@@ -20,9 +20,9 @@ import yaml
 from schemas.messages import BundleCounts, BundleStatus
 from schemas.messages import BundlePhase as P
 from schemas.subjects import ObjectKey
-from services.cli import context, lifecycle, objectref, output, progress
-from services.cli import plan_render as pr
-from services.cli.plan import PlanRow
+from services.cli import context, lifecycle, objectref, output, progress, table
+from services.cli.plan import render as pr
+from services.cli.plan.explain import PlanRow
 from services.core.diff import Change
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -465,7 +465,7 @@ def test_path_honours_xdg(tmp_path: Path, monkeypatch: Any, explicit: str | None
 )
 def test_age(ago: float | None, text: str) -> None:
     since = None if ago is None else NOW - dt.timedelta(seconds=ago)
-    assert lifecycle.age(since, NOW) == text
+    assert table.age(since, NOW) == text
 
 
 COLUMNS = ["bundle", "phase", "revision", "age", "ready", "notes"]

@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 
 from schemas.messages import Bundle, BundleOptions
-from services.common.load import load_paths
 from services.core.scope import Scopes
+from services.inputs.load import load_paths
 from services.planner.memory.cluster import ClusterState
 from services.planner.rule import decide, messages
 from services.planner.rule.decide import Applied, Desired, Entry, Event, Observed

@@ -10,7 +10,7 @@ real system holds, as the shells (``services/*/service.py``) handle it:
   order (compacted: a restarted planner sees only the last message of each), and the INTENTS
   work queue, which holds at most one intent per object (a newer one replaces it) and drops a
   publish whose ``Nats-Msg-Id`` it has seen within the dedupe window. A SERVER or APPLIED fact
-  lands only if it is newer than the one its stream keeps (``services/common/newest.py``: a
+  lands only if it is newer than the one its stream keeps (``services/common/bus/newest.py``: a
   compare-and-publish on the subject's last sequence);
 * two watchers: facts published in resourceVersion order, coalesced by a relist, and a lagging
   one that publishes an old state once its id has left the dedupe window;

@@ -1,4 +1,4 @@
-"""Which status a message of the STATUS stream carries (services/common/statuswatch.py:
+"""Which status a message of the STATUS stream carries (services/revisions/watch.py:
 ``decode_status``), as `status -f`, the status page and `publish --wait` read it."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from schemas.codec import encode
 from schemas.messages import BundleCounts, BundlePhase, BundleStatus, ObjectPhase, ObjectStatus
 from schemas.subjects import ObjectKey, bundle_status_subject, object_status_subject
-from services.common.statuswatch import decode_status
+from services.revisions.watch import decode_status
 
 
 def test_an_object_named_bundle_is_an_object_status() -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from schemas.bundle import Bundle
-from services.fleet.lease import holder_of, lease_token, lease_value
+from services.fleet.driver.lease import holder_of, lease_token, lease_value
 from services.planner.rule.revision import history_needed, in_force_of, republishable
 
 

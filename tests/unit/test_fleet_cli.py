@@ -26,9 +26,11 @@ from schemas.fleet import (
     RolloutState,
 )
 from schemas.messages import BundleCounts, BundlePhase, BundleStatus, MemberHeartbeat
-from services.cli import clusters, fleet, lifecycle, rollout
+from services.cli import lifecycle
+from services.cli.fleet import clusters, rollout
+from services.cli.fleet import publish as fleet
+from services.cli.fleet.rollout import RolloutError
 from services.cli.main import build_parser
-from services.cli.rollout import RolloutError
 
 NOW = dt.datetime(2026, 11, 26, 12, 0, tzinfo=dt.UTC)
 FLEET = {"canary": {"env": "canary"}, "prod-a": {"env": "prod"}, "prod-b": {"env": "prod"}}

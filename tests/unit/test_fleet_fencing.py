@@ -18,11 +18,11 @@ from schemas.codec import decode, encode
 from schemas.fleet import Placement, RolloutState
 from schemas.tenants import TenantCredentials
 from services.cli.main import main
-from services.core.tenant_clusters import credentials_refusal
-from services.fleet.lease import Lease, LeaseLost
-from services.fleet.placing import Placer
-from services.fleet.steps import Place
+from services.fleet.driver.lease import Lease, LeaseLost
+from services.fleet.driver.placing import Placer
+from services.fleet.rollout.steps import Place
 from services.planner.rule.revision import fenced
+from services.tenancy.clusters import credentials_refusal
 
 
 def placement(token: int, *, fleet: bool = True, bundle: str = "web") -> Bundle:

@@ -47,16 +47,18 @@ from schemas.subjects import (
 )
 from schemas.tenants import Tenant, TenantPolicy
 from services.applier import report
-from services.cli import follow, shards
-from services.common import bundles, members, policy
+from services.cli.status import follow, shards
+from services.clusters import members
 from services.common.bus import SHARDS_BUCKET, ObjectError, claim_holder
 from services.common.bus.objects import parse_meta
-from services.common.statuswatch import decode_status
-from services.core import tenancy
 from services.core.manifest import bundle_kinds
-from services.core.tenancy import PolicyError
 from services.planner.rule import messages
 from services.planner.rule.decide import DELETE_INFLIGHT, Entry
+from services.revisions import publish as bundles
+from services.revisions.watch import decode_status
+from services.tenancy import policy as tenancy
+from services.tenancy import store as policy
+from services.tenancy.policy import PolicyError
 from services.ui.server import StatusPage
 from services.watcher import facts as watcher_facts
 from tests.fuzzing import DEADLINE, examples
@@ -150,7 +152,7 @@ FOUND = [
         RecursionError,
         "maximum recursion depth",
         b"[" + b"[" * 5000 + b"]" * 5000 + b"]",
-        "services/common/bundles.py: load_manifests lets msgspec's RecursionError out (planner, "
+        "services/revisions/publish.py: load_manifests lets msgspec's RecursionError out (planner, "
         "watcher and page catch BundleError); catch it there as BundleError",
     ),
     Found(
@@ -158,7 +160,7 @@ FOUND = [
         orjson.JSONDecodeError,
         "not valid UTF-8",
         b'[{"a":"\xff"}]',
-        "services/common/bundles.py: StoredManifests decodes each element on read with orjson, "
+        "services/revisions/publish.py: StoredManifests decodes each element on read with orjson, "
         "whose JSONDecodeError (invalid UTF-8, nesting over 1024) reaches the watcher's "
         "bundle_kinds uncaught; raise BundleError from the element read (or validate at load)",
     ),
@@ -167,7 +169,7 @@ FOUND = [
         UnicodeEncodeError,
         "surrogates not allowed",
         '{"lockdown": true, "\\ud83d\\ude00": 1}',  # json.dumps's escapes of an emoji
-        "services/core/tenancy.py: load_policy's msgspec.convert raises UnicodeEncodeError on a "
+        "services/tenancy/policy.py: load_policy's msgspec.convert raises UnicodeEncodeError on a "
         "string with a lone surrogate (YAML's \\uD83D escapes are not paired); catch it there "
         "as PolicyError, naming the key",
     ),
@@ -176,7 +178,7 @@ FOUND = [
         UnicodeEncodeError,
         "surrogates not allowed",
         '{"tenants": {"a": {"serviceAccount": "a/b", "clusters": ["\\ud800\\udc00"]}}}',
-        "services/core/tenancy.py: load_policy accepts a value with surrogates where nothing "
+        "services/tenancy/policy.py: load_policy accepts a value with surrogates where nothing "
         "checks its characters (a clusters glob); dump_policy, which `driftbus tenants apply` "
         "stores it with, then raises UnicodeEncodeError; refuse any string with a surrogate in "
         "load_policy (text.encode('utf-8') after YAML's escapes) as PolicyError",
@@ -195,8 +197,9 @@ FOUND = [
         TypeError,
         "argument must be str",
         b'{"planner":"p","at":5}',
-        "services/cli/user.py shards(): fromisoformat(non-str), a naive 'at' subtracted from an "
-        "aware now, and a non-list 'clusters' raise TypeError; add TypeError to its except and "
+        "services/cli/reads.py shards(): fromisoformat(non-str), a naive 'at' subtracted "
+        "from an aware now, and a non-list 'clusters' raise TypeError; add TypeError to its "
+        "except and "
         "treat a naive time as unreadable",
     ),
 ]

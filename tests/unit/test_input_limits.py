@@ -22,9 +22,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from services.common.confine import ConfinementError, check_kustomization, check_ref
-from services.common.limits import InputLimits, LimitError, measure
-from services.common.load import InputError, load_paths
+from services.inputs.confine import ConfinementError, check_kustomization, check_ref
+from services.inputs.limits import InputLimits, LimitError, measure
+from services.inputs.load import InputError, load_paths
 from tests.fuzzing import examples
 
 CM = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  namespace: ns\n"
@@ -408,7 +408,7 @@ def test_fuzz_tarballs_never_crash_the_loader(tmp_path: Path, data: bytes) -> No
 
 
 def test_git_fetch_errors_do_not_show_credentials(tmp_path: Path) -> None:
-    from services.common.gitrepo import Repository
+    from services.inputs.git import Repository
     from tests.gitrepo import git
 
     origin = tmp_path / "origin"
@@ -434,6 +434,6 @@ def test_git_fetch_errors_do_not_show_credentials(tmp_path: Path) -> None:
     ],
 )
 def test_credentials_are_cut_from_tool_output(text: str, shown: str) -> None:
-    from services.common.confine import redact_text
+    from services.inputs.confine import redact_text
 
     assert redact_text(text) == shown

@@ -43,7 +43,7 @@ def test_a_kubeconfig_is_read_without_importing_the_api_models(tmp_path: Path) -
     out = _run(
         f"""
         import asyncio, sys
-        from services.common.kube import KubeClient
+        from services.kube import KubeClient
 
         async def main():
             client = await KubeClient.from_kubeconfig({str(path)!r})
@@ -65,7 +65,7 @@ def test_the_library_whole_still_imports_after_the_loaders(tmp_path: Path) -> No
     out = _run(
         f"""
         import asyncio
-        from services.common.kube import credentials
+        from services.kube import credentials
         from kubernetes_asyncio.client import ApiClient
 
         async def main():

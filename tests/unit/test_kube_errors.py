@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from services.common.kube.errors import (
+from services.kube.errors import (
     Conflict,
     Forbidden,
     Gone,

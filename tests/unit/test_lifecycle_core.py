@@ -21,7 +21,7 @@ from schemas.subjects import (
     tenant_control_filter,
     tenant_rollback_filter,
 )
-from services.common import permissions
+from services.access import permissions
 from services.core.manifest import ManifestError
 from services.planner.rule import holds
 from services.planner.rule.decide import (

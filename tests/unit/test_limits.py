@@ -8,11 +8,11 @@ import pytest
 
 from schemas.messages import Bundle, BundleOptions, BundlePhase, Impersonation
 from schemas.subjects import ObjectKey
-from services.core import tenancy
 from services.core.scope import Scopes, UnknownScope
 from services.planner.rule import limits
 from services.planner.rule.takeover import may_take
 from services.planner.status.phase import Tally, bundle_phase
+from services.tenancy import policy as tenancy
 
 POLICY = tenancy.load_policy(
     """

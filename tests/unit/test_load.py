@@ -11,9 +11,9 @@ import pytest
 from schemas.messages import BundleOptions
 from services.cli import main as cli
 from services.cli import publish
-from services.common import load
-from services.common.gitrepo import load_git
-from services.common.load import InputError, load_paths
+from services.inputs import load
+from services.inputs.git import load_git
+from services.inputs.load import InputError, load_paths
 from tests.gitrepo import git
 
 CM = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  namespace: ns\n"

@@ -8,7 +8,7 @@ from typing import Literal
 import pytest
 
 from schemas.messages import MemberHeartbeat
-from services.common.members import STALE_AFTER, serving, watcher_synced
+from services.clusters.members import STALE_AFTER, serving, watcher_synced
 
 NOW = dt.datetime(2025, 6, 1, 12, 0, 0, tzinfo=dt.UTC)
 

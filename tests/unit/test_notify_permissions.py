@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from services.common import bus, grants, permissions
+from services.access import grants, permissions
+from services.common import bus
 from tests.unit.test_tenant_permissions import may_publish, may_subscribe
 
 JS = "$JS.API"

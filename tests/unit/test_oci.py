@@ -1,5 +1,5 @@
 """OCI references, semver over tags, credentials, and the artifact tarball: what is read, what is
-refused (services/common/oci.py, oci_artifact.py)."""
+refused (services/inputs/oci/reference.py, oci_artifact.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from services.common.limits import InputLimits
-from services.common.oci import (
+from services.inputs.limits import InputLimits
+from services.inputs.oci.artifact import pack, unpack
+from services.inputs.oci.auth import parse_challenge
+from services.inputs.oci.reference import (
     Credentials,
     OciAccess,
     OciAuthError,
@@ -23,8 +25,6 @@ from services.common.oci import (
     newest_matching,
     parse_reference,
 )
-from services.common.oci_artifact import pack, unpack
-from services.common.oci_auth import parse_challenge
 
 DIGEST = "sha256:" + "ab" * 32
 

@@ -10,8 +10,8 @@ import pytest
 from services.cli import push
 from services.cli.inputs import load_manifests
 from services.cli.main import build_parser
-from services.common.documents import InputError
-from services.common.oci import OciAccess, OciError
+from services.inputs.documents import InputError
+from services.inputs.oci.reference import OciAccess, OciError
 from services.source.origins import OciOrigin, short
 from services.source.specs import SourceSettings, SpecError, specs
 

@@ -1,4 +1,4 @@
-"""The one bounded reader of an OCI layer (services/common/oci_tar.py, issue 41 items 2 and 3):
+"""The one bounded reader of an OCI layer (services/inputs/oci/tar.py, issue 41 items 2 and 3):
 what real tools write is read, links and every header trick are refused naming the member,
 before anything is written, within bounded memory."""
 
@@ -16,10 +16,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.common import oci_tar
-from services.common.limits import InputLimits
-from services.common.oci import OciError
-from services.common.oci_artifact import unpack
+from services.inputs.limits import InputLimits
+from services.inputs.oci import tar as oci_tar
+from services.inputs.oci.artifact import unpack
+from services.inputs.oci.reference import OciError
 
 from ..fuzzing import DEADLINE, examples
 from ..hostile_layers import HEADER_BYPASSES, link_chain, path_max_chain, tar, tgz

@@ -14,7 +14,7 @@ import pytest
 
 from schemas.messages import AppliedEvent, ObjectPhase, OutcomeEvent, ServerEvent
 from schemas.subjects import ObjectKey
-from services.cli.plan import decide_republish
+from services.cli.plan.explain import decide_republish
 from services.core.sha import manifest_sha
 from services.planner.rule import facts
 from services.planner.rule.decide import Decision, Desired, Entry, Removed, step

@@ -9,7 +9,7 @@ import pytest
 from nats.aio.msg import Msg
 
 from schemas.fleet import ClusterRecord
-from services.fleet.registry import KV_PREFIX, RegistryView, labels_in, members
+from services.clusters.registry import KV_PREFIX, RegistryView, labels_in, members
 
 RECORDS = {
     "canary": ClusterRecord(name="canary", labels={"env": "canary", "region": "eu"}),

@@ -20,10 +20,10 @@ import orjson
 import pytest
 from aiohttp import web
 
-from services.common.limits import InputLimits
-from services.common.oci import OciError
-from services.common.oci_artifact import unpack
-from services.core import windows as sync_windows
+from services.inputs.limits import InputLimits
+from services.inputs.oci.artifact import unpack
+from services.inputs.oci.reference import OciError
+from services.windows import verdict as sync_windows
 
 from ..loopback import serve_posts
 
@@ -256,9 +256,9 @@ def test_a_new_revision_does_not_delete_a_kept_or_namespace_hook(manifest: dict)
 async def test_a_manifest_of_the_wrong_shape_is_an_oci_error(
     tmp_path: Path, layers: object
 ) -> None:
-    from services.common import oci_artifact
-    from services.common.oci import FLUX_CONFIG, OCI_MANIFEST, Reference
-    from services.common.oci_client import Fetched
+    from services.inputs.oci import artifact as oci_artifact
+    from services.inputs.oci.client import Fetched
+    from services.inputs.oci.reference import FLUX_CONFIG, OCI_MANIFEST, Reference
 
     for layer in layers if isinstance(layers, list) else ():
         layer["digest"] = "sha256:" + "b" * 64

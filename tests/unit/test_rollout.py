@@ -1,4 +1,5 @@
-"""The rollout rule (services/fleet/rollout.py), tick by tick: docs/fleet.md's state table."""
+"""The rollout rule (services/fleet/rollout/engine.py), tick by tick: docs/fleet.md's state
+table."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ from hypothesis import strategies as st
 
 from schemas.fleet import ClusterRollout, Placement, RolloutPhase, RolloutSpec, RolloutState
 from schemas.messages import BundlePhase
-from services.core.selector import SelectorError
-from services.fleet import rollout
-from services.fleet.steps import Observed, Place, Remove, SpecError, check_steps, step_sets
+from services.clusters.selector import SelectorError
+from services.fleet.rollout import engine as rollout
+from services.fleet.rollout.steps import Observed, Place, Remove, SpecError, check_steps, step_sets
 from tests.fuzzing import examples
 from tests.unit.test_fuzz_decoders import mutated
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.core.selector import (
+from services.clusters.selector import (
     MAX_REQUIREMENTS,
     MAX_SELECTOR_CHARS,
     LabelError,

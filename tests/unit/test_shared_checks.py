@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 
 from schemas.messages import Bundle, BundleOptions, IgnoreRule
-from services.common import load
-from services.common.bundles import publish_bundle
-from services.common.documents import Loaded
 from services.core.manifest import ManifestError, check_not_empty
 from services.core.scope import Scopes, group_kind
 from services.core.sha import manifest_sha
+from services.inputs import load
+from services.inputs.documents import Loaded
 from services.planner.rule.revision import checked_object, checked_revision
+from services.revisions.publish import publish_bundle
 
 
 def _cm(name: str, namespace: str | None = None) -> dict[str, Any]:

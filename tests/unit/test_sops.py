@@ -1,4 +1,4 @@
-"""SOPS documents (services/common/sops.py, load.py): accepted encrypted, refused when driftbus
+"""SOPS documents (services/inputs/sops.py, load.py): accepted encrypted, refused when driftbus
 could not key them, and decrypted by the real ``sops`` (built from its pinned module) only
 from the manifest the applier receives — after the planner owned it. The binding to the namespace
 and name, per-tenant keys and other key groups: ``test_sops_binding.py``."""
@@ -15,9 +15,10 @@ import orjson
 import pytest
 
 from services.applier.decrypt import Decryptor, Keys
-from services.common import binaries, load, sops
+from services.common import binaries
 from services.core.manifest import OWNER_LABEL, TENANT_LABEL, owned
 from services.core.scope import Scopes, normalise
+from services.inputs import load, sops
 
 from ..agekeys import age_key
 

@@ -14,9 +14,9 @@ import pytest
 
 from services.applier.decrypt import Decryptor, Keys
 from services.applier.service import check_key_file
-from services.common import sops
 from services.common.settings import SettingsError
-from services.common.sops import SopsError
+from services.inputs import sops
+from services.inputs.sops import SopsError
 
 from ..agekeys import age_key
 from .test_sops import MARKER, SECRET, as_planned, encrypt, loaded

@@ -14,9 +14,9 @@ import pytest
 
 from schemas.fleet import RolloutSpec
 from services.cli.main import build_parser
-from services.common.gitrepo import Repository, _in_repository, redacted
 from services.common.settings import add_arguments, load
 from services.fleet.rollout_flags import RolloutSettings
+from services.inputs.git import Repository, _in_repository, redacted
 from services.source.refs import RefError, RefRule, Resolved, resolve
 from services.source.service import Follower, _proven
 from services.source.specs import SourceSettings, SpecError, specs

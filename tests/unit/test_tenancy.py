@@ -1,5 +1,6 @@
 """The tenant policy (issue 20): reading the tenants file, refusing bundles and objects outside a
-tenant's limits, and the identity a tenant's requests impersonate (``services/core/tenancy.py``)."""
+tenant's limits, and the identity a tenant's requests impersonate
+(``services/tenancy/policy.py``)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 from schemas.subjects import ObjectKey
 from schemas.tenants import KindRules, Rights, Tenant, TenantPolicy
 from services.core.kyaml import documents
-from services.core.tenancy import (
+from services.tenancy.policy import (
     Identity,
     PolicyError,
     bundle_refusal,
@@ -29,7 +30,7 @@ from services.core.tenancy import (
     object_refusals,
     tenant_of,
 )
-from services.core.tenant_rbac import exposed_accounts
+from services.tenancy.rbac import exposed_accounts
 
 ROOT = Path(__file__).parents[2]
 EXAMPLE = """\

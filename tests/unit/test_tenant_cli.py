@@ -69,7 +69,7 @@ def test_rbac_of_no_tenants_prints_no_objects(
 def test_the_policy_table_lists_namespaces_plainly(capsys: pytest.CaptureFixture[str]) -> None:
     """The namespaces cell read `('team-a', 'team-a-*')` (a tuple's repr) on a new user's try."""
     from services.cli.tenants import show
-    from services.core import tenancy
+    from services.tenancy import policy as tenancy
 
     text = "tenants:\n  team-a:\n    serviceAccount: team-a/d\n    namespaces: [team-a, team-a-*]\n"
     show(tenancy.load_policy(text, "t.yaml"), "table")

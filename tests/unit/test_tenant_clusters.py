@@ -1,6 +1,6 @@
 """Which clusters a tenant may use (issue 31): its ``clusters`` globs and its ``clusterSelector``
 over the cluster registry's labels must both admit a cluster; platform bundles go anywhere unless
-the policy is in lockdown (``services/core/tenant_clusters.py``). Parsing ``clusterSelector`` is
+the policy is in lockdown (``services/tenancy/clusters.py``). Parsing ``clusterSelector`` is
 in tests/unit/test_tenancy.py with the rest of the file."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from schemas.tenants import Tenant, TenantPolicy
-from services.core.tenancy import bundle_refusal, load_policy
-from services.core.tenant_clusters import NOT_READ, cluster_refusal, selector_problem
+from services.tenancy.clusters import NOT_READ, cluster_refusal, selector_problem
+from services.tenancy.policy import bundle_refusal, load_policy
 
 P = pytest.param
 DEV = {"env": "dev", "region": "eu"}

@@ -30,8 +30,9 @@ from schemas.subjects import (
     source_status_subject,
     tenant_status_filter,
 )
+from services.access import grants, permissions
 from services.cli import security
-from services.common import bus, grants, permissions
+from services.common import bus
 from tests.unit.test_subjects import TEAM_A_BUNDLES, _matches
 
 KEY = ObjectKey("apps", "Deployment", "ns", "web")

@@ -1,4 +1,4 @@
-"""The applier's impersonation RBAC generated from a tenant policy (services/core/tenant_rbac.py):
+"""The applier's impersonation RBAC generated from a tenant policy (services/tenancy/rbac.py):
 exactly the ServiceAccounts named, in their own namespaces; and deploy/tenants/ is its output."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from services.core import tenancy
-from services.core.tenant_rbac import (
+from services.tenancy import policy as tenancy
+from services.tenancy.rbac import (
     ROLE,
     exposed_accounts,
     impersonation_rbac,

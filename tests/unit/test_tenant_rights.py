@@ -1,4 +1,4 @@
-"""Rights a tenant's policy grants (services/core/tenant_rights.py): ``--override-window`` and
+"""Rights a tenant's policy grants (services/tenancy/rights.py): ``--override-window`` and
 the platform's commit statuses on a repository, none unless granted; a platform bundle keeps
 both; and what ``driftbus notify`` makes of them (``match.platform_token_refusal``)."""
 
@@ -13,10 +13,10 @@ import pytest
 
 from schemas.notify import EventKind, Provider, ProviderType
 from schemas.tenants import Rights, Tenant, TenantPolicy
-from services.core import tenancy
-from services.core.tenant_rights import commit_status_refusal, override_refusal
 from services.notify.events import Event
 from services.notify.match import platform_token_refusal
+from services.tenancy import policy as tenancy
+from services.tenancy.rights import commit_status_refusal, override_refusal
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 

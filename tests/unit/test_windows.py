@@ -1,5 +1,5 @@
 """Sync windows (issue 34): reading the windows file, and whether a bundle's writes are held now
-and until when (``services/core/windows.py``), time zones and DST included."""
+and until when (``services/windows/verdict.py``), time zones and DST included."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import datetime as dt
 import pytest
 
 from schemas.windows import SyncWindow, WindowsFile
-from services.core import windows as w
-from services.core.window import Window
+from services.windows import verdict as w
+from services.windows.spec import Window
 
 UTC = dt.UTC
 

@@ -17,13 +17,13 @@ from schemas.messages import Bundle, BundlePhase, BundleStatus
 from schemas.subjects import ObjectKey
 from schemas.windows import SyncWindow, WindowsFile
 from services.cli import windows as cli_windows
-from services.core import windows as w
 from services.planner.memory.cluster import ClusterState
 from services.planner.rule.decide import Decision, Entry
 from services.planner.rule.revision import BundleView
 from services.planner.status.ledger import Ledger
 from services.planner.status.report import bundle_status
 from services.ui.live import LiveState
+from services.windows import verdict as w
 
 KEY = ObjectKey("", "ConfigMap", "ns", "a")
 M = hashlib.sha256(b"m").digest()

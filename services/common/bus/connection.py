@@ -16,6 +16,7 @@ from schemas.subjects import encode_token
 from services.common.bus import objects
 from services.common.bus.streams import BusError
 from services.common.settings import setting
+from services.core import manifest
 
 log = logging.getLogger("driftbus.bus")
 
@@ -42,11 +43,11 @@ class NatsSettings:
     nats_cert: str = setting("", "client certificate for mutual TLS with NATS")
     nats_key: str = setting("", "private key of --nats-cert")
     bundle_max_bytes: int = setting(
-        objects.DEFAULT_BUNDLE_MAX_BYTES,
+        manifest.DEFAULT_BUNDLE_MAX_BYTES,
         "most bytes of stored manifests (JSON) one bundle may have: a bigger Object Store "
         "reference is refused before it is fetched, a stored object holding more is refused as "
         "soon as the bytes read pass it; the same limit refuses a publish",
-        env=objects.BUNDLE_LIMIT_SETTING,
+        env=manifest.BUNDLE_LIMIT_SETTING,
     )
     object_store_max_bytes: int = setting(
         objects.DEFAULT_STORE_MAX_BYTES,

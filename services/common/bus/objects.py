@@ -30,17 +30,15 @@ from nats.js import JetStreamContext
 from nats.js import api as js_api
 from nats.js.errors import APIError, BucketNotFoundError, NotFoundError
 
+from services.core.manifest import BUNDLE_LIMIT_SETTING, DEFAULT_BUNDLE_MAX_BYTES
+
 MIB: Final = 1024 * 1024
-DEFAULT_BUNDLE_MAX_BYTES: Final = 64 * MIB
-"""The stored manifests of one bundle (their JSON): 100 times the largest install set of the
-corpus (argo-cd, 59 objects: 633,660 bytes of JSON), and a 100,000-object bundle fits."""
 DEFAULT_STORE_MAX_BYTES: Final = 4 * 1024 * MIB
 """The whole Object Store bucket: sixty-four bundles at their limit."""
 CHUNK_MAX: Final = 256 * 1024
 """Largest message the bucket takes, so largest chunk (nats-py writes 128 KiB chunks)."""
 MIN_AVERAGE_CHUNK: Final = 4096
 """An object in smaller chunks than this on average is refused: each chunk is one request."""
-BUNDLE_LIMIT_SETTING: Final = "DRIFTBUS_BUNDLE_MAX_BYTES"
 _DIGEST_PREFIX: Final = "SHA-256="
 
 

@@ -18,15 +18,15 @@ from typing import Any
 from schemas.decision import DecisionAction, DecisionReason
 from schemas.messages import BundlePhase, Impersonation
 from schemas.tenants import TenantPolicy
-from services.core import windows as sync_windows
 from services.core.scope import Scopes
-from services.core.window import Window
 from services.planner.memory.object_details import Details
 from services.planner.memory.store import EntryStore
 from services.planner.rule import holds, limits, prune
 from services.planner.rule.decide import Decision, Entry, Removed
 from services.planner.rule.entry import Slot
 from services.planner.rule.revision import BundleView
+from services.windows import verdict as sync_windows
+from services.windows.spec import Window
 
 
 @dataclasses.dataclass(eq=False)

@@ -1,5 +1,5 @@
 """Why a bundle's writes wait (pure): it is suspended, a sync window holds them (a deny window
-is open, or allow windows name it and none is: ``services/core/windows.py``, docs/windows.md),
+is open, or allow windows name it and none is: ``services/windows/verdict.py``, docs/windows.md),
 or a bundle it depends on is not Ready — in that order.
 
 A held bundle is still planned: every fact is folded and every revision taken in, so its
@@ -21,7 +21,7 @@ from schemas.decision import DecisionReason
 from schemas.messages import BundlePhase
 from schemas.subjects import join_bundle, split_bundle
 from services.core.manifest import ManifestError, check_bundle_name
-from services.core.windows import Block
+from services.windows.verdict import Block
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

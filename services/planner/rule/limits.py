@@ -4,7 +4,7 @@ and who its writes are made as.
 The planner calls ``check`` on every revision before any intent, and ``outside`` on the revisions
 in force when the policy changes (what is newly outside is reported, never pruned); ``driftbus
 plan`` calls ``check`` too, so a refusal is seen before anything is published. The rules
-themselves are ``services.core.tenancy``'s.
+themselves are ``services.tenancy.policy``'s.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ import msgspec
 from schemas.messages import Bundle, Impersonation
 from schemas.subjects import ObjectKey
 from schemas.tenants import TenantPolicy
-from services.core import tenancy
 from services.core.manifest import ManifestError
 from services.core.scope import Scopes, UnknownScope
-from services.core.tenant_clusters import NOT_READ, Labels
-from services.core.tenant_rights import override_refusal
+from services.tenancy import policy as tenancy
+from services.tenancy.clusters import NOT_READ, Labels
+from services.tenancy.rights import override_refusal
 
 MAX_NAMED = 10
 """Objects named in one refusal message (the count says how many there are)."""

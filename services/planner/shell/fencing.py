@@ -25,7 +25,7 @@ from schemas.codec import WireError, decode
 from schemas.messages import Bundle
 from schemas.subjects import ROLLOUT_DRIVER_KEY
 from services.common import bus
-from services.fleet.lease import lease_token
+from services.fleet.driver.lease import lease_token
 from services.planner.memory.cluster import ClusterState
 from services.planner.rule.revision import history_needed, in_force_of, republishable
 

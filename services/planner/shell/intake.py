@@ -32,10 +32,8 @@ from schemas.messages import (
 from schemas.subjects import SubjectError, bundle_status_subject, parse_subject
 from schemas.tenants import TenantPolicy
 from services.common import bus, heap
-from services.common.bundles import BundleError, load_manifests
 from services.core.manifest import ManifestError, apply_order, check_bundle_name
 from services.core.scope import UnknownScope
-from services.core.tenant_rights import override_refusal
 from services.planner.memory.cluster import ClusterState
 from services.planner.memory.codebook import Codebook
 from services.planner.rule import holds, limits, messages, takeover
@@ -46,6 +44,8 @@ from services.planner.shell.fencing import PlacementFence
 from services.planner.shell.sending import pace
 from services.planner.shell.status_board import StatusBoard
 from services.planner.status.report import refused_status
+from services.revisions.publish import BundleError, load_manifests
+from services.tenancy.rights import override_refusal
 
 log = logging.getLogger("driftbus.planner")
 

@@ -28,11 +28,9 @@ from schemas.messages import (
     ServerEvent,
 )
 from schemas.subjects import SubjectError, cluster_filter, parse_subject
-from services.common import bus, policy, telemetry
-from services.core import windows as sync_windows
+from services.clusters import registry
+from services.common import bus, telemetry
 from services.core.manifest import apply_order
-from services.core.tenancy import PolicyError
-from services.fleet import registry
 from services.planner.memory.cluster import ClusterState
 from services.planner.rule import facts
 from services.planner.rule.decide import (
@@ -47,6 +45,9 @@ from services.planner.shell.periodic import Duties
 from services.planner.shell.rollback import RollbackDesk
 from services.planner.shell.sending import Decisions, pace
 from services.planner.shell.status_board import StatusBoard
+from services.tenancy import store as policy
+from services.tenancy.policy import PolicyError
+from services.windows import verdict as sync_windows
 
 log = logging.getLogger("driftbus.planner")
 

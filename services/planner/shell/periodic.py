@@ -18,7 +18,8 @@ from typing import Any
 
 from schemas.messages import BundlePhase
 from schemas.subjects import object_subject
-from services.common import bus, members
+from services.clusters import members
+from services.common import bus
 from services.planner.memory.cluster import ClusterState
 from services.planner.rule import messages
 from services.planner.rule.decide import Resend, Working

@@ -19,8 +19,8 @@ from schemas.codec import WireError, decode, encode
 from schemas.messages import Bundle, RollbackAnswer, RollbackRequest
 from schemas.subjects import SubjectError, cluster_filter, parse_subject
 from services.common import bus
-from services.common.bundles import publish_bundle, revisions
 from services.planner.memory.cluster import ClusterState
+from services.revisions.publish import publish_bundle, revisions
 
 log = logging.getLogger("driftbus.planner")
 QUEUE = "driftbus-planner"

@@ -1,0 +1,10 @@
+"""The rollout driver, run in every planner replica: the lease holder takes every rollout a
+tick further.
+
+- ``drive`` — the driver's loop.
+- ``lease`` — its lease: one process at a time drives, and its fencing token on every placement.
+- ``views`` — what it reads, followed live: fleet bundles, rollout states, bundle status, the
+  registry, the tenant policy and the clusters of each tenant's NATS publisher.
+- ``placing`` — what a tick asks for, done on the bus: place, remove, transitions logged.
+- ``recovery`` — what a driver taking over must still publish.
+"""

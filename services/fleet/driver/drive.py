@@ -1,0 +1,386 @@
+"""The rollout driver: one process at a time takes every fleet bundle's rollout a tick further.
+
+It runs in every planner replica; the one holding the lease (the ``driver`` entry of the rollouts
+bucket, renewed by compare-and-set) drives, the others watch the lease and take it when it has
+not changed for ``lease_timeout`` on their own clock (the planners' shard rule). A driver whose
+renewals have failed for longer than the timeout minus one interval stops before anyone else
+can start. The lease is asked again before the state write and before every publish of a tick
+(``Placer``), and every placement carries its fencing token, which the clusters' planners hold
+placements to: a driver that stalled past its lease (a stopped process, a starved loop) wakes
+up publishing nothing more, and a placement already on its way is refused.
+
+A tick asks the pure rule (``rollout.advance``) and then, in this order: writes the new state
+with compare-and-set on the revision it read (a lost race changes nothing), then places the
+revisions and publishes the transitions. A driver killed between the two leaves a state that
+says more than the bus; the next driver, before its first tick, publishes what is missing
+(``_recover``): each placement whose bundle subject does not carry it, each transition the
+rollout log lacks. Each has a message id of its own, so nothing is sent twice.
+
+A test hook (off unless set; for tests only): ``DRIFTBUS_TEST_DRIVER_EXIT_FILE`` names a file; a
+driver that finds it right after a state write whose tick places anything deletes it and kills
+its own process (SIGKILL) before the first placement, the one moment recovery exists for, or
+stops it (SIGSTOP: a stall past the lease) when the file says ``STOP``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import os
+import signal
+
+import msgspec
+
+from schemas.fleet import (
+    FleetBundle,
+    Placement,
+    RolloutEvent,
+    RolloutPhase,
+    RolloutSpec,
+    RolloutState,
+)
+from schemas.subjects import rollout_key, split_bundle
+from services.clusters.registry import members
+from services.clusters.selector import SelectorError
+from services.common import bus
+from services.common.bus.streams import PUBLISH_RETRIED
+from services.fleet.driver.lease import Lease, LeaseLost
+from services.fleet.driver.placing import Placer
+from services.fleet.driver.recovery import missing
+from services.fleet.driver.views import FleetViews, Stored
+from services.fleet.publish import FleetError, check
+from services.fleet.rollout import engine as rollout
+from services.fleet.rollout import substitute
+from services.fleet.rollout.steps import Event, Tick
+from services.fleet.rollout.substitute import SubstitutionError
+from services.revisions.publish import BundleError
+from services.tenancy.clusters import cluster_refusal, credentials_refusal
+
+log = logging.getLogger("driftbus.fleet")
+RECENT = 20
+EXIT_FILE_HOOK = "DRIFTBUS_TEST_DRIVER_EXIT_FILE"
+"""A test hook (see the module's docstring); never set outside tests."""
+
+
+class Driver:
+    """The rollout driver of one planner replica (it drives only while it holds the lease)."""
+
+    def __init__(
+        self,
+        js: bus.JetStream,
+        *,
+        driver_id: str,
+        tick: float = 1.0,
+        lease_interval: float = 2.0,
+        lease_timeout: float = 10.0,
+    ) -> None:
+        self.js = js
+        self.id = driver_id
+        self.tick_interval = tick
+        self.lease_interval = lease_interval
+        self.lease_timeout = lease_timeout
+        self.wake = asyncio.Event()
+        self.views = FleetViews(js, self.wake.set)
+        self.lease = Lease(
+            js, holder=driver_id, interval=lease_interval, timeout=lease_timeout, taken=self._took
+        )
+        self._recovered = False
+        self.placer = Placer(js, self.views, self.lease.check)
+
+    @property
+    def leading(self) -> bool:
+        return self.lease.held
+
+    def _took(self) -> None:
+        self._recovered = False
+        self.views.mark_all()  # what changed while another drove is not known here
+        self.wake.set()
+
+    async def run(self) -> None:
+        tasks = self.views.tasks()
+        try:
+            await self.views.ready()
+            # the lease only once the views have caught up: a replica still replaying the bus
+            # would hold it without driving
+            tasks.append(asyncio.create_task(self.lease.hold(), name="rollout driver lease"))
+            while True:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.wake.wait(), self.tick_interval)
+                self.wake.clear()
+                if not self.leading:
+                    self._recovered = False
+                    continue
+                try:
+                    if not self._recovered:
+                        await self._recover()
+                        self._recovered = True
+                    await self._tick_all()
+                except LeaseLost as exc:
+                    log.warning("rollout driver stopped: %s", exc)
+                    self._recovered = False
+                except Exception:
+                    log.exception("rollout tick failed; trying again")
+                    self._recovered = False
+                    await asyncio.sleep(self.tick_interval)
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    # --- a tick --------------------------------------------------------------------------------
+
+    async def _tick_all(self) -> None:
+        """One tick of every rollout whose inputs changed, and of those under way (their bake
+        and timeout run on the clock): an idle fleet costs no work."""
+        now = dt.datetime.now(dt.UTC)
+        dirty = self.views.take_dirty()
+        for bundle, (seq, fb) in sorted(self.views.fleets.items()):
+            if not self.leading:
+                return
+            stored = self.views.states.get(bundle)
+            if not (dirty is None or bundle in dirty or _running(stored, seq)):
+                continue
+            try:
+                tick = await self._decide(bundle, seq, fb, stored, now)
+                if tick is not None and await self._write(bundle, stored, tick):
+                    _exit_hook(tick)
+                    await self._act(bundle, tick)
+            except LeaseLost as exc:
+                log.warning("rollout of %s: %s; the next driver completes the tick", bundle, exc)
+                self._recovered = False
+                return
+            except Exception as exc:  # noqa: BLE001 - bad input never stops the driver
+                # one fleet bundle that cannot be read or written holds up no other
+                log.error("rollout of %s not advanced: %r", bundle, exc)
+
+    async def _decide(
+        self, bundle: str, seq: int, fb: FleetBundle, stored: Stored | None, now: dt.datetime
+    ) -> Tick | None:
+        state = stored.state if stored is not None else None
+        if state is None or seq > state.source_seq:
+            if fb.delete:
+                if state is None:
+                    return None
+                # deleting prunes, unless the deletion says to leave the objects
+                orphan = fb.on_leave == "orphan" or not fb.options.prune
+                t = rollout.delete(state, now, orphan=orphan)
+                return Tick(msgspec.structs.replace(t.state, source_seq=seq), t.actions, t.events)
+            tenant, _ = split_bundle(bundle)
+            try:
+                check(fb.selector, fb.clusters, fb.rollout)
+            except FleetError as exc:
+                return _refused(bundle, seq, fb, state, now, str(exc))
+            state, started = rollout.start(
+                bundle=bundle,
+                target=_placement(fb),
+                spec=fb.rollout,
+                selector=fb.selector,
+                clusters_named=fb.clusters,
+                on_leave=fb.on_leave,
+                tenant=tenant,
+                source_seq=seq,
+                now=now,
+                before=state,
+            )
+            t = await self._advance(state, now)
+            return Tick(t.state, t.actions, (started, *t.events))
+        if state.phase is RolloutPhase.DELETED:
+            return None
+        t = await self._advance(state, now)
+        return t if (t.changed or t.state != state) else None
+
+    async def _advance(self, state: RolloutState, now: dt.datetime) -> Tick:
+        try:
+            fleet = members(self.views.registry.records, state.selector, state.clusters_named)
+        except SelectorError as exc:
+            # never read as "no members" (that would prune every cluster): nothing changes
+            log.error("fleet bundle %s: its selector cannot be read: %s", state.bundle, exc)
+            return Tick(state, (), ())
+        excluded = {}
+        for cluster, labels in list(fleet.items()):
+            # the policy's limits, and the tenant's own NATS credentials: the driver publishes
+            # for every tenant, so it must not reach a cluster the tenant could not itself
+            why = cluster_refusal(
+                self.views.policy, state.tenant, cluster, labels
+            ) or credentials_refusal(self.views.credentials, state.tenant, cluster)
+            if why is not None:
+                excluded[cluster] = why
+                del fleet[cluster]
+        refusals: dict[str, str] = {}
+        if state.target.substitute:
+            needed = await self.placer.labels_needed(state.bundle, state.target)
+            for cluster, labels in fleet.items():
+                lacking = [v for v, key in needed if key not in labels]
+                if lacking:
+                    refusals[cluster] = substitute.lacking(cluster, lacking)
+        registry = self.views.registry
+        # only a removal recorded in the registry, or labels that no longer match, take a
+        # cluster out; one the registry cannot say anything about (unreadable, or a bucket
+        # lost) keeps what it has
+        unknown = {
+            c
+            for c in state.clusters
+            if c not in fleet
+            and c not in excluded
+            and (
+                c in registry.unreadable
+                or (c not in registry.records and c not in registry.removed)
+            )
+        }
+        observed = self.views.statuses.get(state.bundle, {})
+        return rollout.advance(
+            state, fleet, observed, now, refusals=refusals, excluded=excluded, unknown=unknown
+        )
+
+    async def _write(self, bundle: str, stored: Stored | None, tick: Tick) -> bool:
+        """Write the tick's state (numbering its events) with compare-and-set; False when
+        another writer (a ``rollout pause``) came first: the next tick decides again."""
+        old = stored.state.events if stored is not None else 0
+        events = [
+            RolloutEvent(
+                bundle=bundle,
+                revision=tick.state.target.revision,
+                seq=old + i,
+                event=e.event,
+                phase=e.phase or tick.state.phase,
+                step=tick.state.step,
+                clusters=list(e.clusters),
+                message=e.message,
+                at=tick.state.updated_at,
+                driver=self.id,
+            )
+            for i, e in enumerate(tick.events)
+        ]
+        state = msgspec.structs.replace(
+            tick.state,
+            events=old + len(events),
+            recent=[*tick.state.recent, *events][-max(RECENT, len(events)) :],
+        )
+        data = msgspec.json.encode(state)
+        key = rollout_key(bundle)
+        self.lease.check()  # a state written by a deposed driver would be acted on by no one
+        if stored is None:
+            rev = await bus.kv_create(self.js, bus.ROLLOUTS_BUCKET, key, data)
+        else:
+            rev = await bus.kv_update(self.js, bus.ROLLOUTS_BUCKET, key, data, last=stored.revision)
+        if rev is None:  # another writer came first: read what it wrote, decide next tick
+            entry = await bus.kv_get(self.js, bus.ROLLOUTS_BUCKET, key)
+            if entry is not None:
+                self.views.states[bundle] = Stored(
+                    entry.revision, msgspec.json.decode(entry.value, type=RolloutState)
+                )
+            self.wake.set()
+            return False
+        self.views.states[bundle] = Stored(int(rev), state)
+        self._pending_events = events
+        return True
+
+    async def _act(self, bundle: str, tick: Tick) -> None:
+        state = self.views.states[bundle].state
+        try:
+            for action in tick.actions:
+                await self.placer.perform(state, action)
+            for event in self._pending_events:
+                await self.placer.record(event)
+        except (BundleError, bus.BusError, SubstitutionError) as exc:
+            log.error("rollout of %s: %s; completed on the next tick", bundle, exc)
+            self._recovered = False
+        except PUBLISH_RETRIED as exc:
+            log.error(
+                "rollout of %s: the bus is away (%r); completed on the next tick", bundle, exc
+            )
+            self._recovered = False
+
+    # --- taking over ---------------------------------------------------------------------------
+
+    async def _recover(self) -> None:
+        """Publish what the states say and the bus lacks (a predecessor killed mid-tick), one
+        rollout at a time: one that cannot be completed holds up no other."""
+        for bundle, stored in sorted(self.views.states.items()):
+            try:
+                events, actions = await missing(self.js, bundle, stored.state)
+                for event in events:
+                    await self.placer.record(event)
+                for action in actions:
+                    log.info(
+                        "rollout of %s: placing in %s what the state says", bundle, action.cluster
+                    )
+                    await self.placer.perform(stored.state, action)
+            except LeaseLost as exc:
+                log.warning("rollouts not completed after a take-over: %s", exc)
+                raise
+            except Exception as exc:  # noqa: BLE001 - bad input never stops the driver
+                log.error("rollout of %s: not completed after a take-over: %r", bundle, exc)
+
+
+def _exit_hook(tick: Tick) -> None:
+    """The test hook: killed (or stopped) between the state write and the first placement
+    (off unless ``DRIFTBUS_TEST_DRIVER_EXIT_FILE`` names a file that exists; used once)."""
+    path = os.environ.get(EXIT_FILE_HOOK)
+    if not path or not tick.actions:
+        return
+    try:
+        with open(path) as f:
+            stop = f.read().strip() == "STOP"
+        os.remove(path)
+    except FileNotFoundError:
+        return
+    how = signal.SIGSTOP if stop else signal.SIGKILL
+    log.warning("test hook %s: %s after the state write, before the placements", path, how.name)
+    os.kill(os.getpid(), how)
+
+
+def _running(stored: Stored | None, seq: int) -> bool:
+    """Whether a rollout must be ticked on the clock: under way (bake, timeout, a rollback
+    waiting for Ready), or a new revision of it waits to start."""
+    if stored is None or seq > stored.state.source_seq:
+        return True
+    return stored.state.phase in (
+        RolloutPhase.PROGRESSING,
+        RolloutPhase.PAUSED,
+        RolloutPhase.ROLLING_BACK,  # its timeout runs on the clock too
+    )
+
+
+def _refused(
+    bundle: str,
+    seq: int,
+    fb: FleetBundle,
+    state: RolloutState | None,
+    now: dt.datetime,
+    why: str,
+) -> Tick:
+    """A fleet revision that cannot be rolled out (a selector or step no one can read, from a
+    publisher that did not check): nothing placed or removed, the revision in force stays, and
+    the refusal is recorded."""
+    message = f"revision {fb.revision} refused: {why}"
+    if state is None:
+        state, _ = rollout.start(
+            bundle=bundle,
+            target=_placement(fb),
+            spec=RolloutSpec(),
+            selector="",
+            clusters_named=[],
+            on_leave=fb.on_leave,
+            tenant=split_bundle(bundle)[0],
+            source_seq=seq,
+            now=now,
+            before=None,
+        )
+        state = msgspec.structs.replace(state, phase=RolloutPhase.HALTED)
+    state = msgspec.structs.replace(state, source_seq=seq, message=message, updated_at=now)
+    return Tick(state, (), (Event("revision-refused", (), message),))
+
+
+def _placement(fb: FleetBundle) -> Placement:
+    return Placement(
+        revision=fb.revision,
+        options=fb.options,
+        manifests_ref=fb.manifests_ref,
+        kinds=fb.kinds,
+        substitute=fb.substitute,
+        source=fb.source,
+        published_at=fb.published_at,
+    )
