@@ -909,3 +909,81 @@ MARKS: list[tuple[str, ObjectKey, dict[str, Any], Mark | None]] = [
 )
 def test_mark_of_a_hook(k: ObjectKey, how: dict[str, Any], expected: Mark | None) -> None:
     assert mark_of(k, **how) == expected
+
+
+# --- hooks: a Pod hook still running counts as done ----------------------------------------
+
+
+def _stamped(obj: dict[str, object], revision: str = "r2") -> dict[str, object]:
+    from services.core import hooks
+
+    return hooks.stamped(obj, revision)
+
+
+def _running_pod_hook() -> dict[str, object]:
+    return _stamped(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "migrate",
+                "namespace": "shop",
+                "annotations": {
+                    "argocd.argoproj.io/hook": "PreSync",
+                    "argocd.argoproj.io/hook-delete-policy": "HookSucceeded",
+                },
+            },
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "m", "image": "m"}]},
+            "status": {
+                "phase": "Running",
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        }
+    )
+
+
+# found in review, mended in a8d7070: a Pod hook (restartPolicy Never) that is Running and Ready
+# counts as succeeded (health READY): the next stage is written before it finished,
+# HookSucceeded deletes it mid-run (Folder._delete_ended_hook) and its delete is taken as its
+# end (health.retiring); Helm and Argo CD wait for a Pod hook to reach Succeeded
+def test_a_running_pod_hook_has_not_succeeded() -> None:
+    from schemas.messages import Health
+    from services.core import health, hooks
+
+    pod = _running_pod_hook()
+    h, _ = health.health(pod)
+    assert not hooks.deleted_by_policy(pod, ready=h is Health.READY, failed=h is Health.FAILED)
+    assert not health.retiring(pod)
+
+
+# --- hooks: before-hook-creation deletes what must not be re-created -------------------------
+
+
+def _hook(kind: str, api_version: str, extra: dict[str, str], namespace: str = "") -> dict:
+    meta: dict[str, object] = {
+        "name": "data",
+        "annotations": {"helm.sh/hook": "pre-install", **extra},
+        "labels": {"driftbus.dev/bundle": "shop"},
+    }
+    if namespace:
+        meta["namespace"] = namespace
+    return {"apiVersion": api_version, "kind": kind, "metadata": meta}
+
+
+# found in review, mended in a8d7070: every pre-install hook is deleted and re-created on each
+# new revision (hooks.recreated, applier verbs.recreate_hook), whatever it is: a PVC Helm keeps
+# (helm.sh/resource-policy: keep) loses its data, and a Namespace hook takes every object in it,
+# other bundles' too, with it; Helm runs pre-install once and never deletes a kept resource
+@pytest.mark.parametrize(
+    "manifest",
+    [
+        _hook("PersistentVolumeClaim", "v1", {"helm.sh/resource-policy": "keep"}, "shop"),
+        _hook("Namespace", "v1", {}),
+    ],
+    ids=["pvc-kept", "namespace"],
+)
+def test_a_new_revision_does_not_delete_a_kept_or_namespace_hook(manifest: dict) -> None:
+    from services.core import hooks
+
+    live = _stamped(manifest, "r1")
+    assert not hooks.recreated(live, _stamped(manifest, "r2"))
