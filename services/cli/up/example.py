@@ -11,7 +11,7 @@ from typing import Any
 from services.common import bus
 from services.controlplane import assets
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = REPO / "examples" / "hello"
 
 
