@@ -16,7 +16,6 @@ import collections
 import dataclasses
 from typing import Any
 
-from schemas.messages import Impersonation
 from services.core.scope import Scopes
 from services.planner.memory.gates import Gates
 from services.planner.memory.object_details import Details
@@ -67,10 +66,6 @@ class ClusterState:
     """Bundle -> the highest rollout-driver fencing token of a placement taken for it (or, met
     with none remembered, found in the bundle's history: ``shell.fencing``): a lower one comes
     from a driver deposed while it stalled (``revision.fenced``)."""
-
-    def identity(self, bundle: str) -> Impersonation | None:
-        """Whom the writes of ``bundle`` are made as (its tenant's ServiceAccount), now."""
-        return self.tenancy.identity(bundle)
 
     def hold(self, bundle: str) -> holds.Hold | None:
         """Why ``bundle``'s writes wait now (suspended, a sync window, a dependency not Ready),

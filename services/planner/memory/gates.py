@@ -31,7 +31,8 @@ class Gates:
     """Bundles whose reconciliation is suspended (the CONTROL stream), with the reason given."""
     phases: dict[str, BundlePhase] = dataclasses.field(default_factory=dict)
     """Each bundle's phase as last published (the status board writes it; a new revision taken
-    in drops it): what a bundle that depends on it waits for."""
+    in drops it): what a bundle that depends on it waits for (and, Deleted, that a deleted
+    bundle's prunes are done: ``shell.periodic`` forgets it)."""
     held: set[str] = dataclasses.field(default_factory=set)
     """Bundles with a write held back since their hold began: released when it ends."""
     windows: tuple[Window, ...] = ()
