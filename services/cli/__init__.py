@@ -9,7 +9,8 @@ The commands:
   code).
 - ``lifecycle`` — a bundle after its publish: ``bundles``, ``delete bundle``, ``suspend``,
   ``resume``, ``rollback``.
-- ``status/`` — ``status``, ``why`` and ``shards``: ``command``, ``follow`` (``status -f``) and
+- ``status/`` — ``status``, ``why`` and ``shards``: ``command``, ``gather`` (what ``status``
+  reads, as a typed value) and ``show`` (it as a table or JSON), ``follow`` (``status -f``) and
   ``shards`` (the shards bucket, its document made by a pure function).
 - ``fleet/`` — fleets: ``publish`` (``--selector``, ``--cluster`` repeated, and its ``--wait``),
   ``rollout`` (a fleet bundle's rollout, seen and steered) and ``clusters`` (the registry: list,

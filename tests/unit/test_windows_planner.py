@@ -18,6 +18,7 @@ from schemas.subjects import ObjectKey
 from schemas.windows import SyncWindow, WindowsFile
 from services.cli import windows as cli_windows
 from services.planner.memory.cluster import ClusterState
+from services.planner.memory.gates import Gates
 from services.planner.rule.decide import Decision, Entry
 from services.planner.rule.revision import BundleView
 from services.planner.status.ledger import Ledger
@@ -35,8 +36,8 @@ APPLY = Decision(DecisionAction.APPLY, DecisionReason.MANIFEST)
 
 
 def state(*windows: SyncWindow, at: dt.datetime = NOON) -> ClusterState:
-    st = ClusterState("prod", clock=lambda: at.timestamp())
-    st.set_windows(w.compiled(WindowsFile(windows=windows)))
+    st = ClusterState("prod", gates=Gates(clock=lambda: at.timestamp()))
+    st.gates.set_windows(w.compiled(WindowsFile(windows=windows)))
     return st
 
 
@@ -82,7 +83,7 @@ def test_a_window_by_cluster_label_holds_what_the_clusters_labels_say(
 
 def test_an_override_writes_through_and_is_noted() -> None:
     st = state(FREEZE, at=NOON + dt.timedelta(minutes=10))
-    st.overrides.add("web")
+    st.gates.overrides.add("web")
     assert st.hold("web") is None
     assert st.window_note("web", APPLY) == "override: freeze"
     assert st.window_note("web", Decision(DecisionAction.HIT, DecisionReason.HIT)) == ""
@@ -92,7 +93,7 @@ def test_an_override_writes_through_and_is_noted() -> None:
 
 def test_suspension_comes_before_a_window() -> None:
     st = state(FREEZE, at=NOON)
-    st.suspended["web"] = "incident"
+    st.gates.suspended["web"] = "incident"
     hold = st.hold("web")
     assert hold is not None
     assert hold.reason is DecisionReason.SUSPENDED
@@ -100,8 +101,8 @@ def test_suspension_comes_before_a_window() -> None:
 
 def test_answers_are_cached_until_the_next_change_then_asked_again() -> None:
     now = [NOON + dt.timedelta(minutes=59)]
-    st = ClusterState("prod", clock=lambda: now[0].timestamp())
-    st.set_windows(w.compiled(WindowsFile(windows=(FREEZE,))))
+    st = ClusterState("prod", gates=Gates(clock=lambda: now[0].timestamp()))
+    st.gates.set_windows(w.compiled(WindowsFile(windows=(FREEZE,))))
     st.bundles[("prod", "web")] = BundleView.of(
         Bundle(cluster="prod", bundle="web", revision="r"), 1
     )
@@ -110,7 +111,7 @@ def test_answers_are_cached_until_the_next_change_then_asked_again() -> None:
     now[0] = NOON + dt.timedelta(hours=1)  # the window closes
     assert st.hold("web") is None
     assert st.next_window_change() == (NOON + dt.timedelta(days=1)).timestamp()
-    st.set_windows(())
+    st.gates.set_windows(())
     assert st.next_window_change() is None
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import signal
 import sys
 from typing import Any
 
@@ -18,15 +17,9 @@ from services.common.bus import NatsSettings
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    import datetime as dt
-
-    import msgspec
-
-    from schemas.cli import StatusDocument
-    from schemas.subjects import split_bundle
-    from services.cli import output, table, windows
-    from services.cli import reads as user
-    from services.cli.lifecycle import bundle_row
+    """What ``gather`` reads of the cluster's bundles (or one bundle's), as ``show`` shows it;
+    with ``-f``, then every change as it comes (``follow``)."""
+    from services.cli.status import gather, show
 
     link = follow.BusLink(args.reconnect_for)
 
@@ -42,121 +35,22 @@ def cmd_status(args: argparse.Namespace) -> int:
                     file=sys.stderr,
                 )
                 return 2
-        if args.follow:
-            # told to stop (Ctrl-C, SIGTERM) at any moment from now on, not only once following
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(sig, link.told.set)
-            # once without reconnecting: a bus that is not there at all is one line at once
-            # (nats-py would retry a first connect for ever when told to reconnect)
-            await (await user.connect(args)).close()
-            nc = await user.connect(
-                args,
-                reconnect=True,
-                disconnected_cb=link.lost,
-                reconnected_cb=link.back,
-                closed_cb=link.closed,
-                error_cb=link.error,
-            )
-            # host and port only: a URL may carry credentials
-            u = nc.connected_url
-            link.url = f"{u.hostname}:{u.port}" if u else ""
-        else:
-            nc = await user.connect(args)
+        nc = await follow.connect(args, link)
         js = nc.jetstream()
         try:
             # with -f, subscribe before reading the current state: a change published while
             # it is read is then shown after it instead of falling in between
             live = await follow.subscribe_status(nc, args) if args.follow else None
             seen: dict[str, bytes] = {}
-            now = dt.datetime.now(dt.UTC)
             if args.bundle:
-                rows = await user.object_rows(js, args.cluster, args.bundle, seen=seen)
-                bundles = await user.bundle_statuses(js, args.cluster, args.bundle, seen=seen)
-                followed = await user.source_status(js, args.cluster, args.bundle)
-                # read before the first line is shown: a stack stopped once the state is on
-                # the screen is then the follow's to report, not a failed read
-                spec, unusable = await windows.read_windows(js)
-                labels = await windows.cluster_labels(js, spec, args.cluster)
-                if args.output != "table":
-                    output.dump(
-                        StatusDocument(
-                            bundle=bundle_row(bundles[-1], now) if bundles else None,
-                            objects=rows,
-                            git_source=msgspec.to_builtins(followed) if followed else None,
-                            windows=windows.bundle_window(
-                                spec, args.cluster, args.bundle, now, labels
-                            ),
-                            windows_unusable=unusable,
-                        ),
-                        args.output,
-                    )
-                else:
-                    for b in bundles:
-                        c = b.counts
-                        rolled = f" (rollback of {b.rollback_of})" if b.rollback_of else ""
-                        print(
-                            f"{b.bundle}@{b.revision}{rolled}: {table.colour(str(b.phase))} — "
-                            f"{b.message} (applied {c.applied}/{c.total}, ready "
-                            f"{c.ready}/{c.total})"
-                        )
-                        if b.source:
-                            print(f"  from {b.source}")
-                        for line in b.failed_objects:  # what keeps it from Ready, or it reports
-                            print(f"  {line}")
-                    if followed is not None:
-                        print(
-                            f"  {'oci' if followed.url.startswith('oci://') else 'git'} source "
-                            f"{followed.url} {followed.ref}: "
-                            f"{table.colour(str(followed.phase))} — {followed.message}"
-                        )
-                    for line in windows.status_lines(
-                        spec, args.cluster, args.bundle, now, unusable, labels
-                    ):
-                        print(line)
-                    shown = [
-                        r | {"last_change": (r["last_change"] or "")[:19].replace("T", " ")}
-                        for r in output.rows(rows)
-                    ]
-                    table.emit(
-                        shown,
-                        ["kind", "namespace", "name", "phase", "health", "message", "last_change"],
-                        "table",
-                    )
+                one = await gather.bundle_report(js, args.cluster, args.bundle, seen=seen)
+                show.bundle(one, args.output)
             else:
-                statuses = await user.bundle_statuses(
-                    js, args.cluster, tenant=args.tenant, seen=seen
-                )
                 # the cluster's windows: only the table shows them (-o json is a list of rows)
-                if args.output == "table":
-                    spec, unusable = await windows.read_windows(js)
-                    labels = await windows.cluster_labels(js, spec, args.cluster)
-                if args.output != "table":
-                    output.dump([bundle_row(b, now) for b in statuses], args.output)
-                else:
-                    table_rows = [
-                        {
-                            "tenant": split_bundle(b.bundle)[0],
-                            "bundle": b.bundle,
-                            "revision": b.revision,
-                            "phase": str(b.phase),
-                            "applied": f"{b.counts.applied}/{b.counts.total}",
-                            "ready": f"{b.counts.ready}/{b.counts.total}",
-                            "failed": b.counts.failed,
-                            "message": b.message,
-                        }
-                        for b in statuses
-                    ]
-                    columns = [
-                        *("bundle", "revision", "phase", "applied", "ready", "failed", "message")
-                    ]
-                    if args.tenant is not None or any(r["tenant"] for r in table_rows):
-                        columns.insert(0, "tenant")
-                    table.emit(table_rows, columns, "table")
-                    for line in windows.status_lines(
-                        spec, args.cluster, None, now, unusable, labels
-                    ):
-                        print(line)
+                every = await gather.cluster_report(
+                    js, args.cluster, args.tenant, with_windows=args.output == "table", seen=seen
+                )
+                show.cluster(every, args.output)
             sys.stdout.flush()
             if live is None:
                 return 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
 import sys
 import time
 from typing import Any
@@ -122,6 +123,34 @@ class BusLink:
             )
             self.code = 1
             self.ended.set()
+
+
+async def connect(args: argparse.Namespace, link: BusLink) -> Any:
+    """The connection ``status`` reads through: with ``-f``, one that reconnects and says so
+    through ``link``, which Ctrl-C or SIGTERM tell to stop from now on; else a plain one."""
+    from services.cli import reads as user
+
+    if not args.follow:
+        return await user.connect(args)
+    # told to stop (Ctrl-C, SIGTERM) at any moment from now on, not only once following
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, link.told.set)
+    # once without reconnecting: a bus that is not there at all is one line at once
+    # (nats-py would retry a first connect for ever when told to reconnect)
+    await (await user.connect(args)).close()
+    nc = await user.connect(
+        args,
+        reconnect=True,
+        disconnected_cb=link.lost,
+        reconnected_cb=link.back,
+        closed_cb=link.closed,
+        error_cb=link.error,
+    )
+    # host and port only: a URL may carry credentials
+    u = nc.connected_url
+    link.url = f"{u.hostname}:{u.port}" if u else ""
+    return nc
 
 
 async def follow(

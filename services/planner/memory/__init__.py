@@ -4,6 +4,9 @@
 - ``codebook`` — desired manifests deflated against a dictionary drawn from their revision.
 - ``object_details`` — per object, what the packed entry does not hold: the desired manifest,
   the watcher's health, the applier's last word.
-- ``cluster`` — ``ClusterState``: one cluster's entries, details, bundles in force, policy,
-  holds and who serves it, shared explicitly by the parts of the shell.
+- ``cluster`` — ``ClusterState``: one cluster's entries, details, bundles in force, its
+  registry labels and who serves it, shared explicitly by the parts of the shell.
+- ``gates`` — ``Gates``: what holds a bundle's writes back (suspension, sync windows and their
+  overrides, the dependencies' phases, the bundles held now), and why a bundle is held.
+- ``tenancy`` — ``Tenancy``: the tenant policy in force, or why the latest cannot be used.
 """

@@ -4,29 +4,28 @@ The planner's shell — its run loop (``shell.loop``), bundle intake (``shell.in
 publisher (``shell.sending``) and status board (``shell.status_board``) — each take this state as
 an argument and say which parts of it they change; the questions several of them ask of it are
 answered here. Whether a bundle is Ready is ``status.report``'s answer, read from this state.
+
+What holds a bundle's writes back is one value of its own (``gates``), and so is the tenant
+policy in force (``tenancy``); this state asks them with what only it knows — the cluster, its
+registry labels, the bundles in force and what each depends on.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
-import datetime as dt
-import time
-from collections.abc import Callable
 from typing import Any
 
-from schemas.decision import DecisionAction, DecisionReason
-from schemas.messages import BundlePhase, Impersonation
-from schemas.tenants import TenantPolicy
 from services.core.scope import Scopes
+from services.planner.memory.gates import Gates
 from services.planner.memory.object_details import Details
 from services.planner.memory.store import EntryStore
-from services.planner.rule import holds, limits, prune
+from services.planner.memory.tenancy import Tenancy
+from services.planner.rule import holds, prune
 from services.planner.rule.decide import Decision, Entry, Removed
 from services.planner.rule.entry import Slot
 from services.planner.rule.revision import BundleView
-from services.windows import verdict as sync_windows
-from services.windows.spec import Window
+from services.windows.verdict import Block
 
 
 @dataclasses.dataclass(eq=False)
@@ -34,6 +33,11 @@ class ClusterState:
     """One cluster's objects, bundles and who serves it, as this planner knows them."""
 
     cluster: str
+    cluster_labels: dict[str, str] | None = None
+    """The cluster's labels in the fleet registry, which a tenant's ``clusterSelector`` and a
+    sync window's must match: read before the first revision, then followed live. None:
+    unknown (not registered, removed, unreadable), which no tenant's selector matches and every
+    window's does — not ``{}``, which ``env!=prod`` does."""
     entries: EntryStore = dataclasses.field(default_factory=EntryStore)
     """The SHA cache, packed (≈ 230 bytes per object): what ``decide`` folds."""
     details: Details = dataclasses.field(default_factory=Details)
@@ -53,113 +57,39 @@ class ClusterState:
     is followed in order): whether a fact on the bus was read yet."""
     counters: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     """Decisions by ``action:reason``, and ``bad_messages``, ``bundles_refused``, ``resent``."""
-    policy: TenantPolicy = dataclasses.field(default_factory=TenantPolicy)
-    """The tenant policy in force (the tenants KV bucket's, followed live)."""
-    suspended: dict[str, str] = dataclasses.field(default_factory=dict)
-    """Bundles whose reconciliation is suspended (the CONTROL stream), with the reason given."""
-    phases: dict[str, BundlePhase] = dataclasses.field(default_factory=dict)
-    """Each bundle's phase as last published (the status board writes it; a new revision taken
-    in drops it): what a bundle that depends on it waits for."""
-    held: set[str] = dataclasses.field(default_factory=set)
-    """Bundles with a write held back since their hold began: released when it ends."""
-    cluster_labels: dict[str, str] | None = None
-    """The cluster's labels in the fleet registry, which a tenant's ``clusterSelector`` must
-    match: read before the first revision, then followed live. None: unknown (not registered,
-    removed, unreadable), which no selector matches — not ``{}``, which ``env!=prod`` does."""
+    tenancy: Tenancy = dataclasses.field(default_factory=Tenancy)
+    """The tenant policy in force, or why none can be used."""
+    gates: Gates = dataclasses.field(default_factory=Gates)
+    """What holds a bundle's writes back: suspension, sync windows and overrides, the
+    dependencies' phases, and the bundles held now."""
     fleet_fences: dict[str, int] = dataclasses.field(default_factory=dict)
     """Bundle -> the highest rollout-driver fencing token of a placement taken for it (or, met
     with none remembered, found in the bundle's history: ``shell.fencing``): a lower one comes
     from a driver deposed while it stalled (``revision.fenced``)."""
-    policy_unusable: str = ""
-    """Why the latest policy stored on the bus cannot be used, at start or since ("" when it
-    can): then no new revision is taken, of any bundle, until a valid policy is applied — a
-    tenant's limits are never guessed, nor a lockdown forgotten."""
-    windows: tuple[Window, ...] = ()
-    """The sync windows in force (the windows KV bucket's, followed live; docs/windows.md)."""
-    windows_unusable: str = ""
-    """Why the latest windows stored on the bus cannot be used ("" when they can): the last
-    good ones stay in force meanwhile — a deny window is never dropped for a typo."""
-    overrides: set[str] = dataclasses.field(default_factory=set)
-    """Bundles whose revision in force was published with ``--override-window``."""
-    clock: Callable[[], float] = time.time
-    """Seconds since the epoch: when windows are asked about."""
-    _blocks: dict[tuple[int, ...], tuple[float, sync_windows.Block | None]] = dataclasses.field(
-        default_factory=dict
-    )
-    """The windows naming a bundle (their indexes) -> (until when the answer holds, the block
-    then): a fold asks for every event, the cron is read once per window change."""
-
-    def identity(self, bundle: str) -> Impersonation | None:
-        """Whom the writes of ``bundle`` are made as (its tenant's ServiceAccount), now."""
-        return limits.identity(self.policy, bundle)
 
     def hold(self, bundle: str) -> holds.Hold | None:
         """Why ``bundle``'s writes wait now (suspended, a sync window, a dependency not Ready),
         or None."""
         view = self.bundles.get((self.cluster, bundle))
         deps = view.depends_on if view is not None else []
-        window = None if bundle in self.overrides else self.window_block(bundle)
-        return holds.hold_of(deps, self.phases, suspended=self.suspended.get(bundle), window=window)
+        return self.gates.hold(
+            bundle, depends_on=deps, cluster=self.cluster, labels=self.cluster_labels
+        )
 
-    def set_windows(self, windows: tuple[Window, ...]) -> None:
-        """New sync windows in force (the answers cached for the old ones are dropped)."""
-        self.windows, self.windows_unusable = windows, ""
-        self._blocks.clear()
-
-    def window_block(self, bundle: str) -> sync_windows.Block | None:
+    def window_block(self, bundle: str) -> Block | None:
         """The sync window that holds ``bundle``'s writes now, whether or not its revision
         overrides windows; None when none does."""
-        if not self.windows:
-            return None
-        mine = self._naming(bundle)
-        if not mine:
-            return None
-        now = self.clock()
-        cached = self._blocks.get(mine)
-        if cached is not None and now < cached[0]:
-            return cached[1]
-        at = dt.datetime.fromtimestamp(now, dt.UTC)
-        ws = [self.windows[i] for i in mine]
-        labels = self.cluster_labels
-        block = sync_windows.block(ws, bundle, self.cluster, at, labels=labels)
-        change = sync_windows.next_change(ws, bundle, self.cluster, at, labels=labels)
-        valid = min(change.timestamp(), now + 3600.0) if change is not None else now + 3600.0
-        self._blocks[mine] = (valid, block)
-        return block
-
-    def _naming(self, bundle: str) -> tuple[int, ...]:
-        """The indexes of the windows naming ``bundle`` on this cluster (its registry labels
-        for a ``clusterSelector``; unknown labels: named, the restrictive reading)."""
-        labels = self.cluster_labels
-        return tuple(i for i, w in enumerate(self.windows) if w.names(bundle, self.cluster, labels))
+        return self.gates.window_block(bundle, self.cluster, self.cluster_labels)
 
     def next_window_change(self) -> float | None:
         """When (seconds since the epoch) a sync window next opens or closes for a bundle of
         this cluster; None when no window names one."""
-        if not self.windows:
-            return None
-        at = dt.datetime.fromtimestamp(self.clock(), dt.UTC)
-        changes: dict[tuple[int, ...], dt.datetime | None] = {}
-        for _, name in self.bundles:
-            mine = self._naming(name)
-            if mine and mine not in changes:
-                ws = [self.windows[i] for i in mine]
-                changes[mine] = sync_windows.next_change(
-                    ws, name, self.cluster, at, labels=self.cluster_labels
-                )
-        found = [c.timestamp() for c in changes.values() if c is not None]
-        return min(found) if found else None
+        names = (name for _, name in self.bundles)
+        return self.gates.next_window_change(names, self.cluster, self.cluster_labels)
 
     def window_note(self, bundle: str, d: Decision) -> str:
-        """What ``d``'s decision record says of sync windows: the window that held it, or
-        ``override: NAME`` for a write ``--override-window`` let through NAME; "" else."""
-        if d.action is DecisionAction.HOLD and d.reason is DecisionReason.WINDOW:
-            block = self.window_block(bundle)
-            return block.window.name if block is not None else ""
-        if d.writes and bundle in self.overrides:
-            block = self.window_block(bundle)
-            return f"override: {block.window.name}" if block is not None else ""
-        return ""
+        """What ``d``'s decision record says of sync windows (``Gates.window_note``)."""
+        return self.gates.window_note(bundle, d, self.cluster, self.cluster_labels)
 
     def may_prune(self) -> bool:
         """Prune only from a complete view: the cluster's watcher has listed every kind."""

@@ -69,7 +69,7 @@ class Folder:
         )
         entries[slot] = entry
         if of_bundle and decision is not None and decision.action is DecisionAction.HOLD:
-            self.state.held.add(of or entry.owner_bundle)
+            self.state.gates.held.add(of or entry.owner_bundle)
         removed_from = event.bundle if isinstance(event, Removed) else ""
         bundle = entry.bundle or entry.owner_bundle or removed_from
         if bundle:

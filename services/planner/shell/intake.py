@@ -118,7 +118,7 @@ class BundleIntake:
     def policy_changed(self, policy: TenantPolicy) -> None:
         """A new tenant policy: revisions it refused are checked again, and what the revisions
         in force now have outside it is reported on their status (never pruned for it)."""
-        self.state.policy, self.state.policy_unusable = policy, ""
+        self.state.tenancy.use(policy)
         self._recheck()
 
     def labels_changed(self, labels: dict[str, str] | None) -> None:
@@ -129,7 +129,7 @@ class BundleIntake:
 
     def _recheck(self) -> None:
         st = self.state
-        policy = st.policy
+        policy = st.tenancy.policy
         for ident, view in st.bundles.items():
             now_outside = limits.outside(
                 view.name, view.cluster, view.keys, st.scopes, policy, st.cluster_labels
@@ -143,10 +143,10 @@ class BundleIntake:
                     )
                 view.outside = now_outside
                 self.board.mark(ident)
-            if view.name in st.overrides and (why := override_refusal(policy, view.name)):
+            if view.name in st.gates.overrides and (why := override_refusal(policy, view.name)):
                 # a right taken back: the revision in force is held by the windows from now on
                 log.warning("bundle %s/%s: override ended: %s", *ident, why)
-                st.overrides.discard(view.name)
+                st.gates.overrides.discard(view.name)
                 self.board.mark(ident)
         self._requeue(list(self._awaiting_policy.values()))
 
@@ -193,10 +193,10 @@ class BundleIntake:
             if stale:
                 await self.fence.dropped(ident, msg, revision, stale)
                 return None
-            if self.state.policy_unusable:
-                raise limits.PolicyRefused(self.state.policy_unusable)
+            if self.state.tenancy.unusable:
+                raise limits.PolicyRefused(self.state.tenancy.unusable)
             bundle = limits.with_tenant_defaults(
-                bundle, self.state.policy, self.state.cluster_labels
+                bundle, self.state.tenancy.policy, self.state.cluster_labels
             )
             manifests = await load_manifests(self.js, bundle)
             # keyed with what the cluster says; the revision's own CRDs only fill in kinds it
@@ -206,7 +206,7 @@ class BundleIntake:
             plan = Plan()
             desired = checked_revision(bundle, manifests, scopes, plan)
             keys = (slot[1] for slot, *_ in desired)
-            limits.check(bundle, keys, scopes, self.state.policy)
+            limits.check(bundle, keys, scopes, self.state.tenancy.policy)
             self._check_dependencies(bundle)
         except (WireError, BundleError, ManifestError) as exc:
             self._awaiting_scope.pop(ident, None)
@@ -251,11 +251,11 @@ class BundleIntake:
             st.bundles[(cluster, other)].keys.discard(slot[1])
             self.board.mark((cluster, other))
         st.bundles[ident] = view
-        st.phases.pop(name, None)  # not Ready for its dependents until this revision is
+        st.gates.phases.pop(name, None)  # not Ready for its dependents until this revision is
         if options.override_window:  # before its objects are decided: they write through
-            st.overrides.add(name)
+            st.gates.overrides.add(name)
         else:
-            st.overrides.discard(name)
+            st.gates.overrides.discard(name)
         self.board.mark(ident)
         span = trace.get_current_span()
         if span.get_span_context().is_valid:
@@ -338,11 +338,11 @@ class BundleIntake:
                 f"subject of {where.cluster}/{where.bundle}"
             )
         st = self.state
-        was = ctl.bundle in st.suspended
+        was = ctl.bundle in st.gates.suspended
         if ctl.suspended:
-            st.suspended[ctl.bundle] = ctl.reason
+            st.gates.suspended[ctl.bundle] = ctl.reason
         else:
-            st.suspended.pop(ctl.bundle, None)
+            st.gates.suspended.pop(ctl.bundle, None)
         ident = (self.state.cluster, ctl.bundle)
         self.board.mark(ident)
         self.board.answer(ident)
@@ -358,14 +358,14 @@ class BundleIntake:
     async def request_release(self, bundle: str) -> None:
         """The hold on ``bundle`` ended (seen by the status tick): release it in the run loop,
         between two messages, like every other change to the entries."""
-        self.state.held.discard(bundle)
+        self.state.gates.held.discard(bundle)
         await self._queue.put(("release", bundle))
 
     async def release(self, bundle: str) -> None:
         """The hold on ``bundle`` ended: decide again on each of its objects, then prune (a
         write still held, by another hold, holds the bundle again)."""
         st = self.state
-        st.held.discard(bundle)
+        st.gates.held.discard(bundle)
         log.info("bundle %s/%s: hold ended: deciding again", self.state.cluster, bundle)
         mine = [
             slot for slot, e in st.entries.items(cluster=self.state.cluster) if e.bundle == bundle

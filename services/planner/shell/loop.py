@@ -160,11 +160,11 @@ class Planner:
         except PolicyError as exc:
             # fail closed, and say so on every bundle's status; a valid policy applied later
             # (the "policy" follower) lets the refused revisions in, with no restart
-            self.state.policy_unusable = (
+            self.state.tenancy.unusable = (
                 f"the tenant policy on the bus is unusable ({exc}); no revision is taken until "
                 "a valid one is applied (driftbus tenants apply FILE)"
             )
-            log.error("cluster %s: %s", self.cluster, self.state.policy_unusable)
+            log.error("cluster %s: %s", self.cluster, self.state.tenancy.unusable)
         self.state.cluster_labels = await registry.labels_of(self.js, self.cluster)
         followers = {
             "registry": bus.Follower(
@@ -254,7 +254,7 @@ class Planner:
                 entry, now=now, hold=hold.reason if hold else None
             )
             if of_bundle and decision is not None and decision.action is DecisionAction.HOLD:
-                st.held.add(entry.bundle)
+                st.gates.held.add(entry.bundle)
             await pace(i)
             by_bundle.setdefault(st.entries[slot].bundle, []).append((slot, decision))
         for bundle, decided in by_bundle.items():
@@ -313,7 +313,7 @@ class Planner:
         try:
             if kind == "bundle":
                 await self.intake.take_in(msg)
-                if self.state.windows:  # a new bundle's window may change sooner
+                if self.state.gates.windows:  # a new bundle's window may change sooner
                     self.duties.windows_changed(new=False)
             elif kind == "recheck":
                 await self.intake.recheck(msg)
@@ -341,7 +341,7 @@ class Planner:
                 if labels != self.state.cluster_labels:
                     log.info("cluster %s: registry labels changed", self.cluster)
                     self.intake.labels_changed(labels)
-                    if self.state.windows:  # a clusterSelector may name it now, or no more
+                    if self.state.gates.windows:  # a clusterSelector may name it now, or no more
                         self.duties.windows_changed(new=True)
             elif kind == "control":
                 await self.intake.control(msg)
@@ -361,10 +361,10 @@ class Planner:
         try:
             windows = sync_windows.compiled(sync_windows.decode_stored(msg.data or b""))
         except sync_windows.WindowsError as exc:
-            self.state.windows_unusable = f"{exc}; the last good windows stay in force"
-            log.error("cluster %s: %s", self.cluster, self.state.windows_unusable)
+            self.state.gates.windows_unusable = f"{exc}; the last good windows stay in force"
+            log.error("cluster %s: %s", self.cluster, self.state.gates.windows_unusable)
             return
-        self.state.set_windows(windows)
+        self.state.gates.set_windows(windows)
         log.info("cluster %s: %d sync windows in force", self.cluster, len(windows))
         self.duties.windows_changed(new=True)
 
@@ -375,13 +375,13 @@ class Planner:
         try:
             new = policy.policy_of(msg)
         except PolicyError as exc:
-            self.state.policy_unusable = (
+            self.state.tenancy.unusable = (
                 f"the tenant policy on the bus is unusable ({exc}); no new revision is taken "
                 "until a valid one is applied (driftbus tenants apply FILE)"
             )
-            log.error("cluster %s: %s", self.cluster, self.state.policy_unusable)
+            log.error("cluster %s: %s", self.cluster, self.state.tenancy.unusable)
             return
-        if new != self.state.policy or self.state.policy_unusable:
+        if new != self.state.tenancy.policy or self.state.tenancy.unusable:
             log.info("cluster %s: tenant policy changed", self.cluster)
             self.intake.policy_changed(new)
 

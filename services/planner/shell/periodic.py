@@ -198,7 +198,7 @@ class Duties:
         st = self.state
         while True:
             wake = st.next_window_change()
-            delay = WINDOWS_IDLE if wake is None else min(max(wake - st.clock(), 0.05), 3600)
+            delay = WINDOWS_IDLE if wake is None else min(max(wake - st.gates.clock(), 0.05), 3600)
             try:
                 await asyncio.wait_for(self._windows_wake.wait(), delay)
                 boundary = False
@@ -210,7 +210,7 @@ class Duties:
             if boundary or self._windows_new:
                 self.board.mark_all(st.bundles)
             self._windows_new = False
-            for bundle in list(st.held):
+            for bundle in list(st.gates.held):
                 if st.hold(bundle) is None:
                     log.info("cluster %s: bundle %s: no sync window holds it", st.cluster, bundle)
                     await self.release(bundle)
@@ -219,10 +219,10 @@ class Duties:
         """After the tick (phases are current): release the bundles whose hold ended (their
         dependencies became Ready), and forget the deleted bundles whose prunes are done."""
         st = self.state
-        for bundle in list(st.held):
+        for bundle in list(st.gates.held):
             if st.hold(bundle) is None:
                 await self.release(bundle)
         for ident, view in list(st.bundles.items()):
-            if view.deleting and st.phases.get(view.name) is BundlePhase.DELETED:
+            if view.deleting and st.gates.phases.get(view.name) is BundlePhase.DELETED:
                 log.info("bundle %s/%s: deleted; forgotten", *ident)
                 del st.bundles[ident]

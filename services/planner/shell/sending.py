@@ -110,7 +110,7 @@ class Decisions:
         )
         revision = e.revision or (view.revision if view else "")
         owner = e.bundle or e.owner_bundle or (view.name if view else "")
-        identity = self.state.identity(owner)
+        identity = self.state.tenancy.identity(owner)
         if d.writes and identity is None and split_bundle(owner)[0]:
             # fail closed: a tenant's write never goes out with driftbus's own rights (its
             # tenant left the policy); nothing is in flight, a later fact decides afresh

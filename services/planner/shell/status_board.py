@@ -97,7 +97,7 @@ class StatusBoard:
             if view is None:
                 continue
             st = bundle_status(self.state, view, self.ledger)
-            self.state.phases[view.name] = st.phase
+            self.state.gates.phases[view.name] = st.phase
             fingerprint = (
                 st.revision,
                 st.phase,

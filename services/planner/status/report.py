@@ -34,7 +34,7 @@ def bundle_status(state: ClusterState, view: BundleView, ledger: Ledger) -> Bund
     t = ledger.tally(view, known, state.bundles)
     t.hold = hold.message if hold is not None else ""
     t.window = hold.window if hold is not None else ""
-    t.suspended = view.name in state.suspended
+    t.suspended = view.name in state.gates.suspended
     return status_message(view, t)
 
 
