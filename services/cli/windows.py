@@ -20,10 +20,11 @@ from services.cli import exits
 from services.common import bus, settings
 from services.common.bus import NatsSettings
 from services.windows import verdict as sync_windows
+from services.windows.document import WINDOWS, WindowsError, compiled
 from services.windows.spec import Window
+from services.windows.store import put_windows
+from services.windows.store import read_windows as read_windows  # driftbus status reads it
 
-WINDOWS_STREAM = f"KV_{bus.WINDOWS_BUCKET}"
-WINDOWS_SUBJECT = f"$KV.{bus.WINDOWS_BUCKET}.{bus.WINDOWS_KEY}"
 COLUMNS = [
     "name",
     "kind",
@@ -40,20 +41,7 @@ COLUMNS = [
 def read_file(path: str) -> WindowsFile:
     """The windows of a windows file (``-``: standard input); WindowsError or OSError."""
     text = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
-    return sync_windows.load_windows(text, "<stdin>" if path == "-" else path)
-
-
-async def read_windows(js: bus.JetStream) -> tuple[WindowsFile, str]:
-    """The windows the planners hold — the last usable version stored — and why the latest
-    stored version is unusable ("" when it is usable, or none was ever applied)."""
-    try:
-        if await bus.kv_get(js, bus.WINDOWS_BUCKET, bus.WINDOWS_KEY) is None:
-            return WindowsFile(), ""
-    except bus.BucketMissing:
-        return WindowsFile(), ""
-    follower = bus.Follower(js, WINDOWS_STREAM, WINDOWS_SUBJECT, history=True)
-    stored = [m.data or b"" async for m in follower.snapshot()]
-    return sync_windows.last_good(stored)
+    return WINDOWS.load(text, "<stdin>" if path == "-" else path)
 
 
 async def cluster_labels(
@@ -72,12 +60,6 @@ async def cluster_labels(
         return None
 
 
-async def put_windows(js: bus.JetStream, spec: WindowsFile) -> int:
-    """Store ``spec`` as the windows in force; returns its revision (the KV sequence)."""
-    await bus.ensure_config_buckets(js)
-    return await bus.kv_put(js, bus.WINDOWS_BUCKET, bus.WINDOWS_KEY, sync_windows.dump(spec))
-
-
 def bundle_window(
     spec: WindowsFile,
     cluster: str,
@@ -88,7 +70,7 @@ def bundle_window(
     """The windows as they stand for ``bundle`` in ``cluster`` (``status -o json``), or None
     when no window names it. ``labels``: the cluster's registry labels, for a window's
     ``clusterSelector`` (None: unknown, named by every selector, as the planner reads it)."""
-    ws = sync_windows.compiled(spec)
+    ws = compiled(spec)
     if not any(w.names(bundle, cluster, labels) for w in ws):
         return None
     held = sync_windows.block(ws, bundle, cluster, now, labels=labels)
@@ -131,7 +113,7 @@ def status_lines(
         if bw.next_change is not None:
             lines.append(f"  next change {bw.next_change}: {bw.then}")
         return lines
-    ws = sync_windows.compiled(spec)
+    ws = compiled(spec)
     for w, row in zip(ws, sync_windows.rows(spec, now), strict=True):
         if not w.names_cluster(cluster, labels):
             continue
@@ -198,7 +180,7 @@ def cmd_windows(args: argparse.Namespace) -> int:
             return table.fail("windows apply", ValueError("name the windows file (or -)"))
         try:
             new = read_file(args.file)
-        except (sync_windows.WindowsError, OSError) as exc:
+        except (WindowsError, OSError) as exc:
             return table.fail("windows apply", exc)
     elif args.file:
         return table.fail(

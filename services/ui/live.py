@@ -25,6 +25,7 @@ from schemas.subjects import split_bundle
 from schemas.windows import WindowsFile
 from services.ui import detail
 from services.windows import verdict as sync_windows
+from services.windows.document import compiled
 
 DRIFT_REASONS = ("drift", "deleted")
 MAX_DRIFT_EVENTS = 200
@@ -83,7 +84,7 @@ class LiveState:
         """The sync windows: each one open or not at ``now`` and its next change; per bundle a
         window names (``cluster/bundle``), the window holding its writes ("" for none) and the
         next change; why the latest version on the bus is unusable, if it is."""
-        ws = sync_windows.compiled(self.windows)
+        ws = compiled(self.windows)
         held: dict[str, dict[str, Any]] = {}
         # per set of windows naming a bundle, the answer (it depends on nothing else)
         answers: dict[tuple[int, ...], dict[str, Any]] = {}

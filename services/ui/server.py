@@ -47,19 +47,19 @@ from schemas.codec import WireError, decode
 from schemas.decision import DecisionRecord
 from schemas.messages import BundleStatus, ObjectStatus, ServerEvent
 from schemas.subjects import ObjectKey, family_filter, split_bundle
+from schemas.windows import WindowsFile
 from services.access.permissions import UI_INBOX
 from services.clusters.registry import RegistryView
 from services.common import bus
 from services.revisions.watch import decode_status
+from services.stored.document import Good
 from services.ui import detail, fleet, guard
 from services.ui.live import HOUR, LiveState
-from services.windows import verdict as sync_windows
+from services.windows import store as windows_store
 
 log = logging.getLogger("driftbus.ui")
 T = TypeVar("T")
 STATIC = Path(__file__).parent / "static"
-WINDOWS_STREAM = f"KV_{bus.WINDOWS_BUCKET}"
-WINDOWS_SUBJECT = f"$KV.{bus.WINDOWS_BUCKET}.{bus.WINDOWS_KEY}"
 WINDOWS_EVERY = 5.0
 """Seconds between two looks at whether a sync window opened or closed (sent when one did)."""
 
@@ -118,13 +118,10 @@ class StatusPage:
             self._send("drift", event, d.bundle)
         self._send("stats", self.state.stats())
 
-    def _on_windows(self, msg: bus.Message) -> None:
+    def _on_windows(self, good: Good[WindowsFile]) -> None:
         """A new version of the sync windows; an unusable one leaves the last good ones shown
         (as the planners keep them) and says why."""
-        try:
-            self.state.set_windows(sync_windows.decode_stored(msg.data or b""), "")
-        except sync_windows.WindowsError as exc:
-            self.state.set_windows(self.state.windows, str(exc))
+        self.state.set_windows(good.value, good.problem)
         self._send_windows()
 
     def _send_windows(self) -> None:
@@ -146,10 +143,8 @@ class StatusPage:
         there yet (no planner has run) is waited for."""
         while True:
             try:
-                async for msg in bus.Follower(
-                    self.js, WINDOWS_STREAM, WINDOWS_SUBJECT, history=True
-                ).messages():
-                    self._on_windows(msg)
+                async for good in windows_store.STORED.following(self.js).versions():
+                    self._on_windows(good)
             except Exception as exc:  # noqa: BLE001 - not there yet, or not ours to read
                 log.debug("status page: the sync windows not followed: %s", exc)
             await asyncio.sleep(5.0)

@@ -23,7 +23,7 @@ from services.planner.rule.revision import BundleView
 from services.planner.status.ledger import Ledger
 from services.planner.status.report import bundle_status
 from services.ui.live import LiveState
-from services.windows import verdict as w
+from services.windows import document as wd
 
 KEY = ObjectKey("", "ConfigMap", "ns", "a")
 M = hashlib.sha256(b"m").digest()
@@ -36,7 +36,7 @@ APPLY = Decision(DecisionAction.APPLY, DecisionReason.MANIFEST)
 
 def state(*windows: SyncWindow, at: dt.datetime = NOON) -> ClusterState:
     st = ClusterState("prod", clock=lambda: at.timestamp())
-    st.set_windows(w.compiled(WindowsFile(windows=windows)))
+    st.set_windows(wd.compiled(WindowsFile(windows=windows)))
     return st
 
 
@@ -101,7 +101,7 @@ def test_suspension_comes_before_a_window() -> None:
 def test_answers_are_cached_until_the_next_change_then_asked_again() -> None:
     now = [NOON + dt.timedelta(minutes=59)]
     st = ClusterState("prod", clock=lambda: now[0].timestamp())
-    st.set_windows(w.compiled(WindowsFile(windows=(FREEZE,))))
+    st.set_windows(wd.compiled(WindowsFile(windows=(FREEZE,))))
     st.bundles[("prod", "web")] = BundleView.of(
         Bundle(cluster="prod", bundle="web", revision="r"), 1
     )
@@ -188,12 +188,12 @@ def test_status_json_says_the_same_of_a_bundle_typed() -> None:
 
 
 def test_an_unusable_latest_version_keeps_the_last_good_one() -> None:
-    good = w.dump(WindowsFile(windows=(FREEZE,)))
-    spec, problem = w.last_good([good, b"{oops"])
+    good = wd.dump(WindowsFile(windows=(FREEZE,)))
+    spec, problem = wd.last_good([good, b"{oops"])
     assert spec == WindowsFile(windows=(FREEZE,))
     assert problem.startswith("stored windows: JSON is malformed")
-    assert w.last_good([good, b"{oops", b""]) == (WindowsFile(), "")  # removed: none
-    assert w.last_good([]) == (WindowsFile(), "")
+    assert wd.last_good([good, b"{oops", b""]) == (WindowsFile(), "")  # removed: none
+    assert wd.last_good([]) == (WindowsFile(), "")
 
 
 def test_the_page_shows_each_window_and_what_holds_each_bundle() -> None:

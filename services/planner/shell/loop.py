@@ -28,6 +28,7 @@ from schemas.messages import (
     ServerEvent,
 )
 from schemas.subjects import SubjectError, cluster_filter, parse_subject
+from schemas.windows import WindowsFile
 from services.clusters import registry
 from services.common import bus, telemetry
 from services.core.manifest import apply_order
@@ -45,9 +46,11 @@ from services.planner.shell.periodic import Duties
 from services.planner.shell.rollback import RollbackDesk
 from services.planner.shell.sending import Decisions, pace
 from services.planner.shell.status_board import StatusBoard
+from services.stored.document import Good
 from services.tenancy import store as policy
 from services.tenancy.policy import PolicyError
-from services.windows import verdict as sync_windows
+from services.windows import store as windows_store
+from services.windows.document import compiled
 
 log = logging.getLogger("driftbus.planner")
 
@@ -56,9 +59,6 @@ FACT_STREAMS = {"applied": bus.APPLIED, "outcome": bus.OUTCOMES}
 """The answers to intents, by the kind of message the run loop reads them as."""
 
 
-WINDOWS_STREAM = f"KV_{bus.WINDOWS_BUCKET}"
-WINDOWS_SUBJECT = f"$KV.{bus.WINDOWS_BUCKET}.{bus.WINDOWS_KEY}"
-"""The sync windows' KV entry, followed live (docs/windows.md)."""
 IDLE_WAKE = 5.0
 """Seconds a live planner with no input sleeps before it looks at its loops again."""
 
@@ -176,15 +176,20 @@ class Planner:
             "outcome": bus.Follower(self.js, bus.OUTCOMES, cluster_filter("outcome", self.cluster)),
             "policy": bus.Follower(self.js, bus.TENANTS_STREAM, policy.POLICY_SUBJECT),
             "control": bus.Follower(self.js, bus.CONTROL, cluster_filter("control", self.cluster)),
-            # every stored version in order: the last good one wins when the latest is unusable
-            "windows": bus.Follower(self.js, WINDOWS_STREAM, WINDOWS_SUBJECT, history=True),
         }
+        # every stored version in order: the last good one in force when the latest is unusable
+        windows = windows_store.STORED.following(self.js)
 
         async def pump(kind: str, f: bus.Follower) -> None:
             async for msg in f.messages():
                 await queue.put((kind, msg))
 
+        async def pump_windows() -> None:
+            async for good in windows.versions():
+                await queue.put(("windows", good))
+
         tasks = [asyncio.create_task(pump(k, f), name=f"follow {k}") for k, f in followers.items()]
+        tasks.append(asyncio.create_task(pump_windows(), name="follow windows"))
         duties = self.duties
         tasks.append(asyncio.create_task(duties.status(), name="bundle status"))
         tasks.append(asyncio.create_task(duties.intents_pending(), name="intents pending"))
@@ -211,6 +216,7 @@ class Planner:
                     not self.state.live
                     and queue.empty()
                     and all(f.caught_up.is_set() for f in followers.values())
+                    and windows.caught_up.is_set()
                 ):
                     await self._go_live()
                 try:
@@ -291,6 +297,9 @@ class Planner:
         if kind == "release":
             await self.intake.release(msg)
             return
+        if kind == "windows":  # the last good windows (``Good``), not a message
+            self._on_windows(msg)
+            return
         ctx = telemetry.traced(msg.headers)
         if not self.state.live:
             await self._handle_message(kind, msg)
@@ -345,8 +354,6 @@ class Planner:
                         self.duties.windows_changed(new=True)
             elif kind == "control":
                 await self.intake.control(msg)
-            elif kind == "windows":
-                self._on_windows(msg)
         except (WireError, ValueError) as exc:
             # Bad input never stops the planner: report and carry on.
             log.error("ignoring message on %s: %s", msg.subject, exc)
@@ -355,15 +362,14 @@ class Planner:
             # read, good or bad: the lost-intent check asks whether a fact was (``periodic``)
             self.state.read_up_to[stream] = msg.metadata.sequence.stream
 
-    def _on_windows(self, msg: bus.Message) -> None:
+    def _on_windows(self, good: Good[WindowsFile]) -> None:
         """New sync windows in force (removed: none). Unusable ones leave the last good ones in
         force — a deny window is never dropped for a typo — said in the log and on status."""
-        try:
-            windows = sync_windows.compiled(sync_windows.decode_stored(msg.data or b""))
-        except sync_windows.WindowsError as exc:
-            self.state.windows_unusable = f"{exc}; the last good windows stay in force"
+        if good.problem:
+            self.state.windows_unusable = f"{good.problem}; the last good windows stay in force"
             log.error("cluster %s: %s", self.cluster, self.state.windows_unusable)
             return
+        windows = compiled(good.value)
         self.state.set_windows(windows)
         log.info("cluster %s: %d sync windows in force", self.cluster, len(windows))
         self.duties.windows_changed(new=True)
