@@ -21,7 +21,6 @@ from services.common import bus, settings
 from services.common.bus import NatsSettings
 from services.windows import verdict as sync_windows
 from services.windows.document import WINDOWS, WindowsError, compiled
-from services.windows.spec import Window
 from services.windows.store import put_windows
 from services.windows.store import read_windows as read_windows  # driftbus status reads it
 
@@ -68,26 +67,27 @@ def bundle_window(
     labels: Mapping[str, str] | None = None,
 ) -> BundleWindow | None:
     """The windows as they stand for ``bundle`` in ``cluster`` (``status -o json``), or None
-    when no window names it. ``labels``: the cluster's registry labels, for a window's
-    ``clusterSelector`` (None: unknown, named by every selector, as the planner reads it)."""
-    ws = compiled(spec)
-    if not any(w.names(bundle, cluster, labels) for w in ws):
-        return None
-    held = sync_windows.block(ws, bundle, cluster, now, labels=labels)
-    change = sync_windows.next_change(ws, bundle, cluster, now, labels=labels)
-    after = (
-        sync_windows.block(ws, bundle, cluster, change, labels=labels)
-        if change is not None
-        else None
-    )
-    return BundleWindow(
-        held=held is not None,
-        message=held.message if held is not None else "writes allowed",
-        window=held.window.name if held is not None else None,
-        until=held.window.shown(held.until) if held is not None and held.until else None,
-        next_change=_when(change, ws) if change is not None else None,
-        then=(after.message if after is not None else "writes allowed") if change else None,
-    )
+    when no window names it: ``verdict.standing``, the planner's answer, asked of ``spec``.
+    ``labels``: the cluster's registry labels, for a window's ``clusterSelector`` (None:
+    unknown, named by every selector, as the planner reads it). What the planner published
+    is ``BundleStatus.windows`` (``held_lines`` shows it)."""
+    return sync_windows.standing(compiled(spec), bundle, cluster, now, labels=labels)
+
+
+def held_lines(bw: BundleWindow | None) -> list[str]:
+    """What ``driftbus status`` says of how the windows stand for a bundle (``BundleWindow``,
+    as its status publishes it): whether one holds its writes (until when) and the next
+    change. Nothing when no window names it."""
+    if bw is None:
+        return []
+    lines = [
+        f"sync window: {bw.message} (writes held)"
+        if bw.held
+        else "sync windows: writes allowed now"
+    ]
+    if bw.next_change is not None:
+        lines.append(f"  next change {bw.next_change}: {bw.then}")
+    return lines
 
 
 def status_lines(
@@ -103,16 +103,7 @@ def status_lines(
     not. Nothing when no window names them. ``labels``: as for ``bundle_window``."""
     lines = [f"sync windows: the latest on the bus are unusable ({problem})"] if problem else []
     if bundle is not None:
-        bw = bundle_window(spec, cluster, bundle, now, labels)
-        if bw is None:
-            return lines
-        if bw.held:
-            lines.append(f"sync window: {bw.message} (writes held)")
-        else:
-            lines.append("sync windows: writes allowed now")
-        if bw.next_change is not None:
-            lines.append(f"  next change {bw.next_change}: {bw.then}")
-        return lines
+        return lines + held_lines(bundle_window(spec, cluster, bundle, now, labels))
     ws = compiled(spec)
     for w, row in zip(ws, sync_windows.rows(spec, now), strict=True):
         if not w.names_cluster(cluster, labels):
@@ -124,10 +115,6 @@ def status_lines(
             f'sync window {w.kind} "{w.name}" (bundles {",".join(w.bundles)}): {state}{nxt}'
         )
     return lines
-
-
-def _when(at: dt.datetime, ws: tuple[Window, ...]) -> str:
-    return ws[0].shown(at) if ws else at.isoformat(timespec="minutes")
 
 
 def show(spec: WindowsFile, problem: str, output: str, now: dt.datetime) -> None:

@@ -10,7 +10,8 @@ for a ``clusterSelector``) decide:
 * else nothing holds them.
 
 ``blocking`` names the window that holds writes now; ``resumes`` says when writes may go again;
-``next_change`` when what blocks (or that nothing does) next changes. Instants are aware
+``next_change`` when what blocks (or that nothing does) next changes; ``standing`` all of it for
+one bundle, as its status says it. Instants are aware
 datetimes; messages show them in the window's time zone, to the minute.
 """
 
@@ -21,7 +22,7 @@ import datetime as dt
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from schemas.windows import WindowRow, WindowsFile
+from schemas.windows import BundleWindow, WindowRow, WindowsFile
 from services.windows.document import compiled
 from services.windows.spec import HORIZON, Labels, Window
 
@@ -93,6 +94,41 @@ def block(
     if w is None:
         return None
     return Block(w, resumes(windows, bundle, cluster, at, labels=labels))
+
+
+def standing(
+    windows: Sequence[Window], bundle: str, cluster: str, at: dt.datetime, *, labels: Labels = None
+) -> BundleWindow | None:
+    """The windows as they stand for ``bundle`` on ``cluster`` at ``at`` — held or not, until
+    when, the next change and what holds then — or None when no window names it: what the
+    planner publishes in the bundle's status (``BundleStatus.windows``)."""
+    mine = [w for w in windows if w.names(bundle, cluster, labels)]
+    if not mine:
+        return None
+    held = block(mine, bundle, cluster, at, labels=labels)
+    return shown(mine, bundle, cluster, held, next_change(mine, bundle, cluster, at, labels=labels))
+
+
+def shown(
+    mine: Sequence[Window],
+    bundle: str,
+    cluster: str,
+    held: Block | None,
+    change: dt.datetime | None,
+    *,
+    labels: Labels = None,
+) -> BundleWindow:
+    """``standing``'s answer from the windows naming the bundle, the block now and the next
+    change (already asked: the planner keeps them until that change)."""
+    after = block(mine, bundle, cluster, change, labels=labels) if change is not None else None
+    return BundleWindow(
+        held=held is not None,
+        message=held.message if held is not None else "writes allowed",
+        window=held.window.name if held is not None else None,
+        until=held.window.shown(held.until) if held is not None and held.until else None,
+        next_change=mine[0].shown(change) if change is not None else None,
+        then=(after.message if after is not None else "writes allowed") if change else None,
+    )
 
 
 def _walk(

@@ -18,6 +18,7 @@ from typing import Any
 from schemas.decision import DecisionAction, DecisionReason
 from schemas.messages import BundlePhase, Impersonation
 from schemas.tenants import TenantPolicy
+from schemas.windows import BundleWindow
 from services.core.scope import Scopes
 from services.planner.memory.object_details import Details
 from services.planner.memory.store import EntryStore
@@ -83,11 +84,12 @@ class ClusterState:
     """Bundles whose revision in force was published with ``--override-window``."""
     clock: Callable[[], float] = time.time
     """Seconds since the epoch: when windows are asked about."""
-    _blocks: dict[tuple[int, ...], tuple[float, sync_windows.Block | None]] = dataclasses.field(
-        default_factory=dict
+    _blocks: dict[tuple[int, ...], tuple[float, sync_windows.Block | None, BundleWindow]] = (
+        dataclasses.field(default_factory=dict)
     )
     """The windows naming a bundle (their indexes) -> (until when the answer holds, the block
-    then): a fold asks for every event, the cron is read once per window change."""
+    then, how they stand then): a fold asks for every event, the cron is read once per window
+    change."""
 
     def identity(self, bundle: str) -> Impersonation | None:
         """Whom the writes of ``bundle`` are made as (its tenant's ServiceAccount), now."""
@@ -109,6 +111,18 @@ class ClusterState:
     def window_block(self, bundle: str) -> sync_windows.Block | None:
         """The sync window that holds ``bundle``'s writes now, whether or not its revision
         overrides windows; None when none does."""
+        answer = self._window_answer(bundle)
+        return answer[1] if answer is not None else None
+
+    def window_standing(self, bundle: str) -> BundleWindow | None:
+        """The sync windows as they stand for ``bundle`` now (held or not, the next change),
+        as its status publishes them; None when no window names it."""
+        answer = self._window_answer(bundle)
+        return answer[2] if answer is not None else None
+
+    def _window_answer(
+        self, bundle: str
+    ) -> tuple[float, sync_windows.Block | None, BundleWindow] | None:
         if not self.windows:
             return None
         mine = self._naming(bundle)
@@ -117,15 +131,16 @@ class ClusterState:
         now = self.clock()
         cached = self._blocks.get(mine)
         if cached is not None and now < cached[0]:
-            return cached[1]
+            return cached
         at = dt.datetime.fromtimestamp(now, dt.UTC)
         ws = [self.windows[i] for i in mine]
         labels = self.cluster_labels
         block = sync_windows.block(ws, bundle, self.cluster, at, labels=labels)
         change = sync_windows.next_change(ws, bundle, self.cluster, at, labels=labels)
+        standing = sync_windows.shown(ws, bundle, self.cluster, block, change, labels=labels)
         valid = min(change.timestamp(), now + 3600.0) if change is not None else now + 3600.0
-        self._blocks[mine] = (valid, block)
-        return block
+        self._blocks[mine] = answer = (valid, block, standing)
+        return answer
 
     def _naming(self, bundle: str) -> tuple[int, ...]:
         """The indexes of the windows naming ``bundle`` on this cluster (its registry labels
