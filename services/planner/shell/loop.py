@@ -28,7 +28,6 @@ from schemas.messages import (
     ServerEvent,
 )
 from schemas.subjects import SubjectError, cluster_filter, parse_subject
-from schemas.windows import WindowsFile
 from services.clusters import registry
 from services.common import bus, telemetry
 from services.core.manifest import apply_order
@@ -41,16 +40,14 @@ from services.planner.rule.decide import (
 from services.planner.rule.entry import Slot
 from services.planner.settings import PlannerSettings
 from services.planner.shell.folding import Folder
+from services.planner.shell.followed import Followed
 from services.planner.shell.intake import BundleIntake
 from services.planner.shell.periodic import Duties
 from services.planner.shell.rollback import RollbackDesk
 from services.planner.shell.sending import Decisions, pace
 from services.planner.shell.status_board import StatusBoard
-from services.stored.document import Good
 from services.tenancy import store as policy
-from services.tenancy.policy import PolicyError
 from services.windows import store as windows_store
-from services.windows.document import compiled
 
 log = logging.getLogger("driftbus.planner")
 
@@ -93,8 +90,9 @@ class Planner:
         self.state = ClusterState(cluster)
         self.ready = asyncio.Event()
         self._queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue(maxsize=10_000)
-        """Every input, handled one at a time: the followers' messages, bundle re-checks, and
-        bundles whose hold ended (``release``, a bundle name)."""
+        """Every input, handled one at a time: the followers' messages, the last good sync
+        windows (``windows``, a ``Good``), bundle re-checks, and bundles whose hold ended
+        (``release``, a bundle name)."""
         self.board = StatusBoard(state=self.state, publisher=publisher)
         self.decisions = Decisions(
             state=self.state,
@@ -123,6 +121,7 @@ class Planner:
             prune=self.folder.prune,
             release=self.intake.request_release,
         )
+        self.followed = Followed(state=self.state, intake=self.intake, duties=self.duties)
         self.rollbacks = RollbackDesk(js=js, state=self.state)
 
     @property
@@ -154,17 +153,7 @@ class Planner:
 
     async def _run(self) -> None:
         queue = self._queue
-        # the policy first: bundles of the rebuild are held to it
-        try:
-            self.intake.policy_changed(await policy.read_policy(self.js))
-        except PolicyError as exc:
-            # fail closed, and say so on every bundle's status; a valid policy applied later
-            # (the "policy" follower) lets the refused revisions in, with no restart
-            self.state.policy_unusable = (
-                f"the tenant policy on the bus is unusable ({exc}); no revision is taken until "
-                "a valid one is applied (driftbus tenants apply FILE)"
-            )
-            log.error("cluster %s: %s", self.cluster, self.state.policy_unusable)
+        await self.followed.read_policy(self.js)  # first: bundles of the rebuild are held to it
         self.state.cluster_labels = await registry.labels_of(self.js, self.cluster)
         followers = {
             "registry": bus.Follower(
@@ -298,7 +287,7 @@ class Planner:
             await self.intake.release(msg)
             return
         if kind == "windows":  # the last good windows (``Good``), not a message
-            self._on_windows(msg)
+            self.followed.windows(msg)
             return
         ctx = telemetry.traced(msg.headers)
         if not self.state.live:
@@ -344,7 +333,7 @@ class Planner:
             elif kind == "outcome":
                 await self._on_outcome(decode(msg.data, OutcomeEvent))
             elif kind == "policy":
-                self._on_policy(msg)
+                self.followed.policy(msg)
             elif kind == "registry":
                 labels = registry.labels_in(msg)
                 if labels != self.state.cluster_labels:
@@ -361,35 +350,6 @@ class Planner:
         if (stream := FACT_STREAMS.get(kind)) is not None:
             # read, good or bad: the lost-intent check asks whether a fact was (``periodic``)
             self.state.read_up_to[stream] = msg.metadata.sequence.stream
-
-    def _on_windows(self, good: Good[WindowsFile]) -> None:
-        """New sync windows in force (removed: none). Unusable ones leave the last good ones in
-        force — a deny window is never dropped for a typo — said in the log and on status."""
-        if good.problem:
-            self.state.windows_unusable = f"{good.problem}; the last good windows stay in force"
-            log.error("cluster %s: %s", self.cluster, self.state.windows_unusable)
-            return
-        windows = compiled(good.value)
-        self.state.set_windows(windows)
-        log.info("cluster %s: %d sync windows in force", self.cluster, len(windows))
-        self.duties.windows_changed(new=True)
-
-    def _on_policy(self, msg: bus.Message) -> None:
-        """A new tenant policy, or one that cannot be used: then no new revision is taken (the
-        ones in force stay as they are) until a valid one comes — the same as a planner that
-        starts on it, never the previous, perhaps wider, policy."""
-        try:
-            new = policy.policy_of(msg)
-        except PolicyError as exc:
-            self.state.policy_unusable = (
-                f"the tenant policy on the bus is unusable ({exc}); no new revision is taken "
-                "until a valid one is applied (driftbus tenants apply FILE)"
-            )
-            log.error("cluster %s: %s", self.cluster, self.state.policy_unusable)
-            return
-        if new != self.state.policy or self.state.policy_unusable:
-            log.info("cluster %s: tenant policy changed", self.cluster)
-            self.intake.policy_changed(new)
 
     async def _on_outcome(self, oc: OutcomeEvent) -> None:
         slot = (oc.cluster, oc.key)
