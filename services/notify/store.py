@@ -27,7 +27,6 @@ def kept(tenant: str) -> Kept[NotifyConfig]:
         bucket=bus.NOTIFY_BUCKET,
         key=key,
         ensure=bus.ensure_config_buckets,
-        what=f"the notifications {key}",
     )
 
 

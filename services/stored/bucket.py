@@ -40,8 +40,6 @@ class Kept(Generic[T]):
     key: str
     ensure: Callable[[bus.JetStream], Awaitable[None]]
     """Makes the bucket if it is not there (``bus.ensure_config_buckets``, …)."""
-    what: str
-    """The document in words for a read the bus refused: ``the tenant policy``."""
 
     @property
     def stream(self) -> str:
@@ -66,8 +64,8 @@ class Kept(Generic[T]):
             return None
         except (bus.NatsTimeout, bus.NatsError) as exc:
             raise Unreadable(
-                f"cannot read {self.what} ({type(exc).__name__}: {exc}); may this NATS "
-                f"identity read it in the {self.bucket} bucket?"
+                f"cannot read {self.key} in the {self.bucket} bucket ({type(exc).__name__}: "
+                f"{exc}); may this NATS identity read it?"
             ) from None
         return None if entry is None else entry.value
 

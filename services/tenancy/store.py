@@ -25,7 +25,6 @@ STORED: Final = Kept(
     bucket=bus.TENANTS_BUCKET,
     key=bus.TENANTS_KEY,
     ensure=bus.ensure_tenants_bucket,
-    what="the tenant policy",
 )
 """The policy in its bucket."""
 POLICY_SUBJECT = STORED.subject

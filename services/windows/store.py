@@ -17,7 +17,6 @@ STORED: Final = Kept(
     bucket=bus.WINDOWS_BUCKET,
     key=bus.WINDOWS_KEY,
     ensure=bus.ensure_config_buckets,
-    what="the sync windows",
 )
 """The windows in their bucket (``STORED.following(js)``: the one last-good follower)."""
 

@@ -169,7 +169,7 @@ async def test_a_follower_delivers_each_change_keeping_the_last_good(
     async def ensure(js: Any) -> None:
         return None
 
-    kept = bucket.Kept(TOY, bucket="toys", key="toy", ensure=ensure, what="the toy")
+    kept = bucket.Kept(TOY, bucket="toys", key="toy", ensure=ensure)
     following = kept.following(None)  # type: ignore[arg-type]
     got = [good async for good in following.versions()]
     assert got == [

@@ -168,25 +168,6 @@ def test_the_cli_says_what_holds_a_bundle_and_the_next_change() -> None:
     )
 
 
-def test_status_json_says_the_same_of_a_bundle_typed() -> None:
-    spec = WindowsFile(windows=(FREEZE,))
-    inside = NOON + dt.timedelta(minutes=5)
-    held = cli_windows.bundle_window(spec, "prod", "web", inside)
-    assert held == BundleWindow(
-        held=True,
-        message='deny window "freeze" until 2026-06-01T13:00+00:00',
-        window="freeze",
-        until="2026-06-01T13:00+00:00",
-        next_change="2026-06-01T13:00+00:00",
-        then="writes allowed",
-    )
-    free = cli_windows.bundle_window(spec, "prod", "web", NOON - dt.timedelta(hours=1))
-    assert free is not None
-    assert (free.held, free.window, free.until) == (False, None, None)
-    assert free.then == 'deny window "freeze" until 2026-06-01T13:00+00:00'
-    assert cli_windows.bundle_window(WindowsFile(), "prod", "web", inside) is None
-
-
 def test_an_unusable_latest_version_keeps_the_last_good_one() -> None:
     good = wd.dump(WindowsFile(windows=(FREEZE,)))
     spec, problem = wd.last_good([good, b"{oops"])
@@ -254,11 +235,12 @@ def test_the_page_shows_each_window_and_what_holds_each_bundle() -> None:
         pytest.param(NOON, (), None, id="no-window-none"),
     ],
 )
-def test_the_planner_publishes_how_the_windows_stand_for_a_bundle(
+def test_the_planner_publishes_how_the_windows_stand_and_status_json_says_the_same(
     at: dt.datetime, windows: tuple[SyncWindow, ...], standing: BundleWindow | None
 ) -> None:
     """The one answer to "is this bundle held by a window": in its status, Ready or not; the
-    CLI's ``bundle_window`` asks the same function and says the same."""
+    CLI's ``bundle_window`` (``status -o json``, typed) asks the same function and says the
+    same, and its lines show it."""
     st = state(*windows, at=at)
     status = status_of(st, entry())  # applied and unchanged: Ready, nothing to hold
     assert status.windows == standing
