@@ -3,7 +3,9 @@ change) and ``driftbus windows apply FILE`` (check a windows file and make it th
 planner follows): the windows are state on the bus (KV bucket ``driftbus-windows``), followed
 live (docs/windows.md). An invalid file is refused with FILE:LINE and changes nothing.
 
-``status_lines`` is what ``driftbus status`` prints of them for a cluster or a bundle.
+``status_lines`` is what ``driftbus status`` prints of them for a cluster or a bundle; for a
+bundle, ``bundle_lines`` shows how they stand as its planner published them
+(``BundleStatus.windows``), and ``bundle_window`` asks the same function of the stored windows.
 """
 
 from __future__ import annotations
@@ -70,21 +72,20 @@ def bundle_window(
     when no window names it: ``verdict.standing``, the planner's answer, asked of ``spec``.
     ``labels``: the cluster's registry labels, for a window's ``clusterSelector`` (None:
     unknown, named by every selector, as the planner reads it). What the planner published
-    is ``BundleStatus.windows`` (``held_lines`` shows it)."""
+    is ``BundleStatus.windows`` (``bundle_lines`` shows it)."""
     return sync_windows.standing(compiled(spec), bundle, cluster, now, labels=labels)
 
 
-def held_lines(bw: BundleWindow | None) -> list[str]:
+def bundle_lines(bw: BundleWindow | None, problem: str = "") -> list[str]:
     """What ``driftbus status`` says of how the windows stand for a bundle (``BundleWindow``,
     as its status publishes it): whether one holds its writes (until when) and the next
-    change. Nothing when no window names it."""
+    change; nothing when no window names it. ``problem``: why the latest windows on the bus
+    are unusable ("" when they are usable)."""
+    lines = [f"sync windows: the latest on the bus are unusable ({problem})"] if problem else []
     if bw is None:
-        return []
-    lines = [
-        f"sync window: {bw.message} (writes held)"
-        if bw.held
-        else "sync windows: writes allowed now"
-    ]
+        return lines
+    held = f"sync window: {bw.message} (writes held)"
+    lines.append(held if bw.held else "sync windows: writes allowed now")
     if bw.next_change is not None:
         lines.append(f"  next change {bw.next_change}: {bw.then}")
     return lines
@@ -101,9 +102,9 @@ def status_lines(
     """What ``driftbus status`` says of the sync windows: for a bundle, whether one holds its
     writes (until when) and the next change; for a cluster, each window naming it, open or
     not. Nothing when no window names them. ``labels``: as for ``bundle_window``."""
-    lines = [f"sync windows: the latest on the bus are unusable ({problem})"] if problem else []
     if bundle is not None:
-        return lines + held_lines(bundle_window(spec, cluster, bundle, now, labels))
+        return bundle_lines(bundle_window(spec, cluster, bundle, now, labels), problem)
+    lines = bundle_lines(None, problem)
     ws = compiled(spec)
     for w, row in zip(ws, sync_windows.rows(spec, now), strict=True):
         if not w.names_cluster(cluster, labels):

@@ -245,7 +245,7 @@ def test_the_planner_publishes_how_the_windows_stand_and_status_json_says_the_sa
     status = status_of(st, entry())  # applied and unchanged: Ready, nothing to hold
     assert status.windows == standing
     assert cli_windows.bundle_window(WindowsFile(windows=windows), "prod", "web", at) == standing
-    assert cli_windows.held_lines(status.windows) == cli_windows.status_lines(
+    assert cli_windows.bundle_lines(status.windows) == cli_windows.status_lines(
         WindowsFile(windows=windows), "prod", "web", at
     )
 
