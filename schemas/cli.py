@@ -8,6 +8,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from schemas.windows import BundleWindow as BundleWindow
+
 
 class FleetSummary(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """The rollout of a fleet bundle, on each cluster's row of it (docs/fleet.md)."""
@@ -69,26 +71,6 @@ class ObjectRow(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     message: str
     revision: str
     last_change: dt.datetime | None
-
-
-class BundleWindow(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """The sync windows (docs/windows.md) as they stand for one bundle in one cluster."""
-
-    held: bool
-    """A window holds the bundle's automated writes now (a revision published with
-    ``--override-window`` goes through all the same)."""
-    message: str
-    """``deny window "freeze" until 2026-11-30T08:00+01:00`` when held, else
-    ``writes allowed``."""
-    window: str | None
-    """The name of the window holding the writes (null: not held)."""
-    until: str | None
-    """When the writes held may go again, RFC 3339 in the window's time zone (null: not held,
-    or not within a year)."""
-    next_change: str | None
-    """When that next changes (a window opens or closes), RFC 3339; null: not within a year."""
-    then: str | None
-    """What holds from ``next_change`` on, as ``message`` says it (null: no change)."""
 
 
 class StatusDocument(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

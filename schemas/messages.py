@@ -42,6 +42,7 @@ from schemas.bundle import RollbackRequest as RollbackRequest
 from schemas.decision import DecisionRecord
 from schemas.fleet import FleetBundle, RolloutEvent
 from schemas.subjects import ObjectKey
+from schemas.windows import BundleWindow
 
 # --- watcher → driftbus.server.<cluster>.<key> --------------------------------------------------
 
@@ -252,6 +253,10 @@ class BundleStatus(_Message, frozen=True, tag=_tag("bundle-status")):
     window: str = ""
     """The sync window holding the writes that keep the bundle ``OutOfSync`` (docs/windows.md):
     nothing changes before it ends ("" when no window holds it)."""
+    windows: BundleWindow | None = None
+    """The sync windows as they stand for the bundle, whether or not it has writes to hold: the
+    one answer to "is this bundle held by a window", which ``driftbus status`` and the status
+    page show (null: no window names it)."""
 
 
 # --- source → driftbus.status.<cluster>.<bundle>.source ------------------------------------------

@@ -5,7 +5,7 @@ The wire keys are the user-facing file format (``timeZone``), so the Structs ren
 The same Structs are what ``driftbus windows apply`` stores on the bus (KV bucket
 ``driftbus-windows``, key ``windows``) and what every planner follows; the checks a Struct cannot
 express (a cron that parses, a Go duration, a known time zone, unique names) are
-``services/windows/verdict.py``'s.
+``services/windows/document.py``'s.
 """
 
 from __future__ import annotations
@@ -70,3 +70,25 @@ class WindowRow(msgspec.Struct, frozen=True, rename="camel"):
     next_change: str | None
     """When it next opens (not active) or closes (active), RFC 3339 in its time zone; null:
     not within a year."""
+
+
+class BundleWindow(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The sync windows (docs/windows.md) as they stand for one bundle in one cluster: the
+    planner's answer, published in the bundle's status (``BundleStatus.windows``) and shown as
+    it is by ``driftbus status`` and the status page."""
+
+    held: bool
+    """A window holds the bundle's automated writes now (a revision published with
+    ``--override-window`` goes through all the same)."""
+    message: str
+    """``deny window "freeze" until 2026-11-30T08:00+01:00`` when held, else
+    ``writes allowed``."""
+    window: str | None
+    """The name of the window holding the writes (null: not held)."""
+    until: str | None
+    """When the writes held may go again, RFC 3339 in the window's time zone (null: not held,
+    or not within a year)."""
+    next_change: str | None
+    """When that next changes (a window opens or closes), RFC 3339; null: not within a year."""
+    then: str | None
+    """What holds from ``next_change`` on, as ``message`` says it (null: no change)."""

@@ -26,6 +26,8 @@ The concepts they share, each in its own package:
 - ``windows/`` — sync windows: when a bundle's writes may happen.
 - ``clusters/`` — the cluster registry, label selectors, and who serves each cluster.
 - ``access/`` — NATS permissions per role and the nats-server configuration granting them.
+- ``stored/`` — settings kept on the bus (tenant policy, sync windows, notifications), one
+  ``Document[T]`` for all: a file read and checked with FILE:LINE, stored, followed live.
 
 The doors and the floor:
 

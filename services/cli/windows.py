@@ -3,7 +3,9 @@ change) and ``driftbus windows apply FILE`` (check a windows file and make it th
 planner follows): the windows are state on the bus (KV bucket ``driftbus-windows``), followed
 live (docs/windows.md). An invalid file is refused with FILE:LINE and changes nothing.
 
-``status_lines`` is what ``driftbus status`` prints of them for a cluster or a bundle.
+``status_lines`` is what ``driftbus status`` prints of them for a cluster or a bundle; for a
+bundle, ``bundle_lines`` shows how they stand as its planner published them
+(``BundleStatus.windows``), and ``bundle_window`` asks the same function of the stored windows.
 """
 
 from __future__ import annotations
@@ -20,10 +22,10 @@ from services.cli import exits
 from services.common import bus, settings
 from services.common.bus import NatsSettings
 from services.windows import verdict as sync_windows
-from services.windows.spec import Window
+from services.windows.document import WINDOWS, WindowsError, compiled
+from services.windows.store import put_windows
+from services.windows.store import read_windows as read_windows  # driftbus status reads it
 
-WINDOWS_STREAM = f"KV_{bus.WINDOWS_BUCKET}"
-WINDOWS_SUBJECT = f"$KV.{bus.WINDOWS_BUCKET}.{bus.WINDOWS_KEY}"
 COLUMNS = [
     "name",
     "kind",
@@ -40,20 +42,7 @@ COLUMNS = [
 def read_file(path: str) -> WindowsFile:
     """The windows of a windows file (``-``: standard input); WindowsError or OSError."""
     text = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
-    return sync_windows.load_windows(text, "<stdin>" if path == "-" else path)
-
-
-async def read_windows(js: bus.JetStream) -> tuple[WindowsFile, str]:
-    """The windows the planners hold — the last usable version stored — and why the latest
-    stored version is unusable ("" when it is usable, or none was ever applied)."""
-    try:
-        if await bus.kv_get(js, bus.WINDOWS_BUCKET, bus.WINDOWS_KEY) is None:
-            return WindowsFile(), ""
-    except bus.BucketMissing:
-        return WindowsFile(), ""
-    follower = bus.Follower(js, WINDOWS_STREAM, WINDOWS_SUBJECT, history=True)
-    stored = [m.data or b"" async for m in follower.snapshot()]
-    return sync_windows.last_good(stored)
+    return WINDOWS.load(text, "<stdin>" if path == "-" else path)
 
 
 async def cluster_labels(
@@ -72,12 +61,6 @@ async def cluster_labels(
         return None
 
 
-async def put_windows(js: bus.JetStream, spec: WindowsFile) -> int:
-    """Store ``spec`` as the windows in force; returns its revision (the KV sequence)."""
-    await bus.ensure_config_buckets(js)
-    return await bus.kv_put(js, bus.WINDOWS_BUCKET, bus.WINDOWS_KEY, sync_windows.dump(spec))
-
-
 def bundle_window(
     spec: WindowsFile,
     cluster: str,
@@ -86,26 +69,26 @@ def bundle_window(
     labels: Mapping[str, str] | None = None,
 ) -> BundleWindow | None:
     """The windows as they stand for ``bundle`` in ``cluster`` (``status -o json``), or None
-    when no window names it. ``labels``: the cluster's registry labels, for a window's
-    ``clusterSelector`` (None: unknown, named by every selector, as the planner reads it)."""
-    ws = sync_windows.compiled(spec)
-    if not any(w.names(bundle, cluster, labels) for w in ws):
-        return None
-    held = sync_windows.block(ws, bundle, cluster, now, labels=labels)
-    change = sync_windows.next_change(ws, bundle, cluster, now, labels=labels)
-    after = (
-        sync_windows.block(ws, bundle, cluster, change, labels=labels)
-        if change is not None
-        else None
-    )
-    return BundleWindow(
-        held=held is not None,
-        message=held.message if held is not None else "writes allowed",
-        window=held.window.name if held is not None else None,
-        until=held.window.shown(held.until) if held is not None and held.until else None,
-        next_change=_when(change, ws) if change is not None else None,
-        then=(after.message if after is not None else "writes allowed") if change else None,
-    )
+    when no window names it: ``verdict.standing``, the planner's answer, asked of ``spec``.
+    ``labels``: the cluster's registry labels, for a window's ``clusterSelector`` (None:
+    unknown, named by every selector, as the planner reads it). What the planner published
+    is ``BundleStatus.windows`` (``bundle_lines`` shows it)."""
+    return sync_windows.standing(compiled(spec), bundle, cluster, now, labels=labels)
+
+
+def bundle_lines(bw: BundleWindow | None, problem: str = "") -> list[str]:
+    """What ``driftbus status`` says of how the windows stand for a bundle (``BundleWindow``,
+    as its status publishes it): whether one holds its writes (until when) and the next
+    change; nothing when no window names it. ``problem``: why the latest windows on the bus
+    are unusable ("" when they are usable)."""
+    lines = [f"sync windows: the latest on the bus are unusable ({problem})"] if problem else []
+    if bw is None:
+        return lines
+    held = f"sync window: {bw.message} (writes held)"
+    lines.append(held if bw.held else "sync windows: writes allowed now")
+    if bw.next_change is not None:
+        lines.append(f"  next change {bw.next_change}: {bw.then}")
+    return lines
 
 
 def status_lines(
@@ -119,19 +102,10 @@ def status_lines(
     """What ``driftbus status`` says of the sync windows: for a bundle, whether one holds its
     writes (until when) and the next change; for a cluster, each window naming it, open or
     not. Nothing when no window names them. ``labels``: as for ``bundle_window``."""
-    lines = [f"sync windows: the latest on the bus are unusable ({problem})"] if problem else []
     if bundle is not None:
-        bw = bundle_window(spec, cluster, bundle, now, labels)
-        if bw is None:
-            return lines
-        if bw.held:
-            lines.append(f"sync window: {bw.message} (writes held)")
-        else:
-            lines.append("sync windows: writes allowed now")
-        if bw.next_change is not None:
-            lines.append(f"  next change {bw.next_change}: {bw.then}")
-        return lines
-    ws = sync_windows.compiled(spec)
+        return bundle_lines(bundle_window(spec, cluster, bundle, now, labels), problem)
+    lines = bundle_lines(None, problem)
+    ws = compiled(spec)
     for w, row in zip(ws, sync_windows.rows(spec, now), strict=True):
         if not w.names_cluster(cluster, labels):
             continue
@@ -142,10 +116,6 @@ def status_lines(
             f'sync window {w.kind} "{w.name}" (bundles {",".join(w.bundles)}): {state}{nxt}'
         )
     return lines
-
-
-def _when(at: dt.datetime, ws: tuple[Window, ...]) -> str:
-    return ws[0].shown(at) if ws else at.isoformat(timespec="minutes")
 
 
 def show(spec: WindowsFile, problem: str, output: str, now: dt.datetime) -> None:
@@ -198,7 +168,7 @@ def cmd_windows(args: argparse.Namespace) -> int:
             return table.fail("windows apply", ValueError("name the windows file (or -)"))
         try:
             new = read_file(args.file)
-        except (sync_windows.WindowsError, OSError) as exc:
+        except (WindowsError, OSError) as exc:
             return table.fail("windows apply", exc)
     elif args.file:
         return table.fail(

@@ -8,7 +8,8 @@
 - ``notifier`` — the configurations in force: an event matched, gated, rendered and queued.
 - ``config`` (pure) — a notifications file read and checked, a tenant's reach refused beyond
   its own bundles; the bucket's keys (``platform``, ``tenant.<tenant>``).
-- ``store`` — the configurations on the bus: put, read, remove, and the keys of its stream.
+- ``store`` — the configurations on the bus (each a ``services.stored`` document in its
+  bucket): put, read, remove, and the keys of its stream.
 - ``events`` (pure) — an ``Event`` made from a bundle status, a decision or a rollout
   transition.
 - ``match`` (pure) — which providers an event goes to: alert filters, the tenant's scope, and

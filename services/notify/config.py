@@ -1,4 +1,5 @@
-"""Reading and checking a notifications file, and where it is kept on the bus (pure).
+"""Reading and checking a notifications file, and where it is kept on the bus (pure): each
+configuration a ``services.stored`` document, checked for its tenant.
 
 A configuration is the platform's (key ``platform``, may name any bundle) or one tenant's (key
 ``tenant.<tenant>``, may name only that tenant's bundles). ``load`` refuses, naming the file and
@@ -9,16 +10,15 @@ configuration — a filter that reaches beyond the tenant's own bundles.
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
-from typing import Any, Final
-
-import msgspec
+from typing import Final
 
 from schemas.notify import Alert, NotifyConfig, Provider, ProviderType
 from schemas.subjects import SubjectError, decode_token, encode_token
 from services.clusters.selector import SelectorError, parse_selector
-from services.core import kyaml
+from services.stored.document import Document, Problem
 
 PLATFORM_KEY: Final = "platform"
 TENANT_PREFIX: Final = "tenant."
@@ -28,7 +28,7 @@ _CHAT: Final = (ProviderType.SLACK, ProviderType.TEAMS)
 _COMMIT: Final = (ProviderType.GITHUB, ProviderType.GITLAB)
 
 
-class ConfigError(ValueError):
+class ConfigError(Problem):
     """A notifications file (or stored configuration) that cannot be used; the message starts
     with where it is and names the entry."""
 
@@ -55,52 +55,52 @@ def tenant_of(key: str) -> str | None:
     return None
 
 
+def document(tenant: str) -> Document[NotifyConfig]:
+    """``tenant``'s configuration ("" the platform's) as a setting: checked for it."""
+    key = key_of(tenant)
+    return Document(
+        kind=NotifyConfig,
+        error=ConfigError,
+        name="the notifications file",
+        keys="providers, alerts, limits",
+        stored=f"stored notifications {key}",
+        check=functools.partial(check, tenant=tenant),
+    )
+
+
 def load(text: str | bytes, where: str, tenant: str = "") -> NotifyConfig:
     """The configuration of a notifications file (YAML or JSON) named ``where``, for ``tenant``
     ("" the platform); ConfigError if it is not usable or reaches beyond ``tenant``."""
-    try:
-        text, docs = kyaml.file_documents(text, where)
-    except kyaml.FileTextError as exc:
-        raise ConfigError(str(exc)) from None
-    if len(docs) > 1:
-        raise ConfigError(f"{where}: a second document: the notifications file is one map")
-    raw: Any = docs[0][1] if docs else {}
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{where}: must be a map (providers, alerts, limits)")
-    try:
-        config = msgspec.convert(raw, NotifyConfig)
-    except msgspec.ValidationError as exc:
-        raise ConfigError(f"{where}: {exc}") from None
-    check(config, tenant, where)
-    return config
+    return document(tenant).load(text, where)
 
 
-def check(config: NotifyConfig, tenant: str, where: str) -> None:
+def check(config: NotifyConfig, tenant: str) -> None:
     """Everything ``load`` checks beyond the schema: ConfigError naming the entry."""
     names: set[str] = set()
     for i, p in enumerate(config.providers):
-        at = f"{where}: providers[{i}] ({p.name})"
+        at = f"providers[{i}] ({p.name})"
+        where = ("providers", i)
         if p.name in names:
-            raise ConfigError(f"{at}: a second provider of this name")
+            raise ConfigError(f"{at}: a second provider of this name", where)
         names.add(p.name)
         problem = provider_problem(p) or (tenant_file_problem(p, tenant) if tenant else "")
         if problem:
-            raise ConfigError(f"{at}: {problem}")
+            raise ConfigError(f"{at}: {problem}", where)
     for i, a in enumerate(config.alerts):
-        at = f"{where}: alerts[{i}]"
+        at, where = f"alerts[{i}]", ("alerts", i)
         if not a.providers:
-            raise ConfigError(f"{at}: names no provider")
+            raise ConfigError(f"{at}: names no provider", where)
         for name in a.providers:
             if name not in names:
-                raise ConfigError(f"{at}: provider {name!r} is not defined under providers")
+                raise ConfigError(f"{at}: provider {name!r} is not defined under providers", where)
         try:
             parse_selector(a.cluster_selector)
         except SelectorError as exc:
-            raise ConfigError(f"{at}: clusterSelector: {exc}") from None
+            raise ConfigError(f"{at}: clusterSelector: {exc}", where) from None
         if tenant:
             problem = reach_problem(a, tenant)
             if problem:
-                raise ConfigError(f"{at}: {problem}")
+                raise ConfigError(f"{at}: {problem}", where)
 
 
 def tenant_file_problem(p: Provider, tenant: str) -> str:
@@ -180,7 +180,7 @@ def reach_problem(a: Alert, tenant: str) -> str:
 
 def dump(config: NotifyConfig) -> bytes:
     """The configuration as stored on the bus (JSON)."""
-    return msgspec.json.encode(config, order="deterministic")
+    return document("").dump(config)
 
 
 def decode_stored(data: bytes, key: str) -> NotifyConfig:
@@ -189,11 +189,4 @@ def decode_stored(data: bytes, key: str) -> NotifyConfig:
     tenant = tenant_of(key)
     if tenant is None:
         raise ConfigError(f"notify key {key!r}: neither {PLATFORM_KEY} nor {TENANT_PREFIX}NAME")
-    if not data:
-        return NotifyConfig()
-    try:
-        config = msgspec.json.decode(data, type=NotifyConfig)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise ConfigError(f"stored notifications {key}: {exc}") from None
-    check(config, tenant, f"stored notifications {key}")
-    return config
+    return document(tenant).decode(data)

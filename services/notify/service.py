@@ -29,6 +29,7 @@ from services.notify import config, consume, egress, rights, store
 from services.notify.notifier import LabelCache, Notifier
 from services.notify.send import RetryPolicy
 from services.notify.shares import Shares
+from services.stored.bucket import removed
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +101,7 @@ async def follow_configs(js: bus.JetStream, n: Notifier, ready: asyncio.Event) -
     try:
         async for msg in follower.messages():
             key = store.key_of_message(msg)
-            if store.removed(msg):
+            if removed(msg):
                 n.configure(key, None)
                 continue
             try:

@@ -13,20 +13,26 @@ from typing import Final
 from schemas.notify import NotifyConfig
 from services.common import bus
 from services.notify import config
+from services.stored.bucket import Kept, Unreadable
 
 STREAM: Final = f"KV_{bus.NOTIFY_BUCKET}"
 SUBJECTS: Final = f"$KV.{bus.NOTIFY_BUCKET}."
-_REMOVED: Final = ("DEL", "PURGE")
 
 
-class StoreUnreadable(RuntimeError):
-    """The bus did not answer, or refused (a refused read times out in nats-py)."""
+def kept(tenant: str) -> Kept[NotifyConfig]:
+    """``tenant``'s configuration ("" the platform's) in the bucket."""
+    key = config.key_of(tenant)
+    return Kept(
+        config.document(tenant),
+        bucket=bus.NOTIFY_BUCKET,
+        key=key,
+        ensure=bus.ensure_config_buckets,
+    )
 
 
 async def put(js: bus.JetStream, tenant: str, cfg: NotifyConfig) -> int:
     """Store ``cfg`` as ``tenant``'s configuration ("" the platform's); its revision."""
-    await bus.ensure_config_buckets(js)
-    return await bus.kv_put(js, bus.NOTIFY_BUCKET, config.key_of(tenant), config.dump(cfg))
+    return await kept(tenant).put(js, cfg)
 
 
 async def remove(js: bus.JetStream, tenant: str) -> None:
@@ -36,17 +42,9 @@ async def remove(js: bus.JetStream, tenant: str) -> None:
 
 async def read(js: bus.JetStream, tenant: str) -> NotifyConfig | None:
     """``tenant``'s configuration in force; None when there is none."""
-    key = config.key_of(tenant)
-    try:
-        entry = await bus.kv_get(js, bus.NOTIFY_BUCKET, key)
-    except bus.BucketMissing:
-        return None
-    except (bus.NatsTimeout, bus.NatsError) as exc:
-        raise StoreUnreadable(
-            f"cannot read the notifications {key} ({type(exc).__name__}: {exc}); may this "
-            f"NATS identity read it in the {bus.NOTIFY_BUCKET} bucket?"
-        ) from None
-    return None if entry is None or not entry.value else config.decode_stored(entry.value, key)
+    where = kept(tenant)
+    data = await where.stored(js)
+    return where.document.decode(data) if data else None
 
 
 async def read_all(js: bus.JetStream) -> dict[str, NotifyConfig]:
@@ -56,7 +54,7 @@ async def read_all(js: bus.JetStream) -> dict[str, NotifyConfig]:
     except bus.BucketMissing:
         return {}
     except (bus.NatsTimeout, bus.NatsError) as exc:
-        raise StoreUnreadable(
+        raise Unreadable(
             f"cannot list the {bus.NOTIFY_BUCKET} bucket ({type(exc).__name__}: {exc})"
         ) from None
     out: dict[str, NotifyConfig] = {}
@@ -73,7 +71,3 @@ async def read_all(js: bus.JetStream) -> dict[str, NotifyConfig]:
 def key_of_message(msg: bus.Message) -> str:
     """The configuration key a message of the bucket's stream is for."""
     return msg.subject.removeprefix(SUBJECTS)
-
-
-def removed(msg: bus.Message) -> bool:
-    return (msg.headers or {}).get("KV-Operation") in _REMOVED

@@ -11,51 +11,45 @@ for every tenant, holds a tenant's fleet placements to them.
 
 from __future__ import annotations
 
+from typing import Final
+
 import msgspec
 
 from schemas.tenants import TenantCredentials, TenantPolicy
 from services.common import bus
-from services.tenancy import policy as tenancy
+from services.stored.bucket import Kept, removed
+from services.tenancy.document import TENANTS
 
-POLICY_SUBJECT = f"$KV.{bus.TENANTS_BUCKET}.{bus.TENANTS_KEY}"
+STORED: Final = Kept(
+    TENANTS,
+    bucket=bus.TENANTS_BUCKET,
+    key=bus.TENANTS_KEY,
+    ensure=bus.ensure_tenants_bucket,
+)
+"""The policy in its bucket."""
+POLICY_SUBJECT = STORED.subject
 """The subject the policy's KV entry is stored under (what a planner follows)."""
-_REMOVED = ("DEL", "PURGE")
 CREDENTIALS_KEY = "credentials"
 """The key of the tenants' NATS cluster lists (``TenantCredentials``), beside the policy."""
 CREDENTIALS_SUBJECT = f"$KV.{bus.TENANTS_BUCKET}.{CREDENTIALS_KEY}"
 
 
-class PolicyUnreadable(RuntimeError):
-    """The policy in force could not be read (the bus refused or did not answer)."""
-
-
 async def read_policy(js: bus.JetStream) -> TenantPolicy:
     """The policy in force; the empty policy (no tenants, no lockdown) when none was applied.
-    PolicyUnreadable when the bus does not say (a refused read times out in nats-py)."""
-    try:
-        entry = await bus.kv_get(js, bus.TENANTS_BUCKET, bus.TENANTS_KEY)
-    except bus.BucketMissing:
-        return TenantPolicy()
-    except (bus.NatsTimeout, bus.NatsError) as exc:
-        raise PolicyUnreadable(
-            f"cannot read the tenant policy ({type(exc).__name__}: {exc}); may this NATS "
-            f"identity read the {bus.TENANTS_BUCKET} bucket?"
-        ) from None
-    return TenantPolicy() if entry is None else tenancy.decode_stored(entry.value)
+    ``Unreadable`` when the bus does not say (a refused read times out in nats-py)."""
+    return await STORED.read(js)
 
 
 async def put_policy(js: bus.JetStream, policy: TenantPolicy) -> int:
     """Store ``policy`` as the one in force; returns its revision (the KV sequence)."""
-    await bus.ensure_tenants_bucket(js)
-    return await bus.kv_put(js, bus.TENANTS_BUCKET, bus.TENANTS_KEY, tenancy.dump_policy(policy))
+    return await STORED.put(js, policy)
 
 
 def policy_of(msg: bus.Message) -> TenantPolicy:
     """The policy a message of the bucket's stream carries (a deleted entry: the empty one).
-    Raises ``PolicyError`` (a ValueError) for a stored policy that is not one."""
-    if (msg.headers or {}).get("KV-Operation") in _REMOVED:
-        return TenantPolicy()
-    return tenancy.decode_stored(msg.data or b"")
+    Raises ``PolicyError`` (a ValueError) for a stored policy that is not one: the policy
+    fails closed, never back to a previous, perhaps wider, one."""
+    return STORED.value_of(msg)
 
 
 async def put_credentials(js: bus.JetStream, credentials: TenantCredentials) -> int:
@@ -71,6 +65,6 @@ def credentials_of(msg: bus.Message) -> TenantCredentials | None:
     """The tenants' NATS cluster lists a message of the bucket's stream carries (None: the
     record was deleted). Raises ``msgspec.ValidationError``/``DecodeError`` for one that is
     not such a record."""
-    if (msg.headers or {}).get("KV-Operation") in _REMOVED:
+    if removed(msg):
         return None
     return msgspec.json.decode(msg.data or b"", type=TenantCredentials)

@@ -72,9 +72,6 @@ class LiveState:
         """The sync windows the planners hold (the last usable version on the bus)."""
         self.windows_problem = ""
         """Why the latest windows on the bus are unusable ("" when they are usable)."""
-        self.cluster_labels: dict[str, dict[str, str]] = {}
-        """The registry labels of the clusters whose labels are known, for a window's
-        ``clusterSelector`` (any other cluster's are unknown: every selector names it)."""
 
     def set_windows(self, spec: WindowsFile, problem: str) -> None:
         self.windows, self.windows_problem = spec, problem
@@ -82,27 +79,18 @@ class LiveState:
     def windows_view(self, now: dt.datetime, tenant: str | None = None) -> dict[str, Any]:
         """The sync windows: each one open or not at ``now`` and its next change; per bundle a
         window names (``cluster/bundle``), the window holding its writes ("" for none) and the
-        next change; why the latest version on the bus is unusable, if it is."""
-        ws = sync_windows.compiled(self.windows)
+        next change, as its planner published them (``BundleStatus.windows``); why the latest
+        version on the bus is unusable, if it is."""
         held: dict[str, dict[str, Any]] = {}
-        # per set of windows naming a bundle, the answer (it depends on nothing else)
-        answers: dict[tuple[int, ...], dict[str, Any]] = {}
-        for cluster, bundle in self.bundles:
+        for (cluster, bundle), doc in self.bundles.items():
             if tenant is not None and split_bundle(bundle)[0] != tenant:
                 continue
-            labels = self.cluster_labels.get(cluster)
-            key = tuple(i for i, w in enumerate(ws) if w.names(bundle, cluster, labels))
-            if not key:
-                continue
-            if key not in answers:
-                mine = [ws[i] for i in key]
-                block = sync_windows.block(mine, bundle, cluster, now, labels=labels)
-                change = sync_windows.next_change(mine, bundle, cluster, now, labels=labels)
-                answers[key] = {
-                    "held": block.message if block is not None else "",
-                    "next_change": mine[0].shown(change) if change is not None else None,
+            standing = doc.get("windows")
+            if standing:
+                held[f"{cluster}/{bundle}"] = {
+                    "held": standing["message"] if standing["held"] else "",
+                    "next_change": standing["next_change"],
                 }
-            held[f"{cluster}/{bundle}"] = answers[key]
         return {
             "windows": _plain(sync_windows.rows(self.windows, now)),
             "bundles": held,

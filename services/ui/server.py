@@ -22,8 +22,9 @@ hashes of its values) appear in no response (``detail.without_secret_shas``).
 ``stats`` also carries the last hour per minute: writes made (apply, delete) against writes
 avoided (cache hits), and each drift's time to correct (detected → corrected), for the charts.
 A ``windows`` event carries the sync windows (docs/windows.md): each open or not and its next
-change, and per bundle a window names, the window holding its writes and the next change — sent
-when the windows on the bus change and when one opens or closes.
+change, and per bundle a window names, the window holding its writes and the next change as its
+planner published them (``BundleStatus.windows``) — sent when the windows on the bus change, when
+one opens or closes, and when a planner says they stand otherwise for a bundle.
 
 The page server only reads the bus: STATUS, DECISIONS, SERVER and the sync windows' bucket; for
 the detail also OUTCOMES, APPLIED (with the decisions: whether the planner took the object in),
@@ -47,19 +48,18 @@ from schemas.codec import WireError, decode
 from schemas.decision import DecisionRecord
 from schemas.messages import BundleStatus, ObjectStatus, ServerEvent
 from schemas.subjects import ObjectKey, family_filter, split_bundle
+from schemas.windows import WindowsFile
 from services.access.permissions import UI_INBOX
-from services.clusters.registry import RegistryView
 from services.common import bus
 from services.revisions.watch import decode_status
+from services.stored.document import Good
 from services.ui import detail, fleet, guard
 from services.ui.live import HOUR, LiveState
-from services.windows import verdict as sync_windows
+from services.windows import store as windows_store
 
 log = logging.getLogger("driftbus.ui")
 T = TypeVar("T")
 STATIC = Path(__file__).parent / "static"
-WINDOWS_STREAM = f"KV_{bus.WINDOWS_BUCKET}"
-WINDOWS_SUBJECT = f"$KV.{bus.WINDOWS_BUCKET}.{bus.WINDOWS_KEY}"
 WINDOWS_EVERY = 5.0
 """Seconds between two looks at whether a sync window opened or closed (sent when one did)."""
 
@@ -103,7 +103,11 @@ class StatusPage:
     def _on_status(self, msg: bus.Message) -> None:
         event = decode_status(msg.subject, msg.data)
         if isinstance(event, BundleStatus):
-            self._send("bundle", self.state.on_bundle(event), event.bundle)
+            before = self.state.bundles.get((event.cluster, event.bundle), {}).get("windows")
+            doc = self.state.on_bundle(event)
+            self._send("bundle", doc, event.bundle)
+            if doc.get("windows") != before:  # how the windows stand for it, as its planner says
+                self._send_windows()
         elif isinstance(event, ObjectStatus):
             doc, corrected = self.state.on_object(event)
             self._send("object", doc, event.bundle)
@@ -118,13 +122,10 @@ class StatusPage:
             self._send("drift", event, d.bundle)
         self._send("stats", self.state.stats())
 
-    def _on_windows(self, msg: bus.Message) -> None:
+    def _on_windows(self, good: Good[WindowsFile]) -> None:
         """A new version of the sync windows; an unusable one leaves the last good ones shown
         (as the planners keep them) and says why."""
-        try:
-            self.state.set_windows(sync_windows.decode_stored(msg.data or b""), "")
-        except sync_windows.WindowsError as exc:
-            self.state.set_windows(self.state.windows, str(exc))
+        self.state.set_windows(good.value, good.problem)
         self._send_windows()
 
     def _send_windows(self) -> None:
@@ -146,28 +147,11 @@ class StatusPage:
         there yet (no planner has run) is waited for."""
         while True:
             try:
-                async for msg in bus.Follower(
-                    self.js, WINDOWS_STREAM, WINDOWS_SUBJECT, history=True
-                ).messages():
-                    self._on_windows(msg)
+                async for good in windows_store.STORED.following(self.js).versions():
+                    self._on_windows(good)
             except Exception as exc:  # noqa: BLE001 - not there yet, or not ours to read
                 log.debug("status page: the sync windows not followed: %s", exc)
             await asyncio.sleep(5.0)
-
-    async def _follow_registry(self) -> None:
-        """The cluster registry's labels, for the windows' ``clusterSelector``s (not readable:
-        every cluster's labels are unknown, so every selector window names it, as a planner
-        that cannot read them holds it)."""
-        view: RegistryView | None = None
-
-        def changed() -> None:
-            assert view is not None
-            self.state.cluster_labels = {n: dict(r.labels) for n, r in view.records.items()}
-            if view.caught_up.is_set():
-                self._send_windows()
-
-        view = RegistryView(self.js, changed)
-        await view.follow()
 
     async def _windows_clock(self) -> None:
         while True:
@@ -200,7 +184,6 @@ class StatusPage:
             pump(facts, self._on_server),
             self._poll_pending(),
             self._follow_windows(),
-            self._follow_registry(),
             self._windows_clock(),
         )
 

@@ -1,6 +1,6 @@
 """Sync windows (docs/windows.md): whether a bundle's writes to a cluster may happen now, and when
-that changes (pure); and the windows file, read and checked. One window — what it names, when
-it is open — is ``services.windows.spec``'s.
+that changes (pure). One window — what it names, when it is open — is ``services.windows.spec``'s;
+the windows file, read and checked, ``services.windows.document``'s.
 
 For a bundle on a cluster, the windows that name both (globs, and the cluster's registry labels
 for a ``clusterSelector``) decide:
@@ -10,7 +10,8 @@ for a ``clusterSelector``) decide:
 * else nothing holds them.
 
 ``blocking`` names the window that holds writes now; ``resumes`` says when writes may go again;
-``next_change`` when what blocks (or that nothing does) next changes. Instants are aware
+``next_change`` when what blocks (or that nothing does) next changes; ``standing`` all of it for
+one bundle, as its status says it. Instants are aware
 datetimes; messages show them in the window's time zone, to the minute.
 """
 
@@ -18,29 +19,15 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import re
 from collections.abc import Callable, Sequence
 from typing import Final
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-import msgspec
-import yaml
-from croniter import croniter
-
-from schemas.windows import SyncWindow, WindowRow, WindowsFile
-from services.clusters.selector import SelectorError, parse_selector
-from services.core import kyaml
+from schemas.windows import BundleWindow, WindowRow, WindowsFile
+from services.windows.document import compiled
 from services.windows.spec import HORIZON, Labels, Window
 
 MAX_STEPS: Final = 200
 """Window boundaries walked at most in one question."""
-_DURATION: Final = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(h|ms|m|s)")
-_UNITS: Final = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
-_NAME: Final = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
-
-
-class WindowsError(ValueError):
-    """A windows file or stored windows are unusable: one line, ``FILE:LINE: `` first if known."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,6 +96,41 @@ def block(
     return Block(w, resumes(windows, bundle, cluster, at, labels=labels))
 
 
+def standing(
+    windows: Sequence[Window], bundle: str, cluster: str, at: dt.datetime, *, labels: Labels = None
+) -> BundleWindow | None:
+    """The windows as they stand for ``bundle`` on ``cluster`` at ``at`` — held or not, until
+    when, the next change and what holds then — or None when no window names it: what the
+    planner publishes in the bundle's status (``BundleStatus.windows``)."""
+    mine = [w for w in windows if w.names(bundle, cluster, labels)]
+    if not mine:
+        return None
+    held = block(mine, bundle, cluster, at, labels=labels)
+    return shown(mine, bundle, cluster, held, next_change(mine, bundle, cluster, at, labels=labels))
+
+
+def shown(
+    mine: Sequence[Window],
+    bundle: str,
+    cluster: str,
+    held: Block | None,
+    change: dt.datetime | None,
+    *,
+    labels: Labels = None,
+) -> BundleWindow:
+    """``standing``'s answer from the windows naming the bundle, the block now and the next
+    change (already asked: the planner keeps them until that change)."""
+    after = block(mine, bundle, cluster, change, labels=labels) if change is not None else None
+    return BundleWindow(
+        held=held is not None,
+        message=held.message if held is not None else "writes allowed",
+        window=held.window.name if held is not None else None,
+        until=held.window.shown(held.until) if held is not None and held.until else None,
+        next_change=mine[0].shown(change) if change is not None else None,
+        then=(after.message if after is not None else "writes allowed") if change else None,
+    )
+
+
 def _walk(
     windows: Sequence[Window],
     bundle: str,
@@ -136,145 +158,7 @@ def _name(w: Window | None) -> str:
     return "" if w is None else w.name
 
 
-# --- reading ----------------------------------------------------------------------------------
-
-
-def parse_duration(text: str) -> dt.timedelta:
-    """A Go duration (``60h``, ``90m``, ``1h30m``, ``1.5h``, ``45s``) as a timedelta; ValueError
-    for anything else, or one that is not positive."""
-    if not text or _DURATION.sub("", text) or not _DURATION.match(text):
-        raise ValueError(
-            f"duration {text!r} is not a Go duration (e.g. 60h, 90m, 1h30m; units h, m, s, ms; "
-            "a day is 24h)"
-        )
-    seconds = sum(float(n) * _UNITS[u] for n, u in _DURATION.findall(text))
-    if seconds <= 0:
-        raise ValueError(f"duration {text!r} must be longer than zero")
-    if seconds > HORIZON.total_seconds():  # longer is a freeze (suspend); and it overflowed
-        raise ValueError(f"duration {text!r} is longer than a year (366 days, 8784h)")
-    return dt.timedelta(seconds=seconds)
-
-
-def compiled(spec: WindowsFile) -> tuple[Window, ...]:
-    """The windows of a windows file, checked; WindowsError naming ``windows[i]`` and the key."""
-    out: list[Window] = []
-    seen: set[str] = set()
-    for i, w in enumerate(spec.windows):
-        name = w.name or f"{w.kind}-{i}"
-        try:
-            window = _window(w, name)
-        except ValueError as exc:
-            raise WindowsError(f"windows[{i}] ({name}): {exc}") from None
-        if name in seen:
-            raise WindowsError(f"windows[{i}]: name {name!r} is used twice")
-        seen.add(name)
-        out.append(window)
-    return tuple(out)
-
-
-def _window(w: SyncWindow, name: str) -> Window:
-    if not _NAME.match(name):
-        raise ValueError(
-            f"name {name!r} must be at most 63 letters, digits, '-', '_' or '.', starting and "
-            "ending with a letter or digit"
-        )
-    fields = w.schedule.split()
-    if not (len(fields) == 5 or (len(fields) == 1 and fields[0].startswith("@"))):
-        raise ValueError(
-            f"schedule {w.schedule!r} must be a cron expression of 5 fields (minute hour "
-            "day-of-month month day-of-week) or @hourly, @daily, @weekly, @monthly, @yearly"
-        )
-    if not croniter.is_valid(w.schedule):
-        raise ValueError(f"schedule {w.schedule!r} is not a valid cron expression")
-    try:
-        zone = ZoneInfo(w.time_zone)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise ValueError(
-            f"timeZone {w.time_zone!r} is not a known IANA time zone (e.g. UTC, Europe/Berlin)"
-        ) from None
-    for key, globs in (("bundles", w.bundles), ("clusters", w.clusters)):
-        if not globs:
-            raise ValueError(f'{key} is empty: name at least one glob ("*" for all)')
-        if bad := [g for g in globs if any(c.isspace() for c in g)]:
-            raise ValueError(f"{key}: {bad[0]!r} contains white space")
-    try:
-        selector = parse_selector(w.cluster_selector)
-    except SelectorError as exc:
-        raise ValueError(f"clusterSelector: {exc}") from None
-    window = Window(
-        name,
-        w.kind,
-        w.schedule,
-        parse_duration(w.duration),
-        zone,
-        w.bundles,
-        w.clusters,
-        w,
-        selector,
-    )
-    if (
-        window.next_start(dt.datetime.now(dt.UTC)) is None
-        and window.last_start(dt.datetime.now(dt.UTC)) is None
-    ):
-        raise ValueError(f"schedule {w.schedule!r} never fires (not within a year)")
-    return window
-
-
-def load_windows(text: str | bytes, where: str) -> WindowsFile:
-    """The windows file (YAML or JSON) named ``where``, checked; WindowsError if unusable."""
-    try:
-        text, docs = kyaml.file_documents(text, where)
-    except kyaml.FileTextError as exc:
-        raise WindowsError(str(exc)) from None
-    if not docs:
-        return WindowsFile()
-    if len(docs) > 1:
-        raise WindowsError(f"{where}: a second document: the windows file is one map")
-    raw = docs[0][1]
-    if not isinstance(raw, dict):
-        raise WindowsError(f"{where}: the windows file must be a map with a windows list")
-    try:
-        spec = msgspec.convert(raw, WindowsFile)
-    except msgspec.ValidationError as exc:
-        raise WindowsError(f"{_at(where, _line(text, str(exc)))}{exc}") from None
-    try:
-        compiled(spec)
-    except WindowsError as exc:
-        raise WindowsError(f"{_at(where, _line(text, str(exc)))}{exc}") from None
-    return spec
-
-
-def dump(spec: WindowsFile) -> bytes:
-    """The windows as JSON, as they are stored on the bus."""
-    return msgspec.json.encode(spec)
-
-
-def decode_stored(data: bytes) -> WindowsFile:
-    """The windows of stored bytes (``dump``'s; empty: none); WindowsError if not usable."""
-    if not data:
-        return WindowsFile()
-    try:
-        spec = msgspec.json.decode(data, type=WindowsFile)
-    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
-        raise WindowsError(f"stored windows: {exc}") from None
-    try:
-        compiled(spec)
-    except WindowsError as exc:
-        raise WindowsError(f"stored windows: {exc}") from None
-    return spec
-
-
-def last_good(stored: Sequence[bytes]) -> tuple[WindowsFile, str]:
-    """What planners hold after reading the stored versions ``stored`` (oldest first; a
-    removal is empty): the last usable windows, and why the latest is unusable ("" if it is
-    usable) — as the planner does, a deny window is never dropped for an unusable newer one."""
-    good, problem = WindowsFile(), ""
-    for data in stored:
-        try:
-            good, problem = decode_stored(data), ""
-        except WindowsError as exc:
-            problem = str(exc)
-    return good, problem
+# --- the windows in force, in rows -----------------------------------------------------------
 
 
 def rows(spec: WindowsFile, now: dt.datetime) -> list[WindowRow]:
@@ -298,26 +182,3 @@ def rows(spec: WindowsFile, now: dt.datetime) -> list[WindowRow]:
             )
         )
     return out
-
-
-def _at(where: str, line: int | None) -> str:
-    return f"{where}:{line}: " if line else f"{where}: "
-
-
-def _line(text: str, message: str) -> int | None:
-    """The line of the ``windows[i]`` a message names (best effort)."""
-    found = re.search(r"windows\[(\d+)\]", message)
-    if found is None:
-        return None
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError:
-        return None
-    if not isinstance(root, yaml.MappingNode):
-        return None
-    for key, value in root.value:
-        if getattr(key, "value", None) == "windows" and isinstance(value, yaml.SequenceNode):
-            i = int(found[1])
-            if i < len(value.value):
-                return int(value.value[i].start_mark.line) + 1
-    return None

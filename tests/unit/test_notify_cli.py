@@ -46,7 +46,7 @@ def test_a_tenant_file_reaching_further_is_refused_before_any_connection(
     args = parse("apply", str(f), "--tenant", "team-a", "--nats-url", "nats://127.0.0.1:1")
     assert args.func(args) == 1
     err = capsys.readouterr().err
-    assert err.startswith(f"driftbus notify apply: {f}: alerts[0]: bundles 'team-b/*' reaches")
+    assert err.startswith(f"driftbus notify apply: {f}:14: alerts[0]: bundles 'team-b/*' reaches")
 
 
 def test_a_tenant_file_naming_a_secret_file_outside_its_directory_is_refused(

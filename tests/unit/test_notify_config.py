@@ -139,7 +139,7 @@ def test_a_tenant_may_name_its_own_bundles(filters: str) -> None:
 )
 def test_a_tenant_naming_another_tenants_bundles_is_refused(filters: str, message: str) -> None:
     text = TENANT_FILE.format(filters=filters)
-    with pytest.raises(config.ConfigError, match=r"^t.yaml: alerts\[0\]") as got:
+    with pytest.raises(config.ConfigError, match=r"^t.yaml:7: alerts\[0\]") as got:
         config.load(text, "t.yaml", "team-a")
     assert message in str(got.value)
     config.load(text, "t.yaml")  # the platform may

@@ -8,6 +8,7 @@ import datetime as dt
 import pytest
 
 from schemas.windows import SyncWindow, WindowsFile
+from services.windows import document as wd
 from services.windows import verdict as w
 from services.windows.spec import Window
 
@@ -21,7 +22,7 @@ def at(text: str) -> dt.datetime:
 
 def one(kind: str, schedule: str, duration: str, zone: str = "UTC", **kw: object) -> Window:
     spec = SyncWindow(kind=kind, schedule=schedule, duration=duration, time_zone=zone, **kw)  # type: ignore[arg-type]
-    return w.compiled(WindowsFile(windows=(spec,)))[0]
+    return wd.compiled(WindowsFile(windows=(spec,)))[0]
 
 
 FREEZE_BERLIN = ("deny", "0 22 * * 5", "60h", "Europe/Berlin")
@@ -173,8 +174,8 @@ def test_deny_windows_hold_writes_while_open(
 
 
 def test_the_issue_example_message_and_changes() -> None:
-    ws = w.compiled(
-        w.load_windows(
+    ws = wd.compiled(
+        wd.load_windows(
             """\
 windows:
 - kind: deny
@@ -309,7 +310,7 @@ def test_a_cluster_selector_names_clusters_by_their_registry_labels(
 
 
 def test_a_cluster_selector_is_read_from_the_file_and_shown() -> None:
-    spec = w.load_windows(
+    spec = wd.load_windows(
         "windows:\n- {kind: deny, schedule: '@daily', duration: 1h, "
         "clusterSelector: 'tier in (b, a),env=prod'}\n",
         "f",
@@ -317,16 +318,16 @@ def test_a_cluster_selector_is_read_from_the_file_and_shown() -> None:
     assert spec.windows[0].cluster_selector == "tier in (b, a),env=prod"
     [row] = w.rows(spec, at("2026-06-01T12:00Z"))
     assert row.cluster_selector == "env=prod,tier in (a,b)"
-    assert w.decode_stored(w.dump(spec)) == spec
+    assert wd.decode_stored(wd.dump(spec)) == spec
 
 
 def test_names_default_to_kind_and_index() -> None:
-    spec = w.load_windows(
+    spec = wd.load_windows(
         "windows:\n- {kind: allow, schedule: '@daily', duration: 1h}\n"
         "- {kind: deny, schedule: '0 1 * * *', duration: 1h}\n",
         "f",
     )
-    assert [x.name for x in w.compiled(spec)] == ["allow-0", "deny-1"]
+    assert [x.name for x in wd.compiled(spec)] == ["allow-0", "deny-1"]
 
 
 @pytest.mark.parametrize(
@@ -387,24 +388,24 @@ def test_names_default_to_kind_and_index() -> None:
     ],
 )
 def test_an_unusable_file_is_refused_naming_what(text: str, problem: str) -> None:
-    with pytest.raises(w.WindowsError) as err:
-        w.load_windows(text, "f")
+    with pytest.raises(wd.WindowsError) as err:
+        wd.load_windows(text, "f")
     assert problem in str(err.value)
 
 
 def test_stored_windows_round_trip_and_bad_ones_are_refused() -> None:
-    spec = w.load_windows("windows:\n- {kind: deny, schedule: '@daily', duration: 90m}\n", "f")
-    assert w.decode_stored(w.dump(spec)) == spec
-    assert w.decode_stored(b"") == WindowsFile()
-    with pytest.raises(w.WindowsError, match="stored windows"):
-        w.decode_stored(b"{not json")
-    with pytest.raises(w.WindowsError, match="not a Go duration"):
-        w.decode_stored(b'{"windows":[{"kind":"deny","schedule":"@daily","duration":"1d"}]}')
+    spec = wd.load_windows("windows:\n- {kind: deny, schedule: '@daily', duration: 90m}\n", "f")
+    assert wd.decode_stored(wd.dump(spec)) == spec
+    assert wd.decode_stored(b"") == WindowsFile()
+    with pytest.raises(wd.WindowsError, match="stored windows"):
+        wd.decode_stored(b"{not json")
+    with pytest.raises(wd.WindowsError, match="not a Go duration"):
+        wd.decode_stored(b'{"windows":[{"kind":"deny","schedule":"@daily","duration":"1d"}]}')
 
 
 def test_an_empty_file_means_no_windows() -> None:
-    assert w.load_windows("", "f") == WindowsFile()
-    assert w.load_windows("windows: []\n", "f") == WindowsFile()
+    assert wd.load_windows("", "f") == WindowsFile()
+    assert wd.load_windows("windows: []\n", "f") == WindowsFile()
     assert w.block([], "web", "prod", at("2026-06-01T12:00Z")) is None
     assert w.next_change([], "web", "prod", at("2026-06-01T12:00Z")) is None
 
@@ -414,4 +415,4 @@ def test_an_empty_file_means_no_windows() -> None:
     [("60h", 216000), ("90m", 5400), ("1h30m", 5400), ("1.5h", 5400), ("45s", 45), ("500ms", 0.5)],
 )
 def test_go_durations(text: str, seconds: float) -> None:
-    assert w.parse_duration(text).total_seconds() == seconds
+    assert wd.parse_duration(text).total_seconds() == seconds

@@ -9,6 +9,7 @@ import datetime as dt
 import orjson
 import pytest
 
+from services.windows import document as windows_document
 from services.windows import verdict as sync_windows
 
 # --- sync windows: a duration that overflows --------------------------------------------------
@@ -39,10 +40,12 @@ def _windows_file(duration: str) -> bytes:
 def test_a_huge_duration_is_refused_or_answered_never_raised(duration: str) -> None:
     at = dt.datetime(2026, 11, 27, 12, 0, tzinfo=dt.UTC)
     try:
-        spec = sync_windows.load_windows(_windows_file(duration), "w.yaml")
+        spec = windows_document.load_windows(_windows_file(duration), "w.yaml")
         # what `driftbus windows apply` accepted, the planner reads back and asks about
-        windows = sync_windows.compiled(sync_windows.decode_stored(sync_windows.dump(spec)))
-    except sync_windows.WindowsError:
+        windows = windows_document.compiled(
+            windows_document.decode_stored(windows_document.dump(spec))
+        )
+    except windows_document.WindowsError:
         return  # refused with a message naming the file: fine
     sync_windows.block(windows, "team-a/web", "prod-1", at)
     sync_windows.next_change(windows, "team-a/web", "prod-1", at)

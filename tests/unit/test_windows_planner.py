@@ -13,7 +13,7 @@ import pytest
 
 from schemas.cli import BundleWindow
 from schemas.decision import DecisionAction, DecisionReason, DecisionRecord
-from schemas.messages import Bundle, BundlePhase, BundleStatus
+from schemas.messages import Bundle, BundleCounts, BundlePhase, BundleStatus
 from schemas.subjects import ObjectKey
 from schemas.windows import SyncWindow, WindowsFile
 from services.cli import windows as cli_windows
@@ -24,7 +24,7 @@ from services.planner.rule.revision import BundleView
 from services.planner.status.ledger import Ledger
 from services.planner.status.report import bundle_status
 from services.ui.live import LiveState
-from services.windows import verdict as w
+from services.windows import document as wd
 
 KEY = ObjectKey("", "ConfigMap", "ns", "a")
 M = hashlib.sha256(b"m").digest()
@@ -37,7 +37,7 @@ APPLY = Decision(DecisionAction.APPLY, DecisionReason.MANIFEST)
 
 def state(*windows: SyncWindow, at: dt.datetime = NOON) -> ClusterState:
     st = ClusterState("prod", gates=Gates(clock=lambda: at.timestamp()))
-    st.gates.set_windows(w.compiled(WindowsFile(windows=windows)))
+    st.gates.set_windows(wd.compiled(WindowsFile(windows=windows)))
     return st
 
 
@@ -102,7 +102,7 @@ def test_suspension_comes_before_a_window() -> None:
 def test_answers_are_cached_until_the_next_change_then_asked_again() -> None:
     now = [NOON + dt.timedelta(minutes=59)]
     st = ClusterState("prod", gates=Gates(clock=lambda: now[0].timestamp()))
-    st.gates.set_windows(w.compiled(WindowsFile(windows=(FREEZE,))))
+    st.gates.set_windows(wd.compiled(WindowsFile(windows=(FREEZE,))))
     st.bundles[("prod", "web")] = BundleView.of(
         Bundle(cluster="prod", bundle="web", revision="r"), 1
     )
@@ -169,40 +169,29 @@ def test_the_cli_says_what_holds_a_bundle_and_the_next_change() -> None:
     )
 
 
-def test_status_json_says_the_same_of_a_bundle_typed() -> None:
-    spec = WindowsFile(windows=(FREEZE,))
-    inside = NOON + dt.timedelta(minutes=5)
-    held = cli_windows.bundle_window(spec, "prod", "web", inside)
-    assert held == BundleWindow(
-        held=True,
-        message='deny window "freeze" until 2026-06-01T13:00+00:00',
-        window="freeze",
-        until="2026-06-01T13:00+00:00",
-        next_change="2026-06-01T13:00+00:00",
-        then="writes allowed",
-    )
-    free = cli_windows.bundle_window(spec, "prod", "web", NOON - dt.timedelta(hours=1))
-    assert free is not None
-    assert (free.held, free.window, free.until) == (False, None, None)
-    assert free.then == 'deny window "freeze" until 2026-06-01T13:00+00:00'
-    assert cli_windows.bundle_window(WindowsFile(), "prod", "web", inside) is None
-
-
 def test_an_unusable_latest_version_keeps_the_last_good_one() -> None:
-    good = w.dump(WindowsFile(windows=(FREEZE,)))
-    spec, problem = w.last_good([good, b"{oops"])
+    good = wd.dump(WindowsFile(windows=(FREEZE,)))
+    spec, problem = wd.last_good([good, b"{oops"])
     assert spec == WindowsFile(windows=(FREEZE,))
     assert problem.startswith("stored windows: JSON is malformed")
-    assert w.last_good([good, b"{oops", b""]) == (WindowsFile(), "")  # removed: none
-    assert w.last_good([]) == (WindowsFile(), "")
+    assert wd.last_good([good, b"{oops", b""]) == (WindowsFile(), "")  # removed: none
+    assert wd.last_good([]) == (WindowsFile(), "")
 
 
 def test_the_page_shows_each_window_and_what_holds_each_bundle() -> None:
+    """The page shows what each bundle's planner published (``BundleStatus.windows``), not an
+    answer of its own."""
+    inside = NOON + dt.timedelta(minutes=5)
     live = LiveState()
     live.set_windows(WindowsFile(windows=(FREEZE,)), "")
-    live.bundles[("prod", "web")] = {"bundle": "web"}
-    live.bundles[("prod", "team-a/api")] = {"bundle": "team-a/api"}
-    view = live.windows_view(NOON + dt.timedelta(minutes=5))
+    for bundle in ("web", "team-a/api"):
+        st = state(FREEZE, at=inside)
+        v = BundleView.of(Bundle(cluster="prod", bundle=bundle, revision="r1"), 1)
+        st.bundles[("prod", bundle)] = v
+        live.on_bundle(bundle_status(st, v, Ledger()))
+    live.on_bundle(BundleStatus(cluster="prod", bundle="api", revision="r1",
+                                phase=BundlePhase.READY, counts=BundleCounts()))  # fmt: skip
+    view = live.windows_view(inside)
     assert [(r["name"], r["active"], r["nextChange"]) for r in view["windows"]] == [
         ("freeze", True, "2026-06-01T13:00+00:00")
     ]
@@ -210,8 +199,56 @@ def test_the_page_shows_each_window_and_what_holds_each_bundle() -> None:
         "held": 'deny window "freeze" until 2026-06-01T13:00+00:00',
         "next_change": "2026-06-01T13:00+00:00",
     }
+    assert "prod/api" not in view["bundles"]  # its planner says no window names it
     # a tenant's page sees only its own bundles
     assert set(live.windows_view(NOON, "team-a")["bundles"]) == {"prod/team-a/api"}
+
+
+@pytest.mark.parametrize(
+    ("at", "windows", "standing"),
+    [
+        pytest.param(
+            NOON + dt.timedelta(minutes=5),
+            (FREEZE,),
+            BundleWindow(
+                held=True,
+                message='deny window "freeze" until 2026-06-01T13:00+00:00',
+                window="freeze",
+                until="2026-06-01T13:00+00:00",
+                next_change="2026-06-01T13:00+00:00",
+                then="writes allowed",
+            ),
+            id="inside-a-freeze-held-whatever-the-phase",
+        ),
+        pytest.param(
+            NOON - dt.timedelta(hours=1),
+            (FREEZE,),
+            BundleWindow(
+                held=False,
+                message="writes allowed",
+                window=None,
+                until=None,
+                next_change="2026-06-01T12:00+00:00",
+                then='deny window "freeze" until 2026-06-01T13:00+00:00',
+            ),
+            id="before-a-freeze-allowed-and-the-next-change",
+        ),
+        pytest.param(NOON, (), None, id="no-window-none"),
+    ],
+)
+def test_the_planner_publishes_how_the_windows_stand_and_status_json_says_the_same(
+    at: dt.datetime, windows: tuple[SyncWindow, ...], standing: BundleWindow | None
+) -> None:
+    """The one answer to "is this bundle held by a window": in its status, Ready or not; the
+    CLI's ``bundle_window`` (``status -o json``, typed) asks the same function and says the
+    same, and its lines show it."""
+    st = state(*windows, at=at)
+    status = status_of(st, entry())  # applied and unchanged: Ready, nothing to hold
+    assert status.windows == standing
+    assert cli_windows.bundle_window(WindowsFile(windows=windows), "prod", "web", at) == standing
+    assert cli_windows.bundle_lines(status.windows) == cli_windows.status_lines(
+        WindowsFile(windows=windows), "prod", "web", at
+    )
 
 
 def record(action: str, reason: str) -> DecisionRecord:

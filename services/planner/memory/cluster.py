@@ -16,6 +16,7 @@ import collections
 import dataclasses
 from typing import Any
 
+from schemas.windows import BundleWindow
 from services.core.scope import Scopes
 from services.planner.memory.gates import Gates
 from services.planner.memory.object_details import Details
@@ -80,6 +81,11 @@ class ClusterState:
         """The sync window that holds ``bundle``'s writes now, whether or not its revision
         overrides windows; None when none does."""
         return self.gates.window_block(bundle, self.cluster, self.cluster_labels)
+
+    def window_standing(self, bundle: str) -> BundleWindow | None:
+        """How the sync windows stand for ``bundle`` now, as its status publishes them
+        (``Gates.window_standing``); None when no window names it."""
+        return self.gates.window_standing(bundle, self.cluster, self.cluster_labels)
 
     def next_window_change(self) -> float | None:
         """When (seconds since the epoch) a sync window next opens or closes for a bundle of

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 
 from schemas.decision import DecisionAction, DecisionReason
 from schemas.messages import BundlePhase
+from schemas.windows import BundleWindow
 from services.planner.rule import holds
 from services.planner.rule.decide import Decision
 from services.windows import verdict as sync_windows
@@ -44,11 +45,12 @@ class Gates:
     """Bundles whose revision in force was published with ``--override-window``."""
     clock: Callable[[], float] = time.time
     """Seconds since the epoch: when windows are asked about."""
-    _blocks: dict[tuple[int, ...], tuple[float, sync_windows.Block | None]] = dataclasses.field(
-        default_factory=dict
+    _blocks: dict[tuple[int, ...], tuple[float, sync_windows.Block | None, BundleWindow]] = (
+        dataclasses.field(default_factory=dict)
     )
     """The windows naming a bundle (their indexes) -> (until when the answer holds, the block
-    then): a fold asks for every event, the cron is read once per window change."""
+    then, how they stand then): a fold asks for every event, the cron is read once per window
+    change."""
 
     def hold(
         self, bundle: str, *, depends_on: list[str], cluster: str, labels: Labels
@@ -68,6 +70,18 @@ class Gates:
     def window_block(self, bundle: str, cluster: str, labels: Labels) -> sync_windows.Block | None:
         """The sync window that holds ``bundle``'s writes on ``cluster`` now, whether or not its
         revision overrides windows; None when none does."""
+        answer = self._window_answer(bundle, cluster, labels)
+        return answer[1] if answer is not None else None
+
+    def window_standing(self, bundle: str, cluster: str, labels: Labels) -> BundleWindow | None:
+        """The sync windows as they stand for ``bundle`` on ``cluster`` now (held or not, the
+        next change), as its status publishes them; None when no window names it."""
+        answer = self._window_answer(bundle, cluster, labels)
+        return answer[2] if answer is not None else None
+
+    def _window_answer(
+        self, bundle: str, cluster: str, labels: Labels
+    ) -> tuple[float, sync_windows.Block | None, BundleWindow] | None:
         if not self.windows:
             return None
         mine = self._naming(bundle, cluster, labels)
@@ -76,14 +90,15 @@ class Gates:
         now = self.clock()
         cached = self._blocks.get(mine)
         if cached is not None and now < cached[0]:
-            return cached[1]
+            return cached
         at = dt.datetime.fromtimestamp(now, dt.UTC)
         ws = [self.windows[i] for i in mine]
         block = sync_windows.block(ws, bundle, cluster, at, labels=labels)
         change = sync_windows.next_change(ws, bundle, cluster, at, labels=labels)
+        standing = sync_windows.shown(ws, bundle, cluster, block, change, labels=labels)
         valid = min(change.timestamp(), now + 3600.0) if change is not None else now + 3600.0
-        self._blocks[mine] = (valid, block)
-        return block
+        self._blocks[mine] = answer = (valid, block, standing)
+        return answer
 
     def _naming(self, bundle: str, cluster: str, labels: Labels) -> tuple[int, ...]:
         """The indexes of the windows naming ``bundle`` on ``cluster`` (its registry labels for

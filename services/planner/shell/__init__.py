@@ -2,6 +2,8 @@
 
 - ``loop`` — ``Planner``: the run loop that follows BUNDLES, SERVER, APPLIED and OUTCOMES, one
   message at a time; the rebuild at start and going live.
+- ``followed`` — the settings followed on the bus: the tenant policy (fail closed) and the sync
+  windows (the last good ones).
 - ``folding`` — the one way an event changes an entry: folded, its bundle marked, the decision
   published; and the level-triggered prune.
 - ``intake`` — a bundle message taken in (checked, taken, folded) or refused; suspend, resume

@@ -40,14 +40,14 @@ from services.planner.rule.decide import (
 from services.planner.rule.entry import Slot
 from services.planner.settings import PlannerSettings
 from services.planner.shell.folding import Folder
+from services.planner.shell.followed import Followed
 from services.planner.shell.intake import BundleIntake
 from services.planner.shell.periodic import Duties
 from services.planner.shell.rollback import RollbackDesk
 from services.planner.shell.sending import Decisions, pace
 from services.planner.shell.status_board import StatusBoard
 from services.tenancy import store as policy
-from services.tenancy.policy import PolicyError
-from services.windows import verdict as sync_windows
+from services.windows import store as windows_store
 
 log = logging.getLogger("driftbus.planner")
 
@@ -56,9 +56,6 @@ FACT_STREAMS = {"applied": bus.APPLIED, "outcome": bus.OUTCOMES}
 """The answers to intents, by the kind of message the run loop reads them as."""
 
 
-WINDOWS_STREAM = f"KV_{bus.WINDOWS_BUCKET}"
-WINDOWS_SUBJECT = f"$KV.{bus.WINDOWS_BUCKET}.{bus.WINDOWS_KEY}"
-"""The sync windows' KV entry, followed live (docs/windows.md)."""
 IDLE_WAKE = 5.0
 """Seconds a live planner with no input sleeps before it looks at its loops again."""
 
@@ -93,8 +90,9 @@ class Planner:
         self.state = ClusterState(cluster)
         self.ready = asyncio.Event()
         self._queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue(maxsize=10_000)
-        """Every input, handled one at a time: the followers' messages, bundle re-checks, and
-        bundles whose hold ended (``release``, a bundle name)."""
+        """Every input, handled one at a time: the followers' messages, the last good sync
+        windows (``windows``, a ``Good``), bundle re-checks, and bundles whose hold ended
+        (``release``, a bundle name)."""
         self.board = StatusBoard(state=self.state, publisher=publisher)
         self.decisions = Decisions(
             state=self.state,
@@ -123,6 +121,7 @@ class Planner:
             prune=self.folder.prune,
             release=self.intake.request_release,
         )
+        self.followed = Followed(state=self.state, intake=self.intake, duties=self.duties)
         self.rollbacks = RollbackDesk(js=js, state=self.state)
 
     @property
@@ -154,17 +153,7 @@ class Planner:
 
     async def _run(self) -> None:
         queue = self._queue
-        # the policy first: bundles of the rebuild are held to it
-        try:
-            self.intake.policy_changed(await policy.read_policy(self.js))
-        except PolicyError as exc:
-            # fail closed, and say so on every bundle's status; a valid policy applied later
-            # (the "policy" follower) lets the refused revisions in, with no restart
-            self.state.tenancy.unusable = (
-                f"the tenant policy on the bus is unusable ({exc}); no revision is taken until "
-                "a valid one is applied (driftbus tenants apply FILE)"
-            )
-            log.error("cluster %s: %s", self.cluster, self.state.tenancy.unusable)
+        await self.followed.read_policy(self.js)  # first: bundles of the rebuild are held to it
         self.state.cluster_labels = await registry.labels_of(self.js, self.cluster)
         followers = {
             "registry": bus.Follower(
@@ -176,15 +165,20 @@ class Planner:
             "outcome": bus.Follower(self.js, bus.OUTCOMES, cluster_filter("outcome", self.cluster)),
             "policy": bus.Follower(self.js, bus.TENANTS_STREAM, policy.POLICY_SUBJECT),
             "control": bus.Follower(self.js, bus.CONTROL, cluster_filter("control", self.cluster)),
-            # every stored version in order: the last good one wins when the latest is unusable
-            "windows": bus.Follower(self.js, WINDOWS_STREAM, WINDOWS_SUBJECT, history=True),
         }
+        # every stored version in order: the last good one in force when the latest is unusable
+        windows = windows_store.STORED.following(self.js)
 
         async def pump(kind: str, f: bus.Follower) -> None:
             async for msg in f.messages():
                 await queue.put((kind, msg))
 
+        async def pump_windows() -> None:
+            async for good in windows.versions():
+                await queue.put(("windows", good))
+
         tasks = [asyncio.create_task(pump(k, f), name=f"follow {k}") for k, f in followers.items()]
+        tasks.append(asyncio.create_task(pump_windows(), name="follow windows"))
         duties = self.duties
         tasks.append(asyncio.create_task(duties.status(), name="bundle status"))
         tasks.append(asyncio.create_task(duties.intents_pending(), name="intents pending"))
@@ -211,6 +205,7 @@ class Planner:
                     not self.state.live
                     and queue.empty()
                     and all(f.caught_up.is_set() for f in followers.values())
+                    and windows.caught_up.is_set()
                 ):
                     await self._go_live()
                 try:
@@ -291,6 +286,9 @@ class Planner:
         if kind == "release":
             await self.intake.release(msg)
             return
+        if kind == "windows":  # the last good windows (``Good``), not a message
+            self.followed.windows(msg)
+            return
         ctx = telemetry.traced(msg.headers)
         if not self.state.live:
             await self._handle_message(kind, msg)
@@ -335,7 +333,7 @@ class Planner:
             elif kind == "outcome":
                 await self._on_outcome(decode(msg.data, OutcomeEvent))
             elif kind == "policy":
-                self._on_policy(msg)
+                self.followed.policy(msg)
             elif kind == "registry":
                 labels = registry.labels_in(msg)
                 if labels != self.state.cluster_labels:
@@ -345,8 +343,6 @@ class Planner:
                         self.duties.windows_changed(new=True)
             elif kind == "control":
                 await self.intake.control(msg)
-            elif kind == "windows":
-                self._on_windows(msg)
         except (WireError, ValueError) as exc:
             # Bad input never stops the planner: report and carry on.
             log.error("ignoring message on %s: %s", msg.subject, exc)
@@ -354,36 +350,6 @@ class Planner:
         if (stream := FACT_STREAMS.get(kind)) is not None:
             # read, good or bad: the lost-intent check asks whether a fact was (``periodic``)
             self.state.read_up_to[stream] = msg.metadata.sequence.stream
-
-    def _on_windows(self, msg: bus.Message) -> None:
-        """New sync windows in force (removed: none). Unusable ones leave the last good ones in
-        force — a deny window is never dropped for a typo — said in the log and on status."""
-        try:
-            windows = sync_windows.compiled(sync_windows.decode_stored(msg.data or b""))
-        except sync_windows.WindowsError as exc:
-            self.state.gates.windows_unusable = f"{exc}; the last good windows stay in force"
-            log.error("cluster %s: %s", self.cluster, self.state.gates.windows_unusable)
-            return
-        self.state.gates.set_windows(windows)
-        log.info("cluster %s: %d sync windows in force", self.cluster, len(windows))
-        self.duties.windows_changed(new=True)
-
-    def _on_policy(self, msg: bus.Message) -> None:
-        """A new tenant policy, or one that cannot be used: then no new revision is taken (the
-        ones in force stay as they are) until a valid one comes — the same as a planner that
-        starts on it, never the previous, perhaps wider, policy."""
-        try:
-            new = policy.policy_of(msg)
-        except PolicyError as exc:
-            self.state.tenancy.unusable = (
-                f"the tenant policy on the bus is unusable ({exc}); no new revision is taken "
-                "until a valid one is applied (driftbus tenants apply FILE)"
-            )
-            log.error("cluster %s: %s", self.cluster, self.state.tenancy.unusable)
-            return
-        if new != self.state.tenancy.policy or self.state.tenancy.unusable:
-            log.info("cluster %s: tenant policy changed", self.cluster)
-            self.intake.policy_changed(new)
 
     async def _on_outcome(self, oc: OutcomeEvent) -> None:
         slot = (oc.cluster, oc.key)

@@ -106,6 +106,7 @@ class StatusBoard:
                 st.suspended,
                 st.message if st.phase is BundlePhase.DELETED else "",
                 st.window,  # another window, or none: a fleet rollout's step clock reads it
+                st.windows,  # a window opened or closed: "driftbus status" and the page show it
             )
             if self._last.get(ident) == fingerprint:
                 continue

@@ -18,6 +18,7 @@ for a kind's scope), never Ready.
 from __future__ import annotations
 
 from schemas.messages import BundleCounts, BundlePhase, BundleStatus
+from schemas.windows import BundleWindow
 from services.planner.memory.cluster import ClusterState
 from services.planner.rule.messages import now
 from services.planner.rule.revision import BundleView
@@ -35,11 +36,11 @@ def bundle_status(state: ClusterState, view: BundleView, ledger: Ledger) -> Bund
     t.hold = hold.message if hold is not None else ""
     t.window = hold.window if hold is not None else ""
     t.suspended = view.name in state.gates.suspended
-    return status_message(view, t)
+    return status_message(view, t, state.window_standing(view.name))
 
 
-def status_message(view: BundleView, t: Tally) -> BundleStatus:
-    """The status message of ``view`` from its tally."""
+def status_message(view: BundleView, t: Tally, windows: BundleWindow | None = None) -> BundleStatus:
+    """The status message of ``view`` from its tally, and how the sync windows stand for it."""
     phase, message = bundle_phase(t)
     revision = view.refused[0] if view.refused else view.revision
     return BundleStatus(
@@ -57,6 +58,7 @@ def status_message(view: BundleView, t: Tally) -> BundleStatus:
         depends_on=list(view.depends_on),
         rollback_of="" if view.refused else view.rollback_of,
         window=t.window if phase is BundlePhase.OUT_OF_SYNC else "",
+        windows=windows,
     )
 
 
