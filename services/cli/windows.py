@@ -3,9 +3,9 @@ change) and ``driftbus windows apply FILE`` (check a windows file and make it th
 planner follows): the windows are state on the bus (KV bucket ``driftbus-windows``), followed
 live (docs/windows.md). An invalid file is refused with FILE:LINE and changes nothing.
 
-``status_lines`` is what ``driftbus status`` prints of them for a cluster or a bundle; for a
-bundle, ``bundle_lines`` shows how they stand as its planner published them
-(``BundleStatus.windows``), and ``bundle_window`` asks the same function of the stored windows.
+``cluster_lines`` is what ``driftbus status`` prints of them for a cluster (each window naming
+it, open or not); for a bundle, ``bundle_lines`` shows how they stand as its planner published
+them (``BundleStatus.windows``, the one answer to "is this bundle held by a window").
 """
 
 from __future__ import annotations
@@ -61,21 +61,6 @@ async def cluster_labels(
         return None
 
 
-def bundle_window(
-    spec: WindowsFile,
-    cluster: str,
-    bundle: str,
-    now: dt.datetime,
-    labels: Mapping[str, str] | None = None,
-) -> BundleWindow | None:
-    """The windows as they stand for ``bundle`` in ``cluster`` (``status -o json``), or None
-    when no window names it: ``verdict.standing``, the planner's answer, asked of ``spec``.
-    ``labels``: the cluster's registry labels, for a window's ``clusterSelector`` (None:
-    unknown, named by every selector, as the planner reads it). What the planner published
-    is ``BundleStatus.windows`` (``bundle_lines`` shows it)."""
-    return sync_windows.standing(compiled(spec), bundle, cluster, now, labels=labels)
-
-
 def bundle_lines(bw: BundleWindow | None, problem: str = "") -> list[str]:
     """What ``driftbus status`` says of how the windows stand for a bundle (``BundleWindow``,
     as its status publishes it): whether one holds its writes (until when) and the next
@@ -91,19 +76,17 @@ def bundle_lines(bw: BundleWindow | None, problem: str = "") -> list[str]:
     return lines
 
 
-def status_lines(
+def cluster_lines(
     spec: WindowsFile,
     cluster: str,
-    bundle: str | None,
     now: dt.datetime,
     problem: str = "",
     labels: Mapping[str, str] | None = None,
 ) -> list[str]:
-    """What ``driftbus status`` says of the sync windows: for a bundle, whether one holds its
-    writes (until when) and the next change; for a cluster, each window naming it, open or
-    not. Nothing when no window names them. ``labels``: as for ``bundle_window``."""
-    if bundle is not None:
-        return bundle_lines(bundle_window(spec, cluster, bundle, now, labels), problem)
+    """What ``driftbus status`` says of the sync windows of a cluster: each window naming it,
+    open or not, and when that changes; nothing when none names it. ``labels``: the cluster's
+    registry labels, for a window's ``clusterSelector`` (None: unknown, named by every
+    selector, as the planner reads it)."""
     lines = bundle_lines(None, problem)
     ws = compiled(spec)
     for w, row in zip(ws, sync_windows.rows(spec, now), strict=True):

@@ -10,7 +10,7 @@ import pytest
 
 from schemas.cli import ObjectRow
 from schemas.messages import BundleCounts, BundlePhase, BundleStatus, SourcePhase, SourceStatus
-from schemas.windows import SyncWindow, WindowsFile
+from schemas.windows import BundleWindow, SyncWindow, WindowsFile
 from services.cli.status import show
 from services.cli.status.gather import BundleReport, ClusterReport, Windows
 
@@ -81,8 +81,15 @@ def test_a_bundle_says_its_phase_source_window_and_objects(
     source = SourceStatus(
         cluster="prod", bundle="web", url="oci://reg/app", ref="v1", phase=SourcePhase.PUBLISHED
     )
-    held = status("web", rollback_of="r2", failed_objects=["ConfigMap/ns/b: InProgress"])
-    report = BundleReport("prod", "web", NOW, [held], [row], source, FROZEN)
+    standing = BundleWindow(  # as its planner published it
+        held=True, message='deny window "freeze" until 2026-06-01T13:00+00:00', window="freeze",
+        until="2026-06-01T13:00+00:00", next_change="2026-06-01T13:00+00:00",
+        then="writes allowed",
+    )  # fmt: skip
+    held = status(
+        "web", rollback_of="r2", failed_objects=["ConfigMap/ns/b: InProgress"], windows=standing
+    )
+    report = BundleReport("prod", "web", NOW, [held], [row], source, "")
     show.bundle(report, "table")
     assert capsys.readouterr().out.splitlines() == [
         "web@r1 (rollback of r2): Reconciling — 1 not ready (applied 2/2, ready 1/2)",
@@ -96,6 +103,6 @@ def test_a_bundle_says_its_phase_source_window_and_objects(
 
 
 def test_a_bundle_never_published_has_no_summary(capsys: pytest.CaptureFixture[str]) -> None:
-    show.bundle(BundleReport("prod", "web", NOW, [], [], None, NO_WINDOWS), "json")
+    show.bundle(BundleReport("prod", "web", NOW, [], [], None, ""), "json")
     document = json.loads(capsys.readouterr().out)
     assert (document["bundle"], document["objects"], document["windows"]) == (None, [], None)

@@ -150,21 +150,23 @@ def test_a_held_drift_is_out_of_sync_naming_the_window() -> None:
 
 
 def test_the_cli_says_what_holds_a_bundle_and_the_next_change() -> None:
-    spec = WindowsFile(windows=(FREEZE,))
     inside = NOON + dt.timedelta(minutes=5)
-    assert cli_windows.status_lines(spec, "prod", "web", inside) == [
+    held = status_of(state(FREEZE, at=inside), entry()).windows
+    assert cli_windows.bundle_lines(held) == [
         'sync window: deny window "freeze" until 2026-06-01T13:00+00:00 (writes held)',
         "  next change 2026-06-01T13:00+00:00: writes allowed",
     ]
-    assert cli_windows.status_lines(spec, "prod", "web", NOON - dt.timedelta(hours=1)) == [
+    before = status_of(state(FREEZE, at=NOON - dt.timedelta(hours=1)), entry()).windows
+    assert cli_windows.bundle_lines(before) == [
         "sync windows: writes allowed now",
         '  next change 2026-06-01T12:00+00:00: deny window "freeze" until 2026-06-01T13:00+00:00',
     ]
-    assert cli_windows.status_lines(spec, "prod", None, inside) == [
+    spec = WindowsFile(windows=(FREEZE,))
+    assert cli_windows.cluster_lines(spec, "prod", inside) == [
         'sync window deny "freeze" (bundles *): open, closes 2026-06-01T13:00+00:00'
     ]
-    assert cli_windows.status_lines(WindowsFile(), "prod", "web", inside) == []
-    assert cli_windows.status_lines(spec, "prod", None, inside, "bad")[0] == (
+    assert cli_windows.bundle_lines(status_of(state(at=inside), entry()).windows) == []
+    assert cli_windows.cluster_lines(spec, "prod", inside, "bad")[0] == (
         "sync windows: the latest on the bus are unusable (bad)"
     )
 
@@ -240,15 +242,10 @@ def test_the_planner_publishes_how_the_windows_stand_and_status_json_says_the_sa
     at: dt.datetime, windows: tuple[SyncWindow, ...], standing: BundleWindow | None
 ) -> None:
     """The one answer to "is this bundle held by a window": in its status, Ready or not; the
-    CLI's ``bundle_window`` (``status -o json``, typed) asks the same function and says the
-    same, and its lines show it."""
+    CLI (``status``, ``status -o json``) and the page show what the status says."""
     st = state(*windows, at=at)
     status = status_of(st, entry())  # applied and unchanged: Ready, nothing to hold
     assert status.windows == standing
-    assert cli_windows.bundle_window(WindowsFile(windows=windows), "prod", "web", at) == standing
-    assert cli_windows.bundle_lines(status.windows) == cli_windows.status_lines(
-        WindowsFile(windows=windows), "prod", "web", at
-    )
 
 
 def record(action: str, reason: str) -> DecisionRecord:

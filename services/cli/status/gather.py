@@ -56,7 +56,9 @@ class BundleReport:
     objects: list[ObjectRow]
     source: SourceStatus | None
     """What ``driftbus source`` last reported for it (None: no source follows it)."""
-    windows: Windows
+    windows_unusable: str
+    """Why the latest stored windows cannot be used ("" when they can); how the windows stand
+    for the bundle is its planner's answer, in its status (``BundleStatus.windows``)."""
 
 
 async def cluster_report(
@@ -84,9 +86,8 @@ async def bundle_report(
     objects = await user.object_rows(js, cluster, bundle, seen=seen)
     statuses = await user.bundle_statuses(js, cluster, bundle, seen=seen)
     source = await user.source_status(js, cluster, bundle)
-    return BundleReport(
-        cluster, bundle, now, statuses, objects, source, await _windows(js, cluster)
-    )
+    _, unusable = await windows.read_windows(js)
+    return BundleReport(cluster, bundle, now, statuses, objects, source, unusable)
 
 
 async def _windows(js: bus.JetStream, cluster: str) -> Windows:

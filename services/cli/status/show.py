@@ -41,8 +41,8 @@ def cluster(report: ClusterReport, fmt: str) -> None:
     table.emit(rows, columns, "table")
     held = report.windows
     if held is not None:
-        lines = windows.status_lines(
-            held.spec, report.cluster, None, report.now, held.unusable, held.labels
+        lines = windows.cluster_lines(
+            held.spec, report.cluster, report.now, held.unusable, held.labels
         )
         for line in lines:
             print(line)
@@ -50,7 +50,8 @@ def cluster(report: ClusterReport, fmt: str) -> None:
 
 def bundle(report: BundleReport, fmt: str) -> None:
     """One bundle: its summary, what keeps it from Ready, its source and windows, its objects."""
-    held = report.windows
+    # how the windows stand for it: the planner's answer, published in its status
+    standing = report.statuses[-1].windows if report.statuses else None
     if fmt != "table":
         statuses, followed = report.statuses, report.source
         output.dump(
@@ -58,10 +59,8 @@ def bundle(report: BundleReport, fmt: str) -> None:
                 bundle=bundle_row(statuses[-1], report.now) if statuses else None,
                 objects=report.objects,
                 git_source=msgspec.to_builtins(followed) if followed else None,
-                windows=windows.bundle_window(
-                    held.spec, report.cluster, report.bundle, report.now, held.labels
-                ),
-                windows_unusable=held.unusable,
+                windows=standing,
+                windows_unusable=report.windows_unusable,
             ),
             fmt,
         )
@@ -85,10 +84,7 @@ def bundle(report: BundleReport, fmt: str) -> None:
             f"{followed.url} {followed.ref}: "
             f"{table.colour(str(followed.phase))} — {followed.message}"
         )
-    lines = windows.status_lines(
-        held.spec, report.cluster, report.bundle, report.now, held.unusable, held.labels
-    )
-    for line in lines:
+    for line in windows.bundle_lines(standing, report.windows_unusable):
         print(line)
     shown = [
         r | {"last_change": (r["last_change"] or "")[:19].replace("T", " ")}
