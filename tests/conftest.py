@@ -25,10 +25,10 @@ import nats
 import pytest
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
-from services.kube.errors import NotFound
 
 from services.controlplane import assets, servers
 from services.kube import KubeClient
+from services.kube.errors import NotFound
 
 _SESSION_ROOT_KEY = pytest.StashKey[Path]()
 _LOGS_KEY = pytest.StashKey[dict[str, Path]]()

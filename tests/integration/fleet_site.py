@@ -18,7 +18,6 @@ from typing import Any, TypeVar
 
 import msgspec
 from nats.aio.client import Client as NATS
-from services.kube.discovery import Resource
 
 from harness.fleet import clusters
 from harness.pipeline import DecisionLog, Pipeline
@@ -29,6 +28,7 @@ from schemas.subjects import bundle_subject, family_filter, rollout_key
 from services.common import bus
 from services.controlplane import servers
 from services.kube import KubeClient
+from services.kube.discovery import Resource
 
 CM = Resource("", "v1", "ConfigMap", "configmaps", True)
 EXIT_FILE_HOOK = "DRIFTBUS_TEST_DRIVER_EXIT_FILE"

@@ -17,7 +17,6 @@ import nats
 import orjson
 import pytest
 from nats.aio.client import Client as NATS
-from services.kube.discovery import Resource
 
 from harness.fleet import Fleet
 from harness.pipeline import StatusWatch, settle, until_planner_ready, write_counts, writes_since
@@ -27,6 +26,7 @@ from schemas.subjects import encode_token, object_subject
 from services.common.bus import Claim
 from services.controlplane import servers
 from services.kube import KubeClient
+from services.kube.discovery import Resource
 
 from ..conftest import unique_name
 from .test_cli import driftbus

@@ -6,9 +6,8 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from services.kube.discovery import Resource
-
 from services.kube import KubeClient, NotFound
+from services.kube.discovery import Resource
 
 
 async def until_object(

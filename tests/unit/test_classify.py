@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 from nats.errors import TimeoutError as NatsTimeout
-from services.kube.errors import error_for
 
 from schemas.messages import ApplyIntent, DeleteIntent, Impersonation, ObjectPhase
 from schemas.subjects import ObjectKey
@@ -27,6 +26,7 @@ from services.applier.classify import (
 )
 from services.common.bus import BusError
 from services.kube import KubeError, Retryable
+from services.kube.errors import error_for
 
 FAILED, CONFLICT = ObjectPhase.FAILED, ObjectPhase.CONFLICT
 WAITING, RETRYING = ObjectPhase.WAITING, ObjectPhase.RETRYING

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from services.kube.errors import (
     Conflict,
     Forbidden,
