@@ -7,8 +7,9 @@ Steering is a compare-and-set write of the rollout state (``driftbus-rollouts``,
 ``paused``, ``promote`` sets ``promote`` (it ends the current step's bake; it never skips the
 gate that every cluster of the step is Ready on the revision). ``undo`` republishes an earlier
 fleet revision (the FLEET stream keeps the last 10) with ``rollback_of``; it then rolls out with
-its own rollout spec like any revision. The views (``fleet_status``, ``history_rows``) and the
-choice of what ``undo`` puts back (``undo_target``) are pure.
+its own rollout spec like any revision. What ``status`` shows is the one rollout view
+(``services.fleet.rollout.view``, which the status page renders too); it and the rows, the
+history and the choice of what ``undo`` puts back (``undo_target``) are pure.
 """
 
 from __future__ import annotations
@@ -17,14 +18,13 @@ import argparse
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
 
 from schemas.fleet import (
     FleetBundle,
-    FleetRow,
     FleetStatus,
     RolloutEvent,
     RolloutHistory,
@@ -35,9 +35,9 @@ from schemas.messages import BundleStatus
 from services.cli import exits, output
 from services.common import settings
 from services.common.bus import NatsSettings
+from services.fleet.rollout.view import STEERABLE, fleet_status
 
 ACTIONS = ("status", "pause", "resume", "promote", "undo", "history")
-STEERABLE = (RolloutPhase.PROGRESSING, RolloutPhase.PAUSED)
 REACT_WITHIN = 10.0
 """Seconds ``pause``/``resume``/``promote`` wait for the driver to act on the change."""
 
@@ -46,77 +46,7 @@ class RolloutError(RuntimeError):
     """A rollout command cannot do what it was asked; the message names the bundle."""
 
 
-# --- pure views ------------------------------------------------------------------------------
-
-
-def fleet_status(
-    state: RolloutState,
-    members: Mapping[str, Mapping[str, str]],
-    statuses: Mapping[str, BundleStatus],
-) -> FleetStatus:
-    """The rollout as ``status``/``rollout status`` show it: a row per cluster the rollout
-    placed or will place (``members``: the fleet's clusters and labels, tenant limits not yet
-    applied), each with its last bundle status (``statuses``)."""
-    from services.fleet.rollout.steps import step_sets
-
-    eligible = {c: labels for c, labels in members.items() if c not in state.excluded}
-    try:
-        sets = step_sets(state.spec.steps, eligible)
-    except ValueError:  # a step that is no selector: the driver halts the rollout on it
-        sets = [set(eligible)]
-    moving = state.phase in STEERABLE
-    rows = []
-    for cluster in sorted(state.clusters.keys() | eligible.keys()):
-        entry = state.clusters.get(cluster)
-        seen = statuses.get(cluster)
-        later = next((i for i, held in enumerate(sets) if cluster in held), len(sets) - 1)
-        if entry is None:
-            revision, rollout, step, message = "", "waiting", later, ""
-        else:
-            on_target = entry.revision == state.target.revision and entry.seq >= state.first_seq
-            waiting = moving and not on_target and entry.state not in ("removed", "refused")
-            revision, message = entry.revision, entry.message
-            rollout = "waiting" if waiting else entry.state
-            step = later if waiting else entry.step
-        if entry is not None and entry.state == "refused":
-            phase = "Refused"
-        elif seen is None:
-            phase = "NoStatus"
-        else:
-            phase = str(seen.phase)
-        if not message and seen is not None and seen.revision == revision:
-            message = seen.message
-        rows.append(
-            FleetRow(
-                cluster=cluster,
-                phase=phase,
-                revision=revision,
-                rollout=rollout,
-                step=step,
-                message=message,
-                reported_revision=seen.revision if seen is not None else "",
-            )
-        )
-    prev = state.previous.revision if state.previous is not None else ""
-    back = [r for r in rows if r.cluster in state.rollback]
-    return FleetStatus(
-        bundle=state.bundle,
-        revision=state.target.revision,
-        phase=state.phase,
-        step=state.step,
-        steps=len(state.spec.steps) + 1,
-        ready=sum(1 for r in rows if r.rollout == "ready" and r.revision == state.target.revision),
-        total=sum(1 for r in rows if r.rollout != "removed"),
-        clusters=rows,
-        excluded=dict(state.excluded),
-        message=state.message,
-        previous=prev,
-        rollback=list(state.rollback),
-        rollback_ready=sum(r.rollout == "ready" and r.revision == prev for r in back),
-        paused=state.paused,
-        promote=state.promote,
-        updated_at=state.updated_at,
-    )
+# --- what the views show ----------------------------------------------------------------------
 
 
 def summary_line(fs: FleetStatus) -> str:

@@ -8,4 +8,6 @@
 - ``steps`` — what the rule reads and returns (observed status, actions, events), and a
   rollout's steps.
 - ``substitute`` — ``${cluster.name}`` and ``${cluster.labels.KEY}`` replaced per cluster.
+- ``view`` — the rollout view (``FleetStatus``): a row per cluster, what ``driftbus rollout
+  status`` and the status page both show.
 """
