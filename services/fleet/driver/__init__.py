@@ -1,5 +1,6 @@
-"""The rollout driver, run in every planner replica: the lease holder takes every rollout a
-tick further.
+"""The rollout driver, a peer service run beside every planner replica (``driftbus planner``
+runs both in one process; neither imports the other, by contract): the lease holder takes every
+rollout a tick further.
 
 - ``drive`` — the driver's loop.
 - ``lease`` — its lease: one process at a time drives, and its fencing token on every placement.
