@@ -17,12 +17,10 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Protocol
 
-from schemas.fleet import FleetRow, FleetStatus, RolloutPhase, RolloutState
+from schemas.fleet import FleetRow, FleetStatus, RolloutState
 from services.clusters.selector import SelectorError
-from services.fleet.rollout.steps import step_sets
+from services.fleet.rollout.steps import STEERABLE, step_sets
 
-STEERABLE = (RolloutPhase.PROGRESSING, RolloutPhase.PAUSED)
-"""A rollout that moves: one that ``rollout pause``, ``resume`` and ``promote`` can steer."""
 WAITING = "waiting"
 """A member's place in the rollout before the rollout reaches it with its target."""
 
