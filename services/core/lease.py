@@ -14,7 +14,8 @@ tests:
 * ``may_claim(holder, me, alive)`` — may ``me`` overwrite an entry naming ``holder``: released,
   its own, or held by one that is not live;
 * ``lease_holds(last_ok, now, …)`` — may a holder whose last good write was sent at ``last_ok``
-  still act (it stops one interval before the others may take over);
+  still act (it stops one interval before the others may take over); ``Term`` keeps that
+  question for a holder, on the monotonic clock it is given;
 * ``holder_of(data, field)`` — who an entry names; ``lease_value`` and ``lease_token`` — the
   driver's entry, which also names its holder's fencing token once known, so a planner can tell
   a placement made before the current holder's term (``services.planner.shell.fencing``).
@@ -22,7 +23,8 @@ tests:
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+import dataclasses
+from collections.abc import Callable, Collection, Mapping
 
 import msgspec
 
@@ -48,6 +50,32 @@ def lease_until(last_ok: float, *, interval: float, timeout: float) -> float:
 def lease_holds(last_ok: float, now: float, *, interval: float, timeout: float) -> bool:
     """May a holder whose last good write was sent at ``last_ok`` still act at ``now``?"""
     return now < lease_until(last_ok, interval=interval, timeout=timeout)
+
+
+@dataclasses.dataclass
+class Term:
+    """A holder's term: it may act until one interval before the others may take over after its
+    last good write (``lease_holds``), on the clock it is given, so a stall (a stopped process,
+    a starved loop) shows as time passed."""
+
+    interval: float
+    """Seconds between the holder's writes (renewals, heartbeats)."""
+    timeout: float
+    """Seconds others wait, on their own clocks, after the holder's entry last changed."""
+    clock: Callable[[], float]
+    """Monotonic seconds (a test passes its own)."""
+    last_ok: float = float("-inf")
+    """When the last write that kept the lease was sent, on ``clock`` (-inf: none)."""
+
+    @property
+    def holds(self) -> bool:
+        return lease_holds(self.last_ok, self.clock(), interval=self.interval, timeout=self.timeout)
+
+    def late(self) -> float:
+        """Seconds since the term ended (negative while it holds)."""
+        return self.clock() - lease_until(
+            self.last_ok, interval=self.interval, timeout=self.timeout
+        )
 
 
 def holder_of(data: bytes | None, field: str) -> str | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from services.core.lease import (
+    Term,
     holder_of,
     lease_holds,
     lease_token,
@@ -90,3 +91,18 @@ def test_holder_of(data: bytes | None, field: str, holder: str | None) -> None:
 )
 def test_lease_token(data: bytes | None, token: int | None) -> None:
     assert lease_token(data) == token
+
+
+@pytest.mark.parametrize(
+    ("last_ok", "now", "holds", "late"),
+    [
+        pytest.param(float("-inf"), 100.0, False, float("inf"), id="never-written"),
+        pytest.param(100.0, 107.0, True, -1.0, id="renewed-lately"),
+        pytest.param(100.0, 108.5, False, 0.5, id="a-stall-past-its-end"),
+    ],
+)
+def test_a_term_holds_on_the_clock_it_is_given(
+    last_ok: float, now: float, holds: bool, late: float
+) -> None:
+    term = Term(interval=2.0, timeout=10.0, clock=lambda: now, last_ok=last_ok)
+    assert (term.holds, term.late()) == (holds, late)

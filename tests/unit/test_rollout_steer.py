@@ -12,6 +12,7 @@ import pytest
 from schemas.fleet import Placement, RolloutControl, RolloutPhase, RolloutState
 from services.fleet.rollout import engine
 from services.fleet.rollout.steer import steer
+from tests.unit.test_rollout import begin
 
 PROGRESSING, PAUSED, HALTED = RolloutPhase.PROGRESSING, RolloutPhase.PAUSED, RolloutPhase.HALTED
 
@@ -25,71 +26,38 @@ def ctl(action: str, revision: str = "r2") -> RolloutControl:
     return RolloutControl(bundle="web", action=action, revision=revision)  # type: ignore[arg-type]
 
 
-PAUSED_ONE = state(phase=PAUSED, paused=True)
-# id, before, requests (seq, action, revision), after (paused, promote, control_seq), refused
-STEERING = [
-    pytest.param(state(), [(11, "pause", "r2")], (True, False, 11), 0, id="pause"),
-    pytest.param(
-        PAUSED_ONE, [(11, "resume", "r2")], (False, False, 11), 0, id="resume-a-paused-one"
-    ),
-    pytest.param(state(), [(11, "promote", "r2")], (False, True, 11), 0, id="promote"),
-    pytest.param(
-        PAUSED_ONE, [(11, "promote", "r2")], (True, True, 11), 0, id="promote-while-paused"
-    ),
-    pytest.param(
-        state(),
-        [(9, "pause", "r2"), (10, "promote", "r2")],
-        (False, False, 10),
+MOVING, PAUSED_ONE, STOPPED = state(), state(phase=PAUSED, paused=True), state(phase=HALTED)
+STEERING = {
+    # id: before, the requests ("seq action revision"), the flags set after, control_seq, refused
+    "pause": (MOVING, "11 pause r2", "paused", 11, 0),
+    "resume-a-paused-one": (PAUSED_ONE, "11 resume r2", "", 11, 0),
+    "promote": (MOVING, "11 promote r2", "promote", 11, 0),
+    "promote-while-paused": (PAUSED_ONE, "11 promote r2", "paused promote", 11, 0),
+    "taken-before-is-not-taken-again": (MOVING, "9 pause r2, 10 promote r2", "", 10, 0),
+    "in-the-bus-order-not-the-arrival-order": (
+        MOVING,
+        "12 pause r2, 11 resume r2",
+        "paused",
+        12,
         0,
-        id="taken-before-is-not-taken-again",
     ),
-    pytest.param(
-        state(),
-        [(12, "pause", "r2"), (11, "resume", "r2")],
-        (True, False, 12),
-        0,
-        id="in-the-bus-order-not-the-arrival-order",
-    ),
-    pytest.param(
-        state(),
-        [(11, "pause", "r2"), (12, "resume", "r2")],
-        (False, False, 12),
-        0,
-        id="the-last-of-pause-and-resume-wins",
-    ),
-    pytest.param(
-        state(phase=HALTED),
-        [(11, "pause", "r2")],
-        (False, False, 11),
-        1,
-        id="a-stopped-rollout-is-not-steered",
-    ),
-    pytest.param(
-        state(),
-        [(11, "promote", "r1")],
-        (False, False, 11),
-        1,
-        id="a-promote-of-another-revision-is-refused",
-    ),
-    pytest.param(
-        state(),
-        [(11, "pause", "r1")],
-        (True, False, 11),
-        0,
-        id="a-pause-holds-whatever-revision-it-named",
-    ),
-]
+    "the-last-of-pause-and-resume-wins": (MOVING, "11 pause r2, 12 resume r2", "", 12, 0),
+    "a-stopped-rollout-is-not-steered": (STOPPED, "11 pause r2", "", 11, 1),
+    "a-promote-of-another-revision-is-refused": (MOVING, "11 promote r1", "", 11, 1),
+    "a-pause-holds-whatever-revision-it-named": (MOVING, "11 pause r1", "paused", 11, 0),
+}
 
 
-@pytest.mark.parametrize(("before", "requests", "after", "refused"), STEERING)
+@pytest.mark.parametrize(
+    ("before", "requests", "flags", "taken", "refused"), STEERING.values(), ids=STEERING.keys()
+)
 def test_a_request_is_applied_once_in_order_to_a_rollout_that_moves(
-    before: RolloutState,
-    requests: list[tuple[int, str, str]],
-    after: tuple[bool, bool, int],
-    refused: int,
+    before: RolloutState, requests: str, flags: str, taken: int, refused: int
 ) -> None:
-    got, why = steer(before, [(seq, ctl(action, rev)) for seq, action, rev in requests])
-    assert (got.paused, got.promote, got.control_seq) == after
+    asked = [r.split() for r in requests.split(", ")]
+    got, why = steer(before, [(int(seq), ctl(action, rev)) for seq, action, rev in asked])
+    set_after = {name for name, on in (("paused", got.paused), ("promote", got.promote)) if on}
+    assert (set_after, got.control_seq) == (set(flags.split()), taken)
     assert len(why) == refused, why
     assert got.phase is before.phase  # the tick (engine.advance) moves the phase, not steering
 
@@ -100,16 +68,5 @@ def test_the_tick_after_a_pause_pauses_and_a_new_revision_keeps_what_was_taken()
     tick = engine.advance(paused, {}, {}, now)
     assert tick.state.phase is PAUSED
     assert [e.event for e in tick.events] == ["paused"]
-    again, _ = engine.start(
-        bundle="web",
-        target=Placement(revision="r3"),
-        spec=paused.spec,
-        selector="",
-        clusters_named=[],
-        on_leave="prune",
-        tenant="",
-        source_seq=2,
-        now=now,
-        before=tick.state,
-    )
+    again = begin(paused.spec, before=tick.state, revision="r3")
     assert (again.paused, again.control_seq) == (True, 11)

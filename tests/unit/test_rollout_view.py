@@ -18,12 +18,12 @@ from schemas.fleet import (
     RolloutSpec,
     RolloutState,
 )
-from schemas.messages import BundleCounts, BundlePhase, BundleStatus
+from schemas.messages import BundlePhase
 from services.fleet.rollout.view import Seen, fleet_status, step_clusters
 from services.ui import fleet as page
+from tests.unit.test_fleet_cli import FLEET, status
 
 T0 = dt.datetime(2026, 11, 26, 12, 0, tzinfo=dt.UTC)
-FLEET = {"canary": {"env": "canary"}, "prod-a": {"env": "prod"}, "prod-b": {"env": "prod"}}
 
 
 def state(**changes: Any) -> RolloutState:
@@ -109,16 +109,9 @@ def test_excluded_members_are_no_rows_and_no_step_holds_them() -> None:
 
 
 def test_a_status_names_the_phase_and_its_message_only_for_the_revision_placed() -> None:
-    def seen(revision: str, phase: BundlePhase, message: str) -> BundleStatus:
-        counts = BundleCounts(total=1)
-        return BundleStatus(
-            cluster="c", bundle="web", revision=revision, phase=phase, counts=counts,
-            message=message,
-        )  # fmt: skip
-
     statuses = {
-        "canary": seen("r2", BundlePhase.RECONCILING, "applying"),
-        "prod-a": seen("r1", BundlePhase.READY, "all Ready"),
+        "canary": status("canary", "r2", BundlePhase.RECONCILING, "applying"),
+        "prod-a": status("prod-a", "r1", BundlePhase.READY, "all Ready"),
     }
     rows = {r.cluster: r for r in fleet_status(state(), FLEET, statuses).clusters}
     assert (rows["canary"].phase, rows["canary"].message) == ("Reconciling", "applying")

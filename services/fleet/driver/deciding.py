@@ -164,12 +164,5 @@ def _refused(
 
 
 def _placement(fb: FleetBundle) -> Placement:
-    return Placement(
-        revision=fb.revision,
-        options=fb.options,
-        manifests_ref=fb.manifests_ref,
-        kinds=fb.kinds,
-        substitute=fb.substitute,
-        source=fb.source,
-        published_at=fb.published_at,
-    )
+    """The revision as the driver places it: every field of it is the fleet bundle's."""
+    return Placement(**{f: getattr(fb, f) for f in Placement.__struct_fields__})

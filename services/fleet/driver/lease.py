@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 from schemas.subjects import ROLLOUT_DRIVER_KEY
 from services.common import bus
-from services.core.lease import lease_holds, lease_until, lease_value, live, may_claim
+from services.core.lease import Term, lease_value, live, may_claim
 
 log = logging.getLogger("driftbus.fleet")
 
@@ -51,41 +51,33 @@ class Lease:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.js = js
-        self._clock = clock
-        """Monotonic seconds: a stall shows on it as time passed (a test passes its own)."""
         self.holder = holder
-        self.interval = interval
-        self.timeout = timeout
+        self.term = Term(interval, timeout, clock)
         self._taken = taken
-        self._last_ok = float("-inf")
-        """When the last write that kept the lease ours was sent (our clock)."""
         self.token = 0
         """The KV revision of the write that made the lease ours (0: never held)."""
 
     @property
     def held(self) -> bool:
-        return lease_holds(
-            self._last_ok, self._clock(), interval=self.interval, timeout=self.timeout
-        )
+        return self.term.holds
 
     def check(self) -> int:
         """The fencing token to publish with; LeaseLost when the lease is not ours now."""
-        late = self._clock() - lease_until(
-            self._last_ok, interval=self.interval, timeout=self.timeout
-        )
+        late = self.term.late()
         if late >= 0 or not self.token:
             raise LeaseLost(f"the rollout driver lease ran out {late:.1f}s ago")
         return self.token
 
     async def hold(self) -> None:
-        seen_rev, seen_at = -1, self._clock()
+        term = self.term
+        seen_rev, seen_at = -1, term.clock()
         while True:
             # a renewal names our token; a take cannot yet (it is the revision the write gets)
             value = lease_value(self.holder, self.token if self.held else 0)
             try:
                 kv = await bus.bucket(self.js, bus.ROLLOUTS_BUCKET)
                 lease = await bus.read_lease(kv, ROLLOUT_DRIVER_KEY, "driver")
-                started = self._clock()
+                started = term.clock()
                 if lease is None:
                     rev = await bus.take(kv, ROLLOUT_DRIVER_KEY, value, last=None)
                     if rev is not None:
@@ -95,13 +87,13 @@ class Lease:
                     if rev:
                         if not self.held:  # a new term (a restart, or renewals had failed)
                             self._take(started, rev, "ours already")
-                        self._last_ok = started
+                        term.last_ok = started
                     else:
-                        self._last_ok = float("-inf")  # someone else took it
+                        term.last_ok = float("-inf")  # someone else took it
                 else:
                     if lease.revision != seen_rev:
                         seen_rev, seen_at = lease.revision, started
-                    alive = live({lease.holder: seen_at}, started, self.timeout)
+                    alive = live({lease.holder: seen_at}, started, term.timeout)
                     if may_claim(lease.holder, self.holder, alive):
                         rev = await bus.take(kv, ROLLOUT_DRIVER_KEY, value, last=lease.revision)
                         if rev:
@@ -109,12 +101,12 @@ class Lease:
                             self._take(started, rev, silent)
             except Exception as exc:  # noqa: BLE001 - NATS away: the lease runs out by itself
                 log.warning("rollout driver lease not renewed: %s", exc)
-            await asyncio.sleep(self.interval)
+            await asyncio.sleep(term.interval)
 
     def _take(self, at: float, token: int, why: str) -> None:
         log.info(
             "driving the rollouts (%s), fencing token %d", why, token, extra={"driver": self.holder}
         )
         self.token = int(token)
-        self._last_ok = at
+        self.term.last_ok = at
         self._taken()

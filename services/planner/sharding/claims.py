@@ -34,7 +34,7 @@ from opentelemetry.metrics import Observation
 
 from services.common import bus, telemetry
 from services.common.bus import Claim
-from services.core.lease import lease_holds, live, may_claim
+from services.core.lease import Term, live, may_claim
 from services.planner.sharding.bucket import ShardBucket
 from services.planner.sharding.rules import assign, heartbeat_problem, orphaned
 from services.planner.sharding.view import ShardView
@@ -82,7 +82,8 @@ class Coordinator:
         """cluster → fencing token of the claim this replica plans it under."""
         self.ready = asyncio.Event()
         self._bucket: ShardBucket | None = None
-        self._last_ok = float("-inf")
+        self.term = Term(interval, timeout, clock)
+        """Our heartbeats' term: we plan only while it holds."""
         telemetry.meter.create_observable_gauge(
             "driftbus_planner_clusters",
             [lambda _: [Observation(len(self.running), {"planner": self.me})]],
@@ -93,9 +94,7 @@ class Coordinator:
 
     def lease_ok(self) -> bool:
         """Have our heartbeats landed recently enough that nobody else may take over yet?"""
-        return lease_holds(
-            self._last_ok, self._clock(), interval=self.interval, timeout=self.timeout
-        )
+        return self.term.holds
 
     def owns(self, cluster: str, token: int) -> bool:
         """May a planner of ``cluster`` holding ``token`` still publish intents?"""
@@ -119,7 +118,7 @@ class Coordinator:
             # Announce ourselves and look around before claiming anything: replicas started
             # together then see each other and share at once instead of handing clusters over.
             if (sent := await self._heartbeat()) is not None:
-                self._last_ok = sent
+                self.term.last_ok = sent
             await asyncio.sleep(2 * self.interval)
             while True:
                 try:
@@ -149,7 +148,7 @@ class Coordinator:
             # claim that is gone (the follower's view may still be catching up).
             await self._verify_claims()
         if sent is not None:
-            self._last_ok = sent
+            self.term.last_ok = sent
         if not self.lease_ok():
             for cluster in list(self.running):
                 log.error(
