@@ -128,7 +128,7 @@ async def one_run(
             writes = sum(mine.values())
             assert writes == objects, f"{n}: {writes} writes for {objects} objects: {mine}"
         claims = await f.claims(nc.jetstream())
-        per_planner = {p: sum(1 for c in claims.values() if c.planner == p) for p in f.planners}
+        per_planner = {p: sum(1 for c in claims.values() if c.holder == p) for p in f.planners}
         return took, cpu, per_planner, measure(f) if measure is not None else {}
     finally:
         await nc.drain()

@@ -271,8 +271,8 @@ async def _claims(js: JetStreamContext, clusters: int) -> dict[str, int]:
         return {"(unread)": clusters}
     for i in range(clusters):
         try:
-            claim = await bus.read_claim(kv, cluster_name(i))
-            holder = claim.planner if claim is not None and claim.planner else "(none)"
+            claim = await bus.read_lease(kv, bus.claim_key(cluster_name(i)))
+            holder = claim.holder if claim is not None and claim.holder else "(none)"
         except Exception:  # noqa: BLE001 - as above
             holder = "(unread)"
         out[holder] = out.get(holder, 0) + 1

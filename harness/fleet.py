@@ -117,6 +117,6 @@ class Fleet:
             return {}
         out = {}
         for name in self.pipelines:
-            if (claim := await bus.read_claim(kv, name)) is not None:
+            if (claim := await bus.read_lease(kv, bus.claim_key(name))) is not None:
                 out[name] = claim
         return out

@@ -10,8 +10,12 @@
   rollout driver places the revision in each cluster as an ordinary ``Bundle`` that refers to
   them.
 * ``RolloutState`` — where the rollout of a fleet bundle stands (KV bucket ``driftbus-rollouts``,
-  key ``rollout.<tenant>.<name>``), changed only with compare-and-set; ``RolloutEvent`` — each
-  transition, appended to ``driftbus.rollout.<tenant>.<name>`` (the audit log of rollouts).
+  key ``rollout.<tenant>.<name>``), written by the rollout driver only, with compare-and-set;
+  ``RolloutEvent`` — each transition, appended to ``driftbus.rollout.<tenant>.<name>`` (the audit
+  log of rollouts).
+* ``RolloutControl`` — ``rollout pause``, ``resume`` or ``promote`` (admin →
+  ``driftbus.rollout-control.<tenant>.<name>.<action>``), which the driver applies on its next
+  tick.
 """
 
 from __future__ import annotations
@@ -204,6 +208,9 @@ class RolloutState(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
     paused: bool = False
     promote: bool = False
     """``rollout promote``: end the current step's bake now (cleared when the step moves)."""
+    control_seq: Annotated[int, Meta(ge=0)] = 0
+    """The stream sequence of the last ``RolloutControl`` the driver took (applied or refused):
+    a driver taking over applies only later ones."""
     window_hold: str = ""
     """Sync windows hold writes in clusters of the current step (``"freeze" in prod-1``): the
     step's time stops, and starts again when they end ("" none)."""
@@ -245,6 +252,23 @@ class RolloutEvent(Message, frozen=True, tag=tag("rollout-event")):
     message: str = ""
     at: dt.datetime | None = None
     driver: str = ""
+
+
+RolloutAction = Literal["pause", "resume", "promote"]
+
+
+class RolloutControl(Message, frozen=True, tag=tag("rollout-control")):
+    """``driftbus rollout pause|resume|promote``: a request the rollout driver applies on its next
+    tick (admin → ``driftbus.rollout-control.<tenant>.<name>.<action>``; the stream keeps the last
+    of each action, so a driver taking over applies what its predecessor had not, in order).
+    Only a Progressing or Paused rollout is steered; a ``promote`` only of the revision it
+    names (``pause`` holds across revisions, as kubectl's does)."""
+
+    bundle: Name
+    action: RolloutAction
+    revision: Annotated[str, Meta(max_length=256)] = ""
+    """The revision being rolled out when it was asked (the target the user saw)."""
+    at: dt.datetime | None = None
 
 
 class ClusterList(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

@@ -40,7 +40,7 @@ from schemas.bundle import Propagation as Propagation
 from schemas.bundle import RollbackAnswer as RollbackAnswer
 from schemas.bundle import RollbackRequest as RollbackRequest
 from schemas.decision import DecisionRecord
-from schemas.fleet import FleetBundle, RolloutEvent
+from schemas.fleet import FleetBundle, RolloutControl, RolloutEvent
 from schemas.subjects import ObjectKey
 from schemas.windows import BundleWindow
 
@@ -355,4 +355,5 @@ MESSAGE_TYPES: Final[dict[str, type[_Message]]] = {
     "member": MemberHeartbeat,
     "fleet-bundle": FleetBundle,
     "rollout-event": RolloutEvent,
+    "rollout-control": RolloutControl,
 }

@@ -339,6 +339,15 @@ def rollout_event_subject(bundle: str) -> str:
     return _checked(f"{PREFIX}.rollout.{bundle_tokens(bundle)}")
 
 
+def rollout_control_subject(bundle: str, action: str) -> str:
+    """``driftbus.rollout-control.<tenant>.<name>.<action>``: ``rollout pause``, ``resume`` or
+    ``promote`` of a fleet bundle (``RolloutControl``), for the driver; one subject per action,
+    so the stream's last message of each keeps every one not yet applied."""
+    if action not in ("pause", "resume", "promote"):
+        raise SubjectError(f"no rollout action {action!r}")
+    return _checked(f"{PREFIX}.rollout-control.{bundle_tokens(bundle)}.{action}")
+
+
 def fleet_bundle_of(subject: str) -> str:
     """The bundle's full name of a ``fleet_subject`` or ``rollout_event_subject``."""
     parts = subject.split(".")

@@ -12,8 +12,9 @@ Around them:
 
 - ``notify/`` — ``driftbus notify``: status, decision and rollout events sent to webhooks, Slack,
   Teams and Git commit statuses, filtered, de-duplicated and rate limited (docs/notifications.md).
-- ``fleet/`` — fleet bundles: the rollout rule (``rollout/``, pure) and the rollout driver
-  (``driver/``, run in every planner replica) that places them cluster by cluster.
+- ``fleet/`` — fleet bundles: the rollout rule (``rollout/``, pure, with the rollout view the
+  CLI and the page show) and the rollout driver (``driver/``, a peer service ``driftbus
+  planner`` runs beside every planner replica) that places them cluster by cluster.
 - ``cli/`` — the ``driftbus`` command line, ``driftbus up`` (the whole stack locally) included.
 - ``ui/`` — the status page: a read-only web view of bundles and objects, fed from the bus.
 
@@ -35,7 +36,7 @@ The doors and the floor:
   one door to NATS.
 - ``kube/`` — the one door to the Kubernetes API: a thin client on aiohttp.
 - ``runtime`` — what every service process opens at start and closes at exit.
-- ``core/`` (pure) — manifests, SHAs, health, scopes, YAML, hooks and diffs.
+- ``core/`` (pure) — manifests, SHAs, health, scopes, YAML, hooks and diffs, and the lease rule.
 - ``controlplane/`` — a local control plane built from pinned Go modules (etcd, kube-apiserver,
   nats-server, kubectl, helm), for ``driftbus up`` and the tests.
 

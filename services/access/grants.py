@@ -179,12 +179,14 @@ def tenant_fleet(tenant: str) -> list[str]:
 
 def fleet_admin() -> list[str]:
     """The admin's: every fleet bundle (the platform's and every tenant's), every registry
-    entry (``clusters label``, ``clusters remove``), every rollout's state (``rollout pause``,
-    ``resume``, ``promote``; not the driver's lease, which is the planners') and history."""
+    entry (``clusters label``, ``clusters remove``), every rollout's steering (``rollout pause``,
+    ``resume``, ``promote``: a ``RolloutControl`` the driver applies; the states are the
+    driver's alone to write, and its lease the planners'), every rollout's state and history
+    read."""
     return [
         family_filter("fleet"),
+        family_filter("rollout-control"),
         f"{KV_CLUSTERS}.>",
-        f"{KV_ROLLOUTS}.rollout.>",
         *kv_read(bus.CLUSTERS_STREAM),
         *kv_read(bus.ROLLOUTS_STREAM),
         *(f"{JS}.DIRECT.GET.{s}.>" for s in (bus.FLEET, bus.ROLLOUTS)),

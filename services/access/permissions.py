@@ -27,9 +27,10 @@ every identity that reads status (users, sources, tenants, viewers) and by the p
 ``tenant.<tenant>`` only).
 
 Of fleets (``schemas/fleet.py``), the planner writes the cluster registry and the rollouts
-(it drives them); a watcher registers its own cluster only; the admin publishes any fleet bundle,
-labels and removes clusters, and pauses, resumes and promotes rollouts; a tenant publishes its
-own fleet bundles and reads its own rollouts; everyone who publishes may read the registry.
+(the rollout driver beside it is their only writer); a watcher registers its own cluster only;
+the admin publishes any fleet bundle, labels and removes clusters, and pauses, resumes and
+promotes rollouts (control messages the driver applies); a tenant publishes its own fleet
+bundles and reads its own rollouts; everyone who publishes may read the registry.
 
 JetStream is reached through ``$JS.API.*`` request subjects, so the sets below name the API calls
 each role makes (the blocks of ``grants.py``). Replies arrive on a per-role inbox

@@ -2,6 +2,10 @@
 (``driftbus notify`` too, whose command with its own actions is ``services/cli/notify.py``).
 
 What differs between services (settings model, help, how it stops) is a row of ``SERVICES``.
+``driftbus planner`` runs two peer services in one process: the planner, and beside it on its
+connection the rollout driver (``services.fleet.driver``), so every planner replica can drive
+the fleets' rollouts and the one holding the driver's lease does. Neither imports the other:
+they meet here.
 """
 
 from __future__ import annotations
@@ -49,12 +53,29 @@ def _run_of(module: str) -> Callable[..., Coroutine[Any, Any, None]]:
     return run
 
 
+def _planner_and_driver(config: PlannerSettings) -> Coroutine[Any, Any, None]:
+    """The planner, with the rollout driver beside it: the replica's id is the driver's, and
+    the planners' heartbeat settings time the driver's lease."""
+    from services.fleet.driver.drive import Driver
+    from services.planner import service as planner
+
+    def driver(js: Any, s: PlannerSettings) -> Coroutine[Any, Any, None]:
+        return Driver(
+            js,
+            driver_id=s.planner_id,
+            lease_interval=s.heartbeat_interval,
+            lease_timeout=s.heartbeat_timeout,
+        ).run()
+
+    return planner.run(config, beside=[driver])
+
+
 SERVICES: dict[str, Service] = {
     "watcher": Service(
         _run_of("services.watcher.service"), WatcherSettings, "list+watch a cluster, publish SHAs"
     ),
     "planner": Service(
-        _run_of("services.planner.service"), PlannerSettings, "decide what to apply"
+        _planner_and_driver, PlannerSettings, "decide what to apply; drive the fleets' rollouts"
     ),
     "applier": Service(
         _run_of("services.applier.service"),

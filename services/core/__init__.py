@@ -13,6 +13,11 @@ Objects and their hashes:
 - ``scrub`` — Secret values kept out of every message driftbus writes.
 - ``hooks`` — Helm's and Argo CD's hooks and sync waves: each object's stage, delete policies.
 
+Leases:
+
+- ``lease`` — the lease rule the planners' claims and the rollout driver's lease follow: who is
+  live, whose entry may be taken, how long a holder may act, what a lease entry names.
+
 Reading as Kubernetes reads:
 
 - ``kyaml`` — YAML to JSON exactly as Kubernetes reads it.

@@ -4,6 +4,10 @@ loop, ``shell.loop``) per claimed cluster.
 Intent ids are derived from the state that caused them and the claim's fencing token
 (``rule.messages``), so a replica taking a cluster over re-sends what was in flight without
 duplicating it.
+
+Peer services may run beside the planner in its process, on its connection (``beside``):
+``driftbus planner`` runs the rollout driver so (``services/cli/run.py``), which the planner
+never imports (an import contract keeps services apart).
 """
 
 from __future__ import annotations
@@ -12,13 +16,13 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from opentelemetry.metrics import Observation
 
 from services.common import bus, telemetry
 from services.common.settings import replica_id
-from services.fleet.driver.drive import Driver
 from services.planner.settings import PlannerSettings
 from services.planner.sharding.claims import Coordinator, heartbeat_problem
 from services.planner.shell.loop import Planner
@@ -26,11 +30,14 @@ from services.runtime import connections
 
 log = logging.getLogger("driftbus.planner")
 
-__all__ = ["PlannerSettings", "Replica", "run"]
+__all__ = ["Beside", "PlannerSettings", "Replica", "run"]
 
 REBUILDS_AT_ONCE = 8
 """Clusters of one replica replaying their streams at the same time (the rest wait their
 turn): a burst of claims must not starve the replica's heartbeats."""
+Beside = Callable[[bus.JetStream, PlannerSettings], Coroutine[Any, Any, None]]
+"""A peer service run beside the planner for as long as it runs: given its JetStream context and
+its settings (the replica's id resolved), the service's run."""
 
 
 class Replica:
@@ -51,13 +58,6 @@ class Replica:
         self.planners: dict[str, Planner] = {}
         self._startup = asyncio.Semaphore(REBUILDS_AT_ONCE)
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        # fleets: every replica can drive the rollouts; the one holding the lease does
-        self.driver = Driver(
-            js,
-            driver_id=settings.planner_id,
-            lease_interval=settings.heartbeat_interval,
-            lease_timeout=settings.heartbeat_timeout,
-        )
         self.shards = Coordinator(
             js=js,
             planner_id=settings.planner_id,
@@ -118,14 +118,21 @@ class Replica:
                 with contextlib.suppress(Exception):
                     task.result()
 
-    async def run(self) -> None:
-        driver = asyncio.create_task(self.driver.run(), name="rollout driver")
+    async def run(self, beside: Sequence[Beside] = ()) -> None:
+        """Plan the clusters our claims give us until cancelled, with the peer services
+        ``beside`` running alongside (stopped first when the planner stops)."""
+        peers = [
+            asyncio.create_task(peer(self.js, self.s), name=getattr(peer, "__name__", "peer"))
+            for peer in beside
+        ]
         try:
             await self.shards.run()
         finally:
-            driver.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await driver
+            for task in peers:
+                task.cancel()
+            for task in peers:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
             for cluster in list(self._tasks):
                 await self.stop_cluster(cluster)
 
@@ -145,7 +152,7 @@ class Replica:
         return [Observation(hits / total)] if total else []
 
 
-async def run(settings: PlannerSettings) -> None:
+async def run(settings: PlannerSettings, *, beside: Sequence[Beside] = ()) -> None:
     settings = dataclasses.replace(settings, planner_id=settings.planner_id or replica_id())
     if problem := heartbeat_problem(settings.heartbeat_interval, settings.heartbeat_timeout):
         raise SystemExit(f"driftbus planner: {problem}")
@@ -159,4 +166,4 @@ async def run(settings: PlannerSettings) -> None:
     ) as c:
         replica = Replica(settings=settings, js=c.js, publisher=c.publisher, nc=c.nc)
         c.health.add("claimed its clusters, each rebuilt from the streams and live", replica.ready)
-        await replica.run()
+        await replica.run(beside)

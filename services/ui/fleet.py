@@ -3,10 +3,12 @@ and each rollout's progress with its last transitions (its decision records).
 
 - ``cell`` and ``view`` are pure: from the bundle statuses the page already follows
   (``LiveState.bundles``, every cluster's), the cluster registry and the rollout states, what the
-  page draws. A cell's ``tone`` is its colour: ``ok`` (Ready), ``warn`` (Reconciling,
-  OutOfSync), ``bad`` (Failed, Degraded, Conflict), ``none`` (no status), and for a fleet bundle
-  ``waiting`` (a member a later step reaches) and ``refused`` (excluded by the tenant's limits,
-  or refused by the driver; ``title`` says why).
+  page draws. A fleet bundle's cells and progress render its rollout view
+  (``services.fleet.rollout.view``, what ``driftbus rollout status`` prints too). A cell's
+  ``tone`` is its colour: ``ok`` (Ready), ``warn`` (Reconciling, OutOfSync), ``bad`` (Failed,
+  Degraded, Conflict), ``none`` (no status), and for a fleet bundle ``waiting`` (a member the
+  rollout has not reached yet) and ``refused`` (excluded by the tenant's limits, or refused by
+  the driver; ``title`` says why).
 - ``FleetReader`` reads the registry and the rollout states when the page asks (``GET
   /api/fleet``, polled every few seconds), coalescing requests within a second.
 - ``handler`` is that endpoint. Tenancy is the page's (``guard.tenant_of``): a tenant sees its
@@ -28,12 +30,12 @@ import orjson
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from schemas.fleet import ClusterRecord, ClusterRollout, RolloutPhase, RolloutState
+from schemas.fleet import ClusterRecord, FleetRow, FleetStatus, RolloutPhase, RolloutState
 from schemas.subjects import SubjectError, decode_token, join_bundle, split_bundle
 from services.clusters.registry import members, records
 from services.clusters.selector import SelectorError
 from services.common import bus
-from services.fleet.rollout.steps import step_sets
+from services.fleet.rollout.view import WAITING, Seen, fleet_status, step_clusters
 from services.ui import guard
 
 log = logging.getLogger("driftbus.ui")
@@ -57,32 +59,15 @@ def _plain(at: dt.datetime | None) -> str | None:
     return at.isoformat().replace("+00:00", "Z") if at is not None else None
 
 
-def fleet_of(
+def members_of(
     state: RolloutState, registry: Mapping[str, ClusterRecord]
 ) -> dict[str, dict[str, str]]:
-    """The members of a fleet bundle with their labels: the registered clusters its selector
-    (and names) pick, and every cluster the rollout placed it in and has not removed."""
+    """The registered clusters a fleet bundle's selector (and names) pick, with their labels
+    (none while its selector cannot be read: the driver halts on it)."""
     try:
-        found = members(registry, state.selector, state.clusters_named)
-    except SelectorError:
-        found = {}
-    for name, entry in state.clusters.items():
-        if entry.state != "removed" and name not in found:
-            found[name] = dict(registry[name].labels) if name in registry else {}
-    return found
-
-
-def _step_of(state: RolloutState, fleet: Mapping[str, Mapping[str, str]]) -> dict[str, int]:
-    """Each member → the first step (0-based) that holds it."""
-    try:
-        sets = step_sets(state.spec.steps, fleet)
+        return members(registry, state.selector, state.clusters_named)
     except SelectorError:
         return {}
-    first: dict[str, int] = {}
-    for i, held in enumerate(sets):
-        for c in held:
-            first.setdefault(c, i)
-    return first
 
 
 def _status_cell(cluster: str, status: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -104,51 +89,47 @@ def _status_cell(cluster: str, status: Mapping[str, Any] | None) -> dict[str, An
 def cell(
     cluster: str,
     status: Mapping[str, Any] | None,
-    state: RolloutState | None = None,
-    *,
-    member: bool = False,
-    first_step: int | None = None,
+    fs: FleetStatus | None = None,
+    row: FleetRow | None = None,
 ) -> dict[str, Any]:
-    """One cell of the matrix: the bundle's phase in ``cluster`` and, for a fleet bundle
-    (``state``), where the cluster stands in its rollout."""
+    """One cell of the matrix: the bundle's phase in ``cluster`` and, for a fleet bundle (its
+    rollout view ``fs``, with ``row`` the cluster's row there if it has one), where the
+    cluster stands in its rollout."""
     out = _status_cell(cluster, status)
-    if state is None:
+    if fs is None:
         return out
-    steps = len(state.spec.steps) + 1
-    if cluster in state.excluded:
-        reason = state.excluded[cluster]
+    if cluster in fs.excluded:
+        reason = fs.excluded[cluster]
         return out | {
             "label": "Excluded",
             "tone": "refused",
             "rollout": "excluded",
             "title": f"excluded: {reason}",
         }
-    entry: ClusterRollout | None = state.clusters.get(cluster)
-    if entry is not None and entry.state == "refused":
+    if row is not None and row.rollout == "refused":
         return out | {
             "label": "Refused",
             "tone": "refused",
             "rollout": "refused",
-            "title": f"refused: {entry.message or 'by the rollout driver'}",
+            "title": f"refused: {row.message or 'by the rollout driver'}",
         }
-    if entry is None or entry.state == "removed":
-        if entry is None and member:
-            step = f"step {first_step + 1}/{steps}" if first_step is not None else "a later step"
-            return out | {
-                "label": "Not reached",
-                "tone": "waiting",
-                "rollout": "waiting",
-                "title": f"not reached yet: waits for {step} of {state.target.revision}",
-            }
+    if row is not None and row.rollout == WAITING:
+        return out | {
+            "label": "Waiting",
+            "tone": "waiting",
+            "rollout": WAITING,
+            "title": f"waiting for step {row.step + 1}/{fs.steps} of {fs.revision}",
+        }
+    if row is None or row.rollout == "removed":
         if status is None:
-            out["title"] = "not in the fleet" if entry is None else "left the fleet (removed)"
-        return out | {"rollout": "removed" if entry is not None else "outside"}
-    out["rollout"] = entry.state
-    placed = f"placed {entry.revision} (step {entry.step + 1 if entry.step >= 0 else 'joined'})"
+            out["title"] = "not in the fleet" if row is None else "left the fleet (removed)"
+        return out | {"rollout": "removed" if row is not None else "outside"}
+    out["rollout"] = row.rollout
+    placed = f"placed {row.revision} (step {row.step + 1 if row.step >= 0 else 'joined'})"
     if status is None:
         return out | {"label": "NoStatus", "title": f"{placed}; no status yet"}
-    if entry.message:
-        placed += f": {entry.message}"
+    if row.message and row.message != status.get("message"):
+        placed += f": {row.message}"
     out["title"] = f"{out['title']} — {placed}"
     return out
 
@@ -158,56 +139,48 @@ def _shown(bundle: str, tenant: str | None) -> bool:
 
 
 def progress(
-    state: RolloutState, registry: Mapping[str, ClusterRecord], now: float
+    state: RolloutState,
+    registry: Mapping[str, ClusterRecord],
+    now: float,
+    fs: FleetStatus | None = None,
 ) -> dict[str, Any]:
     """One rollout's progress: phase, step k/n and the steps' selectors with their clusters,
     clusters Ready on the target / in the fleet, the bake left, the clusters a rollback put the
-    previous revision back on and how many are Ready again on it, the last transitions."""
-    fleet = fleet_of(state, registry)
-    try:
-        sets = step_sets(state.spec.steps, fleet)
-    except SelectorError:
-        sets = [set() for _ in state.spec.steps] + [set(fleet)]
+    previous revision back on and how many are Ready again on it, the last transitions. The
+    counts are the rollout view's (``fs``; made here when not given)."""
+    fleet = members_of(state, registry)
+    sets = step_clusters(state, fleet)
+    if fs is None:
+        fs = fleet_status(state, fleet, {})
     selectors = [*state.spec.steps, "(the whole fleet)"]
-    ready = sorted(
-        c
-        for c, e in state.clusters.items()
-        if e.state == "ready" and e.revision == state.target.revision
-    )
     placed = [c for c, e in state.clusters.items() if e.state != "removed"]
-    prev = state.previous.revision if state.previous is not None else None
-    back_ready = [
-        c
-        for c in state.rollback
-        if (e := state.clusters.get(c)) is not None and e.revision == prev and e.state == "ready"
-    ]
     bake_left = None
     if state.ready_since is not None and state.phase == RolloutPhase.PROGRESSING:
         bake_left = round(max(0.0, state.spec.bake - (now - state.ready_since.timestamp())), 1)
     return {
-        "bundle": state.bundle,
-        "tenant": split_bundle(state.bundle)[0],
-        "revision": state.target.revision,
-        "previous": prev,
-        "rollback": list(state.rollback),
-        "rollback_ready": len(back_ready),
-        "phase": str(state.phase),
-        "paused": state.paused,
-        "message": state.message,
-        "step": state.step + 1,
-        "steps": len(selectors),
+        "bundle": fs.bundle,
+        "tenant": split_bundle(fs.bundle)[0],
+        "revision": fs.revision,
+        "previous": fs.previous or None,
+        "rollback": fs.rollback,
+        "rollback_ready": fs.rollback_ready,
+        "phase": str(fs.phase),
+        "paused": fs.paused,
+        "message": fs.message,
+        "step": fs.step + 1,
+        "steps": fs.steps,
         "selectors": [
             {
                 "step": i + 1,
                 "selector": sel,
-                "clusters": sorted(sets[i] - set(state.excluded)) if i < len(sets) else [],
-                "state": "done" if i < state.step else "current" if i == state.step else "next",
+                "clusters": sorted(sets[i]) if i < len(sets) else [],
+                "state": "done" if i < fs.step else "current" if i == fs.step else "next",
             }
             for i, sel in enumerate(selectors)
         ],
-        "ready": len(ready),
+        "ready": fs.ready,
         "placed": len(placed),
-        "total": len(fleet) - len(set(fleet) & set(state.excluded)),
+        "total": fs.total,
         "bake": state.spec.bake,
         "bake_remaining": bake_left,
         "step_started_at": _plain(state.step_started_at),
@@ -242,7 +215,12 @@ def view(
     bundle: its cells in column order) and ``rollouts``; only ``tenant``'s bundles when given."""
     states = {b: s for b, s in states.items() if _shown(b, tenant)}
     bundles = sorted({b for _, b in statuses if _shown(b, tenant)} | set(states))
-    fleets = {b: fleet_of(s, registry) for b, s in states.items()}
+    reported: dict[str, dict[str, Seen]] = {}
+    for (c, b), status in statuses.items():
+        if b in states:
+            reported.setdefault(b, {})[c] = Seen.of(status)
+    fleets = {b: members_of(s, registry) for b, s in states.items()}
+    views = {b: fleet_status(s, fleets[b], reported.get(b, {})) for b, s in states.items()}
     columns = set(registry)
     columns |= {c for c, b in statuses if b in bundles}
     for b, s in states.items():
@@ -250,23 +228,14 @@ def view(
     clusters = sorted(columns)
     rows = []
     for b in bundles:
-        state = states.get(b)
-        first = _step_of(state, fleets[b]) if state is not None else {}
+        fs = views.get(b)
+        by_cluster = {r.cluster: r for r in fs.clusters} if fs is not None else {}
         rows.append(
             {
                 "bundle": b,
                 "tenant": split_bundle(b)[0],
-                "fleet": state is not None,
-                "cells": [
-                    cell(
-                        c,
-                        statuses.get((c, b)),
-                        state,
-                        member=c in fleets.get(b, {}),
-                        first_step=first.get(c),
-                    )
-                    for c in clusters
-                ],
+                "fleet": fs is not None,
+                "cells": [cell(c, statuses.get((c, b)), fs, by_cluster.get(c)) for c in clusters],
             }
         )
     return {
@@ -279,7 +248,7 @@ def view(
             for c in clusters
         ],
         "rows": rows,
-        "rollouts": [progress(states[b], registry, now) for b in sorted(states)],
+        "rollouts": [progress(states[b], registry, now, views[b]) for b in sorted(states)],
     }
 
 

@@ -143,7 +143,7 @@ async def until_claims(
 
 
 def loads(claims: dict[str, Claim]) -> collections.Counter[str]:
-    return collections.Counter(c.planner for c in claims.values() if c.planner)
+    return collections.Counter(c.holder for c in claims.values() if c.holder)
 
 
 async def publish_all(
@@ -179,7 +179,7 @@ async def test_planners_share_clusters_evenly_and_take_over_a_killed_one(
     # A new revision everywhere; the replica planning the first cluster dies while it is
     # being applied there.
     victim_site = sites[0]
-    victim = claims[victim_site.name].planner
+    victim = claims[victim_site.name].holder
     before = await publish_all(f, sites, nc, n, "r2")
     deadline = time.monotonic() + 60
     while not any(
@@ -204,7 +204,7 @@ async def test_planners_share_clusters_evenly_and_take_over_a_killed_one(
     taken = await until_claims(
         f,
         nc,
-        lambda c: c[victim_site.name].planner not in ("", victim),
+        lambda c: c[victim_site.name].holder not in ("", victim),
         3 * TIMEOUT,
     )
     took = time.monotonic() - killed
@@ -266,13 +266,13 @@ async def test_a_new_planner_takes_its_share_without_restarting_the_others(
     shown = orjson.loads(out)
     assert {r["planner"] for r in shown["planners"]} == {"planner-a", "planner-b", "planner-c"}
     assert {r["cluster"]: (r["planner"], r["fencing_token"]) for r in shown["clusters"]} == {
-        c: (cl.planner, cl.revision) for c, cl in rebalanced.items()
+        c: (cl.holder, cl.revision) for c, cl in rebalanced.items()
     }
     code, table, _ = await driftbus(f.pipelines[sites[0].name], "shards")
     assert code == 0
     assert "FENCING_TOKEN" in table
     assert "planner-c" in table
-    moved = [c for c in claims if claims[c].planner != rebalanced[c].planner]
+    moved = [c for c in claims if claims[c].holder != rebalanced[c].holder]
     assert len(moved) == 1, (claims, rebalanced)  # only the new replica's share moved
     for p in ("planner-a", "planner-b"):
         assert f.planners[p].alive(), f"{p} died"
@@ -329,9 +329,7 @@ async def test_a_deposed_planners_late_intents_are_rejected(
     os.kill(first.pid, signal.SIGSTOP)
     stopped = time.monotonic()
     try:
-        taken = await until_claims(
-            f, nc, lambda c: c[site.name].planner == "planner-b", 3 * TIMEOUT
-        )
+        taken = await until_claims(f, nc, lambda c: c[site.name].holder == "planner-b", 3 * TIMEOUT)
         took = time.monotonic() - stopped
         assert taken[site.name].revision > old[0].fencing_token
         await pipeline.publish(

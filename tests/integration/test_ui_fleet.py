@@ -204,7 +204,7 @@ async def test_fleet_view_shows_the_matrix_and_rollout_progress_per_tenant(
         web = cells(doc, WEB)
         assert (web["canary"]["label"], web["canary"]["tone"]) == ("Ready", "ok")
         # prod-a is Ready on r1, but the rollout has not reached it with r2
-        assert (web["prod-a"]["label"], web["prod-a"]["tone"]) == ("Not reached", "waiting")
+        assert (web["prod-a"]["label"], web["prod-a"]["tone"]) == ("Waiting", "waiting")
         assert "step 2/2" in web["prod-a"]["title"]
         assert web["prod-b"]["tone"] == "waiting"
         assert (web["edge"]["tone"], web["edge"]["title"]) == ("refused", f"excluded: {EXCLUDED}")

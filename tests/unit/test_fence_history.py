@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from schemas.bundle import Bundle
-from services.fleet.driver.lease import holder_of, lease_token, lease_value
+from services.core.lease import holder_of, lease_token, lease_value
 from services.planner.rule.revision import history_needed, in_force_of, republishable
 
 
@@ -82,7 +82,7 @@ def test_the_lease_entry_names_its_holders_token(data: bytes | None, token: int 
 
 
 def test_the_lease_entry_still_names_its_holder() -> None:
-    assert holder_of(lease_value("planner-a", 57)) == "planner-a"
+    assert holder_of(lease_value("planner-a", 57), "driver") == "planner-a"
 
 
 @pytest.mark.parametrize(

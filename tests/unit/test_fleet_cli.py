@@ -31,6 +31,7 @@ from services.cli.fleet import clusters, rollout
 from services.cli.fleet import publish as fleet
 from services.cli.fleet.rollout import RolloutError
 from services.cli.main import build_parser
+from services.fleet.rollout import view
 
 NOW = dt.datetime(2026, 11, 26, 12, 0, tzinfo=dt.UTC)
 FLEET = {"canary": {"env": "canary"}, "prod-a": {"env": "prod"}, "prod-b": {"env": "prod"}}
@@ -70,7 +71,7 @@ def test_each_cluster_shows_its_rollout_place_and_its_last_bundle_phase() -> Non
         "canary": status("canary", "r2", BundlePhase.READY),
         "prod-a": status("prod-a", "r2", BundlePhase.RECONCILING, "applying"),
     }
-    fs = rollout.fleet_status(state(), FLEET, seen)
+    fs = view.fleet_status(state(), FLEET, seen)
     rows = {r.cluster: (r.phase, r.revision, r.rollout, r.step, r.message) for r in fs.clusters}
     assert rows == {
         "canary": ("Ready", "r2", "ready", 0, ""),
@@ -84,7 +85,7 @@ def test_each_cluster_shows_its_rollout_place_and_its_last_bundle_phase() -> Non
 
 def test_a_member_not_placed_yet_waits_for_the_step_that_holds_it() -> None:
     s = state(step=0, clusters={"canary": ClusterRollout(revision="r2", step=0, seq=3)})
-    fs = rollout.fleet_status(s, FLEET, {})
+    fs = view.fleet_status(s, FLEET, {})
     assert [(r.cluster, r.rollout, r.step, r.revision) for r in fs.clusters] == [
         ("canary", "assigned", 0, "r2"),
         ("prod-a", "waiting", 1, ""),
@@ -99,7 +100,7 @@ def test_a_rolled_back_cluster_is_not_shown_as_waiting() -> None:
         message="canary: failed",
         clusters={"canary": ClusterRollout(revision="r1", state="ready", step=0, seq=5)},
     )
-    fs = rollout.fleet_status(s, {"canary": FLEET["canary"]}, {})
+    fs = view.fleet_status(s, {"canary": FLEET["canary"]}, {})
     assert [(r.rollout, r.revision) for r in fs.clusters] == [("ready", "r1")]
     assert fs.ready == 0
     assert rollout.summary_line(fs).endswith("0/1 clusters Ready: canary: failed")
@@ -120,7 +121,7 @@ def rolling_back(phase: RolloutPhase = RolloutPhase.ROLLING_BACK) -> RolloutStat
 
 
 def test_a_rollback_under_way_says_how_many_are_back() -> None:
-    fs = rollout.fleet_status(rolling_back(), FLEET, {})
+    fs = view.fleet_status(rolling_back(), FLEET, {})
     assert (fs.rollback, fs.rollback_ready) == (["canary", "prod-a"], 1)
     assert rollout.summary_line(fs) == (
         "app@r2: RollingBack, step 2/2, 0/3 clusters Ready, 1/2 back Ready on r1: canary: failed"
@@ -162,21 +163,21 @@ def test_refused_and_excluded_clusters_are_named() -> None:
         clusters={"canary": ClusterRollout(revision="r2", state="refused", message="no label")},
         excluded={"prod-b": "tenant limit"},
     )
-    fs = rollout.fleet_status(s, FLEET, {})
+    fs = view.fleet_status(s, FLEET, {})
     assert [r.cluster for r in fs.clusters] == ["canary", "prod-a"]
     assert (fs.clusters[0].phase, fs.clusters[0].message) == ("Refused", "no label")
     assert fs.excluded == {"prod-b": "tenant limit"}
 
 
 def test_pause_and_promote_asked_show_in_the_summary() -> None:
-    fs = rollout.fleet_status(state(paused=True, promote=True), FLEET, {})
+    fs = view.fleet_status(state(paused=True, promote=True), FLEET, {})
     assert "(pause asked) (promote asked)" in rollout.summary_line(fs)
-    paused = rollout.fleet_status(state(paused=True, phase=RolloutPhase.PAUSED), FLEET, {})
+    paused = view.fleet_status(state(paused=True, phase=RolloutPhase.PAUSED), FLEET, {})
     assert "pause asked" not in rollout.summary_line(paused)
 
 
 def test_the_fleet_status_json_is_typed() -> None:
-    fs = rollout.fleet_status(state(), FLEET, {})
+    fs = view.fleet_status(state(), FLEET, {})
     back = msgspec.json.decode(msgspec.json.encode(fs), type=FleetStatus)
     assert back == fs
     assert msgspec.to_builtins(fs)["clusters"][0]["cluster"] == "canary"

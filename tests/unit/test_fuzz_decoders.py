@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from schemas.bundle import BundleControl, ObjectStoreRef, RollbackAnswer, RollbackRequest
 from schemas.codec import WireError, decode, encode
 from schemas.decision import DecisionAction, DecisionReason, DecisionRecord
-from schemas.fleet import FleetBundle, RolloutEvent, RolloutPhase, RolloutSpec
+from schemas.fleet import FleetBundle, RolloutControl, RolloutEvent, RolloutPhase, RolloutSpec
 from schemas.messages import (
     MESSAGE_TYPES,
     AppliedEvent,
@@ -139,6 +139,7 @@ VALID += [
         clusters=["a"],
         at=AT,
     ),
+    RolloutControl(bundle="t/web", action="promote", revision="r2", at=AT),
 ]
 DECODERS: list[Any] = [type(m) for m in VALID] + [Intent]
 

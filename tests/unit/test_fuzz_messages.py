@@ -49,8 +49,9 @@ from schemas.tenants import Tenant, TenantPolicy
 from services.applier import report
 from services.cli.status import follow, shards
 from services.clusters import members
-from services.common.bus import SHARDS_BUCKET, ObjectError, claim_holder
+from services.common.bus import SHARDS_BUCKET, ObjectError
 from services.common.bus.objects import parse_meta
+from services.core.lease import holder_of
 from services.core.manifest import bundle_kinds
 from services.planner.rule import messages
 from services.planner.rule.decide import DELETE_INFLIGHT, Entry
@@ -404,7 +405,7 @@ HEARTBEAT = {"planner": "p-1", "clusters": ["c"], "ready": True, "at": CLAIM["at
 @given(data=payloads([CLAIM, HEARTBEAT]) | st.none())
 def test_claim_holder(data: bytes | None) -> None:
     """The planners' shard view and ``driftbus shards``: the holder, or None (unreadable)."""
-    holder = claim_holder(data)
+    holder = holder_of(data, "planner")
     assert holder is None or isinstance(holder, str)
 
 
@@ -550,7 +551,7 @@ def test_valid_inputs_are_read() -> None:
     assert policy_entry(encode(POLICY)) == POLICY
     assert policy_entry(b"junk", "DEL") == TenantPolicy()
     assert tenants_file(yaml.safe_dump(STORED)) == POLICY
-    assert claim_holder(orjson.dumps(CLAIM)) == "p-1"
+    assert holder_of(orjson.dumps(CLAIM), "planner") == "p-1"
     doc = shards_document(
         [("planners", orjson.dumps(HEARTBEAT)), ("clusters", orjson.dumps(CLAIM))]
     )

@@ -1,5 +1,6 @@
-"""Planner sharding rules: who is live, the fair, sticky share of clusters per replica, when a
-replica must stop planning, and which claims it may take."""
+"""Planner sharding rules: the fair, sticky share of clusters per replica, the heartbeat
+settings that can work, and the claims of a previous run freed (who is live, when a replica
+must stop planning and which claims it may take are the lease rule: tests/unit/test_lease.py)."""
 
 from __future__ import annotations
 
@@ -12,25 +13,9 @@ from hypothesis import strategies as st
 from services.planner.sharding.rules import (
     assign,
     heartbeat_problem,
-    lease_holds,
-    live,
-    may_claim,
     moves,
     orphaned,
 )
-
-
-@pytest.mark.parametrize(
-    ("last_change", "now", "expected"),
-    [
-        pytest.param({}, 100.0, set(), id="nobody"),
-        pytest.param({"a": 95.0, "b": 89.0}, 100.0, {"a"}, id="b-missed-its-heartbeats"),
-        pytest.param({"a": 90.0}, 100.0, {"a"}, id="exactly-the-timeout-is-still-live"),
-        pytest.param({"a": 100.0, "b": 99.9}, 100.0, {"a", "b"}, id="both"),
-    ],
-)
-def test_live(last_change: dict[str, float], now: float, expected: set[str]) -> None:
-    assert live(last_change, now, timeout=10.0) == expected
 
 
 def loads(a: dict[str, str]) -> collections.Counter[str]:
@@ -132,33 +117,6 @@ def test_a_new_replica_takes_only_its_share(clusters: set[str], m: int) -> None:
     # only what the new replica takes moves; nobody else trades clusters
     assert moves(before, after) == share
     assert share in (len(clusters) // (m + 1), -(-len(clusters) // (m + 1)))
-
-
-@pytest.mark.parametrize(
-    ("last_ok", "now", "holds"),
-    [
-        pytest.param(float("-inf"), 0.0, False, id="never-heartbeat-no-lease"),
-        pytest.param(100.0, 100.0, True, id="just-sent"),
-        pytest.param(100.0, 107.9, True, id="within-timeout-minus-one-interval"),
-        pytest.param(100.0, 108.0, False, id="stops-one-interval-before-others-take-over"),
-        pytest.param(100.0, 110.0, False, id="others-may-take-over-now"),
-    ],
-)
-def test_lease_holds(last_ok: float, now: float, holds: bool) -> None:
-    assert lease_holds(last_ok, now, interval=2.0, timeout=10.0) is holds
-
-
-@pytest.mark.parametrize(
-    ("holder", "takes"),
-    [
-        pytest.param("", True, id="released-is-free"),
-        pytest.param("me", True, id="own-claim-is-free"),
-        pytest.param("dead", True, id="held-by-a-replica-not-live-is-free"),
-        pytest.param("other", False, id="held-by-a-live-replica-waits-for-its-release"),
-    ],
-)
-def test_may_take(holder: str, takes: bool) -> None:
-    assert may_claim(holder, "me", {"me", "other"}) is takes
 
 
 @pytest.mark.parametrize(

@@ -25,6 +25,7 @@ from schemas.subjects import (
     fleet_subject,
     object_status_subject,
     object_subject,
+    rollout_control_subject,
     rollout_event_subject,
     rollout_key,
     source_status_subject,
@@ -358,6 +359,7 @@ def test_a_tenant_reads_its_own_rollouts_and_writes_none(mine: str, other: str, 
         assert not may_publish(perms, filtered), bundle
     for bundle in [own, *theirs, platform]:  # the states are the driver's
         assert not may_publish(perms, f"{kv}.{rollout_key(bundle)}"), bundle
+        assert not may_publish(perms, rollout_control_subject(bundle, "pause")), bundle
     assert not may_publish(perms, f"{kv}.{ROLLOUT_DRIVER_KEY}")
 
 
@@ -385,7 +387,9 @@ def test_the_admin_steers_every_fleet_and_rollout_but_not_the_drivers_lease() ->
     kv = grants.KV_ROLLOUTS
     for bundle in ("web", "team-a/web", "team-b/x.y"):
         assert may_publish(admin, fleet_subject(bundle))
-        assert may_publish(admin, f"{kv}.{rollout_key(bundle)}")  # pause, resume, promote
+        for action in ("pause", "resume", "promote"):  # requests the driver applies
+            assert may_publish(admin, rollout_control_subject(bundle, action))
+        assert not may_publish(admin, f"{kv}.{rollout_key(bundle)}")  # the driver's to write
         assert may_publish(admin, _kv_get(ROLLOUTS, kv, rollout_key(bundle)))
         assert may_subscribe(admin, rollout_event_subject(bundle))
     assert may_subscribe(admin, family_filter("rollout"))

@@ -1,5 +1,6 @@
-"""The status page's fleet view (services/ui/fleet.py): phases → colours, fleet cells not yet
-reached, excluded and refused clusters with their reasons, rollout progress, tenant filtering."""
+"""The status page's fleet view (services/ui/fleet.py): phases → colours, fleet cells waiting
+for the rollout, excluded and refused clusters with their reasons, rollout progress, tenant
+filtering."""
 
 from __future__ import annotations
 
@@ -81,18 +82,18 @@ CELLS: list[tuple[str, str, dict[str, Any] | None, RolloutState, dict[str, Any]]
         {"label": "NoStatus", "tone": "none", "rollout": "assigned"},
     ),
     (
-        "member-of-a-later-step-is-not-reached",
+        "member-of-a-later-step-is-waiting",
         "prod-a",
         None,
         rollout(),
-        {"label": "Not reached", "tone": "waiting", "rollout": "waiting"},
+        {"label": "Waiting", "tone": "waiting", "rollout": "waiting"},
     ),
     (
-        "member-of-a-later-step-with-an-old-status-is-still-not-reached",
+        "member-of-a-later-step-with-an-old-status-is-still-waiting",
         "prod-b",
         status("Ready", revision="r1"),
         rollout(),
-        {"label": "Not reached", "tone": "waiting", "revision": "r1"},
+        {"label": "Waiting", "tone": "waiting", "revision": "r1"},
     ),
     (
         "excluded-by-tenant-limits-shows-the-reason",
@@ -154,7 +155,7 @@ def test_a_fleet_cell_says_where_the_cluster_stands(
     assert {k: got.get(k) for k in want} == want, got
 
 
-def test_a_not_reached_cell_names_the_step_that_reaches_it() -> None:
+def test_a_waiting_cell_names_the_step_that_reaches_it() -> None:
     state = rollout(spec=RolloutSpec(steps=["env=canary", "50%"]))
     got = {c["cluster"]: c for c in fleet.view({}, REGISTRY, {"web": state})["rows"][0]["cells"]}
     # 50 % of three clusters by name order: canary and prod-a (step 2); prod-b the whole fleet

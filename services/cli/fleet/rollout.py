@@ -2,13 +2,17 @@
 seen and steered from the command line (docs/fleet.md), and the fleet view ``driftbus status
 --bundle B`` shows when no cluster is named.
 
-Steering is a compare-and-set write of the rollout state (``driftbus-rollouts``, key
-``rollout.<tenant>.<name>``) that the rollout driver follows: ``pause`` and ``resume`` set
-``paused``, ``promote`` sets ``promote`` (it ends the current step's bake; it never skips the
-gate that every cluster of the step is Ready on the revision). ``undo`` republishes an earlier
+Steering is a request to the rollout driver, the only writer of rollout states: ``pause``,
+``resume`` and ``promote`` publish a ``RolloutControl`` (``driftbus.rollout-control.<tenant>.
+<name>.<action>``) that the driver applies on its next tick, checking again that the rollout can
+be steered; the command reads the state first only to refuse early, then waits (``REACT_WITHIN``)
+for the driver to take the request and act. ``pause`` and ``resume`` set ``paused``, ``promote``
+sets ``promote`` (it ends the current step's bake; it never skips the gate that every cluster of
+the step is Ready on the revision). ``undo`` republishes an earlier
 fleet revision (the FLEET stream keeps the last 10) with ``rollback_of``; it then rolls out with
-its own rollout spec like any revision. The views (``fleet_status``, ``history_rows``) and the
-choice of what ``undo`` puts back (``undo_target``) are pure.
+its own rollout spec like any revision. What ``status`` shows is the one rollout view
+(``services.fleet.rollout.view``, which the status page renders too); it and the rows, the
+history and the choice of what ``undo`` puts back (``undo_target``) are pure.
 """
 
 from __future__ import annotations
@@ -16,15 +20,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import datetime as dt
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
-
-import msgspec
 
 from schemas.fleet import (
     FleetBundle,
-    FleetRow,
     FleetStatus,
     RolloutEvent,
     RolloutHistory,
@@ -35,9 +37,10 @@ from schemas.messages import BundleStatus
 from services.cli import exits, output
 from services.common import settings
 from services.common.bus import NatsSettings
+from services.fleet.rollout.steps import STEERABLE
+from services.fleet.rollout.view import fleet_status
 
 ACTIONS = ("status", "pause", "resume", "promote", "undo", "history")
-STEERABLE = (RolloutPhase.PROGRESSING, RolloutPhase.PAUSED)
 REACT_WITHIN = 10.0
 """Seconds ``pause``/``resume``/``promote`` wait for the driver to act on the change."""
 
@@ -46,77 +49,7 @@ class RolloutError(RuntimeError):
     """A rollout command cannot do what it was asked; the message names the bundle."""
 
 
-# --- pure views ------------------------------------------------------------------------------
-
-
-def fleet_status(
-    state: RolloutState,
-    members: Mapping[str, Mapping[str, str]],
-    statuses: Mapping[str, BundleStatus],
-) -> FleetStatus:
-    """The rollout as ``status``/``rollout status`` show it: a row per cluster the rollout
-    placed or will place (``members``: the fleet's clusters and labels, tenant limits not yet
-    applied), each with its last bundle status (``statuses``)."""
-    from services.fleet.rollout.steps import step_sets
-
-    eligible = {c: labels for c, labels in members.items() if c not in state.excluded}
-    try:
-        sets = step_sets(state.spec.steps, eligible)
-    except ValueError:  # a step that is no selector: the driver halts the rollout on it
-        sets = [set(eligible)]
-    moving = state.phase in STEERABLE
-    rows = []
-    for cluster in sorted(state.clusters.keys() | eligible.keys()):
-        entry = state.clusters.get(cluster)
-        seen = statuses.get(cluster)
-        later = next((i for i, held in enumerate(sets) if cluster in held), len(sets) - 1)
-        if entry is None:
-            revision, rollout, step, message = "", "waiting", later, ""
-        else:
-            on_target = entry.revision == state.target.revision and entry.seq >= state.first_seq
-            waiting = moving and not on_target and entry.state not in ("removed", "refused")
-            revision, message = entry.revision, entry.message
-            rollout = "waiting" if waiting else entry.state
-            step = later if waiting else entry.step
-        if entry is not None and entry.state == "refused":
-            phase = "Refused"
-        elif seen is None:
-            phase = "NoStatus"
-        else:
-            phase = str(seen.phase)
-        if not message and seen is not None and seen.revision == revision:
-            message = seen.message
-        rows.append(
-            FleetRow(
-                cluster=cluster,
-                phase=phase,
-                revision=revision,
-                rollout=rollout,
-                step=step,
-                message=message,
-                reported_revision=seen.revision if seen is not None else "",
-            )
-        )
-    prev = state.previous.revision if state.previous is not None else ""
-    back = [r for r in rows if r.cluster in state.rollback]
-    return FleetStatus(
-        bundle=state.bundle,
-        revision=state.target.revision,
-        phase=state.phase,
-        step=state.step,
-        steps=len(state.spec.steps) + 1,
-        ready=sum(1 for r in rows if r.rollout == "ready" and r.revision == state.target.revision),
-        total=sum(1 for r in rows if r.rollout != "removed"),
-        clusters=rows,
-        excluded=dict(state.excluded),
-        message=state.message,
-        previous=prev,
-        rollback=list(state.rollback),
-        rollback_ready=sum(r.rollout == "ready" and r.revision == prev for r in back),
-        paused=state.paused,
-        promote=state.promote,
-        updated_at=state.updated_at,
-    )
+# --- what the views show ----------------------------------------------------------------------
 
 
 def summary_line(fs: FleetStatus) -> str:
@@ -230,28 +163,24 @@ async def load_fleet_status(js: Any, bundle: str) -> FleetStatus | None:
     return fleet_status(state, fleet, statuses)
 
 
-async def steer(
-    js: Any, bundle: str, change: Callable[[RolloutState], RolloutState]
-) -> RolloutState:
-    """Apply ``change`` to the rollout state with compare-and-set, again on a conflict (the
-    driver writes it on every tick); the state written."""
-    from schemas.subjects import rollout_key
+async def steer(js: Any, state: RolloutState, action: str) -> int:
+    """Ask the rollout driver to ``action`` (pause, resume, promote) the rollout of ``state``: a
+    ``RolloutControl`` it applies on its next tick (it alone writes the state, and checks again
+    that the rollout can be steered). The request's stream sequence, which the state names once
+    the driver took it (``control_seq``)."""
+    from schemas.codec import encode
+    from schemas.fleet import RolloutControl
+    from schemas.subjects import rollout_control_subject
     from services.common import bus
 
-    key = rollout_key(bundle)
-    for _ in range(50):
-        entry = await bus.kv_get(js, bus.ROLLOUTS_BUCKET, key)
-        if entry is None:
-            raise RolloutError(f"{bundle}: no rollout (not a fleet bundle?)")
-        state = msgspec.json.decode(entry.value, type=RolloutState)
-        new = change(state)
-        if new == state:
-            return state
-        data = msgspec.json.encode(new)
-        if await bus.kv_update(js, bus.ROLLOUTS_BUCKET, key, data, last=entry.revision):
-            return new
-        await asyncio.sleep(0.05)
-    raise RolloutError(f"{bundle}: the rollout state kept changing; nothing written")
+    ctl = RolloutControl(
+        bundle=state.bundle,
+        action=action,  # type: ignore[arg-type]  # one of ACTIONS, checked by the parser
+        revision=state.target.revision,
+        at=dt.datetime.now(dt.UTC),
+    )
+    ack = await bus.publish(js, rollout_control_subject(state.bundle, action), encode(ctl))
+    return int(ack.seq)
 
 
 async def _reacted(js: Any, bundle: str, done: Callable[[RolloutState], bool]) -> RolloutState:
@@ -316,20 +245,21 @@ async def _run(js: Any, args: argparse.Namespace) -> int:
             f"{b}@{state.target.revision} is {state.phase}: only a Progressing or Paused "
             f"rollout can be told to {args.action}"
         )
+    seq = await steer(js, state, args.action)
     if args.action in ("pause", "resume"):
         paused = args.action == "pause"
-        await steer(js, b, lambda s: msgspec.structs.replace(s, paused=paused))
         print(f"{b}: {'pause' if paused else 'resume'} written")
         want = RolloutPhase.PAUSED
-        state = await _reacted(js, b, lambda s: (s.phase is want) == paused)
+        state = await _reacted(
+            js, b, lambda s: s.control_seq >= seq and (s.phase is want) == paused
+        )
     else:
-        await steer(js, b, lambda s: msgspec.structs.replace(s, promote=True))
         print(
             f"{b}: promote written: the step's bake ends as soon as every cluster of it is "
             "Ready on the revision (promote never skips that gate)"
         )
-        state = await _reacted(js, b, lambda s: not s.promote)
-        if state.promote:
+        state = await _reacted(js, b, lambda s: s.control_seq >= seq and not s.promote)
+        if state.control_seq < seq or state.promote:
             print(f"{b}: not promoted yet: step {state.step + 1} is not Ready (or paused)")
     print(progress_line(state))
     return 0

@@ -12,6 +12,7 @@ from schemas.cli import ClaimRow, PlannerRow, ShardsDocument
 from schemas.subjects import SubjectError, decode_token
 from services.cli import reads as user
 from services.common import bus
+from services.core.lease import holder_of
 
 
 async def shards(js: bus.JetStream) -> ShardsDocument:
@@ -56,7 +57,7 @@ def shards_document(msgs: list[bus.Message], now: dt.datetime) -> ShardsDocument
             claims.append(
                 ClaimRow(
                     cluster=name,
-                    planner=bus.claim_holder(m.data) or None,
+                    planner=holder_of(m.data, "planner") or None,
                     fencing_token=int(m.metadata.sequence.stream),
                     since=at,
                     since_seconds=age,

@@ -13,7 +13,8 @@ the callers still to move). This module re-exports its API.
   JetStream calls made once (a publish awaited for its ack, a stream's subjects).
 - ``natstypes`` — the NATS types and errors callers name (connection, JetStream, message,
   bucket; not found, timeout, ...), as aliases.
-- ``claims`` — planner claims on clusters in the shards bucket.
+- ``lease`` — leases held by compare-and-set: the planners' claims on clusters, the rollout
+  driver's lease.
 - ``intents`` — the appliers' work queue: one durable pull consumer per cluster.
 - ``publisher`` — bounded, deduplicated, timed publishing.
 - ``batching`` — fast batches: plain publishes acknowledged per window, not one by one.
@@ -23,14 +24,6 @@ the callers still to move). This module re-exports its API.
 - ``newest`` — a fact published to a compacted stream only if newer than the one it keeps.
 """
 
-from services.common.bus.claims import (
-    Claim,
-    claim_holder,
-    claim_key,
-    claim_revision,
-    heartbeat_key,
-    read_claim,
-)
 from services.common.bus.connection import (
     NatsSettings,
     connect,
@@ -87,6 +80,14 @@ from services.common.bus.kv import (
     put_entry,
     read_entry,
     update_entry,
+)
+from services.common.bus.lease import (
+    Claim,
+    claim_key,
+    claim_revision,
+    heartbeat_key,
+    read_lease,
+    take,
 )
 from services.common.bus.natstypes import (
     ApiError,
@@ -222,7 +223,6 @@ __all__ = [
     "bind_durable",
     "bind_intents",
     "bucket",
-    "claim_holder",
     "claim_key",
     "claim_revision",
     "connect",
@@ -257,8 +257,8 @@ __all__ = [
     "published_at",
     "put_entry",
     "put_object",
-    "read_claim",
     "read_entry",
+    "read_lease",
     "read_object",
     "request",
     "serve",
@@ -267,6 +267,7 @@ __all__ = [
     "stream_subjects",
     "subject_history",
     "subscribe",
+    "take",
     "term",
     "tls_context",
     "unsubscribe",

@@ -29,7 +29,8 @@ log = logging.getLogger("driftbus.bus")
 
 
 CONTROL = "DRIFTBUS_CONTROL"
-"""Each bundle's last ``BundleControl`` (suspended or not), per ``driftbus.control.<c>.<b>``."""
+"""Each bundle's last ``BundleControl`` (suspended or not), per ``driftbus.control.<c>.<b>``,
+and each rollout's last ``RolloutControl`` per action (``driftbus.rollout-control.<b>.<a>``)."""
 FLEET = "DRIFTBUS_FLEET"
 """The last revisions of every fleet bundle, per ``driftbus.fleet.<tenant>.<name>``."""
 ROLLOUTS = "DRIFTBUS_ROLLOUTS"
@@ -116,7 +117,9 @@ def stream_configs(*, replicas: int = 1) -> list[js_api.StreamConfig]:
         "max_consumers": -1,
     }
 
-    def cfg(name: str, family: str, description: str, **limits: Any) -> js_api.StreamConfig:
+    def cfg(
+        name: str, family: str, description: str, *also: str, **limits: Any
+    ) -> js_api.StreamConfig:
         values = {
             "retention": js_api.RetentionPolicy.LIMITS,
             "max_msgs": -1,
@@ -127,7 +130,10 @@ def stream_configs(*, replicas: int = 1) -> list[js_api.StreamConfig]:
             **limits,
         }
         return js_api.StreamConfig(
-            name=name, subjects=[family_filter(family)], description=description, **values
+            name=name,
+            subjects=[family_filter(f) for f in (family, *also)],
+            description=description,
+            **values,
         )
 
     return [
@@ -181,7 +187,9 @@ def stream_configs(*, replicas: int = 1) -> list[js_api.StreamConfig]:
         cfg(
             CONTROL,
             "control",
-            "compacted: each bundle's last suspend/resume",
+            "compacted: each bundle's last suspend/resume, each rollout's last pause, resume "
+            "and promote",
+            "rollout-control",
             max_msgs_per_subject=1,
         ),
         cfg(

@@ -1,20 +1,22 @@
 """The rollout driver: one process at a time takes every fleet bundle's rollout a tick further.
 
-It runs in every planner replica; the one holding the lease (the ``driver`` entry of the rollouts
-bucket, renewed by compare-and-set) drives, the others watch the lease and take it when it has
-not changed for ``lease_timeout`` on their own clock (the planners' shard rule). A driver whose
+It runs beside every planner replica (``driftbus planner``); the one holding the lease (the
+``driver`` entry of the rollouts bucket, renewed by compare-and-set) drives, the others watch the
+lease and take it when it has not changed for ``lease_timeout`` on their own clock (the lease
+rule the planners' shard claims follow too). A driver whose
 renewals have failed for longer than the timeout minus one interval stops before anyone else
 can start. The lease is asked again before the state write and before every publish of a tick
 (``Placer``), and every placement carries its fencing token, which the clusters' planners hold
 placements to: a driver that stalled past its lease (a stopped process, a starved loop) wakes
 up publishing nothing more, and a placement already on its way is refused.
 
-A tick asks the pure rule (``rollout.advance``) and then, in this order: writes the new state
-with compare-and-set on the revision it read (a lost race changes nothing), then places the
-revisions and publishes the transitions. A driver killed between the two leaves a state that
-says more than the bus; the next driver, before its first tick, publishes what is missing
-(``_recover``): each placement whose bundle subject does not carry it, each transition the
-rollout log lacks. Each has a message id of its own, so nothing is sent twice.
+A tick is decided by ``deciding`` (the steering requests applied, then the pure rule asked), and
+then, in this order: the new state is written with compare-and-set on the revision read (the
+driver is the only writer of rollout states: a lost race is another driver's, and changes
+nothing), then the revisions are placed and the transitions published. A driver killed between
+the two leaves a state that says more than the bus; the next driver, before its first tick,
+publishes what is missing (``_recover``): each placement whose bundle subject does not carry it,
+each transition the rollout log lacks. Each has a message id of its own, so nothing is sent twice.
 
 A test hook (off unless set; for tests only): ``DRIFTBUS_TEST_DRIVER_EXIT_FILE`` names a file; a
 driver that finds it right after a state write whose tick places anything deletes it and kills
@@ -34,29 +36,21 @@ import signal
 import msgspec
 
 from schemas.fleet import (
-    FleetBundle,
-    Placement,
     RolloutEvent,
     RolloutPhase,
-    RolloutSpec,
     RolloutState,
 )
-from schemas.subjects import rollout_key, split_bundle
-from services.clusters.registry import members
-from services.clusters.selector import SelectorError
+from schemas.subjects import rollout_key
 from services.common import bus
 from services.common.bus.streams import PUBLISH_RETRIED
+from services.fleet.driver.deciding import Decider
 from services.fleet.driver.lease import Lease, LeaseLost
 from services.fleet.driver.placing import Placer
 from services.fleet.driver.recovery import missing
 from services.fleet.driver.views import FleetViews, Stored
-from services.fleet.publish import FleetError, check
-from services.fleet.rollout import engine as rollout
-from services.fleet.rollout import substitute
-from services.fleet.rollout.steps import Event, Tick
+from services.fleet.rollout.steps import Tick
 from services.fleet.rollout.substitute import SubstitutionError
 from services.revisions.publish import BundleError
-from services.tenancy.clusters import cluster_refusal, credentials_refusal
 
 log = logging.getLogger("driftbus.fleet")
 RECENT = 20
@@ -65,7 +59,8 @@ EXIT_FILE_HOOK = "DRIFTBUS_TEST_DRIVER_EXIT_FILE"
 
 
 class Driver:
-    """The rollout driver of one planner replica (it drives only while it holds the lease)."""
+    """The rollout driver beside one planner replica (it drives only while it holds the
+    lease)."""
 
     def __init__(
         self,
@@ -88,6 +83,7 @@ class Driver:
         )
         self._recovered = False
         self.placer = Placer(js, self.views, self.lease.check)
+        self.decider = Decider(self.views, self.placer)
 
     @property
     def leading(self) -> bool:
@@ -143,7 +139,7 @@ class Driver:
             if not (dirty is None or bundle in dirty or _running(stored, seq)):
                 continue
             try:
-                tick = await self._decide(bundle, seq, fb, stored, now)
+                tick = await self.decider.decide(bundle, seq, fb, stored, now)
                 if tick is not None and await self._write(bundle, stored, tick):
                     _exit_hook(tick)
                     await self._act(bundle, tick)
@@ -155,88 +151,9 @@ class Driver:
                 # one fleet bundle that cannot be read or written holds up no other
                 log.error("rollout of %s not advanced: %r", bundle, exc)
 
-    async def _decide(
-        self, bundle: str, seq: int, fb: FleetBundle, stored: Stored | None, now: dt.datetime
-    ) -> Tick | None:
-        state = stored.state if stored is not None else None
-        if state is None or seq > state.source_seq:
-            if fb.delete:
-                if state is None:
-                    return None
-                # deleting prunes, unless the deletion says to leave the objects
-                orphan = fb.on_leave == "orphan" or not fb.options.prune
-                t = rollout.delete(state, now, orphan=orphan)
-                return Tick(msgspec.structs.replace(t.state, source_seq=seq), t.actions, t.events)
-            tenant, _ = split_bundle(bundle)
-            try:
-                check(fb.selector, fb.clusters, fb.rollout)
-            except FleetError as exc:
-                return _refused(bundle, seq, fb, state, now, str(exc))
-            state, started = rollout.start(
-                bundle=bundle,
-                target=_placement(fb),
-                spec=fb.rollout,
-                selector=fb.selector,
-                clusters_named=fb.clusters,
-                on_leave=fb.on_leave,
-                tenant=tenant,
-                source_seq=seq,
-                now=now,
-                before=state,
-            )
-            t = await self._advance(state, now)
-            return Tick(t.state, t.actions, (started, *t.events))
-        if state.phase is RolloutPhase.DELETED:
-            return None
-        t = await self._advance(state, now)
-        return t if (t.changed or t.state != state) else None
-
-    async def _advance(self, state: RolloutState, now: dt.datetime) -> Tick:
-        try:
-            fleet = members(self.views.registry.records, state.selector, state.clusters_named)
-        except SelectorError as exc:
-            # never read as "no members" (that would prune every cluster): nothing changes
-            log.error("fleet bundle %s: its selector cannot be read: %s", state.bundle, exc)
-            return Tick(state, (), ())
-        excluded = {}
-        for cluster, labels in list(fleet.items()):
-            # the policy's limits, and the tenant's own NATS credentials: the driver publishes
-            # for every tenant, so it must not reach a cluster the tenant could not itself
-            why = cluster_refusal(
-                self.views.policy, state.tenant, cluster, labels
-            ) or credentials_refusal(self.views.credentials, state.tenant, cluster)
-            if why is not None:
-                excluded[cluster] = why
-                del fleet[cluster]
-        refusals: dict[str, str] = {}
-        if state.target.substitute:
-            needed = await self.placer.labels_needed(state.bundle, state.target)
-            for cluster, labels in fleet.items():
-                lacking = [v for v, key in needed if key not in labels]
-                if lacking:
-                    refusals[cluster] = substitute.lacking(cluster, lacking)
-        registry = self.views.registry
-        # only a removal recorded in the registry, or labels that no longer match, take a
-        # cluster out; one the registry cannot say anything about (unreadable, or a bucket
-        # lost) keeps what it has
-        unknown = {
-            c
-            for c in state.clusters
-            if c not in fleet
-            and c not in excluded
-            and (
-                c in registry.unreadable
-                or (c not in registry.records and c not in registry.removed)
-            )
-        }
-        observed = self.views.statuses.get(state.bundle, {})
-        return rollout.advance(
-            state, fleet, observed, now, refusals=refusals, excluded=excluded, unknown=unknown
-        )
-
     async def _write(self, bundle: str, stored: Stored | None, tick: Tick) -> bool:
         """Write the tick's state (numbering its events) with compare-and-set; False when
-        another writer (a ``rollout pause``) came first: the next tick decides again."""
+        another writer (a driver that took over) came first: the next tick decides again."""
         old = stored.state.events if stored is not None else 0
         events = [
             RolloutEvent(
@@ -341,46 +258,4 @@ def _running(stored: Stored | None, seq: int) -> bool:
         RolloutPhase.PROGRESSING,
         RolloutPhase.PAUSED,
         RolloutPhase.ROLLING_BACK,  # its timeout runs on the clock too
-    )
-
-
-def _refused(
-    bundle: str,
-    seq: int,
-    fb: FleetBundle,
-    state: RolloutState | None,
-    now: dt.datetime,
-    why: str,
-) -> Tick:
-    """A fleet revision that cannot be rolled out (a selector or step no one can read, from a
-    publisher that did not check): nothing placed or removed, the revision in force stays, and
-    the refusal is recorded."""
-    message = f"revision {fb.revision} refused: {why}"
-    if state is None:
-        state, _ = rollout.start(
-            bundle=bundle,
-            target=_placement(fb),
-            spec=RolloutSpec(),
-            selector="",
-            clusters_named=[],
-            on_leave=fb.on_leave,
-            tenant=split_bundle(bundle)[0],
-            source_seq=seq,
-            now=now,
-            before=None,
-        )
-        state = msgspec.structs.replace(state, phase=RolloutPhase.HALTED)
-    state = msgspec.structs.replace(state, source_seq=seq, message=message, updated_at=now)
-    return Tick(state, (), (Event("revision-refused", (), message),))
-
-
-def _placement(fb: FleetBundle) -> Placement:
-    return Placement(
-        revision=fb.revision,
-        options=fb.options,
-        manifests_ref=fb.manifests_ref,
-        kinds=fb.kinds,
-        substitute=fb.substitute,
-        source=fb.source,
-        published_at=fb.published_at,
     )

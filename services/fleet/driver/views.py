@@ -1,7 +1,8 @@
 """What the rollout driver reads, each followed live from the bus: the fleet bundles (last
-revision of each), the rollout states (so a ``rollout pause`` written by the CLI is seen), the
-bundle status of every cluster (the gate), the registry, the tenant policy and the clusters of
-each tenant's NATS publisher (``credentials``).
+revision of each), the rollout states (what another driver wrote before this one took over),
+the steering requests (``rollout pause``, ``resume``, ``promote``: the last of each action per
+bundle), the bundle status of every cluster (the gate), the registry, the tenant policy and the
+clusters of each tenant's NATS publisher (``credentials``).
 
 Every view is push-fed (a follower), so an idle fleet costs the driver nothing but the messages
 that actually change something.
@@ -18,7 +19,7 @@ from collections.abc import Callable
 import msgspec
 
 from schemas.codec import WireError, decode
-from schemas.fleet import FleetBundle, RolloutState
+from schemas.fleet import FleetBundle, RolloutControl, RolloutState
 from schemas.messages import BundleStatus
 from schemas.subjects import (
     PREFIX,
@@ -28,6 +29,7 @@ from schemas.subjects import (
     fleet_bundle_of,
     join_bundle,
     parse_subject,
+    rollout_control_subject,
 )
 from schemas.tenants import TenantCredentials, TenantPolicy
 from services.clusters.registry import RegistryView
@@ -71,6 +73,8 @@ class FleetViews:
         self._changed = changed
         self.fleets: dict[str, tuple[int, FleetBundle]] = {}
         self.states: dict[str, Stored] = {}
+        self.controls: dict[str, dict[str, tuple[int, RolloutControl]]] = {}
+        """bundle → action → the last steering request of it and its stream sequence."""
         self.statuses: dict[str, dict[str, Observed]] = {}
         """bundle → cluster → its last status (fleet bundles only: what the gate reads)."""
         self.policy = TenantPolicy()
@@ -81,7 +85,7 @@ class FleetViews:
         """The bundles whose inputs changed since the last tick (None: all of them)."""
         self.caught_up = {
             name: asyncio.Event()
-            for name in ("fleets", "states", "statuses", "policy", "credentials")
+            for name in ("fleets", "states", "controls", "statuses", "policy", "credentials")
         }
 
     def tasks(self) -> list[asyncio.Task[None]]:
@@ -94,6 +98,12 @@ class FleetViews:
             asyncio.create_task(
                 self._follow("states", bus.ROLLOUTS_STREAM, ROLLOUT_PREFIX + ">", self._state),
                 name="follow rollout states",
+            ),
+            asyncio.create_task(
+                self._follow(
+                    "controls", bus.CONTROL, family_filter("rollout-control"), self._control
+                ),
+                name="follow rollout steering",
             ),
             asyncio.create_task(
                 self._follow("statuses", bus.STATUS, f"{PREFIX}.status.*.*.*.bundle", self._status),
@@ -170,6 +180,18 @@ class FleetViews:
             return
         self.states[bundle] = Stored(rev, state)
         self._touch(bundle)
+
+    def _control(self, msg: bus.Message) -> None:
+        try:
+            ctl = decode(msg.data, RolloutControl)
+            if rollout_control_subject(ctl.bundle, ctl.action) != msg.subject:
+                raise SubjectError(f"{ctl.action} of {ctl.bundle} published on {msg.subject}")
+        except (SubjectError, WireError) as exc:
+            log.error("ignoring a rollout steering request on %s: %s", msg.subject, exc)
+            return
+        seq = int(msg.metadata.sequence.stream)
+        self.controls.setdefault(ctl.bundle, {})[ctl.action] = (seq, ctl)
+        self._touch(ctl.bundle)
 
     def _status(self, msg: bus.Message) -> None:
         try:

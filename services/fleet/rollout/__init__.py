@@ -8,4 +8,8 @@
 - ``steps`` — what the rule reads and returns (observed status, actions, events), and a
   rollout's steps.
 - ``substitute`` — ``${cluster.name}`` and ``${cluster.labels.KEY}`` replaced per cluster.
+- ``steer`` — ``rollout pause``, ``resume`` and ``promote`` requests applied to a rollout's
+  state (the driver's, at the start of a tick).
+- ``view`` — the rollout view (``FleetStatus``): a row per cluster, what ``driftbus rollout
+  status`` and the status page both show.
 """

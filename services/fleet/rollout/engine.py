@@ -42,7 +42,7 @@ def start(
     have gone back to. Clusters keep the revision they are on until their step."""
     previous = None
     clusters: dict[str, ClusterRollout] = {}
-    events = placements = 0
+    events = placements = control_seq = 0
     paused = False
     if before is not None:
         previous = before.target if before.phase is RolloutPhase.COMPLETE else before.previous
@@ -50,6 +50,7 @@ def start(
         clusters = {c: e for c, e in before.clusters.items() if e.state != "refused"}
         events, placements = before.events, before.placements
         paused = before.paused  # a pause holds across revisions, as kubectl's does
+        control_seq = before.control_seq
         if before.phase is RolloutPhase.DELETED:
             previous, clusters = None, {}
     state = RolloutState(
@@ -66,6 +67,7 @@ def start(
         step_started_at=now,
         clusters=clusters,
         paused=paused,
+        control_seq=control_seq,
         events=events,
         placements=placements,
         first_seq=placements,

@@ -16,6 +16,8 @@ from services.clusters.selector import SelectorError, parse_selector
 FAILED_PHASES = frozenset((BundlePhase.FAILED, BundlePhase.DEGRADED, BundlePhase.CONFLICT))
 """A cluster whose status for the placement is one of these halts the rollout."""
 ENDED = frozenset((RolloutPhase.COMPLETE, RolloutPhase.DELETED))
+STEERABLE = (RolloutPhase.PROGRESSING, RolloutPhase.PAUSED)
+"""A rollout that moves: what ``rollout pause``, ``resume`` and ``promote`` can steer."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -72,11 +72,7 @@ class ShardBucket:
         one at revision ``last``. The new revision (our fencing token), or None: another
         replica claimed it first."""
         value = orjson.dumps({"planner": self.me, "at": _now_iso()})
-        key = bus.claim_key(cluster)
-        if last is None:
-            rev = await bus.create_entry(self.kv, key, value)
-        else:
-            rev = await bus.update_entry(self.kv, key, value, last=last)
+        rev = await bus.take(self.kv, bus.claim_key(cluster), value, last=last)
         if rev is None:
             log.info("cluster %s: another replica claimed it first", cluster)
         return rev
@@ -85,7 +81,7 @@ class ShardBucket:
         """Release our claim made at revision ``token``; the new revision, or None when the
         claim was already taken from us."""
         value = orjson.dumps({"planner": "", "released_by": self.me, "at": _now_iso()})
-        return await bus.update_entry(self.kv, bus.claim_key(cluster), value, last=token)
+        return await bus.take(self.kv, bus.claim_key(cluster), value, last=token)
 
     async def remove_heartbeat(self, planner_id: str, revision: int) -> None:
         """Delete a dead replica's entry, unless it changed since ``revision`` (it came back)."""

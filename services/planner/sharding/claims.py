@@ -18,7 +18,8 @@ A replica also fences itself: once its own heartbeats have failed for longer tha
 minus one interval, it stops planning before the others can take over.
 
 This module is the loop: what it reads is ``view``, what it writes ``bucket``, and the
-rules it asks ``rules`` (pure).
+rules it asks ``rules`` and the lease rule every lease follows (``services.core.lease``), both
+pure.
 """
 
 from __future__ import annotations
@@ -33,15 +34,9 @@ from opentelemetry.metrics import Observation
 
 from services.common import bus, telemetry
 from services.common.bus import Claim
+from services.core.lease import Term, live, may_claim
 from services.planner.sharding.bucket import ShardBucket
-from services.planner.sharding.rules import (
-    assign,
-    heartbeat_problem,
-    lease_holds,
-    live,
-    may_claim,
-    orphaned,
-)
+from services.planner.sharding.rules import assign, heartbeat_problem, orphaned
 from services.planner.sharding.view import ShardView
 
 __all__ = ["Coordinator", "StartCluster", "StopCluster", "heartbeat_problem"]
@@ -87,7 +82,8 @@ class Coordinator:
         """cluster → fencing token of the claim this replica plans it under."""
         self.ready = asyncio.Event()
         self._bucket: ShardBucket | None = None
-        self._last_ok = float("-inf")
+        self.term = Term(interval, timeout, clock)
+        """Our heartbeats' term: we plan only while it holds."""
         telemetry.meter.create_observable_gauge(
             "driftbus_planner_clusters",
             [lambda _: [Observation(len(self.running), {"planner": self.me})]],
@@ -98,9 +94,7 @@ class Coordinator:
 
     def lease_ok(self) -> bool:
         """Have our heartbeats landed recently enough that nobody else may take over yet?"""
-        return lease_holds(
-            self._last_ok, self._clock(), interval=self.interval, timeout=self.timeout
-        )
+        return self.term.holds
 
     def owns(self, cluster: str, token: int) -> bool:
         """May a planner of ``cluster`` holding ``token`` still publish intents?"""
@@ -124,7 +118,7 @@ class Coordinator:
             # Announce ourselves and look around before claiming anything: replicas started
             # together then see each other and share at once instead of handing clusters over.
             if (sent := await self._heartbeat()) is not None:
-                self._last_ok = sent
+                self.term.last_ok = sent
             await asyncio.sleep(2 * self.interval)
             while True:
                 try:
@@ -154,7 +148,7 @@ class Coordinator:
             # claim that is gone (the follower's view may still be catching up).
             await self._verify_claims()
         if sent is not None:
-            self._last_ok = sent
+            self.term.last_ok = sent
         if not self.lease_ok():
             for cluster in list(self.running):
                 log.error(
@@ -169,7 +163,7 @@ class Coordinator:
         now = self._clock()
         alive = live({p: peer.changed_at for p, peer in view.peers.items()}, now, self.timeout)
         alive.add(self.me)
-        holders = {c: cl.planner for c, cl in view.claims.items() if cl.planner}
+        holders = {c: cl.holder for c, cl in view.claims.items() if cl.holder}
         share = assign(view.clusters | set(view.claims), alive, holders)
         for cluster, token in list(self.running.items()):
             claim = view.claims.get(cluster)
@@ -177,7 +171,7 @@ class Coordinator:
                 log.warning(
                     "cluster %s was claimed by %s meanwhile: deposed",
                     cluster,
-                    claim.planner if claim else "nobody",
+                    claim.holder if claim else "nobody",
                 )
                 await self._drop(cluster, "deposed")
             elif share.get(cluster) != self.me:
@@ -193,12 +187,12 @@ class Coordinator:
 
     async def _verify_claims(self) -> None:
         for cluster, token in list(self.running.items()):
-            current = await bus.read_claim(self.bucket.kv, cluster) or Claim("", 0)
+            current = await bus.read_lease(self.bucket.kv, bus.claim_key(cluster)) or Claim("", 0)
             if current.revision > self.view.claims.get(cluster, Claim("", 0)).revision:
                 self.view.claims[cluster] = current
             if current.revision != token:
                 log.warning(
-                    "cluster %s was claimed by %s meanwhile: deposed", cluster, current.planner
+                    "cluster %s was claimed by %s meanwhile: deposed", cluster, current.holder
                 )
                 await self._drop(cluster, "deposed")
 
@@ -210,13 +204,13 @@ class Coordinator:
         claim = self.view.claims.get(cluster)
         if claim is None:
             rev = await self.bucket.claim(cluster, last=None)
-        elif may_claim(claim.planner, self.me, alive):
+        elif may_claim(claim.holder, self.me, alive):
             rev = await self.bucket.claim(cluster, last=claim.revision)
         else:
             return  # its holder is live and has not released it yet
         if rev is None:
             return  # another replica claimed it first
-        previous = claim.planner if claim else ""
+        previous = claim.holder if claim else ""
         self.view.claims[cluster] = Claim(self.me, rev)
         self.running[cluster] = rev
         HANDOVERS.add(1, {"planner": self.me, "kind": "claimed"})

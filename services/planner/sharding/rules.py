@@ -1,19 +1,15 @@
 """Which planner replica plans which cluster (DESIGN §8): pure rules, no I/O, no clock.
 
 Replicas heartbeat into a KV bucket and claim clusters there with compare-and-set; this module
-only answers the questions the claim loop asks, so each answer is a table row in the tests:
+only answers the questions the claim loop asks, so each answer is a table row in the tests.
+Who is live, whether a claim may be taken and whether a replica may still plan are the lease
+rule every lease follows (``services.core.lease``: ``live``, ``may_claim``, ``lease_holds``);
+what is the planners' own is here:
 
-* ``live(last_change, now, timeout)`` — the replicas whose heartbeat entry changed within
-  ``timeout`` *as observed locally* (a replica's own monotonic clock: no clock agreement between
-  machines is needed, only between two readings of the same clock);
 * ``assign(clusters, planners, holders)`` — the fair share: every live replica gets ⌊n/m⌋ or
   ⌈n/m⌉ clusters; a replica keeps what it holds up to its share (nothing moves needlessly, so a
   new replica takes only its share and the others keep the rest without a restart); the rest go
   by rendezvous hashing, so every replica that sees the same inputs computes the same answer;
-* ``lease_holds(last_ok, now, …)`` — may a replica still plan, given when its last heartbeat
-  was sent (it fences itself one interval before the others may take over);
-* ``may_claim(holder, me, alive)`` — may a replica overwrite a claim: released, its own, or held
-  by a replica that is not live;
 * ``heartbeat_problem(interval, timeout)`` — why heartbeat settings cannot work, if they cannot.
 
 The claim loop that asks them and writes the bucket is ``claims``; its view is ``view``.
@@ -23,11 +19,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Collection, Iterable, Mapping
-
-
-def live(last_change: Mapping[str, float], now: float, timeout: float) -> set[str]:
-    """Replicas whose heartbeat changed at most ``timeout`` seconds before ``now``."""
-    return {p for p, at in last_change.items() if now - at <= timeout}
 
 
 def _score(cluster: str, planner: str) -> int:
@@ -74,19 +65,6 @@ def assign(
 def moves(before: Mapping[str, str], after: Mapping[str, str]) -> int:
     """Clusters whose planner changed (what a rebalance costs: each is a rebuild)."""
     return sum(1 for c, p in after.items() if before.get(c) not in (None, p))
-
-
-def lease_holds(last_ok: float, now: float, *, interval: float, timeout: float) -> bool:
-    """May a replica whose last good heartbeat was sent at ``last_ok`` still plan at ``now``?"""
-    # Others see that heartbeat no earlier than it was sent and wait `timeout` after it;
-    # stopping one interval sooner leaves room for clock rates and scheduling.
-    return now < last_ok + timeout - interval
-
-
-def may_claim(holder: str, me: str, alive: Collection[str]) -> bool:
-    """May ``me`` overwrite a claim that names ``holder`` ("" once released)? Only a free one:
-    released, already its own, or held by a replica that is not live."""
-    return holder in ("", me) or holder not in alive
 
 
 def orphaned(

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from schemas.subjects import SubjectError, decode_token, family_filter, parse_subject
 from services.common import bus
 from services.common.bus import Claim
+from services.core.lease import holder_of
 
 log = logging.getLogger("driftbus.shards")
 KV_PREFIX = f"$KV.{bus.SHARDS_BUCKET}."
@@ -98,7 +99,7 @@ class ShardView:
             current = self.claims.get(name)
             if current is not None and rev <= current.revision:
                 return  # our own write-through was newer
-            holder = "" if removed else bus.claim_holder(msg.data)
+            holder = "" if removed else holder_of(msg.data, "planner")
             if holder is None:
                 log.warning("claim of cluster %s is not a JSON object; treated as free", name)
             self.claims[name] = Claim(holder or "", rev)

@@ -5,7 +5,7 @@ a driver that lost its lease, and is dropped (``dropped``; the rule is ``revisio
 The fence is the planner's memory (``ClusterState.fleet_fences``), so a placement met with no
 memory of its bundle's fence — a rebuild after a restart or a claim, when a stale placement may
 have landed while no planner served the cluster — whose token is below the lease holder's (the
-lease entry names it: ``lease.lease_token``) is checked against the bundle's history
+lease entry names it: ``services.core.lease.lease_token``) is checked against the bundle's history
 (``after_newer``; ``revision.history_needed``, ``revision.in_force_of``). A placement of the
 holder's own term reads nothing more, so a normal rebuild costs what it did.
 
@@ -25,7 +25,7 @@ from schemas.codec import WireError, decode
 from schemas.messages import Bundle
 from schemas.subjects import ROLLOUT_DRIVER_KEY
 from services.common import bus
-from services.fleet.driver.lease import lease_token
+from services.core.lease import lease_token
 from services.planner.memory.cluster import ClusterState
 from services.planner.rule.revision import history_needed, in_force_of, republishable
 
