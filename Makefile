@@ -10,6 +10,9 @@ UV := .tools/uv/bin/uv
 VENV := .venv
 BIN := $(VENV)/bin
 export UV_PROJECT_ENVIRONMENT := $(VENV)
+# Bytecode compiled at install: every service a test starts is a fresh python process, and under
+# PYTHONDONTWRITEBYTECODE (set in many container images) each would compile its imports again.
+export UV_COMPILE_BYTECODE := 1
 
 .PHONY: test up down lint unit integration assets browser deps bench fmt schemas clean
 
