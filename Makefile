@@ -49,7 +49,7 @@ browser:
 # Two pytest-xdist workers (one per core), each with its own etcd + kube-apiserver + nats-server;
 # a file's tests stay on one worker. Serially the suite takes ~30 min here, on two workers ~20.
 test: lint assets browser
-	$(BIN)/pytest -n 2 --dist loadfile
+	$(BIN)/pytest -n 3 --dist loadfile --no-loadscope-reorder
 
 unit: deps
 	$(BIN)/pytest tests/unit

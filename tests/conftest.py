@@ -126,10 +126,37 @@ _SERVER_FIXTURES = {
 }
 
 
+LONGEST_FILES = {
+    "test_bench_smoke.py": 606,
+    "test_corpus.py": 289,
+    "test_fleet.py": 224,
+    "test_faults.py": 213,
+    "test_cli_up.py": 139,
+    "test_sharding.py": 137,
+    "test_windows.py": 135,
+    "test_cli_up_fleet.py": 134,
+    "test_oci.py": 128,
+    "test_pipeline.py": 128,
+    "test_scaling.py": 124,
+}
+"""Seconds a worker spent on each of the longest files (``make test``, two workers): only their
+order is used. pytest-xdist hands out whole files (``--dist loadfile``) in collection order when
+told ``--no-loadscope-reorder`` (``make test`` does); by default it sorts files by their number
+of tests, which put these few-but-long files last, each one alone on a worker at the end."""
+
+
+def _run_order(item: pytest.Item) -> tuple[int, int]:
+    """The longest files first, the other integration tests next, the unit tests (short, and
+    many: they fill in the end) last."""
+    path = item.path
+    return ("integration" not in path.parts, -LONGEST_FILES.get(path.name, 0))
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if _SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.integration)
+    items.sort(key=_run_order)  # stable: a file's tests keep their order
 
 
 @pytest.hookimpl(wrapper=True)
