@@ -10,6 +10,9 @@ UV := .tools/uv/bin/uv
 VENV := .venv
 BIN := $(VENV)/bin
 export UV_PROJECT_ENVIRONMENT := $(VENV)
+# Bytecode compiled at install: every service a test starts is a fresh python process, and under
+# PYTHONDONTWRITEBYTECODE (set in many container images) each would compile its imports again.
+export UV_COMPILE_BYTECODE := 1
 
 .PHONY: test up down lint unit integration assets browser deps bench fmt schemas clean
 
@@ -46,7 +49,7 @@ browser:
 # Two pytest-xdist workers (one per core), each with its own etcd + kube-apiserver + nats-server;
 # a file's tests stay on one worker. Serially the suite takes ~30 min here, on two workers ~20.
 test: lint assets browser
-	$(BIN)/pytest -n 2 --dist loadfile
+	$(BIN)/pytest -n 3 --dist loadfile --no-loadscope-reorder
 
 unit: deps
 	$(BIN)/pytest tests/unit
