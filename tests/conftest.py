@@ -69,7 +69,10 @@ def _compile_bytecode() -> None:
     if not Path(cached).exists():  # a virtualenv synced without compiling its packages
         dirs += [Path(d) for d in site.getsitepackages()]
     for directory in dirs:
-        compileall.compile_dir(directory, quiet=2, workers=0)
+        # a read-only one (a system Python's site-packages) would be compiled in memory, the
+        # writes refused, on every run: left as it is
+        if os.access(directory, os.W_OK):
+            compileall.compile_dir(directory, quiet=2, workers=0)
 
 
 def pytest_configure(config: pytest.Config) -> None:
