@@ -61,11 +61,14 @@ async def cluster_labels(
         return None
 
 
-def bundle_lines(bw: BundleWindow | None, problem: str = "") -> list[str]:
+def bundle_lines(
+    bw: BundleWindow | None, problem: str = "", now: dt.datetime | None = None
+) -> list[str]:
     """What ``driftbus status`` says of how the windows stand for a bundle (``BundleWindow``,
     as its status publishes it): whether one holds its writes (until when) and the next
     change; nothing when no window names it. ``problem``: why the latest windows on the bus
-    are unusable ("" when they are usable)."""
+    are unusable ("" when they are usable). ``now``: past the next change it names, the
+    answer is stale (its planner republishes it then: it is not running, or not yet)."""
     lines = [f"sync windows: the latest on the bus are unusable ({problem})"] if problem else []
     if bw is None:
         return lines
@@ -73,7 +76,20 @@ def bundle_lines(bw: BundleWindow | None, problem: str = "") -> list[str]:
     lines.append(held if bw.held else "sync windows: writes allowed now")
     if bw.next_change is not None:
         lines.append(f"  next change {bw.next_change}: {bw.then}")
+        if now is not None and _passed(bw.next_change, now):
+            lines.append(
+                "  (stale: the cluster's planner has not published the bundle's status since "
+                "that change; is it running?)"
+            )
     return lines
+
+
+def _passed(when: str, now: dt.datetime) -> bool:
+    try:
+        at = dt.datetime.fromisoformat(when)
+    except ValueError:
+        return False
+    return at.tzinfo is not None and at <= now
 
 
 def cluster_lines(

@@ -166,6 +166,10 @@ def test_the_cli_says_what_holds_a_bundle_and_the_next_change() -> None:
         'sync window deny "freeze" (bundles *): open, closes 2026-06-01T13:00+00:00'
     ]
     assert cli_windows.bundle_lines(status_of(state(at=inside), entry()).windows) == []
+    # read after the change it names, the published answer is stale, and says so
+    after = NOON + dt.timedelta(hours=2)
+    assert cli_windows.bundle_lines(held, now=inside) == cli_windows.bundle_lines(held)
+    assert "stale" in cli_windows.bundle_lines(held, now=after)[-1]
     assert cli_windows.cluster_lines(spec, "prod", inside, "bad")[0] == (
         "sync windows: the latest on the bus are unusable (bad)"
     )

@@ -84,7 +84,7 @@ def bundle(report: BundleReport, fmt: str) -> None:
             f"{followed.url} {followed.ref}: "
             f"{table.colour(str(followed.phase))} — {followed.message}"
         )
-    for line in windows.bundle_lines(standing, report.windows_unusable):
+    for line in windows.bundle_lines(standing, report.windows_unusable, report.now):
         print(line)
     shown = [
         r | {"last_change": (r["last_change"] or "")[:19].replace("T", " ")}
