@@ -96,13 +96,6 @@ async def _until_signal(service: Service, config: Any) -> int:
     task = asyncio.create_task(service.run(config, **kwargs))
 
     def stop() -> None:
-        # Once: a repeated signal (the test harness's terminate-then-stop, a supervisor or a
-        # user sending SIGTERM twice) must not cancel the shutdown under way. Landing in the NATS
-        # client's drain, it cancelled the PING of a flush; nats-py then failed on the PONG
-        # (InvalidStateError in its read loop) and the drain waited out its 10 s flush timeout,
-        # until SIGKILL.
-        if stopping.is_set():
-            return
         stopping.set()
         if not service.drains:
             task.cancel()
