@@ -46,8 +46,10 @@ browser:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 	      --no-install-recommends chromium >/dev/null; }
 
-# Two pytest-xdist workers (one per core), each with its own etcd + kube-apiserver + nats-server;
-# a file's tests stay on one worker. Serially the suite takes ~30 min here, on two workers ~20.
+# Three pytest-xdist workers on two cores (the tests wait on servers much of the time), each with
+# its own etcd + kube-apiserver + nats-server; a file's tests stay on one worker, the longest
+# files are handed out first (tests/conftest.py). Serially the suite takes ~30 min here, on three
+# workers ~18.
 test: lint assets browser
 	$(BIN)/pytest -n 3 --dist loadfile --no-loadscope-reorder
 

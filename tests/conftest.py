@@ -64,15 +64,16 @@ def _compile_bytecode() -> None:
     if not sys.dont_write_bytecode:
         return  # the processes cache what they import themselves
     root = Path(__file__).resolve().parents[1]
-    dirs = [root / name for name in ("services", "schemas", "harness", "bench", "tests")]
+    for name in ("services", "schemas", "harness", "bench", "tests"):
+        # in this process: ~0.05 s when nothing changed (a pool of workers takes ~1 s to start)
+        compileall.compile_dir(root / name, quiet=2, workers=1)
     cached = importlib.util.cache_from_source(nats.__file__ or "")
     if not Path(cached).exists():  # a virtualenv synced without compiling its packages
-        dirs += [Path(d) for d in site.getsitepackages()]
-    for directory in dirs:
-        # a read-only one (a system Python's site-packages) would be compiled in memory, the
-        # writes refused, on every run: left as it is
-        if os.access(directory, os.W_OK):
-            compileall.compile_dir(directory, quiet=2, workers=0)
+        for directory in site.getsitepackages():
+            # a read-only one (a system Python's) would be compiled in memory and the writes
+            # refused, on every run: left as it is
+            if os.access(directory, os.W_OK):
+                compileall.compile_dir(directory, quiet=2, workers=0)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -142,10 +143,11 @@ LONGEST_FILES = {
     "test_pipeline.py": 128,
     "test_scaling.py": 124,
 }
-"""Seconds a worker spent on each of the longest files (``make test``, two workers): only their
-order is used. pytest-xdist hands out whole files (``--dist loadfile``) in collection order when
-told ``--no-loadscope-reorder`` (``make test`` does); by default it sorts files by their number
-of tests, which put these few-but-long files last, each one alone on a worker at the end."""
+"""Seconds a worker spent on each of the longest files (``make test`` on two workers, before it
+had three): only their order is used. pytest-xdist hands out whole files (``--dist loadfile``) in
+collection order when told ``--no-loadscope-reorder`` (``make test`` does); by default it sorts
+files by their number of tests, which put these few-but-long files last, each one alone on a
+worker at the end."""
 
 
 def _run_order(item: pytest.Item) -> tuple[int, int]:
