@@ -51,7 +51,7 @@ browser:
 # files are handed out first (tests/conftest.py). Serially the suite takes ~30 min here, on three
 # workers ~18.
 test: lint assets browser
-	$(BIN)/pytest -n 3 --dist loadfile --no-loadscope-reorder
+	$(BIN)/pytest -n 3 --dist loadfile --no-loadscope-reorder --durations=30
 
 unit: deps
 	$(BIN)/pytest tests/unit
