@@ -8,7 +8,6 @@ import argparse
 import asyncio
 import contextlib
 import sys
-from typing import Any
 
 from services.cli import context, exits, output
 from services.cli.status import follow
@@ -80,12 +79,6 @@ async def _fleet_status(args: argparse.Namespace) -> bool:
     if fs is not None:
         rollout.print_status(fs, args.output)
     return fs is not None
-
-
-def msgspec_to_builtins(value: object) -> Any:
-    import msgspec
-
-    return msgspec.to_builtins(value)
 
 
 def cmd_why(args: argparse.Namespace) -> int:
