@@ -1,5 +1,6 @@
 """The planner process: claims clusters (``sharding.claims``) and runs one ``Planner`` (the run
-loop, ``shell.loop``) per claimed cluster.
+loop, ``shell.loop``) per claimed cluster, all fed by the replica's one ``Hub`` (``shell.hub``):
+a constant number of consumers and no timer per quiet cluster, however many it plans.
 
 Intent ids are derived from the state that caused them and the claim's fencing token
 (``rule.messages``), so a replica taking a cluster over re-sends what was in flight without
@@ -25,6 +26,7 @@ from services.common import bus, telemetry
 from services.common.settings import replica_id
 from services.planner.settings import PlannerSettings
 from services.planner.sharding.claims import Coordinator, heartbeat_problem
+from services.planner.shell.hub import Hub, HubStopped
 from services.planner.shell.loop import Planner
 from services.runtime import connections
 
@@ -56,6 +58,7 @@ class Replica:
         self.nc = nc
         self.pub = publisher
         self.planners: dict[str, Planner] = {}
+        self.hub = Hub(js, sweep=settings.members_interval)
         self._startup = asyncio.Semaphore(REBUILDS_AT_ONCE)
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self.shards = Coordinator(
@@ -78,13 +81,18 @@ class Replica:
         )
 
     def ready(self) -> bool:
-        return self.shards.ready.is_set() and all(p.ready.is_set() for p in self.planners.values())
+        return (
+            self.hub.ready.is_set()
+            and self.shards.ready.is_set()
+            and all(p.ready.is_set() for p in self.planners.values())
+        )
 
     async def start_cluster(self, cluster: str, token: int) -> None:
         planner = Planner(
             settings=self.s,
             js=self.js,
             publisher=self.pub,
+            hub=self.hub,
             cluster=cluster,
             fencing_token=token,
             owns=lambda: self.shards.owns(cluster, token),
@@ -125,9 +133,29 @@ class Replica:
             asyncio.create_task(peer(self.js, self.s), name=getattr(peer, "__name__", "peer"))
             for peer in beside
         ]
+        hub = asyncio.create_task(self.hub.run(), name="hub")
+        claims: asyncio.Task[None] | None = None
         try:
-            await self.shards.run()
+            # no cluster is claimed before the hub follows every stream: a cluster's replay
+            # and the hub's live messages must meet, with nothing published in between lost
+            ready = asyncio.create_task(self.hub.ready.wait())
+            try:
+                await asyncio.wait({hub, ready}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                ready.cancel()
+            if not hub.done():
+                claims = asyncio.create_task(self.shards.run(), name="claims")
+                await asyncio.wait({hub, claims}, return_when=asyncio.FIRST_COMPLETED)
+            for task in (hub, claims):
+                if task is not None and task.done():
+                    task.result()  # its error ends the replica: its clusters go to the others
+            raise HubStopped("the planner's hub or claims ended")
         finally:
+            if claims is not None:
+                claims.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await claims
+            hub.cancel()
             for task in peers:
                 task.cancel()
             for task in peers:
@@ -135,6 +163,8 @@ class Replica:
                     await task
             for cluster in list(self._tasks):
                 await self.stop_cluster(cluster)
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await hub
 
     def _observe_pending(self, _: Any) -> list[Observation]:
         return [

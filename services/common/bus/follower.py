@@ -56,6 +56,7 @@ class Follower:
         headers_only: bool = False,
         since: dt.datetime | None = None,
         start_seq: int | None = None,
+        from_now: bool = False,
     ) -> None:
         self._js = js
         self._stream = stream
@@ -64,6 +65,8 @@ class Follower:
         # or, without last_per_subject, only new messages
         # since: every message from that time on (the status page's last hour)
         # start_seq: every message from that stream sequence on
+        # from_now: every message after the stream's last one at subscription (a live tap)
+        self._from_now = from_now
         self._since = since
         self._start_seq = start_seq
         self._policy = (
@@ -83,11 +86,18 @@ class Follower:
 
     async def _subscribe(self) -> Any:
         config = None
+        if self._from_now:
+            # not DeliverPolicy.NEW: an ordered consumer that is reset before its first message
+            # (a missed heartbeat, a server restart) starts again at stream sequence 1 — the
+            # whole history — unless it knows where it began
+            info = await self._js.stream_info(self._stream)
+            self._start_seq = (info.state.last_seq or 0) + 1
+            self._policy = js_api.DeliverPolicy.BY_START_SEQUENCE
         if self._start_seq is not None:
             config = js_api.ConsumerConfig(opt_start_seq=max(1, self._start_seq))
         elif self._since is not None:
             config = js_api.ConsumerConfig(opt_start_time=self._since)
-        return await self._js.subscribe(
+        sub = await self._js.subscribe(
             self._subject,
             stream=self._stream,
             ordered_consumer=True,
@@ -98,6 +108,12 @@ class Follower:
             pending_msgs_limit=1_000_000,
             pending_bytes_limit=1024**3,
         )
+        jsi = getattr(getattr(sub, "_sub", None), "_jsi", None)
+        if self._start_seq is not None and jsi is not None:
+            # where nats-py's ordered consumer resumes after a reset: it counts from 0, the
+            # stream's first message, whatever sequence the consumer was asked to start at
+            jsi._sseq = max(jsi._sseq, self._start_seq - 1)
+        return sub
 
     @staticmethod
     async def _empty(sub: Any) -> bool:

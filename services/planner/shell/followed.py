@@ -30,19 +30,6 @@ class Followed:
     intake: BundleIntake
     duties: Duties
 
-    async def read_policy(self, js: bus.JetStream) -> None:
-        """The policy at start, before the rebuild: the bundles it takes are held to it."""
-        try:
-            self.intake.policy_changed(await policy.read_policy(js))
-        except PolicyError as exc:
-            # fail closed, and say so on every bundle's status; a valid policy applied later
-            # (the "policy" follower) lets the refused revisions in, with no restart
-            self.state.tenancy.unusable = (
-                f"the tenant policy on the bus is unusable ({exc}); no revision is taken until "
-                "a valid one is applied (driftbus tenants apply FILE)"
-            )
-            log.error("cluster %s: %s", self.state.cluster, self.state.tenancy.unusable)
-
     def policy(self, msg: bus.Message) -> None:
         """A new tenant policy, or one that cannot be used: then no new revision is taken (the
         ones in force stay as they are) until a valid one comes — the same as a planner that

@@ -1,17 +1,21 @@
 """One cluster's planner: the run loop that folds BUNDLES, SERVER, APPLIED and OUTCOMES into the
 decision rule, one message at a time, and prunes what a bundle no longer declares.
 
-Start-up rebuilds every entry from the compacted streams with ``restore`` (no decision before the
-rebuild completes), then evaluates each desired object once: with nothing changed that is all
-hits and zero intents. Live, each fact goes through ``step``; what it returns is published by
-``sending`` (intent, row, record), every change to an entry made by ``folding``. Bundles are
-taken in by ``intake``; the periodic loops are ``periodic``; bundle status is a projection of the
-same ``memory.cluster`` state (``status.report``), published by ``status_board``.
+The replica's hub (``shell.hub``) follows the streams for all its clusters and hands each planner
+its messages and the settings it reads. Start-up replays the cluster's compacted streams with
+short-lived consumers of its own (``_replay``; the hub's live messages wait meanwhile, and what
+the replay covered is dropped by stream sequence), deciding nothing before it completes; then
+each desired object is evaluated once: with nothing changed that is all hits and zero intents.
+Live, each fact goes through ``step``; what it returns is published by ``sending`` (intent, row,
+record), every change to an entry made by ``folding``. Bundles are taken in by ``intake``; the
+periodic duties are ``periodic``, rung by ``alarms``; bundle status is a projection of the same
+``memory.cluster`` state (``status.report``), published by ``status_board``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import time
@@ -39,15 +43,15 @@ from services.planner.rule.decide import (
 )
 from services.planner.rule.entry import Slot
 from services.planner.settings import PlannerSettings
+from services.planner.shell.alarms import Alarms
 from services.planner.shell.folding import Folder
 from services.planner.shell.followed import Followed
+from services.planner.shell.hub import CLUSTER_STREAMS, Hub
 from services.planner.shell.intake import BundleIntake
-from services.planner.shell.periodic import Duties
+from services.planner.shell.periodic import STATUS_REFRESH, Duties
 from services.planner.shell.rollback import RollbackDesk
 from services.planner.shell.sending import Decisions, pace
 from services.planner.shell.status_board import StatusBoard
-from services.tenancy import store as policy
-from services.windows import store as windows_store
 
 log = logging.getLogger("driftbus.planner")
 
@@ -56,8 +60,8 @@ FACT_STREAMS = {"applied": bus.APPLIED, "outcome": bus.OUTCOMES}
 """The answers to intents, by the kind of message the run loop reads them as."""
 
 
-IDLE_WAKE = 5.0
-"""Seconds a live planner with no input sleeps before it looks at its loops again."""
+DUTIES = frozenset(("status", "resend", "pending", "refresh", "windows clock", "members"))
+"""The periodic duties, by the name their alarm puts on the queue (``shell.periodic``)."""
 
 
 class PlannerStopped(RuntimeError):
@@ -73,6 +77,7 @@ class Planner:
         settings: PlannerSettings,
         js: bus.JetStream,
         publisher: bus.Publisher,
+        hub: Hub,
         cluster: str,
         fencing_token: int = 0,
         owns: Callable[[], bool] = lambda: True,
@@ -86,14 +91,26 @@ class Planner:
         claimed together would otherwise all replay their streams at the same moment and
         starve the replica's own heartbeats (it would then fence itself and drop them all)."""
         self.nc = nc
+        self.hub = hub
+        self.settings = settings
         self.cluster = cluster
         self.state = ClusterState(cluster)
         self.ready = asyncio.Event()
         self._queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue(maxsize=10_000)
-        """Every input, handled one at a time: the followers' messages, the last good sync
-        windows (``windows``, a ``Good``), bundle re-checks, and bundles whose hold ended
-        (``release``, a bundle name)."""
+        """Every input, handled one at a time: the streams' messages, the settings (the last
+        good sync windows, ``windows``, a ``Good``), bundle re-checks, bundles whose hold ended
+        (``release``, a bundle name), and the duties whose alarm rang (``DUTIES``)."""
+        self._held_back: collections.deque[tuple[str, bus.Message]] | None = collections.deque()
+        """The hub's live messages while the replay runs (None once it is done)."""
+        self._seen: dict[str, int] = {}
+        """Kind -> stream sequence of the last message of it handled: the replay and the hub's
+        live messages overlap, and a tap reset resends; each message is handled once."""
+        self._rings: set[asyncio.Task[None]] = set()
+        self._members_queued = False
+        self._stopped: list[asyncio.Task[None]] = []
+        self.alarms = Alarms(self._ring)
         self.board = StatusBoard(state=self.state, publisher=publisher)
+        self.board.on_mark = lambda: self.alarms.set("status", settings.status_interval)
         self.decisions = Decisions(
             state=self.state,
             publisher=publisher,
@@ -117,6 +134,7 @@ class Planner:
             state=self.state,
             board=self.board,
             intake=self.intake,
+            alarms=self.alarms,
             fold=self.folder.fold,
             prune=self.folder.prune,
             release=self.intake.request_release,
@@ -151,80 +169,114 @@ class Planner:
             self._holding_startup = False
             self._startup.release()
 
+    # --- what the hub hands us -------------------------------------------------------------
+
+    async def deliver(self, kind: str, msg: bus.Message) -> None:
+        """A live message of one of the cluster's streams; held back while the replay runs."""
+        if self._held_back is not None:
+            self._held_back.append((kind, msg))
+            return
+        await self._queue.put((kind, msg))
+
+    async def setting(self, kind: str, value: Any) -> None:
+        await self._queue.put((kind, value))
+
+    def members_seen(self) -> None:
+        if not self._members_queued and self.duties.members_differ(
+            self.hub.heartbeats(self.cluster)
+        ):
+            self._members_queued = True
+            self._ring("members")
+
+    def _ring(self, duty: str) -> None:
+        try:
+            self._queue.put_nowait((duty, None))
+        except asyncio.QueueFull:  # the loop is busy: the duty waits its turn
+            task = asyncio.create_task(self._queue.put((duty, None)))
+            self._rings.add(task)
+            task.add_done_callback(self._rings.discard)
+
+    # --- the run loop -----------------------------------------------------------------------
+
     async def _run(self) -> None:
-        queue = self._queue
-        await self.followed.read_policy(self.js)  # first: bundles of the rebuild are held to it
-        self.state.cluster_labels = await registry.labels_of(self.js, self.cluster)
-        followers = {
-            "registry": bus.Follower(
-                self.js, bus.CLUSTERS_STREAM, registry.entry_subject(self.cluster)
-            ),
-            "bundle": bus.Follower(self.js, bus.BUNDLES, cluster_filter("bundle", self.cluster)),
-            "server": bus.Follower(self.js, bus.SERVER, cluster_filter("server", self.cluster)),
-            "applied": bus.Follower(self.js, bus.APPLIED, cluster_filter("applied", self.cluster)),
-            "outcome": bus.Follower(self.js, bus.OUTCOMES, cluster_filter("outcome", self.cluster)),
-            "policy": bus.Follower(self.js, bus.TENANTS_STREAM, policy.POLICY_SUBJECT),
-            "control": bus.Follower(self.js, bus.CONTROL, cluster_filter("control", self.cluster)),
-        }
-        # every stored version in order: the last good one in force when the latest is unusable
-        windows = windows_store.STORED.following(self.js)
-
-        async def pump(kind: str, f: bus.Follower) -> None:
-            async for msg in f.messages():
-                await queue.put((kind, msg))
-
-        async def pump_windows() -> None:
-            async for good in windows.versions():
-                await queue.put(("windows", good))
-
-        tasks = [asyncio.create_task(pump(k, f), name=f"follow {k}") for k, f in followers.items()]
-        tasks.append(asyncio.create_task(pump_windows(), name="follow windows"))
-        duties = self.duties
-        tasks.append(asyncio.create_task(duties.status(), name="bundle status"))
-        tasks.append(asyncio.create_task(duties.intents_pending(), name="intents pending"))
-        tasks.append(asyncio.create_task(duties.members(), name="members"))
-        tasks.append(asyncio.create_task(duties.windows(), name="sync windows"))
-        tasks.append(asyncio.create_task(duties.resend(lambda: queue.qsize()), name="resend lost"))
+        queue, hub, st = self._queue, self.hub, self.state
+        # the settings first: the bundles of the replay are held to them
+        st.cluster_labels = hub.labels(self.cluster)
+        if hub.policy is not None:
+            self.followed.policy(hub.policy)
+        if hub.windows is not None:
+            self.followed.windows(hub.windows)
+        hub.attach(self)
+        self.members_seen()
+        tasks = [asyncio.create_task(self._replay(), name="replay")]
         if self.nc is not None:
             tasks.append(
                 asyncio.create_task(self.rollbacks.serve(self.nc), name="rollback requests")
             )
-        stopped: list[asyncio.Task[None]] = []
         for t in tasks:
-            # A follower or loop that ended would leave this planner deaf to a stream or blind
-            # to a duty; raising ends the cluster's planning, and the replica claims it afresh.
-            t.add_done_callback(lambda t: None if t.cancelled() else stopped.append(t))
+            t.add_done_callback(self._task_ended)
         try:
             while True:
-                if stopped:
+                if self._stopped:
+                    ended = self._stopped[0]
+                    # A replay or request handler that failed would leave this planner deaf;
+                    # raising ends the cluster's planning, and the replica claims it afresh.
                     raise PlannerStopped(
-                        f"cluster {self.cluster}: {stopped[0].get_name()} ended: "
-                        f"{stopped[0].exception()!r}"
+                        f"cluster {self.cluster}: {ended.get_name()} ended: {ended.exception()!r}"
                     )
-                if (
-                    not self.state.live
-                    and queue.empty()
-                    and all(f.caught_up.is_set() for f in followers.values())
-                    and windows.caught_up.is_set()
-                ):
+                kind, msg = await queue.get()
+                if kind == "caught up":
                     await self._go_live()
-                try:
-                    # wait_for costs a timer and a task per call: only when there is nothing
-                    kind, msg = queue.get_nowait()
-                except asyncio.QueueEmpty:
-                    try:
-                        # short until live (the rebuild's end is noticed here), then long: an
-                        # idle cluster costs a wake-up every few seconds, not five a second
-                        idle = IDLE_WAKE if self.state.live else 0.2
-                        kind, msg = await asyncio.wait_for(queue.get(), timeout=idle)
-                    except TimeoutError:
-                        continue
-                await self._handle(kind, msg)
+                elif kind in DUTIES:
+                    await self._duty(kind)
+                else:
+                    await self._handle(kind, msg)
         finally:
-            for t in tasks:
+            hub.detach(self)
+            self.alarms.cancel_all()
+            for t in (*tasks, *self._rings):
                 t.cancel()
-            # collected, so a follower that died with the connection is not reported at exit
-            await asyncio.gather(*tasks, return_exceptions=True)
+            # collected, so a replay that died with the connection is not reported at exit
+            await asyncio.gather(*tasks, *self._rings, return_exceptions=True)
+
+    def _task_ended(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled() or (task.get_name() == "replay" and task.exception() is None):
+            return
+        self._stopped.append(task)
+        with contextlib.suppress(asyncio.QueueFull):
+            self._queue.put_nowait(("wake", None))  # else the loop is busy and sees it next
+
+    async def _replay(self) -> None:
+        """The cluster's compacted streams as they are now (each its own consumer, gone once
+        read), then what the hub held back meanwhile, then the mark that the rebuild is done."""
+
+        async def replay(kind: str, stream: str) -> None:
+            follower = bus.Follower(self.js, stream, cluster_filter(kind, self.cluster))
+            async for msg in follower.snapshot():
+                await self._queue.put((kind, msg))
+
+        await asyncio.gather(*(replay(k, s) for k, s in CLUSTER_STREAMS.items()))
+        held = self._held_back
+        while held:
+            await self._queue.put(held.popleft())
+        self._held_back = None  # no await since the last check: nothing is left behind
+        await self._queue.put(("caught up", None))
+
+    async def _duty(self, duty: str) -> None:
+        duties = self.duties
+        if duty == "status":
+            await duties.status()
+        elif duty == "members":
+            self._members_queued = False
+            await duties.members(self.hub.heartbeats(self.cluster))
+        elif duty == "resend":
+            await duties.resend(self._queue.qsize())
+        elif duty == "pending":
+            await duties.intents_pending()
+        elif duty == "windows clock":
+            await duties.windows()
+        elif duty == "refresh":
+            duties.refresh()
 
     async def _go_live(self) -> None:
         """The rebuild is complete: evaluate every desired object once, then prune.
@@ -269,6 +321,9 @@ class Planner:
             await self.folder.prune(view)
             await self.folder.resume(view)  # hooks that ended while no planner watched
         self.board.mark_all(st.bundles)
+        self.alarms.set("refresh", STATUS_REFRESH)
+        if st.gates.windows:  # the clock starts: when does a window next open or close?
+            self.duties.windows_changed(new=True)
         log.info(
             "cluster %s: rebuilt %d objects in %d bundles; live",
             self.cluster,
@@ -283,6 +338,13 @@ class Planner:
             await pace(i)
 
     async def _handle(self, kind: str, msg: Any) -> None:
+        if kind == "wake":
+            return
+        if kind in CLUSTER_STREAMS:
+            seq = msg.metadata.sequence.stream
+            if seq <= self._seen.get(kind, 0):
+                return  # the replay had it, or a reset tap sent it again
+            self._seen[kind] = seq
         if kind == "release":
             await self.intake.release(msg)
             return

@@ -2,21 +2,20 @@
 intents sent again, the intents pending, the bundle status tick, and the sync windows' clock
 (what a window held is released the moment it closes).
 
-Each is a loop the planner runs as a task for as long as it plans the cluster; one that ends
-ends the planning (``PlannerStopped``). They share the cluster state with the run loop and change
-an entry only through its ``fold``, between two of its messages.
+Each duty runs once per call, in the cluster's run loop between two of its messages, when its
+alarm rings (``shell.alarms``: one ``call_at`` handle per duty, set only when there is work) or
+when the hub says the members' heartbeats changed. They change an entry only through ``fold``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from schemas.messages import BundlePhase
+from schemas.messages import BundlePhase, KindScope, MemberHeartbeat
 from schemas.subjects import object_subject
 from services.clusters import members
 from services.common import bus
@@ -25,21 +24,19 @@ from services.planner.rule import messages
 from services.planner.rule.decide import Resend, Working
 from services.planner.rule.entry import Slot
 from services.planner.settings import PlannerSettings
+from services.planner.shell.alarms import Alarms
 from services.planner.shell.intake import BundleIntake, Fold, Prune
 from services.planner.shell.status_board import StatusBoard
 
 log = logging.getLogger("driftbus.planner")
 STATUS_REFRESH = 24 * 3600.0
-STATUS_IDLE = 5.0
-"""Seconds the status tick of a cluster with nothing marked sleeps (holds and deletions are
-looked at after each tick that had work, and at least this often)."""
 """Every bundle's status is published again this often, changed or not (STATUS keeps 7 days)."""
 WINDOWS_IDLE = 3600.0
-"""Seconds the sync windows' clock sleeps when no window names a bundle of the cluster."""
+"""Seconds until the sync windows' clock looks again when no window names a bundle."""
 
 
 class Duties:
-    """The periodic loops of one cluster's planner. Changes the state's ``unserved`` and
+    """The periodic duties of one cluster's planner. Changes the state's ``unserved`` and
     ``watcher_synced``, entries through ``fold``; ``pending`` is its own."""
 
     def __init__(
@@ -50,6 +47,7 @@ class Duties:
         state: ClusterState,
         board: StatusBoard,
         intake: BundleIntake,
+        alarms: Alarms,
         fold: Fold,
         prune: Prune,
         release: Callable[[str], Awaitable[None]],
@@ -59,77 +57,99 @@ class Duties:
         self.state = state
         self.board = board
         self.intake = intake
+        self.alarms = alarms
         self.fold = fold
         self.prune = prune
         self.release = release
         self.pending: int | None = None
         """Intents of this cluster queued or being applied (None until known)."""
-        self._windows_wake = asyncio.Event()
         self._windows_new = False
+        self._window_boundary: float | None = None
+        self._scopes: list[KindScope] | None = None
+        self._last_stats: dict[str, Any] = {}
+        self._next_stats = 0.0
 
-    async def members(self) -> None:
+    # --- who serves the cluster -------------------------------------------------------------
+
+    def members_differ(self, beats: dict[str, MemberHeartbeat | None]) -> bool:
+        """Whether these heartbeats say anything the cluster's state does not know yet."""
+        st, now = self.state, messages.now()
+        watcher = beats.get("watcher")
+        return (
+            (watcher is not None and watcher.scopes != self._scopes)
+            or members.serving(st.cluster, beats, now) != st.unserved
+            or members.watcher_synced(watcher, now) != st.watcher_synced
+        )
+
+    async def members(self, beats: dict[str, MemberHeartbeat | None]) -> None:
         """Who serves the cluster (watcher, applier heartbeats); prune waits for the watcher's
         initial lists, and starts the moment they are complete."""
         st, cluster = self.state, self.state.cluster
-        while True:
-            try:
-                beats = await members.heartbeats(self.js, cluster)
-            except Exception as exc:  # noqa: BLE001 - NATS away: keep the last view
-                log.debug("cluster %s: heartbeats not read: %s", cluster, exc)
-            else:
-                now = messages.now()
-                if (watcher_beat := beats.get("watcher")) is not None:
-                    self.intake.learn_scopes(watcher_beat.scopes)
-                unserved = members.serving(cluster, beats, now)
-                synced = members.watcher_synced(beats.get("watcher"), now)
-                became_synced = synced and not st.watcher_synced
-                if unserved != st.unserved or synced != st.watcher_synced:
-                    self.board.mark_all(st.bundles)
-                st.unserved, st.watcher_synced = unserved, synced
-                if became_synced and st.live:
-                    log.info("cluster %s: the watcher's lists are complete: prune", cluster)
-                    for view in list(st.bundles.values()):
-                        await self.prune(view)
-            await asyncio.sleep(self.s.members_interval)
+        now = messages.now()
+        if (watcher_beat := beats.get("watcher")) is not None and (
+            watcher_beat.scopes != self._scopes
+        ):
+            self._scopes = watcher_beat.scopes
+            self.intake.learn_scopes(watcher_beat.scopes)
+        unserved = members.serving(cluster, beats, now)
+        synced = members.watcher_synced(beats.get("watcher"), now)
+        became_synced = synced and not st.watcher_synced
+        if unserved != st.unserved or synced != st.watcher_synced:
+            self.board.mark_all(st.bundles)
+        st.unserved, st.watcher_synced = unserved, synced
+        if became_synced and st.live:
+            log.info("cluster %s: the watcher's lists are complete: prune", cluster)
+            for view in list(st.bundles.values()):
+                await self.prune(view)
 
-    async def resend(self, backlog: Callable[[], int]) -> None:
+    # --- lost intents -------------------------------------------------------------------------
+
+    def inflight(self) -> bool:
+        """Whether an intent of the cluster is in flight (stops at the first one)."""
+        return next(self.state.entries.overdue(math.inf), None) is not None
+
+    async def resend(self, backlog: int) -> None:
         """Send again what got no word for ``intent_timeout`` and is no longer queued: a lost
         intent (its publish never landed, a dedup-window collision, a crash between ack and
         fact) must not silence the object's healing for good. Checked only when the planner has
-        caught up with its input: a backlog of applied facts is not a lost intent."""
+        caught up with its input: a backlog of applied facts is not a lost intent. Rings again
+        while anything is in flight."""
         timeout = self.s.intent_timeout
         entries = self.state.entries
-        while True:
-            await asyncio.sleep(max(0.5, timeout / 4))
-            if not self.state.live or backlog() > 100:
-                continue
+        if self.state.live and backlog <= 100:
             now = time.time()
             for slot in list(entries.overdue(now - timeout)):
-                entry = entries.get(slot)
-                if entry is None or entry.inflight is None:
-                    continue
-                try:
-                    queued = await bus.last_message(
-                        self.js, bus.INTENTS, object_subject("intent", slot[0], slot[1])
-                    )
-                    unread = queued is None and await self._fact_unread(slot)
-                except Exception as exc:  # noqa: BLE001 - NATS away: ask again next round
-                    log.debug("%s: intent queue not read: %s", slot[1], exc)
-                    continue
-                if entries.get(slot) != entry:
-                    continue  # a fact was folded meanwhile: ask again next round if need be
-                if queued is not None and messages.is_inflight(queued.data, entry):
-                    await self.fold(slot, Working(entry.inflight, now))  # queued: not lost
-                    continue
-                if unread:
-                    continue  # answered: the fact is on its way to us
-                log.warning(
-                    "%s: no outcome of its intent for %.0fs and it is not queued: sending again",
-                    slot[1],
-                    now - entry.inflight_at,
-                )
-                self.state.counters["resent"] += 1
-                await self.fold(slot, Resend())
+                await self._resend(slot, now)
+        if self.inflight():
+            self.alarms.set("resend", max(0.5, timeout / 4))
+
+    async def _resend(self, slot: Slot, now: float) -> None:
+        entries = self.state.entries
+        entry = entries.get(slot)
+        if entry is None or entry.inflight is None:
+            return
+        try:
+            queued = await bus.last_message(
+                self.js, bus.INTENTS, object_subject("intent", slot[0], slot[1])
+            )
+            unread = queued is None and await self._fact_unread(slot)
+        except Exception as exc:  # noqa: BLE001 - NATS away: ask again next round
+            log.debug("%s: intent queue not read: %s", slot[1], exc)
+            return
+        if entries.get(slot) != entry:
+            return  # a fact was folded meanwhile: ask again next round if need be
+        if queued is not None and messages.is_inflight(queued.data, entry):
+            await self.fold(slot, Working(entry.inflight, now))  # queued: not lost
+            return
+        if unread:
+            return  # answered: the fact is on its way to us
+        log.warning(
+            "%s: no outcome of its intent for %.0fs and it is not queued: sending again",
+            slot[1],
+            now - entry.inflight_at,
+        )
+        self.state.counters["resent"] += 1
+        await self.fold(slot, Resend())
 
     async def _fact_unread(self, slot: Slot) -> bool:
         """Whether the object has a fact on the bus this planner has not folded yet. An applier
@@ -142,78 +162,76 @@ class Duties:
                 return True
         return False
 
+    # --- intents pending --------------------------------------------------------------------
+
     async def intents_pending(self) -> None:
-        """Intents waiting (queued + being applied): the autoscaling signal."""
-        while True:
-            await asyncio.sleep(self.s.stats_interval / 6)
-            if (
-                self.state.bundles
-                and (n := await bus.intents_pending(self.js, self.state.cluster)) is not None
-            ):
+        """Intents waiting (queued + being applied): the autoscaling signal, read while the
+        cluster has work, and once more after (to say 0)."""
+        if self.state.bundles:
+            n = await bus.intents_pending(self.js, self.state.cluster)
+            if n is not None:
                 self.pending = n
+        if self.inflight() or self.pending:
+            self.alarms.set("pending", self.s.stats_interval / 6)
+
+    # --- the status tick ----------------------------------------------------------------------
 
     async def status(self) -> None:
-        """Every ``status_interval``: the status of the bundles that changed; every
-        ``stats_interval``, the cache's hits and misses when they changed."""
-        last_stats: dict[str, Any] = {}
-        next_stats = 0.0
-        loop = asyncio.get_running_loop()
-        next_refresh = loop.time() + STATUS_REFRESH
-        while True:
-            if self.state.live:
-                # nothing marked: sleep until something is (or the periodic duties are due),
-                # so an idle cluster costs a wake-up every few seconds, not five a second
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.board.marked.wait(), STATUS_IDLE)
-                self.board.marked.clear()
-            await asyncio.sleep(self.s.status_interval)  # changes within it are coalesced
-            if not self.state.live:
-                continue
-            if loop.time() >= next_stats:
-                stats = self.state.cache_stats()
-                if stats != last_stats:
-                    log.info("cluster %s: cache: %s", self.state.cluster, stats)
-                    last_stats = stats
-                next_stats = loop.time() + self.s.stats_interval
-            if loop.time() >= next_refresh:
-                # STATUS keeps messages for 7 days: a bundle unchanged for longer would vanish
-                # from `driftbus bundles`, `status` and the page
-                for ident in self.state.bundles:
-                    self.board.answer(ident)
-                self.board.mark_all(self.state.bundles)
-                next_refresh = loop.time() + STATUS_REFRESH
-            await self.board.publish_changed()
-            await self._holds_and_deletions()
+        """The status of the bundles that changed (their marks set the alarm, so changes within
+        ``status_interval`` are coalesced); then the holds and deletions it may have ended."""
+        st = self.state
+        if not st.live:
+            return  # going live marks every bundle
+        if (clock := time.monotonic()) >= self._next_stats:
+            stats = st.cache_stats()
+            if stats != self._last_stats:
+                log.info("cluster %s: cache: %s", st.cluster, stats)
+                self._last_stats = stats
+            self._next_stats = clock + self.s.stats_interval
+        await self.board.publish_changed()
+        await self._holds_and_deletions()
+        if self.inflight():
+            self.alarms.set("resend", max(0.5, self.s.intent_timeout / 4))
+            self.alarms.set("pending", self.s.stats_interval / 6)
+
+    def refresh(self) -> None:
+        """STATUS keeps messages for 7 days: a bundle unchanged for longer would vanish from
+        `driftbus bundles`, `status` and the page; every status is published again daily."""
+        for ident in self.state.bundles:
+            self.board.answer(ident)
+        self.board.mark_all(self.state.bundles)
+        self.alarms.set("refresh", STATUS_REFRESH)
+
+    # --- sync windows -------------------------------------------------------------------------
 
     def windows_changed(self, *, new: bool) -> None:
-        """Wake the windows' clock: the windows in force changed (``new``: every bundle's
+        """Look at the windows now: the windows in force changed (``new``: every bundle's
         status is looked at again), or a bundle was taken in (its next change may be sooner)."""
         self._windows_new |= new
-        self._windows_wake.set()
+        self.alarms.move("windows clock", 0)
 
     async def windows(self) -> None:
-        """Wake when a sync window opens or closes for a bundle of the cluster (or the windows
+        """When a sync window opens or closes for a bundle of the cluster (or the windows
         change): the bundles' status is looked at again (the hold's message), and the bundles
         a window held are released the moment it closes — not on the next status tick."""
         st = self.state
-        while True:
-            wake = st.next_window_change()
-            delay = WINDOWS_IDLE if wake is None else min(max(wake - st.gates.clock(), 0.05), 3600)
-            try:
-                await asyncio.wait_for(self._windows_wake.wait(), delay)
-                boundary = False
-            except TimeoutError:
-                boundary = True
-            self._windows_wake.clear()
-            if not st.live:
-                continue
-            if boundary or self._windows_new:
-                self.board.mark_all(st.bundles)
-            self._windows_new = False
-            for bundle in list(st.gates.held):
-                if st.hold(bundle) is None:
-                    log.info("cluster %s: bundle %s: no sync window holds it", st.cluster, bundle)
-                    await self.release(bundle)
+        if not st.live:
+            return  # going live looks at every window
+        clock = st.gates.clock()
+        boundary = self._window_boundary is not None and clock >= self._window_boundary - 0.01
+        if boundary or self._windows_new:
+            self.board.mark_all(st.bundles)
+        self._windows_new = False
+        for bundle in list(st.gates.held):
+            if st.hold(bundle) is None:
+                log.info("cluster %s: bundle %s: no sync window holds it", st.cluster, bundle)
+                await self.release(bundle)
+        wake = st.next_window_change()
+        self._window_boundary = wake
+        if wake is not None:
+            self.alarms.move("windows clock", min(max(wake - clock, 0.05), WINDOWS_IDLE))
+        elif st.gates.windows:
+            self.alarms.move("windows clock", WINDOWS_IDLE)
 
     async def _holds_and_deletions(self) -> None:
         """After the tick (phases are current): release the bundles whose hold ended (their

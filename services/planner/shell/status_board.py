@@ -8,10 +8,9 @@ objects) — or when a publish waits for its answer (``answer``).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from opentelemetry import trace
@@ -48,8 +47,8 @@ class StatusBoard:
         self.pub = publisher
         self._dirty: set[Ident] = set()
         self._dirty_since: dict[Ident, float] = {}
-        self.marked = asyncio.Event()
-        """Set by every mark: the status tick sleeps until there is something to do."""
+        self.on_mark: Callable[[], None] = lambda: None
+        """Called by every mark: the planner sets its status alarm (``shell.alarms``)."""
         self._last: dict[Ident, tuple[Any, ...]] = {}
         self._trace: dict[Ident, Context] = {}
         """Per bundle, the span its latest traced event was handled in: status continues it."""
@@ -58,12 +57,12 @@ class StatusBoard:
         """Something the bundle's status reads changed: recompute it next tick."""
         self._dirty.add(ident)
         self._dirty_since.setdefault(ident, time.monotonic())
-        self.marked.set()
+        self.on_mark()
 
     def mark_all(self, idents: Iterable[Ident]) -> None:
         """Recompute these next tick (what all of them read changed: who serves the cluster)."""
         self._dirty.update(idents)
-        self.marked.set()
+        self.on_mark()
 
     def answer(self, ident: Ident) -> None:
         """Publish the next status even if it reads as the last one: every publish of a bundle
