@@ -1,7 +1,14 @@
-"""The planner's I/O for one cluster: reads the streams, publishes what the pure rooms decide.
+"""The planner's I/O: reads the streams, publishes what the pure rooms decide.
 
-- ``loop`` — ``Planner``: the run loop that follows BUNDLES, SERVER, APPLIED and OUTCOMES, one
+- ``hub`` — ``Hub``: the replica's followers, shared by all its clusters — a live tap per
+  cluster stream demultiplexed by cluster, and the policy, windows, registry and members'
+  heartbeats followed once.
+- ``loop`` — ``Planner``: one cluster's run loop over BUNDLES, SERVER, APPLIED and OUTCOMES, one
   message at a time; the rebuild at start and going live.
+- ``inbox`` — the cluster's one queue: the hub's messages (held back during the replay), the
+  replay of its compacted streams, its duties' alarms; each stream message handled once.
+- ``alarms`` — one ``call_at`` handle per duty on the event loop's heap, set only when there
+  is work: a quiet cluster schedules nothing but its daily refresh.
 - ``followed`` — the settings followed on the bus: the tenant policy (fail closed) and the sync
   windows (the last good ones).
 - ``folding`` — the one way an event changes an entry: folded, its bundle marked, the decision
@@ -15,7 +22,7 @@
   token.
 - ``status_board`` — each changed bundle's status (``status.report``), published per tick when
   what a user reads of it changed.
-- ``periodic`` — the duties beside the loop: who serves the cluster, lost intents sent again,
-  pending intents, the status tick.
+- ``periodic`` — the duties, run when their alarm rings: who serves the cluster, lost intents
+  sent again, pending intents, the status tick, the sync windows' clock.
 - ``rollback`` — rollback requests answered by republishing a revision from the bus's history.
 """

@@ -15,7 +15,6 @@ periodic duties are ``periodic``, rung by ``alarms``; bundle status is a project
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import logging
 import time
@@ -31,7 +30,7 @@ from schemas.messages import (
     OutcomeEvent,
     ServerEvent,
 )
-from schemas.subjects import SubjectError, cluster_filter, parse_subject
+from schemas.subjects import SubjectError, parse_subject
 from services.clusters import registry
 from services.common import bus, telemetry
 from services.core.manifest import apply_order
@@ -43,10 +42,10 @@ from services.planner.rule.decide import (
 )
 from services.planner.rule.entry import Slot
 from services.planner.settings import PlannerSettings
-from services.planner.shell.alarms import Alarms
 from services.planner.shell.folding import Folder
 from services.planner.shell.followed import Followed
-from services.planner.shell.hub import CLUSTER_STREAMS, Hub
+from services.planner.shell.hub import Hub
+from services.planner.shell.inbox import CAUGHT_UP, Inbox
 from services.planner.shell.intake import BundleIntake
 from services.planner.shell.periodic import STATUS_REFRESH, Duties
 from services.planner.shell.rollback import RollbackDesk
@@ -96,19 +95,14 @@ class Planner:
         self.cluster = cluster
         self.state = ClusterState(cluster)
         self.ready = asyncio.Event()
-        self._queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue(maxsize=10_000)
+        self.inbox = Inbox(js, cluster)
         """Every input, handled one at a time: the streams' messages, the settings (the last
         good sync windows, ``windows``, a ``Good``), bundle re-checks, bundles whose hold ended
         (``release``, a bundle name), and the duties whose alarm rang (``DUTIES``)."""
-        self._held_back: collections.deque[tuple[str, bus.Message]] | None = collections.deque()
-        """The hub's live messages while the replay runs (None once it is done)."""
-        self._seen: dict[str, int] = {}
-        """Kind -> stream sequence of the last message of it handled: the replay and the hub's
-        live messages overlap, and a tap reset resends; each message is handled once."""
-        self._rings: set[asyncio.Task[None]] = set()
+        self._queue = self.inbox.queue
+        self.alarms = self.inbox.alarms
         self._members_queued = False
         self._stopped: list[asyncio.Task[None]] = []
-        self.alarms = Alarms(self._ring)
         self.board = StatusBoard(state=self.state, publisher=publisher)
         self.board.on_mark = lambda: self.alarms.set("status", settings.status_interval)
         self.decisions = Decisions(
@@ -172,11 +166,7 @@ class Planner:
     # --- what the hub hands us -------------------------------------------------------------
 
     async def deliver(self, kind: str, msg: bus.Message) -> None:
-        """A live message of one of the cluster's streams; held back while the replay runs."""
-        if self._held_back is not None:
-            self._held_back.append((kind, msg))
-            return
-        await self._queue.put((kind, msg))
+        await self.inbox.deliver(kind, msg)
 
     async def setting(self, kind: str, value: Any) -> None:
         await self._queue.put((kind, value))
@@ -186,15 +176,7 @@ class Planner:
             self.hub.heartbeats(self.cluster)
         ):
             self._members_queued = True
-            self._ring("members")
-
-    def _ring(self, duty: str) -> None:
-        try:
-            self._queue.put_nowait((duty, None))
-        except asyncio.QueueFull:  # the loop is busy: the duty waits its turn
-            task = asyncio.create_task(self._queue.put((duty, None)))
-            self._rings.add(task)
-            task.add_done_callback(self._rings.discard)
+            self.inbox.ring("members")
 
     # --- the run loop -----------------------------------------------------------------------
 
@@ -208,7 +190,7 @@ class Planner:
             self.followed.windows(hub.windows)
         hub.attach(self)
         self.members_seen()
-        tasks = [asyncio.create_task(self._replay(), name="replay")]
+        tasks = [asyncio.create_task(self.inbox.replay(), name="replay")]
         if self.nc is not None:
             tasks.append(
                 asyncio.create_task(self.rollbacks.serve(self.nc), name="rollback requests")
@@ -225,7 +207,7 @@ class Planner:
                         f"cluster {self.cluster}: {ended.get_name()} ended: {ended.exception()!r}"
                     )
                 kind, msg = await queue.get()
-                if kind == "caught up":
+                if kind == CAUGHT_UP:
                     await self._go_live()
                 elif kind in DUTIES:
                     await self._duty(kind)
@@ -233,11 +215,11 @@ class Planner:
                     await self._handle(kind, msg)
         finally:
             hub.detach(self)
-            self.alarms.cancel_all()
-            for t in (*tasks, *self._rings):
+            for t in tasks:
                 t.cancel()
+            await self.inbox.close()
             # collected, so a replay that died with the connection is not reported at exit
-            await asyncio.gather(*tasks, *self._rings, return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     def _task_ended(self, task: asyncio.Task[None]) -> None:
         if task.cancelled() or (task.get_name() == "replay" and task.exception() is None):
@@ -245,22 +227,6 @@ class Planner:
         self._stopped.append(task)
         with contextlib.suppress(asyncio.QueueFull):
             self._queue.put_nowait(("wake", None))  # else the loop is busy and sees it next
-
-    async def _replay(self) -> None:
-        """The cluster's compacted streams as they are now (each its own consumer, gone once
-        read), then what the hub held back meanwhile, then the mark that the rebuild is done."""
-
-        async def replay(kind: str, stream: str) -> None:
-            follower = bus.Follower(self.js, stream, cluster_filter(kind, self.cluster))
-            async for msg in follower.snapshot():
-                await self._queue.put((kind, msg))
-
-        await asyncio.gather(*(replay(k, s) for k, s in CLUSTER_STREAMS.items()))
-        held = self._held_back
-        while held:
-            await self._queue.put(held.popleft())
-        self._held_back = None  # no await since the last check: nothing is left behind
-        await self._queue.put(("caught up", None))
 
     async def _duty(self, duty: str) -> None:
         duties = self.duties
@@ -340,11 +306,8 @@ class Planner:
     async def _handle(self, kind: str, msg: Any) -> None:
         if kind == "wake":
             return
-        if kind in CLUSTER_STREAMS:
-            seq = msg.metadata.sequence.stream
-            if seq <= self._seen.get(kind, 0):
-                return  # the replay had it, or a reset tap sent it again
-            self._seen[kind] = seq
+        if not self.inbox.first_time(kind, msg):
+            return  # the replay had it, or a reset tap sent it again
         if kind == "release":
             await self.intake.release(msg)
             return

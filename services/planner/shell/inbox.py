@@ -1,0 +1,90 @@
+"""One cluster's inbox: the single queue its run loop reads, fed by the replica's hub (live
+messages and settings), by the cluster's own replay at start, and by its duties' alarms.
+
+The replay (``replay``) reads the cluster's compacted streams as they are now, each with a
+short-lived consumer of its own, while the hub's live messages for the cluster are held back;
+then the held-back ones follow, and the mark that the rebuild is done. The two overlap (the hub
+started following before the replay's consumers existed), and an ordered consumer reset resends:
+``first_time`` keeps each stream message to one handling, by its stream sequence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from typing import Any
+
+from schemas.subjects import cluster_filter
+from services.common import bus
+from services.planner.shell.alarms import Alarms
+from services.planner.shell.hub import CLUSTER_STREAMS
+
+CAUGHT_UP = "caught up"
+"""What the replay puts last: everything before it is the cluster as it was."""
+QUEUE_LIMIT = 10_000
+"""Messages a cluster's queue holds before its feeders wait (the replay, the hub's taps)."""
+
+
+class Inbox:
+    """The queue of (kind, message) a cluster's run loop reads, one at a time."""
+
+    def __init__(self, js: bus.JetStream, cluster: str) -> None:
+        self.js = js
+        self.cluster = cluster
+        self.queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue(maxsize=QUEUE_LIMIT)
+        self.alarms = Alarms(self.ring)
+        self._held_back: collections.deque[tuple[str, bus.Message]] | None = collections.deque()
+        """The hub's live messages while the replay runs (None once it is done)."""
+        self._seen: dict[str, int] = {}
+        """Kind -> stream sequence of the last message of it handled."""
+        self._rings: set[asyncio.Task[None]] = set()
+
+    async def deliver(self, kind: str, msg: bus.Message) -> None:
+        """A live message of one of the cluster's streams; held back while the replay runs."""
+        if self._held_back is not None:
+            self._held_back.append((kind, msg))
+            return
+        await self.queue.put((kind, msg))
+
+    def ring(self, duty: str) -> None:
+        """Put a duty on the queue now (its alarm rang, or something asked for it)."""
+        try:
+            self.queue.put_nowait((duty, None))
+        except asyncio.QueueFull:  # the loop is busy: the duty waits its turn
+            task = asyncio.create_task(self.queue.put((duty, None)))
+            self._rings.add(task)
+            task.add_done_callback(self._rings.discard)
+
+    def first_time(self, kind: str, msg: bus.Message) -> bool:
+        """Whether this stream message is handled for the first time (replay and live overlap;
+        a reset tap resends). Messages of one stream come in stream order."""
+        if kind not in CLUSTER_STREAMS:
+            return True
+        seq = msg.metadata.sequence.stream
+        if seq <= self._seen.get(kind, 0):
+            return False
+        self._seen[kind] = seq
+        return True
+
+    async def replay(self) -> None:
+        """The cluster's compacted streams as they are now (each its own consumer, gone once
+        read), then what the hub held back meanwhile, then ``CAUGHT_UP``."""
+
+        async def replay(kind: str, stream: str) -> None:
+            follower = bus.Follower(self.js, stream, cluster_filter(kind, self.cluster))
+            async for msg in follower.snapshot():
+                await self.queue.put((kind, msg))
+
+        await asyncio.gather(*(replay(k, s) for k, s in CLUSTER_STREAMS.items()))
+        held = self._held_back
+        while held:
+            await self.queue.put(held.popleft())
+        self._held_back = None  # no await since the last check: nothing is left behind
+        await self.queue.put((CAUGHT_UP, None))
+
+    async def close(self) -> None:
+        """No more alarms, and the duties waiting for room in the queue are dropped."""
+        self.alarms.cancel_all()
+        for task in self._rings:
+            task.cancel()
+        await asyncio.gather(*self._rings, return_exceptions=True)
