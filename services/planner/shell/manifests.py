@@ -129,6 +129,11 @@ class ManifestCache:
         return found
 
     @property
+    def budget(self) -> int:
+        """Most bytes kept (0: none, only reads under way are shared)."""
+        return self._kept.budget
+
+    @property
     def held(self) -> int:
         """Bytes kept now."""
         return self._kept.held
