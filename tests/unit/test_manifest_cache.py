@@ -20,7 +20,7 @@ from services.common.bus import OBJECT_STORE_BUCKET
 from services.planner.memory.cluster import ClusterState
 from services.planner.memory.manifests import Kept
 from services.planner.shell.intake import BundleIntake
-from services.planner.shell.manifests import ELEMENT_BYTES, KEPT_BYTES, ManifestCache, cost
+from services.planner.shell.manifests import ELEMENT_BYTES, KEPT_BYTES, ManifestCache
 from services.planner.shell.status_board import StatusBoard
 from services.revisions.publish import (
     BundleError,
@@ -168,7 +168,7 @@ async def test_a_thousand_concurrent_asks_for_one_revision_read_it_once() -> Non
     assert store.reads == 1
     assert (cache.counts.reads, cache.counts.hits, cache.counts.shared) == (1, 999, 999)
     assert all(list(m) == MANIFESTS for m in loaded)
-    assert (len(cache), cache.held) == (1, cost(REF))
+    assert (len(cache), cache.held) == (1, len(DATA) + 3 * ELEMENT_BYTES)
 
 
 async def test_a_thousand_asks_one_after_another_read_it_once() -> None:
@@ -210,13 +210,19 @@ async def test_inline_manifests_are_not_read_nor_kept() -> None:
 async def test_the_least_recently_used_revision_is_read_again() -> None:
     store = Store()
     one, two = _ref(), _ref(DATA + b" ")
-    cache = ManifestCache(cost(one), read=store.read)  # room for one revision
+    cache = ManifestCache(len(DATA) + 1 + 3 * ELEMENT_BYTES, read=store.read)  # room for one
     await cache.load(JS, _bundle("c1", one))
     await cache.load(JS, _bundle("c1", two))
     await cache.load(JS, _bundle("c1", two))
     await cache.load(JS, _bundle("c1", one))
     assert store.reads == 3
-    assert cost(one) == len(DATA) + 3 * ELEMENT_BYTES
+
+
+async def test_a_revision_costs_its_elements_as_read_not_as_declared() -> None:
+    """A reference's count is the publisher's word: a revision claiming none costs them all."""
+    cache = ManifestCache(read=Store().read)
+    await cache.load(JS, _bundle("c1", _ref(count=0)))
+    assert cache.held == len(DATA) + 3 * ELEMENT_BYTES
 
 
 async def test_a_revision_over_the_budget_is_shared_while_read_never_kept() -> None:

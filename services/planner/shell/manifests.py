@@ -61,9 +61,11 @@ a view of the stored bytes) and its place in the list (8)."""
 Read = Callable[[bus.JetStream, ObjectStoreRef], Awaitable[StoredManifests]]
 
 
-def cost(ref: ObjectStoreRef) -> int:
-    """The bytes kept for a revision read through ``ref`` (its size is checked on read)."""
-    return ref.size + ELEMENT_BYTES * ref.count
+def cost(ref: ObjectStoreRef, found: StoredManifests) -> int:
+    """The bytes kept for ``found``, read through ``ref``: its size is checked on read, its
+    count is not (a publisher's word), so the elements are counted as read: an array of a
+    million ``0`` is 2 MB of bytes and 64 MB of elements."""
+    return ref.size + ELEMENT_BYTES * len(found)
 
 
 @dataclasses.dataclass
@@ -125,7 +127,7 @@ class ManifestCache:
             raise
         finally:
             del self._reading[ref]
-        self._kept.keep(ref, found, cost(ref))
+        self._kept.keep(ref, found, cost(ref, found))
         return found
 
     @property
