@@ -18,7 +18,7 @@ import contextlib
 import datetime as dt
 import hashlib
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, overload
 
 import msgspec
@@ -39,9 +39,12 @@ from services.core.manifest import (
 __all__ = [
     "INLINE_LIMIT",
     "BundleError",
+    "StoredError",
     "StoredManifests",
+    "StoredReader",
     "load_manifests",
     "publish_bundle",
+    "read_stored",
     "store_manifests",
 ]
 
@@ -54,21 +57,50 @@ class BundleError(ValueError):
     """A bundle's manifests cannot be read; the message names the bundle and the reason."""
 
 
+class StoredError(BundleError):
+    """Stored manifests cannot be read; the message names the reference, not a bundle
+    (``read_stored``: what every bundle naming the reference would be told, after its name)."""
+
+
+StoredReader = Callable[[ObjectStoreRef], Awaitable["StoredManifests"]]
+"""Reads the manifests a reference names (``read_stored``, or a cache in front of it)."""
+
+
 async def load_manifests(
-    js: bus.JetStream, bundle: Bundle, *, limit: int | None = None
+    js: bus.JetStream,
+    bundle: Bundle,
+    *,
+    limit: int | None = None,
+    stored: StoredReader | None = None,
 ) -> Sequence[Any]:
     """The manifests of ``bundle`` (raw; validation is the caller's): a stored bundle's are
     decoded one by one as they are read (``StoredManifests``). The one way anything reads a
     bundle's stored manifests (planner, watcher, status page): read chunk by chunk within
     ``limit`` bytes (default: the process's ``--bundle-max-bytes``), refused before any fetch
-    when the reference declares more (``bus.read_object``)."""
+    when the reference declares more (``bus.read_object``). ``stored`` reads the reference
+    instead of ``read_stored`` (the planner's cache, shared by its clusters); what it raises
+    is said to be this bundle's."""
     ref = bundle.manifests_ref
     if ref is None:
         return list(bundle.manifests)
     where = f"bundle {bundle.cluster}/{bundle.bundle}@{bundle.revision}"
+    try:
+        found = await (read_stored(js, ref, limit=limit) if stored is None else stored(ref))
+    except StoredError as exc:
+        raise BundleError(f"{where}: {exc}") from None
+    return found.named(where)
+
+
+async def read_stored(
+    js: bus.JetStream, ref: ObjectStoreRef, *, limit: int | None = None
+) -> StoredManifests:
+    """The manifests ``ref`` names, whichever bundle names it: the same for every bundle (its
+    SHA-256 is checked), so it may be shared (``StoredManifests.named`` says whose they are).
+    StoredError when they cannot be read (outside the bucket, missing, too big, corrupt, not
+    a JSON array); a failure to reach NATS is raised as it is."""
     if ref.bucket != OBJECT_STORE_BUCKET:
-        raise BundleError(
-            f"{where}: object store reference {ref.bucket}/{ref.name} is outside the "
+        raise StoredError(
+            f"object store reference {ref.bucket}/{ref.name} is outside the "
             f"{OBJECT_STORE_BUCKET} bucket, the only one bundles are read from"
         )
     limit = bus.objects.limits().bundle_max_bytes if limit is None else limit
@@ -77,25 +109,33 @@ async def load_manifests(
             js, ref.bucket, ref.name, limit=limit, ref_size=ref.size, ref_sha256=ref.sha
         )
     except bus.ObjectCorrupt as exc:
-        raise BundleError(
-            f"{where}: stored manifests do not match their digest {ref.sha[:12]}…: {exc}"
+        raise StoredError(
+            f"stored manifests do not match their digest {ref.sha[:12]}…: {exc}"
         ) from None
     except bus.ObjectError as exc:
-        raise BundleError(f"{where}: {exc}") from None
-    return stored_manifests(data, where)
+        raise StoredError(str(exc)) from None
+    return StoredManifests(_elements(data))
 
 
 def stored_manifests(data: bytes | bytearray, where: str) -> StoredManifests:
     """The manifests of the stored bytes ``data`` (a JSON array), each decoded as it is read;
     BundleError naming ``where`` for anything else (pure)."""
     try:
-        return StoredManifests(msgspec.json.decode(data, type=list[msgspec.Raw]), where)
+        return StoredManifests(_elements(data), where)
+    except StoredError as exc:
+        raise BundleError(f"{where}: {exc}") from None
+
+
+def _elements(data: bytes | bytearray) -> list[msgspec.Raw]:
+    """The undecoded elements of the JSON array ``data``; StoredError for anything else."""
+    try:
+        return msgspec.json.decode(data, type=list[msgspec.Raw])
     except msgspec.ValidationError:
-        raise BundleError(f"{where}: stored manifests are not a JSON array") from None
+        raise StoredError("stored manifests are not a JSON array") from None
     except msgspec.DecodeError as exc:
-        raise BundleError(f"{where}: stored manifests are not JSON: {exc}") from None
+        raise StoredError(f"stored manifests are not JSON: {exc}") from None
     except RecursionError:
-        raise BundleError(f"{where}: stored manifests are nested too deep to read") from None
+        raise StoredError("stored manifests are nested too deep to read") from None
 
 
 class StoredManifests(Sequence[Any]):
@@ -109,6 +149,11 @@ class StoredManifests(Sequence[Any]):
     def __init__(self, elements: list[msgspec.Raw], where: str = "stored manifests") -> None:
         self._elements = elements
         self._where = where
+
+    def named(self, where: str) -> StoredManifests:
+        """The same manifests (nothing copied), their errors naming ``where``: one stored
+        revision read once and taken by many bundles, each told of its own."""
+        return StoredManifests(self._elements, where)
 
     def __len__(self) -> int:
         return len(self._elements)

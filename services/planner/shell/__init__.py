@@ -18,6 +18,8 @@
 - ``fencing`` — fleet placements held to the rollout driver's fence: a deposed driver's
   dropped, live or on a rebuild (then checked against the bundle's history), the message in
   force published again.
+- ``manifests`` — ``ManifestCache``: stored manifests read from the Object Store once per
+  replica, by reference, and shared by its clusters (a fleet revision placed on each).
 - ``sending`` — publishing one decision: status row, intent, decision record, under the fencing
   token.
 - ``status_board`` — each changed bundle's status (``status.report``), published per tick when

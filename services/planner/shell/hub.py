@@ -12,6 +12,8 @@ consumers, whatever it plans:
   cluster's planner (``Tap``); messages of clusters the replica does not plan are dropped;
 - the tenant policy, the sync windows and the cluster registry, each followed once and held with
   its last value, handed to every cluster's planner when it starts and on every change;
+- the stored manifests of fleet revisions, read and split once for all clusters that take them
+  (``manifests.ManifestCache``);
 - the members' heartbeats, followed once (the MEMBERS stream keeps the last per subject), and
   looked at again every ``sweep`` seconds for the ones that went stale.
 
@@ -33,6 +35,7 @@ from schemas.subjects import MEMBER_ROLES, encode_token, family_filter
 from schemas.windows import WindowsFile
 from services.clusters import members, registry
 from services.common import bus
+from services.planner.shell.manifests import ManifestCache
 from services.stored.document import Good
 from services.tenancy import store as policy_store
 from services.windows import store as windows_store
@@ -90,6 +93,8 @@ class Hub:
         """Registry entry subject -> its last message."""
         self._beats: dict[str, dict[str, MemberHeartbeat | None]] = {}
         """Encoded cluster token -> role -> its last heartbeat (None: unreadable)."""
+        self.manifests = ManifestCache()
+        """Stored revisions read once for every cluster that takes them."""
         self.routed = 0
         self.dropped = 0
         """Tap messages handed to a planner, and of clusters this replica does not plan."""

@@ -41,10 +41,11 @@ from services.planner.rule.decide import DELETE_INFLIGHT, Desired, Event, Releas
 from services.planner.rule.entry import Slot
 from services.planner.rule.revision import BundleView, Plan, checked_revision, fenced
 from services.planner.shell.fencing import PlacementFence
+from services.planner.shell.manifests import ManifestCache
 from services.planner.shell.sending import pace
 from services.planner.shell.status_board import StatusBoard
 from services.planner.status.report import refused_status
-from services.revisions.publish import BundleError, load_manifests
+from services.revisions.publish import BundleError
 from services.tenancy.rights import override_refusal
 
 log = logging.getLogger("driftbus.planner")
@@ -72,6 +73,7 @@ class BundleIntake:
         queue: asyncio.Queue[tuple[str, Any]],
         fold: Fold,
         prune: Prune,
+        manifests: ManifestCache | None = None,
     ) -> None:
         self.state = state
         self.js = js
@@ -81,6 +83,9 @@ class BundleIntake:
         """Where a bundle waiting on a scope is queued (``recheck``) when one is learned."""
         self.fold = fold
         self.prune = prune
+        self.manifests = manifests if manifests is not None else ManifestCache(0)
+        """Stored manifests read once for every cluster of the replica given the same cache
+        (a fleet revision placed on many); given none, its own, which keeps nothing."""
         self._awaiting_scope: dict[tuple[str, str], bus.Message] = {}
         """The latest revision of a bundle, refused only because a kind's scope was unknown:
         handled again when a scope is learned (a CRD in another bundle, the watcher's
@@ -198,7 +203,7 @@ class BundleIntake:
             bundle = limits.with_tenant_defaults(
                 bundle, self.state.tenancy.policy, self.state.cluster_labels
             )
-            manifests = await load_manifests(self.js, bundle)
+            manifests = await self.manifests.load(self.js, bundle)
             # keyed with what the cluster says; the revision's own CRDs only fill in kinds it
             # has not named yet, for this revision alone: a refused revision (or a tenant's
             # CRD claiming a kind others use) changes nothing of what the planner believes

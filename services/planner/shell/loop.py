@@ -121,6 +121,7 @@ class Planner:
             queue=self._queue,
             fold=self.folder.fold,
             prune=self.folder.prune,
+            manifests=hub.manifests,
         )
         self.duties = Duties(
             settings=settings,
