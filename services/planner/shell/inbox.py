@@ -71,8 +71,10 @@ class Inbox:
         read), then what the hub held back meanwhile, then ``CAUGHT_UP``."""
 
         async def replay(kind: str, stream: str) -> None:
-            follower = bus.Follower(self.js, stream, cluster_filter(kind, self.cluster))
-            async for msg in follower.snapshot():
+            subjects = cluster_filter(kind, self.cluster)
+            if not await bus.stream_subjects(self.js, stream, subjects):
+                return  # one request, no consumer: a new cluster has nothing in most streams
+            async for msg in bus.Follower(self.js, stream, subjects).snapshot():
                 await self.queue.put((kind, msg))
 
         await asyncio.gather(*(replay(k, s) for k, s in CLUSTER_STREAMS.items()))
