@@ -34,9 +34,6 @@ log = logging.getLogger("driftbus.planner")
 
 __all__ = ["Beside", "PlannerSettings", "Replica", "run"]
 
-REBUILDS_AT_ONCE = 8
-"""Clusters of one replica replaying their streams at the same time (the rest wait their
-turn): a burst of claims must not starve the replica's heartbeats."""
 Beside = Callable[[bus.JetStream, PlannerSettings], Coroutine[Any, Any, None]]
 """A peer service run beside the planner for as long as it runs: given its JetStream context and
 its settings (the replica's id resolved), the service's run."""
@@ -59,7 +56,6 @@ class Replica:
         self.pub = publisher
         self.planners: dict[str, Planner] = {}
         self.hub = Hub(js, sweep=settings.members_interval)
-        self._startup = asyncio.Semaphore(REBUILDS_AT_ONCE)
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self.shards = Coordinator(
             js=js,
@@ -97,7 +93,6 @@ class Replica:
             fencing_token=token,
             owns=lambda: self.shards.owns(cluster, token),
             nc=self.nc,
-            startup=self._startup,
         )
         task = asyncio.create_task(planner.run(), name=f"plan {cluster}")
         task.add_done_callback(lambda t: self._ended(cluster, t))

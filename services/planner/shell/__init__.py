@@ -7,6 +7,7 @@
   message at a time; the rebuild at start and going live.
 - ``inbox`` — the cluster's one queue: the hub's messages (held back during the replay), the
   replay of its compacted streams, its duties' alarms; each stream message handled once.
+- ``budget`` — how much replaying a replica does at once, in messages, not clusters.
 - ``alarms`` — one ``call_at`` handle per duty on the event loop's heap, set only when there
   is work: a quiet cluster schedules nothing but its daily refresh.
 - ``followed`` — the settings followed on the bus: the tenant policy (fail closed) and the sync

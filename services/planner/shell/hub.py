@@ -17,10 +17,11 @@ consumers, whatever it plans:
 - the members' heartbeats, followed once (the MEMBERS stream keeps the last per subject), and
   looked at again every ``sweep`` seconds for the ones that went stale.
 
-A cluster just claimed rebuilds from its own compacted history (``Planner._replay``: short-lived
-consumers, at most ``REBUILDS_AT_ONCE`` at a time) while the tap's messages for it are held back;
-the planner drops what its replay already covered by stream sequence. Nine consumers per replica
-in all (five taps, four settings), plus five per cluster while it rebuilds.
+A cluster just claimed rebuilds from its own compacted history (``inbox.Inbox.replay``:
+short-lived consumers, as many at once as the replica's replay budget allows, ``budget``) while
+the tap's messages for it are held back; the planner drops what its replay already covered by
+stream sequence. Nine consumers per replica in all (five taps, four settings), plus at most five
+per cluster while it replays (none for a stream that keeps nothing of it).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from schemas.subjects import MEMBER_ROLES, encode_token, family_filter
 from schemas.windows import WindowsFile
 from services.clusters import members, registry
 from services.common import bus
+from services.planner.shell.budget import WorkBudget
 from services.planner.shell.manifests import ManifestCache
 from services.stored.document import Good
 from services.tenancy import store as policy_store
@@ -93,6 +95,8 @@ class Hub:
         """Registry entry subject -> its last message."""
         self._beats: dict[str, dict[str, MemberHeartbeat | None]] = {}
         """Encoded cluster token -> role -> its last heartbeat (None: unreadable)."""
+        self.replays = WorkBudget()
+        """How much of the clusters' replays at start runs at once (``budget``)."""
         self.manifests = ManifestCache()
         """Stored revisions read once for every cluster that takes them."""
         self.routed = 0

@@ -17,6 +17,7 @@ from typing import Any
 from schemas.subjects import cluster_filter
 from services.common import bus
 from services.planner.shell.alarms import Alarms
+from services.planner.shell.budget import WorkBudget
 from services.planner.shell.hub import CLUSTER_STREAMS
 
 CAUGHT_UP = "caught up"
@@ -28,9 +29,12 @@ QUEUE_LIMIT = 10_000
 class Inbox:
     """The queue of (kind, message) a cluster's run loop reads, one at a time."""
 
-    def __init__(self, js: bus.JetStream, cluster: str) -> None:
+    def __init__(self, js: bus.JetStream, cluster: str, budget: WorkBudget) -> None:
         self.js = js
         self.cluster = cluster
+        self._budget = budget
+        self._taken = 0
+        """Units of the replica's replay budget this cluster holds until it is live."""
         self.queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue(maxsize=QUEUE_LIMIT)
         self.alarms = Alarms(self.ring)
         self._held_back: collections.deque[tuple[str, bus.Message]] | None = collections.deque()
@@ -68,24 +72,38 @@ class Inbox:
 
     async def replay(self) -> None:
         """The cluster's compacted streams as they are now (each its own consumer, gone once
-        read), then what the hub held back meanwhile, then ``CAUGHT_UP``."""
+        read), then what the hub held back meanwhile, then ``CAUGHT_UP``. Waits for its share
+        of the replica's replay budget first (``budget``), held until ``replayed``."""
 
-        async def replay(kind: str, stream: str) -> None:
-            subjects = cluster_filter(kind, self.cluster)
-            if not await bus.stream_subjects(self.js, stream, subjects):
-                return  # one request, no consumer: a new cluster has nothing in most streams
+        async def count(stream: str, subjects: str) -> int:
+            return sum((await bus.stream_subjects(self.js, stream, subjects)).values())
+
+        filters = {k: (s, cluster_filter(k, self.cluster)) for k, s in CLUSTER_STREAMS.items()}
+        # one request per stream, no consumer: a new cluster has nothing in most of them
+        counts = await asyncio.gather(*(count(s, f) for s, f in filters.values()))
+        self._taken = await self._budget.take(sum(counts))
+
+        async def replay(kind: str, stream: str, subjects: str) -> None:
             async for msg in bus.Follower(self.js, stream, subjects).snapshot():
                 await self.queue.put((kind, msg))
 
-        await asyncio.gather(*(replay(k, s) for k, s in CLUSTER_STREAMS.items()))
+        await asyncio.gather(
+            *(replay(k, s, f) for (k, (s, f)), n in zip(filters.items(), counts, strict=True) if n)
+        )
         held = self._held_back
         while held:
             await self.queue.put(held.popleft())
         self._held_back = None  # no await since the last check: nothing is left behind
         await self.queue.put((CAUGHT_UP, None))
 
+    def replayed(self) -> None:
+        """The replay was folded (the cluster is live): its budget goes to the next."""
+        taken, self._taken = self._taken, 0
+        self._budget.give(taken)
+
     async def close(self) -> None:
         """No more alarms, and the duties waiting for room in the queue are dropped."""
+        self.replayed()
         self.alarms.cancel_all()
         for task in self._rings:
             task.cancel()

@@ -81,21 +81,15 @@ class Planner:
         fencing_token: int = 0,
         owns: Callable[[], bool] = lambda: True,
         nc: bus.Connection | None = None,
-        startup: asyncio.Semaphore | None = None,
     ) -> None:
         self.js = js
-        self._startup = startup
-        self._holding_startup = False
-        """Shared by the replica's planners: how many rebuild at once. Hundreds of clusters
-        claimed together would otherwise all replay their streams at the same moment and
-        starve the replica's own heartbeats (it would then fence itself and drop them all)."""
         self.nc = nc
         self.hub = hub
         self.settings = settings
         self.cluster = cluster
         self.state = ClusterState(cluster)
         self.ready = asyncio.Event()
-        self.inbox = Inbox(js, cluster)
+        self.inbox = Inbox(js, cluster, hub.replays)
         """Every input, handled one at a time: the streams' messages, the settings (the last
         good sync windows, ``windows``, a ``Good``), bundle re-checks, bundles whose hold ended
         (``release``, a bundle name), and the duties whose alarm rang (``DUTIES``)."""
@@ -149,20 +143,7 @@ class Planner:
     # --- the run loop ---------------------------------------------------------------------
 
     async def run(self) -> None:
-        if self._startup is None:
-            await self._run()
-            return
-        await self._startup.acquire()
-        self._holding_startup = True
-        try:
-            await self._run()
-        finally:
-            self._release_startup()
-
-    def _release_startup(self) -> None:
-        if self._startup is not None and self._holding_startup:
-            self._holding_startup = False
-            self._startup.release()
+        await self._run()
 
     # --- what the hub hands us -------------------------------------------------------------
 
@@ -254,7 +235,7 @@ class Planner:
         with nothing changed adds nothing to old traces."""
         st = self.state
         st.live = True
-        self._release_startup()  # the next cluster may rebuild while this one decides
+        self.inbox.replayed()  # the next cluster may replay while this one decides
         slots = sorted(
             (s for s, e in st.entries.items() if e.manifest_sha is not None),
             key=lambda s: apply_order(s[1]),

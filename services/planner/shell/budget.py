@@ -1,0 +1,49 @@
+"""How much rebuilding a replica does at once, counted in messages replayed, not in clusters.
+
+Hundreds of clusters claimed together would all replay their streams at the same moment and
+starve the replica's own heartbeats (it would then fence itself and drop them all). A fixed
+number of clusters at a time (issue 31's eight) bounds that, but makes 1,000 new clusters — a
+bundle message each — wait in line behind each other. The bound is the work: a cluster's replay
+takes as many units as the messages its streams keep for it (known from one request per stream
+before any consumer exists), a new cluster with nothing yet takes none, and one larger than the
+whole budget still goes, alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+REPLAY_BUDGET = 50_000
+"""Messages of replays in progress at once in one replica (about a second of the planner's
+folding, and a few MiB of buffered messages)."""
+
+
+class WorkBudget:
+    """Units of work taken and given back; ``take`` waits until they fit."""
+
+    def __init__(self, limit: int = REPLAY_BUDGET) -> None:
+        self.limit = limit
+        self.used = 0
+        self._waiters: list[asyncio.Future[None]] = []
+
+    async def take(self, units: int) -> int:
+        """Wait until ``units`` fit (at most the whole budget), take them; returns what was
+        taken, to be given back with ``give``."""
+        units = max(0, min(units, self.limit))
+        while self.used + units > self.limit:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            finally:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+        self.used += units
+        return units
+
+    def give(self, units: int) -> None:
+        self.used -= units
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:  # each looks again whether it fits now
+            if not waiter.done():
+                waiter.set_result(None)
