@@ -16,6 +16,10 @@ import asyncio
 REPLAY_BUDGET = 50_000
 """Messages of replays in progress at once in one replica (about a second of the planner's
 folding, and a few MiB of buffered messages)."""
+SIZING_AT_ONCE = 32
+"""Clusters whose replay is being sized at once (five stream requests each): a thousand claims
+in one round must not put five thousand requests in flight (nats-server refuses API requests
+past 10,000 pending)."""
 
 
 class WorkBudget:
@@ -24,6 +28,8 @@ class WorkBudget:
     def __init__(self, limit: int = REPLAY_BUDGET) -> None:
         self.limit = limit
         self.used = 0
+        self.sizing = asyncio.Semaphore(SIZING_AT_ONCE)
+        """Held while a replay's size is asked of the bus (``SIZING_AT_ONCE``)."""
         self._waiters: list[asyncio.Future[None]] = []
 
     async def take(self, units: int) -> int:

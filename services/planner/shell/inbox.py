@@ -80,7 +80,8 @@ class Inbox:
 
         filters = {k: (s, cluster_filter(k, self.cluster)) for k, s in CLUSTER_STREAMS.items()}
         # one request per stream, no consumer: a new cluster has nothing in most of them
-        counts = await asyncio.gather(*(count(s, f) for s, f in filters.values()))
+        async with self._budget.sizing:
+            counts = await asyncio.gather(*(count(s, f) for s, f in filters.values()))
         self._taken = await self._budget.take(sum(counts))
 
         async def replay(kind: str, stream: str, subjects: str) -> None:

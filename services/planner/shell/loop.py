@@ -3,7 +3,7 @@ decision rule, one message at a time, and prunes what a bundle no longer declare
 
 The replica's hub (``shell.hub``) follows the streams for all its clusters and hands each planner
 its messages and the settings it reads. Start-up replays the cluster's compacted streams with
-short-lived consumers of its own (``_replay``; the hub's live messages wait meanwhile, and what
+short-lived consumers of its own (``inbox``: the hub's live messages wait meanwhile, and what
 the replay covered is dropped by stream sequence), deciding nothing before it completes; then
 each desired object is evaluated once: with nothing changed that is all hits and zero intents.
 Live, each fact goes through ``step``; what it returns is published by ``sending`` (intent, row,
@@ -85,7 +85,6 @@ class Planner:
         self.js = js
         self.nc = nc
         self.hub = hub
-        self.settings = settings
         self.cluster = cluster
         self.state = ClusterState(cluster)
         self.ready = asyncio.Event()
@@ -142,9 +141,6 @@ class Planner:
 
     # --- the run loop ---------------------------------------------------------------------
 
-    async def run(self) -> None:
-        await self._run()
-
     # --- what the hub hands us -------------------------------------------------------------
 
     async def deliver(self, kind: str, msg: bus.Message) -> None:
@@ -162,7 +158,7 @@ class Planner:
 
     # --- the run loop -----------------------------------------------------------------------
 
-    async def _run(self) -> None:
+    async def run(self) -> None:
         queue, hub, st = self._queue, self.hub, self.state
         # the settings first: the bundles of the replay are held to them
         st.cluster_labels = hub.labels(self.cluster)
