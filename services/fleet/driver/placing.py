@@ -63,6 +63,7 @@ class Placer:
                 msg_id=msg_id,
                 source=f"fleet {state.bundle}: left the fleet",
                 fencing_token=token,
+                streams_known=True,
             )
             return
         placement = state.target if action.which == "target" else state.previous
@@ -78,6 +79,8 @@ class Placer:
             "published_at": action.at,
             "msg_id": msg_id,
             "rollback_of": rollback_of,
+            # the planner beside the driver made the streams: no ten stream lookups per placement
+            "streams_known": True,
         }
         if placement.substitute:
             record = self.views.registry.records.get(cluster)
