@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import dataclasses
 import importlib
+import os
 import signal
 import sys
 from collections.abc import Callable, Coroutine
@@ -116,10 +117,24 @@ async def _until_signal(service: Service, config: Any) -> int:
     kwargs = {"stopping": stopping} if service.drains else {}
     task = asyncio.create_task(service.run(config, **kwargs))
 
+    signals = 0
+
     def stop() -> None:
-        stopping.set()
-        if not service.drains:
-            task.cancel()
+        # The first signal stops the service. A second one is ignored: a repeated signal (the
+        # test harness's terminate-then-stop, a supervisor, a user pressing Ctrl-C twice) must
+        # not cancel the shutdown under way. Landing in the NATS client's drain, it cancelled
+        # the PING of a flush; nats-py then failed on the PONG (InvalidStateError in its read
+        # loop) and the drain waited out its 10 s flush timeout, until SIGKILL. A third one
+        # ends the process at once: a shutdown that hangs can still be broken without SIGKILL.
+        nonlocal signals
+        signals += 1
+        if signals == 1:
+            stopping.set()
+            if not service.drains:
+                task.cancel()
+        elif signals >= 3:
+            print("driftbus: a third signal: stopping at once", file=sys.stderr, flush=True)
+            os._exit(1)
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop)
