@@ -157,14 +157,24 @@ async def one_run(
         "DRIFTBUS_LOG_LEVEL": "INFO",
         "PYTHONUNBUFFERED": "1",
     }
+    ports = {f"planner-{i}": servers.free_port() for i in range(planners)}
     procs = {
-        f"planner-{i}": servers.Process(
-            f"planner-{i}",
-            [sys.executable, "-m", "services.cli.main", "planner", "--planner-id", f"planner-{i}"],
+        name: servers.Process(
+            name,
+            [
+                sys.executable,
+                "-m",
+                "services.cli.main",
+                "planner",
+                "--planner-id",
+                name,
+                "--http-port",
+                str(port),
+            ],
             workdir / "planners",
             env=env,
         )
-        for i in range(planners)
+        for name, port in ports.items()
     }
     for p in procs.values():
         p.start()
@@ -231,7 +241,7 @@ async def one_run(
         await asyncio.sleep(idle)
         idle_read = quiet.read()
         consumers = await asyncio.to_thread(planner_consumers, nats_server)  # still idle
-        restart = await _restart(js, procs, clusters, limit)
+        restart = await _restart(js, procs, ports, clusters, limit)
         return {
             "phase": str(phase),
             "complete": phase is RolloutPhase.COMPLETE,
@@ -308,11 +318,22 @@ async def _last_seqs(js: JetStreamContext) -> dict[str, int]:
     return out
 
 
-async def _served(js: JetStreamContext, planners: Sequence[str], clusters: int, since: str) -> bool:
+def _readyz(port: int) -> bool:
+    """The planner's readiness: "claimed its clusters, each rebuilt from the streams and live"."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as r:
+            return bool(r.status == 200)
+    except OSError:  # 503 (HTTPError), or not listening yet
+        return False
+
+
+async def _served(js: JetStreamContext, ports: dict[str, int], clusters: int, since: str) -> bool:
     """Whether every cluster is served again after the restart at ``since`` (ISO time): each
     planner has written its heartbeat since, says it completed a claim round (``ready``, what
-    ``harness.pipeline.planner_ready`` reads) and lists the clusters it plans, those lists
-    cover every simulated cluster, and each cluster's claim names one of the planners."""
+    ``harness.pipeline.planner_ready`` reads) and lists the clusters it runs, those lists cover
+    every simulated cluster, each cluster's claim names one of the planners, and each planner's
+    ``/readyz`` holds (every cluster it runs rebuilt from the streams and live)."""
+    planners = list(ports)
     try:
         kv = await js.key_value(bus.SHARDS_BUCKET)
     except Exception:  # noqa: BLE001 - not there yet
@@ -333,12 +354,14 @@ async def _served(js: JetStreamContext, planners: Sequence[str], clusters: int, 
         claim = await bus.read_lease(kv, bus.claim_key(name))
         if claim is None or claim.holder not in planners:
             return False
-    return True
+    ready = await asyncio.gather(*(asyncio.to_thread(_readyz, p) for p in ports.values()))
+    return all(ready)
 
 
 async def _restart(
-    js: JetStreamContext, procs: dict[str, servers.Process], clusters: int, limit: float
-) -> dict[str, Any]:
+    js: JetStreamContext, procs: dict[str, servers.Process], ports: dict[str, int],
+    clusters: int, limit: float,
+) -> dict[str, Any]:  # fmt: skip
     """SIGKILL every planner replica, start them again: seconds until every cluster is served
     again (``_served``), and what was written meanwhile and ``RESTART_SETTLE`` s after."""
     before = await _last_seqs(js)
@@ -350,7 +373,7 @@ async def _restart(
         p.start()
     await _until(
         "every cluster served again after the planners' restart",
-        lambda: _served(js, list(procs), clusters, since),
+        lambda: _served(js, ports, clusters, since),
         limit,
     )
     took = time.monotonic() - killed
@@ -504,8 +527,8 @@ def _results(
         Result(f"{tag}-restart-served-again", "s", col("restart_s"), "target",
                [TARGET["restart_s"]] * n, params, higher_is_better=False,
                target="≤ 60 s: ratio ≤ 1 (every planner SIGKILLed and restarted after idle: until "
-               "each has heartbeated ready since, their cluster lists cover every cluster and "
-               "every claim names one of them)"),
+               "each has heartbeated ready since, their cluster lists cover every cluster, "
+               "every claim names one of them and each planner's /readyz holds)"),
         Result(f"{tag}-restart-intents", "intents", col("restart_intents"),
                "clusters × objects (everything sent again)", [float(clusters * objects)] * n,
                params, higher_is_better=False,
