@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import json
 import os
 import signal
@@ -39,7 +40,7 @@ from typing import Any
 import nats
 from nats.js import JetStreamContext
 
-from bench.fleetsim_members import cluster_name
+from bench.fleetsim_members import cluster_name, configmaps
 from bench.report import Result
 from bench.stack import cpu_seconds, machine_busy, rss_bytes
 from harness.pipeline import planner_ready
@@ -54,22 +55,23 @@ from services.fleet.publish import publish_fleet
 MIB = 1024 * 1024
 BUNDLE = "fleetsim"
 STEPS = ["1%", "10%"]
-TARGET = {"ready_s": 60.0, "idle_cores": 0.1, "planner_rss_mib": 300.0}
+TARGET = {
+    "ready_s": 60.0,
+    "idle_cores": 0.1,
+    "planner_rss_mib": 200.0,
+    "restart_s": 60.0,
+    "restart_writes": 0,
+}
+"""Issue 43's table: publish → Complete ≤ 60 s; idle planners + nats-server ≤ 0.1 core; planner
+RSS ≤ 200 MiB per replica; all planners SIGKILLed → every cluster served again ≤ 60 s with 0
+writes; NATS consumers per replica a constant (reported); 3,000 × 30 reported (≤ 120 s,
+≤ 0.2 core: ``--clusters 3000 --objects 30``)."""
+RESTART_SETTLE = 10.0
+"""Seconds after the clusters are served again in which writes are still counted as the
+restart's (a resend or status timer that fires late)."""
 ROOT = Path(__file__).resolve().parent.parent
 PER_MEMBER_PROCESS = 500
 """Simulated clusters per member process (one asyncio loop each)."""
-
-
-def configmaps(n: int) -> list[dict[str, Any]]:
-    return [
-        {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": f"cm-{i}", "namespace": "default", "labels": {"app": "fleetsim"}},
-            "data": {"index": str(i), "payload": f"value-{i}-" + "x" * 64},
-        }
-        for i in range(n)
-    ]
 
 
 def varz(nats_server: servers.NatsServer) -> dict[str, Any]:
@@ -118,7 +120,7 @@ async def _driver_leading(js: JetStreamContext) -> bool:
 
 
 async def _start_members(
-    nats_url: str, count: int, fail_share: float, workdir: Path
+    nats_url: str, count: int, objects: int, fail_share: float, workdir: Path
 ) -> list[tuple[asyncio.subprocess.Process, Path]]:
     procs = []
     for first in range(0, count, PER_MEMBER_PROCESS):
@@ -127,7 +129,8 @@ async def _start_members(
         log = (workdir / f"members-{first}.log").open("ab")
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "bench.fleetsim_members", "--nats", nats_url,
-            "--first", str(first), "--count", str(n), "--fail-share", str(fail_share),
+            "--first", str(first), "--count", str(n), "--objects", str(objects),
+            "--fail-share", str(fail_share),
             "--stats", str(stats),
             stdout=asyncio.subprocess.PIPE, stderr=log, cwd=ROOT,
         )  # fmt: skip
@@ -154,14 +157,24 @@ async def one_run(
         "DRIFTBUS_LOG_LEVEL": "INFO",
         "PYTHONUNBUFFERED": "1",
     }
+    ports = {f"planner-{i}": servers.free_port() for i in range(planners)}
     procs = {
-        f"planner-{i}": servers.Process(
-            f"planner-{i}",
-            [sys.executable, "-m", "services.cli.main", "planner", "--planner-id", f"planner-{i}"],
+        name: servers.Process(
+            name,
+            [
+                sys.executable,
+                "-m",
+                "services.cli.main",
+                "planner",
+                "--planner-id",
+                name,
+                "--http-port",
+                str(port),
+            ],
             workdir / "planners",
             env=env,
         )
-        for i in range(planners)
+        for name, port in ports.items()
     }
     for p in procs.values():
         p.start()
@@ -173,7 +186,9 @@ async def one_run(
             await _until(f"{name} ready", lambda n=name: planner_ready(js, n), 120)
         await _until("the rollout driver", lambda: _driver_leading(js), 60)
         started_members = time.monotonic()
-        members = await _start_members(nats_server.client_url, clusters, fail_share, workdir)
+        members = await _start_members(
+            nats_server.client_url, clusters, objects, fail_share, workdir
+        )
         members_up = time.monotonic() - started_members
         await asyncio.sleep(6.0)  # a round of heartbeats; the driver has read the registry
         pids = {n: p.pid for n, p in procs.items()} | {"nats-server": nats_server.process.pid}  # type: ignore[union-attr]
@@ -225,6 +240,8 @@ async def one_run(
         quiet = Meter(pids, nats_server)
         await asyncio.sleep(idle)
         idle_read = quiet.read()
+        consumers = await asyncio.to_thread(planner_consumers, nats_server)  # still idle
+        restart = await _restart(js, procs, ports, clusters, limit)
         return {
             "phase": str(phase),
             "complete": phase is RolloutPhase.COMPLETE,
@@ -238,6 +255,8 @@ async def one_run(
             "rss": rss,
             "rss_peak": {n: max(hwm[n], peak_rss[n]) for n in procs},
             "clusters_per_planner": claims,
+            "consumers": consumers,
+            "restart": restart,
         }
     finally:
         for proc, _ in members:
@@ -259,6 +278,127 @@ async def one_run(
         for p in procs.values():
             p.stop(timeout=10)
         await asyncio.to_thread(nats_server.stop)
+
+
+def _monitor(nats_server: servers.NatsServer, path: str) -> dict[str, Any]:
+    url = f"{nats_server.monitor_url}{path}"  # http on loopback, from the server's ports file
+    with urllib.request.urlopen(url, timeout=60) as r:  # noqa: S310
+        return dict(json.load(r))
+
+
+def planner_consumers(nats_server: servers.NatsServer) -> list[int]:
+    """JetStream consumers per planner replica, from nats-server's monitoring endpoint: every
+    consumer of every stream (``/jsz?consumers=true&config=true``) whose delivery subject is one
+    of the subscriptions of a connection named ``driftbus-planner`` (``/connz?subs=detail``),
+    per such connection (a replica holds one). Pull consumers have no delivery subject and are not
+    attributed: the planners make none (the appliers' durable intent consumers are pull
+    consumers, so they are left out by construction)."""
+    conns = _monitor(nats_server, "/connz?subs=detail&limit=100000")
+    planners = [
+        {s["subject"] for s in c.get("subscriptions_list_detail") or []}
+        for c in conns.get("connections") or []
+        if c.get("name") == "driftbus-planner"
+    ]
+    jsz = _monitor(nats_server, "/jsz?consumers=true&config=true&accounts=true&limit=100000")
+    delivered = [
+        (c.get("config") or {}).get("deliver_subject", "")
+        for account in jsz.get("account_details") or []
+        for stream in account.get("stream_detail") or []
+        for c in stream.get("consumer_detail") or []
+    ]
+    return sorted(sum(1 for d in delivered if d and d in subs) for subs in planners)
+
+
+async def _last_seqs(js: JetStreamContext) -> dict[str, int]:
+    """The last sequence of the streams a write lands in: what was written between two reads."""
+    out = {}
+    for stream in (bus.INTENTS, bus.APPLIED, bus.SERVER, bus.STATUS):
+        info = await js.stream_info(stream)
+        out[stream] = int(info.state.last_seq)
+    return out
+
+
+def _readyz(port: int) -> bool:
+    """The planner's readiness: "claimed its clusters, each rebuilt from the streams and live"."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as r:
+            return bool(r.status == 200)
+    except OSError:  # 503 (HTTPError), or not listening yet
+        return False
+
+
+async def _served(
+    js: JetStreamContext, ports: dict[str, int], names: Sequence[str], since: str
+) -> bool:
+    """Whether the clusters ``names`` are served again after the restart at ``since`` (ISO
+    time): each planner has written its heartbeat since, says it completed a claim round
+    (``ready``, what ``harness.pipeline.planner_ready`` reads) and lists the clusters it runs,
+    those lists cover ``names``, each of their claims names one of the planners, and each
+    planner's ``/readyz`` holds (every cluster it runs rebuilt from the streams and live)."""
+    planners = list(ports)
+    try:
+        kv = await js.key_value(bus.SHARDS_BUCKET)
+    except Exception:  # noqa: BLE001 - not there yet
+        return False
+    held: set[str] = set()
+    for p in planners:
+        entry = await bus.read_entry(kv, bus.heartbeat_key(p))
+        if entry is None or not entry.value:
+            return False
+        beat = json.loads(entry.value)
+        if not beat.get("ready") or str(beat.get("at", "")) <= since:
+            return False
+        held |= set(beat.get("clusters") or [])
+    if not set(names) <= held:
+        return False
+    for name in names:
+        claim = await bus.read_lease(kv, bus.claim_key(name))
+        if claim is None or claim.holder not in planners:
+            return False
+    ready = await asyncio.gather(*(asyncio.to_thread(_readyz, p) for p in ports.values()))
+    return all(ready)
+
+
+async def _restart(
+    js: JetStreamContext, procs: dict[str, servers.Process], ports: dict[str, int],
+    clusters: int, limit: float,
+) -> dict[str, Any]:  # fmt: skip
+    """SIGKILL every planner replica, start them again: seconds until every cluster is served
+    again (``_served``), and what was written meanwhile and ``RESTART_SETTLE`` s after."""
+    before = await _last_seqs(js)
+    claimed = await _claimed(js, clusters)  # all of them once the rollout reached them
+    for p in procs.values():
+        p.kill()  # SIGKILL, reaped
+    since = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+    killed = time.monotonic()
+    for p in procs.values():
+        p.start()
+    await _until(
+        "every cluster served again after the planners' restart",
+        lambda: _served(js, ports, claimed, since),
+        limit,
+    )
+    took = time.monotonic() - killed
+    await asyncio.sleep(RESTART_SETTLE)
+    after = await _last_seqs(js)
+    writes = {s: after[s] - before[s] for s in before}
+    return {
+        "seconds": took,
+        "writes": writes,
+        "intents": writes[bus.INTENTS],
+        "clusters_served": len(claimed),
+    }
+
+
+async def _claimed(js: JetStreamContext, clusters: int) -> list[str]:
+    """The simulated clusters a planner claims (those that have a bundle)."""
+    kv = await js.key_value(bus.SHARDS_BUCKET)
+    out = []
+    for i in range(clusters):
+        claim = await bus.read_lease(kv, bus.claim_key(cluster_name(i)))
+        if claim is not None and claim.holder:
+            out.append(cluster_name(i))
+    return out
 
 
 async def _claims(js: JetStreamContext, clusters: int) -> dict[str, int]:
@@ -302,7 +442,25 @@ def _summary(r: dict[str, Any], clusters: int, objects: int) -> dict[str, Any]:
         "idle_msgs_per_s": idle_rate,
         "machine_busy_rollout": roll["machine_busy"],
         "machine_busy_idle": quiet["machine_busy"],
+        "objects_applied": r["members"].get("objects_applied", 0),
+        "restart_s": r["restart"]["seconds"],
+        "restart_intents": r["restart"]["intents"],
+        "consumers_per_planner": max(r["consumers"], default=0),
     }
+
+
+def shortfall(members: dict[str, int], clusters: int, objects: int) -> str:
+    """Why the members' counters do not check out ("" when they do): every simulated cluster
+    must hold every object at the expected manifest, with its applied fact published. Pure."""
+    want = clusters * objects
+    got = members.get("objects_applied", 0)
+    if got == want:
+        return ""
+    return (
+        f"fleet-sim: the simulated members hold {got} of {want} objects ({clusters} clusters × "
+        f"{objects}) at the expected manifest with its applied fact published; their counters: "
+        f"{members}"
+    )
 
 
 async def _main(
@@ -322,13 +480,19 @@ async def _main(
                 r["members"] = json.loads((Path(tmp) / "member-stats.json").read_text())
             r["loadavg_before"] = [round(x, 2) for x in load]
             s = _summary(r, clusters, objects)
+            if fail_share == 0.0 and (why := shortfall(r["members"], clusters, objects)):
+                print(f"  {r['phase']} {r['ready']}/{r['clusters_in_state']}", file=sys.stderr)
+                raise SystemExit(why)
             runs.append((r, s))
             print(
                 f"  fleet-sim {clusters}x{objects} rep {rep + 1}/{repetitions}: {r['phase']} "
                 f"({r['ready']}/{r['clusters_in_state']} Ready) after {s['seconds']:.1f}s; "
                 f"planners {s['planner_cpu_s']:.1f} cpu-s, {s['planner_rss_mib']:.0f} MiB; "
                 f"nats {s['nats_cpu_s']:.1f} cpu-s; {s['msgs_per_object_cluster']:.1f} msgs/obj/"
-                f"cluster; idle {s['idle_cores']:.3f} cores; members {r['members']}",
+                f"cluster; idle {s['idle_cores']:.3f} cores; consumers per planner "
+                f"{r['consumers']}; restart: {r['restart']['clusters_served']} clusters served "
+                f"again after {s['restart_s']:.1f}s, writes "
+                f"{r['restart']['writes']}; members {r['members']}",
                 file=sys.stderr,
                 flush=True,
             )
@@ -357,6 +521,9 @@ def _results(
         "members_start_s": [round(r["members_start_s"], 1) for r, _ in runs],
         "clusters_per_planner": [r["clusters_per_planner"] for r, _ in runs],
         "member_counters": [r["members"] for r, _ in runs],
+        "consumers_per_planner_connection": [r["consumers"] for r, _ in runs],
+        "restart_writes": [r["restart"]["writes"] for r, _ in runs],
+        "restart_clusters_served": [r["restart"]["clusters_served"] for r, _ in runs],
         "loadavg_before": [r["loadavg_before"] for r, _ in runs],
         "per_run": [{k: round(v, 4) for k, v in s.items()} for _, s in runs],
         "simulated": "watchers and appliers (bench/fleetsim_members.py); no Kubernetes",
@@ -366,12 +533,32 @@ def _results(
     tag = f"fleet-sim-{clusters}x{objects}"
     return [
         Result(f"{tag}-all-ready", "s", col("seconds"), "target", [TARGET["ready_s"]] * n,
-               params, higher_is_better=False, target="ratio ≤ 1 (Complete, bake excluded)"),
+               params, higher_is_better=False,
+               target="≤ 60 s: ratio ≤ 1 (Complete, bake excluded; 3,000 × 30: ≤ 120 s)"),
+        Result(f"{tag}-objects-applied", "objects", col("objects_applied"), "clusters × objects",
+               [float(clusters * objects)] * n, params, higher_is_better=True,
+               target="ratio = 1 (counted by the simulated members; the run fails otherwise)"),
         Result(f"{tag}-idle-planners-nats-cores", "cores", idle_cores, "target",
-               [TARGET["idle_cores"]] * n, params, higher_is_better=False, target="ratio ≤ 1"),
+               [TARGET["idle_cores"]] * n, params, higher_is_better=False,
+               target="≤ 0.1 core: ratio ≤ 1 (3,000 × 30: ≤ 0.2 core)"),
         Result(f"{tag}-planner-rss", "MiB", col("planner_rss_mib"), "target",
                [TARGET["planner_rss_mib"]] * n, params, higher_is_better=False,
-               target="ratio ≤ 1 (largest replica)"),
+               target="≤ 200 MiB: ratio ≤ 1 (largest replica)"),
+        Result(f"{tag}-restart-served-again", "s", col("restart_s"), "target",
+               [TARGET["restart_s"]] * n, params, higher_is_better=False,
+               target="≤ 60 s: ratio ≤ 1 (every planner SIGKILLed and restarted after idle: until "
+               "each has heartbeated ready since, their cluster lists cover every claimed cluster, "
+               "every claim names one of them and each planner's /readyz holds)"),
+        Result(f"{tag}-restart-intents", "intents", col("restart_intents"),
+               "clusters × objects (everything sent again)", [float(clusters * objects)] * n,
+               params, higher_is_better=False,
+               target="0 writes: ratio 0 (INTENTS stream sequence, kill → served again + 10 s; "
+               "APPLIED, SERVER, STATUS in restart_writes)"),
+        Result(f"{tag}-nats-consumers-per-planner", "consumers", col("consumers_per_planner"),
+               "clusters", [float(clusters)] * n, params, higher_is_better=False,
+               target="a constant, not growing with clusters (largest replica, idle: consumers "
+               "whose delivery subject is a subscription of a driftbus-planner connection, "
+               "/jsz + /connz; the appliers' pull consumers excluded)"),
         Result(f"{tag}-planner-cpu", "cpu-s", col("planner_cpu_s"), "nats-server",
                col("nats_cpu_s"), params, higher_is_better=False,
                target="reported (all planner replicas, publish → Complete)"),

@@ -1,24 +1,40 @@
-"""Simulated clusters for ``python -m bench fleet-sim``: the watcher and applier of each cluster as
-bus members, with no Kubernetes behind them.
+"""Simulated clusters for ``python -m bench fleet-sim``: each cluster's watcher and applier as bus
+members, with an in-memory API server (``SimKube``) in place of Kubernetes.
 
-``python -m bench.fleetsim_members --nats URL --first I --count N --stats PATH`` simulates the
-clusters ``sim-<I>`` … ``sim-<I+N-1>`` in one asyncio process. What each does on the bus is what
-the real services do, through the same code where the code is not about Kubernetes:
+``python -m bench.fleetsim_members --nats URL --first I --count N --objects M --stats PATH``
+simulates the clusters ``sim-<I>`` … ``sim-<I+N-1>`` in one asyncio process. The bus side of
+each cluster is the real services' own code, unchanged:
 
-* registers itself in the cluster registry (``services.clusters.registry.register``, as a watcher
-  does at start);
-* heartbeats as watcher (``synced``) and applier every 5 s (``services.clusters.members.announce``);
-* takes its intents off the cluster's durable pull consumer with the applier's own loop
-  (``services.applier.consumer.consume``: fetch with a 1 s timeout, 16 in flight) behind the
-  applier's fence (``services.applier.fence``: the claim read at start and every second);
-* answers an intent as applier + watcher would: the supersession check (the intent subject's last
-  message), the applied fact by compare-and-publish (``publish_newest``, the applier's
-  ``supersedes``), the object's status row, the server fact by compare-and-publish with the same
-  SHA and a health — ``Ready``, or ``Failed`` in the clusters told to fail — then ``ack_sync``.
+* **applier**: a real ``services.applier.service.Applier`` (default settings: 16 intents in
+  flight, ack wait 10 s, fence read every second) — its fence (the claim read at start and
+  followed), its heartbeat, its intent consumer (``consumer.consume``: fetch up to the free
+  slots, again once a quarter of them are free), the namespace gate, the supersession read only
+  for an intent that waited or was redelivered, the "already carried out" read only for a
+  redelivery, ``verbs.apply`` / ``verbs.delete`` against ``SimKube``, and ``report.Reporter``:
+  the applied fact by compare-and-publish in the APPLIED stream's fast batch (expecting an empty
+  subject for an object decided new), the status row in the STATUS fast batch, then ``ack``
+  without a round trip;
+* **watcher**: registers the cluster in the registry (``clusters.registry.register``), heartbeats
+  (``clusters.members.announce``, synced), follows the cluster's bundles (``bus.Follower`` on
+  its BUNDLES subjects, an ordered consumer as the real watcher's) and, for each object
+  ``SimKube`` stores or deletes, publishes the server fact through a real
+  ``services.watcher.watch.Watcher`` (``_observe`` / ``_tombstone``: the fact only when SHA or
+  health changed, compare-and-publish against the sequence it last saw, one by one), as a
+  watch event would make it. Objects of the clusters told to fail carry a ``Stalled=True``
+  condition, so their health is ``Failed``; the others are ``Ready``.
 
-What is not simulated: the API server's apply (and its latency), the watcher's watches, relists
-and its follower of the cluster's bundles. One NATS connection serves all clusters of a process
-(real members hold one each).
+``SimKube`` answers ``resource_for``, ``discovery.resource``, ``apply``, ``get`` and ``delete``
+from a dict per cluster (resourceVersions count up per cluster; no latency, no managed fields,
+so no adoption patch). Not simulated: the API server itself, the watcher's seeding from SERVER
+at start (the streams are empty when the members start), its discovery and relists. One NATS
+connection serves all clusters of a process (real members hold one each).
+
+Counters, written as JSON to ``--stats`` on SIGTERM: the appliers' own (``applied``,
+``superseded``, ``fenced``, ``failed``, ``redelivered_done``), ``handler_errors``, the server facts
+published, and ``objects_applied``: the distinct (cluster, object) pairs whose object in
+``SimKube`` holds the expected manifest (the ``data`` of ``configmaps(objects)``) and whose
+applied fact was published with the SHA of that very manifest. ``python -m bench fleet-sim``
+fails unless ``objects_applied`` = clusters × objects.
 """
 
 from __future__ import annotations
@@ -26,51 +42,52 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import functools
+import copy
 import hashlib
 import itertools
 import json
-import random
 import signal
 import sys
+import uuid
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any
 
 import nats
-from nats.aio.msg import Msg
-from nats.js import JetStreamContext
 
-from schemas.codec import decode, encode
-from schemas.messages import (
-    AppliedEvent,
-    ApplyIntent,
-    DeleteIntent,
-    Health,
-    Intent,
-    ObjectPhase,
-    ObjectStatus,
-    ServerEvent,
-)
-from schemas.subjects import object_status_subject, object_subject
-from services.applier.consumer import consume, seq
-from services.applier.fence import Fence, follow_claims, read_claim
-from services.applier.report import supersedes
-from services.applier.verbs import DELETED_SHA, now
+from schemas.codec import WireError, decode
+from schemas.messages import ApplyIntent, Bundle, DeleteIntent
+from schemas.subjects import ObjectKey, cluster_filter
+from services.applier.report import Reporter
+from services.applier.service import Applier
+from services.applier.settings import ApplierSettings
+from services.applier.verbs import Outcome
 from services.clusters import members
 from services.clusters.registry import register
 from services.common import bus
-from services.common.bus.newest import publish_newest
-from services.watcher.facts import fact_id, newer_than
+from services.core.sha import manifest_sha
+from services.kube import NotFound, Resource
+from services.watcher.settings import WatcherSettings
+from services.watcher.watch import Watcher
 
-CONCURRENCY = 16
-"""Intents in flight per cluster (the applier's default ``--concurrency``)."""
-ACK_WAIT = 10.0
-FENCE_REFRESH = 1.0
-"""The applier's default ``--fence-refresh``: a claim read per cluster per second."""
+APP_LABEL = "fleetsim"
 
 
 def cluster_name(i: int) -> str:
     return f"sim-{i:04d}"
+
+
+def configmaps(n: int) -> list[dict[str, Any]]:
+    """The fleet bundle's manifests: ``n`` ConfigMaps in ``default``."""
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": f"cm-{i}", "namespace": "default", "labels": {"app": APP_LABEL}},
+            "data": {"index": str(i), "payload": f"value-{i}-" + "x" * 64},
+        }
+        for i in range(n)
+    ]
 
 
 def fails(cluster: str, share: float) -> bool:
@@ -79,136 +96,182 @@ def fails(cluster: str, share: float) -> bool:
     return h / 2**32 < share
 
 
+def objects_applied(
+    live: Mapping[ObjectKey, Mapping[str, Any]],
+    applied: Mapping[ObjectKey, str],
+    reported: Mapping[ObjectKey, str],
+    expected: Mapping[tuple[str, str], Mapping[str, Any]],
+) -> int:
+    """Objects of one cluster that reached the expected manifest (pure): held by the simulated
+    API server with the expected ``data``, and named in an applied fact the applier published
+    with the SHA of the very manifest the API server got. ``applied``: key → SHA of the
+    manifest last applied; ``reported``: key → manifest SHA of the last applied fact."""
+    n = 0
+    for key, obj in live.items():
+        want = expected.get((key.namespace, key.name))
+        if want is None or obj.get("data") != want.get("data"):
+            continue
+        if key in applied and reported.get(key) == applied[key]:
+            n += 1
+    return n
+
+
+class _Discovery:
+    async def resource(self, api_version: str, kind: str) -> Resource:
+        group, _, version = api_version.rpartition("/")
+        return Resource(group, version, kind, kind.lower() + "s", namespaced=kind != "Namespace")
+
+
+class SimKube:
+    """An in-memory API server for one cluster: what the applier's verbs call, and a watch
+    event to the cluster's watcher for every stored or deleted object."""
+
+    def __init__(self, watcher: Watcher, *, failing: bool) -> None:
+        self.discovery = _Discovery()
+        self.watcher = watcher
+        self.failing = failing
+        self.objects: dict[ObjectKey, dict[str, Any]] = {}
+        self.applied: dict[ObjectKey, str] = {}
+        """key → SHA of the manifest last applied (as the planner hashes manifests)"""
+        self.rv = itertools.count(1000)
+        self.events: set[asyncio.Task[Any]] = set()
+        self.errors = 0
+
+    async def resource_for(self, obj: Mapping[str, Any]) -> Resource:
+        return await self.discovery.resource(str(obj["apiVersion"]), str(obj["kind"]))
+
+    def impersonating(self, user: str, groups: Any = ()) -> SimKube:
+        return self
+
+    async def apply(
+        self, obj: Mapping[str, Any], *, field_manager: str = "", force: bool = False,
+        dry_run: bool = False, resource: Resource | None = None,
+    ) -> dict[str, Any]:  # fmt: skip
+        live = copy.deepcopy(dict(obj))
+        key = ObjectKey.of(live)
+        old = self.objects.get(key)
+        live["metadata"]["resourceVersion"] = str(next(self.rv))
+        live["metadata"]["uid"] = old["metadata"]["uid"] if old else str(uuid.uuid4())
+        if self.failing:
+            cond = {"type": "Stalled", "status": "True", "message": "simulated failure"}
+            live["status"] = {"conditions": [cond]}
+        self.objects[key] = live
+        self.applied[key] = manifest_sha(obj).hex()
+        self._event(self.watcher._observe(copy.deepcopy(live)))
+        return live
+
+    async def get(self, res: Resource, name: str, namespace: str = "") -> dict[str, Any]:
+        for key, obj in self.objects.items():
+            if (key.kind, key.namespace, key.name) == (res.kind, namespace, name):
+                return copy.deepcopy(obj)
+        raise NotFound(f"{res.kind}/{namespace}/{name}", 404, "NotFound", "not found")
+
+    async def delete(
+        self, res: Resource, name: str, namespace: str = "", *, resource_version: str | None = None,
+        uid: str | None = None, propagation: str | None = None,
+    ) -> dict[str, Any]:  # fmt: skip
+        live = await self.get(res, name, namespace)
+        key = ObjectKey.of(live)
+        del self.objects[key]
+        self.applied.pop(key, None)
+        rv = str(next(self.rv))
+        live["metadata"]["resourceVersion"] = rv
+        self._event(self.watcher._tombstone(key, rv))
+        return live
+
+    def _event(self, publish: Any) -> None:
+        """The watcher's handling of a watch event, after the API server answered."""
+        task = asyncio.create_task(publish)
+        self.events.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self.events.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            self.errors += 1  # a real watcher would relist and publish again
+
+
+class CountingReporter(Reporter):
+    """The applier's reporter, remembering the manifest SHA of each applied fact it published."""
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.reported: dict[ObjectKey, str] = {}
+
+    async def final(self, intent: ApplyIntent | DeleteIntent, msg: bus.Message, o: Outcome) -> None:
+        await super().final(intent, msg, o)
+        if o.applied is not None:
+            if o.applied.deleted:
+                self.reported.pop(intent.key, None)
+            else:
+                self.reported[intent.key] = o.applied.manifest_sha
+
+
 class SimCluster:
     """One cluster's watcher and applier, as the bus sees them."""
 
-    def __init__(self, js: JetStreamContext, pub: bus.Publisher, name: str, *, failing: bool):
+    def __init__(self, js: bus.JetStream, pub: bus.Publisher, name: str, *, failing: bool):
         self.js = js
         self.pub = pub
         self.name = name
-        self.health = Health.FAILED if failing else Health.READY
-        self.fence = Fence()
-        self.rv = itertools.count(1000)
-        self.counts: collections.Counter[str] = collections.Counter()
-        self.bound = asyncio.Event()
-
-    async def handle(self, msg: Msg) -> None:
-        intent: ApplyIntent | DeleteIntent = decode(msg.data, Intent)  # type: ignore[arg-type]
-        if not self.fence.admits(intent.fencing_token):
-            self.counts["fenced"] += 1
-            await msg.ack_sync()
-            return
-        last = await bus.last_message(self.js, bus.INTENTS, msg.subject)
-        if last is None or last.seq != seq(msg):
-            self.counts["superseded"] += 1
-            await msg.ack_sync()
-            return
-        rv = str(next(self.rv))
-        deleted = isinstance(intent, DeleteIntent)
-        manifest_sha = DELETED_SHA if deleted else intent.manifest_sha  # type: ignore[union-attr]
-        sha = (
-            None if deleted else hashlib.sha256(f"{self.name}/{manifest_sha}".encode()).hexdigest()
+        self.watcher = Watcher(
+            settings=WatcherSettings(cluster=name, watcher_id=f"{name}-watcher"),
+            js=js,
+            kube=None,  # type: ignore[arg-type]  # the watcher's watches are SimKube's events
+            publisher=pub,
         )
-        at = now()
-        fact = AppliedEvent(
-            cluster=self.name,
-            key=intent.key,
-            bundle=intent.bundle,
-            revision=intent.revision,
-            manifest_sha=manifest_sha,
-            apply_sha=sha,
-            resource_version=rv,
-            deleted=deleted,
-            applied_at=at,
-            applier=f"{self.name}-applier",
-            intent_seq=seq(msg),
+        self.watcher.ready.set()
+        self.kube = SimKube(self.watcher, failing=failing)
+        self.applier = Applier(
+            settings=ApplierSettings(cluster=name, applier_id=f"{name}-applier"),
+            js=js,
+            kube=self.kube,  # type: ignore[arg-type]
+            publisher=pub,
         )
-        server = ServerEvent(
-            cluster=self.name,
-            key=intent.key,
-            resource_version=rv,
-            server_sha=sha,
-            deleted=deleted,
-            health=Health.UNKNOWN if deleted else self.health,
-            health_message="simulated failure" if self.health is Health.FAILED else "",
-            api_version=intent.api_version if deleted else intent.manifest.get("apiVersion", ""),  # type: ignore[union-attr]
-            bundle=intent.bundle,
-            observed_at=at,
-            watcher=f"{self.name}-watcher",
-        )
-        row = ObjectStatus(
-            cluster=self.name,
-            bundle=intent.bundle,
-            revision=intent.revision,
-            key=intent.key,
-            phase=ObjectPhase.PRUNED if deleted else ObjectPhase.APPLIED,
-            apply_sha=sha,
-            manifest_sha=None if deleted else manifest_sha,
-            attempts=msg.metadata.num_delivered,
-            at=at,
-        )
-        stream_seq = msg.metadata.sequence.stream
-        await asyncio.gather(
-            publish_newest(
-                self.pub,
-                self.js,
-                bus.SERVER,
-                object_subject("server", self.name, intent.key),
-                encode(server),
-                msg_id=fact_id(server),
-                supersedes=newer_than(int(rv)),
-                last_seq=0,
-            ),
-            publish_newest(
-                self.pub,
-                self.js,
-                bus.APPLIED,
-                object_subject("applied", self.name, intent.key),
-                encode(fact),
-                msg_id=f"applied:{stream_seq}",
-                supersedes=functools.partial(supersedes, fact),
-            ),
-            await self.pub.publish(
-                object_status_subject(self.name, intent.bundle, intent.key),
-                encode(row),
-                msg_id=f"status:{stream_seq}",
-            ),
-        )
-        await msg.ack_sync()
-        self.counts["deleted" if deleted else "applied"] += 1
+        self.reporter = CountingReporter(publisher=pub, js=js, applier_id=f"{name}-applier")
+        self.applier.report = self.reporter
+        self.handler_errors = 0
 
     async def serve(self, stopping: asyncio.Event) -> list[asyncio.Task[None]]:
-        """Bind the intent consumer and start the heartbeats, the fence and the consumer."""
-        await read_claim(self.fence, self.js, self.name, max_backoff=5.0)
-        await bus.ensure_intent_consumer(
-            self.js, self.name, bus.IntentConsumerSettings(ack_wait=ACK_WAIT)
-        )
+        self.applier.stopping = stopping
         return [
-            asyncio.create_task(self._beat("watcher")),
-            asyncio.create_task(self._beat("applier")),
-            asyncio.create_task(follow_claims(self.fence, self.js, self.name, every=FENCE_REFRESH)),
+            asyncio.create_task(self.applier.run()),
             asyncio.create_task(
-                consume(
-                    self.js,
+                members.announce(
+                    self.pub,
                     cluster=self.name,
-                    concurrency=CONCURRENCY,
-                    ack_wait=ACK_WAIT,
-                    max_deliver=-1,
-                    handle=self.handle,
-                    stopping=stopping,
-                    bound=self.bound,
+                    role="watcher",
+                    member_id=f"{self.name}-watcher",
+                    state=self.watcher.synced,
                 )
             ),
+            asyncio.create_task(self._follow_bundles()),
         ]
 
-    async def _beat(self, role: Literal["watcher", "applier"]) -> None:
-        await asyncio.sleep(random.uniform(0, members.INTERVAL))  # spread, as real starts are
-        await members.announce(
-            self.pub,
-            cluster=self.name,
-            role=role,
-            member_id=f"{self.name}-{role}",
-        )
+    async def _follow_bundles(self) -> None:
+        """The watcher's follower of the cluster's bundles (``Watcher.run``); a simulated
+        cluster has no kinds to start watching, so it only reads them."""
+        follower = bus.Follower(self.js, bus.BUNDLES, cluster_filter("bundle", self.name))
+        async for msg in follower.messages():
+            try:
+                decode(msg.data, Bundle)
+            except WireError:
+                continue
+
+    def counters(self, expected: Mapping[tuple[str, str], Mapping[str, Any]]) -> dict[str, int]:
+        a = self.applier
+        return {
+            "applied": a.applied,
+            "superseded": a.superseded,
+            "fenced": a.fenced,
+            "failed": a.failed,
+            "redelivered_done": a.redelivered_done,
+            "server_facts": self.watcher.published,
+            "watcher_errors": self.kube.errors,
+            "objects_applied": objects_applied(
+                self.kube.objects, self.kube.applied, self.reporter.reported, expected
+            ),
+        }
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -218,7 +281,7 @@ async def main(args: argparse.Namespace) -> None:
     names = [cluster_name(i) for i in range(args.first, args.first + args.count)]
     sims = [SimCluster(js, pub, n, failing=fails(n, args.fail_share)) for n in names]
     for i, sim in enumerate(sims):
-        labels = {"sim": "true", "zone": f"z{i % 3}"}
+        labels = {"sim": "true", "zone": f"z{(args.first + i) % 3}"}
         await register(js, sim.name, labels=labels, kube_version="v1.36.3-sim", by="fleetsim")
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -226,15 +289,19 @@ async def main(args: argparse.Namespace) -> None:
     tasks = list(
         itertools.chain.from_iterable(await asyncio.gather(*(s.serve(stopping) for s in sims)))
     )
-    await asyncio.gather(*(s.bound.wait() for s in sims))
+    await asyncio.gather(*(s.applier.bound.wait() for s in sims))
     print("ready", flush=True)
     await stopping.wait()
+    await asyncio.sleep(0)  # the consumers see ``stopping`` and finish what they started
     for t in tasks:
         t.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
+    expected = {
+        (m["metadata"]["namespace"], m["metadata"]["name"]): m for m in configmaps(args.objects)
+    }
     total: collections.Counter[str] = collections.Counter()
     for s in sims:
-        total.update(s.counts)
+        total.update(s.counters(expected))
     total["publish_errors"] = pub.errors
     await asyncio.to_thread(Path(args.stats).write_text, json.dumps(dict(total)))
     await nc.close()
@@ -245,6 +312,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--nats", required=True)
     p.add_argument("--first", type=int, required=True)
     p.add_argument("--count", type=int, required=True)
+    p.add_argument("--objects", type=int, required=True, help="ConfigMaps the bundle holds")
     p.add_argument("--fail-share", type=float, default=0.0)
     p.add_argument("--stats", required=True, help="where the counters go (JSON) on SIGTERM")
     return p.parse_args(argv)

@@ -138,7 +138,11 @@ def test_fleet_sim_smoke() -> None:
     params = got["fleet-sim-5x3-all-ready"].parameters
     assert params["outcome"] == ["Complete 5/5"]
     assert params["member_counters"][0]["applied"] == 15
+    assert got["fleet-sim-5x3-objects-applied"].driftbus == 15  # or the run had failed
     assert sum(params["clusters_per_planner"][0].values()) == 5
+    assert params["restart_clusters_served"] == [5]
+    assert got["fleet-sim-5x3-restart-intents"].driftbus == 0
+    assert got["fleet-sim-5x3-nats-consumers-per-planner"].driftbus > 0
     assert got["fleet-sim-5x3-planner-rss"].driftbus > 10
 
 
