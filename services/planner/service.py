@@ -55,7 +55,7 @@ class Replica:
         self.nc = nc
         self.pub = publisher
         self.planners: dict[str, Planner] = {}
-        self.hub = Hub(js, sweep=settings.members_interval)
+        self.hub = Hub(js, sweep=settings.members_interval, nc=nc)
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self.shards = Coordinator(
             js=js,

@@ -107,3 +107,44 @@ async def test_consumers_do_not_grow_with_clusters(
         f"33 clusters hold {sum(after.values())} consumers, 3 held {sum(before.values())}: "
         f"{ {s: (before.get(s), n) for s, n in after.items() if before.get(s) != n} }"
     )
+
+
+async def test_a_tap_reset_before_its_first_message_does_not_replay_the_stream(
+    pipeline: Pipeline, pnc: NATS
+) -> None:
+    """The hub's taps start at the stream's end. nats-py's ordered consumer, reset before it
+    delivered anything (its consumer gone: a server restart, missed heartbeats), starts again at
+    what it believes was delivered — the stream's first message, unless told otherwise."""
+    jsm = pnc.jsm()
+    stream, subject = unique_name("TAP").upper(), unique_name("tap")
+    await jsm.add_stream(name=stream, subjects=[f"{subject}.>"])
+    js = pnc.jetstream()
+    for i in range(5):
+        await js.publish(f"{subject}.old", str(i).encode())
+    tap = bus.Follower(js, stream, f"{subject}.>", from_now=True)
+    got: list[bytes] = []
+
+    async def follow() -> None:
+        async for msg in tap.messages():
+            got.append(msg.data)
+
+    task = asyncio.create_task(follow())
+    try:
+        await asyncio.wait_for(tap.caught_up.wait(), 10)
+        for info in await jsm.consumers_info(stream):
+            await jsm.delete_consumer(stream, info.name)
+        # the reset comes after missed idle heartbeats (2 s); then a new message
+        deadline = time.monotonic() + 30
+        while not await jsm.consumers_info(stream):
+            assert time.monotonic() < deadline, "the tap never made its consumer again"
+            await asyncio.sleep(0.2)
+        await js.publish(f"{subject}.new", b"new")
+        while not got:
+            assert time.monotonic() < deadline, "the tap delivered nothing after its reset"
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(0.5)  # anything old would come before the new one; none may
+        assert got == [b"new"]
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await jsm.delete_stream(stream)

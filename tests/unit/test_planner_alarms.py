@@ -4,11 +4,13 @@ count of clusters): pure enough to test on the event loop alone."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
 from services.planner.shell.alarms import Alarms
-from services.planner.shell.budget import WorkBudget
+from services.planner.shell.budget import Backlog, WorkBudget
+from services.planner.shell.inbox import Inbox
 
 
 async def test_an_alarm_rings_once_for_many_sets_within_its_delay() -> None:
@@ -74,3 +76,37 @@ async def test_a_replay_larger_than_the_budget_goes_alone() -> None:
     assert not small.done()
     budget.give(100)
     assert await asyncio.wait_for(small, 1) == 1
+
+
+async def test_the_backlog_holds_the_taps_and_never_a_clusters_own_loop() -> None:
+    """A cluster's queue is unbounded (its loop's own puts — a duty's release, a re-check —
+    never wait on it), counted in the replica's backlog, which the hub's taps wait on."""
+    backlog = Backlog(limit=3)
+    inbox = Inbox(None, "c", WorkBudget(), backlog)  # type: ignore[arg-type]
+    inbox.queue.put_nowait(("caught up", None))  # the replay is over: delivered, not held
+    await inbox.queue.get()
+    for i in range(5):  # past the limit: nothing waits
+        inbox.ring(f"duty {i}")
+    assert backlog.queued == 5
+    room = asyncio.create_task(backlog.room())
+    await asyncio.sleep(0.01)
+    assert not room.done()  # a tap would wait here
+    for _ in range(3):
+        await inbox.queue.get()
+    await asyncio.wait_for(room, 1)
+    assert backlog.queued == 2
+
+
+async def test_a_closed_inbox_gives_its_backlog_back_and_takes_nothing_more() -> None:
+    backlog = Backlog(limit=100)
+    inbox = Inbox(None, "c", WorkBudget(), backlog)  # type: ignore[arg-type]
+    msg: Any = object()
+    inbox.deliver("server", msg)  # held back: the replay has not ended
+    inbox.ring("status")
+    assert backlog.queued == 2
+    inbox.close()
+    assert backlog.queued == 0
+    inbox.deliver("server", msg)
+    inbox.ring("status")
+    assert backlog.queued == 0
+    assert inbox.queue.empty()

@@ -27,6 +27,7 @@ the callers still to move). This module re-exports its API.
 from services.common.bus.connection import (
     NatsSettings,
     connect,
+    connected,
     credentials,
     inbox_prefix,
     tls_context,
@@ -226,6 +227,7 @@ __all__ = [
     "claim_key",
     "claim_revision",
     "connect",
+    "connected",
     "create_entry",
     "credentials",
     "delete_entry",

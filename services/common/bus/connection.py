@@ -62,6 +62,11 @@ class NatsSettings:
     )
 
 
+def connected(nc: NATS | None) -> bool:
+    """Whether the connection is up now (None: no connection to ask; taken as up)."""
+    return nc is None or bool(nc.is_connected)
+
+
 def inbox_prefix(role: str, cluster: str = "") -> str:
     """Where replies to this process's requests arrive. Each role gets its own prefix so the
     NATS permissions can let a process read its own replies and nobody else's

@@ -1,4 +1,5 @@
-"""How much rebuilding a replica does at once, counted in messages replayed, not in clusters.
+"""How much a replica takes on at once: rebuilding, counted in messages replayed, not in
+clusters (``WorkBudget``), and events waiting in its clusters' queues (``Backlog``).
 
 Hundreds of clusters claimed together would all replay their streams at the same moment and
 starve the replica's own heartbeats (it would then fence itself and drop them all). A fixed
@@ -53,3 +54,35 @@ class WorkBudget:
         for waiter in waiters:  # each looks again whether it fits now
             if not waiter.done():
                 waiter.set_result(None)
+
+
+BACKLOG_LIMIT = 200_000
+"""Events queued across every cluster of a replica before the hub's taps wait for room: bounded
+memory (a few hundred MiB at most) without one busy cluster holding up the others' messages."""
+
+
+class Backlog:
+    """Events queued across a replica's clusters. The hub's taps wait (``room``) while it is
+    full; nothing else does — a cluster's own loop never waits on its queue, so the queues are
+    unbounded each and bounded together, and the loops that drain them always can."""
+
+    def __init__(self, limit: int = BACKLOG_LIMIT) -> None:
+        self.limit = limit
+        self.queued = 0
+        self._room = asyncio.Event()
+        self._room.set()
+
+    def add(self, n: int = 1) -> None:
+        self.queued += n
+        if self.queued >= self.limit:
+            self._room.clear()
+
+    def done(self, n: int = 1) -> None:
+        self.queued -= n
+        if self.queued < self.limit:
+            self._room.set()
+
+    async def room(self) -> None:
+        """Return when the replica's queues have room (at once, nearly always)."""
+        if not self._room.is_set():
+            await self._room.wait()

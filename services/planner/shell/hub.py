@@ -36,7 +36,7 @@ from schemas.subjects import MEMBER_ROLES, encode_token, family_filter
 from schemas.windows import WindowsFile
 from services.clusters import members, registry
 from services.common import bus
-from services.planner.shell.budget import WorkBudget
+from services.planner.shell.budget import Backlog, WorkBudget
 from services.planner.shell.manifests import ManifestCache
 from services.stored.document import Good
 from services.tenancy import store as policy_store
@@ -66,10 +66,11 @@ class Subscriber(Protocol):
 
     cluster: str
 
-    async def deliver(self, kind: str, msg: bus.Message) -> None:
-        """A live message of one of the cluster's streams (``CLUSTER_STREAMS``)."""
+    def deliver(self, kind: str, msg: bus.Message) -> None:
+        """A live message of one of the cluster's streams (``CLUSTER_STREAMS``); never waits
+        (the tap serves every cluster)."""
 
-    async def setting(self, kind: str, value: Any) -> None:
+    def setting(self, kind: str, value: Any) -> None:
         """A new version of a followed setting: ``policy`` and ``registry`` (a message),
         ``windows`` (the last good ``Good``)."""
 
@@ -80,8 +81,15 @@ class Subscriber(Protocol):
 class Hub:
     """The replica's followers, shared by the clusters it plans (module doc)."""
 
-    def __init__(self, js: bus.JetStream, *, sweep: float = members.INTERVAL) -> None:
+    def __init__(
+        self,
+        js: bus.JetStream,
+        *,
+        sweep: float = members.INTERVAL,
+        nc: bus.Connection | None = None,
+    ) -> None:
         self.js = js
+        self.nc = nc
         self.sweep = sweep
         self.ready = asyncio.Event()
         """Every follower subscribed and every setting read: clusters may be planned."""
@@ -95,6 +103,8 @@ class Hub:
         """Registry entry subject -> its last message."""
         self._beats: dict[str, dict[str, MemberHeartbeat | None]] = {}
         """Encoded cluster token -> role -> its last heartbeat (None: unreadable)."""
+        self.backlog = Backlog()
+        """Events queued across the clusters' queues: the taps wait while it is full."""
         self.replays = WorkBudget()
         """How much of the clusters' replays at start runs at once (``budget``)."""
         self.manifests = ManifestCache()
@@ -175,7 +185,8 @@ class Hub:
                 self.dropped += 1
                 continue
             self.routed += 1
-            await planner.deliver(kind, msg)
+            planner.deliver(kind, msg)
+            await self.backlog.room()
 
     async def _follow(self, kind: str, follower: bus.Follower) -> None:
         async for msg in follower.messages():
@@ -184,18 +195,18 @@ class Hub:
             elif kind == "policy":
                 self.policy = msg
                 for planner in list(self._planners.values()):
-                    await planner.setting("policy", msg)
+                    planner.setting("policy", msg)
             else:
                 self._registry[msg.subject] = msg
                 token = msg.subject.removeprefix(registry.KV_PREFIX)
                 if (one := self._planners.get(token)) is not None:
-                    await one.setting("registry", msg)
+                    one.setting("registry", msg)
 
     async def _follow_windows(self, windows: Any) -> None:
         async for good in windows.versions():
             self.windows = good
             for planner in list(self._planners.values()):
-                await planner.setting("windows", good)
+                planner.setting("windows", good)
 
     def _heartbeat(self, msg: bus.Message) -> None:
         parts = msg.subject.split(".")
@@ -217,8 +228,18 @@ class Hub:
 
     async def _sweep(self) -> None:
         """Heartbeats that stopped coming are noticed here: one look every ``sweep`` seconds
-        for the whole replica, not a timer per cluster."""
+        for the whole replica, not a timer per cluster. Not while NATS is away, nor for two
+        heartbeat intervals after it is back: no heartbeat could come meanwhile, and every
+        cluster would read as unserved (the per-cluster reads this replaces kept their last
+        view when the bus did not answer)."""
+        loop = asyncio.get_running_loop()
+        quiet_until = 0.0
         while True:
             await asyncio.sleep(self.sweep)
+            if not bus.connected(self.nc):
+                quiet_until = loop.time() + 2 * members.INTERVAL
+                continue
+            if loop.time() < quiet_until:
+                continue
             for planner in list(self._planners.values()):
                 planner.members_seen()

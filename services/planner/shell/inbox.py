@@ -17,47 +17,74 @@ from typing import Any
 from schemas.subjects import cluster_filter
 from services.common import bus
 from services.planner.shell.alarms import Alarms
-from services.planner.shell.budget import WorkBudget
+from services.planner.shell.budget import Backlog, WorkBudget
 from services.planner.shell.hub import CLUSTER_STREAMS
 
 CAUGHT_UP = "caught up"
 """What the replay puts last: everything before it is the cluster as it was."""
-QUEUE_LIMIT = 10_000
-"""Messages a cluster's queue holds before its feeders wait (the replay, the hub's taps)."""
+
+
+class CountedQueue(asyncio.Queue[tuple[str, Any]]):
+    """A cluster's queue: unbounded, counted in the replica's ``Backlog`` (every put and get
+    of ``asyncio.Queue`` goes through ``put_nowait`` and ``get_nowait``). Once closed, what is
+    put is dropped: the cluster's planner has stopped."""
+
+    def __init__(self, backlog: Backlog) -> None:
+        super().__init__()
+        self._backlog = backlog
+        self.closed = False
+
+    def put_nowait(self, item: tuple[str, Any]) -> None:
+        if self.closed:
+            return
+        super().put_nowait(item)
+        self._backlog.add()
+
+    def get_nowait(self) -> tuple[str, Any]:
+        item = super().get_nowait()
+        self._backlog.done()
+        return item
+
+    def close(self) -> None:
+        self.closed = True
+        self._backlog.done(self.qsize())
+        while not self.empty():
+            super().get_nowait()
 
 
 class Inbox:
     """The queue of (kind, message) a cluster's run loop reads, one at a time."""
 
-    def __init__(self, js: bus.JetStream, cluster: str, budget: WorkBudget) -> None:
+    def __init__(
+        self, js: bus.JetStream, cluster: str, budget: WorkBudget, backlog: Backlog
+    ) -> None:
         self.js = js
         self.cluster = cluster
         self._budget = budget
         self._taken = 0
         """Units of the replica's replay budget this cluster holds until it is live."""
-        self.queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue(maxsize=QUEUE_LIMIT)
+        self._backlog = backlog
+        self.queue = CountedQueue(backlog)
         self.alarms = Alarms(self.ring)
         self._held_back: collections.deque[tuple[str, bus.Message]] | None = collections.deque()
         """The hub's live messages while the replay runs (None once it is done)."""
         self._seen: dict[str, int] = {}
         """Kind -> stream sequence of the last message of it handled."""
-        self._rings: set[asyncio.Task[None]] = set()
 
-    async def deliver(self, kind: str, msg: bus.Message) -> None:
-        """A live message of one of the cluster's streams; held back while the replay runs."""
+    def deliver(self, kind: str, msg: bus.Message) -> None:
+        """A live message of one of the cluster's streams; held back while the replay runs.
+        Never waits: the hub's tap serves every cluster (it waits on the replica's backlog)."""
+        if self.queue.closed:
+            return
         if self._held_back is not None:
             self._held_back.append((kind, msg))
+            self._backlog.add()
             return
-        await self.queue.put((kind, msg))
+        self.queue.put_nowait((kind, msg))
 
     def ring(self, duty: str) -> None:
         """Put a duty on the queue now (its alarm rang, or something asked for it)."""
-        try:
-            self.queue.put_nowait((duty, None))
-        except asyncio.QueueFull:  # the loop is busy: the duty waits its turn
-            task = asyncio.create_task(self.queue.put((duty, None)))
-            self._rings.add(task)
-            task.add_done_callback(self._rings.discard)
+        self.queue.put_nowait((duty, None))
 
     def first_time(self, kind: str, msg: bus.Message) -> bool:
         """Whether this stream message is handled for the first time (replay and live overlap;
@@ -85,27 +112,34 @@ class Inbox:
         self._taken = await self._budget.take(sum(counts))
 
         async def replay(kind: str, stream: str, subjects: str) -> None:
+            n = 0
             async for msg in bus.Follower(self.js, stream, subjects).snapshot():
-                await self.queue.put((kind, msg))
+                self.queue.put_nowait((kind, msg))  # bounded by the replay budget
+                n += 1
+                if n % 1000 == 0:  # a buffered consumer never yields: let the others run
+                    await asyncio.sleep(0)
 
         await asyncio.gather(
             *(replay(k, s, f) for (k, (s, f)), n in zip(filters.items(), counts, strict=True) if n)
         )
-        held = self._held_back
-        while held:
-            await self.queue.put(held.popleft())
-        self._held_back = None  # no await since the last check: nothing is left behind
-        await self.queue.put((CAUGHT_UP, None))
+        held, self._held_back = self._held_back, None
+        if held:
+            self._backlog.done(len(held))  # counted again as they are queued
+            for item in held:
+                self.queue.put_nowait(item)
+        self.queue.put_nowait((CAUGHT_UP, None))
 
     def replayed(self) -> None:
         """The replay was folded (the cluster is live): its budget goes to the next."""
         taken, self._taken = self._taken, 0
         self._budget.give(taken)
 
-    async def close(self) -> None:
-        """No more alarms, and the duties waiting for room in the queue are dropped."""
+    def close(self) -> None:
+        """The cluster's planner stopped: no more alarms, and what waits is dropped (given back
+        to the replica's backlog and replay budget)."""
         self.replayed()
         self.alarms.cancel_all()
-        for task in self._rings:
-            task.cancel()
-        await asyncio.gather(*self._rings, return_exceptions=True)
+        if self._held_back:
+            self._backlog.done(len(self._held_back))
+        self._held_back = None
+        self.queue.close()

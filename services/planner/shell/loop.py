@@ -88,7 +88,7 @@ class Planner:
         self.cluster = cluster
         self.state = ClusterState(cluster)
         self.ready = asyncio.Event()
-        self.inbox = Inbox(js, cluster, hub.replays)
+        self.inbox = Inbox(js, cluster, hub.replays, hub.backlog)
         """Every input, handled one at a time: the streams' messages, the settings (the last
         good sync windows, ``windows``, a ``Good``), bundle re-checks, bundles whose hold ended
         (``release``, a bundle name), and the duties whose alarm rang (``DUTIES``)."""
@@ -143,11 +143,11 @@ class Planner:
 
     # --- what the hub hands us -------------------------------------------------------------
 
-    async def deliver(self, kind: str, msg: bus.Message) -> None:
-        await self.inbox.deliver(kind, msg)
+    def deliver(self, kind: str, msg: bus.Message) -> None:
+        self.inbox.deliver(kind, msg)
 
-    async def setting(self, kind: str, value: Any) -> None:
-        await self._queue.put((kind, value))
+    def setting(self, kind: str, value: Any) -> None:
+        self._queue.put_nowait((kind, value))
 
     def members_seen(self) -> None:
         if not self._members_queued and self.duties.members_differ(
@@ -195,7 +195,7 @@ class Planner:
             hub.detach(self)
             for t in tasks:
                 t.cancel()
-            await self.inbox.close()
+            self.inbox.close()
             # collected, so a replay that died with the connection is not reported at exit
             await asyncio.gather(*tasks, return_exceptions=True)
 
@@ -203,8 +203,7 @@ class Planner:
         if task.cancelled() or (task.get_name() == "replay" and task.exception() is None):
             return
         self._stopped.append(task)
-        with contextlib.suppress(asyncio.QueueFull):
-            self._queue.put_nowait(("wake", None))  # else the loop is busy and sees it next
+        self._queue.put_nowait(("wake", None))
 
     async def _duty(self, duty: str) -> None:
         duties = self.duties

@@ -167,10 +167,12 @@ class Duties:
     async def intents_pending(self) -> None:
         """Intents waiting (queued + being applied): the autoscaling signal, read while the
         cluster has work, and once more after (to say 0)."""
-        if self.state.bundles:
-            n = await bus.intents_pending(self.js, self.state.cluster)
-            if n is not None:
-                self.pending = n
+        if not self.state.bundles:
+            self.pending = 0  # nothing planned, nothing sent
+            return
+        n = await bus.intents_pending(self.js, self.state.cluster)
+        if n is not None:
+            self.pending = n
         if self.inflight() or self.pending:
             self.alarms.set("pending", self.s.stats_interval / 6)
 
