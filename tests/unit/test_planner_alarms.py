@@ -110,3 +110,14 @@ async def test_a_closed_inbox_gives_its_backlog_back_and_takes_nothing_more() ->
     inbox.ring("status")
     assert backlog.queued == 0
     assert inbox.queue.empty()
+
+
+async def test_the_budget_admits_at_most_so_many_clusters_at_once() -> None:
+    budget = WorkBudget(100, at_once=2)
+    await budget.take(0)
+    await budget.take(0)
+    third = asyncio.create_task(budget.take(0))  # nothing to replay, but going live is work
+    await asyncio.sleep(0.01)
+    assert not third.done()
+    budget.give(0)
+    assert await asyncio.wait_for(third, 1) == 0

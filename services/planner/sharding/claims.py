@@ -182,8 +182,18 @@ class Coordinator:
                 log.info("freed cluster %s, claimed by our previous run (rebalance)", cluster)
         for cluster in sorted(c for c, p in share.items() if p == self.me):
             if cluster not in self.running:
+                await self._keep_alive()
                 await self._claim(cluster, alive)
         await self._sweep(now)
+
+    async def _keep_alive(self) -> None:
+        """Heartbeat within a long round: claiming hundreds of clusters one by one, while the
+        ones claimed first rebuild on the same loop, takes longer than the timeout, and a
+        replica that heartbeats only between rounds would fence itself and drop them all."""
+        if self._clock() - self.term.last_ok < self.interval:
+            return
+        if (sent := await self._heartbeat()) is not None:
+            self.term.last_ok = sent
 
     async def _verify_claims(self) -> None:
         for cluster, token in list(self.running.items()):

@@ -61,8 +61,9 @@ class Inbox:
         self.js = js
         self.cluster = cluster
         self._budget = budget
-        self._taken = 0
-        """Units of the replica's replay budget this cluster holds until it is live."""
+        self._taken: int | None = None
+        """Units of the replica's replay budget this cluster holds until it is live (None:
+        none held)."""
         self._backlog = backlog
         self.queue = CountedQueue(backlog)
         self.alarms = Alarms(self.ring)
@@ -130,9 +131,10 @@ class Inbox:
         self.queue.put_nowait((CAUGHT_UP, None))
 
     def replayed(self) -> None:
-        """The replay was folded (the cluster is live): its budget goes to the next."""
-        taken, self._taken = self._taken, 0
-        self._budget.give(taken)
+        """The replay was folded and the cluster went live: its budget goes to the next."""
+        taken, self._taken = self._taken, None
+        if taken is not None:
+            self._budget.give(taken)
 
     def close(self) -> None:
         """The cluster's planner stopped: no more alarms, and what waits is dropped (given back

@@ -230,7 +230,6 @@ class Planner:
         with nothing changed adds nothing to old traces."""
         st = self.state
         st.live = True
-        self.inbox.replayed()  # the next cluster may replay while this one decides
         slots = sorted(
             (s for s, e in st.entries.items() if e.manifest_sha is not None),
             key=lambda s: apply_order(s[1]),
@@ -264,6 +263,7 @@ class Planner:
             await self.folder.prune(view)
             await self.folder.resume(view)  # hooks that ended while no planner watched
         self.board.mark_all(st.bundles)
+        self.inbox.replayed()  # decided and sent: the next cluster may replay
         self.alarms.set("refresh", STATUS_REFRESH)
         if st.gates.windows:  # the clock starts: when does a window next open or close?
             self.duties.windows_changed(new=True)
