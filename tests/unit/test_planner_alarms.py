@@ -86,7 +86,7 @@ async def test_the_backlog_holds_the_taps_and_never_a_clusters_own_loop() -> Non
     inbox.queue.put_nowait(("caught up", None))  # the replay is over: delivered, not held
     await inbox.queue.get()
     for i in range(5):  # past the limit: nothing waits
-        inbox.ring(f"duty {i}")
+        inbox.queue.put_nowait(("recheck", i))
     assert backlog.queued == 5
     room = asyncio.create_task(backlog.room())
     await asyncio.sleep(0.01)
@@ -121,3 +121,19 @@ async def test_the_budget_admits_at_most_so_many_clusters_at_once() -> None:
     assert not third.done()
     budget.give(0)
     assert await asyncio.wait_for(third, 1) == 0
+
+
+async def test_a_duty_goes_before_the_messages_already_queued() -> None:
+    inbox = Inbox(None, "c", WorkBudget(), Backlog())  # type: ignore[arg-type]
+    inbox.ring("status")  # nothing queued: through the queue, which wakes a waiting loop
+    assert await inbox.get() == ("status", None)
+    for i in range(3):
+        inbox.queue.put_nowait(("recheck", i))
+    inbox.ring("status")
+    inbox.ring("status")  # once, however often it rings before it runs
+    assert [await inbox.get() for _ in range(4)] == [
+        ("status", None),
+        ("recheck", 0),
+        ("recheck", 1),
+        ("recheck", 2),
+    ]

@@ -69,6 +69,8 @@ class Inbox:
         self.alarms = Alarms(self.ring)
         self._held_back: collections.deque[tuple[str, bus.Message]] | None = collections.deque()
         """The hub's live messages while the replay runs (None once it is done)."""
+        self._due: collections.deque[str] = collections.deque()
+        """Duties rung while the queue had messages: they go before the next one."""
         self._seen: dict[str, int] = {}
         """Kind -> stream sequence of the last message of it handled."""
 
@@ -84,8 +86,20 @@ class Inbox:
         self.queue.put_nowait((kind, msg))
 
     def ring(self, duty: str) -> None:
-        """Put a duty on the queue now (its alarm rang, or something asked for it)."""
-        self.queue.put_nowait((duty, None))
+        """A duty is due (its alarm rang, or something asked for it): it runs before the next
+        message, not behind a burst of them (the status of what was folded goes out on time)."""
+        if self.queue.closed or duty in self._due:
+            return
+        if self.queue.empty():
+            self.queue.put_nowait((duty, None))  # the loop may be waiting on the queue: wake it
+        else:
+            self._due.append(duty)
+
+    async def get(self) -> tuple[str, Any]:
+        """The next duty due, else the next message (waiting for one)."""
+        if self._due:
+            return self._due.popleft(), None
+        return await self.queue.get()
 
     def first_time(self, kind: str, msg: bus.Message) -> bool:
         """Whether this stream message is handled for the first time (replay and live overlap;

@@ -59,7 +59,7 @@ FACT_STREAMS = {"applied": bus.APPLIED, "outcome": bus.OUTCOMES}
 """The answers to intents, by the kind of message the run loop reads them as."""
 
 
-DUTIES = frozenset(("status", "resend", "pending", "refresh", "windows clock", "members"))
+DUTIES = frozenset(("status", "resend", "pending", "refresh", "windows clock", "prune"))
 """The periodic duties, by the name their alarm puts on the queue (``shell.periodic``)."""
 
 
@@ -94,7 +94,6 @@ class Planner:
         (``release``, a bundle name), and the duties whose alarm rang (``DUTIES``)."""
         self._queue = self.inbox.queue
         self.alarms = self.inbox.alarms
-        self._members_queued = False
         self._stopped: list[asyncio.Task[None]] = []
         self.board = StatusBoard(state=self.state, publisher=publisher)
         self.board.on_mark = lambda: self.alarms.set("status", settings.status_interval)
@@ -150,16 +149,13 @@ class Planner:
         self._queue.put_nowait((kind, value))
 
     def members_seen(self) -> None:
-        if not self._members_queued and self.duties.members_differ(
-            self.hub.heartbeats(self.cluster)
-        ):
-            self._members_queued = True
-            self.inbox.ring("members")
+        if self.duties.members(self.hub.heartbeats(self.cluster)):
+            self.inbox.ring("prune")
 
     # --- the run loop -----------------------------------------------------------------------
 
     async def run(self) -> None:
-        queue, hub, st = self._queue, self.hub, self.state
+        hub, st = self.hub, self.state
         # the settings first: the bundles of the replay are held to them
         st.cluster_labels = hub.labels(self.cluster)
         if hub.policy is not None:
@@ -184,7 +180,7 @@ class Planner:
                     raise PlannerStopped(
                         f"cluster {self.cluster}: {ended.get_name()} ended: {ended.exception()!r}"
                     )
-                kind, msg = await queue.get()
+                kind, msg = await self.inbox.get()
                 if kind == CAUGHT_UP:
                     await self._go_live()
                 elif kind in DUTIES:
@@ -209,9 +205,8 @@ class Planner:
         duties = self.duties
         if duty == "status":
             await duties.status()
-        elif duty == "members":
-            self._members_queued = False
-            await duties.members(self.hub.heartbeats(self.cluster))
+        elif duty == "prune":
+            await duties.prune_all()
         elif duty == "resend":
             await duties.resend(self._queue.qsize())
         elif duty == "pending":

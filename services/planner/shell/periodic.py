@@ -71,36 +71,35 @@ class Duties:
 
     # --- who serves the cluster -------------------------------------------------------------
 
-    def members_differ(self, beats: dict[str, MemberHeartbeat | None]) -> bool:
-        """Whether these heartbeats say anything the cluster's state does not know yet."""
-        st, now = self.state, messages.now()
-        watcher = beats.get("watcher")
-        return (
-            (watcher is not None and watcher.scopes != self._scopes)
-            or members.serving(st.cluster, beats, now) != st.unserved
-            or members.watcher_synced(watcher, now) != st.watcher_synced
-        )
-
-    async def members(self, beats: dict[str, MemberHeartbeat | None]) -> None:
-        """Who serves the cluster (watcher, applier heartbeats); prune waits for the watcher's
-        initial lists, and starts the moment they are complete."""
-        st, cluster = self.state, self.state.cluster
+    def members(self, beats: dict[str, MemberHeartbeat | None]) -> bool:
+        """Who serves the cluster (watcher, applier heartbeats), taken in at once — not behind
+        the cluster's queue, as the loop it replaces ran beside the run loop: a replica busy
+        with a burst of facts must not call its clusters unserved meanwhile. True when the
+        watcher's lists just became complete on a live cluster: then prune (``prune_all``)."""
+        st = self.state
         now = messages.now()
         if (watcher_beat := beats.get("watcher")) is not None and (
             watcher_beat.scopes != self._scopes
         ):
             self._scopes = watcher_beat.scopes
             self.intake.learn_scopes(watcher_beat.scopes)
-        unserved = members.serving(cluster, beats, now)
+        unserved = members.serving(st.cluster, beats, now)
         synced = members.watcher_synced(beats.get("watcher"), now)
         became_synced = synced and not st.watcher_synced
         if unserved != st.unserved or synced != st.watcher_synced:
             self.board.mark_all(st.bundles)
         st.unserved, st.watcher_synced = unserved, synced
-        if became_synced and st.live:
-            log.info("cluster %s: the watcher's lists are complete: prune", cluster)
-            for view in list(st.bundles.values()):
-                await self.prune(view)
+        return became_synced and st.live
+
+    async def prune_all(self) -> None:
+        """Prune waits for the watcher's initial lists, and starts the moment they are
+        complete."""
+        st = self.state
+        if not st.may_prune():
+            return
+        log.info("cluster %s: the watcher's lists are complete: prune", st.cluster)
+        for view in list(st.bundles.values()):
+            await self.prune(view)
 
     # --- lost intents -------------------------------------------------------------------------
 
