@@ -187,6 +187,10 @@ class Planner:
                     await self._duty(kind)
                 else:
                     await self._handle(kind, msg)
+                # A queue with messages does not suspend ``get``: without this, a cluster with
+                # a burst would hold the loop until it drained it, and 500 such clusters would
+                # leave the replica's heartbeats and the hub unread for a minute at a time.
+                await asyncio.sleep(0)
         finally:
             hub.detach(self)
             for t in tasks:
