@@ -19,20 +19,9 @@ from services.common import bus
 from services.revisions.publish import publish_bundle
 
 from ..conftest import unique_name
+from .test_scaling import configmaps
 
 pytestmark = pytest.mark.timeout(240)
-
-
-def configmaps(ns: str, n: int) -> list[dict[str, Any]]:
-    return [
-        {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": f"cm-{i}", "namespace": ns},
-            "data": {"i": str(i)},
-        }
-        for i in range(n)
-    ]
 
 
 async def consumers(nc: NATS) -> dict[str, int]:
