@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import os
 import random
 import signal
 import socket
@@ -37,14 +38,35 @@ def ephemeral_ports() -> range:
     return range(low, high + 1)
 
 
+_HANDED_OUT: set[int] = set()
+"""Ports this process chose already: one found free again before its server bound it (etcd's
+client and peer ports are chosen together) must not be handed out twice."""
+
+
+def _share(ports: range) -> range:
+    """The part of ``ports`` this process picks from: a pytest-xdist worker (``gwN``) its own
+    slice, so three workers starting servers at once never choose the same free port (etcd
+    exited with "bind: address already in use" so in CI, 2026-11-29); anyone else all of it."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+    if not worker.startswith("gw") or not worker[2:].isdigit() or count < 2:
+        return ports
+    size = len(ports) // count
+    start = ports.start + int(worker[2:]) % count * size
+    return range(start, start + size)
+
+
 def free_port() -> int:
     """A loopback port free now, for a server about to start, chosen outside the ephemeral
     range: a port found free there can be handed to any process's outgoing connection before
     the server binds it (etcd exited with "bind: address already in use" so in a test run)."""
     ephemeral = ephemeral_ports()
-    below = range(10000, ephemeral.start) if ephemeral.start > 12000 else range(0)
+    below = _share(range(10000, ephemeral.start)) if ephemeral.start > 12000 else range(0)
     for _ in range(100 if below else 0):
         port = random.choice(below)  # noqa: S311 - spread, not secrecy: workers pick apart
+        if port in _HANDED_OUT:
+            continue
+        _HANDED_OUT.add(port)
         with socket.socket() as s:
             try:
                 s.bind((LOOPBACK, port))
