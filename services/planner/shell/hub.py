@@ -109,9 +109,6 @@ class Hub:
         """How much of the clusters' replays at start runs at once (``budget``)."""
         self.manifests = ManifestCache()
         """Stored revisions read once for every cluster that takes them."""
-        self.routed = 0
-        self.dropped = 0
-        """Tap messages handed to a planner, and of clusters this replica does not plan."""
 
     # --- what the planners ask ----------------------------------------------------------
 
@@ -182,9 +179,7 @@ class Hub:
             parts = msg.subject.split(".", 3)
             planner = planners.get(parts[2]) if len(parts) > 3 else None
             if planner is None:
-                self.dropped += 1
                 continue
-            self.routed += 1
             planner.deliver(kind, msg)
             await self.backlog.room()
 

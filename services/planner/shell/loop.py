@@ -85,6 +85,7 @@ class Planner:
         self.js = js
         self.nc = nc
         self.hub = hub
+        self.settings = settings
         self.cluster = cluster
         self.state = ClusterState(cluster)
         self.ready = asyncio.Event()
@@ -103,6 +104,7 @@ class Planner:
             planner_id=settings.planner_id,
             fencing_token=fencing_token,
             owns=owns,
+            sent=self._intent_sent,
         )
         self.folder = Folder(state=self.state, board=self.board, decisions=self.decisions)
         self.intake = BundleIntake(
@@ -147,6 +149,11 @@ class Planner:
 
     def setting(self, kind: str, value: Any) -> None:
         self._queue.put_nowait((kind, value))
+
+    def _intent_sent(self) -> None:
+        """Something is in flight: look for lost intents and read the queue's depth while it is."""
+        self.alarms.set("resend", max(0.5, self.settings.intent_timeout / 4))
+        self.alarms.set("pending", self.settings.stats_interval / 6)
 
     def members_seen(self) -> None:
         if self.duties.members(self.hub.heartbeats(self.cluster)):

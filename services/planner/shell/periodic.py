@@ -191,9 +191,6 @@ class Duties:
             self._next_stats = clock + self.s.stats_interval
         await self.board.publish_changed()
         await self._holds_and_deletions()
-        if self.inflight():
-            self.alarms.set("resend", max(0.5, self.s.intent_timeout / 4))
-            self.alarms.set("pending", self.s.stats_interval / 6)
 
     def refresh(self) -> None:
         """STATUS keeps messages for 7 days: a bundle unchanged for longer would vanish from

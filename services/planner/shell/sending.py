@@ -58,12 +58,16 @@ class Decisions:
         planner_id: str,
         fencing_token: int,
         owns: Callable[[], bool],
+        sent: Callable[[], None] = lambda: None,
     ) -> None:
         self.state = state
         self.pub = publisher
         self.planner_id = planner_id
         self.fencing_token = fencing_token
         self._owns = owns
+        self._sent = sent
+        """Called after each intent: the planner's lost-intent check starts then, not by
+        scanning every entry for one in flight."""
 
     async def publish(
         self,
@@ -158,6 +162,7 @@ class Decisions:
                 encode(intent[0]),
                 msg_id=intent[1],
             )
+            self._sent()
         record = messages.record(
             slot,
             e,
