@@ -158,7 +158,8 @@ Intent = ApplyIntent | DeleteIntent
 
 class ObjectPhase(enum.StrEnum):
     PENDING = "Pending"
-    """An intent is on its way (new object or changed manifest)."""
+    """An intent is on its way (new object or changed manifest). Not written since issue 44
+    (the bundle's row counts what is not applied yet); rows written before may still say it."""
     APPLIED = "Applied"
     FAILED = "Failed"
     CONFLICT = "Conflict"

@@ -67,6 +67,15 @@ def test_cold_apply_smoke() -> None:
     per_role = msgs["nats_messages_per_object"]["driftbus-4"]
     assert set(per_role) == {"watcher", "planner", "applier", "all"}, per_role
     assert all(row["messages"] > 0 for row in per_role.values()), per_role
+    # Issue 44's regression check, bounds from the protocol at 40 objects and 4 appliers
+    # (measured: planner sent 2.42 and delivered 2.75, all 13.4). The planner sends an intent
+    # and a decision record per object and a few bundle rows: a message per object more (the
+    # Pending row it sent before: 3.6) fails. Its publishes are answered per batch window: one
+    # answer per message (fast batches fallen back: delivered 8.6, all 24.7) fails.
+    assert per_role["planner"]["sent"] <= 2.9, per_role
+    assert per_role["planner"]["delivered"] <= 4.0, per_role
+    assert per_role["watcher"]["sent"] <= 1.2, per_role
+    assert per_role["all"]["messages"] <= 15.0, per_role
     cpu = got["cold-apply-4-appliers-cpu-per-object"].parameters["driftbus_cpu_ms_per_object"]
     assert set(cpu) == {"watcher", "planner", "applier", "all"}
     assert all(v > 0 for v in cpu.values()), cpu

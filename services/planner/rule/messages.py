@@ -1,5 +1,6 @@
 """What the planner sends for a decision: the intent and its message id, the decision record,
-its own object rows. Pure builders; the planner's shell publishes what they return.
+its own object rows (drift and kept only). Pure builders; the planner's shell publishes what
+they return.
 
 Intent ids are derived from the state that caused them (bundle sequence, applied and server
 resourceVersions) and the fencing token, so a restarted planner re-emitting an intent it already
@@ -34,21 +35,16 @@ from services.planner.rule.revision import BundleView
 log = logging.getLogger("driftbus.planner")
 
 # the object rows the planner writes itself, from its decisions
+# (none for an apply on its way, issue 44: a Pending row per object was a third message per
+# object for what the bundle's row already says — how many are applied and how many are not;
+# the applier's row is the object's first)
 ROW_OF = {
-    DecisionReason.NEW: ObjectPhase.PENDING,
-    DecisionReason.MANIFEST: ObjectPhase.PENDING,
-    DecisionReason.RETRY: ObjectPhase.PENDING,
-    DecisionReason.RESEND: ObjectPhase.PENDING,
     DecisionReason.DRIFT: ObjectPhase.DRIFTED,
     DecisionReason.DELETED: ObjectPhase.DRIFTED,
     DecisionReason.ANNOTATION: ObjectPhase.KEPT,
     DecisionReason.IN_USE: ObjectPhase.KEPT,
 }
 ROW_MESSAGES = {
-    DecisionReason.NEW: "new object: apply on its way",
-    DecisionReason.MANIFEST: "manifest changed: apply on its way",
-    DecisionReason.RETRY: "republished after a failure: apply on its way",
-    DecisionReason.RESEND: "no word on the earlier intent in time: sent again",
     DecisionReason.DRIFT: "changed out of band: correction on its way",
     DecisionReason.DELETED: "deleted out of band: re-creation on its way",
     DecisionReason.ANNOTATION: "left the bundle; kept: it carries driftbus.dev/prune: disabled",
@@ -172,7 +168,7 @@ def object_row(
     message: str,
     health: Health = Health.UNKNOWN,
 ) -> ObjectStatus:
-    """The planner's own object rows: Pending, Drifted, Kept, and Applied when a revision
+    """The planner's own object rows: Drifted, Kept, and Applied when a revision
     makes an earlier failure moot (appliers write the rest)."""
     return ObjectStatus(
         cluster=view.cluster,
