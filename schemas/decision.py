@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+from typing import Annotated
 
 import msgspec
 
@@ -88,7 +89,16 @@ class DecisionRecord(Message, frozen=True, tag=tag("decision")):
 
 # The inputs of a decision: the planner's entry for the object before the fact, the fact, the
 # hold. Field names are those of ``services.planner.rule.entry`` (``Entry`` and each event), so
-# the planner converts them field by field; SHAs in hex. Defaults are left out on the wire.
+# the planner converts them field by field. Defaults are left out on the wire, and a SHA equal
+# to one of the record's own is written as a reference to it: most inputs repeat them.
+
+ShaRef = Annotated[
+    str,
+    msgspec.Meta(
+        pattern="^([0-9a-f]{64}|@(manifest_sha|last_applied_manifest_sha|apply_sha|server_sha))$",
+        description="SHA-256 in lower-case hex, or @FIELD: the value of the record's FIELD",
+    ),
+]
 
 
 class _Kept(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=False):
@@ -100,24 +110,24 @@ class KeptEntry(_Kept, frozen=True):
 
     bundle: str = ""
     revision: str = ""
-    manifest_sha: Sha | None = None
+    manifest_sha: ShaRef | None = None
     prune: bool = True
     correct_drift: bool = True
-    applied_manifest_sha: Sha | None = None
-    apply_sha: Sha | None = None
+    applied_manifest_sha: ShaRef | None = None
+    apply_sha: ShaRef | None = None
     applied_rv: int = 0
     applied_bundle: str = ""
-    server_sha: Sha | None = None
+    server_sha: ShaRef | None = None
     server_deleted: bool = False
     server_rv: int = 0
     owner_bundle: str = ""
     api_version: str = ""
     keep: bool = False
     server_retired: bool = False
-    inflight: Sha | None = None
+    inflight: ShaRef | None = None
     """manifestSHA of the intent in flight; 64 zeros for a delete (``DELETE_INFLIGHT``)."""
     inflight_at: float = 0.0
-    failed: Sha | None = None
+    failed: ShaRef | None = None
     failed_at: float = 0.0
     applied_at: float = 0.0
 
@@ -127,7 +137,7 @@ class KeptDesired(_Kept, frozen=True, tag_field="kind", tag="desired"):
 
     bundle: str
     revision: str
-    manifest_sha: Sha
+    manifest_sha: ShaRef
     prune: bool = True
     correct_drift: bool = True
 
@@ -145,7 +155,7 @@ class KeptObserved(_Kept, frozen=True, tag_field="kind", tag="observed"):
     """A watcher's server fact (``rule.entry.Observed``)."""
 
     resource_version: int
-    server_sha: Sha | None = None
+    server_sha: ShaRef | None = None
     deleted: bool = False
     owner_bundle: str = ""
     api_version: str = ""
@@ -156,8 +166,8 @@ class KeptObserved(_Kept, frozen=True, tag_field="kind", tag="observed"):
 class KeptApplied(_Kept, frozen=True, tag_field="kind", tag="applied"):
     """An applier's applied fact (``rule.entry.Applied``)."""
 
-    manifest_sha: Sha
-    apply_sha: Sha | None
+    manifest_sha: ShaRef
+    apply_sha: ShaRef | None
     resource_version: int
     deleted: bool = False
     at: float = 0.0
@@ -167,7 +177,7 @@ class KeptApplied(_Kept, frozen=True, tag_field="kind", tag="applied"):
 class KeptFailed(_Kept, frozen=True, tag_field="kind", tag="failed"):
     """An applier gave up (``rule.entry.Failed``)."""
 
-    manifest_sha: Sha
+    manifest_sha: ShaRef
     at: float = 0.0
 
 

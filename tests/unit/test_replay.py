@@ -18,8 +18,8 @@ import pytest
 
 from schemas.codec import decode, encode
 from schemas.decision import DecisionAction as A
-from schemas.decision import DecisionInputs, DecisionRecord, KeptEntry
 from schemas.decision import DecisionReason as R
+from schemas.decision import DecisionRecord, KeptEntry
 from schemas.subjects import ObjectKey
 from services.cli.replay import since_of
 from services.planner.rule import decide, messages, replay
@@ -245,7 +245,7 @@ def test_inputs_survive_the_wire_exactly() -> None:
         applied_manifest_sha=M1,
         apply_sha=S1,
         applied_rv=10,
-        server_sha=S1,
+        server_sha=FOREIGN,
         server_rv=11,
         inflight=DELETE_INFLIGHT,
         failed=M2,
@@ -253,18 +253,40 @@ def test_inputs_survive_the_wire_exactly() -> None:
         keep=True,
     )
     ev = Applied(M1, None, 12, deleted=True, at=4.25, bundle="b")
-    wire = replay.kept(replay.Inputs(e, ev, R.WAVE))
-    assert wire is not None
-    back = replay.inputs_of(KEY, decode(encode(wire), DecisionInputs))
-    assert back == replay.Inputs(e, ev, R.WAVE)
+    inputs = replay.Inputs(e, ev, R.WAVE)
+    after = dataclasses.replace(e, server_sha=S2)
+    record = messages.record(SLOT, after, HIT, "r", "p", inputs=inputs)
+    assert record.inputs is not None
+    # SHAs the record carries itself are named, not repeated; the others are written out
+    assert record.inputs.entry.manifest_sha == "@manifest_sha"
+    assert record.inputs.entry.apply_sha == "@apply_sha"
+    assert record.inputs.entry.server_sha == FOREIGN.hex()  # the record's is the one after
+    back = decode(encode(record), DecisionRecord)
+    assert replay.inputs_of(back) == inputs
+
+
+def test_inputs_naming_a_sha_the_record_lacks_are_not_replayable() -> None:
+    record, _ = decided(ROWS["drift"])
+    assert record.inputs is not None
+    broken = msgspec.structs.replace(
+        record,
+        server_sha=None,
+        inputs=msgspec.structs.replace(
+            record.inputs,
+            entry=msgspec.structs.replace(record.inputs.entry, server_sha="@server_sha"),
+        ),
+    )
+    again = replay.replayed(decode(encode(broken), DecisionRecord))
+    assert again.skipped.startswith("inputs not whole: ConfigMap/ns/cm: its inputs name")
+    assert not again.differs
 
 
 def test_a_record_with_inputs_stays_compact() -> None:
     record, _ = decided(ROWS["republish-is-a-hit"])
     size = len(encode(record))
     without = len(encode(msgspec.structs.replace(record, inputs=None)))
-    # the entry's three SHAs, the fact's one, and the few non-default fields
-    assert size - without < 700, encode(record)
+    # SHAs named by reference, and the few fields not at their defaults
+    assert size - without < 400, encode(record)
 
 
 NOW = dt.datetime(2026, 11, 29, 12, 0, tzinfo=dt.UTC)

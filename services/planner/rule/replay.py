@@ -35,7 +35,6 @@ from schemas.decision import (
     KeptRemoved,
     KeptResend,
 )
-from schemas.subjects import ObjectKey
 from services.planner.rule.decide import Decision, reevaluate, step
 from services.planner.rule.entry import (
     Applied,
@@ -67,6 +66,9 @@ SHA_FIELDS = frozenset(
     ("manifest_sha", "applied_manifest_sha", "apply_sha", "server_sha", "inflight", "failed")
 )
 """The fields that hold a SHA: raw bytes in the rule, hex on the wire."""
+REFERABLE = ("manifest_sha", "last_applied_manifest_sha", "apply_sha", "server_sha")
+"""The record's own SHAs, which an input equal to one of them names (``@apply_sha``) instead of
+repeating it: a hit's inputs would otherwise double the record."""
 NOT_KEPT = "recorded before inputs were kept"
 BY_HOOK_POLICY = "a hook's delete policy decided it, not the decision rule"
 
@@ -100,46 +102,58 @@ class Replayed:
         return not self.skipped and self.now != self.then
 
 
-def _hex(value: object) -> object:
-    return value.hex() if isinstance(value, bytes) else value
-
-
-def _raw(name: str, value: Any) -> Any:
-    return bytes.fromhex(value) if name in SHA_FIELDS and isinstance(value, str) else value
-
-
-def _fields(obj: Any, skip: str = "") -> dict[str, Any]:
-    """``obj``'s fields that differ from their defaults (the wire leaves the rest out)."""
+def _fields(obj: Any, refs: dict[bytes, str], skip: str = "") -> dict[str, Any]:
+    """``obj``'s fields that differ from their defaults (the wire leaves the rest out), SHAs in
+    hex or as a reference (``refs``)."""
     return {
-        f.name: _hex(v)
+        f.name: (refs.get(v) or v.hex()) if isinstance(v, bytes) else v
         for f in dataclasses.fields(obj)
         if f.name != skip and (v := getattr(obj, f.name)) != f.default
     }
 
 
-def kept(inputs: Inputs | None) -> DecisionInputs | None:
-    """The wire form of ``inputs`` for the decision record (None for none, or for a fact that
-    never decides)."""
+def kept(inputs: Inputs | None, record: DecisionRecord) -> DecisionInputs | None:
+    """The wire form of ``inputs`` for ``record`` (whose own SHAs it refers to); None for no
+    inputs, or a fact that never decides."""
     if inputs is None:
         return None
+    refs: dict[bytes, str] = {}
+    for name in REFERABLE:
+        value = getattr(record, name)
+        if value is not None:
+            refs.setdefault(bytes.fromhex(value), f"@{name}")
     event = None
     if inputs.event is not None:
         kind = KEPT.get(type(inputs.event))
         if kind is None:
             return None
-        event = kind(**_fields(inputs.event))
-    return DecisionInputs(
-        entry=KeptEntry(**_fields(inputs.entry, skip="key")), event=event, hold=inputs.hold
-    )
+        event = kind(**_fields(inputs.event, refs))
+    entry = KeptEntry(**_fields(inputs.entry, refs, skip="key"))
+    return DecisionInputs(entry=entry, event=event, hold=inputs.hold)
 
 
-def inputs_of(key: ObjectKey, wire: DecisionInputs) -> Inputs:
-    """The rule's own records back from a decision record's ``inputs`` for object ``key``."""
-    entry = Entry(key, **{n: _raw(n, v) for n, v in msgspec.structs.asdict(wire.entry).items()})
+def inputs_of(record: DecisionRecord) -> Inputs:
+    """The rule's own records back from ``record``'s inputs; ValueError if they are not
+    whole (a reference to a SHA the record lacks)."""
+    wire = record.inputs
+    if wire is None:
+        raise ValueError(f"{record.key}: {NOT_KEPT}")
+
+    def raw(name: str, value: Any) -> Any:
+        if name not in SHA_FIELDS or not isinstance(value, str):
+            return value
+        if value.startswith("@"):
+            value = getattr(record, value[1:], None)
+            if not isinstance(value, str):
+                raise ValueError(f"{record.key}: its inputs name {name}, the record has none")
+        return bytes.fromhex(value)
+
+    fields = msgspec.structs.asdict(wire.entry)
+    entry = Entry(record.key, **{n: raw(n, v) for n, v in fields.items()})
     event: Event | None = None
     if wire.event is not None:
         fields = msgspec.structs.asdict(wire.event)
-        event = _EVENT_OF[type(wire.event)](**{n: _raw(n, v) for n, v in fields.items()})
+        event = _EVENT_OF[type(wire.event)](**{n: raw(n, v) for n, v in fields.items()})
     return Inputs(entry, event, wire.hold)
 
 
@@ -155,7 +169,10 @@ def replayed(record: DecisionRecord) -> Replayed:
     if record.inputs is None:
         hook = record.action is DecisionAction.DELETE and record.reason is DecisionReason.HOOK
         return Replayed(record, None, None, BY_HOOK_POLICY if hook else NOT_KEPT)
-    inputs = inputs_of(record.key, record.inputs)
+    try:
+        inputs = inputs_of(record)
+    except ValueError as exc:
+        return Replayed(record, None, None, f"inputs not whole: {exc}")
     return Replayed(record, rerun(inputs), inputs)
 
 
