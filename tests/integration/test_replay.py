@@ -13,8 +13,10 @@ import json
 import sys
 import textwrap
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
+import jsonschema
 import nats
 import pytest
 
@@ -26,6 +28,9 @@ from ..conftest import empty_namespace, kube_client, unique_name
 from .waits import until_object
 
 BUNDLE = unique_name("replayed")
+SCHEMA = json.loads(
+    (Path(__file__).parents[2] / "schemas" / "json" / "cli-replay.schema.json").read_text()
+)
 
 # a test build of the rule: drift is never corrected (a hit instead of the apply)
 CHANGED_RULE = textwrap.dedent(
@@ -154,6 +159,7 @@ async def test_replay_of_recorded_history_finds_no_difference(history: Pipeline)
     code, out, err = await replay(history, "--since", "1h", "-o", "json")
     assert code == 0, out + err
     doc = json.loads(out)
+    jsonschema.validate(doc, SCHEMA)
     assert doc["differences"] == []
     assert doc["not_replayed"] == []
     assert doc["replayed"] == doc["records"] > 0
@@ -175,7 +181,9 @@ async def test_replay_with_a_changed_rule_names_each_difference(history: Pipelin
     assert any("obj-2" in r and "apply (deleted)" in r and "nothing" in r for r in rows), out
     code, out, err = await replay(history, "--since", "1h", "-o", "json", rule=CHANGED_RULE)
     assert code == 2, out + err
-    differences = json.loads(out)["differences"]
+    doc = json.loads(out)
+    jsonschema.validate(doc, SCHEMA)
+    differences = doc["differences"]
     assert {(d["name"], d["then_reason"], d["now_action"], d["fact"]) for d in differences} == {
         ("obj-1", "drift", None, "observed"),
         ("obj-2", "deleted", None, "observed"),
