@@ -149,7 +149,7 @@ def record(
     ``override: NAME`` (``ClusterState.window_note``); ``inputs``: what the rule decided it
     from, kept for ``driftbus replay`` (``rule.replay``)."""
     cluster, key = slot
-    made = DecisionRecord(
+    return DecisionRecord(
         cluster=cluster,
         key=key,
         bundle=e.bundle or e.owner_bundle or bundle,
@@ -164,8 +164,8 @@ def record(
         planner=planner_id,
         identity=identity.user if identity is not None else "",
         window=window,
+        inputs=kept(inputs, e),  # its SHAs are those above: the inputs refer to them
     )
-    return msgspec.structs.replace(made, inputs=kept(inputs, made))
 
 
 def object_row(

@@ -66,9 +66,16 @@ SHA_FIELDS = frozenset(
     ("manifest_sha", "applied_manifest_sha", "apply_sha", "server_sha", "inflight", "failed")
 )
 """The fields that hold a SHA: raw bytes in the rule, hex on the wire."""
-REFERABLE = ("manifest_sha", "last_applied_manifest_sha", "apply_sha", "server_sha")
-"""The record's own SHAs, which an input equal to one of them names (``@apply_sha``) instead of
-repeating it: a hit's inputs would otherwise double the record."""
+REFERABLE = {
+    "manifest_sha": "manifest_sha",
+    "last_applied_manifest_sha": "applied_manifest_sha",
+    "apply_sha": "apply_sha",
+    "server_sha": "server_sha",
+}
+"""The record's own SHAs (``messages.record``: those of the entry after the decision), which an
+input equal to one of them names (``@apply_sha``) instead of repeating it: a hit's inputs would
+otherwise double the record."""
+_DEFAULTS: dict[type[Any], tuple[tuple[str, Any], ...]] = {}
 NOT_KEPT = "recorded before inputs were kept"
 BY_HOOK_POLICY = "a hook's delete policy decided it, not the decision rule"
 
@@ -102,33 +109,40 @@ class Replayed:
         return not self.skipped and self.now != self.then
 
 
-def _fields(obj: Any, refs: dict[bytes, str], skip: str = "") -> dict[str, Any]:
+def _fields(obj: Any, refs: dict[bytes, str]) -> dict[str, Any]:
     """``obj``'s fields that differ from their defaults (the wire leaves the rest out), SHAs in
-    hex or as a reference (``refs``)."""
-    return {
-        f.name: (refs.get(v) or v.hex()) if isinstance(v, bytes) else v
-        for f in dataclasses.fields(obj)
-        if f.name != skip and (v := getattr(obj, f.name)) != f.default
-    }
+    hex or as a reference (``refs``); an entry's key aside (the record's own)."""
+    defaults = _DEFAULTS.get(type(obj))
+    if defaults is None:
+        fields = dataclasses.fields(obj)
+        defaults = tuple((f.name, f.default) for f in fields if f.name != "key")
+        _DEFAULTS[type(obj)] = defaults
+    out = {}
+    for name, default in defaults:
+        v = getattr(obj, name)
+        if v != default:
+            out[name] = (refs.get(v) or v.hex()) if type(v) is bytes else v
+    return out
 
 
-def kept(inputs: Inputs | None, record: DecisionRecord) -> DecisionInputs | None:
-    """The wire form of ``inputs`` for ``record`` (whose own SHAs it refers to); None for no
-    inputs, or a fact that never decides."""
+def kept(inputs: Inputs | None, after: Entry) -> DecisionInputs | None:
+    """The wire form of ``inputs`` for the record ``messages.record`` makes of ``after`` (the
+    entry after the decision, whose SHAs the record carries and the inputs refer to); None for
+    no inputs, or a fact that never decides."""
     if inputs is None:
         return None
     refs: dict[bytes, str] = {}
-    for name in REFERABLE:
-        value = getattr(record, name)
-        if value is not None:
-            refs.setdefault(bytes.fromhex(value), f"@{name}")
+    for name, field in REFERABLE.items():
+        value = getattr(after, field)
+        if value is not None and value not in refs:
+            refs[value] = f"@{name}"
     event = None
     if inputs.event is not None:
         kind = KEPT.get(type(inputs.event))
         if kind is None:
             return None
         event = kind(**_fields(inputs.event, refs))
-    entry = KeptEntry(**_fields(inputs.entry, refs, skip="key"))
+    entry = KeptEntry(**_fields(inputs.entry, refs))
     return DecisionInputs(entry=entry, event=event, hold=inputs.hold)
 
 
