@@ -10,7 +10,6 @@ cannot be re-run are said so, never reported as differences.
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import hashlib
 
 import msgspec
@@ -21,7 +20,6 @@ from schemas.decision import DecisionAction as A
 from schemas.decision import DecisionReason as R
 from schemas.decision import DecisionRecord, KeptEntry
 from schemas.subjects import ObjectKey
-from services.cli.replay import since_of
 from services.planner.rule import decide, messages, replay
 from services.planner.rule.decide import (
     DELETE_INFLIGHT,
@@ -287,26 +285,3 @@ def test_a_record_with_inputs_stays_compact() -> None:
     without = len(encode(msgspec.structs.replace(record, inputs=None)))
     # SHAs named by reference, and the few fields not at their defaults
     assert size - without < 400, encode(record)
-
-
-NOW = dt.datetime(2026, 11, 29, 12, 0, tzinfo=dt.UTC)
-
-
-@pytest.mark.parametrize(
-    ("text", "back"),
-    [
-        ("7d", dt.timedelta(days=7)),
-        ("1d12h", dt.timedelta(days=1, hours=12)),
-        ("36h", dt.timedelta(hours=36)),
-        ("90m", dt.timedelta(minutes=90)),
-    ],
-    ids=["days", "days-and-hours", "hours", "minutes"],
-)
-def test_since_reads_days_and_go_durations(text: str, back: dt.timedelta) -> None:
-    assert since_of(text, NOW) == NOW - back
-
-
-@pytest.mark.parametrize("text", ["a week", "7", "0d", "-1h", "7w"])
-def test_a_bad_since_names_the_flag(text: str) -> None:
-    with pytest.raises(ValueError, match=r"^--since: "):
-        since_of(text, NOW)
