@@ -3,7 +3,8 @@ republish with a change, drift and an out-of-band delete corrected, a prune), th
 every recorded decision through this build's rule — no difference, exit 0 — and through a build
 whose rule no longer corrects drift — the drift decisions differ, exit 2, the objects named.
 
-One pipeline for the module: the history is made once, both replays read it.
+One pipeline for the module: the history is made once (a planner restart included), both
+replays read it.
 """
 
 from __future__ import annotations
@@ -140,8 +141,20 @@ async def _record_history(p: Pipeline, kube: KubeClient, ns: str) -> None:
         await p.publish(js, BUNDLE, changed[1:], revision="r3", force=True)  # hits again
         await _until(lambda: len(decisions.reasons("obj-3")) >= 5, "the last hits", p)
         assert "delete:prune" in decisions.reasons("obj-0")
+        # a planner restart: every entry decided once the rebuild completes (hits)
+        p.procs["planner"].terminate()
+        p.procs["planner"].stop(timeout=10)
+        p.start("planner")
+        await _until(lambda: len(_rebuilt(decisions)) >= 3, "the decisions after the rebuild", p)
     finally:
         await nc.drain()
+
+
+def _rebuilt(decisions: DecisionLog) -> list[str]:
+    """The objects decided on after a planner's rebuild (no fact: ``reevaluate``)."""
+    return [
+        r.key.name for r in decisions.records if r.inputs is not None and r.inputs.event is None
+    ]
 
 
 async def _until(pred: Any, what: str, p: Pipeline, within: float = 60) -> None:

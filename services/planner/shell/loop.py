@@ -241,7 +241,7 @@ class Planner:
             (s for s, e in st.entries.items() if e.manifest_sha is not None),
             key=lambda s: apply_order(s[1]),
         )
-        by_bundle: dict[str, list[tuple[Slot, Decision | None, Inputs]]] = {}
+        by_bundle: dict[str, list[tuple[Slot, Decision | None, Inputs | None]]] = {}
         now = time.time()
         for i, slot in enumerate(slots):
             entry = st.entries[slot]
@@ -251,7 +251,8 @@ class Planner:
             if of_bundle and decision is not None and decision.action is DecisionAction.HOLD:
                 st.gates.held.add(entry.bundle)
             await pace(i)
-            by_bundle.setdefault(st.entries[slot].bundle, []).append((slot, decision, inputs))
+            kept = inputs if decision is not None else None  # no record, nothing to keep
+            by_bundle.setdefault(st.entries[slot].bundle, []).append((slot, decision, kept))
         for bundle, decided in by_bundle.items():
             ident = (self.cluster, bundle)
             ctx = self.board.trace(ident)
@@ -281,7 +282,9 @@ class Planner:
         )
         self.ready.set()
 
-    async def _publish_rebuilt(self, decided: list[tuple[Slot, Decision | None, Inputs]]) -> None:
+    async def _publish_rebuilt(
+        self, decided: list[tuple[Slot, Decision | None, Inputs | None]]
+    ) -> None:
         for i, (slot, decision, inputs) in enumerate(decided):
             await self.decisions.publish(slot, decision, after_rebuild=True, inputs=inputs)
             await pace(i)
