@@ -285,3 +285,27 @@ def test_a_record_with_inputs_stays_compact() -> None:
     without = len(encode(msgspec.structs.replace(record, inputs=None)))
     # SHAs named by reference, and the few fields not at their defaults
     assert size - without < 400, encode(record)
+
+
+SAID = {
+    type(None): "the planner's rebuild completed; before: desired ",
+    Desired: "published in b@",
+    Removed: "left b@r2",
+    Observed: "watcher saw it ",
+    Applied: "applier applied ",
+    Failed: "applier gave up on ",
+    Declined: "applier declined the delete (annotation)",
+    Resend: "no word on the intent in time; before: ",
+    Release: "the bundle's hold ended; before: ",
+}
+
+
+@pytest.mark.parametrize("row", ROWS.values(), ids=ROWS.keys())
+def test_the_inputs_read_as_one_line(row: Row) -> None:
+    record, _ = decided(row)
+    inputs = replay.replayed(record).inputs
+    assert inputs is not None
+    line = replay.explain(inputs)
+    assert line.startswith(SAID[type(row.last)]), line
+    assert "\n" not in line
+    assert (f"; held: {row.hold}" in line) == (row.hold is not None), line
