@@ -11,11 +11,13 @@ The messages:
 - ``fleet`` — fleets: the cluster registry's ``ClusterRecord``, the ``FleetBundle``, the
   ``RolloutState`` and its ``RolloutEvent`` transitions.
 - ``decision`` — the planner's audit log: one ``DecisionRecord`` per decision, with its action
-  and why.
+  and why, and the inputs the rule decided it from (``DecisionInputs``).
 - ``tenants`` — the tenants file (tenants, their identities and limits), also its stored form.
 - ``windows`` — the sync windows file (allow / deny, cron, duration, time zone, globs).
 - ``notify`` — the notifications file: providers, alerts, filters, secrets read from files.
 - ``cli`` — what the command line prints with ``-o json``, as typed Structs.
+- ``replay`` — what ``driftbus replay -o json`` prints: the decisions a build would make
+  otherwise.
 
 Around them:
 

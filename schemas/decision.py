@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+from typing import Annotated
+
+import msgspec
 
 from schemas.base import Message, Name, Sha, tag
 from schemas.subjects import ObjectKey
@@ -78,3 +81,138 @@ class DecisionRecord(Message, frozen=True, tag=tag("decision")):
     window: str = ""
     """The sync window that held this decision, or that ``--override-window`` overrode
     (``override: NAME``); "" when no window was in force."""
+    inputs: DecisionInputs | None = None
+    """What the decision rule decided from (``driftbus replay`` re-runs it); None in records
+    written before the inputs were kept, and for decisions the rule does not make (a hook's
+    delete policy)."""
+
+
+# The inputs of a decision: the planner's entry for the object before the fact, the fact, the
+# hold. Field names are those of ``services.planner.rule.entry`` (``Entry`` and each event), so
+# the planner converts them field by field. Defaults are left out on the wire, and a SHA equal
+# to one of the record's own is written as a reference to it: most inputs repeat them.
+
+ShaRef = Annotated[
+    str,
+    msgspec.Meta(
+        pattern="^([0-9a-f]{64}|@(manifest_sha|last_applied_manifest_sha|apply_sha|server_sha))$",
+        description="SHA-256 in lower-case hex, or @FIELD: the value of the record's FIELD",
+    ),
+]
+
+
+class _Kept(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=False):
+    """Base of the recorded inputs: compact (defaults omitted), and readable by an older build."""
+
+
+class KeptEntry(_Kept, frozen=True):
+    """``rule.entry.Entry`` before the fact, its key aside (the record's ``key``)."""
+
+    bundle: str = ""
+    revision: str = ""
+    manifest_sha: ShaRef | None = None
+    prune: bool = True
+    correct_drift: bool = True
+    applied_manifest_sha: ShaRef | None = None
+    apply_sha: ShaRef | None = None
+    applied_rv: int = 0
+    applied_bundle: str = ""
+    server_sha: ShaRef | None = None
+    server_deleted: bool = False
+    server_rv: int = 0
+    owner_bundle: str = ""
+    api_version: str = ""
+    keep: bool = False
+    server_retired: bool = False
+    inflight: ShaRef | None = None
+    """manifestSHA of the intent in flight; 64 zeros for a delete (``DELETE_INFLIGHT``)."""
+    inflight_at: float = 0.0
+    failed: ShaRef | None = None
+    failed_at: float = 0.0
+    applied_at: float = 0.0
+
+
+class KeptDesired(_Kept, frozen=True, tag_field="kind", tag="desired"):
+    """A bundle publish declared the object (``rule.entry.Desired``)."""
+
+    bundle: str
+    revision: str
+    manifest_sha: ShaRef
+    prune: bool = True
+    correct_drift: bool = True
+
+
+class KeptRemoved(_Kept, frozen=True, tag_field="kind", tag="removed"):
+    """The object left its bundle's revision (``rule.entry.Removed``)."""
+
+    bundle: str
+    revision: str
+    prune: bool = True
+    in_use: str = ""
+
+
+class KeptObserved(_Kept, frozen=True, tag_field="kind", tag="observed"):
+    """A watcher's server fact (``rule.entry.Observed``)."""
+
+    resource_version: int
+    server_sha: ShaRef | None = None
+    deleted: bool = False
+    owner_bundle: str = ""
+    api_version: str = ""
+    keep: bool = False
+    retired: bool = False
+
+
+class KeptApplied(_Kept, frozen=True, tag_field="kind", tag="applied"):
+    """An applier's applied fact (``rule.entry.Applied``)."""
+
+    manifest_sha: ShaRef
+    apply_sha: ShaRef | None
+    resource_version: int
+    deleted: bool = False
+    at: float = 0.0
+    bundle: str = ""
+
+
+class KeptFailed(_Kept, frozen=True, tag_field="kind", tag="failed"):
+    """An applier gave up (``rule.entry.Failed``)."""
+
+    manifest_sha: ShaRef
+    at: float = 0.0
+
+
+class KeptDeclined(_Kept, frozen=True, tag_field="kind", tag="declined"):
+    """An applier did not delete (``rule.entry.Declined``)."""
+
+    reason: DecisionReason = DecisionReason.NOT_OWNED
+
+
+class KeptResend(_Kept, frozen=True, tag_field="kind", tag="resend"):
+    """The intent in flight got no word in time (``rule.entry.Resend``)."""
+
+
+class KeptRelease(_Kept, frozen=True, tag_field="kind", tag="release"):
+    """The bundle's hold ended (``rule.entry.Release``)."""
+
+
+KeptEvent = (
+    KeptDesired
+    | KeptRemoved
+    | KeptObserved
+    | KeptApplied
+    | KeptFailed
+    | KeptDeclined
+    | KeptResend
+    | KeptRelease
+)
+
+
+class DecisionInputs(_Kept, frozen=True):
+    """Everything ``rule.decide`` read to make one decision: ``step(entry, event, hold=hold)``,
+    or with no ``event`` the evaluation of every entry once the planner's rebuild completed
+    (``reevaluate(entry, hold=hold)``)."""
+
+    entry: KeptEntry
+    event: KeptEvent | None = None
+    hold: DecisionReason | None = None
+    """Why the bundle's writes waited (``step``'s ``hold``): a write became a ``hold``."""

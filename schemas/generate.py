@@ -27,6 +27,7 @@ from schemas.cli import (
 from schemas.fleet import ClusterList, FleetStatus, RolloutHistory
 from schemas.messages import MESSAGE_TYPES
 from schemas.notify import NotifyConfig, NotifyShow
+from schemas.replay import ReplayDocument
 from schemas.tenants import TenantPolicy
 from schemas.windows import WindowRow, WindowsFile
 
@@ -50,6 +51,7 @@ CLI_TYPES: dict[str, Any] = {
     "cli-rollout-history": RolloutHistory,
     "cli-windows": list[WindowRow],
     "cli-notify": NotifyShow,
+    "cli-replay": ReplayDocument,
 }
 """What ``-o json`` of a command prints, by schema name."""
 

@@ -12,6 +12,8 @@ The commands:
 - ``status/`` — ``status``, ``why`` and ``shards``: ``command``, ``gather`` (what ``status``
   reads, as a typed value) and ``show`` (it as a table or JSON), ``follow`` (``status -f``) and
   ``shards`` (the shards bucket, its document made by a pure function).
+- ``replay`` — ``driftbus replay``: the recorded decisions of a period made again by this
+  build's rule (``services.planner.rule.replay``), every difference listed, exit 2.
 - ``fleet/`` — fleets: ``publish`` (``--selector``, ``--cluster`` repeated, and its ``--wait``),
   ``rollout`` (a fleet bundle's rollout, seen and steered) and ``clusters`` (the registry: list,
   ``label``, ``remove``).

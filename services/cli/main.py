@@ -20,6 +20,8 @@ Subcommands so far:
   rollout, seen and steered (``services/cli/fleet/rollout.py``).
 * ``driftbus why KIND/NAMESPACE/NAME --cluster C`` — the decision history of one object.
 * ``driftbus shards`` — planner replicas and which one plans which cluster.
+* ``driftbus replay [--since DUR] [--cluster C]`` — the recorded decisions re-run through this
+  build's rule; exit 2 if any would differ (``services/cli/replay.py``, docs/replay.md).
 * ``driftbus bundles|delete bundle|suspend|resume|rollback`` — a bundle's life after its
   publish (``services/cli/lifecycle.py``, docs/lifecycle.md).
 * ``driftbus plan PATH... --cluster C --bundle B`` — what a publish would do, with diffs
@@ -51,6 +53,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "push": ("push",),  # push DIR oci://…
     "plan.command": ("plan",),
     "status.command": ("status", "why", "shards"),
+    "replay": ("replay",),
     "lifecycle": ("bundles", "delete", "suspend", "resume", "rollback"),
     "fleet.clusters": ("clusters",),
     "fleet.rollout": ("rollout",),

@@ -15,4 +15,6 @@ planner but the process, so a plan cannot disagree with the planner.
 - ``takeover`` — which objects a revision takes when another bundle declares them.
 - ``prune`` — which prunes would destroy what others still want; which objects are strays.
 - ``messages`` — what a decision sends: the intent and its id, the decision record, the row.
+- ``replay`` — a decision's inputs kept in its record, and made again by ``decide``
+  (``driftbus replay``).
 """

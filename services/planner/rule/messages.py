@@ -30,6 +30,7 @@ from schemas.subjects import key_tokens
 from services.core import hooks
 from services.planner.rule.decide import DELETE_INFLIGHT, Decision, Entry
 from services.planner.rule.entry import Slot
+from services.planner.rule.replay import Inputs, kept
 from services.planner.rule.revision import BundleView
 
 log = logging.getLogger("driftbus.planner")
@@ -136,11 +137,13 @@ def record(
     identity: Impersonation | None = None,
     bundle: str = "",
     window: str = "",
+    inputs: Inputs | None = None,
 ) -> DecisionRecord:
     """The audit record of a decision (hits included), with every SHA it was made from and
     whom its write is made as; ``bundle``: whose it is when the entry names none (a prune that
     cancels an apply still on its way); ``window``: the sync window that held it, or
-    ``override: NAME`` (``ClusterState.window_note``)."""
+    ``override: NAME`` (``ClusterState.window_note``); ``inputs``: what the rule decided it
+    from, kept for ``driftbus replay`` (``rule.replay``)."""
     cluster, key = slot
     return DecisionRecord(
         cluster=cluster,
@@ -157,6 +160,7 @@ def record(
         planner=planner_id,
         identity=identity.user if identity is not None else "",
         window=window,
+        inputs=kept(inputs, e),  # its SHAs are those above: the inputs refer to them
     )
 
 

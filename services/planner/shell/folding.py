@@ -29,6 +29,7 @@ from services.planner.rule.decide import (
 )
 from services.planner.rule.entry import Slot
 from services.planner.rule.holds import Hold
+from services.planner.rule.replay import Inputs
 from services.planner.rule.revision import BundleView
 from services.planner.shell.sending import Decisions, pace
 from services.planner.shell.status_board import StatusBoard
@@ -64,9 +65,8 @@ class Folder:
         of = event.bundle if isinstance(event, Desired | Removed) else entry.bundle
         pruning = isinstance(event, Removed)
         hold, of_bundle = self.hold_of(slot, of or entry.owner_bundle, pruning=pruning)
-        entry, decision = step(
-            entry, event, now=time.time(), hold=hold.reason if hold is not None else None
-        )
+        inputs = Inputs(entry, event, hold.reason if hold is not None else None)  # its record's
+        entry, decision = step(entry, event, now=time.time(), hold=inputs.hold)
         entries[slot] = entry
         if of_bundle and decision is not None and decision.action is DecisionAction.HOLD:
             self.state.gates.held.add(of or entry.owner_bundle)
@@ -76,7 +76,7 @@ class Folder:
             self.board.mark((slot[0], bundle))
             self.board.continue_current_span((slot[0], bundle))
         if decision is not None:
-            await self.decisions.publish(slot, decision, removed_from=removed_from)
+            await self.decisions.publish(slot, decision, removed_from=removed_from, inputs=inputs)
         if entry.bundle and not isinstance(event, Removed):
             await self.advance(slot, entry.bundle)
 

@@ -41,6 +41,7 @@ from services.planner.rule.decide import (
     reevaluate,
 )
 from services.planner.rule.entry import Slot
+from services.planner.rule.replay import Inputs
 from services.planner.settings import PlannerSettings
 from services.planner.shell.folding import Folder
 from services.planner.shell.followed import Followed
@@ -240,22 +241,22 @@ class Planner:
             (s for s, e in st.entries.items() if e.manifest_sha is not None),
             key=lambda s: apply_order(s[1]),
         )
-        by_bundle: dict[str, list[tuple[Slot, Decision | None]]] = {}
+        by_bundle: dict[str, list[tuple[Slot, Decision | None, Inputs | None]]] = {}
         now = time.time()
         for i, slot in enumerate(slots):
             entry = st.entries[slot]
             hold, of_bundle = self.folder.hold_of(slot, entry.bundle)
-            st.entries[slot], decision = reevaluate(
-                entry, now=now, hold=hold.reason if hold else None
-            )
+            inputs = Inputs(entry, None, hold.reason if hold else None)  # its record's
+            st.entries[slot], decision = reevaluate(entry, now=now, hold=inputs.hold)
             if of_bundle and decision is not None and decision.action is DecisionAction.HOLD:
                 st.gates.held.add(entry.bundle)
             await pace(i)
-            by_bundle.setdefault(st.entries[slot].bundle, []).append((slot, decision))
+            kept = inputs if decision is not None else None  # no record, nothing to keep
+            by_bundle.setdefault(st.entries[slot].bundle, []).append((slot, decision, kept))
         for bundle, decided in by_bundle.items():
             ident = (self.cluster, bundle)
             ctx = self.board.trace(ident)
-            if ctx is None or not any(d is not None and d.writes for _, d in decided):
+            if ctx is None or not any(d is not None and d.writes for _, d, _ in decided):
                 await self._publish_rebuilt(decided)
                 continue
             with telemetry.tracer.start_as_current_span(
@@ -281,9 +282,11 @@ class Planner:
         )
         self.ready.set()
 
-    async def _publish_rebuilt(self, decided: list[tuple[Slot, Decision | None]]) -> None:
-        for i, (slot, decision) in enumerate(decided):
-            await self.decisions.publish(slot, decision, after_rebuild=True)
+    async def _publish_rebuilt(
+        self, decided: list[tuple[Slot, Decision | None, Inputs | None]]
+    ) -> None:
+        for i, (slot, decision, inputs) in enumerate(decided):
+            await self.decisions.publish(slot, decision, after_rebuild=True, inputs=inputs)
             await pace(i)
 
     async def _handle(self, kind: str, msg: Any) -> None:

@@ -25,6 +25,7 @@ from services.planner.memory.cluster import ClusterState
 from services.planner.rule import messages
 from services.planner.rule.decide import Decision
 from services.planner.rule.entry import Slot
+from services.planner.rule.replay import Inputs
 from services.planner.rule.revision import BundleView
 
 log = logging.getLogger("driftbus.planner")
@@ -76,13 +77,15 @@ class Decisions:
         *,
         after_rebuild: bool = False,
         removed_from: str = "",
+        inputs: Inputs | None = None,
     ) -> None:
         """Send ``d`` (a hit only as its record); nothing for no decision. ``removed_from``:
-        the bundle ``d`` prunes the object for (``ClusterState.view_of``)."""
+        the bundle ``d`` prunes the object for (``ClusterState.view_of``); ``inputs``: what the
+        rule decided ``d`` from, for its record."""
         if d is None:
             return
         if not trace.get_current_span().get_span_context().is_valid:
-            await self._send(slot, d, after_rebuild=after_rebuild, removed_from=removed_from)
+            await self._send(slot, d, after_rebuild, removed_from, inputs)
             return
         e = self.state.entries[slot]
         view = self.state.view_of(slot, e, removed_from)
@@ -97,10 +100,10 @@ class Decisions:
                 "reason": str(d.reason),
             },
         ):
-            await self._send(slot, d, after_rebuild=after_rebuild, removed_from=removed_from)
+            await self._send(slot, d, after_rebuild, removed_from, inputs)
 
     async def _send(
-        self, slot: Slot, d: Decision, *, after_rebuild: bool, removed_from: str
+        self, slot: Slot, d: Decision, after_rebuild: bool, removed_from: str, inputs: Inputs | None
     ) -> None:
         cluster, key = slot
         e = self.state.entries[slot]
@@ -172,6 +175,7 @@ class Decisions:
             identity if d.writes else None,
             owner,
             window=self.state.window_note(owner, d),
+            inputs=inputs,
         )
         await self.pub.publish_batched(
             bus.DECISIONS,
