@@ -223,6 +223,7 @@ async def test_the_fleet_plan_needs_no_kubeconfig_and_agrees_with_the_publish(
         "plan", str(d2), "--bundle", w.bundle, *FLEET, "--exit-code", "-o", "markdown"
     )
     assert code == 2, err
+    print(md)  # what a pull-request comment shows (docs/plan.md quotes a run of it)
     assert f"| `{PROD_A}` | 1 | 1 | 1 | 0 | 1 | 1 |" in md, md
     assert f"| `{PROD_B}` | 2 | 1 | 1 | 0 | 1 | 1 |" in md, md
     assert CANARY not in md

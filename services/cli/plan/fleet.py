@@ -24,7 +24,7 @@ import msgspec
 from schemas.fleet import ClusterRecord, OnLeave
 from schemas.messages import Bundle, BundleOptions, KindScope
 from schemas.tenants import TenantPolicy
-from services.cli.plan.verdict import Known, PlanRow, pruned, rows, scopes_of
+from services.cli.plan.verdict import Known, PlanRow, Taken, intake, pruned, rows, scopes_of
 from services.clusters.registry import members
 from services.core.manifest import ManifestError
 from services.fleet.rollout import substitute as subst
@@ -105,9 +105,10 @@ def plan_fleet(t: Targeting, rec: Recorded, now: dt.datetime) -> list[ClusterPla
         else:
             eligible[cluster] = labels
     sets = step_sets(t.steps, eligible)
+    taken: dict[tuple[Any, ...], list[Taken]] = {}
     for cluster, labels in eligible.items():
         step = next(i for i, held in enumerate(sets, 1) if cluster in held)
-        out.append(_member(t, rec, cluster, labels, step, now))
+        out.append(_member(t, rec, cluster, labels, step, now, taken))
     prune = t.options.prune and t.on_leave == "prune"
     for cluster in leaving(t, rec):
         gone = pruned(t.bundle, set(), rec.known.get(cluster, {}), prune_removed=prune)
@@ -123,8 +124,11 @@ def _member(
     labels: dict[str, str],
     step: int,
     now: dt.datetime,
+    taken: dict[tuple[Any, ...], list[Taken]],
 ) -> ClusterPlan:
-    """The plan of one member: its values, its objects' verdicts, the window holding it."""
+    """The plan of one member: its values, its objects' verdicts, the window holding it.
+    ``taken``: the revision as taken in, per scopes and options, shared between the members
+    (substituted manifests are each cluster's own: taken in for it alone)."""
     plan = ClusterPlan(cluster, labels, step)
     held = block(rec.windows, t.bundle, cluster, now, labels=labels)
     plan.held = held.message if held is not None else ""
@@ -138,7 +142,14 @@ def _member(
     published = Bundle(cluster=cluster, bundle=t.bundle, revision="plan", options=t.options)
     try:
         as_published = limits.with_tenant_defaults(published, rec.policy, labels)
-        scopes = scopes_of(rec.scopes.get(cluster, ()), manifests)
+        learned = tuple(rec.scopes.get(cluster, ()))
+        scopes = scopes_of(learned, manifests)
+        same = (as_published.options.namespace, learned)
+        mine = None if t.substitute else taken.get(same)
+        if mine is None:
+            mine = intake(as_published, manifests, scopes)
+            if not t.substitute:
+                taken[same] = mine
         plan.rows = rows(
             as_published,
             manifests,
@@ -146,6 +157,7 @@ def _member(
             scopes,
             rec.policy,
             prune_removed=t.options.prune,
+            taken=mine,
         )
     except ManifestError as exc:
         plan.refused = str(exc)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Collection
-from typing import cast
+from typing import Any, cast
 
 from schemas.codec import WireError, decode
 from schemas.messages import AppliedEvent, KindScope, MemberHeartbeat, OutcomeEvent, ServerEvent
@@ -63,20 +63,38 @@ async def known(js: bus.JetStream, clusters: Collection[str]) -> ClusterFacts:
     """Per cluster of ``clusters``, per object, the last fact of each stream the planner
     rebuilds from, in that order: the compacted view a planner starting now would replay. A
     stream not made yet (no planner has run on this bus) holds nothing."""
-    out: ClusterFacts = {c: {} for c in clusters}
     tokens: dict[str, str] = {}
-    for stream, family, kind in FACT_STREAMS:
-        try:
-            async for m in bus.Follower(js, stream, _filter(family, clusters)).snapshot():
-                per = out.get(_cluster_of(m.subject, tokens))
-                if per is None:
-                    continue
-                with contextlib.suppress(WireError):
-                    fact = cast(facts.Fact, decode(m.data, kind))
-                    per.setdefault(fact.key, []).append(fact)
-        except bus.StreamMissing as exc:
-            if exc.err_code != bus.STREAM_NOT_FOUND:
-                raise
+    got = [await _read(js, s, family, kind, clusters, tokens) for s, family, kind in FACT_STREAMS]
+    out: ClusterFacts = {c: {} for c in clusters}
+    for read in got:
+        for cluster, fact in read:
+            out[cluster].setdefault(fact.key, []).append(fact)
+    return out
+
+
+async def _read(
+    js: bus.JetStream,
+    stream: str,
+    family: str,
+    kind: type[Any],
+    clusters: Collection[str],
+    tokens: dict[str, str],
+) -> list[tuple[str, facts.Fact]]:
+    """The facts of one stream for ``clusters`` (others' dropped before decoding)."""
+    wanted = set(clusters)
+    out: list[tuple[str, facts.Fact]] = []
+
+    def take(m: bus.Message) -> None:
+        cluster = _cluster_of(m.subject, tokens)
+        if cluster in wanted:
+            with contextlib.suppress(WireError):
+                out.append((cluster, cast(facts.Fact, decode(m.data, kind))))
+
+    try:
+        await bus.Follower(js, stream, _filter(family, clusters)).each(take)
+    except bus.StreamMissing as exc:
+        if exc.err_code != bus.STREAM_NOT_FOUND:
+            raise
     return out
 
 

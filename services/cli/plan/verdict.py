@@ -49,9 +49,36 @@ class PlanRow:
 
 def decide_republish(entry: Entry, bundle: str, manifest: dict[str, Any]) -> Decision | None:
     """What the planner decides when ``manifest`` is published (again) over ``entry``."""
-    return evaluate(
-        restore(entry, Desired(bundle, "plan", manifest_sha(manifest))), republished=True
-    )
+    return decided(entry, bundle, manifest_sha(manifest))
+
+
+def decided(entry: Entry, bundle: str, sha: bytes) -> Decision | None:
+    """What the planner decides when the manifest of SHA ``sha`` is published over ``entry``."""
+    return evaluate(restore(entry, Desired(bundle, "plan", sha)), republished=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class Taken:
+    """One object of a revision as the planner takes it in (``intake``)."""
+
+    key: ObjectKey
+    manifest: dict[str, Any]
+    sha: bytes
+    ignored: list[str]
+    api_version: str
+
+
+def intake(as_published: Bundle, manifests: Sequence[Any], scopes: Scopes) -> list[Taken]:
+    """The revision's objects as the planner takes them in (``revision.checked_object``: keyed,
+    normalised, ignored fields out, owned), with their manifest SHA. The same for every cluster
+    with the same scopes and options: a fleet plan takes a revision in once, not per cluster.
+    ManifestError naming the object the planner would refuse."""
+    out: list[Taken] = []
+    for i, raw in enumerate(manifests):
+        key, manifest = checked_object(as_published, raw, scopes, f"manifests[{i}]")
+        api_version = str(manifest.get("apiVersion", ""))
+        out.append(Taken(key, manifest, manifest_sha(manifest), pointers_of(manifest), api_version))
+    return out
 
 
 def scopes_of(learned: Iterable[KindScope], manifests: Sequence[Any]) -> Scopes:
@@ -72,25 +99,25 @@ def rows(
     policy: TenantPolicy,
     *,
     prune_removed: bool = True,
+    taken: Sequence[Taken] | None = None,
 ) -> list[PlanRow]:
     """One row per object of ``manifests`` and per object the publish would prune, in apply
     order: ``apply`` rows carry the planner's reason (``new``, ``manifest``, ``drift``,
-    ``deleted``, ``retry``) and the manifest; ``unchanged`` rows are hits. ManifestError (a
+    ``deleted``, ``retry``) and the manifest; ``unchanged`` rows are hits. ``taken``: the
+    revision already taken in with these scopes and options (``intake``). ManifestError (a
     ``PolicyRefused`` or ``UnknownScope`` among them) for what the planner would refuse."""
     bundle = as_published.bundle
+    if taken is None:
+        taken = intake(as_published, manifests, scopes)
     out: list[PlanRow] = []
-    desired: set[ObjectKey] = set()
-    for i, raw in enumerate(manifests):
-        key, manifest = checked_object(as_published, raw, scopes, f"manifests[{i}]")
-        desired.add(key)
-        ignored = pointers_of(manifest)
-        api_version = str(manifest.get("apiVersion", ""))
-        decision = decide_republish(facts.rebuilt(key, known.get(key, [])), bundle, manifest)
+    for t in taken:
+        decision = decided(facts.rebuilt(t.key, known.get(t.key, [])), bundle, t.sha)
         if decision is None or decision.action is DecisionAction.HIT:
-            out.append(PlanRow(key, "unchanged", "hit", ignored=ignored, api_version=api_version))
+            out.append(PlanRow(t.key, "unchanged", "hit", [], t.ignored, t.api_version))
         else:
             reason = str(decision.reason)
-            out.append(PlanRow(key, "apply", reason, [], ignored, api_version, manifest=manifest))
+            out.append(PlanRow(t.key, "apply", reason, [], t.ignored, t.api_version, t.manifest))
+    desired = {t.key for t in taken}
     limits.check(as_published, desired, scopes, policy)
     out += pruned(bundle, desired, known, prune_removed=prune_removed)
     return sorted(out, key=lambda r: apply_order(r.key))
