@@ -198,6 +198,7 @@ def _doc() -> Any:
         {"env": "prod"},
         1,
         [PlanRow(KEY, "apply", "manifest"), PlanRow(KEY, "unchanged", "hit")],
+        values={"${cluster.name}": "prod-a"},
     )
     b = ClusterPlan("prod-b", {"env": "prod"}, 2, [PlanRow(KEY, "unchanged", "hit")], held="x")
     c = ClusterPlan("zz", {}, None, refused='tenant t may not publish to cluster "zz"')
@@ -234,6 +235,7 @@ def test_the_pull_request_comment_has_a_row_per_cluster_and_folds_the_changes() 
     )
     assert "<details><summary>prod-a: 1 objects</summary>" in md
     assert "- apply ConfigMap ns/x (manifest)" in md
+    assert "values: `${cluster.name}` = `prod-a`" in md
     assert "no field-level diff" in md
 
 

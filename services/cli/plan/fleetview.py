@@ -221,6 +221,9 @@ def markdown(doc: FleetPlanDocument) -> str:
         shown = [o for o in e.objects if o.action != "unchanged"]
         if shown:
             lines += ["", f"<details><summary>{e.cluster}: {len(shown)} objects</summary>", ""]
+            if e.values:
+                values = ", ".join(f"`{k}` = `{v}`" for k, v in e.values.items())
+                lines += [f"values: {cell(values)}", ""]
             lines += [_object_line(o) for o in shown]
             lines += diff_details(shown, prefix=f"{e.cluster}: ")
             lines += ["", "</details>"]
