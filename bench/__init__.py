@@ -29,4 +29,6 @@ The scenarios:
 - ``fleet`` — 5 clusters × 1,000 objects planned by 3 sharded planners, against 1 planner.
 - ``fleetsim`` — ``fleet-sim``: one fleet rollout to 1,000 simulated clusters;
   ``fleetsim_members`` simulates those clusters' watchers and appliers on the bus.
+- ``plan`` — ``driftbus plan`` from the bus: a fleet of 1,000 seeded clusters, and one cluster
+  of 1,000 objects.
 """

@@ -14,6 +14,7 @@ from bench import (
     fleetsim,
     hashing,
     memory,
+    plan,
     planner,
     report,
     scaling,
@@ -39,6 +40,7 @@ SCENARIOS = {
     "webhook": webhook.run,
     "memory": memory.run,
     "memory-fleet": memory.run_fleet,
+    "plan": plan.run,
 }
 
 
@@ -89,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
             kwargs["repetitions"] = args.repetitions
         if args.objects:
             kwargs["objects"] = args.objects
+        if name == "plan" and args.clusters:
+            kwargs["clusters"] = args.clusters[0]
         if name == "fleet-sim":
             for opt in ("clusters", "planners", "fail_share", "idle", "limit"):
                 if getattr(args, opt) is not None:

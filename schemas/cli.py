@@ -191,6 +191,66 @@ class PlanDocument(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     objects: list[PlanObject]
 
 
+class FleetPlanCounts(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Objects by what a fleet publish would do to them (the planner's reasons)."""
+
+    new: int
+    """Never applied by driftbus (``new``): created, or taken over."""
+    changed: int
+    """Applied before, the manifest differs (``manifest``; ``retry`` after a failure)."""
+    drift: int
+    """Changed or deleted by someone else since driftbus applied it: restored."""
+    prune: int
+    """Left out of the revision (or the cluster leaves the fleet): deleted."""
+    unchanged: int
+    keep: int
+    """Left out of the revision but kept (not applied by this bundle, the keep annotation,
+    ``--no-prune``)."""
+    error: int
+    """Refused by the server in a ``--diff`` dry-run."""
+
+
+class FleetPlanCluster(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    cluster: str
+    labels: dict[str, str]
+    step: int | None
+    """The rollout step it falls in (1-based; the implicit last step is the number of steps
+    plus one); null: not placed (``refused`` by the tenant's clusters) or ``leaving``."""
+    leaving: bool
+    """The bundle is placed there and the targeting no longer names it."""
+    refused: str
+    """Why nothing would be placed or applied there ("" when it would): the tenant policy, a
+    label a substituted variable needs."""
+    held: str
+    """The sync window holding its writes now ("" when none does)."""
+    values: dict[str, str]
+    """Each ``${cluster.…}`` variable of the manifests with its value there (``--substitute``)."""
+    summary: FleetPlanCounts
+    objects: list[PlanObject]
+    """Only the objects that would change (or be kept, or refused): unchanged ones are counted."""
+
+
+class FleetPlanDocument(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """``driftbus plan -o json`` for a fleet (a selector, several clusters or a rollout flag):
+    what a fleet publish would do to each cluster, from the recorded state alone."""
+
+    bundle: str
+    selector: str
+    clusters_named: list[str]
+    unregistered: list[str]
+    """Clusters named with ``--cluster`` that are not in the registry (nothing is placed)."""
+    steps: list[str]
+    """The rollout steps given; each cluster's ``step`` indexes them (the last: the fleet)."""
+    diff: bool
+    """Field-level changes computed by server-side dry-run (``--diff``); else from the bus."""
+    changes: bool
+    """Anything to apply or delete on any cluster (``--exit-code`` 2)."""
+    errors: bool
+    """A refusal or a dry-run error on some cluster (``--exit-code`` 1)."""
+    summary: FleetPlanCounts
+    clusters: list[FleetPlanCluster]
+
+
 class BinaryVersion(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     name: str
     version: str

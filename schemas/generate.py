@@ -17,6 +17,7 @@ import orjson
 
 from schemas.cli import (
     BundleRow,
+    FleetPlanDocument,
     PlanDocument,
     ShardsDocument,
     StatusDocument,
@@ -44,6 +45,7 @@ CLI_TYPES: dict[str, Any] = {
     "cli-why": list[WhyRow],
     "cli-shards": ShardsDocument,
     "cli-plan": PlanDocument,
+    "cli-plan-fleet": FleetPlanDocument,
     "cli-version": VersionDocument,
     "cli-up": UpInfo,
     "cli-clusters": ClusterList,

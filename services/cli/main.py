@@ -24,7 +24,8 @@ Subcommands so far:
   build's rule; exit 2 if any would differ (``services/cli/replay.py``, docs/replay.md).
 * ``driftbus bundles|delete bundle|suspend|resume|rollback`` — a bundle's life after its
   publish (``services/cli/lifecycle.py``, docs/lifecycle.md).
-* ``driftbus plan PATH... --cluster C --bundle B`` — what a publish would do, with diffs
+* ``driftbus plan PATH... --cluster C --bundle B`` — what a publish would do, with diffs; with
+  ``-l SELECTOR`` or ``--cluster`` repeated, for every cluster of a fleet from the bus alone
   (``services/cli/plan/command.py``; the plan itself: ``services/cli/plan/explain.py``).
 * ``driftbus tenants [apply FILE]`` — the tenant policy in force, or a new one
   (``services/cli/tenants.py``, docs/tenancy.md).

@@ -1,81 +1,41 @@
-"""``driftbus plan``: what a publish would do, and why, without writing anything.
+"""``driftbus plan`` for one cluster: what a publish would do, and why, without writing anything.
 
-The decision for each object is the planner's own rule (``decide.evaluate``) over the state the
-streams hold (APPLIED, SERVER, OUTCOMES), replayed through the planner's own adapter
-(``planner.rule.facts``), so a plan cannot disagree with what the planner will do. For an
-object that would be applied, the server computes the result by server-side dry-run and the plan
-shows the field-level difference to the live object (Secret values masked). A SOPS-encrypted
-Secret is not dry-run (only the applier may decrypt it; its ciphertext is no object the server
-would take): its row says it would be applied, and why, without a difference. Objects that would
-leave the bundle are listed as deletes (or kept, with ``--no-prune`` or when not ours).
+The decision for each object is the planner's own rule over the state the streams hold
+(``verdict.rows``: ``decide.evaluate`` on the entries ``facts.rebuilt`` replays from APPLIED,
+SERVER and OUTCOMES), so a plan cannot disagree with what the planner will do. With a cluster to
+ask (``kube``: ``--diff``), an object that would be applied is computed by the server in a
+server-side dry-run and the plan shows the field-level difference to the live object (Secret
+values masked); without one, scopes come from the watcher's discovery as the planner hears it and
+no API server is asked. A SOPS-encrypted Secret is not dry-run (only the applier may decrypt it;
+its ciphertext is no object the server would take): its row says it would be applied, and why,
+without a difference. Objects that would leave the bundle are listed as deletes (or kept, with
+``--no-prune`` or when not ours).
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-from typing import Any, cast
+from typing import Any
 
-from schemas.cli import PlanAction
-from schemas.codec import WireError, decode
-from schemas.decision import DecisionAction
-from schemas.messages import (
-    AppliedEvent,
-    Bundle,
-    BundleOptions,
-    IgnoreRule,
-    OutcomeEvent,
-    ServerEvent,
-)
-from schemas.subjects import ObjectKey, cluster_filter
+from schemas.messages import Bundle, BundleOptions, IgnoreRule
+from schemas.subjects import ObjectKey
+from services.cli.plan import state
+from services.cli.plan.verdict import PlanRow, decide_republish, rows, scopes_of
 from services.clusters import registry
 from services.common import bus
-from services.core.diff import Change, diff, mask_sensitive
-from services.core.ignore import pointers_of
-from services.core.manifest import FIELD_MANAGER, apply_order, check_bundle_name
+from services.core.diff import diff, mask_sensitive
+from services.core.manifest import FIELD_MANAGER, check_bundle_name
 from services.core.scope import Scopes, group_kind
 from services.core.scrub import scrub_for
-from services.core.sha import manifest_sha, prune
+from services.core.sha import prune
 from services.inputs import sops
 from services.inputs.load import Loaded
 from services.kube import KubeClient, KubeError, NotFound
-from services.planner.rule import facts, limits
-from services.planner.rule.decide import Decision, Desired, Entry, evaluate, restore
-from services.planner.rule.revision import checked_object
+from services.planner.rule import limits
 from services.tenancy.clusters import NOT_READ, Labels
 from services.tenancy.store import read_policy
 
-
-@dataclasses.dataclass
-class PlanRow:
-    key: ObjectKey
-    action: PlanAction
-    reason: str
-    changes: list[Change] = dataclasses.field(default_factory=list)
-    ignored: list[str] = dataclasses.field(default_factory=list)
-    """Pointers of the fields neither applied nor compared (``--ignore``, the annotation)."""
-    api_version: str = ""
-
-
-async def _state(js: bus.JetStream, cluster: str) -> dict[ObjectKey, list[facts.Fact]]:
-    """The last fact of each stream the planner rebuilds from (APPLIED, SERVER, OUTCOMES), per
-    object, in that order: the compacted view a planner starting now would replay. A stream
-    not made yet (no planner has run on this bus) holds nothing."""
-    known: dict[ObjectKey, list[facts.Fact]] = {}
-    for stream, family, kind in (
-        (bus.APPLIED, "applied", AppliedEvent),
-        (bus.SERVER, "server", ServerEvent),
-        (bus.OUTCOMES, "outcome", OutcomeEvent),
-    ):
-        try:
-            async for m in bus.Follower(js, stream, cluster_filter(family, cluster)).snapshot():
-                with contextlib.suppress(WireError):
-                    fact = cast(facts.Fact, decode(m.data, kind))
-                    known.setdefault(fact.key, []).append(fact)
-        except bus.StreamMissing as exc:
-            if exc.err_code != bus.STREAM_NOT_FOUND:
-                raise
-    return known
+__all__ = ["PlanRow", "decide_republish", "plan"]
 
 
 async def _labels(js: bus.JetStream, cluster: str) -> Labels:
@@ -89,9 +49,10 @@ async def _labels(js: bus.JetStream, cluster: str) -> Labels:
 
 
 async def _scopes(kube: KubeClient, loaded: Loaded) -> Scopes:
-    """Scopes as the planner keys with them: built-in kinds and what the cluster serves (the
-    planner hears it from the watcher's discovery; the plan asks), then, for kinds the cluster
-    has not named, the bundle's own CRDs (``Scopes.for_revision``): the cluster's word wins."""
+    """Scopes as the planner keys with them, the cluster asked (``--diff``): built-in kinds and
+    what the cluster serves (the planner hears it from the watcher's discovery; the plan asks),
+    then, for kinds the cluster has not named, the bundle's own CRDs (``Scopes.for_revision``:
+    the cluster's word wins)."""
     scopes = Scopes()
     for m in loaded.manifests:
         gk = group_kind(m.obj)
@@ -104,7 +65,7 @@ async def _scopes(kube: KubeClient, loaded: Loaded) -> Scopes:
 
 async def plan(
     js: bus.JetStream,
-    kube: KubeClient,
+    kube: KubeClient | None,
     *,
     cluster: str,
     bundle: str,
@@ -115,9 +76,10 @@ async def plan(
     force: bool = False,
 ) -> list[PlanRow]:
     """One row per object of ``loaded`` and per object the publish would prune (``force``: as
-    a publish with ``--force`` would, taking fields other managers own). Raises
-    ``ManifestError`` for what the planner would refuse (``revision.checked_object``: keyed,
-    normalised, ignored fields out, owned), the tenant policy in force included (``limits``)."""
+    a publish with ``--force`` would, taking fields other managers own). ``kube`` None: from
+    the bus alone (no field-level changes). Raises ``ManifestError`` for what the planner would
+    refuse (``revision.checked_object``: keyed, normalised, ignored fields out, owned), the
+    tenant policy in force included (``limits``)."""
     tenant_policy = await read_policy(js)
     as_published = limits.with_tenant_defaults(
         Bundle(
@@ -129,48 +91,27 @@ async def plan(
         tenant_policy,
         await _labels(js, cluster),
     )
-    known = await _state(js, cluster)
-    rows: list[PlanRow] = []
-    desired: set[ObjectKey] = set()
-    scopes = await _scopes(kube, loaded)
-    for i, m in enumerate(loaded.manifests):
-        # as the planner takes the object in (intake)
-        key, manifest = checked_object(as_published, m.obj, scopes, f"manifests[{i}]")
-        desired.add(key)
-        ignored = pointers_of(manifest)
-        api_version = str(manifest.get("apiVersion", ""))
-        decision = decide_republish(facts.rebuilt(key, known.get(key, [])), bundle, manifest)
-        if decision is None or decision.action is DecisionAction.HIT:
-            rows.append(PlanRow(key, "unchanged", "hit", ignored=ignored, api_version=api_version))
-            continue
-        row = await _dry_run(kube, key, manifest, str(decision.reason), force=force)
-        row.ignored = ignored
-        row.api_version = api_version
-        rows.append(row)
-    limits.check(as_published, desired, scopes, tenant_policy)
-    for key, found in known.items():
-        if key in desired:
-            continue
-        entry = facts.rebuilt(key, found)
-        if entry.owner_bundle != bundle or not entry.live:
-            continue
-        v = entry.api_version
-        if entry.applied_bundle != bundle:  # only the label says so: the planner never prunes it
-            rows.append(PlanRow(key, "keep", "not-declared", api_version=v))
-        elif entry.keep:  # the live object opts out: the planner keeps it
-            rows.append(PlanRow(key, "keep", "annotation", api_version=v))
-        elif prune_removed:
-            rows.append(PlanRow(key, "delete", "prune", api_version=v))
-        else:
-            rows.append(PlanRow(key, "keep", "prune-disabled", api_version=v))
-    return sorted(rows, key=lambda r: apply_order(r.key))
+    known = (await state.known(js, [cluster]))[cluster]
+    manifests = [m.obj for m in loaded.manifests]
+    if kube is None:
+        scopes = scopes_of((await state.learned_scopes(js, [cluster]))[cluster], manifests)
+    else:
+        scopes = await _scopes(kube, loaded)
+    out = rows(as_published, manifests, known, scopes, tenant_policy, prune_removed=prune_removed)
+    if kube is None:
+        return out
+    return [await dry_run(kube, r, force=force) for r in out]
 
 
-def decide_republish(entry: Entry, bundle: str, manifest: dict[str, Any]) -> Decision | None:
-    """What the planner decides when ``manifest`` is published (again) over ``entry``."""
-    return evaluate(
-        restore(entry, Desired(bundle, "plan", manifest_sha(manifest))), republished=True
-    )
+async def dry_run(kube: KubeClient, row: PlanRow, *, force: bool) -> PlanRow:
+    """An ``apply`` row with the server's field-level difference (``--diff``); others as they
+    are. One GET and one dry-run apply per object that would be applied, nothing else."""
+    if row.action != "apply" or row.manifest is None:
+        return row
+    out = await _dry_run(kube, row.key, row.manifest, row.reason, force=force)
+    out.ignored = row.ignored
+    out.api_version = row.api_version
+    return out
 
 
 async def _dry_run(

@@ -9,7 +9,7 @@ from collections import Counter
 from typing import Any
 
 from schemas.cli import PlanChange, PlanDocument, PlanObject, PlanSummary
-from services.cli.plan.explain import PlanRow
+from services.cli.plan.verdict import PlanRow
 from services.core.diff import Change
 
 NO_CHANGES, ERRORS, CHANGES = 0, 1, 2
@@ -41,20 +41,21 @@ def document(rows: list[PlanRow], *, cluster: str, bundle: str, force: bool) -> 
             unchanged=counts["unchanged"],
             error=counts["error"],
         ),
-        objects=[
-            PlanObject(
-                api_version=r.api_version,
-                group=r.key.group,
-                kind=r.key.kind,
-                namespace=r.key.namespace,
-                name=r.key.name,
-                action=r.action,
-                reason=r.reason,
-                changes=[_change(c) for c in r.changes],
-                ignored=list(r.ignored),
-            )
-            for r in rows
-        ],
+        objects=[plan_object(r) for r in rows],
+    )
+
+
+def plan_object(r: PlanRow) -> PlanObject:
+    return PlanObject(
+        api_version=r.api_version,
+        group=r.key.group,
+        kind=r.key.kind,
+        namespace=r.key.namespace,
+        name=r.key.name,
+        action=r.action,
+        reason=r.reason,
+        changes=[_change(c) for c in r.changes],
+        ignored=list(r.ignored),
     )
 
 
@@ -73,12 +74,12 @@ def summary_line(doc: PlanDocument) -> str:
     return ", ".join(parts)
 
 
-def _object_name(o: PlanObject) -> str:
+def object_name(o: PlanObject) -> str:
     where = f"{o.namespace}/{o.name}" if o.namespace else o.name
     return f"{o.kind} {where}"
 
 
-def _cell(text: str) -> str:
+def cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
@@ -89,7 +90,7 @@ def _value(v: Any) -> str:
     return text if len(text) <= 120 else text[:119] + "…"
 
 
-def _diff_line(c: PlanChange) -> str:
+def diff_line(c: PlanChange) -> str:
     if c.op == "add":
         return f"+ {c.path}: {_value(c.new)}"
     if c.op == "remove":
@@ -97,13 +98,22 @@ def _diff_line(c: PlanChange) -> str:
     return f"! {c.path}: {_value(c.old)} → {_value(c.new)}"
 
 
-def markdown(doc: PlanDocument) -> str:
+NO_DIFF_NOTE = (
+    "From the recorded state alone: no field-level diff (`--diff` dry-runs what would change; "
+    "docs/plan.md says what only the server knows)."
+)
+
+
+def markdown(doc: PlanDocument, *, diffed: bool = True) -> str:
     """The plan as a pull-request comment: a summary, a table of what changes, and each
-    object's changed fields folded under ``<details>``. Unchanged objects are counted only."""
+    object's changed fields folded under ``<details>``. Unchanged objects are counted only.
+    ``diffed``: the fields come from a dry-run; else the comment says it has none."""
     head = f"### driftbus plan: `{doc.bundle}` on cluster `{doc.cluster}`"
     if doc.force:
         head += " (with `--force`)"
     lines = [head, "", f"**{summary_line(doc)}**", ""]
+    if not diffed:
+        lines += [f"_{NO_DIFF_NOTE}_", ""]
     shown = [o for o in doc.objects if o.action != "unchanged"]
     if not shown:
         lines.append("No changes: the cluster already matches these manifests.")
@@ -111,13 +121,20 @@ def markdown(doc: PlanDocument) -> str:
     lines += ["| action | object | reason | fields |", "|---|---|---|---|"]
     for o in shown:
         fields = str(len(o.changes)) if o.changes else ""
-        lines.append(f"| {o.action} | {_cell(_object_name(o))} | {_cell(o.reason)} | {fields} |")
+        lines.append(f"| {o.action} | {cell(object_name(o))} | {cell(o.reason)} | {fields} |")
+    lines += diff_details(shown)
+    return "\n".join(lines) + "\n"
+
+
+def diff_details(shown: list[PlanObject], prefix: str = "") -> list[str]:
+    """Each object's changed fields folded under ``<details>`` (a ``diff`` block)."""
+    lines: list[str] = []
     for o in shown:
         if not o.changes:
             continue
-        lines += ["", f"<details><summary>{_object_name(o)}</summary>", "", "```diff"]
-        lines += [_diff_line(c) for c in o.changes[:MAX_MARKDOWN_CHANGES]]
+        lines += ["", f"<details><summary>{prefix}{object_name(o)}</summary>", "", "```diff"]
+        lines += [diff_line(c) for c in o.changes[:MAX_MARKDOWN_CHANGES]]
         if len(o.changes) > MAX_MARKDOWN_CHANGES:
             lines.append(f"# … {len(o.changes) - MAX_MARKDOWN_CHANGES} more")
         lines += ["```", "", "</details>"]
-    return "\n".join(lines) + "\n"
+    return lines

@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from nats.aio.msg import Msg
@@ -84,7 +84,7 @@ class Follower:
         self.caught_up = asyncio.Event()
         self._sub: Any = None
 
-    async def _subscribe(self) -> Any:
+    async def _subscribe(self, cb: Callable[[Msg], Any] | None = None) -> Any:
         config = None
         if self._from_now:
             # not DeliverPolicy.NEW: an ordered consumer that is reset before its first message
@@ -102,6 +102,7 @@ class Follower:
             stream=self._stream,
             ordered_consumer=True,
             deliver_policy=self._policy,
+            cb=cb,
             idle_heartbeat=2.0,
             headers_only=self._headers_only or None,
             config=config,
@@ -132,7 +133,9 @@ class Follower:
         info = await sub.consumer_info()
         return (info.num_pending or 0) == 0 and (info.delivered.consumer_seq or 0) == 0
 
-    async def _start(self, within: float | None) -> tuple[Any, bool]:
+    async def _start(
+        self, within: float | None, cb: Callable[[Msg], Any] | None = None
+    ) -> tuple[Any, bool]:
         """Subscribe, and learn whether the view is empty. A bus away for a moment (a restart,
         a stream electing its leader) is waited out: a service must not die of it, and a
         follower that gave up would leave its service deaf (``within``: seconds, then raise)."""
@@ -142,7 +145,7 @@ class Follower:
         while True:
             sub = None
             try:
-                sub = await self._subscribe()
+                sub = await self._subscribe(cb)
                 return sub, await self._empty(sub)
             except BaseException as exc:
                 # never left subscribed: the consumer would buffer messages nobody reads
@@ -178,6 +181,42 @@ class Follower:
                 yield msg
                 if not self.caught_up.is_set() and msg.metadata.num_pending == 0:
                     self.caught_up.set()
+        finally:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
+    async def each(self, handle: Callable[[Msg], None], *, timeout: float = 30.0) -> None:  # noqa: ASYNC109
+        """Only the current view, as ``snapshot``, each message handed to ``handle`` as it is
+        delivered (no awaited wait per message: a view of hundreds of thousands of messages, a
+        fleet's facts, reads several times faster). ``handle`` must not block; what it raises
+        is raised here. TimeoutError when no message came for ``timeout`` seconds."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        seen = 0
+
+        async def on_msg(msg: Msg) -> None:
+            nonlocal seen
+            if done.done():
+                return
+            seen += 1
+            try:
+                handle(msg)
+            except Exception as exc:  # noqa: BLE001 - the caller's: raised by each()
+                done.set_exception(exc)
+                return
+            if msg.metadata.num_pending == 0:
+                done.set_result(None)
+
+        sub, empty = await self._start(timeout, on_msg)
+        try:
+            last = -1
+            while not empty and not done.done():
+                if seen == last:
+                    raise TimeoutError(f"{self._subject}: no message for {timeout:g}s")
+                last = seen
+                await asyncio.wait([done], timeout=timeout)
+            if done.done():
+                done.result()
+            self.caught_up.set()
         finally:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
