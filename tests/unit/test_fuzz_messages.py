@@ -482,7 +482,7 @@ def test_watcher_and_applier_supersedes(data: bytes, rv: int, fact: AppliedEvent
 )
 def test_planner_is_inflight(data: bytes | None, inflight: bytes | None) -> None:
     """The planner's lost-intent check reads the queued intent; no ``except`` around it."""
-    entry = dataclasses.replace(Entry(KEY), inflight=inflight)
+    entry = msgspec.structs.replace(Entry(KEY), inflight=inflight)
     assert isinstance(messages.is_inflight(data, entry), bool)
 
 

@@ -7,6 +7,7 @@ import dataclasses
 import hashlib
 from typing import Any
 
+import msgspec
 import pytest
 
 from schemas.decision import DecisionAction as A
@@ -171,10 +172,10 @@ def settle(events: list[Event]) -> Entry:
 
 
 SETTLED = settle(BASE)
-DRIFTED = dataclasses.replace(SETTLED, server_sha=FOREIGN, server_rv=12)  # seen changed
+DRIFTED = msgspec.structs.replace(SETTLED, server_sha=FOREIGN, server_rv=12)  # seen changed
 FAILING = settle([Desired("b", "r1", M1), Failed(M1, at=5.0)])
 APPLYING = settle([Desired("b", "r1", M1)])
-DELETING = dataclasses.replace(SETTLED, bundle="", manifest_sha=None, inflight=DELETE_INFLIGHT)
+DELETING = msgspec.structs.replace(SETTLED, bundle="", manifest_sha=None, inflight=DELETE_INFLIGHT)
 
 HELD_CASES: list[tuple[str, Entry, Event, R, Decision | None]] = [
     ("new-object", Entry(KEY), Desired("b", "r1", M1), R.SUSPENDED, SUSP),
@@ -240,7 +241,7 @@ def test_the_failure_stays_on_a_held_retry() -> None:
     ("entry", "expected"),
     [
         pytest.param(DRIFTED, Decision(A.APPLY, R.DRIFT), id="drifted-entry-gets-drift"),
-        pytest.param(dataclasses.replace(SETTLED, manifest_sha=M2, revision="r2"),
+        pytest.param(msgspec.structs.replace(SETTLED, manifest_sha=M2, revision="r2"),
                      Decision(A.APPLY, R.MANIFEST), id="held-new-manifest-gets-manifest"),
         pytest.param(APPLYING, None, id="in-flight-waits"),
         pytest.param(SETTLED, None, id="settled-no-hit-recorded"),

@@ -227,7 +227,7 @@ def test_old_records_and_hook_deletes_are_not_replayable_never_differences() -> 
 
 def test_the_inputs_keep_every_field_the_rule_reads() -> None:
     """A field added to ``Entry`` or to a fact must be kept too, or replay would guess it."""
-    entry = {f.name for f in dataclasses.fields(Entry)} - {"key"}
+    entry = set(Entry.__struct_fields__) - {"key"}
     assert entry == set(KeptEntry.__struct_fields__)
     for event, kept in replay.KEPT.items():
         assert {f.name for f in dataclasses.fields(event)} == set(kept.__struct_fields__), event
@@ -252,7 +252,7 @@ def test_inputs_survive_the_wire_exactly() -> None:
     )
     ev = Applied(M1, None, 12, deleted=True, at=4.25, bundle="b")
     inputs = replay.Inputs(e, ev, R.WAVE)
-    after = dataclasses.replace(e, server_sha=S2)
+    after = msgspec.structs.replace(e, server_sha=S2)
     record = messages.record(SLOT, after, HIT, "r", "p", inputs=inputs)
     assert record.inputs is not None
     # SHAs the record carries itself are named, not repeated; the others are written out

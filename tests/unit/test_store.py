@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 
+import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -135,7 +135,7 @@ def test_old_revisions_are_swept_from_the_string_table() -> None:
     store._sweep()
     assert len(store._strings) == 3  # "", "b", "rev-2999"
     # freed ids are reused and still resolve to the right strings
-    store["c", keys[0]] = dataclasses.replace(store["c", keys[0]], revision="rev-3000")
+    store["c", keys[0]] = msgspec.structs.replace(store["c", keys[0]], revision="rev-3000")
     assert store["c", keys[0]].revision == "rev-3000"
     assert store["c", keys[1]].revision == "rev-2999"
 
@@ -152,12 +152,12 @@ def test_an_entry_written_back_unchanged_keeps_its_record_and_a_changed_one_is_p
     assert store._record(slot) is record
 
     e = store[slot]
-    store[slot] = dataclasses.replace(e, revision="r2")  # changed: packed
+    store[slot] = msgspec.structs.replace(e, revision="r2")  # changed: packed
     assert store._record(slot) is not record
     assert store[slot].revision == "r2"
 
     stale = store[slot]
-    store[slot] = dataclasses.replace(stale, inflight=sha("m"))
+    store[slot] = msgspec.structs.replace(stale, inflight=sha("m"))
     store[slot] = stale  # the record was replaced since ``stale`` was read: written again
     assert store[slot] == stale
 

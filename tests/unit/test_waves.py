@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import msgspec
 import pytest
 
 from schemas.messages import Health
@@ -172,7 +173,7 @@ DONE = Entry(
 
 
 def e(**fields: Any) -> Entry:
-    return dataclasses.replace(DONE, **fields)
+    return msgspec.structs.replace(DONE, **fields)
 
 
 RETIRED = e(server_sha=None, server_deleted=True, server_retired=True, server_rv=7)
@@ -222,13 +223,13 @@ STATE: list[tuple[str, Entry | None, Health, tuple[bool, bool]]] = [
     ("retired-after-failure-fails", RETIRED, F, (False, True)),
     (
         "retired-for-another-revision-waits",
-        dataclasses.replace(RETIRED, revision="r0"),
+        msgspec.structs.replace(RETIRED, revision="r0"),
         R,
         (False, False),
     ),
     (
         "retired-but-not-yet-applied-waits",
-        dataclasses.replace(RETIRED, applied_manifest_sha=M2),
+        msgspec.structs.replace(RETIRED, applied_manifest_sha=M2),
         R,
         (False, False),
     ),
@@ -431,7 +432,7 @@ def test_a_hook_kept_through_sync_fail_is_deleted_when_the_revision_succeeds() -
 def test_a_retired_tombstone_older_than_the_apply_is_not_this_copys_end() -> None:
     # r1's copy deleted by its policy at rv 10 (its tombstone retired, ended Ready); r2's copy
     # applied at rv 11 and not seen by the watcher yet
-    fresh = dataclasses.replace(RETIRED, revision="r2", applied_rv=11, server_rv=10)
+    fresh = msgspec.structs.replace(RETIRED, revision="r2", applied_rv=11, server_rv=10)
     assert not fresh.observed  # the tally counts it unobserved, as it is
     assert state(fresh, R, "r2") == (False, False)
 

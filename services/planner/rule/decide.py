@@ -44,6 +44,8 @@ from __future__ import annotations
 import dataclasses
 import enum
 
+import msgspec
+
 from schemas.decision import DecisionAction, DecisionReason
 from services.planner.rule.entry import (
     DELETE_INFLIGHT,
@@ -148,7 +150,7 @@ def step(
     held = Decision(DecisionAction.HOLD, hold) if hold is not None else None
     e, d = _step(e, event, held)
     if d is not None and d.writes:
-        e = dataclasses.replace(e, inflight_at=now)
+        e = msgspec.structs.replace(e, inflight_at=now)
     return e, d
 
 
@@ -163,7 +165,7 @@ def _step(e: Entry, event: Event, held: Decision | None) -> tuple[Entry, Decisio
                 and e.prune == event.prune
                 and e.correct_drift == event.correct_drift
             ):  # a republish of the same revision (a periodic reconcile) changes nothing
-                e = dataclasses.replace(
+                e = msgspec.structs.replace(
                     e,
                     bundle=event.bundle,
                     revision=event.revision,
@@ -183,18 +185,18 @@ def _step(e: Entry, event: Event, held: Decision | None) -> tuple[Entry, Decisio
             return _applied(e, event, held)
         case Failed():
             if e.inflight == event.manifest_sha:
-                e = dataclasses.replace(e, inflight=None)
+                e = msgspec.structs.replace(e, inflight=None)
             if event.manifest_sha in (e.manifest_sha, DELETE_INFLIGHT):
-                e = dataclasses.replace(e, failed=event.manifest_sha, failed_at=event.at)
+                e = msgspec.structs.replace(e, failed=event.manifest_sha, failed_at=event.at)
             return _emit(e, evaluate(e), Trigger.FAILED, held)
         case Working():
             if e.inflight == event.manifest_sha:
-                e = dataclasses.replace(e, inflight_at=max(e.inflight_at, event.at))
+                e = msgspec.structs.replace(e, inflight_at=max(e.inflight_at, event.at))
             return e, None
         case Declined():
             if e.inflight != DELETE_INFLIGHT:
                 return e, None
-            return dataclasses.replace(e, inflight=None), Decision(
+            return msgspec.structs.replace(e, inflight=None), Decision(
                 DecisionAction.KEEP, event.reason
             )
         case Resend():
@@ -202,9 +204,9 @@ def _step(e: Entry, event: Event, held: Decision | None) -> tuple[Entry, Decisio
                 return e, None
             if e.inflight == DELETE_INFLIGHT:
                 if held is not None:  # lost, and not sent again while held: a prune decides
-                    return dataclasses.replace(e, inflight=None), held
+                    return msgspec.structs.replace(e, inflight=None), held
                 return e, Decision(DecisionAction.DELETE, DecisionReason.RESEND)
-            settled = dataclasses.replace(e, inflight=None)
+            settled = msgspec.structs.replace(e, inflight=None)
             d = evaluate(settled)
             if d is None or not d.writes:
                 return settled, None
@@ -216,7 +218,7 @@ def _step(e: Entry, event: Event, held: Decision | None) -> tuple[Entry, Decisio
 
 
 def _observe(e: Entry, ev: Observed) -> Entry:
-    e = dataclasses.replace(
+    e = msgspec.structs.replace(
         e,
         server_sha=ev.server_sha,
         server_deleted=ev.deleted,
@@ -224,9 +226,9 @@ def _observe(e: Entry, ev: Observed) -> Entry:
         server_retired=ev.deleted and ev.retired,
     )
     if ev.deleted:
-        return dataclasses.replace(e, owner_bundle=ev.owner_bundle or e.owner_bundle)
+        return msgspec.structs.replace(e, owner_bundle=ev.owner_bundle or e.owner_bundle)
     # a live object's own label and annotation are the truth (also when they were removed)
-    return dataclasses.replace(
+    return msgspec.structs.replace(
         e, owner_bundle=ev.owner_bundle, api_version=ev.api_version or e.api_version, keep=ev.keep
     )
 
@@ -238,7 +240,7 @@ def reevaluate(
     held = Decision(DecisionAction.HOLD, hold) if hold is not None else None
     e, d = _emit(e, evaluate(e), Trigger.BUNDLE, held)
     if d is not None and d.writes:
-        e = dataclasses.replace(e, inflight_at=now)
+        e = msgspec.structs.replace(e, inflight_at=now)
     return e, d
 
 
@@ -250,7 +252,7 @@ def restore(e: Entry, event: Event) -> Entry:
     """
     match event:
         case Desired():
-            return dataclasses.replace(
+            return msgspec.structs.replace(
                 e,
                 bundle=event.bundle,
                 revision=event.revision,
@@ -266,14 +268,14 @@ def restore(e: Entry, event: Event) -> Entry:
             event.deleted and not event.resource_version
         ):
             if event.deleted:
-                return dataclasses.replace(
+                return msgspec.structs.replace(
                     e,
                     applied_manifest_sha=None,
                     apply_sha=None,
                     applied_rv=event.resource_version,
                     applied_bundle="",
                 )
-            return dataclasses.replace(
+            return msgspec.structs.replace(
                 e,
                 applied_manifest_sha=event.manifest_sha,
                 apply_sha=event.apply_sha,
@@ -282,7 +284,7 @@ def restore(e: Entry, event: Event) -> Entry:
                 applied_bundle=event.bundle,
             )
         case Failed() if event.at >= e.failed_at:
-            return dataclasses.replace(e, failed=event.manifest_sha, failed_at=event.at)
+            return msgspec.structs.replace(e, failed=event.manifest_sha, failed_at=event.at)
     return e
 
 
@@ -294,7 +296,7 @@ def _emit(
     if d.writes and held is not None:
         return e, held  # nothing sent, nothing in flight: decided again on ``Release``
     if d.writes:
-        return dataclasses.replace(e, inflight=e.manifest_sha, failed=None), d
+        return msgspec.structs.replace(e, inflight=e.manifest_sha, failed=None), d
     return e, (d if trigger is Trigger.BUNDLE else None)
 
 
@@ -302,7 +304,7 @@ def _applied(e: Entry, ev: Applied, held: Decision | None) -> tuple[Entry, Decis
     if ev.deleted:
         if e.inflight == DELETE_INFLIGHT:
             # pruned: forget the applied state, keep desired (none) and the tombstone
-            e = dataclasses.replace(
+            e = msgspec.structs.replace(
                 e,
                 inflight=None,
                 applied_manifest_sha=None,
@@ -316,7 +318,7 @@ def _applied(e: Entry, ev: Applied, held: Decision | None) -> tuple[Entry, Decis
     # appliers may finish in reverse), but only the newest result is the applied state.
     inflight = None if e.inflight == ev.manifest_sha else e.inflight
     if ev.resource_version >= e.applied_rv:
-        e = dataclasses.replace(
+        e = msgspec.structs.replace(
             e,
             applied_manifest_sha=ev.manifest_sha,
             apply_sha=ev.apply_sha,
@@ -324,20 +326,22 @@ def _applied(e: Entry, ev: Applied, held: Decision | None) -> tuple[Entry, Decis
             applied_at=max(e.applied_at, ev.at),
             applied_bundle=ev.bundle,
         )
-    e = dataclasses.replace(e, inflight=inflight)
+    e = msgspec.structs.replace(e, inflight=inflight)
     return _emit(e, evaluate(e), Trigger.APPLIED, held)
 
 
 def _removed(e: Entry, ev: Removed, held: Decision | None) -> tuple[Entry, Decision | None]:
     if e.bundle and e.bundle != ev.bundle:
         return e, None  # the object moved to another bundle meanwhile: not ours to prune
-    e = dataclasses.replace(e, bundle="", revision=ev.revision, manifest_sha=None, prune=ev.prune)
+    e = msgspec.structs.replace(
+        e, bundle="", revision=ev.revision, manifest_sha=None, prune=ev.prune
+    )
     d = _prune(e, ev)
     if d is None or not d.writes:
         return e, d
     if held is not None:
         return e, held  # the level-triggered prune deletes it when the hold ends
-    return dataclasses.replace(e, inflight=DELETE_INFLIGHT), d
+    return msgspec.structs.replace(e, inflight=DELETE_INFLIGHT), d
 
 
 def _prune(e: Entry, ev: Removed) -> Decision | None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import msgspec
+
 from schemas.decision import DecisionReason
 from schemas.subjects import ObjectKey
 
@@ -116,9 +118,15 @@ class Release:
 Event = Desired | Removed | Observed | Applied | Failed | Working | Declined | Resend | Release
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Entry:
-    """Everything the planner knows about one object. Immutable: ``step`` returns a new one."""
+class Entry(msgspec.Struct, frozen=True, gc=False):
+    """Everything the planner knows about one object. Immutable: ``step`` returns a new one
+    (``msgspec.structs.replace``).
+
+    A struct, not a dataclass: the rule makes a new entry for nearly every fact, and a frozen
+    dataclass of 22 fields cost 4 µs to build and 7 µs to ``dataclasses.replace`` (22 guarded
+    ``object.__setattr__`` calls), most of a plan's and a rebuild's time per object; a struct
+    costs a small fraction of that. No cycles can go through it (scalars, bytes, a key): it
+    need not be tracked by the garbage collector."""
 
     key: ObjectKey
     # desired (from BUNDLES)

@@ -114,8 +114,11 @@ def _fields(obj: Any, refs: dict[bytes, str]) -> dict[str, Any]:
     hex or as a reference (``refs``); an entry's key aside (the record's own)."""
     defaults = _DEFAULTS.get(type(obj))
     if defaults is None:
-        fields = dataclasses.fields(obj)
-        defaults = tuple((f.name, f.default) for f in fields if f.name != "key")
+        if isinstance(obj, msgspec.Struct):  # the entry
+            named = [(f.name, f.default) for f in msgspec.structs.fields(obj)]
+        else:  # the events
+            named = [(f.name, f.default) for f in dataclasses.fields(obj)]
+        defaults = tuple((name, default) for name, default in named if name != "key")
         _DEFAULTS[type(obj)] = defaults
     out = {}
     for name, default in defaults:

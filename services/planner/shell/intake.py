@@ -16,11 +16,11 @@ instead of failing for good.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import msgspec
 from opentelemetry import trace
 
 from schemas.codec import WireError, decode, encode
@@ -299,7 +299,7 @@ class BundleIntake:
             await self.fold(slot, self.state.removed(slot, view))
         else:
             # no longer desired, whether it is pruned now or later
-            self.state.entries[slot] = dataclasses.replace(
+            self.state.entries[slot] = msgspec.structs.replace(
                 entry, bundle="", manifest_sha=None, revision=view.revision
             )
 

@@ -10,10 +10,10 @@ cluster has lapsed rather than dropped.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from collections.abc import Callable
 
+import msgspec
 from opentelemetry import trace
 
 from schemas.codec import encode
@@ -122,7 +122,7 @@ class Decisions:
             # fail closed: a tenant's write never goes out with driftbus's own rights (its
             # tenant left the policy); nothing is in flight, a later fact decides afresh
             log.error("%s: not written: bundle %s's tenant is not in the tenant policy", key, owner)
-            self.state.entries[slot] = dataclasses.replace(e, inflight=None)
+            self.state.entries[slot] = msgspec.structs.replace(e, inflight=None)
             return
         intent = (
             messages.intent(
@@ -141,7 +141,7 @@ class Decisions:
         )
         if d.writes and intent is None:
             # nothing went out, so nothing is in flight: a later fact decides afresh
-            self.state.entries[slot] = dataclasses.replace(e, inflight=None)
+            self.state.entries[slot] = msgspec.structs.replace(e, inflight=None)
             return
         if intent is not None and not self._owns():
             # Our lease lapsed (a burst of decisions starved the heartbeat, NATS was away):
