@@ -50,6 +50,7 @@ from services.common.bus.durable import (
     deliveries,
     durables_exist,
     ensure_durable,
+    num_pending,
     published_at,
     stream_sequence,
 )
@@ -255,6 +256,7 @@ __all__ = [
     "log",
     "message_at",
     "nak",
+    "num_pending",
     "publish",
     "published_at",
     "put_entry",

@@ -94,9 +94,32 @@ async def bind_durable(js: JetStreamContext, stream: str, name: str) -> IntentQu
     return IntentQueue(await js.pull_subscribe_bind(name, stream=stream))
 
 
+_V1_TOKENS = 9
+"""``$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<time>.<pending>``:
+the reply subject nats-server gives a delivered JetStream message (no domain)."""
+
+
+def _v1_token(msg: Msg, index: int) -> int | None:
+    """Token ``index`` of a v1 reply subject as a number, None for any other form. nats-py's
+    ``Msg.metadata`` parses every token and builds a datetime and two objects per message:
+    a fifth of a fleet plan's time reading 200,000 facts, and a hot spot of the planner's hub."""
+    reply = msg.reply
+    if not reply or not reply.startswith("$JS.ACK."):
+        return None
+    tokens = reply.split(".")
+    return int(tokens[index]) if len(tokens) == _V1_TOKENS else None
+
+
 def stream_sequence(msg: Msg) -> int:
     """The message's sequence in its stream."""
-    return int(msg.metadata.sequence.stream)
+    seq = _v1_token(msg, 5)
+    return seq if seq is not None else int(msg.metadata.sequence.stream)
+
+
+def num_pending(msg: Msg) -> int:
+    """How many messages of the consumer's view are still to come after this one."""
+    pending = _v1_token(msg, 8)
+    return pending if pending is not None else int(msg.metadata.num_pending)
 
 
 def published_at(msg: Msg) -> dt.datetime:

@@ -20,6 +20,7 @@ from nats.js.errors import (
     NotFoundError,
 )
 
+from services.common.bus.durable import num_pending
 from services.common.bus.streams import BUS_AWAY
 
 log = logging.getLogger("driftbus.bus")
@@ -179,7 +180,7 @@ class Follower:
                 except (NatsTimeout, TimeoutError):
                     continue
                 yield msg
-                if not self.caught_up.is_set() and msg.metadata.num_pending == 0:
+                if not self.caught_up.is_set() and num_pending(msg) == 0:
                     self.caught_up.set()
         finally:
             with contextlib.suppress(Exception):
@@ -203,7 +204,7 @@ class Follower:
             except Exception as exc:  # noqa: BLE001 - the caller's: raised by each()
                 done.set_exception(exc)
                 return
-            if msg.metadata.num_pending == 0:
+            if num_pending(msg) == 0:
                 done.set_result(None)
 
         sub, empty = await self._start(timeout, on_msg)
@@ -229,7 +230,7 @@ class Follower:
                 while True:
                     msg = await sub.next_msg(timeout=timeout)
                     yield msg
-                    if msg.metadata.num_pending == 0:
+                    if num_pending(msg) == 0:
                         break
             self.caught_up.set()
         finally:

@@ -106,7 +106,7 @@ class Inbox:
         a reset tap resends). Messages of one stream come in stream order."""
         if kind not in CLUSTER_STREAMS:
             return True
-        seq = msg.metadata.sequence.stream
+        seq = bus.stream_sequence(msg)
         if seq <= self._seen.get(kind, 0):
             return False
         self._seen[kind] = seq
