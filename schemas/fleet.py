@@ -230,6 +230,11 @@ class RolloutState(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
     source_seq: Annotated[int, Meta(ge=0)] = 0
     """The fleet stream's sequence of the ``FleetBundle`` this rollout places."""
     updated_at: AwareTime | None = None
+    leave_held: list[str] = []
+    """Clusters that left the fleet whose prune waits for ``driftbus approve``: more of them at
+    once than the fleet prune budget lets through (docs/fleet.md). They keep what they have."""
+    leave_approved: list[str] = []
+    """Of those, the clusters an approval let through (pruned on the next tick)."""
     recent: list[RolloutEvent] = []
     """The last transitions (at most 20), kept so a driver that takes over publishes those its
     predecessor recorded in the state but did not get into the log."""
@@ -254,7 +259,7 @@ class RolloutEvent(Message, frozen=True, tag=tag("rollout-event")):
     driver: str = ""
 
 
-RolloutAction = Literal["pause", "resume", "promote"]
+RolloutAction = Literal["pause", "resume", "promote", "approve"]
 
 
 class RolloutControl(Message, frozen=True, tag=tag("rollout-control")):
@@ -269,6 +274,9 @@ class RolloutControl(Message, frozen=True, tag=tag("rollout-control")):
     revision: Annotated[str, Meta(max_length=256)] = ""
     """The revision being rolled out when it was asked (the target the user saw)."""
     at: dt.datetime | None = None
+    clusters: Annotated[list[str], Meta(max_length=10_000)] = []
+    """Of an ``approve`` (``driftbus approve B``): the clusters whose prune, held by the fleet
+    prune budget, it lets through — those the user saw held (``RolloutState.leave_held``)."""
 
 
 class ClusterList(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

@@ -44,6 +44,7 @@ TONES = {
     "Ready": "ok",
     "Reconciling": "warn",
     "OutOfSync": "warn",
+    "PruneHeld": "warn",
     "Failed": "bad",
     "Degraded": "bad",
     "Conflict": "bad",

@@ -48,7 +48,7 @@ from services.fleet.driver.lease import Lease, LeaseLost
 from services.fleet.driver.placing import Placer
 from services.fleet.driver.recovery import missing
 from services.fleet.driver.views import FleetViews, Stored
-from services.fleet.rollout.steps import Tick
+from services.fleet.rollout.steps import DEFAULT_LEAVE_BUDGET, LeaveBudget, Tick
 from services.fleet.rollout.substitute import SubstitutionError
 from services.revisions.publish import BundleError
 
@@ -70,6 +70,7 @@ class Driver:
         tick: float = 1.0,
         lease_interval: float = 2.0,
         lease_timeout: float = 10.0,
+        leave_budget: LeaveBudget = DEFAULT_LEAVE_BUDGET,
     ) -> None:
         self.js = js
         self.id = driver_id
@@ -83,7 +84,7 @@ class Driver:
         )
         self._recovered = False
         self.placer = Placer(js, self.views, self.lease.check)
-        self.decider = Decider(self.views, self.placer)
+        self.decider = Decider(self.views, self.placer, leave_budget)
 
     @property
     def leading(self) -> bool:

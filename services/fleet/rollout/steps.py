@@ -21,6 +21,22 @@ STEERABLE = (RolloutPhase.PROGRESSING, RolloutPhase.PAUSED)
 
 
 @dataclasses.dataclass(frozen=True)
+class LeaveBudget:
+    """How many clusters a membership change may prune a fleet bundle on at once (the planner
+    settings ``fleet_prune_share`` and ``fleet_prune_min``): more waits for an approval."""
+
+    share: float = 0.1
+    at_least: int = 1
+
+    def exceeded(self, leaving: int, clusters: int) -> bool:
+        """Whether pruning on ``leaving`` of the bundle's ``clusters`` at once is too much."""
+        return leaving > self.at_least and leaving > self.share * clusters
+
+
+DEFAULT_LEAVE_BUDGET = LeaveBudget()
+
+
+@dataclasses.dataclass(frozen=True)
 class Observed:
     """The last bundle status of the fleet bundle in one cluster (what the gate reads)."""
 

@@ -22,9 +22,11 @@ from schemas.fleet import ClusterRollout, RolloutPhase, RolloutState
 from schemas.messages import BundlePhase
 from services.clusters.selector import SelectorError
 from services.fleet.rollout.steps import (
+    DEFAULT_LEAVE_BUDGET,
     FAILED_PHASES,
     Action,
     Event,
+    LeaveBudget,
     Observed,
     Place,
     Remove,
@@ -100,24 +102,51 @@ class OpenTick:
 
     # --- the rules -----------------------------------------------------------------------------
 
-    def leave(self, members: Mapping[str, Mapping[str, str]]) -> None:
+    def leave(
+        self, members: Mapping[str, Mapping[str, str]], budget: LeaveBudget = DEFAULT_LEAVE_BUDGET
+    ) -> None:
         """A cluster that left the fleet (labels, removal) gets the bundle deleted. Quiet
         clusters have not left: only ``members`` (the registry) decides. Never while a rollout
         is under way or stopped: a revision whose selector leaves clusters out removes them
         only once it is in force everywhere else (a typo in a selector halts nothing by
-        pruning first), and a halted one removes nothing."""
+        pruning first), and a halted one removes nothing. Pruning on more clusters at once
+        than ``budget`` lets through waits for ``driftbus approve`` (``leave_held``): those
+        clusters keep what they have, and one that comes back is simply no longer held."""
         if self.state.phase is not RolloutPhase.COMPLETE:
             return
-        gone = sorted(
-            c
-            for c, e in self.state.clusters.items()
-            if c not in members and c not in self.excluded and e.state != "removed"
-        )
+        live = [c for c, e in self.state.clusters.items() if e.state != "removed"]
+        gone = sorted(c for c in live if c not in members and c not in self.excluded)
+        if self.state.on_leave != "orphan":
+            gone = self._budgeted(gone, len(live), budget)
         for cluster in gone:
             self.remove(cluster, orphan=self.state.on_leave == "orphan")
         if gone:
             how = "kept in place (on-leave orphan)" if self.state.on_leave == "orphan" else "pruned"
             self.note(Event("left", tuple(gone), f"left the fleet: the bundle is {how}"))
+
+    def _budgeted(self, gone: list[str], clusters: int, budget: LeaveBudget) -> list[str]:
+        """Of the clusters that left, those pruned now: the approved ones, and the rest only
+        if they are within ``budget``; the others are held (``leave_held``, noted once) until
+        approved or back in the fleet — one held stays held when others are approved."""
+        s = self.state
+        approved = [c for c in gone if c in s.leave_approved]
+        rest = [c for c in gone if c not in approved]
+        over = budget.exceeded(len(rest), clusters)
+        held = [c for c in rest if over or c in s.leave_held]
+        if held != s.leave_held or approved:
+            self.state = msgspec.structs.replace(
+                s, leave_held=held, leave_approved=[c for c in s.leave_approved if c in held]
+            )
+        if held and held != s.leave_held:
+            self.note(
+                Event(
+                    "prune-held",
+                    tuple(held),
+                    f"{len(held)} of {clusters} clusters left the fleet at once: the bundle is "
+                    f"pruned there once approved (driftbus approve {s.bundle})",
+                )
+            )
+        return [c for c in gone if c not in held]
 
     def observe(self, observed: Mapping[str, Observed]) -> None:
         """Each placement's status: ready, failed, or (back to) on its way."""
