@@ -235,6 +235,9 @@ class RolloutState(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
     once than the fleet prune budget lets through (docs/fleet.md). They keep what they have."""
     leave_approved: list[str] = []
     """Of those, the clusters an approval let through (pruned on the next tick)."""
+    left_at: dict[str, AwareTime] = {}
+    """Clusters that left the fleet and are not pruned yet, and when each was first seen gone:
+    those leaving within the budget's ``settle`` of each other are one change."""
     recent: list[RolloutEvent] = []
     """The last transitions (at most 20), kept so a driver that takes over publishes those its
     predecessor recorded in the state but did not get into the log."""
@@ -305,7 +308,8 @@ class FleetRow(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     revision: str
     """The revision the driver placed there ("" while it waits for its step)."""
     rollout: str
-    """How the cluster stands in the rollout (``ClusterStep``), or ``waiting`` for a later step."""
+    """How the cluster stands in the rollout (``ClusterStep``), ``waiting`` for a later step, or
+    ``prune-held``: it left the fleet and its prune waits for ``driftbus approve``."""
     step: int
     """The step (index from 0) that placed it, or that will; -1: joined outside the steps."""
     message: str = ""
@@ -341,6 +345,9 @@ class FleetStatus(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     promote: bool = False
     """``rollout promote`` asked, not yet acted on (the step is not Ready yet)."""
     updated_at: dt.datetime | None = None
+    prune_held: list[str] = []
+    """Clusters that left the fleet whose prune waits for ``driftbus approve`` (more left at
+    once than the fleet prune budget lets through; docs/fleet.md)."""
 
 
 class RolloutHistory(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

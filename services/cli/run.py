@@ -67,7 +67,9 @@ def _planner_and_driver(config: PlannerSettings) -> Coroutine[Any, Any, None]:
             driver_id=s.planner_id,
             lease_interval=s.heartbeat_interval,
             lease_timeout=s.heartbeat_timeout,
-            leave_budget=LeaveBudget(s.fleet_prune_share, s.fleet_prune_min),
+            leave_budget=LeaveBudget(
+                s.fleet_prune_share, s.fleet_prune_min, s.fleet_prune_settle, s.fleet_prune_window
+            ),
         ).run()
 
     return planner.run(config, beside=[driver])

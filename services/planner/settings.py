@@ -59,3 +59,13 @@ class PlannerSettings(telemetry.TelemetrySettings, bus.NatsSettings):
         "a fleet membership change pruning a fleet bundle on at most this many clusters at "
         "once never waits for approval",
     )
+    fleet_prune_settle: float = setting(
+        5.0,
+        "seconds: clusters leaving a fleet within this of each other are one membership change "
+        "(their prune waits until none left for this long)",
+    )
+    fleet_prune_window: float = setting(
+        600.0,
+        "seconds: clusters pruned for leaving a fleet this recently count with those leaving "
+        "now against the fleet prune budget",
+    )

@@ -246,3 +246,55 @@ def test_orphaning_is_never_held() -> None:
 )
 def test_leave_budget(leaving: int, clusters: int, budget: LeaveBudget, held: bool) -> None:
     assert budget.exceeded(leaving, clusters) is held
+
+
+SETTLE = LeaveBudget(settle=5.0)
+
+
+def test_clusters_relabelled_one_at_a_time_within_the_settle_time_are_one_change() -> None:
+    """``driftbus clusters label`` changes one cluster at a time: prod-a leaves at 10 s, prod-b
+    at 11 s; nothing is pruned or held while they settle, then both are held together."""
+    without_a = {c: v for c, v in FLEET.items() if c != "prod-a"}
+    t = rollout.advance(complete(), without_a, {}, at(10), leave_budget=SETTLE)
+    assert removed(t) == []
+    assert t.state.leave_held == []
+    assert list(t.state.left_at) == ["prod-a"]
+    canary_only = {"canary": FLEET["canary"]}
+    t = rollout.advance(t.state, canary_only, {}, at(11), leave_budget=SETTLE)
+    assert removed(t) == []
+    t = rollout.advance(t.state, canary_only, {}, at(15.5), leave_budget=SETTLE)
+    assert removed(t) == []  # prod-b left 4.5 s ago: still settling
+    t = rollout.advance(t.state, canary_only, {}, at(16.5), leave_budget=SETTLE)
+    assert removed(t) == []
+    assert t.state.leave_held == ["prod-a", "prod-b"]
+
+
+def test_one_cluster_leaving_is_pruned_once_settled() -> None:
+    fleet = {c: v for c, v in FLEET.items() if c != "prod-b"}
+    t = rollout.advance(complete(), fleet, {}, at(10), leave_budget=SETTLE)
+    assert removed(t) == []
+    t = rollout.advance(t.state, fleet, {}, at(15), leave_budget=SETTLE)
+    assert removed(t) == ["prod-b"]
+    assert t.state.left_at == {}
+
+
+def test_a_cluster_back_before_it_settled_is_forgotten() -> None:
+    fleet = {c: v for c, v in FLEET.items() if c != "prod-b"}
+    t = rollout.advance(complete(), fleet, {}, at(10), leave_budget=SETTLE)
+    t = rollout.advance(t.state, FLEET, {}, at(12), leave_budget=SETTLE)
+    assert t.state.left_at == {}
+    assert removed(rollout.advance(t.state, FLEET, {}, at(30), leave_budget=SETTLE)) == []
+
+
+def test_clusters_pruned_recently_count_with_those_leaving_now() -> None:
+    """prod-b leaves and is pruned (one cluster); prod-a leaves a minute later: two of the
+    fleet's three within the window, held."""
+    fleet = {c: v for c, v in FLEET.items() if c != "prod-b"}
+    t = rollout.advance(complete(), fleet, {}, at(10))
+    assert removed(t) == ["prod-b"]
+    t = rollout.advance(t.state, {"canary": FLEET["canary"]}, {}, at(70))
+    assert removed(t) == []
+    assert t.state.leave_held == ["prod-a"]
+    # past the window, one cluster leaving alone is within the budget again
+    late = rollout.advance(t.state, {"canary": FLEET["canary"]}, {}, at(700))
+    assert late.state.leave_held == ["prod-a"]  # still held: it waits to be approved

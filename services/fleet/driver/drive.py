@@ -252,8 +252,9 @@ def _exit_hook(tick: Tick) -> None:
 
 def _running(stored: Stored | None, seq: int) -> bool:
     """Whether a rollout must be ticked on the clock: under way (bake, timeout, a rollback
-    waiting for Ready), or a new revision of it waits to start."""
-    if stored is None or seq > stored.state.source_seq:
+    waiting for Ready), a new revision of it waits to start, or clusters that left it settle
+    (the fleet prune budget's ``settle``)."""
+    if stored is None or seq > stored.state.source_seq or stored.state.left_at:
         return True
     return stored.state.phase in (
         RolloutPhase.PROGRESSING,

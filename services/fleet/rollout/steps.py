@@ -27,6 +27,11 @@ class LeaveBudget:
 
     share: float = 0.1
     at_least: int = 1
+    settle: float = 0.0
+    """Seconds: clusters leaving within this of each other are one change (``driftbus clusters
+    label`` relabels one cluster at a time); their prune waits until none left for this long."""
+    window: float = 600.0
+    """Seconds: clusters pruned for leaving this recently count with those leaving now."""
 
     def exceeded(self, leaving: int, clusters: int) -> bool:
         """Whether pruning on ``leaving`` of the bundle's ``clusters`` at once is too much."""

@@ -116,7 +116,7 @@ class OpenTick:
             return
         live = [c for c, e in self.state.clusters.items() if e.state != "removed"]
         gone = sorted(c for c in live if c not in members and c not in self.excluded)
-        if self.state.on_leave != "orphan":
+        if self.state.on_leave != "orphan" and (gone or self.state.left_at):
             gone = self._budgeted(gone, len(live), budget)
         for cluster in gone:
             self.remove(cluster, orphan=self.state.on_leave == "orphan")
@@ -124,29 +124,47 @@ class OpenTick:
             how = "kept in place (on-leave orphan)" if self.state.on_leave == "orphan" else "pruned"
             self.note(Event("left", tuple(gone), f"left the fleet: the bundle is {how}"))
 
-    def _budgeted(self, gone: list[str], clusters: int, budget: LeaveBudget) -> list[str]:
-        """Of the clusters that left, those pruned now: the approved ones, and the rest only
-        if they are within ``budget``; the others are held (``leave_held``, noted once) until
-        approved or back in the fleet — one held stays held when others are approved."""
-        s = self.state
+    def _budgeted(self, gone: list[str], live: int, budget: LeaveBudget) -> list[str]:
+        """Of the clusters that left, those pruned now: the approved ones, and the rest once
+        none has left for ``budget.settle`` (one change) and only within ``budget``, counting
+        the clusters pruned for leaving in the last ``budget.window`` too; the others are held
+        (``leave_held``, noted once) until approved or back in the fleet — one held stays held
+        when others are approved."""
+        s, now = self.state, self.now
+        left_at = {c: s.left_at.get(c, now) for c in gone}
         approved = [c for c in gone if c in s.leave_approved]
         rest = [c for c in gone if c not in approved]
-        over = budget.exceeded(len(rest), clusters)
+        settling = any((now - left_at[c]).total_seconds() < budget.settle for c in rest)
+        recent = [
+            c
+            for c, e in s.clusters.items()
+            if e.state == "removed"
+            and e.message == "pruned"
+            and e.at is not None
+            and (now - e.at).total_seconds() < budget.window
+        ]
+        over = not settling and budget.exceeded(len(rest) + len(recent), live + len(recent))
         held = [c for c in rest if over or c in s.leave_held]
-        if held != s.leave_held or approved:
+        go = approved if settling else [c for c in gone if c not in held]
+        left_at = {c: t for c, t in left_at.items() if c not in go}
+        if (held, left_at) != (s.leave_held, s.left_at) or approved:
             self.state = msgspec.structs.replace(
-                s, leave_held=held, leave_approved=[c for c in s.leave_approved if c in held]
+                s,
+                leave_held=held,
+                leave_approved=[c for c in s.leave_approved if c in held],
+                left_at=left_at,
             )
         if held and held != s.leave_held:
             self.note(
                 Event(
                     "prune-held",
                     tuple(held),
-                    f"{len(held)} of {clusters} clusters left the fleet at once: the bundle is "
-                    f"pruned there once approved (driftbus approve {s.bundle})",
+                    f"{len(held) + len(recent)} of {live + len(recent)} clusters left the fleet "
+                    f"at once: the bundle is pruned on {', '.join(held)} once approved "
+                    f"(driftbus approve {s.bundle})",
                 )
             )
-        return [c for c in gone if c not in held]
+        return go
 
     def observe(self, observed: Mapping[str, Observed]) -> None:
         """Each placement's status: ready, failed, or (back to) on its way."""
