@@ -60,6 +60,8 @@ class PruneHeld:
     """The bundle's objects on the cluster (the revision's plus these)."""
     why: str
     """``10 of 12 objects`` or ``a Namespace``: what the budget refused."""
+    held: frozenset[ObjectKey] = frozenset()
+    """``keys`` as a set: asked once per object folded."""
 
     @property
     def message(self) -> str:
@@ -108,4 +110,4 @@ def verdict(
         keys = tuple(kinds) + tuple(k for k in keys if k not in kinds)
     if not why:
         return None
-    return PruneHeld(cluster, view.name, view.revision, keys, total, why)
+    return PruneHeld(cluster, view.name, view.revision, keys, total, why, frozenset(keys))

@@ -101,7 +101,7 @@ class Folder:
         if hold is not None:
             return hold, True
         budget = self.state.gates.prune_held.get(bundle) if pruning else None
-        if budget is not None and slot[1] in budget.keys:
+        if budget is not None and slot[1] in budget.held:
             # the prune budget holds the revision's deletions until approved (``rule.budget``)
             return Hold(DecisionReason.PRUNE_BUDGET, budget.message), False
         view = self.state.bundles.get((slot[0], bundle))
