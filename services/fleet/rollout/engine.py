@@ -19,7 +19,7 @@ from typing import Literal
 import msgspec
 
 from schemas.fleet import ClusterRollout, Placement, RolloutPhase, RolloutSpec, RolloutState
-from services.fleet.rollout import rollback
+from services.fleet.rollout import leave, rollback
 from services.fleet.rollout.steps import DEFAULT_LEAVE_BUDGET, Event, LeaveBudget, Observed, Tick
 from services.fleet.rollout.tick import OpenTick
 
@@ -111,7 +111,7 @@ def advance(
             )
     if t.state.phase is RolloutPhase.DELETED:
         return t.done()
-    t.leave(members, leave_budget)
+    leave.leave(t, members, leave_budget)
     t.observe(observed)
     t.pause_or_resume()
     if t.state.phase in (RolloutPhase.PROGRESSING, RolloutPhase.PAUSED):

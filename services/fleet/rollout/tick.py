@@ -1,8 +1,9 @@
 """The rules of one rollout tick (pure): ``OpenTick`` holds a rollout's state while a tick
-changes it, one method per rule of docs/fleet.md's state table — a cluster leaves, a placement's
-status is observed, the rollout pauses or resumes, a step is gated (placed, baked, promoted,
+changes it, one method per rule of docs/fleet.md's state table — a placement's status is
+observed, the rollout pauses or resumes, a step is gated (placed, baked, promoted,
 timed out), the rollout halts or rolls back, a new member joins — and collects the placements
-and transitions the tick asks for. ``services.fleet.rollout.engine`` runs the rules in their order.
+and transitions the tick asks for (a cluster leaving is ``leave``'s rule, a rollback's end
+``rollback``'s). ``services.fleet.rollout.engine`` runs the rules in their order.
 
 A cluster's status counts only when it is about the exact placement: the same revision **and**
 the ``published_at`` the driver gave it (a Ready left over from an earlier placement of the same
@@ -22,11 +23,9 @@ from schemas.fleet import ClusterRollout, RolloutPhase, RolloutState
 from schemas.messages import BundlePhase
 from services.clusters.selector import SelectorError
 from services.fleet.rollout.steps import (
-    DEFAULT_LEAVE_BUDGET,
     FAILED_PHASES,
     Action,
     Event,
-    LeaveBudget,
     Observed,
     Place,
     Remove,
@@ -101,70 +100,6 @@ class OpenTick:
         self.actions.append(Remove(cluster, orphan, seq, self.now))
 
     # --- the rules -----------------------------------------------------------------------------
-
-    def leave(
-        self, members: Mapping[str, Mapping[str, str]], budget: LeaveBudget = DEFAULT_LEAVE_BUDGET
-    ) -> None:
-        """A cluster that left the fleet (labels, removal) gets the bundle deleted. Quiet
-        clusters have not left: only ``members`` (the registry) decides. Never while a rollout
-        is under way or stopped: a revision whose selector leaves clusters out removes them
-        only once it is in force everywhere else (a typo in a selector halts nothing by
-        pruning first), and a halted one removes nothing. Pruning on more clusters at once
-        than ``budget`` lets through waits for ``driftbus approve`` (``leave_held``): those
-        clusters keep what they have, and one that comes back is simply no longer held."""
-        if self.state.phase is not RolloutPhase.COMPLETE:
-            return
-        live = [c for c, e in self.state.clusters.items() if e.state != "removed"]
-        gone = sorted(c for c in live if c not in members and c not in self.excluded)
-        if self.state.on_leave != "orphan" and (gone or self.state.left_at):
-            gone = self._budgeted(gone, len(live), budget)
-        for cluster in gone:
-            self.remove(cluster, orphan=self.state.on_leave == "orphan")
-        if gone:
-            how = "kept in place (on-leave orphan)" if self.state.on_leave == "orphan" else "pruned"
-            self.note(Event("left", tuple(gone), f"left the fleet: the bundle is {how}"))
-
-    def _budgeted(self, gone: list[str], live: int, budget: LeaveBudget) -> list[str]:
-        """Of the clusters that left, those pruned now: the approved ones, and the rest once
-        none has left for ``budget.settle`` (one change) and only within ``budget``, counting
-        the clusters pruned for leaving in the last ``budget.window`` too; the others are held
-        (``leave_held``, noted once) until approved or back in the fleet — one held stays held
-        when others are approved."""
-        s, now = self.state, self.now
-        left_at = {c: s.left_at.get(c, now) for c in gone}
-        approved = [c for c in gone if c in s.leave_approved]
-        rest = [c for c in gone if c not in approved]
-        settling = any((now - left_at[c]).total_seconds() < budget.settle for c in rest)
-        recent = [
-            c
-            for c, e in s.clusters.items()
-            if e.state == "removed"
-            and e.message == "pruned"
-            and e.at is not None
-            and (now - e.at).total_seconds() < budget.window
-        ]
-        over = not settling and budget.exceeded(len(rest) + len(recent), live + len(recent))
-        held = [c for c in rest if over or c in s.leave_held]
-        go = approved if settling else [c for c in gone if c not in held]
-        left_at = {c: t for c, t in left_at.items() if c not in go}
-        if (held, left_at) != (s.leave_held, s.left_at) or approved:
-            self.state = msgspec.structs.replace(
-                s,
-                leave_held=held,
-                leave_approved=[c for c in s.leave_approved if c in held],
-                left_at=left_at,
-            )
-        if held and held != s.leave_held:
-            self.note(
-                Event(
-                    "prune-held",
-                    tuple(held),
-                    f"{len(held) + len(recent)} of {live + len(recent)} clusters left the fleet "
-                    f"at once: the bundle is pruned on {', '.join(held)} once approved "
-                    f"(driftbus approve {s.bundle})",
-                )
-            )
-        return go
 
     def observe(self, observed: Mapping[str, Observed]) -> None:
         """Each placement's status: ready, failed, or (back to) on its way."""
