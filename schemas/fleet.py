@@ -330,7 +330,8 @@ class FleetStatus(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     ready: int
     """Clusters Ready on ``revision``."""
     total: int
-    """Clusters of the fleet (removed ones not counted)."""
+    """Clusters of the fleet (removed ones, and those whose prune is held after they left, not
+    counted)."""
     clusters: list[FleetRow]
     excluded: dict[str, str] = {}
     """Clusters the selector names that the bundle may not reach, and why."""

@@ -358,7 +358,11 @@ def reported(
     if st.phase in (BundlePhase.READY, BundlePhase.DELETED):
         return 0
     if st.phase is BundlePhase.PRUNE_HELD:
-        print(f"driftbus {command}: {bundle}@{revision}: {st.message}", file=sys.stderr)
+        print(
+            f"driftbus {command}: {bundle}@{revision} is applied; its deletions wait for an "
+            "approval (PruneHeld)",
+            file=sys.stderr,
+        )
         return PRUNE_HELD_EXIT
     if st.phase not in WAIT_ENDS | {BundlePhase.DELETED}:
         print(

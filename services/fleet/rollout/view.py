@@ -119,7 +119,7 @@ def fleet_status(
         step=state.step,
         steps=len(state.spec.steps) + 1,
         ready=sum(1 for r in rows if r.rollout == "ready" and r.revision == state.target.revision),
-        total=sum(1 for r in rows if r.rollout != "removed"),
+        total=sum(1 for r in rows if r.rollout not in ("removed", PRUNE_HELD)),
         clusters=rows,
         excluded=dict(state.excluded),
         message=state.message,

@@ -40,7 +40,11 @@ def bundle_status(state: ClusterState, view: BundleView, ledger: Ledger) -> Bund
     budget = state.gates.prune_held.get(view.name)
     if budget is not None and budget.revision == view.revision and not view.refused:
         t.prune_held = budget.message
-        t.problems = t.problems + [f"{k}: prune held (prune budget)" for k in budget.keys]
+        # each held object named once, for the budget (it may wait for the watcher's lists too)
+        named = {str(k) for k in budget.keys}
+        t.problems = [p for p in t.problems if p.partition(": ")[0] not in named] + [
+            f"{k}: prune held (prune budget)" for k in budget.keys
+        ]
     return status_message(view, t, state.window_standing(view.name))
 
 
