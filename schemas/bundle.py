@@ -85,6 +85,11 @@ class BundleOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Write this revision (and correct its drift) even inside a deny sync window, or outside
     every allow window (``driftbus publish --override-window``); each write it lets through is
     recorded in the decision log, naming the window overridden (docs/windows.md)."""
+    allow_prune: bool = False
+    """Let this revision's deletions through even past the prune budget (``driftbus publish
+    --allow-prune``, or ``driftbus approve``, which republishes the held revision with it): more
+    than half of the bundle's objects on a cluster, or a Namespace or CRD (docs/lifecycle.md).
+    Only this revision's: the next one is held again if it deletes as much."""
 
 
 class ObjectStoreRef(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -156,6 +161,19 @@ class RollbackRequest(Message, frozen=True, tag=tag("rollback-request")):
     bundle: Name
     to: Annotated[str, Meta(max_length=256)] = ""
     """The revision to go back to; "" is the one before the revision in force."""
+
+
+class PruneApproval(Message, frozen=True, tag=tag("prune-approval")):
+    """``driftbus approve B --cluster C``: let the deletions of the revision held by the prune
+    budget through (user → ``driftbus.rollback.<cluster>.<tenant>.<name>``, the request subject
+    the cluster's planner answers, with the same rights as a rollback). The planner republishes
+    that revision with ``allow_prune`` and answers with a ``RollbackAnswer``; an approval of a
+    revision that is no longer the one held is refused, so it never lets a later one through."""
+
+    cluster: Name
+    bundle: Name
+    revision: Annotated[str, Meta(min_length=1, max_length=256)]
+    """The revision whose held deletions are approved (the one ``driftbus status`` showed)."""
 
 
 class RollbackAnswer(Message, frozen=True, tag=tag("rollback-answer")):

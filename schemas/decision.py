@@ -57,6 +57,10 @@ class DecisionReason(enum.StrEnum):
     WAVE = "wave"
     """Held: an earlier sync wave or hook phase of the bundle's revision is not done yet
     (docs/hooks.md)."""
+    PRUNE_BUDGET = "prune-budget"
+    """Held: the revision would delete more of the bundle than the prune budget lets through at
+    once, or a Namespace or CRD; its deletions wait for ``--allow-prune`` or ``driftbus approve``
+    (docs/lifecycle.md)."""
     HOOK = "hook"
     """A hook of the revision run (applied), or deleted by its ``hook-delete-policy``."""
 

@@ -230,6 +230,14 @@ class RolloutState(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
     source_seq: Annotated[int, Meta(ge=0)] = 0
     """The fleet stream's sequence of the ``FleetBundle`` this rollout places."""
     updated_at: AwareTime | None = None
+    leave_held: list[str] = []
+    """Clusters that left the fleet whose prune waits for ``driftbus approve``: more of them at
+    once than the fleet prune budget lets through (docs/fleet.md). They keep what they have."""
+    leave_approved: list[str] = []
+    """Of those, the clusters an approval let through (pruned on the next tick)."""
+    left_at: dict[str, AwareTime] = {}
+    """Clusters that left the fleet and are not pruned yet, and when each was first seen gone:
+    those leaving within the budget's ``settle`` of each other are one change."""
     recent: list[RolloutEvent] = []
     """The last transitions (at most 20), kept so a driver that takes over publishes those its
     predecessor recorded in the state but did not get into the log."""
@@ -254,7 +262,7 @@ class RolloutEvent(Message, frozen=True, tag=tag("rollout-event")):
     driver: str = ""
 
 
-RolloutAction = Literal["pause", "resume", "promote"]
+RolloutAction = Literal["pause", "resume", "promote", "approve"]
 
 
 class RolloutControl(Message, frozen=True, tag=tag("rollout-control")):
@@ -269,6 +277,9 @@ class RolloutControl(Message, frozen=True, tag=tag("rollout-control")):
     revision: Annotated[str, Meta(max_length=256)] = ""
     """The revision being rolled out when it was asked (the target the user saw)."""
     at: dt.datetime | None = None
+    clusters: Annotated[list[str], Meta(max_length=10_000)] = []
+    """Of an ``approve`` (``driftbus approve B``): the clusters whose prune, held by the fleet
+    prune budget, it lets through — those the user saw held (``RolloutState.leave_held``)."""
 
 
 class ClusterList(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -297,7 +308,8 @@ class FleetRow(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     revision: str
     """The revision the driver placed there ("" while it waits for its step)."""
     rollout: str
-    """How the cluster stands in the rollout (``ClusterStep``), or ``waiting`` for a later step."""
+    """How the cluster stands in the rollout (``ClusterStep``), ``waiting`` for a later step, or
+    ``prune-held``: it left the fleet and its prune waits for ``driftbus approve``."""
     step: int
     """The step (index from 0) that placed it, or that will; -1: joined outside the steps."""
     message: str = ""
@@ -318,7 +330,8 @@ class FleetStatus(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     ready: int
     """Clusters Ready on ``revision``."""
     total: int
-    """Clusters of the fleet (removed ones not counted)."""
+    """Clusters of the fleet (removed ones, and those whose prune is held after they left, not
+    counted)."""
     clusters: list[FleetRow]
     excluded: dict[str, str] = {}
     """Clusters the selector names that the bundle may not reach, and why."""
@@ -333,6 +346,9 @@ class FleetStatus(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     promote: bool = False
     """``rollout promote`` asked, not yet acted on (the step is not Ready yet)."""
     updated_at: dt.datetime | None = None
+    prune_held: list[str] = []
+    """Clusters that left the fleet whose prune waits for ``driftbus approve`` (more left at
+    once than the fleet prune budget lets through; docs/fleet.md)."""
 
 
 class RolloutHistory(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

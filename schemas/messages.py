@@ -37,6 +37,7 @@ from schemas.bundle import IgnoreRule as IgnoreRule
 from schemas.bundle import JsonPointer as JsonPointer
 from schemas.bundle import ObjectStoreRef as ObjectStoreRef
 from schemas.bundle import Propagation as Propagation
+from schemas.bundle import PruneApproval as PruneApproval
 from schemas.bundle import RollbackAnswer as RollbackAnswer
 from schemas.bundle import RollbackRequest as RollbackRequest
 from schemas.decision import DecisionRecord
@@ -211,6 +212,10 @@ class BundlePhase(enum.StrEnum):
     OUT_OF_SYNC = "OutOfSync"
     DELETED = "Deleted"
     """The bundle was deleted (``Bundle.delete``): its objects pruned, the bundle forgotten."""
+    PRUNE_HELD = "PruneHeld"
+    """The revision is applied, but its deletions wait: it would delete more of the bundle than
+    the prune budget lets through at once, or a Namespace or CRD (docs/lifecycle.md). Never
+    Ready; ``--allow-prune`` or ``driftbus approve`` lets them through."""
 
 
 class BundleCounts(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -350,6 +355,7 @@ MESSAGE_TYPES: Final[dict[str, type[_Message]]] = {
     "bundle-control": BundleControl,
     "rollback-request": RollbackRequest,
     "rollback-answer": RollbackAnswer,
+    "prune-approval": PruneApproval,
     "source-status": SourceStatus,
     "decision": DecisionRecord,
     "outcome": OutcomeEvent,

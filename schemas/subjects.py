@@ -340,10 +340,11 @@ def rollout_event_subject(bundle: str) -> str:
 
 
 def rollout_control_subject(bundle: str, action: str) -> str:
-    """``driftbus.rollout-control.<tenant>.<name>.<action>``: ``rollout pause``, ``resume`` or
-    ``promote`` of a fleet bundle (``RolloutControl``), for the driver; one subject per action,
-    so the stream's last message of each keeps every one not yet applied."""
-    if action not in ("pause", "resume", "promote"):
+    """``driftbus.rollout-control.<tenant>.<name>.<action>``: ``rollout pause``, ``resume``,
+    ``promote`` or (``driftbus approve``) ``approve`` of a fleet bundle (``RolloutControl``),
+    for the driver; one subject per action, so the stream's last message of each keeps every
+    one not yet applied."""
+    if action not in ("pause", "resume", "promote", "approve"):
         raise SubjectError(f"no rollout action {action!r}")
     return _checked(f"{PREFIX}.rollout-control.{bundle_tokens(bundle)}.{action}")
 

@@ -9,6 +9,8 @@ The commands:
   code).
 - ``lifecycle`` — a bundle after its publish: ``bundles``, ``delete bundle``, ``suspend``,
   ``resume``, ``rollback``.
+- ``approve`` — ``driftbus approve``: let deletions held by the prune budget through, on one
+  cluster (``--cluster``) or a fleet's.
 - ``status/`` — ``status``, ``why`` and ``shards``: ``command``, ``gather`` (what ``status``
   reads, as a typed value) and ``show`` (it as a table or JSON), ``follow`` (``status -f``) and
   ``shards`` (the shards bucket, its document made by a pure function).

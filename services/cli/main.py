@@ -10,7 +10,10 @@ Subcommands so far:
   (which files a PATH loads: ``services/inputs/load.py``). Refuses a revision with no objects
   unless ``--allow-empty``; warns when no watcher or applier serves the cluster. With
   ``--wait`` the exit code says how it ended: 0 Ready; 1 Failed, Degraded or Conflict; 2 no
-  end within ``--timeout`` (still Reconciling or OutOfSync, or no status at all).
+  end within ``--timeout`` (still Reconciling or OutOfSync, or no status at all); 3 PruneHeld
+  (applied; its deletions wait for ``driftbus approve``).
+* ``driftbus approve BUNDLE [--cluster C]`` — let deletions held by the prune budget through
+  (``services/cli/approve.py``, docs/lifecycle.md, docs/fleet.md).
 * ``driftbus status --cluster C [--bundle B] [-o json] [-f]`` — current state of bundles/objects,
   then (``-f``) every change: bundle summaries, and with ``--bundle`` its objects too. A fleet
   bundle with no ``--cluster``: a row per cluster and the rollout's summary.
@@ -56,6 +59,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "status.command": ("status", "why", "shards"),
     "replay": ("replay",),
     "lifecycle": ("bundles", "delete", "suspend", "resume", "rollback"),
+    "approve": ("approve",),
     "fleet.clusters": ("clusters",),
     "fleet.rollout": ("rollout",),
     "tenants": ("tenants",),

@@ -1,5 +1,6 @@
 """``driftbus publish``: send manifests as a bundle revision and, with ``--wait``, follow its status
-to an exit code (0 Ready; 1 Failed, Degraded or Conflict; 2 no end within ``--timeout``).
+to an exit code (0 Ready; 1 Failed, Degraded or Conflict; 2 no end within ``--timeout``; 3
+PruneHeld: applied, its deletions wait for ``driftbus approve`` or ``--allow-prune``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ def bundle_options(args: argparse.Namespace) -> BundleOptions:
         drift=args.drift,
         depends_on=list(getattr(args, "depends_on", None) or ()),
         override_window=bool(getattr(args, "override_window", False)),
+        allow_prune=bool(getattr(args, "allow_prune", False)),
     )
 
 
@@ -202,6 +204,13 @@ def _add_bundle_option_flags(p: argparse.ArgumentParser) -> None:
         help="write this revision (and correct its drift) even in a deny sync window or "
         "outside every allow window; each such write names the window in the decision log "
         "(docs/windows.md)",
+    )
+    p.add_argument(
+        "--allow-prune",
+        action="store_true",
+        help="let this revision's deletions through even past the prune budget (more than "
+        "half of the bundle's objects on a cluster, or a Namespace or CRD); without it such a "
+        "revision is applied but its deletions wait: PruneHeld (docs/lifecycle.md)",
     )
     p.add_argument(
         "--prune-propagation",

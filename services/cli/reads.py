@@ -271,10 +271,19 @@ async def decisions(js: bus.JetStream, cluster: str, key: ObjectKey) -> list[Dec
 
 
 WAIT_ENDS = frozenset(
-    (BundlePhase.READY, BundlePhase.FAILED, BundlePhase.DEGRADED, BundlePhase.CONFLICT)
+    (
+        BundlePhase.READY,
+        BundlePhase.FAILED,
+        BundlePhase.DEGRADED,
+        BundlePhase.CONFLICT,
+        BundlePhase.PRUNE_HELD,
+    )
 )
 """Phases that end ``publish --wait``. Reconciling and OutOfSync (drift being corrected) are
-waited through; only Ready is a success."""
+waited through; only Ready is a success. PruneHeld ends it too: nothing changes until someone
+approves (exit ``PRUNE_HELD_EXIT``)."""
+PRUNE_HELD_EXIT = 3
+"""``--wait``'s exit code for PruneHeld: applied, its deletions wait for an approval."""
 
 
 class BundleWait:
@@ -333,7 +342,7 @@ def reported(
 ) -> int:
     """How a ``--wait`` ended, printed: the last status and what keeps the bundle from its end;
     the exit code 0 for Ready or Deleted, 1 for another end (Failed, Degraded, Conflict), 2 for
-    no end within ``timeout`` (or no status at all)."""
+    no end within ``timeout`` (or no status at all), 3 for PruneHeld."""
     from services.cli.table import colour
 
     if st is None:
@@ -348,6 +357,13 @@ def reported(
         print(f"  {line}")
     if st.phase in (BundlePhase.READY, BundlePhase.DELETED):
         return 0
+    if st.phase is BundlePhase.PRUNE_HELD:
+        print(
+            f"driftbus {command}: {bundle}@{revision} is applied; its deletions wait for an "
+            "approval (PruneHeld)",
+            file=sys.stderr,
+        )
+        return PRUNE_HELD_EXIT
     if st.phase not in WAIT_ENDS | {BundlePhase.DELETED}:
         print(
             f"driftbus {command}: {bundle}@{revision} not {goal} within {timeout:.0f}s "

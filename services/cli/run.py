@@ -58,6 +58,7 @@ def _planner_and_driver(config: PlannerSettings) -> Coroutine[Any, Any, None]:
     """The planner, with the rollout driver beside it: the replica's id is the driver's, and
     the planners' heartbeat settings time the driver's lease."""
     from services.fleet.driver.drive import Driver
+    from services.fleet.rollout.steps import LeaveBudget
     from services.planner import service as planner
 
     def driver(js: Any, s: PlannerSettings) -> Coroutine[Any, Any, None]:
@@ -66,6 +67,9 @@ def _planner_and_driver(config: PlannerSettings) -> Coroutine[Any, Any, None]:
             driver_id=s.planner_id,
             lease_interval=s.heartbeat_interval,
             lease_timeout=s.heartbeat_timeout,
+            leave_budget=LeaveBudget(
+                s.fleet_prune_share, s.fleet_prune_min, s.fleet_prune_settle, s.fleet_prune_window
+            ),
         ).run()
 
     return planner.run(config, beside=[driver])

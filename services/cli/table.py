@@ -23,6 +23,7 @@ _COLOURS = {
     "Retrying": "36",
     "Forbidden": "31",
     "OutOfSync": "33",
+    "PruneHeld": "33",
     "Drifted": "33",
     "Kept": "90",
     "Pruned": "90",

@@ -2,7 +2,8 @@
 
 - a bundle's status (``driftbus.status.<c>.<bundle>.bundle``): its phase, as ``Ready``,
   ``Failed`` (``Conflict`` too), ``Degraded`` or ``Progressing`` (``Reconciling``,
-  ``OutOfSync``); a deleted bundle's is not sent;
+  ``OutOfSync``, ``PruneHeld``: waiting for an approval, never Ready); a deleted bundle's is
+  not sent;
 - a planner decision (``driftbus.decision.…``): an apply because the live object drifted or was
   deleted by hand, ``DriftCorrected``; every other decision is not an event;
 - a rollout transition (``driftbus.rollout.<tenant>.<name>``): ``RolloutStep``.
@@ -27,6 +28,7 @@ _PHASES: Final = {
     BundlePhase.DEGRADED: EventKind.DEGRADED,
     BundlePhase.RECONCILING: EventKind.PROGRESSING,
     BundlePhase.OUT_OF_SYNC: EventKind.PROGRESSING,
+    BundlePhase.PRUNE_HELD: EventKind.PROGRESSING,
 }
 _DRIFT: Final = (DecisionReason.DRIFT, DecisionReason.DELETED)
 PHASE_KINDS: Final = frozenset(_PHASES.values())

@@ -39,3 +39,33 @@ class PlannerSettings(telemetry.TelemetrySettings, bus.NatsSettings):
         "seconds between reads of the cluster's watcher/applier heartbeats (prune waits for the "
         "watcher's initial lists; a cluster nobody serves is named in the bundle status)",
     )
+    prune_budget_share: float = setting(
+        0.5,
+        "a revision deleting more than this share of a bundle's objects on a cluster at once "
+        "is held (PruneHeld) until approved (driftbus approve, publish --allow-prune)",
+    )
+    prune_budget_min: int = setting(
+        5,
+        "a revision deleting at most this many objects of a bundle on a cluster is never held "
+        "for its share (a Namespace or CRD deletion always is)",
+    )
+    fleet_prune_share: float = setting(
+        0.1,
+        "a fleet membership change (relabel, removal) pruning a fleet bundle on more than this "
+        "share of its clusters at once waits for driftbus approve",
+    )
+    fleet_prune_min: int = setting(
+        1,
+        "a fleet membership change pruning a fleet bundle on at most this many clusters at "
+        "once never waits for approval",
+    )
+    fleet_prune_settle: float = setting(
+        5.0,
+        "seconds: clusters leaving a fleet within this of each other are one membership change "
+        "(their prune waits until none left for this long)",
+    )
+    fleet_prune_window: float = setting(
+        600.0,
+        "seconds: clusters pruned for leaving a fleet this recently count with those leaving "
+        "now against the fleet prune budget",
+    )

@@ -5,10 +5,10 @@ and each rollout's progress with its last transitions (its decision records).
   (``LiveState.bundles``, every cluster's), the cluster registry and the rollout states, what the
   page draws. A fleet bundle's cells and progress render its rollout view
   (``services.fleet.rollout.view``, what ``driftbus rollout status`` prints too). A cell's
-  ``tone`` is its colour: ``ok`` (Ready), ``warn`` (Reconciling, OutOfSync), ``bad`` (Failed,
-  Degraded, Conflict), ``none`` (no status), and for a fleet bundle ``waiting`` (a member the
-  rollout has not reached yet) and ``refused`` (excluded by the tenant's limits, or refused by
-  the driver; ``title`` says why).
+  ``tone`` is its colour: ``ok`` (Ready), ``warn`` (Reconciling, OutOfSync, PruneHeld),
+  ``bad`` (Failed, Degraded, Conflict), ``none`` (no status), and for a fleet bundle
+  ``waiting`` (a member the rollout has not reached yet) and ``refused`` (excluded by the
+  tenant's limits, or refused by the driver; ``title`` says why).
 - ``FleetReader`` reads the registry and the rollout states when the page asks (``GET
   /api/fleet``, polled every few seconds), coalescing requests within a second.
 - ``handler`` is that endpoint. Tenancy is the page's (``guard.tenant_of``): a tenant sees its
@@ -44,6 +44,7 @@ TONES = {
     "Ready": "ok",
     "Reconciling": "warn",
     "OutOfSync": "warn",
+    "PruneHeld": "warn",
     "Failed": "bad",
     "Degraded": "bad",
     "Conflict": "bad",

@@ -24,7 +24,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schemas.bundle import BundleControl, ObjectStoreRef, RollbackAnswer, RollbackRequest
+from schemas.bundle import (
+    BundleControl,
+    ObjectStoreRef,
+    PruneApproval,
+    RollbackAnswer,
+    RollbackRequest,
+)
 from schemas.codec import WireError, decode, encode
 from schemas.decision import DecisionAction, DecisionReason, DecisionRecord
 from schemas.fleet import FleetBundle, RolloutControl, RolloutEvent, RolloutPhase, RolloutSpec
@@ -60,6 +66,7 @@ VALID: list[msgspec.Struct] = [
     Bundle(cluster="c", bundle="b", revision="r", manifests=[{"kind": "ConfigMap"}]),
     BundleControl(cluster="c", bundle="b", suspended=True, reason="incident", at=AT),
     RollbackRequest(cluster="c", bundle="b", to="r1"),
+    PruneApproval(cluster="c", bundle="b", revision="r1"),
     RollbackAnswer(ok=True, message="republished r1", revision="r1", history=["r1", "r2"]),
     ServerEvent(cluster="c", key=KEY, resource_version="7", server_sha=SHA, observed_at=AT),
     AppliedEvent(

@@ -64,6 +64,12 @@ def summary_line(fs: FleetStatus) -> str:
         line += " (pause asked)"
     if fs.promote:
         line += " (promote asked)"
+    if fs.prune_held:
+        line += (
+            f"; PruneHeld: {len(fs.prune_held)} clusters left the fleet at once "
+            f"({', '.join(fs.prune_held)}), pruned there once approved: "
+            f"driftbus approve {fs.bundle}"
+        )
     return f"{line}: {fs.message}" if fs.message else line
 
 

@@ -27,7 +27,7 @@ from services.fleet.publish import FleetError, check
 from services.fleet.rollout import engine as rollout
 from services.fleet.rollout import substitute
 from services.fleet.rollout.steer import steer
-from services.fleet.rollout.steps import Event, Tick
+from services.fleet.rollout.steps import DEFAULT_LEAVE_BUDGET, Event, LeaveBudget, Tick
 from services.tenancy.clusters import cluster_refusal, credentials_refusal
 
 log = logging.getLogger("driftbus.fleet")
@@ -37,9 +37,13 @@ class Decider:
     """Decides each rollout's tick from the driver's views (``placer``: the labels a
     substituted revision needs, read from its stored manifests)."""
 
-    def __init__(self, views: FleetViews, placer: Placer) -> None:
+    def __init__(
+        self, views: FleetViews, placer: Placer, leave_budget: LeaveBudget = DEFAULT_LEAVE_BUDGET
+    ) -> None:
         self.views = views
         self.placer = placer
+        self.leave_budget = leave_budget
+        """How many clusters may leave a fleet at once before their prune waits (settings)."""
 
     async def decide(
         self, bundle: str, seq: int, fb: FleetBundle, stored: Stored | None, now: dt.datetime
@@ -122,7 +126,14 @@ class Decider:
         }
         observed = self.views.statuses.get(state.bundle, {})
         return rollout.advance(
-            state, fleet, observed, now, refusals=refusals, excluded=excluded, unknown=unknown
+            state,
+            fleet,
+            observed,
+            now,
+            refusals=refusals,
+            excluded=excluded,
+            unknown=unknown,
+            leave_budget=self.leave_budget,
         )
 
     def _steered(self, bundle: str, state: RolloutState) -> RolloutState:

@@ -48,7 +48,7 @@ from services.fleet.driver.lease import Lease, LeaseLost
 from services.fleet.driver.placing import Placer
 from services.fleet.driver.recovery import missing
 from services.fleet.driver.views import FleetViews, Stored
-from services.fleet.rollout.steps import Tick
+from services.fleet.rollout.steps import DEFAULT_LEAVE_BUDGET, LeaveBudget, Tick
 from services.fleet.rollout.substitute import SubstitutionError
 from services.revisions.publish import BundleError
 
@@ -70,6 +70,7 @@ class Driver:
         tick: float = 1.0,
         lease_interval: float = 2.0,
         lease_timeout: float = 10.0,
+        leave_budget: LeaveBudget = DEFAULT_LEAVE_BUDGET,
     ) -> None:
         self.js = js
         self.id = driver_id
@@ -83,7 +84,7 @@ class Driver:
         )
         self._recovered = False
         self.placer = Placer(js, self.views, self.lease.check)
-        self.decider = Decider(self.views, self.placer)
+        self.decider = Decider(self.views, self.placer, leave_budget)
 
     @property
     def leading(self) -> bool:
@@ -251,8 +252,9 @@ def _exit_hook(tick: Tick) -> None:
 
 def _running(stored: Stored | None, seq: int) -> bool:
     """Whether a rollout must be ticked on the clock: under way (bake, timeout, a rollback
-    waiting for Ready), or a new revision of it waits to start."""
-    if stored is None or seq > stored.state.source_seq:
+    waiting for Ready), a new revision of it waits to start, or clusters that left it settle
+    (the fleet prune budget's ``settle``)."""
+    if stored is None or seq > stored.state.source_seq or stored.state.left_at:
         return True
     return stored.state.phase in (
         RolloutPhase.PROGRESSING,

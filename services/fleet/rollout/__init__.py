@@ -3,6 +3,8 @@
 - ``engine`` — one tick (``advance``): from a rollout's state, the members and their status, the
   next state, the placements to make and the transitions to record.
 - ``tick`` — the rules of one tick (``OpenTick``), one per row of the state table.
+- ``leave`` — a cluster leaving the fleet: the bundle deleted there, unless more leave at once
+  than the fleet prune budget lets through (then ``driftbus approve``).
 - ``rollback`` — a rollback's end: RolledBack once the previous revision is Ready again on every
   cluster it went back to, else RollbackFailed, naming them.
 - ``steps`` — what the rule reads and returns (observed status, actions, events), and a

@@ -19,8 +19,8 @@ from typing import Literal
 import msgspec
 
 from schemas.fleet import ClusterRollout, Placement, RolloutPhase, RolloutSpec, RolloutState
-from services.fleet.rollout import rollback
-from services.fleet.rollout.steps import Event, Observed, Tick
+from services.fleet.rollout import leave, rollback
+from services.fleet.rollout.steps import DEFAULT_LEAVE_BUDGET, Event, LeaveBudget, Observed, Tick
 from services.fleet.rollout.tick import OpenTick
 
 
@@ -89,13 +89,15 @@ def advance(
     refusals: Mapping[str, str] | None = None,
     excluded: Mapping[str, str] | None = None,
     unknown: Collection[str] = (),
+    leave_budget: LeaveBudget = DEFAULT_LEAVE_BUDGET,
 ) -> Tick:
     """One tick. ``members``: the fleet's clusters (selector, names and tenant limits applied)
     and their labels; ``observed``: each cluster's last status of the bundle; ``refusals``:
     clusters the target cannot be placed in (a substitution names a label they lack), with the
     reason; ``excluded``: clusters the selector names that the tenant may not use;
     ``unknown``: clusters whose registry entry cannot be read or is missing with no removal
-    recorded (a lost bucket): neither has left, so both keep what they have."""
+    recorded (a lost bucket): neither has left, so both keep what they have;
+    ``leave_budget``: how many clusters may leave (be pruned) at once without an approval."""
     t = OpenTick(state, now, frozenset(excluded or ()) | frozenset(unknown))
     if excluded is not None and dict(excluded) != state.excluded:
         t.state = msgspec.structs.replace(t.state, excluded=dict(excluded))
@@ -109,7 +111,7 @@ def advance(
             )
     if t.state.phase is RolloutPhase.DELETED:
         return t.done()
-    t.leave(members)
+    leave.leave(t, members, leave_budget)
     t.observe(observed)
     t.pause_or_resume()
     if t.state.phase in (RolloutPhase.PROGRESSING, RolloutPhase.PAUSED):

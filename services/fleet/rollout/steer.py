@@ -6,7 +6,9 @@ Each request is taken once, in the order the bus numbered them: the state keeps 
 the last one taken (``control_seq``), so a driver taking over skips what its predecessor took.
 Only a rollout that moves (Progressing or Paused) is steered — the CLI refuses the others
 already, the driver checks again — and a ``promote`` only while the revision it names is the
-one rolling out; a pause holds across revisions, as kubectl's does.
+one rolling out; a pause holds across revisions, as kubectl's does. An ``approve``
+(``driftbus approve B``) lets the prune of the clusters it names through, of those held by the
+fleet prune budget now (``leave_held``), whatever the rollout's phase.
 """
 
 from __future__ import annotations
@@ -30,7 +32,13 @@ def steer(
         if seq <= state.control_seq:
             continue
         changes: dict[str, Any] = {"control_seq": seq}
-        if state.phase not in STEERABLE:
+        if ctl.action == "approve":
+            approved = sorted(set(ctl.clusters) & set(state.leave_held))
+            if approved:
+                changes["leave_approved"] = sorted({*state.leave_approved, *approved})
+            else:
+                refused.append("approve refused: no prune of the clusters it names is held")
+        elif state.phase not in STEERABLE:
             refused.append(f"{ctl.action} refused: the rollout is {state.phase}")
         elif ctl.action == "promote" and ctl.revision not in ("", state.target.revision):
             refused.append(

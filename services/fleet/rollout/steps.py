@@ -21,6 +21,27 @@ STEERABLE = (RolloutPhase.PROGRESSING, RolloutPhase.PAUSED)
 
 
 @dataclasses.dataclass(frozen=True)
+class LeaveBudget:
+    """How many clusters a membership change may prune a fleet bundle on at once (the planner
+    settings ``fleet_prune_share`` and ``fleet_prune_min``): more waits for an approval."""
+
+    share: float = 0.1
+    at_least: int = 1
+    settle: float = 0.0
+    """Seconds: clusters leaving within this of each other are one change (``driftbus clusters
+    label`` relabels one cluster at a time); their prune waits until none left for this long."""
+    window: float = 600.0
+    """Seconds: clusters pruned for leaving this recently count with those leaving now."""
+
+    def exceeded(self, leaving: int, clusters: int) -> bool:
+        """Whether pruning on ``leaving`` of the bundle's ``clusters`` at once is too much."""
+        return leaving > self.at_least and leaving > self.share * clusters
+
+
+DEFAULT_LEAVE_BUDGET = LeaveBudget()
+
+
+@dataclasses.dataclass(frozen=True)
 class Observed:
     """The last bundle status of the fleet bundle in one cluster (what the gate reads)."""
 

@@ -1,8 +1,9 @@
 """The rules of one rollout tick (pure): ``OpenTick`` holds a rollout's state while a tick
-changes it, one method per rule of docs/fleet.md's state table — a cluster leaves, a placement's
-status is observed, the rollout pauses or resumes, a step is gated (placed, baked, promoted,
+changes it, one method per rule of docs/fleet.md's state table — a placement's status is
+observed, the rollout pauses or resumes, a step is gated (placed, baked, promoted,
 timed out), the rollout halts or rolls back, a new member joins — and collects the placements
-and transitions the tick asks for. ``services.fleet.rollout.engine`` runs the rules in their order.
+and transitions the tick asks for (a cluster leaving is ``leave``'s rule, a rollback's end
+``rollback``'s). ``services.fleet.rollout.engine`` runs the rules in their order.
 
 A cluster's status counts only when it is about the exact placement: the same revision **and**
 the ``published_at`` the driver gave it (a Ready left over from an earlier placement of the same
@@ -99,25 +100,6 @@ class OpenTick:
         self.actions.append(Remove(cluster, orphan, seq, self.now))
 
     # --- the rules -----------------------------------------------------------------------------
-
-    def leave(self, members: Mapping[str, Mapping[str, str]]) -> None:
-        """A cluster that left the fleet (labels, removal) gets the bundle deleted. Quiet
-        clusters have not left: only ``members`` (the registry) decides. Never while a rollout
-        is under way or stopped: a revision whose selector leaves clusters out removes them
-        only once it is in force everywhere else (a typo in a selector halts nothing by
-        pruning first), and a halted one removes nothing."""
-        if self.state.phase is not RolloutPhase.COMPLETE:
-            return
-        gone = sorted(
-            c
-            for c, e in self.state.clusters.items()
-            if c not in members and c not in self.excluded and e.state != "removed"
-        )
-        for cluster in gone:
-            self.remove(cluster, orphan=self.state.on_leave == "orphan")
-        if gone:
-            how = "kept in place (on-leave orphan)" if self.state.on_leave == "orphan" else "pruned"
-            self.note(Event("left", tuple(gone), f"left the fleet: the bundle is {how}"))
 
     def observe(self, observed: Mapping[str, Observed]) -> None:
         """Each placement's status: ready, failed, or (back to) on its way."""

@@ -23,6 +23,8 @@ from services.fleet.rollout.steps import STEERABLE, step_sets
 
 WAITING = "waiting"
 """A member's place in the rollout before the rollout reaches it with its target."""
+PRUNE_HELD = "prune-held"
+"""A cluster that left the fleet whose prune waits for an approval (``leave_held``)."""
 
 
 class Reported(Protocol):
@@ -86,6 +88,9 @@ def fleet_status(
             revision, message = entry.revision, entry.message
             rollout = WAITING if waiting else entry.state
             step = later if waiting else entry.step
+            if cluster in state.leave_held:
+                rollout = PRUNE_HELD
+                message = f"left the fleet: its prune waits for driftbus approve {state.bundle}"
         if entry is not None and entry.state == "refused":
             phase = "Refused"
         elif seen is None:
@@ -114,7 +119,7 @@ def fleet_status(
         step=state.step,
         steps=len(state.spec.steps) + 1,
         ready=sum(1 for r in rows if r.rollout == "ready" and r.revision == state.target.revision),
-        total=sum(1 for r in rows if r.rollout != "removed"),
+        total=sum(1 for r in rows if r.rollout not in ("removed", PRUNE_HELD)),
         clusters=rows,
         excluded=dict(state.excluded),
         message=state.message,
@@ -124,4 +129,5 @@ def fleet_status(
         paused=state.paused,
         promote=state.promote,
         updated_at=state.updated_at,
+        prune_held=list(state.leave_held),
     )

@@ -22,7 +22,7 @@ from services.planner.memory.gates import Gates
 from services.planner.memory.object_details import Details
 from services.planner.memory.store import EntryStore
 from services.planner.memory.tenancy import Tenancy
-from services.planner.rule import holds, prune
+from services.planner.rule import budget, holds, prune
 from services.planner.rule.decide import Decision, Entry, Removed
 from services.planner.rule.entry import Slot
 from services.planner.rule.revision import BundleView
@@ -63,6 +63,8 @@ class ClusterState:
     gates: Gates = dataclasses.field(default_factory=Gates)
     """What holds a bundle's writes back: suspension, sync windows and overrides, the
     dependencies' phases, and the bundles held now."""
+    prune_budget: budget.Budget = dataclasses.field(default_factory=budget.Budget)
+    """How much one revision may delete of a bundle at once (the planner's settings)."""
     fleet_fences: dict[str, int] = dataclasses.field(default_factory=dict)
     """Bundle -> the highest rollout-driver fencing token of a placement taken for it (or, met
     with none remembered, found in the bundle's history: ``shell.fencing``): a lower one comes
@@ -112,6 +114,22 @@ class ClusterState:
         return prune.removed(
             slot[1], view, self.entries.items(cluster=slot[0]), self.details.manifest(slot)
         )
+
+    def weigh_prunes(self, view: BundleView) -> budget.PruneHeld | None:
+        """Weigh ``view``'s deletions on this cluster against the prune budget now, and keep the
+        verdict (``gates.prune_held``): what is held, or None when they may go."""
+        deleting = [
+            e.key
+            for slot, e in self.entries.items(cluster=view.cluster)
+            if budget.leaving(e, view)
+            and not ((e.key.group, e.key.kind) in budget.KINDS and self.in_use(slot, view))
+        ]
+        held = budget.verdict(view, deleting, budget=self.prune_budget, cluster=view.cluster)
+        if held is None:
+            self.gates.prune_held.pop(view.name, None)
+        else:
+            self.gates.prune_held[view.name] = held
+        return held
 
     def in_use(self, slot: Slot, view: BundleView) -> str:
         """Why pruning the object for ``view`` is held back ("" when it is not)."""

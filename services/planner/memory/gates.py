@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from schemas.decision import DecisionAction, DecisionReason
 from schemas.messages import BundlePhase
 from schemas.windows import BundleWindow
-from services.planner.rule import holds
+from services.planner.rule import budget, holds
 from services.planner.rule.decide import Decision
 from services.windows import verdict as sync_windows
 from services.windows.spec import Labels, Window
@@ -43,6 +43,9 @@ class Gates:
     good ones stay in force meanwhile — a deny window is never dropped for a typo."""
     overrides: set[str] = dataclasses.field(default_factory=set)
     """Bundles whose revision in force was published with ``--override-window``."""
+    prune_held: dict[str, budget.PruneHeld] = dataclasses.field(default_factory=dict)
+    """Bundles whose revision's deletions the prune budget holds (``rule.budget``), with what
+    they are: weighed again whenever the bundle's prune runs."""
     clock: Callable[[], float] = time.time
     """Seconds since the epoch: when windows are asked about."""
     _blocks: dict[tuple[int, ...], tuple[float, sync_windows.Block | None, BundleWindow]] = (

@@ -14,6 +14,7 @@ planner but the process, so a plan cannot disagree with the planner.
 - ``limits`` — a revision held to its tenant's limits, and whom its writes are made as.
 - ``takeover`` — which objects a revision takes when another bundle declares them.
 - ``prune`` — which prunes would destroy what others still want; which objects are strays.
+- ``budget`` — the prune budget: how much one revision may delete of a bundle at once.
 - ``messages`` — what a decision sends: the intent and its id, the decision record, the row.
 - ``replay`` — a decision's inputs kept in its record, and made again by ``decide``
   (``driftbus replay``).

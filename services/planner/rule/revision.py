@@ -82,6 +82,8 @@ class BundleView:
     """The revision is a deletion (``Bundle.delete``): pruned, then forgotten."""
     rollback_of: str = ""
     published_at: dt.datetime | None = None
+    allow_prune: bool = False
+    """The revision lets its deletions through past the prune budget (``rule.budget``)."""
 
     @classmethod
     def of(cls, bundle: Bundle, seq: int) -> BundleView:
@@ -103,6 +105,7 @@ class BundleView:
             deleting=bundle.delete,
             rollback_of=bundle.rollback_of,
             published_at=bundle.published_at,
+            allow_prune=o.allow_prune,
         )
 
 

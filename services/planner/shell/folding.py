@@ -9,6 +9,7 @@ all change entries through here, one message at a time, so no two changes interl
 
 from __future__ import annotations
 
+import logging
 import time
 
 from schemas.decision import DecisionAction, DecisionReason
@@ -33,6 +34,8 @@ from services.planner.rule.replay import Inputs
 from services.planner.rule.revision import BundleView
 from services.planner.shell.sending import Decisions, pace
 from services.planner.shell.status_board import StatusBoard
+
+log = logging.getLogger("driftbus.planner")
 
 PRUNE_STAGE: hooks.Stage = hooks.DEFAULT_STAGE
 """Where the prunes of a staged revision go: its sync phase, wave 0 (Argo CD's default wave)."""
@@ -87,15 +90,20 @@ class Folder:
         bundle's (suspended, a dependency, a window: released together when it ends, by the
         periodic duty) rather than the object's own (a sync wave: released as waves finish).
 
-        ``pruning``: the object left ``bundle``'s revision. A staged revision prunes in its sync
-        phase at wave 0, as Argo CD does: after its pre-sync hooks (and any negative wave) are
-        done, never when one of them failed — a revision stopped by a failing hook writes
-        nothing, deletes included. ``advance`` prunes again when that stage opens."""
+        ``pruning``: the object left ``bundle``'s revision; the prune budget may hold it
+        (``weigh_prunes`` said so last, for the revision in force). A staged revision prunes in
+        its sync phase at wave 0, as Argo CD does: after its pre-sync hooks (and any negative
+        wave) are done, never when one of them failed — a revision stopped by a failing hook
+        writes nothing, deletes included. ``advance`` prunes again when that stage opens."""
         if not bundle:
             return None, False
         hold = self.state.hold(bundle)
         if hold is not None:
             return hold, True
+        budget = self.state.gates.prune_held.get(bundle) if pruning else None
+        if budget is not None and slot[1] in budget.held:
+            # the prune budget holds the revision's deletions until approved (``rule.budget``)
+            return Hold(DecisionReason.PRUNE_BUDGET, budget.message), False
         view = self.state.bundles.get((slot[0], bundle))
         if view is None or not view.stages:
             return None, False
@@ -211,8 +219,10 @@ class Folder:
         """Level-triggered prune: live objects carrying this bundle's label, not in its revision.
 
         Covers revisions that changed while the planner was down, take-overs and prune switched
-        back on: nothing relies on having seen the previous revision.
+        back on: nothing relies on having seen the previous revision. The revision's deletions
+        are weighed against the prune budget first: those it holds are decided ``hold``.
         """
+        self.weigh(view)
         if not self.state.may_prune():
             return
         for i, (slot, entry) in enumerate(list(self.state.entries.items(cluster=view.cluster))):
@@ -228,4 +238,14 @@ class Folder:
             return
         view = st.bundles.get((slot[0], entry.owner_bundle))
         if view is not None and view.refused is None and prune.strays_from(entry, view):
-            await self.fold(slot, st.removed(slot, view))
+            await self.prune(view)  # weighed with the bundle's other deletions, never alone
+
+    def weigh(self, view: BundleView) -> None:
+        """Weigh ``view``'s deletions against the prune budget (``ClusterState.weigh_prunes``);
+        its status is counted again when the verdict changed."""
+        before = self.state.gates.prune_held.get(view.name)
+        after = self.state.weigh_prunes(view)
+        if after != before:
+            self.board.mark((view.cluster, view.name))
+            if after is not None:
+                log.warning("bundle %s/%s: %s", view.cluster, view.name, after.message)

@@ -279,6 +279,9 @@ class BundleIntake:
         if book is not None:
             book.seal()
         left = previous.keys - view.keys if previous is not None else set()
+        if st.live and left:
+            # the prune budget weighs the deletions before an apply on its way is called back
+            st.weigh_prunes(view)
         for key in left:
             await self._release((cluster, key), view)
         if st.live:

@@ -36,6 +36,7 @@ from services.common import bus, telemetry
 from services.core.manifest import apply_order
 from services.planner.memory.cluster import ClusterState
 from services.planner.rule import facts
+from services.planner.rule.budget import Budget
 from services.planner.rule.decide import (
     Decision,
     reevaluate,
@@ -88,7 +89,9 @@ class Planner:
         self.hub = hub
         self.settings = settings
         self.cluster = cluster
-        self.state = ClusterState(cluster)
+        self.state = ClusterState(
+            cluster, prune_budget=Budget(settings.prune_budget_share, settings.prune_budget_min)
+        )
         self.ready = asyncio.Event()
         self.inbox = Inbox(js, cluster, hub.replays, hub.backlog)
         """Every input, handled one at a time: the streams' messages, the settings (the last

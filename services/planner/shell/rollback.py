@@ -8,6 +8,12 @@ publishing. The revision republished is an ordinary publish (``bundles.publish_b
 one way a revision reaches the bundle subject) with ``rollback_of`` set, so the decision rule
 writes exactly the objects that differ from what is in force, and a planner that restarts finds
 it as the bundle's latest revision. ``choose`` is the pure part.
+
+An approval of the deletions the prune budget holds (``driftbus approve B --cluster C``, a
+``PruneApproval`` on the same subject, with the same rights) is answered the same way: the held
+revision is republished with ``allow_prune``, exactly what ``publish --allow-prune`` would have
+sent, and its deletions go out. Only the revision held now is approved: an approval naming
+another (one since replaced) is refused, so it never lets a later revision's deletions through.
 """
 
 from __future__ import annotations
@@ -15,8 +21,10 @@ from __future__ import annotations
 import logging
 import time
 
+import msgspec
+
 from schemas.codec import WireError, decode, encode
-from schemas.messages import Bundle, RollbackAnswer, RollbackRequest
+from schemas.messages import Bundle, PruneApproval, RollbackAnswer, RollbackRequest
 from schemas.subjects import SubjectError, cluster_filter, parse_subject
 from services.common import bus
 from services.planner.memory.cluster import ClusterState
@@ -81,7 +89,10 @@ class RollbackDesk:
 
     async def answer(self, msg: bus.Message) -> RollbackAnswer:
         try:
-            req = decode(msg.data, RollbackRequest)
+            req: RollbackRequest | PruneApproval = decode(
+                msg.data,
+                RollbackRequest | PruneApproval,  # type: ignore[arg-type]
+            )
             where = parse_subject(msg.subject)
         except (WireError, SubjectError) as exc:
             return RollbackAnswer(ok=False, message=f"not a rollback request: {exc}")
@@ -91,6 +102,8 @@ class RollbackDesk:
                 message=f"the request names {req.cluster}/{req.bundle} but was sent to the "
                 f"subject of {where.cluster}/{where.bundle}",
             )
+        if isinstance(req, PruneApproval):
+            return await self.approve(req)
         view = self.state.bundles.get((req.cluster, req.bundle))
         in_force = view.revision if view is not None else ""
         try:
@@ -141,4 +154,56 @@ class RollbackDesk:
             revision=again.revision,
             rollback_of=in_force,
             history=names,
+        )
+
+    async def approve(self, req: PruneApproval) -> RollbackAnswer:
+        """Let the deletions of ``req.revision`` through, if the prune budget holds them now:
+        that revision republished with ``allow_prune`` (its manifests, options and placement as
+        they were), which the bundle's intake then prunes for."""
+        held = self.state.gates.prune_held.get(req.bundle)
+        view = self.state.bundles.get((req.cluster, req.bundle))
+        if held is None or view is None or held.revision != view.revision:
+            return RollbackAnswer(
+                ok=False, message=f"nothing of bundle {req.bundle} is held by the prune budget"
+            )
+        if held.revision != req.revision:
+            return RollbackAnswer(
+                ok=False,
+                message=f"revision {req.revision} is not the one held (revision "
+                f"{held.revision} is): approve what driftbus status shows",
+                revision=held.revision,
+            )
+        history = await revisions(self.js, req.cluster, req.bundle)
+        chosen = next((b for b in reversed(history) if b.revision == held.revision), None)
+        if chosen is None or chosen.delete:
+            return RollbackAnswer(ok=False, message=f"revision {held.revision} is not on the bus")
+        options = msgspec.structs.replace(chosen.options, allow_prune=True)
+        again = await publish_bundle(
+            self.js,
+            cluster=req.cluster,
+            bundle=req.bundle,
+            revision=chosen.revision,
+            manifests=list(chosen.manifests),
+            options=options,
+            source=chosen.source,
+            stored=chosen.manifests_ref,
+            kinds=list(chosen.kinds),
+            published_at=chosen.published_at,
+            fleet=chosen.fleet,
+            rollback_of=chosen.rollback_of,
+            msg_id=f"approve:{req.cluster}/{req.bundle}@{chosen.revision}/{time.time_ns()}",
+            streams_known=True,
+        )
+        log.info(
+            "bundle %s/%s@%s: prune approved: %d deletions",
+            held.cluster,
+            held.bundle,
+            held.revision,
+            len(held.keys),
+        )
+        return RollbackAnswer(
+            ok=True,
+            message=f"approved: revision {again.revision} deletes {len(held.keys)} objects "
+            f"({held.why})",
+            revision=again.revision,
         )

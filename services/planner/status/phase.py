@@ -14,6 +14,8 @@ Degraded    everything applied, but an object is unhealthy (kstatus Failed)
 Reconciling applies or prunes on their way, waiting for a CRD/namespace (or for discovery to
             tell a kind's scope), retrying a transient error, not yet seen by the watcher, or
             no watcher/applier serves the cluster
+PruneHeld   applied, but the revision's deletions wait for approval: more than the prune budget
+            lets through at once, or a Namespace or CRD (``rule.budget``); never Ready
 OutOfSync   applied, but the live state differs and is not being corrected (drift left
             alone, a prune held back because others' objects are inside), or anything differs
             while the bundle is suspended
@@ -79,6 +81,9 @@ class Tally:
     """the sync window that holds the writes ("" for none): OutOfSync until it ends"""
     deleting: bool = False
     """the revision is a deletion: Deleted once its prunes are done"""
+    prune_held: str = ""
+    """what the prune budget holds of the revision's deletions, and how to let it through
+    ("" when it holds nothing): PruneHeld once the rest is applied"""
 
 
 def bundle_phase(t: Tally) -> tuple[BundlePhase, str]:
@@ -150,6 +155,8 @@ def _phase(t: Tally) -> tuple[BundlePhase, str]:
     progress = f"{t.applied}/{t.total} applied, {t.ready}/{t.total} ready"
     if t.in_flight or t.applied < t.total or t.unobserved:
         return BundlePhase.RECONCILING, progress
+    if t.prune_held and not t.hold:
+        return BundlePhase.PRUNE_HELD, t.prune_held
     if t.pruning:
         return BundlePhase.RECONCILING, f"{progress}, {t.pruning} to prune"
     if t.drifted or t.held:

@@ -5,7 +5,8 @@ knows (pure).
 
 1. its objects counted into a ``Tally`` (``tally.mark`` per object, kept current per bundle by
    the ``ledger`` from the objects that changed since the last look);
-2. the hold on its writes (suspended, a dependency not Ready: ``rule.holds``) added;
+2. the hold on its writes (suspended, a dependency not Ready: ``rule.holds``) added, and what
+   the prune budget holds of its deletions (``rule.budget``);
 3. the phase and its one-line message named by ``phase.bundle_phase`` — Ready only when every
    object of the revision is applied, seen healthy, and no prune is pending.
 
@@ -36,6 +37,14 @@ def bundle_status(state: ClusterState, view: BundleView, ledger: Ledger) -> Bund
     t.hold = hold.message if hold is not None else ""
     t.window = hold.window if hold is not None else ""
     t.suspended = view.name in state.gates.suspended
+    budget = state.gates.prune_held.get(view.name)
+    if budget is not None and budget.revision == view.revision and not view.refused:
+        t.prune_held = budget.message
+        # each held object named once, for the budget (it may wait for the watcher's lists too)
+        named = {str(k) for k in budget.keys}
+        t.problems = [p for p in t.problems if p.partition(": ")[0] not in named] + [
+            f"{k}: prune held (prune budget)" for k in budget.keys
+        ]
     return status_message(view, t, state.window_standing(view.name))
 
 
