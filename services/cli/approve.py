@@ -47,10 +47,10 @@ def cmd_approve(args: argparse.Namespace) -> int:
 
 
 async def _cluster(nc: bus.Connection, args: argparse.Namespace) -> int:
-    from schemas.codec import decode, encode
-    from schemas.messages import BundlePhase, PruneApproval, RollbackAnswer
-    from schemas.subjects import rollback_subject
+    from schemas.codec import encode
+    from schemas.messages import BundlePhase, PruneApproval
     from services.cli import reads as user
+    from services.cli.lifecycle import ask_planner
 
     js = nc.jetstream()
     revision = args.revision
@@ -68,21 +68,9 @@ async def _cluster(nc: bus.Connection, args: argparse.Namespace) -> int:
         revision = st.revision
         print(st.message, file=sys.stderr)
     req = PruneApproval(cluster=args.cluster, bundle=args.bundle, revision=revision)
-    try:
-        reply = await bus.request(
-            nc,
-            rollback_subject(args.cluster, args.bundle),
-            encode(req),
-            timeout=15.0,
-        )
-    except Exception as exc:  # noqa: BLE001 - no responders, a timeout
-        print(
-            f"driftbus approve: no planner of cluster {args.cluster} answered "
-            f"({type(exc).__name__}); is one running?",
-            file=sys.stderr,
-        )
+    answer = await ask_planner(nc, "approve", args.cluster, args.bundle, encode(req))
+    if answer is None:
         return 2
-    answer = decode(reply.data, RollbackAnswer)
     if not answer.ok:
         print(f"driftbus approve: {args.bundle}: {answer.message}", file=sys.stderr)
         return 1

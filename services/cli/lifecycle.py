@@ -13,7 +13,7 @@ import argparse
 import asyncio
 import datetime as dt
 import sys
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
 from schemas.cli import BundleRow, FleetSummary
 from schemas.messages import BundleOptions, BundlePhase, BundleStatus, Propagation
@@ -21,6 +21,10 @@ from services.cli import context, exits, output
 from services.cli.table import age
 from services.common import settings
 from services.common.bus import NatsSettings
+
+if TYPE_CHECKING:
+    from schemas.messages import RollbackAnswer
+    from services.common.bus import Connection
 
 WAIT_HELP = "follow the bundle's status until it ends; the exit code says how (0 success)"
 
@@ -264,11 +268,9 @@ def cmd_suspend(args: argparse.Namespace, *, suspended: bool) -> int:
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
-    from schemas.codec import decode, encode
-    from schemas.messages import RollbackAnswer, RollbackRequest
-    from schemas.subjects import rollback_subject
+    from schemas.codec import encode
+    from schemas.messages import RollbackRequest
     from services.cli import reads as user
-    from services.common import bus
     from services.core.manifest import check_bundle_name
 
     async def run() -> int:
@@ -276,18 +278,9 @@ def cmd_rollback(args: argparse.Namespace) -> int:
         async with user.connected(args) as nc:
             req = RollbackRequest(cluster=args.cluster, bundle=args.bundle, to=args.to or "")
             waiter = await _watch(nc, args, user.WAIT_ENDS) if args.wait else None
-            try:
-                reply = await bus.request(
-                    nc, rollback_subject(args.cluster, args.bundle), encode(req), timeout=15.0
-                )
-            except Exception as exc:  # noqa: BLE001 - no responders, a timeout
-                print(
-                    f"driftbus rollback: no planner of cluster {args.cluster} answered "
-                    f"({type(exc).__name__}); is one running?",
-                    file=sys.stderr,
-                )
+            answer = await ask_planner(nc, "rollback", args.cluster, args.bundle, encode(req))
+            if answer is None:
                 return 2
-            answer = decode(reply.data, RollbackAnswer)
             if not answer.ok:
                 print(f"driftbus rollback: {args.bundle}: {answer.message}", file=sys.stderr)
                 return 1
@@ -374,3 +367,25 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     _wait_args(rb)
     settings.add_arguments(rb, NatsSettings)
     rb.set_defaults(func=cmd_rollback)
+
+
+async def ask_planner(
+    nc: Connection, command: str, cluster: str, bundle: str, request: bytes
+) -> RollbackAnswer | None:
+    """Ask the planner of ``cluster`` on ``bundle``'s rollback subject (``rollback``,
+    ``approve``) and return its answer; None, said on stderr, when no planner answered."""
+    from schemas.codec import decode
+    from schemas.messages import RollbackAnswer
+    from schemas.subjects import rollback_subject
+    from services.common import bus
+
+    try:
+        reply = await bus.request(nc, rollback_subject(cluster, bundle), request, timeout=15.0)
+    except Exception as exc:  # noqa: BLE001 - no responders, a timeout
+        print(
+            f"driftbus {command}: no planner of cluster {cluster} answered "
+            f"({type(exc).__name__}); is one running?",
+            file=sys.stderr,
+        )
+        return None
+    return decode(reply.data, RollbackAnswer)
