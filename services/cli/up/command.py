@@ -375,5 +375,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     up.set_defaults(func=cmd_up)
 
     down = sub.add_parser("down", help="stop a stack started with `driftbus up --detach`")
-    down.add_argument("--workdir", help="as given to `driftbus up`")
+    down.add_argument(
+        "--workdir",
+        help="as given to `driftbus up` (default: the running stack's, from its context)",
+    )
     down.set_defaults(func=cmd_down)

@@ -113,8 +113,19 @@ def _until_ready(child: subprocess.Popen[bytes], workdir: Path, args: argparse.N
     return 1
 
 
+def _running_workdir() -> Path:
+    """Where the running stack keeps its state: the one the context names (``up --workdir``
+    elsewhere), else the default."""
+    try:
+        info = context.read()
+    except context.StaleContext:
+        info = None
+    named = (info or {}).get("workdir")
+    return Path(named) if isinstance(named, str) and named else default_workdir()
+
+
 def cmd_down(args: argparse.Namespace) -> int:
-    workdir = Path(args.workdir) if args.workdir else default_workdir()
+    workdir = Path(args.workdir) if args.workdir else _running_workdir()
     state = workdir / "stack.json"
     if not state.exists():
         print(f"driftbus down: nothing running ({state} does not exist)", file=sys.stderr)
