@@ -222,7 +222,9 @@ class FleetPlanCluster(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Why nothing would be placed or applied there ("" when it would): the tenant policy, a
     label a substituted variable needs."""
     held: str
-    """The sync window holding its writes now ("" when none does)."""
+    """What holds its writes now ("" when nothing does): a sync window, or, for a cluster
+    ``leaving``, the fleet's prune budget (more of the bundle's clusters leave at once than it
+    lets go: its prune waits for ``driftbus approve``)."""
     values: dict[str, str]
     """Each ``${cluster.…}`` variable of the manifests with its value there (``--substitute``)."""
     summary: FleetPlanCounts

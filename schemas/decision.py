@@ -121,6 +121,7 @@ class KeptEntry(_Kept, frozen=True):
     apply_sha: ShaRef | None = None
     applied_rv: int = 0
     applied_bundle: str = ""
+    applied_revision: str = ""
     server_sha: ShaRef | None = None
     server_deleted: bool = False
     server_rv: int = 0
@@ -176,6 +177,7 @@ class KeptApplied(_Kept, frozen=True, tag_field="kind", tag="applied"):
     deleted: bool = False
     at: float = 0.0
     bundle: str = ""
+    revision: str = ""
 
 
 class KeptFailed(_Kept, frozen=True, tag_field="kind", tag="failed"):

@@ -232,6 +232,7 @@ async def publish_bundle(
     msg_id: str | None = None,
     streams_known: bool = False,
     fencing_token: int = 0,
+    expected_last_seq: int | None = None,
 ) -> Bundle:
     """Publish ``manifests`` as ``revision`` of ``bundle`` for ``cluster``; the message sent.
 
@@ -250,7 +251,10 @@ async def publish_bundle(
     placement repeated by a driver that took over is deduplicated) and the driver's lease
     ``fencing_token`` (a deposed driver's placement is refused by the planner). A rollback
     republishes a revision from the bundle's history as it was (its ``stored`` manifests and
-    ``kinds``) with ``rollback_of`` set."""
+    ``kinds``) with ``rollback_of`` set. ``expected_last_seq``: published only if the bundle's
+    subject still ends at that stream sequence (an approval of the revision in force, not of
+    one a newer publish replaced meanwhile); JetStream refuses it otherwise (``bus.ApiError``,
+    ``COMPARE_REFUSED``)."""
     check_bundle_name(bundle)
     if delete and (manifests or stored):
         raise ValueError(f"a deletion of {bundle} carries no manifests")
@@ -280,14 +284,10 @@ async def publish_bundle(
         ref = await store_manifests(js, cluster, bundle, revision, msg.manifests)
         msg = msgspec.structs.replace(msg, manifests=[], manifests_ref=ref)
         data = encode(msg)
-    await bus.publish(
-        js,
-        bundle_subject(cluster, bundle),
-        data,
-        headers=telemetry.inject(
-            {"Nats-Msg-Id": msg_id or f"{cluster}/{bundle}@{revision}/{time.time_ns()}"}
-        ),
-    )
+    headers = {"Nats-Msg-Id": msg_id or f"{cluster}/{bundle}@{revision}/{time.time_ns()}"}
+    if expected_last_seq is not None:
+        headers["Nats-Expected-Last-Subject-Sequence"] = str(expected_last_seq)
+    await bus.publish(js, bundle_subject(cluster, bundle), data, headers=telemetry.inject(headers))
     return msg
 
 

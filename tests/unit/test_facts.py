@@ -104,7 +104,7 @@ def test_observed_and_applied_carry_every_field() -> None:
         cluster="c", key=KEY, bundle="b", revision="r", manifest_sha=SHA.hex(),
         apply_sha=OTHER.hex(), resource_version="7", applied_at=LATER,
     )  # fmt: skip
-    assert facts.applied(ap) == Applied(SHA, OTHER, 7, False, LATER.timestamp(), "b")
+    assert facts.applied(ap) == Applied(SHA, OTHER, 7, False, LATER.timestamp(), "b", "r")
 
 
 @pytest.mark.parametrize(

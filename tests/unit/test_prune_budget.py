@@ -16,7 +16,8 @@ from schemas.subjects import ObjectKey
 from services.fleet.rollout import engine as rollout
 from services.fleet.rollout.steer import steer
 from services.fleet.rollout.steps import LeaveBudget, Observed, Remove
-from services.planner.rule.budget import Budget, leaving, verdict
+from services.planner.memory.cluster import ClusterState
+from services.planner.rule.budget import Budget, leaving, predates, verdict
 from services.planner.rule.decide import Entry
 from services.planner.rule.revision import BundleView
 
@@ -64,7 +65,7 @@ def test_budget(
 ) -> None:
     v = view(kept, **flags)
     deleting = cms(had)[kept:] + extra
-    got = verdict(v, deleting, budget=Budget(), cluster="c")
+    got = verdict(v, deleting, kept=kept, budget=Budget(), cluster="c")
     assert (got is not None) is held
     if got is not None:
         assert set(got.keys) == set(deleting)
@@ -74,7 +75,7 @@ def test_budget(
 
 
 def test_the_message_names_the_first_few_and_counts_the_rest() -> None:
-    got = verdict(view(2), cms(12)[2:], budget=Budget(), cluster="c")
+    got = verdict(view(2), cms(12)[2:], kept=2, budget=Budget(), cluster="c")
     assert got is not None
     assert "10 of its 12 objects" in got.message
     assert "ConfigMap/shop/cm-02" in got.message
@@ -82,7 +83,7 @@ def test_the_message_names_the_first_few_and_counts_the_rest() -> None:
 
 
 def test_a_namespace_is_named_first() -> None:
-    got = verdict(view(3), [*cms(1, "z"), NS], budget=Budget(), cluster="c")
+    got = verdict(view(3), [*cms(1, "z"), NS], kept=3, budget=Budget(), cluster="c")
     assert got is not None
     assert got.keys[0] == NS
     assert "a Namespace" in got.why
@@ -92,16 +93,28 @@ def test_an_approved_revision_is_republished_with_allow_prune_and_a_later_one_is
     """``driftbus approve`` republishes the held revision with ``allow_prune``: that revision's
     deletions go; the next revision carries its own options and is weighed afresh."""
     approved = view(2, allow_prune=True)
-    assert verdict(approved, cms(12)[2:], budget=Budget(), cluster="c") is None
+    assert verdict(approved, cms(12)[2:], kept=2, budget=Budget(), cluster="c") is None
     later = Bundle(cluster="c", bundle="b", revision="r3", options=BundleOptions())
     v = BundleView.of(later, 2)
     v.keys.update(cms(1, "new"))
-    assert verdict(v, cms(12), budget=Budget(), cluster="c") is not None
+    assert verdict(v, cms(12), kept=0, budget=Budget(), cluster="c") is not None
 
 
 def test_the_thresholds_are_settings() -> None:
-    assert verdict(view(2), cms(12)[2:], budget=Budget(share=0.9), cluster="c") is None
-    assert verdict(view(0), cms(5), budget=Budget(at_least=4), cluster="c") is not None
+    assert verdict(view(2), cms(12)[2:], kept=2, budget=Budget(share=0.9), cluster="c") is None
+    assert verdict(view(0), cms(5), kept=0, budget=Budget(at_least=4), cluster="c") is not None
+
+
+def test_a_revision_renaming_every_object_is_held() -> None:
+    """A bad render (a changed name prefix) declares 12 new objects and drops the 12 live ones:
+    12 of the bundle's 12, held, however many new objects the revision brings (it brought as
+    many as it drops; counted with them, 12 of 24 was not more than half: review of issue 45)."""
+    renamed = Bundle(cluster="c", bundle="b", revision="r2", options=BundleOptions())
+    v = BundleView.of(renamed, 1)
+    v.keys.update(cms(12, "new"))
+    got = verdict(v, cms(12), kept=0, budget=Budget(), cluster="c")
+    assert got is not None
+    assert "12 of its 12 objects" in got.message
 
 
 S = hashlib.sha256(b"s").digest()
@@ -133,6 +146,63 @@ LEAVING: list[tuple[str, Entry, bool]] = [
 @pytest.mark.parametrize(("e", "expected"), [c[1:] for c in LEAVING], ids=[c[0] for c in LEAVING])
 def test_what_counts_as_a_deletion(e: Entry, expected: bool) -> None:
     assert leaving(e, view(2)) is expected
+
+
+PREDATES: list[tuple[str, Entry, bool]] = [
+    (
+        "declared-live-applied-for-an-earlier-revision",
+        entry(cms(3)[0], applied_revision="r1"),
+        True,
+    ),
+    ("re-applied-for-this-revision", entry(cms(3)[0], applied_revision="r2"), False),
+    (
+        "new-in-this-revision-not-applied-yet",
+        entry(cms(3)[0], applied_bundle="", server_rv=0),
+        False,
+    ),
+    ("not-declared-a-deletion", entry(cms(3)[2], applied_revision="r1"), False),
+    ("another-bundles", entry(cms(3)[0], applied_bundle="x", applied_revision="r1"), False),
+    ("gone", entry(cms(3)[0], applied_revision="r1", server_deleted=True), False),
+]
+
+
+@pytest.mark.parametrize(("e", "expected"), [c[1:] for c in PREDATES], ids=[c[0] for c in PREDATES])
+def test_what_counts_as_kept_from_before(e: Entry, expected: bool) -> None:
+    assert predates(e, view(2)) is expected
+
+
+def test_a_renaming_revision_stays_held_while_its_new_objects_are_applied() -> None:
+    """Weighed by the planner's state: 12 objects of r1 live; r2 renames them all. Held at
+    once, and still held once r2's 12 new objects are applied for it (they never count)."""
+    st = ClusterState("c")
+    for k in cms(12):
+        st.entries["c", k] = entry(k, applied_revision="r1")
+    v = BundleView.of(Bundle(cluster="c", bundle="b", revision="r2", options=BundleOptions()), 2)
+    v.keys.update(cms(12, "new"))
+    held = st.weigh_prunes(v)
+    assert held is not None
+    assert "12 of its 12" in held.why
+    for k in cms(12, "new"):
+        st.entries["c", k] = entry(k, bundle="b", applied_revision="r2")
+    assert st.weigh_prunes(v) is not None
+
+
+def test_deletions_let_go_stay_let_go_while_the_revisions_changed_objects_land() -> None:
+    """r2 drops 6 of 20 (not more than half: they go) and changes the other 14. Once those are
+    re-applied for r2 they no longer count from before (6 of 6 would be held), but the six
+    deletions weighed and let go stay let go: no PruneHeld half-way through a revision."""
+    st = ClusterState("c")
+    for k in cms(20):
+        st.entries["c", k] = entry(k, bundle="b", applied_revision="r1")
+    v = BundleView.of(Bundle(cluster="c", bundle="b", revision="r2", options=BundleOptions()), 2)
+    v.keys.update(cms(14))
+    assert st.weigh_prunes(v) is None
+    for k in cms(14):
+        st.entries["c", k] = entry(k, bundle="b", applied_revision="r2")
+    assert st.weigh_prunes(v) is None
+    # more to delete than was let go (say the watcher saw another object of the bundle): weighed
+    st.entries["c", cms(21)[20]] = entry(cms(21)[20], applied_revision="r1")
+    assert st.weigh_prunes(v) is not None
 
 
 # --- the fleet: a membership change pruning on many clusters at once ---------------------------

@@ -79,19 +79,19 @@ def test_round_trip(entry: Entry) -> None:
 @pytest.mark.parametrize(
     ("label", "entry", "size"),
     [
-        ("empty", Entry(KEY), 62),
-        ("desired only", Entry(KEY, manifest_sha=M), 62 + 32),
+        ("empty", Entry(KEY), 66),
+        ("desired only", Entry(KEY, manifest_sha=M), 66 + 32),
         (
             "steady state: applied = desired, live = applied",
             Entry(KEY, manifest_sha=M, applied_manifest_sha=M, apply_sha=A, server_sha=A),
-            62 + 64,
+            66 + 64,
         ),
         (
             "drifted: the live digest differs",
             Entry(KEY, manifest_sha=M, applied_manifest_sha=M, apply_sha=A, server_sha=S),
-            62 + 96,
+            66 + 96,
         ),
-        ("prune in flight", Entry(KEY, inflight=DELETE_INFLIGHT), 62),
+        ("prune in flight", Entry(KEY, inflight=DELETE_INFLIGHT), 66),
     ],
 )
 def test_record_sizes(label: str, entry: Entry, size: int) -> None:

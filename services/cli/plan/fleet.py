@@ -28,7 +28,7 @@ from services.cli.plan.verdict import Known, PlanRow, Taken, intake, pruned, row
 from services.clusters.registry import members
 from services.core.manifest import ManifestError
 from services.fleet.rollout import substitute as subst
-from services.fleet.rollout.steps import step_sets
+from services.fleet.rollout.steps import DEFAULT_LEAVE_BUDGET, step_sets
 from services.planner.rule import limits
 from services.tenancy.clusters import cluster_refusal
 from services.tenancy.policy import tenant_of
@@ -75,7 +75,8 @@ class ClusterPlan:
     refused: str = ""
     """Why nothing would be placed or applied there ("" when it would)."""
     held: str = ""
-    """The sync window that holds its writes now ("" when none does)."""
+    """What holds its writes now: a sync window, or, for a cluster leaving, the fleet's prune
+    budget ("" when nothing does)."""
     values: dict[str, str] = dataclasses.field(default_factory=dict)
     """Each ``${cluster.…}`` variable of the manifests with its value there (``--substitute``)."""
     leaving: bool = False
@@ -110,10 +111,25 @@ def plan_fleet(t: Targeting, rec: Recorded, now: dt.datetime) -> list[ClusterPla
         step = next(i for i, held in enumerate(sets, 1) if cluster in held)
         out.append(_member(t, rec, cluster, labels, step, now, taken))
     prune = t.options.prune and t.on_leave == "prune"
-    for cluster in leaving(t, rec):
+    going = leaving(t, rec)
+    # the fleet's prune budget (its default thresholds; the planners' settings may differ)
+    waits = prune and DEFAULT_LEAVE_BUDGET.exceeded(len(going), len(set(rec.placed)))
+    for cluster in going:
         gone = pruned(t.bundle, set(), rec.known.get(cluster, {}), prune_removed=prune)
         labels = dict(rec.records[cluster].labels)
-        out.append(ClusterPlan(cluster, labels, None, gone, leaving=True))
+        plan = ClusterPlan(cluster, labels, None, gone, leaving=True)
+        if waits:
+            plan.rows = [
+                PlanRow(r.key, "keep", "prune-budget", api_version=r.api_version)
+                if r.action == "delete"
+                else r
+                for r in gone
+            ]
+            plan.held = (
+                f"{len(going)} of the bundle's {len(set(rec.placed))} clusters leave at once: "
+                f"its prune waits for driftbus approve {t.bundle}"
+            )
+        out.append(plan)
     return sorted(out, key=lambda p: p.cluster)
 
 

@@ -16,6 +16,8 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import msgspec
+
 from schemas.cli import PlanAction
 from schemas.decision import DecisionAction
 from schemas.messages import Bundle, KindScope
@@ -26,11 +28,13 @@ from services.core.ignore import pointers_of
 from services.core.manifest import apply_order
 from services.core.scope import Scopes
 from services.core.sha import manifest_sha
-from services.planner.rule import facts, limits
+from services.planner.rule import budget, facts, limits, prune
 from services.planner.rule.decide import Decision, Desired, Entry, evaluate, restore
-from services.planner.rule.revision import checked_object
+from services.planner.rule.revision import BundleView, checked_object
 
 Known = Mapping[ObjectKey, list[facts.Fact]]
+PLANNED = b"\1" * 32
+"""The manifest SHA a planned object is desired with (any SHA: only "desired" is read)."""
 """The last fact of each stream the planner rebuilds from, per object, in replay order."""
 
 
@@ -119,29 +123,65 @@ def rows(
             out.append(PlanRow(t.key, "apply", reason, [], t.ignored, t.api_version, t.manifest))
     desired = {t.key for t in taken}
     limits.check(as_published, desired, scopes, policy)
-    out += pruned(bundle, desired, known, prune_removed=prune_removed)
+    out += pruned(bundle, desired, known, prune_removed=prune_removed, revision=as_published)
     return sorted(out, key=lambda r: apply_order(r.key))
 
 
 def pruned(
-    bundle: str, desired: set[ObjectKey], known: Known, *, prune_removed: bool
+    bundle: str,
+    desired: set[ObjectKey],
+    known: Known,
+    *,
+    prune_removed: bool,
+    revision: Bundle | None = None,
 ) -> list[PlanRow]:
     """The objects ``bundle`` holds on the cluster that ``desired`` leaves out: deleted, or kept
-    where the planner keeps them (never applied by this bundle, the keep annotation, no prune)."""
+    where the planner keeps them (never applied by this bundle, the keep annotation, no prune,
+    a Namespace or CRD that still holds what others want: ``prune.in_use``), and, for the
+    ``revision`` being planned, deletions the prune budget would hold (``budget.verdict`` at
+    its default thresholds: kept, reason ``prune-budget``, until approved)."""
+    entries = {key: facts.rebuilt(key, found) for key, found in known.items()}
+    wanted = [
+        (("", key), _desired(entries.get(key), key, bundle) if key in desired else entry)
+        for key, entry in entries.items()
+    ] + [(("", key), _desired(None, key, bundle)) for key in desired - entries.keys()]
     out: list[PlanRow] = []
-    for key, found in known.items():
-        if key in desired:
-            continue
-        entry = facts.rebuilt(key, found)
-        if entry.owner_bundle != bundle or not entry.live:
+    deleting: list[ObjectKey] = []
+    for key, entry in entries.items():
+        if key in desired or entry.owner_bundle != bundle or not entry.live:
             continue
         v = entry.api_version
         if entry.applied_bundle != bundle:  # only the label says so: the planner never prunes it
             out.append(PlanRow(key, "keep", "not-declared", api_version=v))
         elif entry.keep:  # the live object opts out: the planner keeps it
             out.append(PlanRow(key, "keep", "annotation", api_version=v))
-        elif prune_removed:
-            out.append(PlanRow(key, "delete", "prune", api_version=v))
-        else:
+        elif not prune_removed:
             out.append(PlanRow(key, "keep", "prune-disabled", api_version=v))
-    return out
+        elif prune.in_use(key, wanted, pruning=bundle):
+            out.append(PlanRow(key, "keep", "in-use", api_version=v))
+        else:
+            deleting.append(key)
+            out.append(PlanRow(key, "delete", "prune", api_version=v))
+    if revision is None or not deleting:
+        return out
+    view = BundleView.of(revision, 0)
+    view.keys.update(desired)
+    kept = sum(1 for e in entries.values() if budget.predates(e, view))
+    held = budget.verdict(
+        view, deleting, kept=kept, budget=budget.Budget(), cluster=revision.cluster
+    )
+    if held is None:
+        return out
+    return [
+        PlanRow(r.key, "keep", "prune-budget", api_version=r.api_version)
+        if r.action == "delete" and r.key in held.held
+        else r
+        for r in out
+    ]
+
+
+def _desired(entry: Entry | None, key: ObjectKey, bundle: str) -> Entry:
+    """``key`` as the planned revision declares it: what a Namespace or CRD leaving must not
+    take down with it."""
+    entry = entry if entry is not None else Entry(key)
+    return msgspec.structs.replace(entry, bundle=bundle, manifest_sha=PLANNED)

@@ -16,6 +16,7 @@ import collections
 import dataclasses
 from typing import Any
 
+from schemas.subjects import ObjectKey
 from schemas.windows import BundleWindow
 from services.core.scope import Scopes
 from services.planner.memory.gates import Gates
@@ -118,15 +119,28 @@ class ClusterState:
     def weigh_prunes(self, view: BundleView) -> budget.PruneHeld | None:
         """Weigh ``view``'s deletions on this cluster against the prune budget now, and keep the
         verdict (``gates.prune_held``): what is held, or None when they may go."""
-        deleting = [
-            e.key
-            for slot, e in self.entries.items(cluster=view.cluster)
-            if budget.leaving(e, view)
-            and not ((e.key.group, e.key.kind) in budget.KINDS and self.in_use(slot, view))
-        ]
-        held = budget.verdict(view, deleting, budget=self.prune_budget, cluster=view.cluster)
+        deleting: list[ObjectKey] = []
+        kept = 0
+        for slot, e in self.entries.items(cluster=view.cluster):
+            if budget.predates(e, view):
+                kept += 1
+            elif budget.leaving(e, view) and not (
+                (e.key.group, e.key.kind) in budget.KINDS and self.in_use(slot, view)
+            ):
+                deleting.append(e.key)
+        held = budget.verdict(
+            view, deleting, kept=kept, budget=self.prune_budget, cluster=view.cluster
+        )
+        allowed = self.gates.prune_allowed.get(view.name)
+        if allowed is not None and allowed[0] != view.seq:
+            allowed = None  # another revision's
+        if held is not None and allowed is not None and held.held <= allowed[1]:
+            held = None  # let go before for this revision: its changed objects landed since
         if held is None:
             self.gates.prune_held.pop(view.name, None)
+            if deleting:
+                was = allowed[1] if allowed is not None else frozenset()
+                self.gates.prune_allowed[view.name] = (view.seq, was | frozenset(deleting))
         else:
             self.gates.prune_held[view.name] = held
         return held

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 
 from schemas.decision import DecisionAction, DecisionReason
 from schemas.messages import BundlePhase
+from schemas.subjects import ObjectKey
 from schemas.windows import BundleWindow
 from services.planner.rule import budget, holds
 from services.planner.rule.decide import Decision
@@ -46,6 +47,11 @@ class Gates:
     prune_held: dict[str, budget.PruneHeld] = dataclasses.field(default_factory=dict)
     """Bundles whose revision's deletions the prune budget holds (``rule.budget``), with what
     they are: weighed again whenever the bundle's prune runs."""
+    prune_allowed: dict[str, tuple[int, frozenset[ObjectKey]]] = dataclasses.field(
+        default_factory=dict
+    )
+    """Per bundle, the revision (its BUNDLES sequence) whose deletions the budget let go, and
+    which: they stay let go while the revision's changed objects land (``rule.budget``)."""
     clock: Callable[[], float] = time.time
     """Seconds since the epoch: when windows are asked about."""
     _blocks: dict[tuple[int, ...], tuple[float, sync_windows.Block | None, BundleWindow]] = (

@@ -4,13 +4,14 @@ A frozen dataclass per object with its key tuple, its ``ObjectKey`` and five 32-
 objects costs ~650 bytes; issue 5 budgets 300. ``EntryStore`` keeps, per object, only its name
 string and one record:
 
-    header  <H I I I I I q q d d d flags, bundle id, revision id, owner-bundle id,
+    header  <H I I I I I q q d d d I  flags, bundle id, revision id, owner-bundle id,
                                    apiVersion id, applied-bundle id, applied_rv, server_rv,
-                                   failed_at, applied_at, inflight_at          (62 bytes)
+                                   failed_at, applied_at, inflight_at,
+                                   applied-revision id                         (66 bytes)
     tail    32-byte digests, only those not implied by the flags
 
 In steady state the applied manifest equals the desired one and the live object equals the
-applied one, so the tail holds two digests and a record is 126 bytes. Strings that repeat across
+applied one, so the tail holds two digests and a record is 130 bytes. Strings that repeat across
 objects (bundle names, revisions) are interned to small ids; ids no record uses any more are
 reclaimed by an occasional sweep, so publishing revision after revision does not grow the table.
 
@@ -27,7 +28,7 @@ from typing import NamedTuple
 from schemas.subjects import ObjectKey
 from services.planner.rule.entry import DELETE_INFLIGHT, Entry, Sha, Slot
 
-_HEADER = struct.Struct("<HIIIIIqqddd")
+_HEADER = struct.Struct("<HIIIIIqqdddI")
 _SHA = 32
 
 # flag bits
@@ -194,8 +195,8 @@ class EntryStore:
         record = self._record(slot)
         if record is None:
             return None
-        flags, _, _, _, _, _, applied_rv, server_rv, failed_at, applied_at, _ = _HEADER.unpack_from(
-            record
+        flags, _, _, _, _, _, applied_rv, server_rv, failed_at, applied_at, _, _ = (
+            _HEADER.unpack_from(record)
         )
         if not flags & _MANIFEST:
             return None
@@ -238,7 +239,7 @@ class EntryStore:
         ask of every object every few seconds)."""
         for (cluster, group, kind, namespace), names in self._groups.items():
             for name, record in names.items():
-                flags, *_, inflight_at = _HEADER.unpack_from(record)
+                flags, *_, inflight_at, _ = _HEADER.unpack_from(record)
                 if (flags >> _INFLIGHT) & 3 != _NONE and inflight_at < before:
                     yield cluster, ObjectKey(group, kind, namespace, name)
 
@@ -302,6 +303,7 @@ class EntryStore:
             e.failed_at,
             e.applied_at,
             e.inflight_at,
+            strings.id(e.applied_revision),
         )
         return header + b"".join(tail) if tail else header
 
@@ -318,6 +320,7 @@ class EntryStore:
             failed_at,
             applied_at,
             inflight_at,
+            applied_revision,
         ) = _HEADER.unpack_from(record)
         pos = _HEADER.size
 
@@ -355,6 +358,7 @@ class EntryStore:
             apply_sha=apply,
             applied_rv=applied_rv,
             applied_bundle=by_id[applied_bundle],
+            applied_revision=by_id[applied_revision],
             server_sha=server,
             server_deleted=bool(flags & _SERVER_DELETED),
             server_retired=bool(flags & _RETIRED),
@@ -375,9 +379,11 @@ class EntryStore:
         used: set[int] = set()
         for names in self._groups.values():
             for record in names.values():
-                _, bundle, revision, owner, api_version, applied_bundle, *_ = _HEADER.unpack_from(
-                    record
+                _, bundle, revision, owner, api_version, applied_bundle, *_, applied_revision = (
+                    _HEADER.unpack_from(record)
                 )
-                used.update((bundle, revision, owner, api_version, applied_bundle))
+                used.update(
+                    (bundle, revision, owner, api_version, applied_bundle, applied_revision)
+                )
         self._strings.keep_only(used)
         self._sweep_at = max(1024, 2 * len(self._strings))

@@ -14,10 +14,15 @@ approve``, which republishes the held revision with it) lets them through; so do
 revision that declares the objects again (nothing is then deleted). Deleting the whole bundle
 (``driftbus delete``) is an explicit request: never held.
 
-The bundle's objects on the cluster are counted as the revision's own plus those it would
-delete: what the planner knows of both after a restart too, so the verdict never changes while
-the revision's new objects are applied. ``verdict`` is the rule; the planner's shell gathers
-the deletions (``deletions``) and holds those the verdict names.
+The bundle's objects on the cluster are those it would delete plus those it keeps that predate
+the revision: live and last applied for the bundle under another revision
+(``Entry.applied_revision``, from the APPLIED facts, so a restart counts the same). The
+revision's new objects never count: a revision that renames every object (a bad render) drops
+12 of 12, not 12 of 24, and stays held while its new objects are applied. An object re-applied
+for the revision leaves the count, which only ever makes the verdict stricter; the shell keeps a
+verdict that let deletions go for the deletions it weighed (``gates.prune_allowed``), so a
+revision whose changed objects land before its deletions does not turn held half-way.
+``verdict`` is the rule; the planner's shell gathers the deletions and holds those it names.
 """
 
 from __future__ import annotations
@@ -91,15 +96,32 @@ def leaving(entry: Entry, view: BundleView) -> bool:
     )
 
 
+def predates(entry: Entry, view: BundleView) -> bool:
+    """Whether ``entry`` is one of the bundle's objects ``view`` keeps from before it: declared
+    by it, live, and last applied for the bundle under another revision."""
+    return (
+        entry.key in view.keys
+        and entry.live
+        and entry.applied_bundle == view.name
+        and entry.applied_revision != view.revision
+    )
+
+
 def verdict(
-    view: BundleView, deleting: Sequence[ObjectKey], *, budget: Budget, cluster: str
+    view: BundleView,
+    deleting: Sequence[ObjectKey],
+    *,
+    kept: int,
+    budget: Budget,
+    cluster: str,
 ) -> PruneHeld | None:
     """Whether ``view``'s deletions on ``cluster`` (``deleting``: what ``leaving`` names, less
-    what is kept because others' objects are inside) are held, or None when they go."""
+    what is kept because others' objects are inside) are held, or None when they go.
+    ``kept``: how many of the bundle's objects there the revision keeps (``predates``)."""
     if not deleting or not view.prune or view.deleting or view.allow_prune:
         return None
     keys = tuple(sorted(deleting))
-    total = len(view.keys) + len(keys)
+    total = kept + len(keys)
     kinds = [k for k in keys if (k.group, k.kind) in KINDS]
     why = ""
     if len(keys) > budget.at_least and len(keys) > budget.share * total:

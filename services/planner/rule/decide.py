@@ -274,6 +274,7 @@ def restore(e: Entry, event: Event) -> Entry:
                     apply_sha=None,
                     applied_rv=event.resource_version,
                     applied_bundle="",
+                    applied_revision="",
                 )
             return msgspec.structs.replace(
                 e,
@@ -282,6 +283,7 @@ def restore(e: Entry, event: Event) -> Entry:
                 applied_rv=event.resource_version,
                 applied_at=max(e.applied_at, event.at),
                 applied_bundle=event.bundle,
+                applied_revision=event.revision,
             )
         case Failed() if event.at >= e.failed_at:
             return msgspec.structs.replace(e, failed=event.manifest_sha, failed_at=event.at)
@@ -311,6 +313,7 @@ def _applied(e: Entry, ev: Applied, held: Decision | None) -> tuple[Entry, Decis
                 apply_sha=None,
                 applied_rv=ev.resource_version,
                 applied_bundle="",
+                applied_revision="",
                 failed=None if e.failed == DELETE_INFLIGHT else e.failed,
             )
         return e, None
@@ -325,6 +328,7 @@ def _applied(e: Entry, ev: Applied, held: Decision | None) -> tuple[Entry, Decis
             applied_rv=ev.resource_version,
             applied_at=max(e.applied_at, ev.at),
             applied_bundle=ev.bundle,
+            applied_revision=ev.revision,
         )
     e = msgspec.structs.replace(e, inflight=inflight)
     return _emit(e, evaluate(e), Trigger.APPLIED, held)

@@ -77,6 +77,9 @@ class Applied:
     """When it was applied (seconds since the epoch): orders it against failures."""
     bundle: str = ""
     """The bundle whose intent this carried out: the object is in its inventory from now on."""
+    revision: str = ""
+    """The revision of that bundle it was applied for (the prune budget counts what predates
+    a revision by it)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -144,6 +147,9 @@ class Entry(msgspec.Struct, frozen=True, gc=False):
     """The bundle driftbus last applied the object for (its inventory): the only bundle that
     may prune it. The ownership label alone is anyone's to copy (``kubectl get -o yaml`` of a
     managed object, renamed) and never makes an object a bundle's to delete."""
+    applied_revision: str = ""
+    """The revision of ``applied_bundle`` it was last applied for: what the prune budget counts
+    as the bundle's objects before a revision (those applied for another one)."""
     # live object (from SERVER)
     server_sha: Sha | None = None
     server_deleted: bool = False

@@ -46,6 +46,7 @@ def applied(ap: AppliedEvent) -> Applied:
         ap.deleted,
         ap.applied_at.timestamp() if ap.applied_at else 0.0,
         ap.bundle,
+        ap.revision,
     )
 
 

@@ -237,8 +237,22 @@ class Folder:
         if entry is None or not st.may_prune():
             return
         view = st.bundles.get((slot[0], entry.owner_bundle))
-        if view is not None and view.refused is None and prune.strays_from(entry, view):
-            await self.prune(view)  # weighed with the bundle's other deletions, never alone
+        if view is None or view.refused is not None or not prune.strays_from(entry, view):
+            return
+        held = st.gates.prune_held.get(view.name)
+        allowed = st.gates.prune_allowed.get(view.name)
+        if (held is not None and entry.key in held.held) or (
+            held is None
+            and allowed is not None
+            and allowed[0] == view.seq
+            and entry.key in allowed[1]
+        ):
+            # weighed already, with the bundle's other deletions: held or let go as they are
+            # (a relist of a held bundle costs a fold per object, not the bundle's prune each)
+            await self.fold(slot, st.removed(slot, view))
+            return
+        # not weighed yet: weighed with the bundle's other deletions, never alone
+        await self.prune(view)
 
     def weigh(self, view: BundleView) -> None:
         """Weigh ``view``'s deletions against the prune budget (``ClusterState.weigh_prunes``);

@@ -107,7 +107,7 @@ class BundleIntake:
         checked = await self._checked(msg, ident)
         if checked is None:
             return
-        await self._take(ident, *checked, seq=msg.metadata.sequence.stream)
+        await self._take(ident, *checked, seq=bus.stream_sequence(msg))
         if len(checked[1]) >= RELEASE_AFTER:
             del checked  # every object's decoded and encoded copies are garbage now
             heap.release_freed()
@@ -281,7 +281,9 @@ class BundleIntake:
         left = previous.keys - view.keys if previous is not None else set()
         if st.live and left:
             # the prune budget weighs the deletions before an apply on its way is called back
-            st.weigh_prunes(view)
+            before = st.gates.prune_held.get(view.name)
+            if (held := st.weigh_prunes(view)) is not None and held != before:
+                log.warning("bundle %s/%s: %s", cluster, name, held.message)
         for key in left:
             await self._release((cluster, key), view)
         if st.live:

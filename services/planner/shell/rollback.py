@@ -24,7 +24,13 @@ import time
 import msgspec
 
 from schemas.codec import WireError, decode, encode
-from schemas.messages import Bundle, PruneApproval, RollbackAnswer, RollbackRequest
+from schemas.messages import (
+    Bundle,
+    BundleOptions,
+    PruneApproval,
+    RollbackAnswer,
+    RollbackRequest,
+)
 from schemas.subjects import SubjectError, cluster_filter, parse_subject
 from services.common import bus
 from services.planner.memory.cluster import ClusterState
@@ -132,7 +138,9 @@ class RollbackDesk:
             bundle=req.bundle,
             revision=chosen.revision,
             manifests=list(chosen.manifests),
-            options=chosen.options,
+            # an approval (or publish --allow-prune) let that revision's deletions through
+            # once; going back to it weighs its deletions afresh
+            options=msgspec.structs.replace(chosen.options, allow_prune=False),
             source=chosen.source,
             stored=chosen.manifests_ref,
             kinds=list(chosen.kinds),
@@ -178,7 +186,37 @@ class RollbackDesk:
         if chosen is None or chosen.delete:
             return RollbackAnswer(ok=False, message=f"revision {held.revision} is not on the bus")
         options = msgspec.structs.replace(chosen.options, allow_prune=True)
-        again = await publish_bundle(
+        try:
+            again = await self._republish_approved(req, chosen, options, view.seq)
+        except bus.ApiError as exc:
+            if exc.err_code not in bus.COMPARE_REFUSED:
+                raise
+            return RollbackAnswer(
+                ok=False,
+                message=f"a newer revision of bundle {req.bundle} was published meanwhile: "
+                "approve what driftbus status shows now",
+            )
+        log.info(
+            "bundle %s/%s@%s: prune approved: %d deletions",
+            held.cluster,
+            held.bundle,
+            held.revision,
+            len(held.keys),
+        )
+        return RollbackAnswer(
+            ok=True,
+            message=f"approved: revision {again.revision} deletes {len(held.keys)} objects "
+            f"({held.why})",
+            revision=again.revision,
+        )
+
+    async def _republish_approved(
+        self, req: PruneApproval, chosen: Bundle, options: BundleOptions, seq: int
+    ) -> Bundle:
+        """``chosen`` again with ``options`` (``allow_prune``), only over the revision held:
+        not over one published since that the planner has not taken in yet (which may declare
+        the objects again, or be held itself)."""
+        return await publish_bundle(
             self.js,
             cluster=req.cluster,
             bundle=req.bundle,
@@ -193,17 +231,5 @@ class RollbackDesk:
             rollback_of=chosen.rollback_of,
             msg_id=f"approve:{req.cluster}/{req.bundle}@{chosen.revision}/{time.time_ns()}",
             streams_known=True,
-        )
-        log.info(
-            "bundle %s/%s@%s: prune approved: %d deletions",
-            held.cluster,
-            held.bundle,
-            held.revision,
-            len(held.keys),
-        )
-        return RollbackAnswer(
-            ok=True,
-            message=f"approved: revision {again.revision} deletes {len(held.keys)} objects "
-            f"({held.why})",
-            revision=again.revision,
+            expected_last_seq=seq,
         )
