@@ -179,6 +179,51 @@ async def test_driftbus_approve_lets_the_held_revision_through(world: World) -> 
     assert "holds no prune" in err
 
 
+async def test_a_revision_renaming_every_object_is_held(world: World) -> None:
+    """A bad render (a changed name prefix) declares 12 new objects and drops the 12 live ones:
+    the new ones are applied, the 12 old ones stay, PruneHeld (counted with the revision's own
+    new objects it was 12 of 24, not more than half, and all 12 were deleted: review)."""
+    w = world
+    bundle = unique_name("rename")
+    code, out, err = await w.publish(bundle, w.write("r1", twelve(w)))
+    assert code == 0, (out, err)
+    renamed = [cm(f"renamed-{i:02}", w.ns) for i in range(12)]
+    code, out, err = await w.publish(bundle, w.write("r2", renamed))
+    assert code == 3, (code, out, err)
+    st = await w.status(bundle)
+    assert st.phase is BundlePhase.PRUNE_HELD, st
+    assert "would delete 12 of its 12 objects" in st.message
+    names = await w.names(CANARY)
+    assert {f"cm-{i:02}" for i in range(12)} <= names  # nothing deleted
+    assert {f"renamed-{i:02}" for i in range(12)} <= names  # the revision applied
+
+
+async def test_a_rollback_to_an_approved_revision_weighs_its_deletions_again(
+    world: World,
+) -> None:
+    """An approval let r2's deletions through once; rolling back to r2 later (after r3 added
+    objects) does not carry that approval: r3's objects are not deleted unasked."""
+    w = world
+    bundle = unique_name("back")
+    await held_ten(w, bundle)
+    code, out, err = await w.cli("approve", bundle, "--cluster", CANARY)
+    assert code == 0, (code, out, err)
+
+    async def pruned() -> bool:
+        return await w.names(CANARY) == {"cm-00", "cm-01"}
+
+    await until("the 10 held objects pruned", pruned, 120, w.fleet.logs)
+    r3 = [cm("cm-00", w.ns, "v2"), cm("cm-01", w.ns), *(cm(f"new-{i}", w.ns) for i in range(8))]
+    code, out, err = await w.publish(bundle, w.write("r3", r3))
+    assert code == 0, (code, out, err)
+    approved = await w.status(bundle)
+    code, out, err = await w.cli("rollback", bundle, "--cluster", CANARY, "--wait")
+    assert code == 3, (code, out, err)  # back to r2: 8 of 10 deletions, held again
+    st = await w.status(bundle)
+    assert st.phase is BundlePhase.PRUNE_HELD, (st, approved)
+    assert len(await w.names(CANARY)) == 10
+
+
 async def test_an_approval_names_its_revision_and_never_lets_a_later_one_through(
     world: World,
 ) -> None:
