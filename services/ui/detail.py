@@ -38,6 +38,9 @@ log = logging.getLogger("driftbus.ui")
 T = TypeVar("T")
 MAX_DECISIONS = 50
 SHA_FIELDS = ("manifest_sha", "last_applied_manifest_sha", "apply_sha", "server_sha")
+SECRET_WITHHELD = (*SHA_FIELDS, "inputs")
+"""What a Secret's status and decisions are shown without: its SHAs, and a decision's kept
+inputs (``driftbus replay``), which carry them again."""
 
 
 def without_secret_shas(doc: dict[str, Any], key: ObjectKey) -> dict[str, Any]:
@@ -46,7 +49,7 @@ def without_secret_shas(doc: dict[str, Any], key: ObjectKey) -> dict[str, Any]:
     checked against offline. Other objects' SHAs stay (they explain a decision)."""
     if key.group or key.kind != "Secret":
         return doc
-    return {k: v for k, v in doc.items() if k not in SHA_FIELDS}
+    return {k: v for k, v in doc.items() if k not in SECRET_WITHHELD}
 
 
 async def _history(js: bus.JetStream, stream: str, subject: str) -> list[Any]:

@@ -96,7 +96,9 @@ async def test_a_pruned_namespace_is_really_gone(
     }
     await live_pipeline.publish(js, bundle, [namespace_of(keep), namespace_of(leave), cm])
     await watch.ready("r1", 60, live_pipeline.logs)
-    await live_pipeline.publish(js, bundle, [namespace_of(keep)], revision="r2")
+    # a Namespace's prune waits for an approval (the prune budget, test_prune_budget.py): this
+    # revision gives it (publish --allow-prune)
+    await live_pipeline.publish(js, bundle, [namespace_of(keep)], revision="r2", allow_prune=True)
     await watch.ready("r2", 60, live_pipeline.logs)
     res = await live_kube.discovery.resource("v1", "Namespace")
     deadline = time.monotonic() + 60

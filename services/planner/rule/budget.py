@@ -12,7 +12,8 @@ is held: everything else in it is applied, its deletions wait, the bundle is ``P
 naming them. The revision's own ``allow_prune`` (``publish --allow-prune``, or ``driftbus
 approve``, which republishes the held revision with it) lets them through; so does a later
 revision that declares the objects again (nothing is then deleted). Deleting the whole bundle
-(``driftbus delete``) is an explicit request: never held.
+(``driftbus delete``, or an empty revision published with ``--allow-empty``) is an explicit
+request: never held.
 
 The bundle's objects on the cluster are those it would delete plus those it keeps that predate
 the revision: live and last applied for the bundle under another revision

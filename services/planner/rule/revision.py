@@ -105,7 +105,10 @@ class BundleView:
             deleting=bundle.delete,
             rollback_of=bundle.rollback_of,
             published_at=bundle.published_at,
-            allow_prune=o.allow_prune,
+            # an empty revision published with --allow-empty asks for every object to go, as
+            # a bundle deletion does: an explicit request the prune budget does not hold
+            allow_prune=o.allow_prune
+            or (o.allow_empty and not bundle.manifests and bundle.manifests_ref is None),
         )
 
 
