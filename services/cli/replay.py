@@ -210,7 +210,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--since",
         default="24h",
         metavar="DUR",
-        help="how far back: 7d, 36h, 90m (default %(default)s; the stream keeps 14 days)",
+        help="how far back: 7d, 36h, 90m (default %(default)s; the stream keeps 14 days or "
+        "2 GiB, whichever ends first)",
     )
     p.add_argument("--cluster", help="only this cluster's decisions (default: every cluster's)")
     output.add_output_arg(p, "cli-replay")

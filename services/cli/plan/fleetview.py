@@ -95,9 +95,10 @@ def document(
 
 
 def exit_code(doc: FleetPlanDocument) -> int:
-    """``--exit-code``: 1 when a cluster is refused or the server refuses an object, else 2
-    when anything would be written on any cluster, else 0."""
-    if doc.errors:
+    """``--exit-code``: 1 when a cluster is refused, a cluster named with ``--cluster`` is not
+    registered (a typo must not pass as "nothing to change") or the server refuses an object,
+    else 2 when anything would be written on any cluster, else 0."""
+    if doc.errors or doc.unregistered:
         return ERRORS
     return CHANGES if doc.changes else NO_CHANGES
 
