@@ -253,8 +253,12 @@ def _exit_hook(tick: Tick) -> None:
 def _running(stored: Stored | None, seq: int) -> bool:
     """Whether a rollout must be ticked on the clock: under way (bake, timeout, a rollback
     waiting for Ready), a new revision of it waits to start, or clusters that left it settle
-    (the fleet prune budget's ``settle``)."""
-    if stored is None or seq > stored.state.source_seq or stored.state.left_at:
+    (the fleet prune budget's ``settle``). Clusters held for an approval are not: an approval
+    or a relabel back is an event that ticks the rollout (nothing polled while nothing
+    happens, DESIGN §14)."""
+    if stored is None or seq > stored.state.source_seq:
+        return True
+    if any(c not in stored.state.leave_held for c in stored.state.left_at):
         return True
     return stored.state.phase in (
         RolloutPhase.PROGRESSING,
