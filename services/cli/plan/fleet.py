@@ -24,7 +24,16 @@ import msgspec
 from schemas.fleet import ClusterRecord, OnLeave
 from schemas.messages import Bundle, BundleOptions, KindScope
 from schemas.tenants import TenantPolicy
-from services.cli.plan.verdict import Known, PlanRow, Taken, intake, pruned, rows, scopes_of
+from services.cli.plan.verdict import (
+    Known,
+    PlanRow,
+    Taken,
+    intake,
+    pruned,
+    rebuilt,
+    rows,
+    scopes_of,
+)
 from services.clusters.registry import members
 from services.core.manifest import ManifestError
 from services.fleet.rollout import substitute as subst
@@ -115,7 +124,7 @@ def plan_fleet(t: Targeting, rec: Recorded, now: dt.datetime) -> list[ClusterPla
     # the fleet's prune budget (its default thresholds; the planners' settings may differ)
     waits = prune and DEFAULT_LEAVE_BUDGET.exceeded(len(going), len(set(rec.placed)))
     for cluster in going:
-        gone = pruned(t.bundle, set(), rec.known.get(cluster, {}), prune_removed=prune)
+        gone = pruned(t.bundle, set(), rebuilt(rec.known.get(cluster, {})), prune_removed=prune)
         labels = dict(rec.records[cluster].labels)
         plan = ClusterPlan(cluster, labels, None, gone, leaving=True)
         if waits:

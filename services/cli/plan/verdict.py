@@ -113,9 +113,10 @@ def rows(
     bundle = as_published.bundle
     if taken is None:
         taken = intake(as_published, manifests, scopes)
+    entries = rebuilt(known)
     out: list[PlanRow] = []
     for t in taken:
-        decision = decided(facts.rebuilt(t.key, known.get(t.key, [])), bundle, t.sha)
+        decision = decided(entries.get(t.key) or Entry(t.key), bundle, t.sha)
         if decision is None or decision.action is DecisionAction.HIT:
             out.append(PlanRow(t.key, "unchanged", "hit", [], t.ignored, t.api_version))
         else:
@@ -123,14 +124,19 @@ def rows(
             out.append(PlanRow(t.key, "apply", reason, [], t.ignored, t.api_version, t.manifest))
     desired = {t.key for t in taken}
     limits.check(as_published, desired, scopes, policy)
-    out += pruned(bundle, desired, known, prune_removed=prune_removed, revision=as_published)
+    out += pruned(bundle, desired, entries, prune_removed=prune_removed, revision=as_published)
     return sorted(out, key=lambda r: apply_order(r.key))
+
+
+def rebuilt(known: Known) -> dict[ObjectKey, Entry]:
+    """Each object's entry as a planner starting now would hold it (``facts.rebuilt``), once."""
+    return {key: facts.rebuilt(key, found) for key, found in known.items()}
 
 
 def pruned(
     bundle: str,
     desired: set[ObjectKey],
-    known: Known,
+    entries: Mapping[ObjectKey, Entry],
     *,
     prune_removed: bool,
     revision: Bundle | None = None,
@@ -139,8 +145,8 @@ def pruned(
     where the planner keeps them (never applied by this bundle, the keep annotation, no prune,
     a Namespace or CRD that still holds what others want: ``prune.in_use``), and, for the
     ``revision`` being planned, deletions the prune budget would hold (``budget.verdict`` at
-    its default thresholds: kept, reason ``prune-budget``, until approved)."""
-    entries = {key: facts.rebuilt(key, found) for key, found in known.items()}
+    its default thresholds: kept, reason ``prune-budget``, until approved). ``entries``:
+    ``rebuilt`` from the cluster's recorded facts."""
     wanted = [
         (("", key), _desired(entries.get(key), key, bundle) if key in desired else entry)
         for key, entry in entries.items()
