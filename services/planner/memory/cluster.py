@@ -133,7 +133,8 @@ class ClusterState:
         )
         allowed = self.gates.prune_allowed.get(view.name)
         if allowed is not None and allowed[0] != view.seq:
-            allowed = None  # another revision's
+            del self.gates.prune_allowed[view.name]  # another revision's: not kept in memory
+            allowed = None
         if held is not None and allowed is not None and held.held <= allowed[1]:
             held = None  # let go before for this revision: its changed objects landed since
         if held is None:
