@@ -109,7 +109,7 @@ async def keep_claimed(msg: bus.Message, *, ack_wait: float) -> None:
 
 def seq(msg: bus.Message) -> int:
     """The intent's stream sequence: its identity across redeliveries."""
-    return int(msg.metadata.sequence.stream)
+    return bus.stream_sequence(msg)
 
 
 def _log_failure(task: asyncio.Task[None]) -> None:

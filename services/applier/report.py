@@ -112,7 +112,7 @@ class Reporter:
                     bus.APPLIED,
                     object_subject("applied", intent.cluster, key),
                     encode(fact),
-                    msg_id=f"applied:{msg.metadata.sequence.stream}",
+                    msg_id=f"applied:{seq(msg)}",
                     supersedes=functools.partial(supersedes, fact),
                     last_seq=expected_applied(intent),
                     batched=True,
@@ -125,7 +125,7 @@ class Reporter:
                 msg,
                 o.phase,
                 o.message,
-                msg_id=f"status:{msg.metadata.sequence.stream}",
+                msg_id=f"status:{seq(msg)}",
                 apply_sha=o.applied.apply_sha,
             )
         )

@@ -287,7 +287,7 @@ class Applier:
     async def _superseded(self, msg: bus.Message) -> bool:
         """Whether a newer intent for the object replaced this one on the stream."""
         last = await bus.last_message(self.js, bus.INTENTS, msg.subject)
-        return last is None or last.seq != msg.metadata.sequence.stream
+        return last is None or last.seq != bus.stream_sequence(msg)
 
     async def _carried_out(self, intent: ApplyIntent | DeleteIntent, msg: bus.Message) -> bool:
         """Whether this very intent was already applied: its fact names its stream sequence."""

@@ -114,7 +114,7 @@ async def read(
     try:
         async for m in bus.Follower(js, bus.DECISIONS, subject, since=since).snapshot():
             records += 1
-            shown.update(records, records + (m.metadata.num_pending or 0))
+            shown.update(records, records + bus.num_pending(m))
             try:
                 r = replay.replayed(decode(m.data, DecisionRecord))
             except WireError as exc:

@@ -148,7 +148,7 @@ class Watcher:
         async for msg in follower.snapshot():
             try:
                 ev = decode(msg.data, ServerEvent)
-                self.cache[ev.key] = Seen.of(ev, int(msg.metadata.sequence.stream))
+                self.cache[ev.key] = Seen.of(ev, bus.stream_sequence(msg))
             except (WireError, ValueError) as exc:
                 log.warning("ignoring server event %s: %s", msg.subject, exc)
         log.info("seeded %d objects from the SERVER stream", len(self.cache))

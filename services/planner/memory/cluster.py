@@ -146,6 +146,15 @@ class ClusterState:
             self.gates.prune_held[view.name] = held
         return held
 
+    def weighed(self, view: BundleView, key: ObjectKey) -> bool:
+        """Whether ``key``'s deletion for ``view`` was weighed with the bundle's others already:
+        held now, or let go for this revision (``weigh_prunes``)."""
+        held = self.gates.prune_held.get(view.name)
+        if held is not None:
+            return key in held.held
+        allowed = self.gates.prune_allowed.get(view.name)
+        return allowed is not None and allowed[0] == view.seq and key in allowed[1]
+
     def in_use(self, slot: Slot, view: BundleView) -> str:
         """Why pruning the object for ``view`` is held back ("" when it is not)."""
         return self.removed(slot, view).in_use

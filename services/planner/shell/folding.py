@@ -239,14 +239,7 @@ class Folder:
         view = st.bundles.get((slot[0], entry.owner_bundle))
         if view is None or view.refused is not None or not prune.strays_from(entry, view):
             return
-        held = st.gates.prune_held.get(view.name)
-        allowed = st.gates.prune_allowed.get(view.name)
-        if (held is not None and entry.key in held.held) or (
-            held is None
-            and allowed is not None
-            and allowed[0] == view.seq
-            and entry.key in allowed[1]
-        ):
+        if st.weighed(view, entry.key):
             # weighed already, with the bundle's other deletions: held or let go as they are
             # (a relist of a held bundle costs a fold per object, not the bundle's prune each)
             await self.fold(slot, st.removed(slot, view))

@@ -363,7 +363,7 @@ class Planner:
             self.state.counters["bad_messages"] += 1
         if (stream := FACT_STREAMS.get(kind)) is not None:
             # read, good or bad: the lost-intent check asks whether a fact was (``periodic``)
-            self.state.read_up_to[stream] = msg.metadata.sequence.stream
+            self.state.read_up_to[stream] = bus.stream_sequence(msg)
 
     async def _on_outcome(self, oc: OutcomeEvent) -> None:
         slot = (oc.cluster, oc.key)
