@@ -18,6 +18,8 @@ The messages:
 - ``cli`` — what the command line prints with ``-o json``, as typed Structs.
 - ``replay`` — what ``driftbus replay -o json`` prints: the decisions a build would make
   otherwise.
+- ``checkpoint`` — a cluster's checkpoint: what its planner folded from the fact streams, up to
+  which sequences, in MessagePack parts (not a JSON message: no schema file).
 
 Around them:
 

@@ -283,6 +283,13 @@ _OBJECT_STREAMS: Final = frozenset(("server", "applied", "intent", "decision", "
 MEMBER_ROLES: Final = ("watcher", "applier")
 
 
+def checkpoint_subject(cluster: str, part: int) -> str:
+    """``driftbus.checkpoint.<cluster>.<part>``: one part of a cluster's last checkpoint."""
+    if part < 0:
+        raise SubjectError(f"no checkpoint part {part}")
+    return _checked(f"{PREFIX}.checkpoint.{encode_token(cluster)}.{part}")
+
+
 def member_subject(cluster: str, role: str) -> str:
     """``driftbus.member.<cluster>.<role>``: the last heartbeat of a watcher/applier of it."""
     if role not in MEMBER_ROLES:

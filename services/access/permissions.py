@@ -97,6 +97,7 @@ ALL_STREAMS = (
     bus.CONTROL,
     bus.FLEET,
     bus.ROLLOUTS,
+    bus.CHECKPOINTS,
 )
 STREAM_INFO = tuple(f"{JS}.STREAM.INFO.{s}" for s in ALL_STREAMS)
 
@@ -147,6 +148,7 @@ def planner() -> Permissions:
             family_filter("intent"),
             family_filter("status"),
             family_filter("decision"),
+            family_filter("checkpoint"),
             f"{JS}.>",  # it creates and updates the streams and the object store bucket
             f"$KV.{bus.SHARDS_BUCKET}.>",  # heartbeats and cluster claims
             *grants.fleet_planner(),  # the cluster registry, rollouts

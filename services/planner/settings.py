@@ -39,6 +39,12 @@ class PlannerSettings(telemetry.TelemetrySettings, bus.NatsSettings):
         "seconds between reads of the cluster's watcher/applier heartbeats (prune waits for the "
         "watcher's initial lists; a cluster nobody serves is named in the bundle status)",
     )
+    checkpoint_interval: float = setting(
+        10.0,
+        "seconds after the facts of a burst are folded before the cluster's checkpoint is "
+        "written (longer for a big cluster: 1 s per 100 kB of it); 0: no checkpoints "
+        "(driftbus plan then reads every object's facts)",
+    )
     prune_budget_share: float = setting(
         0.5,
         "a revision deleting more than this share of a bundle's objects on a cluster at once "

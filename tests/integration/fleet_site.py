@@ -91,6 +91,8 @@ class FleetStack:
         """The driver's test hook: the lease holder kills itself after its next state write
         that places anything, once, when this file exists (``services.fleet.driver.drive``)."""
         self.home.planner_env[EXIT_FILE_HOOK] = str(self.exit_file)
+        # checkpoints a second after a burst, not ten: what the plan tests read, sooner
+        self.home.planner_env["DRIFTBUS_CHECKPOINT_INTERVAL"] = "1"
 
     def start(self) -> None:
         for name in ("planner-a", "planner-b"):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +24,14 @@ from schemas.cli import FleetPlanDocument
 from schemas.decision import DecisionAction
 from schemas.fleet import RolloutPhase, RolloutSpec
 from schemas.messages import BundleOptions
+from schemas.subjects import ObjectKey
+from services.cli.plan import state
 from services.cli.up.clusters import kubeconfig
 from services.clusters import registry
 from services.fleet.publish import publish_fleet
 from services.kube import KubeClient
+from services.planner.rule import checkpoint
+from services.planner.rule.entry import Entry
 
 from ..conftest import unique_name
 from .fleet_site import FleetStack, rollout_state, until
@@ -271,3 +275,86 @@ async def test_the_fleet_plan_needs_no_kubeconfig_and_agrees_with_the_publish(
         r for r in w.fleet.sites[CANARY].decisions.records[marks[CANARY] :] if r.bundle == w.bundle
     ]
     assert await w.configmaps(CANARY) == {}
+
+
+async def test_the_plan_reads_each_clusters_checkpoint_and_knows_what_the_facts_say(
+    world: World,
+) -> None:
+    """The planners write each cluster's checkpoint after a burst of facts; the plan reads it
+    and the facts published since, and knows exactly what a read of every fact gives — right
+    after a publish (facts above the checkpoints), after drift restored, and once settled."""
+    w = world
+    prod = [PROD_A, PROD_B]
+    v1 = [configmap(w.ns, f"cm-{i}", {"v": "1"}) for i in range(4)]
+    await w.publish("v1", v1)
+    await w.complete("v1")
+
+    async def covered() -> bool:
+        found = await state.read_checkpoints(w.js, prod)
+        if set(found) != set(prod):
+            return False
+        for cp in found.values():
+            names = {k.name for k, e in cp.entries.items() if e.owner_bundle == w.bundle}
+            if names != {f"cm-{i}" for i in range(4)}:
+                return False
+        return True
+
+    await until(
+        "a checkpoint of each prod cluster with the bundle's objects", covered, 60, w.fleet.logs
+    )
+    await agree(w, prod)
+
+    # drift on one cluster: the watcher's tombstone, the restore and its facts, and the next
+    # revision's, above the checkpoints when the plan reads
+    site = w.fleet.sites[PROD_A]
+    assert site.kube is not None
+    res = await site.kube.discovery.resource("v1", "ConfigMap")
+    await site.kube.delete(res, "cm-0", w.ns)  # drift: deleted by hand
+    await w.publish("v2", [*v1[:3], configmap(w.ns, "cm-new", {"v": "1"})])
+    await agree(w, prod)  # straight after: the tail holds what the checkpoints do not
+    await w.complete("v2")
+
+    async def restored() -> bool:
+        return (await w.configmaps(PROD_A)).get("cm-0") == {"v": "1"}
+
+    await until("cm-0 restored", restored, 60, w.fleet.logs)
+    await until("a checkpoint of the restore", covered_all_of(w, prod), 60, w.fleet.logs)
+    await agree(w, prod)
+
+
+def said(entries: dict[ObjectKey, Entry]) -> dict[ObjectKey, Entry]:
+    """What the rule can read of each entry (``checkpoint.said``): a checkpoint keeps a trace a
+    rebuild has not (a tombstone's label), which no decision reads."""
+    return {k: checkpoint.said(e) for k, e in entries.items()}
+
+
+def covered_all_of(w: World, clusters: list[str]) -> Callable[[], Awaitable[bool]]:
+    """Whether every fact of ``clusters`` is in their checkpoints (nothing above them)."""
+
+    async def probe() -> bool:
+        found = await state.read_checkpoints(w.js, clusters)
+        if set(found) != set(clusters):
+            return False
+        tail = await state.known(w.js, clusters)
+        full = await state.known(w.js, clusters, checkpoints=False)
+        return all(found[c].entries == tail[c] == said(full[c]) for c in clusters)
+
+    return probe
+
+
+async def agree(w: World, clusters: list[str]) -> None:
+    """The plan's state from checkpoints plus the tail is the state from every fact. Facts may
+    land between the two reads (a restore in progress): read again, a few times, before
+    calling it a difference."""
+    for _ in range(20):
+        from_checkpoints = await state.known(w.js, clusters)
+        from_facts = {
+            c: said(f) for c, f in (await state.known(w.js, clusters, checkpoints=False)).items()
+        }
+        if from_checkpoints == from_facts:
+            return
+        await asyncio.sleep(0.5)
+    for c in clusters:
+        for key in sorted(from_checkpoints[c].keys() | from_facts[c].keys()):
+            a, b = from_checkpoints[c].get(key), from_facts[c].get(key)
+            assert a == b, (c, key, a, b)

@@ -18,6 +18,8 @@ from services.cli.plan import fleetview
 from services.cli.plan.fleet import ClusterPlan, Recorded, Targeting, plan_fleet, values
 from services.cli.plan.verdict import Known, PlanRow
 from services.core.sha import manifest_sha
+from services.planner.rule import facts
+from services.planner.rule.entry import Entry
 from services.windows.document import compiled
 
 NOW = dt.datetime(2026, 11, 29, 12, 0, tzinfo=dt.UTC)
@@ -43,13 +45,13 @@ def plan(t: Targeting, **rec: Any) -> dict[str, ClusterPlan]:
 def settled(t: Targeting, cluster: str, manifests: list[dict[str, Any]]) -> Known:
     """The facts a cluster records once ``manifests`` were applied and seen, untouched since:
     the applied and the watcher's fact of each object as the planner would send it."""
-    known: dict[ObjectKey, list[Any]] = {}
+    known: dict[ObjectKey, Entry] = {}
     first = plan(Targeting(t.bundle, manifests, substitute=t.substitute))[cluster]
     for i, r in enumerate(first.rows):
         assert r.manifest is not None
         sha = manifest_sha(r.manifest).hex()
         live = f"{i:064x}"
-        known[r.key] = [
+        known[r.key] = facts.rebuilt(r.key, [
             AppliedEvent(
                 cluster=cluster, key=r.key, bundle=t.bundle, revision="r1", manifest_sha=sha,
                 apply_sha=live, resource_version=str(i + 1), applied_at=NOW,
@@ -58,7 +60,7 @@ def settled(t: Targeting, cluster: str, manifests: list[dict[str, Any]]) -> Know
                 cluster=cluster, key=r.key, resource_version=str(i + 1), bundle=t.bundle,
                 watcher="w", server_sha=live,
             ),
-        ]  # fmt: skip
+        ])  # fmt: skip
     return known
 
 

@@ -1,7 +1,7 @@
 """``driftbus plan`` for one cluster: what a publish would do, and why, without writing anything.
 
 The decision for each object is the planner's own rule over the state the streams hold
-(``verdict.rows``: ``decide.evaluate`` on the entries ``facts.rebuilt`` replays from APPLIED,
+(``verdict.rows``: ``decide.evaluate`` on the entries ``state.known`` rebuilds from APPLIED,
 SERVER and OUTCOMES), so a plan cannot disagree with what the planner will do. With a cluster to
 ask (``kube``: ``--diff``), an object that would be applied is computed by the server in a
 server-side dry-run and the plan shows the field-level difference to the live object (Secret

@@ -30,7 +30,6 @@ from services.cli.plan.verdict import (
     Taken,
     intake,
     pruned,
-    rebuilt,
     rows,
     scopes_of,
 )
@@ -124,7 +123,7 @@ def plan_fleet(t: Targeting, rec: Recorded, now: dt.datetime) -> list[ClusterPla
     # the fleet's prune budget (its default thresholds; the planners' settings may differ)
     waits = prune and DEFAULT_LEAVE_BUDGET.exceeded(len(going), len(set(rec.placed)))
     for cluster in going:
-        gone = pruned(t.bundle, set(), rebuilt(rec.known.get(cluster, {})), prune_removed=prune)
+        gone = pruned(t.bundle, set(), rec.known.get(cluster, {}), prune_removed=prune)
         labels = dict(rec.records[cluster].labels)
         plan = ClusterPlan(cluster, labels, None, gone, leaving=True)
         if waits:

@@ -18,8 +18,9 @@ from services.windows.document import WindowsError, compiled
 from services.windows.store import read_windows
 
 
-async def recorded(js: bus.JetStream, t: Targeting) -> Recorded:
-    """Everything ``plan_fleet`` reads, for the clusters ``t`` names and those it leaves."""
+async def recorded(js: bus.JetStream, t: Targeting, *, checkpoints: bool = True) -> Recorded:
+    """Everything ``plan_fleet`` reads, for the clusters ``t`` names and those it leaves
+    (``checkpoints=False``: every object's facts, not the clusters' checkpoints)."""
     records = await registry.records(js)
     spec, _problem = await read_windows(js)
     try:
@@ -34,7 +35,7 @@ async def recorded(js: bus.JetStream, t: Targeting) -> Recorded:
         return rec
     return Recorded(
         records,
-        await state.known(js, clusters),
+        await state.known(js, clusters, checkpoints=checkpoints),
         scopes=await state.learned_scopes(js, clusters),
         policy=rec.policy,
         windows=windows,
@@ -43,7 +44,7 @@ async def recorded(js: bus.JetStream, t: Targeting) -> Recorded:
 
 
 async def fleet_plan(
-    js: bus.JetStream, t: Targeting, now: dt.datetime | None = None
+    js: bus.JetStream, t: Targeting, now: dt.datetime | None = None, *, checkpoints: bool = True
 ) -> tuple[list[ClusterPlan], list[str]]:
     """The plan of every cluster ``t`` names, and the clusters it names that are not registered
     (nothing would be placed there until they are)."""
@@ -52,7 +53,7 @@ async def fleet_plan(
     collecting = gc.isenabled()
     gc.disable()
     try:
-        rec = await recorded(js, t)
+        rec = await recorded(js, t, checkpoints=checkpoints)
         unregistered = [c for c in t.named if c not in rec.records]
         return plan_fleet(t, rec, now or dt.datetime.now(dt.UTC)), unregistered
     finally:

@@ -11,9 +11,11 @@ Nothing here asks an API server.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Collection
 from typing import Any, cast
 
+from schemas.checkpoint import CheckpointError, CheckpointPart, decode_part
 from schemas.codec import WireError, decode
 from schemas.messages import AppliedEvent, KindScope, MemberHeartbeat, OutcomeEvent, ServerEvent
 from schemas.subjects import (
@@ -25,7 +27,10 @@ from schemas.subjects import (
     member_subject,
 )
 from services.common import bus
-from services.planner.rule import facts
+from services.planner.rule import checkpoint, facts
+from services.planner.rule.entry import Entry
+
+log = logging.getLogger("driftbus.cli")
 
 FACT_STREAMS = (
     (bus.APPLIED, "applied", AppliedEvent),
@@ -34,7 +39,8 @@ FACT_STREAMS = (
 )
 """The compacted streams a planner replays, in the order it folds them."""
 
-ClusterFacts = dict[str, dict[ObjectKey, list[facts.Fact]]]
+ClusterEntries = dict[str, dict[ObjectKey, Entry]]
+"""Per cluster, per object, what the planner knows of it from the facts."""
 
 
 def _filter(family: str, clusters: Collection[str]) -> str:
@@ -59,17 +65,75 @@ def _cluster_of(subject: str, tokens: dict[str, str]) -> str:
     return name
 
 
-async def known(js: bus.JetStream, clusters: Collection[str]) -> ClusterFacts:
-    """Per cluster of ``clusters``, per object, the last fact of each stream the planner
-    rebuilds from, in that order: the compacted view a planner starting now would replay. A
-    stream not made yet (no planner has run on this bus) holds nothing."""
+async def known(
+    js: bus.JetStream, clusters: Collection[str], *, checkpoints: bool = True
+) -> ClusterEntries:
+    """Per cluster of ``clusters``, per object, the entry a planner starting now would rebuild
+    from the last fact of each stream: taken from the cluster's checkpoint, with the facts
+    published since folded in, or, for a cluster with none (``checkpoints=False``: for every
+    cluster), replayed from the streams. A stream not made yet (no planner has run on this
+    bus) holds nothing."""
     tokens: dict[str, str] = {}
-    got = [await _read(js, s, family, kind, clusters, tokens) for s, family, kind in FACT_STREAMS]
-    out: ClusterFacts = {c: {} for c in clusters}
-    for read in got:
-        for cluster, fact in read:
-            out[cluster].setdefault(fact.key, []).append(fact)
+    found = await read_checkpoints(js, clusters, tokens) if checkpoints else {}
+    got: dict[str, dict[ObjectKey, list[facts.Fact]]] = {c: {} for c in clusters}
+    for s, family, kind in FACT_STREAMS:
+        last = await _read(js, s, family, kind, clusters, tokens, found)
+        for cluster, fact in last.values():
+            got[cluster].setdefault(fact.key, []).append(fact)
+    out: ClusterEntries = {}
+    for cluster, by_key in got.items():
+        mine = found.get(cluster)
+        entries = dict(mine.entries) if mine is not None else {}
+        for key, tail in by_key.items():
+            entry = entries.get(key) or Entry(key)
+            for fact in tail:
+                entry = facts.fold(entry, fact)
+            entries[key] = checkpoint.said(entry) if mine is not None else entry
+        out[cluster] = entries
     return out
+
+
+async def read_checkpoints(
+    js: bus.JetStream, clusters: Collection[str], tokens: dict[str, str] | None = None
+) -> dict[str, checkpoint.Checkpoint]:
+    """The whole, current checkpoints of ``clusters`` (``rule.checkpoint.assemble``). One
+    that claims more of a fact stream than the stream holds (the streams made anew, the
+    checkpoints kept) is not used: facts after it would be missed."""
+    tokens = {} if tokens is None else tokens
+    wanted = set(clusters)
+    parts: list[CheckpointPart] = []
+
+    def take(m: bus.Message) -> None:
+        if _cluster_of(m.subject, tokens) in wanted:
+            with contextlib.suppress(CheckpointError):
+                parts.append(decode_part(m.data))
+
+    try:
+        await bus.Follower(js, bus.CHECKPOINTS, _filter("checkpoint", clusters)).each(take)
+    except bus.StreamMissing as exc:
+        if exc.err_code != bus.STREAM_NOT_FOUND:
+            raise
+        return {}
+    good, unusable = checkpoint.assemble(parts)
+    for cluster, why in unusable.items():
+        log.info("cluster %s: checkpoint not used (%s); reading its facts", cluster, why)
+    if not good:
+        return good
+    held = {family: await _last_seq(js, s) for s, family, _ in FACT_STREAMS}
+    return {
+        c: cp
+        for c, cp in good.items()
+        if c in wanted and all(cp.read_up_to.get(f, 0) <= held[f] for f in held)
+    }
+
+
+async def _last_seq(js: bus.JetStream, stream: str) -> int:
+    try:
+        return await bus.last_sequence(js, stream)
+    except bus.StreamMissing as exc:
+        if exc.err_code != bus.STREAM_NOT_FOUND:
+            raise
+        return 0
 
 
 async def _read(
@@ -79,19 +143,32 @@ async def _read(
     kind: type[Any],
     clusters: Collection[str],
     tokens: dict[str, str],
-) -> list[tuple[str, facts.Fact]]:
-    """The facts of one stream for ``clusters`` (others' dropped before decoding)."""
-    wanted = set(clusters)
-    out: list[tuple[str, facts.Fact]] = []
+    found: dict[str, checkpoint.Checkpoint],
+) -> dict[str, tuple[str, facts.Fact]]:
+    """The last fact per subject of one stream for ``clusters`` (others' dropped before
+    decoding), above each cluster's checkpoint: every message from the lowest sequence a
+    checkpoint leaves out, or the compacted view when one of them has none."""
+    covered = {c: cp.read_up_to.get(family, 0) for c, cp in found.items()}
+    start = checkpoint.tail_start(found, clusters, family)
+    out: dict[str, tuple[str, facts.Fact]] = {}
 
     def take(m: bus.Message) -> None:
         cluster = _cluster_of(m.subject, tokens)
-        if cluster in wanted:
-            with contextlib.suppress(WireError):
-                out.append((cluster, cast(facts.Fact, decode(m.data, kind))))
+        if cluster not in wanted:
+            return
+        if cluster in covered and bus.stream_sequence(m) <= covered[cluster]:
+            return
+        with contextlib.suppress(WireError):
+            out[m.subject] = (cluster, cast(facts.Fact, decode(m.data, kind)))
 
+    wanted = set(clusters)
+    follower = (
+        bus.Follower(js, stream, _filter(family, clusters))
+        if start <= 1
+        else bus.Follower(js, stream, _filter(family, clusters), start_seq=start)
+    )
     try:
-        await bus.Follower(js, stream, _filter(family, clusters)).each(take)
+        await follower.each(take)
     except bus.StreamMissing as exc:
         if exc.err_code != bus.STREAM_NOT_FOUND:
             raise

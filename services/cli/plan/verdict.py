@@ -3,8 +3,8 @@ rule on the state its streams hold, no request to any API server.
 
 Each object of the revision is taken in as the planner takes it (``revision.checked_object``:
 keyed, normalised with the cluster's scopes, ignored fields out, owned) and decided by the
-planner's rule (``decide.evaluate`` over ``facts.rebuilt``, the entry a planner starting now
-would replay from APPLIED, SERVER and OUTCOMES); the revision is held to its tenant's limits
+planner's rule (``decide.evaluate`` over the entry a planner starting now would rebuild from
+APPLIED, SERVER and OUTCOMES: ``state.known``); the revision is held to its tenant's limits
 (``limits.check``); objects the bundle holds that the revision no longer declares are prune
 rows, kept where the planner would keep them. ``explain`` adds a server-side dry-run to the
 rows that write (``--diff``); the fleet plan runs this once per cluster.
@@ -28,14 +28,14 @@ from services.core.ignore import pointers_of
 from services.core.manifest import apply_order
 from services.core.scope import Scopes
 from services.core.sha import manifest_sha
-from services.planner.rule import budget, facts, limits, prune
+from services.planner.rule import budget, limits, prune
 from services.planner.rule.decide import Decision, Desired, Entry, evaluate, restore
 from services.planner.rule.revision import BundleView, checked_object
 
-Known = Mapping[ObjectKey, list[facts.Fact]]
+Known = Mapping[ObjectKey, Entry]
+"""Per object, the entry a planner starting now would rebuild from the facts (``state.known``)."""
 PLANNED = b"\1" * 32
 """The manifest SHA a planned object is desired with (any SHA: only "desired" is read)."""
-"""The last fact of each stream the planner rebuilds from, per object, in replay order."""
 
 
 @dataclasses.dataclass
@@ -113,7 +113,7 @@ def rows(
     bundle = as_published.bundle
     if taken is None:
         taken = intake(as_published, manifests, scopes)
-    entries = rebuilt(known)
+    entries = known
     out: list[PlanRow] = []
     for t in taken:
         decision = decided(entries.get(t.key) or Entry(t.key), bundle, t.sha)
@@ -126,11 +126,6 @@ def rows(
     limits.check(as_published, desired, scopes, policy)
     out += pruned(bundle, desired, entries, prune_removed=prune_removed, revision=as_published)
     return sorted(out, key=lambda r: apply_order(r.key))
-
-
-def rebuilt(known: Known) -> dict[ObjectKey, Entry]:
-    """Each object's entry as a planner starting now would hold it (``facts.rebuilt``), once."""
-    return {key: facts.rebuilt(key, found) for key, found in known.items()}
 
 
 def pruned(
@@ -146,7 +141,7 @@ def pruned(
     a Namespace or CRD that still holds what others want: ``prune.in_use``), and, for the
     ``revision`` being planned, deletions the prune budget would hold (``budget.verdict`` at
     its default thresholds: kept, reason ``prune-budget``, until approved). ``entries``:
-    ``rebuilt`` from the cluster's recorded facts."""
+    what the cluster's recorded facts say (``state.known``)."""
     wanted = [
         (("", key), _desired(entries.get(key), key, bundle) if key in desired else entry)
         for key, entry in entries.items()

@@ -36,6 +36,7 @@ from services.common.bus.core import (
     Answer,
     Handler,
     Subscription,
+    last_sequence,
     publish,
     request,
     serve,
@@ -119,6 +120,7 @@ from services.common.bus.publisher import Publisher
 from services.common.bus.streams import (
     APPLIED,
     BUNDLES,
+    CHECKPOINTS,
     CLUSTERS_BUCKET,
     CLUSTERS_STREAM,
     COMPARE_REFUSED,
@@ -161,6 +163,7 @@ from services.common.bus.streams import (
 __all__ = [
     "APPLIED",
     "BUNDLES",
+    "CHECKPOINTS",
     "CLUSTERS_BUCKET",
     "CLUSTERS_STREAM",
     "COMPARE_REFUSED",
@@ -253,6 +256,7 @@ __all__ = [
     "kv_put",
     "kv_update",
     "last_message",
+    "last_sequence",
     "log",
     "message_at",
     "nak",

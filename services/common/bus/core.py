@@ -79,6 +79,13 @@ async def publish(
     return await js.publish(subject, data, headers=headers)
 
 
+async def last_sequence(js: JetStreamContext, stream: str) -> int:
+    """The sequence of the last message ``stream`` holds (0: none; ``StreamMissing`` before the
+    stream exists)."""
+    info = await js.stream_info(stream)
+    return int(info.state.last_seq or 0) if info.state else 0
+
+
 async def stream_subjects(js: JetStreamContext, stream: str, subjects: str) -> dict[str, int]:
     """The subjects of ``stream`` matching the filter ``subjects``, each with its message count
     (``StreamMissing`` before the stream exists)."""

@@ -35,6 +35,8 @@ FLEET = "DRIFTBUS_FLEET"
 """The last revisions of every fleet bundle, per ``driftbus.fleet.<tenant>.<name>``."""
 ROLLOUTS = "DRIFTBUS_ROLLOUTS"
 """The audit log of rollout transitions (``RolloutEvent``), per ``driftbus.rollout.<t>.<n>``."""
+CHECKPOINTS = "DRIFTBUS_CHECKPOINTS"
+"""Each cluster's last checkpoint (``schemas.checkpoint``), per ``driftbus.checkpoint.<c>.<n>``."""
 BUNDLES, SERVER, APPLIED, INTENTS, STATUS, DECISIONS, OUTCOMES, MEMBERS = (
     "DRIFTBUS_BUNDLES",
     "DRIFTBUS_SERVER",
@@ -211,6 +213,13 @@ def stream_configs(*, replicas: int = 1) -> list[js_api.StreamConfig]:
             "audit log of rollout transitions",
             max_age=30 * DAY,
             max_bytes=256 * 1024**2,
+        ),
+        cfg(
+            CHECKPOINTS,
+            "checkpoint",
+            "compacted: each cluster's last checkpoint of what its planner folded from APPLIED, "
+            "SERVER and OUTCOMES, in parts",
+            max_msgs_per_subject=1,
         ),
     ]
 

@@ -16,6 +16,9 @@ planner but the process, so a plan cannot disagree with the planner.
 - ``prune`` — which prunes would destroy what others still want; which objects are strays.
 - ``budget`` — the prune budget: how much one revision may delete of a bundle at once.
 - ``messages`` — what a decision sends: the intent and its id, the decision record, the row.
+- ``checkpoint`` — a cluster's checkpoint: the facts' part of its entries with the stream
+  sequences they cover, split into parts, and put back together (``assemble``); what the rule
+  can read of an entry (``said``).
 - ``replay`` — a decision's inputs kept in its record, and made again by ``decide``
   (``driftbus replay``).
 """

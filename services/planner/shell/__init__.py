@@ -27,5 +27,7 @@
   what a user reads of it changed.
 - ``periodic`` — the duties, run when their alarm rings: who serves the cluster, lost intents
   sent again, pending intents, the status tick, the sync windows' clock.
+- ``checkpointing`` — the cluster's checkpoint written after a burst of facts (a quiet cluster
+  writes none).
 - ``rollback`` — rollback requests answered by republishing a revision from the bus's history.
 """

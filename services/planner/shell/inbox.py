@@ -112,6 +112,10 @@ class Inbox:
         self._seen[kind] = seq
         return True
 
+    def read_up_to(self) -> dict[str, int]:
+        """Per stream kind, the sequence of the last of the cluster's messages handled."""
+        return dict(self._seen)
+
     async def replay(self) -> None:
         """The cluster's compacted streams as they are now (each its own consumer, gone once
         read), then what the hub held back meanwhile, then ``CAUGHT_UP``. Waits for its share

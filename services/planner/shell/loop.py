@@ -35,7 +35,7 @@ from services.clusters import registry
 from services.common import bus, telemetry
 from services.core.manifest import apply_order
 from services.planner.memory.cluster import ClusterState
-from services.planner.rule import facts
+from services.planner.rule import checkpoint, facts
 from services.planner.rule.budget import Budget
 from services.planner.rule.decide import (
     Decision,
@@ -44,6 +44,7 @@ from services.planner.rule.decide import (
 from services.planner.rule.entry import Slot
 from services.planner.rule.replay import Inputs
 from services.planner.settings import PlannerSettings
+from services.planner.shell.checkpointing import Checkpointer
 from services.planner.shell.folding import Folder
 from services.planner.shell.followed import Followed
 from services.planner.shell.hub import Hub
@@ -61,7 +62,9 @@ FACT_STREAMS = {"applied": bus.APPLIED, "outcome": bus.OUTCOMES}
 """The answers to intents, by the kind of message the run loop reads them as."""
 
 
-DUTIES = frozenset(("status", "resend", "pending", "refresh", "windows clock", "prune"))
+DUTIES = frozenset(
+    ("status", "resend", "pending", "refresh", "windows clock", "prune", "checkpoint")
+)
 """The periodic duties, by the name their alarm puts on the queue (``shell.periodic``)."""
 
 
@@ -133,6 +136,13 @@ class Planner:
             release=self.intake.request_release,
         )
         self.followed = Followed(state=self.state, intake=self.intake, duties=self.duties)
+        self.checkpoints = Checkpointer(
+            state=self.state,
+            publisher=publisher,
+            alarms=self.alarms,
+            read_up_to=self.inbox.read_up_to,
+            interval=settings.checkpoint_interval,
+        )
         self.rollbacks = RollbackDesk(js=js, state=self.state)
 
     @property
@@ -228,6 +238,8 @@ class Planner:
             await duties.intents_pending()
         elif duty == "windows clock":
             await duties.windows()
+        elif duty == "checkpoint":
+            await self.checkpoints.write()
         elif duty == "refresh":
             duties.refresh()
 
@@ -364,6 +376,8 @@ class Planner:
         if (stream := FACT_STREAMS.get(kind)) is not None:
             # read, good or bad: the lost-intent check asks whether a fact was (``periodic``)
             self.state.read_up_to[stream] = bus.stream_sequence(msg)
+        if kind in checkpoint.FACT_KINDS and self.state.live:
+            self.checkpoints.folded()
 
     async def _on_outcome(self, oc: OutcomeEvent) -> None:
         slot = (oc.cluster, oc.key)

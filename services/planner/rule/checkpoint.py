@@ -1,0 +1,180 @@
+"""A cluster's checkpoint, as the planner writes it and as a reader takes it back (pure).
+
+The planner's entries hold what the fact streams said of each object (the applied, live and
+failed fields) next to what only the planner decides (the desired manifest, what is in flight).
+A checkpoint keeps the first kind only: read back, each object is the entry a planner would
+rebuild from the facts folded up to the checkpoint's sequences (``Checkpoint.read_up_to``), and
+what came after is on the streams above them (``tail_start``). ``driftbus plan`` reads a fleet's
+recorded state this way: a message per cluster instead of one per object and stream.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import uuid
+from collections.abc import Iterable, Mapping
+
+import msgspec
+
+from schemas.checkpoint import (
+    CHECKPOINT_VERSION,
+    PART_BYTES,
+    CheckpointError,
+    CheckpointObject,
+    CheckpointPart,
+    deflate,
+    encode_part,
+    inflate,
+)
+from schemas.subjects import ObjectKey, checkpoint_subject
+from services.planner.rule.entry import Entry
+
+FACT_KINDS = ("applied", "server", "outcome")
+"""The fact streams a checkpoint stands for, by the kind the planner reads them as."""
+
+
+def to_object(key: ObjectKey, e: Entry) -> CheckpointObject:
+    """What the facts left in ``e``."""
+    return CheckpointObject(
+        key.group, key.kind, key.namespace, key.name,
+        e.applied_manifest_sha, e.apply_sha, e.applied_rv, e.applied_bundle, e.applied_revision,
+        e.applied_at, e.server_sha, e.server_deleted, e.server_rv, e.owner_bundle,
+        e.api_version, e.keep, e.server_retired, e.failed, e.failed_at,
+    )  # fmt: skip
+
+
+_NO_KEY = ObjectKey("", "", "", "")
+_NOTHING = msgspec.structs.astuple(to_object(_NO_KEY, Entry(_NO_KEY)))[4:]
+"""An object no fact has spoken of yet (desired only): left out, a reader's default."""
+
+
+def to_entry(o: CheckpointObject) -> Entry:
+    """The entry a planner rebuilding from the same facts holds (nothing desired, nothing in
+    flight: the rebuild never marks anything in flight either; no failure a later apply
+    superseded: ``said``)."""
+    return said(
+        Entry(
+            ObjectKey(o.group, o.kind, o.namespace, o.name),
+            applied_manifest_sha=o.applied_manifest_sha,
+            apply_sha=o.apply_sha,
+            applied_rv=o.applied_rv,
+            applied_bundle=o.applied_bundle,
+            applied_revision=o.applied_revision,
+            applied_at=o.applied_at,
+            server_sha=o.server_sha,
+            server_deleted=o.server_deleted,
+            server_rv=o.server_rv,
+            owner_bundle=o.owner_bundle,
+            api_version=o.api_version,
+            keep=o.keep,
+            server_retired=o.server_retired,
+            failed=o.failed,
+            failed_at=o.failed_at,
+        )
+    )
+
+
+def said(e: Entry) -> Entry:
+    """What the decision rule can read of ``e``'s facts, without the traces the order they
+    came in left, which a rebuild from the compacted streams (folding the last fact of each
+    alone) has not: the time of an apply a deletion since undid (``restore`` keeps no time
+    from a deletion), a failure older than the last apply (``facts.outcome`` never folds one
+    in), and of an object gone, the label, apiVersion and keep annotation it had while it
+    lived (a tombstone may carry none; every rule that reads them asks ``live`` first).
+
+    An entry read back from a checkpoint, with the facts since folded in, is ``said`` of the
+    entry a rebuild from every fact gives (``tests/unit/test_checkpoint.py``)."""
+    if e.applied_manifest_sha is None and e.applied_at:
+        e = msgspec.structs.replace(e, applied_at=0.0)
+    if e.failed is not None and e.failed_at < e.applied_at:
+        e = msgspec.structs.replace(e, failed=None, failed_at=0.0)
+    if e.server_deleted and (e.owner_bundle or e.api_version or e.keep):
+        e = msgspec.structs.replace(e, owner_bundle="", api_version="", keep=False)
+    return e
+
+
+def parts(
+    cluster: str,
+    entries: Iterable[tuple[ObjectKey, Entry]],
+    read_up_to: Mapping[str, int],
+    *,
+    now: dt.datetime,
+    generation: str | None = None,
+    part_bytes: int = PART_BYTES,
+) -> list[tuple[str, bytes]]:
+    """The messages of one checkpoint, as (subject, payload), in the order to publish them:
+    part 0 last, so that a reader who sees it sees the others of its generation too."""
+    objects = [
+        o for k, e in entries if msgspec.structs.astuple(o := to_object(k, e))[4:] != _NOTHING
+    ]
+    generation = generation or uuid.uuid4().hex
+    count = 1
+    while True:
+        size = -(-len(objects) // count) if objects else 0
+        chunks = [objects[i : i + size] for i in range(0, len(objects), size)] if size else [[]]
+        deflated = [deflate(c) for c in chunks]
+        if max(map(len, deflated)) <= part_bytes or size <= 1:
+            break
+        count = max(count + 1, count * max(map(len, deflated)) // part_bytes + 1)
+    seqs = {k: int(read_up_to.get(k, 0)) for k in FACT_KINDS}
+    out = [
+        (
+            checkpoint_subject(cluster, i),
+            encode_part(
+                CheckpointPart(
+                    CHECKPOINT_VERSION, cluster, generation, i, len(deflated), seqs, now, data
+                )
+            ),
+        )
+        for i, data in enumerate(deflated)
+    ]
+    return out[1:] + out[:1]
+
+
+@dataclasses.dataclass(frozen=True)
+class Checkpoint:
+    """A cluster's objects as its planner had folded the fact streams up to ``read_up_to``."""
+
+    cluster: str
+    read_up_to: dict[str, int]
+    entries: dict[ObjectKey, Entry]
+    written_at: dt.datetime
+
+
+def assemble(found: Iterable[CheckpointPart]) -> tuple[dict[str, Checkpoint], dict[str, str]]:
+    """The whole checkpoints among ``found`` (every cluster's last part of each index), and
+    per cluster whose checkpoint cannot be used, why (a part missing, parts of two writes, one
+    that does not inflate): that cluster is read from the fact streams instead."""
+    by_cluster: dict[str, dict[int, CheckpointPart]] = {}
+    for p in found:
+        by_cluster.setdefault(p.cluster, {})[p.part] = p
+    good: dict[str, Checkpoint] = {}
+    unusable: dict[str, str] = {}
+    for cluster, got in by_cluster.items():
+        head = got.get(0)
+        if head is None:
+            unusable[cluster] = "its first part is missing"
+            continue
+        mine = [q for i in range(head.parts) if (q := got.get(i)) is not None]
+        if len(mine) < head.parts or any(q.generation != head.generation for q in mine):
+            unusable[cluster] = "its parts are of different writes (one is being written)"
+            continue
+        entries: dict[ObjectKey, Entry] = {}
+        try:
+            for q in mine:
+                for o in inflate(q):
+                    e = to_entry(o)
+                    entries[e.key] = e
+        except CheckpointError as exc:
+            unusable[cluster] = str(exc)
+            continue
+        good[cluster] = Checkpoint(cluster, dict(head.read_up_to), entries, head.written_at)
+    return good, unusable
+
+
+def tail_start(checkpoints: Mapping[str, Checkpoint], clusters: Iterable[str], kind: str) -> int:
+    """The first sequence of stream ``kind`` a reader of ``clusters`` needs: the lowest that
+    any of their checkpoints does not cover (1, the whole stream, when one has none)."""
+    covered = [checkpoints[c].read_up_to.get(kind, 0) if c in checkpoints else 0 for c in clusters]
+    return 1 + min(covered, default=0)
