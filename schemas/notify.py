@@ -50,6 +50,9 @@ class EventKind(enum.StrEnum):
     """A bundle's revision was applied but an object is not healthy."""
     PROGRESSING = "Progressing"
     """A new revision is being applied (a commit status ``pending``); not sent unless named."""
+    PRUNE_HELD = "PruneHeld"
+    """A revision's deletions wait for an approval (the prune budget: ``driftbus approve``);
+    the rest of it is applied."""
     DRIFT_CORRECTED = "DriftCorrected"
     """An object changed or deleted by hand was written back."""
     ROLLOUT_STEP = "RolloutStep"
@@ -61,6 +64,7 @@ DEFAULT_EVENTS: Final = (
     EventKind.READY,
     EventKind.FAILED,
     EventKind.DEGRADED,
+    EventKind.PRUNE_HELD,
     EventKind.DRIFT_CORRECTED,
     EventKind.ROLLOUT_STEP,
 )

@@ -1,9 +1,9 @@
 """What the notify service sends about: one ``Event`` made from a message of the bus (pure).
 
 - a bundle's status (``driftbus.status.<c>.<bundle>.bundle``): its phase, as ``Ready``,
-  ``Failed`` (``Conflict`` too), ``Degraded`` or ``Progressing`` (``Reconciling``,
-  ``OutOfSync``, ``PruneHeld``: waiting for an approval, never Ready); a deleted bundle's is
-  not sent;
+  ``Failed`` (``Conflict`` too), ``Degraded``, ``PruneHeld`` (its deletions wait for someone
+  to approve them: never Ready) or ``Progressing`` (``Reconciling``, ``OutOfSync``); a deleted
+  bundle's is not sent;
 - a planner decision (``driftbus.decision.…``): an apply because the live object drifted or was
   deleted by hand, ``DriftCorrected``; every other decision is not an event;
 - a rollout transition (``driftbus.rollout.<tenant>.<name>``): ``RolloutStep``.
@@ -28,7 +28,7 @@ _PHASES: Final = {
     BundlePhase.DEGRADED: EventKind.DEGRADED,
     BundlePhase.RECONCILING: EventKind.PROGRESSING,
     BundlePhase.OUT_OF_SYNC: EventKind.PROGRESSING,
-    BundlePhase.PRUNE_HELD: EventKind.PROGRESSING,
+    BundlePhase.PRUNE_HELD: EventKind.PRUNE_HELD,
 }
 _DRIFT: Final = (DecisionReason.DRIFT, DecisionReason.DELETED)
 PHASE_KINDS: Final = frozenset(_PHASES.values())

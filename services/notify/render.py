@@ -36,12 +36,14 @@ DESCRIPTION_MAX: Final = 140
 _COMMIT: Final = re.compile(r"^([0-9a-f]{40}|[0-9a-f]{64})$")
 _GITHUB_STATE: Final = {
     EventKind.PROGRESSING: "pending",
+    EventKind.PRUNE_HELD: "pending",
     EventKind.READY: "success",
     EventKind.FAILED: "failure",
     EventKind.DEGRADED: "failure",
 }
 _GITLAB_STATE: Final = {
     EventKind.PROGRESSING: "running",
+    EventKind.PRUNE_HELD: "running",
     EventKind.READY: "success",
     EventKind.FAILED: "failed",
     EventKind.DEGRADED: "failed",
@@ -50,6 +52,7 @@ _COLOUR: Final = {
     EventKind.READY: "Good",
     EventKind.FAILED: "Attention",
     EventKind.DEGRADED: "Warning",
+    EventKind.PRUNE_HELD: "Warning",
     EventKind.DRIFT_CORRECTED: "Warning",
 }
 USER_AGENT: Final = "driftbus-notify"

@@ -226,6 +226,9 @@ async def test_a_tenant_is_refused_everything_not_its_own(sec: TenantBus) -> Non
             sec, USER_A, f"{api}.DIRECT.GET.{bus.SERVER}.driftbus.server.{tc}.=.ConfigMap.ns.x"
         ),
         await refused_publish(sec, USER_A, f"{api}.STREAM.DELETE.{bus.BUNDLES}"),
+        # checkpoints: every tenant's objects, and what plans read (only planners write them)
+        await refused_publish(sec, USER_A, f"{api}.CONSUMER.CREATE.{bus.CHECKPOINTS}"),
+        await refused_publish(sec, USER_A, f"driftbus.checkpoint.{tc}.0"),
         # it stores big bundles but cannot read stored objects back (a consumer on the store)
         await refused_publish(sec, USER_A, f"{api}.CONSUMER.CREATE.{permissions.OBJ}"),
         # the tenant policy
@@ -235,7 +238,7 @@ async def test_a_tenant_is_refused_everything_not_its_own(sec: TenantBus) -> Non
         await refused_publish(sec, USER_A, f"{api}.STREAM.PURGE.{bus.TENANTS_STREAM}"),
     ]
     print("\n".join(refusals))
-    assert len(refusals) == 37
+    assert len(refusals) == 39
 
 
 async def test_only_the_admin_writes_the_tenant_policy(sec: TenantBus) -> None:

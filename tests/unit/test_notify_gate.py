@@ -41,6 +41,7 @@ def status(phase: BundlePhase, bundle: str = "team-a/web", revision: str = "r1")
         (BundlePhase.DEGRADED, EventKind.DEGRADED),
         (BundlePhase.RECONCILING, EventKind.PROGRESSING),
         (BundlePhase.OUT_OF_SYNC, EventKind.PROGRESSING),
+        (BundlePhase.PRUNE_HELD, EventKind.PRUNE_HELD),  # someone must approve: its own kind
         (BundlePhase.DELETED, None),
     ],
 )
@@ -150,6 +151,7 @@ LABELS = {"prod-1": {"env": "prod"}, "dev-1": {"env": "dev"}}
     [
         (Alert(providers=("hook",)), ev(), True),
         (Alert(providers=("hook",)), ev(EventKind.PROGRESSING), False),  # not by default
+        (Alert(providers=("hook",)), ev(EventKind.PRUNE_HELD), True),  # someone must approve
         (
             Alert(providers=("hook",), events=(EventKind.PROGRESSING,)),
             ev(EventKind.PROGRESSING),

@@ -85,6 +85,7 @@ def test_teams_gets_one_adaptive_card() -> None:
     ("kind", "state"),
     [
         (EventKind.PROGRESSING, "pending"),
+        (EventKind.PRUNE_HELD, "pending"),  # the deploy waits for someone to approve
         (EventKind.READY, "success"),
         (EventKind.FAILED, "failure"),
         (EventKind.DEGRADED, "failure"),
@@ -125,6 +126,7 @@ def test_github_enterprise_and_a_named_repository() -> None:
     ("kind", "state"),
     [
         (EventKind.PROGRESSING, "running"),
+        (EventKind.PRUNE_HELD, "running"),
         (EventKind.READY, "success"),
         (EventKind.FAILED, "failed"),
         (EventKind.DEGRADED, "failed"),
