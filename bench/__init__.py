@@ -31,4 +31,6 @@ The scenarios:
   ``fleetsim_members`` simulates those clusters' watchers and appliers on the bus.
 - ``plan`` — ``driftbus plan`` from the bus: a fleet of 1,000 seeded clusters, and one cluster
   of 1,000 objects.
+- ``restart`` — a real planner SIGKILLed and started again on 100,000 objects: from its own
+  checkpoint, and replaying every fact.
 """

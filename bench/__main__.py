@@ -17,6 +17,7 @@ from bench import (
     plan,
     planner,
     report,
+    restart,
     scaling,
     steady,
     tenancy,
@@ -41,6 +42,7 @@ SCENARIOS = {
     "memory": memory.run,
     "memory-fleet": memory.run_fleet,
     "plan": plan.run,
+    "restart": restart.run,
 }
 
 

@@ -1,6 +1,7 @@
 """A cluster's checkpoint: what its planner knows of every object from the fact streams
-(APPLIED, SERVER, OUTCOMES), and up to which stream sequence of each it had read (DESIGN §14:
-event sourcing with snapshots).
+(APPLIED, SERVER, OUTCOMES) — SHAs, resourceVersions, inventory, the watcher's health, the
+applier's last word — and up to which stream sequence of each it had read (DESIGN §14: event
+sourcing with snapshots).
 
 Published by the planner on ``driftbus.checkpoint.<cluster>.<part>`` (stream CHECKPOINTS, the
 last message per subject), in parts of at most ``PART_BYTES`` so that a cluster of 100,000
@@ -54,6 +55,12 @@ class CheckpointObject(msgspec.Struct, array_like=True, frozen=True, gc=False):
     server_retired: bool
     failed: bytes | None
     failed_at: float
+    health: str = ""
+    """The watcher's health of the live object (``Health``), "" when not live or not seen."""
+    health_message: str = ""
+    outcome: bytes = b""
+    """The applier's last word that no applied fact replaced yet (an ``OutcomeEvent`` as
+    ``schemas.codec`` encodes it), b"" when none: what the status says of the object."""
 
 
 class CheckpointPart(msgspec.Struct, frozen=True):

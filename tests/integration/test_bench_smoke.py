@@ -20,6 +20,7 @@ from bench import (
     hashing,
     memory,
     planner,
+    restart,
     scaling,
     stack,
     steady,
@@ -177,3 +178,15 @@ def test_memory_smoke() -> None:
     got = _sane(memory.run_fleet(objects=20, repetitions=1, clusters=2))
     assert set(got) == {"memory-fleet-planner-rss", "memory-fleet-watcher-rss"}
     assert got["memory-fleet-planner-rss"].parameters["writes_per_cluster"] == 20
+
+
+def test_restart_smoke() -> None:
+    """A real planner killed and started again from its own checkpoint and from every fact:
+    ready both ways, no intent either way (checked inside), the checkpoint read only by the
+    first (checked inside, from its log)."""
+    got = _sane(restart.run(objects=300, repetitions=1))
+    assert set(got) == {"restart-planner-300", "restart-planner-300-vs-target"}
+    assert got["restart-planner-300"].parameters["intents_after_restart"] == {
+        "checkpoint": [0],
+        "facts": [0],
+    }

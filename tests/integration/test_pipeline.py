@@ -23,14 +23,17 @@ from harness.pipeline import (
     write_requests,
     writes_since,
 )
-from schemas.messages import BundlePhase, ObjectPhase
+from schemas.messages import BundlePhase, Health, ObjectPhase
+from services.cli.plan.state import read_checkpoints
 from services.kube import KubeClient, NotFound
 
 from ..conftest import unique_name
 
 # bundle names unique to this run: the API server is shared, and a bundle of an earlier test
 # with the same name would have its objects pruned by the next one
-STEADY, FIFTY, ERRS, NEWNS = (unique_name(n) for n in ("steady", "fifty", "errs", "newns"))
+STEADY, FIFTY, ERRS, NEWNS, CKPT = (
+    unique_name(n) for n in ("steady", "fifty", "errs", "newns", "ckpt")
+)
 
 
 def cm(ns: str, name: str, **data: str) -> dict[str, Any]:
@@ -216,6 +219,60 @@ async def test_steady_state_causes_zero_writes(
         f"steady state, {len(manifests)} objects: first publish {len(manifests)} writes; "
         "3 republishes, planner SIGKILL+restart, watcher restart: 0 writes"
     )
+
+
+async def test_a_restarted_planner_starts_from_the_checkpoint_and_the_facts_after_it(
+    pipeline: Pipeline, pnc: NATS, kube: KubeClient, namespace: str
+) -> None:
+    """A planner SIGKILLed after its cluster's checkpoint was written rebuilds from it (read
+    once, instead of every object's facts) and from what happened since: an object deleted by
+    hand while no planner ran is restored — one write, nothing else — and the bundle is Ready
+    again, with each object's health as the checkpoint kept it."""
+    manifests = [cm(namespace, f"cm-{i}") for i in range(12)]
+    watch = StatusWatch()
+    await watch.start(pnc, pipeline.cluster, CKPT)
+    pipeline.start_all()
+    js = pnc.jetstream()
+    await pipeline.publish(js, CKPT, manifests)
+    await watch.ready("r1", 60, pipeline.logs)
+
+    async def checkpointed() -> bool:
+        found = await read_checkpoints(js, [pipeline.cluster])
+        cp = found.get(pipeline.cluster)
+        if cp is None:
+            return False
+        ours = {k.name for k, e in cp.entries.items() if e.applied_bundle == CKPT}
+        healthy = [k for k, (h, _, _) in cp.kept.items() if h is Health.READY]
+        return ours == {f"cm-{i}" for i in range(12)} and len(healthy) >= 12
+
+    await wait_until(checkpointed, 30, "a checkpoint with the bundle's objects, healthy")
+    pipeline.kill("planner")  # SIGKILL: no chance to save anything
+    res = await kube.discovery.resource("v1", "ConfigMap")
+    await kube.delete(res, "cm-3", namespace)  # drift while no planner runs
+    await settle()
+    before = write_counts(pipeline.api)
+    pipeline.start("planner")
+
+    async def restored() -> bool:
+        with contextlib.suppress(NotFound):
+            await kube.get(res, "cm-3", namespace)
+            return True
+        return False
+
+    await wait_until(restored, 60, "cm-3 restored after the restart")
+    await watch.ready("r1", 60, pipeline.logs)
+    await settle(3)
+    assert writes_since(pipeline.api, before) == 1  # the restore, and nothing else
+    planner_log = pipeline.procs["planner"].log_path.read_text()
+    assert "rebuilding from its checkpoint" in planner_log, planner_log[-3000:]
+    assert "checkpoint not used" not in planner_log, planner_log[-3000:]
+
+
+async def wait_until(probe: Any, within: float, what: str) -> None:
+    deadline = asyncio.get_running_loop().time() + within
+    while not await probe():
+        assert asyncio.get_running_loop().time() < deadline, what
+        await asyncio.sleep(0.25)
 
 
 async def test_objects_in_a_new_namespace_do_not_race_it(

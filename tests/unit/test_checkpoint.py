@@ -12,7 +12,7 @@ import msgspec
 import pytest
 
 from schemas.checkpoint import CHECKPOINT_VERSION, CheckpointError, decode_part, encode_part
-from schemas.messages import AppliedEvent, ObjectPhase, OutcomeEvent, ServerEvent
+from schemas.messages import AppliedEvent, Health, ObjectPhase, OutcomeEvent, ServerEvent
 from schemas.subjects import ObjectKey
 from services.planner.rule import checkpoint, facts
 from services.planner.rule.decide import Desired, restore, step
@@ -219,3 +219,24 @@ def _compacted(history: list[facts.Fact]) -> list[facts.Fact]:
     for f in history:
         last[type(f)] = f
     return [last[t] for t in (AppliedEvent, ServerEvent, OutcomeEvent) if t in last]
+
+
+def test_what_the_facts_left_beside_an_entry_comes_back_with_it() -> None:
+    """The watcher's health and the applier's last word: what a planner restarting from the
+    checkpoint says in the status without the facts that brought them."""
+    last_word = failed(SHA_B, 4)
+    kept = {
+        key(1): (Health.READY, "", None),
+        key(2): (Health.IN_PROGRESS, "rolling out 1 of 3", last_word),
+        key(3): checkpoint.NOTHING_KEPT,
+    }
+    entries = [(key(i), entry(i)) for i in (1, 2, 3)]
+    found = checkpoint.parts("c", entries, {}, now=NOW, kept=lambda k: kept[k])
+    (cp,) = checkpoint.assemble(decoded(found))[0].values()
+    assert cp.kept == {k: v for k, v in kept.items() if v != checkpoint.NOTHING_KEPT}
+
+
+def test_a_health_this_build_does_not_know_is_unknown_not_a_lost_checkpoint() -> None:
+    o = checkpoint.to_object(key(1), entry(1), (Health.READY, "", None))
+    odd = msgspec.structs.replace(o, health="Sparkling", outcome=b"{not json")
+    assert checkpoint.kept_of(odd) == (Health.UNKNOWN, "", None)

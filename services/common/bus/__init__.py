@@ -55,7 +55,13 @@ from services.common.bus.durable import (
     published_at,
     stream_sequence,
 )
-from services.common.bus.follower import Follower, last_message, message_at, subject_history
+from services.common.bus.follower import (
+    Follower,
+    last_message,
+    message_at,
+    next_message,
+    subject_history,
+)
 from services.common.bus.intents import (
     IntentConsumerSettings,
     IntentQueue,
@@ -260,6 +266,7 @@ __all__ = [
     "log",
     "message_at",
     "nak",
+    "next_message",
     "num_pending",
     "publish",
     "published_at",

@@ -255,6 +255,17 @@ async def message_at(js: JetStreamContext, stream: str, seq: int) -> js_api.RawS
         return None
 
 
+async def next_message(
+    js: JetStreamContext, stream: str, subject: str, seq: int
+) -> js_api.RawStreamMsg | None:
+    """The first message of ``stream`` on ``subject`` (a filter: wildcards allowed) at or after
+    sequence ``seq``, by one direct get (None: there is none)."""
+    try:
+        return await js.get_msg(stream, max(1, seq), subject=subject, next=True, direct=True)
+    except NotFoundError:
+        return None
+
+
 async def subject_history(
     js: JetStreamContext, stream: str, subject: str, *, upto: int
 ) -> list[js_api.RawStreamMsg]:

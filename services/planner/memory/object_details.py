@@ -69,6 +69,14 @@ class Details:
         d = self._of.get(slot)
         return d.outcome if d is not None else None
 
+    def from_facts(self, slot: Slot) -> tuple[Health | None, str, OutcomeEvent | None]:
+        """What the facts left here — the watcher's health (None: not live, or not seen) and
+        why, the applier's last word — as a checkpoint keeps it."""
+        d = self._of.get(slot)
+        if d is None:
+            return None, "", None
+        return d.health, d.health_message, d.outcome
+
     # --- writing --------------------------------------------------------------------------
 
     def set_manifest(self, slot: Slot, manifest: bytes, book: Codebook | None = None) -> None:

@@ -2,18 +2,21 @@
 
 The planner's entries hold what the fact streams said of each object (the applied, live and
 failed fields) next to what only the planner decides (the desired manifest, what is in flight).
-A checkpoint keeps the first kind only: read back, each object is the entry a planner would
+A checkpoint keeps the first kind only, and beside it what else the facts left (``Kept``: the
+watcher's health, the applier's last word): read back, each object is the entry a planner would
 rebuild from the facts folded up to the checkpoint's sequences (``Checkpoint.read_up_to``), and
 what came after is on the streams above them (``tail_start``). ``driftbus plan`` reads a fleet's
-recorded state this way: a message per cluster instead of one per object and stream.
+recorded state this way, and a planner taking a cluster rebuilds from it: a message per cluster
+instead of one per object and stream.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import msgspec
 
@@ -27,6 +30,8 @@ from schemas.checkpoint import (
     encode_part,
     inflate,
 )
+from schemas.codec import WireError, decode, encode
+from schemas.messages import Health, OutcomeEvent
 from schemas.subjects import ObjectKey, checkpoint_subject
 from services.planner.rule.entry import Entry
 
@@ -34,16 +39,39 @@ FACT_KINDS = ("applied", "server", "outcome")
 """The fact streams a checkpoint stands for, by the kind the planner reads them as."""
 
 
-def to_object(key: ObjectKey, e: Entry) -> CheckpointObject:
-    """What the facts left in ``e``."""
+Kept = tuple[Health | None, str, OutcomeEvent | None]
+"""What the facts left beside an object's entry: the watcher's health of the live object (None:
+not live, or not seen) and why, and the applier's last word no applied fact replaced yet."""
+NOTHING_KEPT: Kept = (None, "", None)
+
+
+def to_object(key: ObjectKey, e: Entry, kept: Kept = NOTHING_KEPT) -> CheckpointObject:
+    """What the facts left in ``e`` and beside it (``kept``)."""
+    health, message, outcome = kept
     return CheckpointObject(
         key.group, key.kind, key.namespace, key.name,
         e.applied_manifest_sha, e.apply_sha, e.applied_rv, e.applied_bundle, e.applied_revision,
         e.applied_at, e.server_sha, e.server_deleted, e.server_rv, e.owner_bundle,
         e.api_version, e.keep, e.server_retired, e.failed, e.failed_at,
+        str(health) if health is not None else "", message,
+        encode(outcome) if outcome is not None else b"",
     )  # fmt: skip
 
 
+def kept_of(o: CheckpointObject) -> Kept:
+    """What ``o`` keeps beside its entry; a health or a last word this build cannot read is
+    unknown (the status then says so), never a reason to drop the checkpoint."""
+    health: Health | None = None
+    if o.health:
+        health = Health(o.health) if o.health in _HEALTH else Health.UNKNOWN
+    outcome = None
+    if o.outcome:
+        with contextlib.suppress(WireError):
+            outcome = decode(o.outcome, OutcomeEvent)
+    return health, o.health_message, outcome
+
+
+_HEALTH = frozenset(h.value for h in Health)
 _NO_KEY = ObjectKey("", "", "", "")
 _NOTHING = msgspec.structs.astuple(to_object(_NO_KEY, Entry(_NO_KEY)))[4:]
 """An object no fact has spoken of yet (desired only): left out, a reader's default."""
@@ -102,11 +130,16 @@ def parts(
     now: dt.datetime,
     generation: str | None = None,
     part_bytes: int = PART_BYTES,
+    kept: Callable[[ObjectKey], Kept] | None = None,
 ) -> list[tuple[str, bytes]]:
     """The messages of one checkpoint, as (subject, payload), in the order to publish them:
-    part 0 last, so that a reader who sees it sees the others of its generation too."""
+    part 0 last, so that a reader who sees it sees the others of its generation too.
+    ``kept``: what the facts left beside each object's entry (none when not given)."""
     objects = [
-        o for k, e in entries if msgspec.structs.astuple(o := to_object(k, e))[4:] != _NOTHING
+        o
+        for k, e in entries
+        if msgspec.structs.astuple(o := to_object(k, e, kept(k) if kept else NOTHING_KEPT))[4:]
+        != _NOTHING
     ]
     generation = generation or uuid.uuid4().hex
     count = 1
@@ -140,6 +173,8 @@ class Checkpoint:
     read_up_to: dict[str, int]
     entries: dict[ObjectKey, Entry]
     written_at: dt.datetime
+    kept: dict[ObjectKey, Kept] = dataclasses.field(default_factory=dict)
+    """Beside each entry, what the facts left that is not ``NOTHING_KEPT``."""
 
 
 def assemble(found: Iterable[CheckpointPart]) -> tuple[dict[str, Checkpoint], dict[str, str]]:
@@ -161,15 +196,18 @@ def assemble(found: Iterable[CheckpointPart]) -> tuple[dict[str, Checkpoint], di
             unusable[cluster] = "its parts are of different writes (one is being written)"
             continue
         entries: dict[ObjectKey, Entry] = {}
+        kept: dict[ObjectKey, Kept] = {}
         try:
             for q in mine:
                 for o in inflate(q):
                     e = to_entry(o)
                     entries[e.key] = e
+                    if o.health or o.outcome:
+                        kept[e.key] = kept_of(o)
         except CheckpointError as exc:
             unusable[cluster] = str(exc)
             continue
-        good[cluster] = Checkpoint(cluster, dict(head.read_up_to), entries, head.written_at)
+        good[cluster] = Checkpoint(cluster, dict(head.read_up_to), entries, head.written_at, kept)
     return good, unusable
 
 

@@ -1,5 +1,7 @@
-"""One cluster's checkpoint writer: after the facts of a burst are folded, what they left in the
-entries goes to CHECKPOINTS (``rule.checkpoint``), with the stream sequences it covers.
+"""One cluster's checkpoint: after the facts of a burst are folded, what they left in the
+entries goes to CHECKPOINTS (``rule.checkpoint``), with the stream sequences it covers; and when
+a planner takes the cluster, its rebuild starts from it (``restore``; the inbox replays only
+the facts above it).
 
 A quiet cluster writes nothing: the alarm is set by a fact folded live, and rings
 ``settings.checkpoint_interval`` seconds later (longer for a big cluster: a checkpoint is
@@ -12,6 +14,8 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Mapping
+
+import msgspec
 
 from services.common import bus
 from services.planner.memory.cluster import ClusterState
@@ -71,6 +75,7 @@ class Checkpointer:
             self.read_up_to(),
             now=messages.now(),
             generation=generation,
+            kept=lambda key: st.details.from_facts((st.cluster, key)),
         )
         for subject, data in found:
             await self.publisher.publish(subject, data, msg_id=f"{subject}/{generation}")
@@ -81,4 +86,37 @@ class Checkpointer:
             generation,
             len(found),
             self.last_bytes,
+        )
+
+    def restore(self, found: checkpoint.Checkpoint) -> None:
+        """Start the rebuild from the cluster's checkpoint: its entries and what the facts left
+        beside them, as if the facts up to its sequences had been replayed (the replay brings
+        only those above them)."""
+        st = self.state
+        for key, e in found.entries.items():
+            slot = (st.cluster, key)
+            if (known := st.entries.get(slot)) is not None:  # desired already: keep that part
+                e = msgspec.structs.replace(
+                    e,
+                    bundle=known.bundle,
+                    revision=known.revision,
+                    manifest_sha=known.manifest_sha,
+                    prune=known.prune,
+                    correct_drift=known.correct_drift,
+                )
+            st.entries[slot] = e
+        for key, (health, message, outcome) in found.kept.items():
+            slot = (st.cluster, key)
+            if health is not None:
+                st.details.set_health(slot, health, message)
+            if outcome is not None:
+                st.details.set_outcome(slot, outcome)
+        for kind, stream in (("applied", bus.APPLIED), ("outcome", bus.OUTCOMES)):
+            covered = found.read_up_to.get(kind, 0)
+            st.read_up_to[stream] = max(st.read_up_to.get(stream, 0), covered)
+        log.info(
+            "cluster %s: rebuilding from its checkpoint of %s (%d objects)",
+            st.cluster,
+            found.written_at.isoformat(timespec="seconds"),
+            len(found.entries),
         )

@@ -5,23 +5,33 @@ The replay (``replay``) reads the cluster's compacted streams as they are now, e
 short-lived consumer of its own, while the hub's live messages for the cluster are held back;
 then the held-back ones follow, and the mark that the rebuild is done. The two overlap (the hub
 started following before the replay's consumers existed), and an ordered consumer reset resends:
-``first_time`` keeps each stream message to one handling, by its stream sequence.
+``first_time`` keeps each stream message to one handling, by its stream sequence. A cluster with
+a checkpoint (``rule.checkpoint``, written by the planner that held it) starts from it: the fact
+streams are read only above its sequences, and what the hub holds back at or below them is
+dropped the same way.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 from typing import Any
 
-from schemas.subjects import cluster_filter
+from schemas.checkpoint import CheckpointError, decode_part
+from schemas.subjects import checkpoint_subject, cluster_filter
 from services.common import bus
+from services.planner.rule import checkpoint
 from services.planner.shell.alarms import Alarms
 from services.planner.shell.budget import Backlog, WorkBudget
 from services.planner.shell.hub import CLUSTER_STREAMS
 
 CAUGHT_UP = "caught up"
 """What the replay puts last: everything before it is the cluster as it was."""
+CHECKPOINT = "checkpoint read"
+"""What the replay puts first when the cluster has a usable checkpoint (``rule.checkpoint``)."""
+
+log = logging.getLogger("driftbus.planner")
 
 
 class CountedQueue(asyncio.Queue[tuple[str, Any]]):
@@ -56,10 +66,18 @@ class Inbox:
     """The queue of (kind, message) a cluster's run loop reads, one at a time."""
 
     def __init__(
-        self, js: bus.JetStream, cluster: str, budget: WorkBudget, backlog: Backlog
+        self,
+        js: bus.JetStream,
+        cluster: str,
+        budget: WorkBudget,
+        backlog: Backlog,
+        *,
+        use_checkpoint: bool = True,
     ) -> None:
         self.js = js
         self.cluster = cluster
+        self.use_checkpoint = use_checkpoint
+        """Start from the cluster's checkpoint when it has a usable one."""
         self._budget = budget
         self._taken: int | None = None
         """Units of the replica's replay budget this cluster holds until it is live (None:
@@ -118,21 +136,39 @@ class Inbox:
 
     async def replay(self) -> None:
         """The cluster's compacted streams as they are now (each its own consumer, gone once
-        read), then what the hub held back meanwhile, then ``CAUGHT_UP``. Waits for its share
-        of the replica's replay budget first (``budget``), held until ``replayed``."""
+        read), then what the hub held back meanwhile, then ``CAUGHT_UP``. With a usable
+        checkpoint (``use_checkpoint``), the checkpoint goes first (``CHECKPOINT``) and the fact
+        streams are read only above its sequences (nothing at all where no message of the
+        cluster is there). Waits for its share of the replica's replay budget first
+        (``budget``), held until ``replayed``."""
 
         async def count(stream: str, subjects: str) -> int:
             return sum((await bus.stream_subjects(self.js, stream, subjects)).values())
 
         filters = {k: (s, cluster_filter(k, self.cluster)) for k, s in CLUSTER_STREAMS.items()}
+        found = await self.checkpoint() if self.use_checkpoint else None
+        starts: dict[str, int] = {}
+        if found is not None:
+            for kind in checkpoint.FACT_KINDS:
+                starts[kind] = found.read_up_to.get(kind, 0) + 1
+                self._seen[kind] = max(self._seen.get(kind, 0), starts[kind] - 1)
+                stream, subjects = filters[kind]
+                if await bus.next_message(self.js, stream, subjects, starts[kind]) is None:
+                    del filters[kind]  # nothing of the cluster above the checkpoint
         # one request per stream, no consumer: a new cluster has nothing in most of them
         async with self._budget.sizing:
             counts = await asyncio.gather(*(count(s, f) for s, f in filters.values()))
-        self._taken = await self._budget.take(sum(counts))
+        folded = len(found.entries) if found is not None else 0
+        self._taken = await self._budget.take(sum(counts) + folded)
+        if found is not None:
+            self.queue.put_nowait((CHECKPOINT, found))
 
         async def replay(kind: str, stream: str, subjects: str) -> None:
             n = 0
-            async for msg in bus.Follower(self.js, stream, subjects).snapshot():
+            follower = bus.Follower(self.js, stream, subjects, start_seq=starts.get(kind))
+            if kind not in starts:
+                follower = bus.Follower(self.js, stream, subjects)
+            async for msg in follower.snapshot():
                 self.queue.put_nowait((kind, msg))  # bounded by the replay budget
                 n += 1
                 if n % 1000 == 0:  # a buffered consumer never yields: let the others run
@@ -147,6 +183,48 @@ class Inbox:
             for item in held:
                 self.queue.put_nowait(item)
         self.queue.put_nowait((CAUGHT_UP, None))
+
+    async def checkpoint(self) -> checkpoint.Checkpoint | None:
+        """The cluster's last checkpoint, if it is whole and of this build's version, and no
+        sequence in it is above what its stream holds (the streams made anew since): else
+        None, and the streams are replayed whole (named in the log)."""
+        cluster = self.cluster
+        try:
+            head = await bus.last_message(self.js, bus.CHECKPOINTS, checkpoint_subject(cluster, 0))
+        except bus.StreamMissing:
+            return None
+        if head is None:
+            return None
+        try:
+            parts = [decode_part(head.data or b"")]
+            for i in range(1, parts[0].parts):
+                got = await bus.last_message(
+                    self.js, bus.CHECKPOINTS, checkpoint_subject(cluster, i)
+                )
+                if got is not None:
+                    parts.append(decode_part(got.data or b""))
+        except CheckpointError as exc:
+            log.warning("cluster %s: checkpoint not used (%s); replaying its streams", cluster, exc)
+            return None
+        good, unusable = checkpoint.assemble(parts)
+        found = good.get(cluster)
+        if found is None:
+            why = unusable.get(cluster, "it names another cluster")
+            log.warning("cluster %s: checkpoint not used (%s); replaying its streams", cluster, why)
+            return None
+        for kind in checkpoint.FACT_KINDS:
+            held = await bus.last_sequence(self.js, CLUSTER_STREAMS[kind])
+            if found.read_up_to.get(kind, 0) > held:
+                log.warning(
+                    "cluster %s: checkpoint not used (it covers %s up to %d, the stream holds "
+                    "%d: made anew?); replaying its streams",
+                    cluster,
+                    kind,
+                    found.read_up_to.get(kind, 0),
+                    held,
+                )
+                return None
+        return found
 
     def replayed(self) -> None:
         """The replay was folded and the cluster went live: its budget goes to the next."""

@@ -48,7 +48,7 @@ from services.planner.shell.checkpointing import Checkpointer
 from services.planner.shell.folding import Folder
 from services.planner.shell.followed import Followed
 from services.planner.shell.hub import Hub
-from services.planner.shell.inbox import CAUGHT_UP, Inbox
+from services.planner.shell.inbox import CAUGHT_UP, CHECKPOINT, Inbox
 from services.planner.shell.intake import BundleIntake
 from services.planner.shell.periodic import STATUS_REFRESH, Duties
 from services.planner.shell.rollback import RollbackDesk
@@ -96,7 +96,8 @@ class Planner:
             cluster, prune_budget=Budget(settings.prune_budget_share, settings.prune_budget_min)
         )
         self.ready = asyncio.Event()
-        self.inbox = Inbox(js, cluster, hub.replays, hub.backlog)
+        use = settings.checkpoint_interval > 0
+        self.inbox = Inbox(js, cluster, hub.replays, hub.backlog, use_checkpoint=use)
         """Every input, handled one at a time: the streams' messages, the settings (the last
         good sync windows, ``windows``, a ``Good``), bundle re-checks, bundles whose hold ended
         (``release``, a bundle name), and the duties whose alarm rang (``DUTIES``)."""
@@ -204,6 +205,8 @@ class Planner:
                 kind, msg = await self.inbox.get()
                 if kind == CAUGHT_UP:
                     await self._go_live()
+                elif kind == CHECKPOINT:
+                    self.checkpoints.restore(msg)
                 elif kind in DUTIES:
                     await self._duty(kind)
                 else:
