@@ -26,6 +26,9 @@ CHECKPOINT_VERSION: Final = 1
 """Bumped whenever what a field means changes; a reader ignores other versions."""
 PART_BYTES: Final = 256 * 1024
 """The most deflated object bytes one part carries (NATS's default message limit is 1 MiB)."""
+MAX_PARTS: Final = 4096
+"""The most parts a checkpoint has (1 GiB deflated): a part claiming more is refused, not
+followed by a reader asking for each."""
 
 
 class CheckpointError(ValueError):
@@ -102,6 +105,10 @@ def decode_part(data: bytes) -> CheckpointPart:
     if part.version != CHECKPOINT_VERSION:
         raise CheckpointError(
             f"checkpoint version {part.version}; this build reads {CHECKPOINT_VERSION}"
+        )
+    if not 0 <= part.part < part.parts <= MAX_PARTS:
+        raise CheckpointError(
+            f"checkpoint of {part.cluster}: part {part.part} of {part.parts} (at most {MAX_PARTS})"
         )
     return part
 

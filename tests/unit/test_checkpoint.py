@@ -103,6 +103,10 @@ def test_another_version_or_garbage_is_refused_with_a_reason() -> None:
         decode_part(encode_part(msgspec.structs.replace(part, version=99)))
     with pytest.raises(CheckpointError, match="not a checkpoint part"):
         decode_part(b"\x93garbage")
+    for part_no, parts in ((0, 10**9), (3, 2), (-1, 1)):  # a reader would ask for each part
+        forged = msgspec.structs.replace(part, part=part_no, parts=parts)
+        with pytest.raises(CheckpointError, match="at most"):
+            decode_part(encode_part(forged))
     broken = msgspec.structs.replace(part, objects=b"not deflated")
     good, unusable = checkpoint.assemble([broken])
     assert not good
