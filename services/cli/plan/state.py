@@ -1,11 +1,14 @@
-"""What the bus records of the clusters a plan is about, read once: the last fact of each stream
-the planner rebuilds from (APPLIED, SERVER, OUTCOMES) per cluster and object, and the scopes each
-cluster's watcher reported from its discovery (its heartbeat on MEMBERS).
+"""What the bus records of the clusters a plan is about, read once: per cluster and object,
+the entry a planner starting now would rebuild from APPLIED, SERVER and OUTCOMES, and the scopes
+each cluster's watcher reported from its discovery (its heartbeat on MEMBERS).
 
-One snapshot per stream, whatever the number of clusters: a plan of one cluster filters on its
-subjects (``cluster_filter``); a fleet plan reads the whole family once (``family_filter``) and
-sorts the messages by the subject's cluster token, dropping other clusters' before decoding.
-Nothing here asks an API server.
+Each cluster's checkpoint first (``read_checkpoints``: one message per part, written by its
+planner), then one read of each fact stream, whatever the number of clusters, from the lowest
+sequence a checkpoint leaves out (the whole compacted view when a cluster has none): a plan of
+one cluster filters on its subjects (``cluster_filter``), a fleet plan reads the whole family
+(``family_filter``) and sorts the messages by the subject's cluster token, dropping other
+clusters' and what a cluster's checkpoint already holds before decoding. Nothing here asks an
+API server.
 """
 
 from __future__ import annotations

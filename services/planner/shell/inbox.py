@@ -146,17 +146,18 @@ class Inbox:
             return sum((await bus.stream_subjects(self.js, stream, subjects)).values())
 
         filters = {k: (s, cluster_filter(k, self.cluster)) for k, s in CLUSTER_STREAMS.items()}
-        found = await self.checkpoint() if self.use_checkpoint else None
         starts: dict[str, int] = {}
-        if found is not None:
-            for kind in checkpoint.FACT_KINDS:
-                starts[kind] = found.read_up_to.get(kind, 0) + 1
-                self._seen[kind] = max(self._seen.get(kind, 0), starts[kind] - 1)
-                stream, subjects = filters[kind]
-                if await bus.next_message(self.js, stream, subjects, starts[kind]) is None:
-                    del filters[kind]  # nothing of the cluster above the checkpoint
-        # one request per stream, no consumer: a new cluster has nothing in most of them
+        # a few requests per stream, no consumer: a new cluster has nothing in most of them (and
+        # the replica's clusters ask at most so many at once: a claim burst of 1,000 must not)
         async with self._budget.sizing:
+            found = await self.checkpoint() if self.use_checkpoint else None
+            if found is not None:
+                for kind in checkpoint.FACT_KINDS:
+                    starts[kind] = found.read_up_to.get(kind, 0) + 1
+                    self._seen[kind] = max(self._seen.get(kind, 0), starts[kind] - 1)
+                    stream, subjects = filters[kind]
+                    if await bus.next_message(self.js, stream, subjects, starts[kind]) is None:
+                        del filters[kind]  # nothing of the cluster above the checkpoint
             counts = await asyncio.gather(*(count(s, f) for s, f in filters.values()))
         folded = len(found.entries) if found is not None else 0
         self._taken = await self._budget.take(sum(counts) + folded)
