@@ -318,7 +318,7 @@ async def _last_seqs(js: JetStreamContext) -> dict[str, int]:
     return out
 
 
-def _readyz(port: int) -> bool:
+def readyz(port: int) -> bool:
     """The planner's readiness: "claimed its clusters, each rebuilt from the streams and live"."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as r:
@@ -355,7 +355,7 @@ async def _served(
         claim = await bus.read_lease(kv, bus.claim_key(name))
         if claim is None or claim.holder not in planners:
             return False
-    ready = await asyncio.gather(*(asyncio.to_thread(_readyz, p) for p in ports.values()))
+    ready = await asyncio.gather(*(asyncio.to_thread(readyz, p) for p in ports.values()))
     return all(ready)
 
 

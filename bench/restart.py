@@ -25,12 +25,12 @@ import statistics
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import nats
 
+from bench.fleetsim import readyz
 from bench.fleetsim_members import configmaps
 from bench.plan import _intake
 from bench.report import Result
@@ -46,14 +46,6 @@ from services.revisions.publish import publish_bundle
 
 CLUSTER, BUNDLE = "restart-1", "big"
 TARGET_SECONDS = 10.0
-
-
-def _readyz(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as r:
-            return bool(r.status == 200)
-    except OSError:
-        return False
 
 
 async def _until(what: str, probe: Any, within: float) -> None:
@@ -92,7 +84,7 @@ class PlannerProc:
         return started
 
     async def ready(self, within: float) -> None:
-        await _until("the planner's /readyz", lambda: asyncio.to_thread(_readyz, self.port), within)
+        await _until("the planner's /readyz", lambda: asyncio.to_thread(readyz, self.port), within)
 
     def kill(self) -> None:
         assert self.proc is not None

@@ -15,11 +15,10 @@ import logging
 import uuid
 from collections.abc import Callable, Mapping
 
-import msgspec
-
 from services.common import bus
 from services.planner.memory.cluster import ClusterState
 from services.planner.rule import checkpoint, messages
+from services.planner.rule.decide import Desired, restore
 from services.planner.shell.alarms import Alarms
 
 log = logging.getLogger("driftbus.planner")
@@ -95,15 +94,13 @@ class Checkpointer:
         st = self.state
         for key, e in found.entries.items():
             slot = (st.cluster, key)
-            if (known := st.entries.get(slot)) is not None:  # desired already: keep that part
-                e = msgspec.structs.replace(
-                    e,
-                    bundle=known.bundle,
-                    revision=known.revision,
-                    manifest_sha=known.manifest_sha,
-                    prune=known.prune,
-                    correct_drift=known.correct_drift,
-                )
+            known = st.entries.get(slot)  # none: the replay puts the checkpoint first
+            if known is not None and known.manifest_sha is not None:  # keep what is desired
+                desired = Desired(
+                    known.bundle, known.revision, known.manifest_sha, known.prune,
+                    known.correct_drift,
+                )  # fmt: skip
+                e = restore(e, desired)
             st.entries[slot] = e
         for key, (health, message, outcome) in found.kept.items():
             slot = (st.cluster, key)
