@@ -102,11 +102,12 @@ class Meter:
         }
 
 
-async def _until(what: str, check: Any, within: float) -> None:
+async def until(what: str, check: Any, within: float, *, scenario: str = "fleet-sim") -> None:
+    """Wait until ``check()`` holds; TimeoutError naming ``what`` after ``within`` seconds."""
     deadline = time.monotonic() + within
     while not await check():
         if time.monotonic() > deadline:
-            raise TimeoutError(f"fleet-sim: {what} not within {within:.0f}s")
+            raise TimeoutError(f"{scenario}: {what} not within {within:.0f}s")
         await asyncio.sleep(0.25)
 
 
@@ -183,8 +184,8 @@ async def one_run(
     js = nc.jetstream()
     try:
         for name in procs:
-            await _until(f"{name} ready", lambda n=name: planner_ready(js, n), 120)
-        await _until("the rollout driver", lambda: _driver_leading(js), 60)
+            await until(f"{name} ready", lambda n=name: planner_ready(js, n), 120)
+        await until("the rollout driver", lambda: _driver_leading(js), 60)
         started_members = time.monotonic()
         members = await _start_members(
             nats_server.client_url, clusters, objects, fail_share, workdir
@@ -373,7 +374,7 @@ async def _restart(
     killed = time.monotonic()
     for p in procs.values():
         p.start()
-    await _until(
+    await until(
         "every cluster served again after the planners' restart",
         lambda: _served(js, ports, claimed, since),
         limit,

@@ -238,38 +238,39 @@ def run(*, clusters: int = 1000, objects: int = 100, repetitions: int = 3) -> li
         "cli_start_seconds": round(_cli_start(), 3),
         "load_average": [round(x, 2) for x in load],
     }
+
+    def against(name: str, which: str, seconds: float, target: str) -> Result:
+        return Result(
+            name=name,
+            unit="s",
+            driftbus_samples=got[which],
+            peer_name="target",
+            peer_samples=[seconds] * repetitions,
+            parameters=params,
+            higher_is_better=False,
+            target=target,
+        )
+
     return [
-        Result(
-            name="plan-fleet-1000x100",
-            unit="s",
-            driftbus_samples=got["fleet"],
-            peer_name="target",
-            peer_samples=[5.0] * repetitions,
-            parameters=params,
-            higher_is_better=False,
-            target="ratio ≤ 1 (a fleet plan of 1,000 clusters × 100 objects in ≤ 5 s, no API call)",
+        against(
+            "plan-fleet-1000x100",
+            "fleet",
+            5.0,
+            "ratio ≤ 1 (a fleet plan of 1,000 clusters × 100 objects in ≤ 5 s, no API call)",
         ),
-        Result(
-            name="plan-fleet-1000x100-from-facts",
-            unit="s",
-            driftbus_samples=got["facts"],
-            peer_name="target",
-            peer_samples=[5.0] * repetitions,
-            parameters=params,
-            higher_is_better=False,
-            target="reported: the same plan read from every object's facts, not the clusters' "
+        against(
+            "plan-fleet-1000x100-from-facts",
+            "facts",
+            5.0,
+            "reported: the same plan read from every object's facts, not the clusters' "
             "checkpoints (a fleet whose planners have written none yet: before an upgrade's "
             "first facts)",
         ),
-        Result(
-            name="plan-one-cluster-1000",
-            unit="s",
-            driftbus_samples=got["one"],
-            peer_name="target",
-            peer_samples=[0.2] * repetitions,
-            parameters=params,
-            higher_is_better=False,
-            target="ratio ≤ 1 (one cluster, 1,000 objects, no --diff, in ≤ 0.2 s)",
+        against(
+            "plan-one-cluster-1000",
+            "one",
+            0.2,
+            "ratio ≤ 1 (one cluster, 1,000 objects, no --diff, in ≤ 0.2 s)",
         ),
         *(
             Result(

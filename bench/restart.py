@@ -30,7 +30,7 @@ from typing import Any
 
 import nats
 
-from bench.fleetsim import readyz
+from bench.fleetsim import readyz, until
 from bench.fleetsim_members import configmaps
 from bench.plan import _intake
 from bench.report import Result
@@ -49,11 +49,7 @@ TARGET_SECONDS = 10.0
 
 
 async def _until(what: str, probe: Any, within: float) -> None:
-    deadline = time.monotonic() + within
-    while not await probe():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"restart bench: {what} not within {within:g}s")
-        await asyncio.sleep(0.2)
+    await until(what, probe, within, scenario="restart")
 
 
 class PlannerProc:

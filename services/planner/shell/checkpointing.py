@@ -47,7 +47,7 @@ class Checkpointer:
         self.dirty = False
         self.last_bytes = 0
         self.written = 0
-        """Checkpoints written since start (what the tests and the stats count)."""
+        """Checkpoints written since start: with ``_prefix``, each write's generation."""
         self._prefix = uuid.uuid4().hex[:12]
 
     def delay(self) -> float:
