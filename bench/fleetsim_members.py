@@ -17,11 +17,12 @@ each cluster is the real services' own code, unchanged:
 * **watcher**: registers the cluster in the registry (``clusters.registry.register``), heartbeats
   (``clusters.members.announce``, synced), follows the cluster's bundles (``bus.Follower`` on
   its BUNDLES subjects, an ordered consumer as the real watcher's) and, for each object
-  ``SimKube`` stores or deletes, publishes the server fact through a real
-  ``services.watcher.watch.Watcher`` (``_observe`` / ``_tombstone``: the fact only when SHA or
-  health changed, compare-and-publish against the sequence it last saw, one by one), as a
-  watch event would make it. Objects of the clusters told to fail carry a ``Stalled=True``
-  condition, so their health is ``Failed``; the others are ``Ready``.
+  ``SimKube`` stores or deletes, hands the watch event it makes to a real
+  ``services.watcher.watch.Watcher`` through the real watcher's ``bursts`` (what arrives
+  together is one burst) and ``Watcher.handle_burst`` (the fact only when SHA or health
+  changed, one ``ServerFacts`` message per burst), as the API server's watch stream would.
+  Objects of the clusters told to fail carry a ``Stalled=True`` condition, so their health is
+  ``Failed``; the others are ``Ready``.
 
 ``SimKube`` answers ``resource_for``, ``discovery.resource``, ``apply``, ``get`` and ``delete``
 from a dict per cluster (resourceVersions count up per cluster; no latency, no managed fields,
@@ -49,7 +50,7 @@ import json
 import signal
 import sys
 import uuid
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +67,8 @@ from services.clusters import members
 from services.clusters.registry import register
 from services.common import bus
 from services.core.sha import manifest_sha
-from services.kube import NotFound, Resource
+from services.kube import NotFound, Resource, WatchEvent
+from services.watcher.bursts import bursts
 from services.watcher.settings import WatcherSettings
 from services.watcher.watch import Watcher
 
@@ -134,8 +136,10 @@ class SimKube:
         self.applied: dict[ObjectKey, str] = {}
         """key → SHA of the manifest last applied (as the planner hashes manifests)"""
         self.rv = itertools.count(1000)
-        self.events: set[asyncio.Task[Any]] = set()
+        self.events: asyncio.Queue[WatchEvent] = asyncio.Queue()
+        """The watch stream: an event for every object stored or deleted, in order."""
         self.errors = 0
+        """Facts a publish failure lost (a real watcher would relist and publish again)."""
 
     async def resource_for(self, obj: Mapping[str, Any]) -> Resource:
         return await self.discovery.resource(str(obj["apiVersion"]), str(obj["kind"]))
@@ -157,7 +161,7 @@ class SimKube:
             live["status"] = {"conditions": [cond]}
         self.objects[key] = live
         self.applied[key] = manifest_sha(obj).hex()
-        self._event(self.watcher._observe(copy.deepcopy(live)))
+        self.events.put_nowait(WatchEvent("MODIFIED" if old else "ADDED", copy.deepcopy(live)))
         return live
 
     async def get(self, res: Resource, name: str, namespace: str = "") -> dict[str, Any]:
@@ -176,19 +180,21 @@ class SimKube:
         self.applied.pop(key, None)
         rv = str(next(self.rv))
         live["metadata"]["resourceVersion"] = rv
-        self._event(self.watcher._tombstone(key, rv))
+        self.events.put_nowait(WatchEvent("DELETED", copy.deepcopy(live)))
         return live
 
-    def _event(self, publish: Any) -> None:
-        """The watcher's handling of a watch event, after the API server answered."""
-        task = asyncio.create_task(publish)
-        self.events.add(task)
-        task.add_done_callback(self._done)
+    async def stream(self) -> AsyncIterator[WatchEvent]:
+        """The watch stream of every object this cluster stores or deletes."""
+        while True:
+            yield await self.events.get()
 
-    def _done(self, task: asyncio.Task[Any]) -> None:
-        self.events.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            self.errors += 1  # a real watcher would relist and publish again
+    async def watch(self) -> None:
+        """The real watcher's handling of its watch stream: bursts, one message each."""
+        async for burst in bursts(self.stream()):
+            try:
+                await self.watcher.handle_burst(burst)
+            except Exception:  # noqa: BLE001 - a real watcher would relist and publish again
+                self.errors += len(burst)
 
 
 class CountingReporter(Reporter):
@@ -246,6 +252,7 @@ class SimCluster:
                 )
             ),
             asyncio.create_task(self._follow_bundles()),
+            asyncio.create_task(self.kube.watch()),
         ]
 
     async def _follow_bundles(self) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import zlib
+from collections.abc import Iterable
 from typing import Final
 
 import msgspec
@@ -119,3 +120,27 @@ def inflate(part: CheckpointPart) -> list[CheckpointObject]:
         return _OBJECTS.decode(zlib.decompress(part.objects))
     except (zlib.error, msgspec.DecodeError) as exc:
         raise CheckpointError(f"checkpoint of {part.cluster}, part {part.part}: {exc}") from None
+
+
+def whole(
+    found: Iterable[CheckpointPart],
+) -> tuple[dict[str, list[CheckpointPart]], dict[str, str]]:
+    """Per cluster, the parts of its checkpoint in order if they are whole (part 0 and every
+    part it names, all of one ``generation``), and per cluster whose checkpoint is not, why: a
+    reader takes that cluster from the fact streams instead."""
+    by_cluster: dict[str, dict[int, CheckpointPart]] = {}
+    for p in found:
+        by_cluster.setdefault(p.cluster, {})[p.part] = p
+    good: dict[str, list[CheckpointPart]] = {}
+    unusable: dict[str, str] = {}
+    for cluster, got in by_cluster.items():
+        head = got.get(0)
+        if head is None:
+            unusable[cluster] = "its first part is missing"
+            continue
+        mine = [q for i in range(head.parts) if (q := got.get(i)) is not None]
+        if len(mine) < head.parts or any(q.generation != head.generation for q in mine):
+            unusable[cluster] = "its parts are of different writes (one is being written)"
+            continue
+        good[cluster] = mine
+    return good, unusable

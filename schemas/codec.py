@@ -20,8 +20,10 @@ from schemas.messages import (
     DeleteIntent,
     ObjectStatus,
     ServerEvent,
+    ServerFacts,
     SourceStatus,
 )
+from schemas.subjects import BATCH_TOKEN, SubjectError, decode_token
 
 T = TypeVar("T")
 
@@ -53,6 +55,26 @@ def decode(data: bytes, kind: type[T]) -> T:
     return result
 
 
+def server_events(subject: str, data: bytes) -> list[ServerEvent]:
+    """The server facts a SERVER message carries, in order: a batch (``ServerFacts``, on a
+    ``batch_subject``) or one object's fact (the per-object subject watchers used before
+    issue 44). WireError for bytes that are neither, and for a fact of another cluster than the
+    subject's (a watcher may publish on its own cluster's subjects only)."""
+    parts = subject.split(".", 4)
+    if parts[3:4] == [BATCH_TOKEN]:
+        events = decode(data, ServerFacts).events
+    else:
+        events = [decode(data, ServerEvent)]
+    try:
+        cluster = decode_token(parts[2]) if len(parts) > 2 else ""
+    except SubjectError:
+        cluster = ""
+    for ev in events:
+        if ev.cluster != cluster:
+            raise WireError(f"a server fact of cluster {ev.cluster!r} on {subject}")
+    return events
+
+
 def _name(kind: object) -> str:
     return getattr(kind, "__name__", None) or str(kind)
 
@@ -66,8 +88,10 @@ __all__ = [
     "DeleteIntent",
     "ObjectStatus",
     "ServerEvent",
+    "ServerFacts",
     "SourceStatus",
     "WireError",
     "decode",
     "encode",
+    "server_events",
 ]

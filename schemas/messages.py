@@ -80,6 +80,17 @@ class ServerEvent(_Message, frozen=True, tag=_tag("server")):
     watcher: str = ""
 
 
+class ServerFacts(_Message, frozen=True, tag=_tag("server-facts")):
+    """Server facts of one cluster sent together (issue 44): what one list page or one burst of
+    watch events said, on ``driftbus.server.<cluster>.batch.<id>`` (``server_batch_subject``).
+    Each event means exactly what it would alone; a reader folds them in order. The stream keeps
+    every batch until a checkpoint of the cluster covers it (``docs/architecture.md``)."""
+
+    cluster: Name
+    events: list[ServerEvent]
+    watcher: str = ""
+
+
 # --- applier → driftbus.applied.<cluster>.<key> -------------------------------------------------
 
 
@@ -347,6 +358,7 @@ class MemberHeartbeat(_Message, frozen=True, tag=_tag("member")):
 MESSAGE_TYPES: Final[dict[str, type[_Message]]] = {
     "bundle": Bundle,
     "server-event": ServerEvent,
+    "server-facts": ServerFacts,
     "applied-event": AppliedEvent,
     "apply-intent": ApplyIntent,
     "delete-intent": DeleteIntent,

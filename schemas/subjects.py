@@ -13,7 +13,8 @@ Subject layout (the contract; ``<key>`` is four tokens ``group.kind.namespace.na
 ``<bundle>`` two tokens ``tenant.name``):
 
     driftbus.bundle.<cluster>.<bundle>
-    driftbus.server.<cluster>.<key>
+    driftbus.server.<cluster>.<key>           (per object: written by watchers before issue 44)
+    driftbus.server.<cluster>.batch.<id>      (``ServerFacts``: a page or burst of facts)
     driftbus.applied.<cluster>.<key>
     driftbus.intent.<cluster>.<key>
     driftbus.status.<cluster>.<bundle>.object.<key>
@@ -209,6 +210,24 @@ def object_subject(kind: str, cluster: str, key: ObjectKey) -> str:
     return _checked(f"{PREFIX}.{kind}.{encode_token(cluster)}.{key_tokens(key)}")
 
 
+BATCH_TOKEN: Final = "batch"  # noqa: S105 - a subject token (then the id: no key is 2 tokens)
+
+
+def batch_subject(kind: str, cluster: str, batch_id: str) -> str:
+    """``driftbus.<kind>.<cluster>.batch.<id>``: a batch of one cluster's facts (``ServerFacts``
+    for ``server``); ``batch_id`` is unique per batch (the stream keeps the last per subject)."""
+    if kind not in _OBJECT_STREAMS:
+        raise SubjectError(f"no per-object subject family {kind!r}")
+    return _checked(
+        f"{PREFIX}.{kind}.{encode_token(cluster)}.{BATCH_TOKEN}.{encode_token(batch_id)}"
+    )
+
+
+def batch_filter(kind: str, cluster: str) -> str:
+    """Every batch subject of one cluster's facts of a family."""
+    return f"{PREFIX}.{kind}.{encode_token(cluster)}.{BATCH_TOKEN}.*"
+
+
 def object_status_subject(cluster: str, bundle: str, key: ObjectKey) -> str:
     return _checked(
         f"{PREFIX}.status.{encode_token(cluster)}.{bundle_tokens(bundle)}.object.{key_tokens(key)}"
@@ -313,6 +332,8 @@ def parse_subject(subject: str) -> ParsedSubject:
     rest = parts[3:]
     if family in ("bundle", "control", "rollback") and len(rest) == 2:
         return ParsedSubject(family, cluster, bundle=_bundle_of(*rest))
+    if family in _OBJECT_STREAMS and len(rest) == 2 and rest[0] == BATCH_TOKEN:
+        return ParsedSubject(family, cluster)  # a batch: its messages name their objects
     if family in _OBJECT_STREAMS:
         return ParsedSubject(family, cluster, key=parse_key_tokens(rest))
     if family == "member" and len(rest) == 1 and rest[0] in MEMBER_ROLES:

@@ -108,9 +108,8 @@ def watcher(cluster: str) -> Permissions:
             cluster_filter("server", cluster),
             member_subject(cluster, "watcher"),
             *STREAM_INFO,
-            *grants.read_streams(bus.BUNDLES, bus.SERVER),
-            # a fact lands only if newer than the one SERVER keeps (newest.py) re-reads that one
-            f"{JS}.DIRECT.GET.{bus.SERVER}.{cluster_filter('server', cluster)}",
+            # its seed: the cluster's checkpoint and the SERVER facts after it (serverfacts.py)
+            *grants.read_streams(bus.BUNDLES, bus.SERVER, bus.CHECKPOINTS),
             *grants.object_store_read(),
             *grants.registry_entry(cluster),
         ),

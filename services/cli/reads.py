@@ -27,7 +27,6 @@ from schemas.messages import (
     BundlePhase,
     BundleStatus,
     ObjectStatus,
-    ServerEvent,
     SourceStatus,
 )
 from schemas.subjects import (
@@ -35,7 +34,6 @@ from schemas.subjects import (
     SubjectError,
     bundle_status_subject,
     bundle_statuses_filter,
-    cluster_filter,
     decisions_named_filter,
     object_status_filter,
     object_subject,
@@ -46,6 +44,7 @@ from services.cli.objectref import ObjectRef
 from services.clusters import members
 from services.common import bus, settings
 from services.revisions.watch import StatusWatch
+from services.stored import serverfacts
 
 
 class BusUnreachable(RuntimeError):
@@ -205,14 +204,8 @@ async def object_rows(
         except WireError:
             continue
         statuses[st.key] = st
-    health: dict[ObjectKey, ServerEvent] = {}
-    for m in await snapshot(js, bus.SERVER, cluster_filter("server", cluster)):
-        try:
-            ev = decode(m.data, ServerEvent)
-        except WireError:
-            continue
-        if ev.key in statuses:
-            health[ev.key] = ev
+    live = (await serverfacts.latest(js, [cluster])).get(cluster, {})
+    health = {key: ev for key, ev in live.items() if key in statuses}
     rows = []
     for key, st in sorted(statuses.items()):
         found = health.get(key)
@@ -237,10 +230,10 @@ async def object_rows(
 
 async def api_version(js: bus.JetStream, cluster: str, key: ObjectKey) -> str:
     """The object's apiVersion as the watcher last saw it ("" when never seen)."""
-    with contextlib.suppress(bus.StreamMissing, WireError):
-        last = await bus.last_message(js, bus.SERVER, object_subject("server", cluster, key))
-        if last is not None and last.data:
-            return decode(last.data, ServerEvent).api_version
+    with contextlib.suppress(bus.StreamMissing):
+        found = (await serverfacts.latest(js, [cluster])).get(cluster, {}).get(key)
+        if found is not None:
+            return found.api_version
     return ""
 
 

@@ -43,7 +43,13 @@ class PlannerSettings(telemetry.TelemetrySettings, bus.NatsSettings):
         10.0,
         "seconds after the facts of a burst are folded before the cluster's checkpoint is "
         "written (longer for a big cluster: 1 s per 100 kB of it); 0: no checkpoints "
-        "(driftbus plan then reads every object's facts)",
+        "(driftbus plan then reads every object's facts, and SERVER keeps every batch of "
+        "facts)",
+    )
+    checkpoint_purge_after: float = setting(
+        60.0,
+        "seconds a checkpoint is kept before the SERVER batches it covers are purged (a reader "
+        "that took the checkpoint before has that long to read the facts after it)",
     )
     prune_budget_share: float = setting(
         0.5,

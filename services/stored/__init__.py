@@ -1,9 +1,13 @@
-"""Settings kept on the bus (the tenant policy, the sync windows, the notification
-configurations), one shape for all: a setting brings its schema and its checks, the rest is here.
+"""State kept on the bus and read back whole: settings (the tenant policy, the sync windows,
+the notification configurations), one shape for all — a setting brings its schema and its
+checks, the rest is here — and the live objects' server facts.
 
 - ``document`` (pure) — ``Document[T]``: a settings file read and checked with ``FILE:LINE``
   errors, its stored form written and decoded (checked again), and the last good value of its
   stored versions.
 - ``bucket`` — ``Kept[T]``: a document in its KV bucket under a key; put, read, and followed
   live keeping the last good value (``Following``).
+- ``serverfacts`` — the newest server fact of every object of some clusters: each cluster's
+  checkpoint and the SERVER batches after it (the watcher's seed, ``driftbus status``, the
+  status page).
 """

@@ -44,7 +44,7 @@ from typing import Any, TypeVar
 import orjson
 from aiohttp import web
 
-from schemas.codec import WireError, decode
+from schemas.codec import WireError, decode, server_events
 from schemas.decision import DecisionRecord
 from schemas.messages import BundleStatus, ObjectStatus, ServerEvent
 from schemas.subjects import ObjectKey, family_filter, split_bundle
@@ -52,6 +52,7 @@ from schemas.windows import WindowsFile
 from services.access.permissions import UI_INBOX
 from services.common import bus
 from services.revisions.watch import decode_status
+from services.stored import serverfacts
 from services.stored.document import Good
 from services.ui import detail, fleet, guard
 from services.ui.live import HOUR, LiveState
@@ -159,7 +160,16 @@ class StatusPage:
             self._send_windows()
 
     def _on_server(self, msg: bus.Message) -> None:
-        if (ev := _decoded(msg, ServerEvent)) is not None and (row := self.state.on_server(ev)):
+        try:
+            events = server_events(msg.subject, msg.data)
+        except WireError as exc:
+            log.warning("status page: ignoring server facts on %s: %s", msg.subject, exc)
+            return
+        for ev in events:
+            self._on_fact(ev)
+
+    def _on_fact(self, ev: ServerEvent) -> None:
+        if row := self.state.on_server(ev):
             self._send("object", row, row.get("bundle"))
 
     async def follow(self) -> None:
@@ -172,7 +182,16 @@ class StatusPage:
             family_filter("decision"),
             since=dt.datetime.now(dt.UTC) - dt.timedelta(seconds=HOUR),
         )
-        facts = bus.Follower(self.js, bus.SERVER, family_filter("server"))
+        # live facts from now on; what came before: each cluster's checkpoint and the facts
+        # after it (SERVER keeps a batch only until a checkpoint covers it)
+        facts = bus.Follower(self.js, bus.SERVER, family_filter("server"), from_now=True)
+
+        async def known() -> None:
+            with contextlib.suppress(bus.StreamMissing):
+                for by_key in (await serverfacts.latest(self.js)).values():
+                    for ev in by_key.values():
+                        if (ev.cluster, str(ev.key)) not in self.state.health:  # live is newer
+                            self._on_fact(ev)
 
         async def pump(f: bus.Follower, handle: Any) -> None:
             async for msg in f.messages():
@@ -182,6 +201,7 @@ class StatusPage:
             pump(status, self._on_status),
             pump(decisions, self._on_decision),
             pump(facts, self._on_server),
+            known(),
             self._poll_pending(),
             self._follow_windows(),
             self._windows_clock(),

@@ -7,4 +7,6 @@ The only component that reads the cluster continuously (DESIGN §5).
 - ``watch`` — the ``Watcher``: one list+watch per kind, publishing only what changed, relisting
   on ``410 Gone``.
 - ``facts`` — what it says about an object (pure): a server fact or a tombstone, only when new.
+- ``bursts`` — watch events taken in bursts, and facts cut into messages by count and size:
+  one ``ServerFacts`` per list page or burst (issue 44).
 """

@@ -7,12 +7,10 @@ Pure: the watcher's shell lists and watches, calls these, and publishes what the
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from typing import Any
 
-from schemas.codec import WireError, decode
 from schemas.messages import Health, ServerEvent
-from schemas.subjects import ObjectKey, key_tokens
+from schemas.subjects import ObjectKey
 from services.core.health import ended, health, retiring
 from services.core.manifest import owner_of, prune_disabled, rv_int
 from services.core.sha import object_sha
@@ -117,24 +115,3 @@ def tombstone(
         health_message=why,
     )
     return Seen(None, Health.UNKNOWN, rv_int(rv)), event
-
-
-def fact_id(ev: ServerEvent) -> str:
-    """The Nats-Msg-Id of a fact: the same object of the same cluster at the same
-    resourceVersion is the same fact, so active-active watchers publish it twice and JetStream
-    keeps one. The cluster is part of it: SERVER deduplicates across all clusters, and two
-    clusters can hold an object of the same name at the same resourceVersion (each counts its
-    own) — without it the second cluster's fact was taken for a duplicate and never landed."""
-    return f"{ev.cluster}/{key_tokens(ev.key)}@{ev.resource_version}{'-' if ev.deleted else ''}"
-
-
-def newer_than(rv: int) -> Callable[[bytes], bool]:
-    """Whether a fact at ``rv`` is newer than a SERVER message (an unreadable one always is)."""
-
-    def supersedes(other: bytes) -> bool:
-        try:
-            return rv > rv_int(decode(other, ServerEvent).resource_version)
-        except WireError:
-            return True
-
-    return supersedes

@@ -28,6 +28,11 @@ class WatcherSettings(ClusterSettings, telemetry.TelemetrySettings, bus.NatsSett
         "comma-separated (later changes: driftbus clusters label)",
     )
     list_page_size: int = setting(500, "objects per list page (limit/continue)")
+    batch_events: int = setting(
+        1000,
+        "most server facts one NATS message carries (a list page, a burst of watch events); "
+        "1 sends every fact alone, as before issue 44",
+    )
     retry_delay: float = setting(
         2.0, "seconds between attempts while a kind is unknown or the API server is unreachable"
     )

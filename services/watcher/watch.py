@@ -2,9 +2,12 @@
 
 One list+watch per GVK found in the cluster's bundles (plus configured extras), restricted by
 the ownership label. A server event is published only when an object's SHA or health changed
-against what the SERVER stream already holds — the cache is seeded from it at start-up, so a
-restarted watcher republishes nothing. On ``410 Gone`` it relists and publishes tombstones for
-cached objects that vanished; on a dropped stream it resumes from the last resourceVersion.
+against what the bus already holds — the cache is seeded from the cluster's checkpoint and the
+SERVER facts after it at start-up (``stored.serverfacts``), so a restarted watcher republishes
+nothing. Facts go out together, one message (``ServerFacts``) per list page and per burst of
+watch events (``bursts``): a cold apply of 1,000 objects is a few dozen messages, not 1,000.
+On ``410 Gone`` it relists and publishes tombstones for cached objects that vanished; on a
+dropped stream it resumes from the last resourceVersion.
 
 A fact is acknowledged by JetStream before the watch moves past it (cache and resourceVersion
 advance only then), so a NATS outage longer than the publisher's retries loses nothing: the
@@ -16,28 +19,25 @@ heartbeat says when every kind has completed its initial list — prune waits fo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import dataclasses
 import logging
 from typing import Any
 
 from schemas.codec import WireError, decode, encode
-from schemas.messages import Bundle, Health, KindScope, ServerEvent
-from schemas.subjects import (
-    ObjectKey,
-    SubjectError,
-    cluster_filter,
-    object_subject,
-)
+from schemas.messages import Bundle, Health, KindScope, ServerEvent, ServerFacts
+from schemas.subjects import ObjectKey, SubjectError, batch_subject, cluster_filter
 from services.common import bus, telemetry
-from services.common.bus.newest import publish_newest
 from services.core.health import ended, retiring
-from services.core.manifest import OWNER_LABEL, bundle_kinds, rv_int
+from services.core.manifest import OWNER_LABEL, bundle_kinds
 from services.core.scope import BUILTIN
 from services.core.sha import HashError
-from services.kube import Gone, KubeClient, KubeError, NotFound, Resource
+from services.kube import Gone, KubeClient, KubeError, NotFound, Resource, WatchEvent
 from services.revisions.publish import BundleError, load_manifests
-from services.watcher.facts import Change, Seen, change, fact_id, newer_than, tombstone
+from services.stored import serverfacts
+from services.watcher.bursts import batches, bursts
+from services.watcher.facts import Change, Seen, change, tombstone
 from services.watcher.settings import WatcherSettings
 
 log = logging.getLogger("driftbus.watcher")
@@ -143,15 +143,16 @@ class Watcher:
             self.scopes_changed.set()
 
     async def _seed(self) -> None:
-        """Load what the SERVER stream already says, so only real changes are published."""
-        follower = bus.Follower(self.js, bus.SERVER, cluster_filter("server", self.s.cluster))
-        async for msg in follower.snapshot():
+        """Load what the bus already says of the cluster's objects (its checkpoint and the
+        SERVER facts after it: ``stored.serverfacts``), so only real changes are published,
+        and what vanished meanwhile is tombstoned by the first list."""
+        found = await serverfacts.latest(self.js, [self.s.cluster])
+        for ev in found.get(self.s.cluster, {}).values():
             try:
-                ev = decode(msg.data, ServerEvent)
-                self.cache[ev.key] = Seen.of(ev, bus.stream_sequence(msg))
-            except (WireError, ValueError) as exc:
-                log.warning("ignoring server event %s: %s", msg.subject, exc)
-        log.info("seeded %d objects from the SERVER stream", len(self.cache))
+                self.cache[ev.key] = Seen.of(ev, 0)
+            except ValueError as exc:
+                log.warning("ignoring the server fact of %s: %s", ev.key, exc)
+        log.info("seeded %d objects from the bus", len(self.cache))
 
     def _ensure_watch(self, api_version: str, kind: str) -> None:
         if (api_version, kind) not in self.watches:
@@ -216,23 +217,21 @@ class Watcher:
             self.problems.pop(ident, None)
             while True:
                 try:
-                    async for ev in self.kube.watch(
+                    stream = self.kube.watch(
                         res,
                         resource_version=rv,
                         label_selector=selector,
                         timeout_seconds=self.s.watch_timeout,
-                    ):
-                        # a fact is published (acknowledged) before the watch moves past it
-                        if ev.type in ("ADDED", "MODIFIED"):
-                            await self._observe(ev.object)
-                        elif ev.type == "DELETED":
-                            await self._tombstone(
-                                ObjectKey.of(ev.object),
-                                ev.resource_version,
-                                retired=retiring(ev.object),  # its last state says
-                                ended=ended(ev.object),
+                    )
+                    async with contextlib.aclosing(bursts(stream, most=self.s.batch_events)) as b:
+                        async for burst in b:
+                            # a burst's facts are published (acknowledged) before the watch
+                            # moves past it
+                            await self.handle_burst(burst)
+                            rv = next(
+                                (e.resource_version for e in reversed(burst) if e.resource_version),
+                                rv,
                             )
-                        rv = ev.resource_version or rv
                 except Gone:
                     self.relists += 1
                     RELISTS.add(1, {"kind": res.kind})
@@ -274,8 +273,7 @@ class Watcher:
             and key not in present
             and seen.sha is not None
         ]
-        for key in gone:
-            await self._tombstone(key, rv)
+        await self._publish_all([c for key in gone if (c := self._tombstone(key, rv)) is not None])
         return rv
 
     def _change(self, obj: dict[str, Any]) -> tuple[ObjectKey, Change | None]:
@@ -287,68 +285,82 @@ class Watcher:
             whole=self.s.whole_object_drift,
         )
 
-    async def _observe(self, obj: dict[str, Any]) -> ObjectKey:
-        key, change = self._change(obj)
-        if change is not None:
-            await self._publish_all([change])
-        return key
+    async def handle_burst(self, burst: list[WatchEvent]) -> None:
+        """Publish what a burst of watch events says, one message per ``batches`` cut, and
+        remember it once acknowledged (raises what publishing raised: the watch relists)."""
+        await self._publish_all(self._burst_changes(burst))
 
-    async def _tombstone(
+    def _burst_changes(self, burst: list[WatchEvent]) -> list[Change]:
+        """The facts a burst of watch events says, in order (bookmarks say none). Within a
+        burst the cache has not moved yet: an object changed twice gets both facts, in order."""
+        out: list[Change] = []
+        for ev in burst:
+            try:
+                if ev.type in ("ADDED", "MODIFIED"):
+                    _, c = self._change(ev.object)
+                elif ev.type == "DELETED":
+                    c = self._tombstone(
+                        ObjectKey.of(ev.object),
+                        ev.resource_version,
+                        retired=retiring(ev.object),  # its last state says
+                        ended=ended(ev.object),
+                    )
+                else:
+                    continue
+            except (HashError, SubjectError) as exc:
+                log.error("watch %s: cannot handle an event: %s", ev.object.get("kind"), exc)
+                continue
+            if c is not None:
+                out.append(c)
+        return out
+
+    def _tombstone(
         self,
         key: ObjectKey,
         rv: str,
         *,
         retired: bool = False,
         ended: tuple[Health, str] | None = None,
-    ) -> None:
+    ) -> Change | None:
         seen = self.cache.get(key)
         if seen is not None and seen.sha is None:
-            return
+            return None
         if not retired and seen is not None and seen.retiring:
             retired, ended = True, (seen.health, seen.why)
-        await self._publish_all(
-            [tombstone(key, rv, self.s.cluster, self.s.watcher_id, retired=retired, ended=ended)]
-        )
+        return tombstone(key, rv, self.s.cluster, self.s.watcher_id, retired=retired, ended=ended)
 
     async def _publish_all(self, changes: list[Change]) -> None:
-        """Publish facts and wait for every acknowledgement; only then remember them as seen.
-        A failure (NATS away longer than the publisher retries) raises: the supervisor relists
-        and publishes again what did not land.
+        """Publish facts, a batch per message (``bursts.batches``), and wait for every
+        acknowledgement; only then remember them as seen. A failure (NATS away longer than the
+        publisher retries) raises: the supervisor relists and publishes again what did not land.
 
-        A fact lands only if it is newer than what SERVER holds (``newest.py``): another watcher
-        of the cluster may be ahead of this one, and SERVER keeps one fact per object."""
-        tasks = []
-        for _, ev in changes:
-            subject = object_subject("server", self.s.cluster, ev.key)
-            msg_id = fact_id(ev)
-            seen = self.cache.get(ev.key)
-            rv = rv_int(ev.resource_version)
-            tasks.append(
-                asyncio.create_task(
-                    publish_newest(
-                        self.pub,
-                        self.js,
-                        bus.SERVER,
-                        subject,
-                        encode(ev),
-                        msg_id=msg_id,
-                        supersedes=newer_than(rv),
-                        last_seq=seen.seq if seen is not None else 0,
-                    )
-                )
-            )
-        results = await asyncio.gather(*tasks, return_exceptions=True)
+        Another watcher of the cluster may publish the same objects: the planner keeps the
+        newest fact of each by resourceVersion, so nothing here reads SERVER first."""
+        if not changes:
+            return
+        encoded = [encode(ev) for _, ev in changes]
+        cuts = batches([len(e) for e in encoded], most=self.s.batch_events)
+        results = await asyncio.gather(
+            *(self._publish_batch([changes[i][1] for i in cut]) for cut in cuts),
+            return_exceptions=True,
+        )
         failed: BaseException | None = None
-        for (seen, ev), result in zip(changes, results, strict=True):
+        for cut, result in zip(cuts, results, strict=True):
             if isinstance(result, BaseException):
                 failed = failed or result
                 continue
-            if result.landed:
-                self.cache[ev.key] = dataclasses.replace(seen, seq=result.seq)
-                self.published += 1
-                PUBLISHED.add(1)
-            else:
-                # another watcher was ahead: remember what SERVER holds, not what we saw
-                self.cache[ev.key] = Seen.of(decode(result.data, ServerEvent), result.seq)
+            for i in cut:
+                seen, ev = changes[i]
+                self.cache[ev.key] = dataclasses.replace(seen, seq=result)
+            self.published += len(cut)
+            PUBLISHED.add(len(cut))
         if failed is not None:
             raise failed
+
+    async def _publish_batch(self, events: list[ServerEvent]) -> int:
+        """One message of facts; its stream sequence once acknowledged. Its subject is new
+        (``batch_subject``), and so its Nats-Msg-Id: a retry across a reconnect lands once."""
+        subject = batch_subject("server", self.s.cluster, bus.unique_id())
+        data = encode(ServerFacts(cluster=self.s.cluster, events=events, watcher=self.s.watcher_id))
+        ack = await (await self.pub.publish(subject, data, msg_id=subject))
+        return int(ack.seq)

@@ -22,13 +22,11 @@ import nats
 import pytest
 
 from harness.pipeline import FAST_HEARTBEATS, DecisionLog, Pipeline, StatusWatch
-from schemas.codec import decode
 from schemas.decision import DecisionAction
-from schemas.messages import ServerEvent
-from schemas.subjects import ObjectKey, object_subject
-from services.common import bus
+from schemas.subjects import ObjectKey
 from services.controlplane import servers
 from services.kube import KubeClient
+from services.stored import serverfacts
 
 from ..conftest import empty_namespace, kube_client, unique_name
 from .waits import until_object
@@ -168,11 +166,11 @@ async def _record_history(p: Pipeline, kube: KubeClient, ns: str) -> None:
 
 async def _until_server_fact(js: Any, p: Pipeline, name: str, ns: str, rv: int) -> None:
     """Until SERVER holds the watcher's fact of ``name`` at resourceVersion ``rv`` or later."""
-    subject = object_subject("server", p.cluster, ObjectKey("", "ConfigMap", ns, name))
+    key = ObjectKey("", "ConfigMap", ns, name)
 
     async def landed() -> bool:
-        last = await bus.last_message(js, bus.SERVER, subject)
-        return last is not None and int(decode(last.data, ServerEvent).resource_version) >= rv
+        last = (await serverfacts.latest(js, [p.cluster]))[p.cluster].get(key)
+        return last is not None and int(last.resource_version) >= rv
 
     for _ in range(600):
         if await landed():

@@ -50,6 +50,7 @@ from schemas.messages import (
     ObjectStatus,
     OutcomeEvent,
     ServerEvent,
+    ServerFacts,
     SourcePhase,
     SourceStatus,
 )
@@ -69,6 +70,14 @@ VALID: list[msgspec.Struct] = [
     PruneApproval(cluster="c", bundle="b", revision="r1"),
     RollbackAnswer(ok=True, message="republished r1", revision="r1", history=["r1", "r2"]),
     ServerEvent(cluster="c", key=KEY, resource_version="7", server_sha=SHA, observed_at=AT),
+    ServerFacts(
+        cluster="c",
+        events=[
+            ServerEvent(cluster="c", key=KEY, resource_version="7", server_sha=SHA),
+            ServerEvent(cluster="c", key=KEY, resource_version="9", server_sha=None, deleted=True),
+        ],
+        watcher="w1",
+    ),
     AppliedEvent(
         cluster="c",
         key=KEY,

@@ -29,14 +29,17 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from schemas.cli import ShardsDocument
-from schemas.codec import WireError, encode
+from schemas.codec import WireError, encode, server_events
 from schemas.messages import (
     AppliedEvent,
     MemberHeartbeat,
     ServerEvent,
+    ServerFacts,
 )
 from schemas.subjects import (
+    ObjectKey,
     SubjectError,
+    batch_subject,
     bundle_status_subject,
     control_subject,
     object_status_subject,
@@ -57,11 +60,11 @@ from services.planner.rule import messages
 from services.planner.rule.decide import DELETE_INFLIGHT, Entry
 from services.revisions import publish as bundles
 from services.revisions.watch import decode_status
+from services.stored import serverfacts
 from services.tenancy import policy as tenancy
 from services.tenancy import store as policy
 from services.tenancy.policy import PolicyError
 from services.ui.server import StatusPage
-from services.watcher import facts as watcher_facts
 from tests.fuzzing import DEADLINE, examples
 from tests.unit.test_fuzz_decoders import KEY, SHA, VALID, as_json, json_values, mutated
 
@@ -75,6 +78,7 @@ FUZZ = settings(
 NOW = dt.datetime(2026, 11, 22, 12, tzinfo=dt.UTC)
 APPLIED = next(m for m in VALID if isinstance(m, AppliedEvent))
 SERVER = next(m for m in VALID if isinstance(m, ServerEvent))
+FACTS = next(m for m in VALID if isinstance(m, ServerFacts))
 STATUS = [m for m in VALID if type(m).__name__ in ("BundleStatus", "ObjectStatus", "SourceStatus")]
 SUBJECTS = [
     bundle_status_subject("c", "b"),
@@ -458,15 +462,27 @@ def test_member_heartbeat(data: bytes) -> None:
 
 
 def newer(data: bytes, rv: int, fact: AppliedEvent) -> None:
-    """The watcher's and applier's ``supersedes`` run inside ``newest.publish``, which catches
-    nothing: a bool, whatever the other message is."""
-    assert isinstance(watcher_facts.newer_than(rv)(data), bool)
+    """The readers' "which fact is newer" (``serverfacts.fold`` over what ``server_events``
+    unpacks, in a batch or alone) and the applier's ``supersedes`` (inside ``newest.publish``,
+    which catches nothing): the facts read or the caller's WireError, whatever the message."""
+    for subject in (object_subject("server", "c", KEY), batch_subject("server", "c", "x")):
+        try:
+            events = server_events(subject, data)
+        except WireError:
+            continue
+        into: dict[ObjectKey, ServerEvent] = {}
+        for ev in events:
+            serverfacts.fold(into, ev)
+            serverfacts.fold(into, msgspec.structs.replace(ev, resource_version=str(rv)))
+        assert set(into) == {ev.key for ev in events}
     assert isinstance(report.supersedes(fact, data), bool)
 
 
 @FUZZ
 @given(
-    data=payloads([json.loads(encode(SERVER)), json.loads(encode(APPLIED))]),
+    data=payloads(
+        [json.loads(encode(SERVER)), json.loads(encode(APPLIED)), json.loads(encode(FACTS))]
+    ),
     rv=st.integers(0, 2**64),
     fact=st.sampled_from([APPLIED, msgspec.structs.replace(APPLIED, deleted=True)]),
 )
@@ -558,7 +574,7 @@ def test_valid_inputs_are_read() -> None:
     assert doc is not None
     assert (len(doc.planners), len(doc.clusters)) == (1, 1)
     assert member_heartbeat(encode(MEMBER)) == MEMBER
-    assert watcher_facts.newer_than(8)(encode(SERVER)) is True
+    assert server_events(object_subject("server", "c", KEY), encode(SERVER)) == [SERVER]
     assert report.supersedes(APPLIED, encode(APPLIED)) is True
     object_meta(orjson.dumps(META))
     assert parse_meta("B", "b", orjson.dumps(META)).size == 10

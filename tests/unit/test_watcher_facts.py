@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
-from schemas.codec import encode
 from schemas.messages import Health, ServerEvent
-from schemas.subjects import ObjectKey
+from schemas.subjects import ObjectKey, batch_subject, parse_subject
 from services.core.sha import object_sha
-from services.watcher.facts import Seen, change, fact_id, newer_than, tombstone
+from services.stored import serverfacts
+from services.watcher.facts import Seen, change, tombstone
 
 
 def _cm(rv: str = "10", data: str = "x", **annotations: str) -> dict[str, Any]:
@@ -65,39 +65,47 @@ def test_change(obj: dict[str, Any], seen: Seen | None, published: bool) -> None
         assert ev.keep == new_seen.keep == ("driftbus.dev/prune" in obj["metadata"]["annotations"])
 
 
-def test_a_tombstone_and_the_fact_ids() -> None:
+def test_a_tombstone() -> None:
     key = ObjectKey.of(_cm())
     seen, ev = tombstone(key, "12", "c", "w1")
     assert (seen.sha, seen.rv, ev.deleted, ev.server_sha) == (None, 12, True, None)
-    _, (_, live) = change(_cm(rv="12"), None, "c", "w1")  # type: ignore[misc]
-    # the same object at the same rv is one fact, and its tombstone another
-    assert fact_id(ev) == fact_id(live) + "-"
-    assert fact_id(live) != fact_id(change(_cm(rv="13"), None, "c", "w1")[1][1])  # type: ignore[index]
+    assert (ev.key, ev.resource_version, ev.cluster, ev.watcher) == (key, "12", "c", "w1")
+
+
+def _fact(rv: str, *, deleted: bool = False) -> ServerEvent:
+    return ServerEvent(
+        cluster="c",
+        key=ObjectKey.of(_cm()),
+        resource_version=rv,
+        server_sha=None if deleted else "0" * 64,
+        deleted=deleted,
+    )
 
 
 @pytest.mark.parametrize(
-    ("rv", "other", "newer"),
-    [(12, "11", True), (12, "12", False), (12, "13", False), (12, None, True)],
-    ids=["newer", "same", "older", "unreadable"],
+    ("held", "then", "kept"),
+    [
+        (None, "12", "12"),
+        ("11", "12", "12"),
+        ("12", "12", "12"),
+        ("13", "12", "13"),
+        ("", "12", "12"),
+    ],
+    ids=["first", "newer", "same-rv-later-wins", "older-ignored", "unreadable-held"],
 )
-def test_newer_than(rv: int, other: str | None, newer: bool) -> None:
-    data = (
-        b"not a server event"
-        if other is None
-        else encode(
-            ServerEvent(
-                cluster="c",
-                key=ObjectKey.of(_cm()),
-                resource_version=other,
-                server_sha=None,
-                deleted=True,
-            )
-        )
-    )
-    assert newer_than(rv)(data) is newer
+def test_a_reader_keeps_each_objects_newest_fact(held: str | None, then: str, kept: str) -> None:
+    """Active-active watchers publish batches out of order: the newer resourceVersion wins,
+    as in the planner's rule (what ``newer_than`` decided before each publish)."""
+    into = {} if held is None else {ObjectKey.of(_cm()): _fact(held)}
+    serverfacts.fold(into, _fact(then, deleted=True))
+    assert into[ObjectKey.of(_cm())].resource_version == kept
 
 
 def test_the_same_object_at_the_same_rv_in_two_clusters_is_two_facts() -> None:
-    _, (_, a) = change(_cm(rv="12"), None, "east", "w1")  # type: ignore[misc]
-    _, (_, b) = change(_cm(rv="12"), None, "west", "w1")  # type: ignore[misc]
-    assert fact_id(a) != fact_id(b)
+    """Each batch has a subject of its own (the stream keeps the last per subject), naming
+    its cluster: a second cluster's facts are never taken for a duplicate of the first's."""
+    a = batch_subject("server", "east", "id1")
+    b = batch_subject("server", "west", "id1")
+    assert a != b
+    assert parse_subject(a).cluster == "east"
+    assert parse_subject(b).cluster == "west"

@@ -19,7 +19,7 @@ from collections.abc import Collection
 from typing import Any, cast
 
 from schemas.checkpoint import CheckpointError, CheckpointPart, decode_part
-from schemas.codec import WireError, decode
+from schemas.codec import WireError, decode, server_events
 from schemas.messages import AppliedEvent, KindScope, MemberHeartbeat, OutcomeEvent, ServerEvent
 from schemas.subjects import (
     ObjectKey,
@@ -28,8 +28,10 @@ from schemas.subjects import (
     decode_token,
     family_filter,
     member_subject,
+    object_subject,
 )
 from services.common import bus
+from services.core.manifest import rv_int
 from services.planner.rule import checkpoint, facts
 from services.planner.rule.entry import Entry
 
@@ -162,7 +164,17 @@ async def _read(
         if cluster in covered and bus.stream_sequence(m) <= covered[cluster]:
             return
         with contextlib.suppress(WireError):
-            out[m.subject] = (cluster, cast(facts.Fact, decode(m.data, kind)))
+            if family != "server":
+                out[m.subject] = (cluster, cast(facts.Fact, decode(m.data, kind)))
+                return
+            # a batch of facts (or one object's): each object's newest, as the planner folds
+            for ev in server_events(m.subject, m.data):
+                at = object_subject("server", cluster, ev.key)
+                was = out.get(at)
+                if was is None or rv_int(ev.resource_version) >= rv_int(
+                    cast(ServerEvent, was[1]).resource_version
+                ):
+                    out[at] = (cluster, ev)
 
     wanted = set(clusters)
     follower = (

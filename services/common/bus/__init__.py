@@ -38,10 +38,12 @@ from services.common.bus.core import (
     Subscription,
     last_sequence,
     publish,
+    purge_below,
     request,
     serve,
     stream_subjects,
     subscribe,
+    unique_id,
     unsubscribe,
 )
 from services.common.bus.durable import (
@@ -270,6 +272,7 @@ __all__ = [
     "num_pending",
     "publish",
     "published_at",
+    "purge_below",
     "put_entry",
     "put_object",
     "read_entry",
@@ -285,6 +288,7 @@ __all__ = [
     "take",
     "term",
     "tls_context",
+    "unique_id",
     "unsubscribe",
     "update_entry",
     "wait_for_stream",

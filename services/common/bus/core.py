@@ -18,6 +18,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription as NatsSubscription
 from nats.js import JetStreamContext
 from nats.js.api import PubAck
+from nats.nuid import NUID
 
 Subscription = NatsSubscription
 """A live subscription (``subscribe``), ended by ``unsubscribe``."""
@@ -84,6 +85,20 @@ async def last_sequence(js: JetStreamContext, stream: str) -> int:
     stream exists)."""
     info = await js.stream_info(stream)
     return int(info.state.last_seq or 0) if info.state else 0
+
+
+_IDS = NUID()
+
+
+def unique_id() -> str:
+    """A new id unique across processes (22 characters, ``[0-9A-Za-z]``): a batch's subject."""
+    return _IDS.next().decode()
+
+
+async def purge_below(js: JetStreamContext, stream: str, subjects: str, seq: int) -> None:
+    """Remove the messages of ``stream`` on ``subjects`` whose sequence is below ``seq``."""
+    if seq > 1:
+        await js.purge_stream(stream, seq=seq, subject=subjects)
 
 
 async def stream_subjects(js: JetStreamContext, stream: str, subjects: str) -> dict[str, int]:

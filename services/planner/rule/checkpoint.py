@@ -29,6 +29,7 @@ from schemas.checkpoint import (
     deflate,
     encode_part,
     inflate,
+    whole,
 )
 from schemas.codec import WireError, decode, encode
 from schemas.messages import Health, OutcomeEvent
@@ -181,20 +182,10 @@ def assemble(found: Iterable[CheckpointPart]) -> tuple[dict[str, Checkpoint], di
     """The whole checkpoints among ``found`` (every cluster's last part of each index), and
     per cluster whose checkpoint cannot be used, why (a part missing, parts of two writes, one
     that does not inflate): that cluster is read from the fact streams instead."""
-    by_cluster: dict[str, dict[int, CheckpointPart]] = {}
-    for p in found:
-        by_cluster.setdefault(p.cluster, {})[p.part] = p
+    wholes, unusable = whole(found)
     good: dict[str, Checkpoint] = {}
-    unusable: dict[str, str] = {}
-    for cluster, got in by_cluster.items():
-        head = got.get(0)
-        if head is None:
-            unusable[cluster] = "its first part is missing"
-            continue
-        mine = [q for i in range(head.parts) if (q := got.get(i)) is not None]
-        if len(mine) < head.parts or any(q.generation != head.generation for q in mine):
-            unusable[cluster] = "its parts are of different writes (one is being written)"
-            continue
+    for cluster, mine in wholes.items():
+        head = mine[0]
         entries: dict[ObjectKey, Entry] = {}
         kept: dict[ObjectKey, Kept] = {}
         try:

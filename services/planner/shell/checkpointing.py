@@ -7,14 +7,24 @@ A quiet cluster writes nothing: the alarm is set by a fact folded live, and ring
 ``settings.checkpoint_interval`` seconds later (longer for a big cluster: a checkpoint is
 rewritten whole, so one of 10 MB waits 100 s), once for every fact of the burst. Facts folded
 after it are on their streams above its sequences, where a reader finds them.
+
+A checkpoint is also what lets SERVER forget: the watchers' batches of facts (``ServerFacts``)
+stay on the stream until a checkpoint of their cluster covers them, and are purged then
+(``purge``) — not at once, but below the newest checkpoint written at least ``purge_after``
+seconds before (``--checkpoint-purge-after``), so a reader that took an earlier checkpoint (the
+watcher's seed, ``driftbus plan``, a planner taking the cluster over) still finds every fact
+after it.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
+import time
 import uuid
 from collections.abc import Callable, Mapping
 
+from schemas.subjects import batch_filter
 from services.common import bus
 from services.planner.memory.cluster import ClusterState
 from services.planner.rule import checkpoint, messages
@@ -38,7 +48,17 @@ class Checkpointer:
         alarms: Alarms,
         read_up_to: Callable[[], Mapping[str, int]],
         interval: float,
+        js: bus.JetStream | None = None,
+        purge_after: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        self.purge_after = purge_after
+        self.js = js
+        """Where SERVER's covered batches are purged (None: never)."""
+        self.clock = clock
+        self._covered: collections.deque[tuple[float, int]] = collections.deque()
+        """(when, the SERVER sequence it covers) of each checkpoint written, oldest first."""
+        self.purged_below = 0
         self.state = state
         self.publisher = publisher
         self.alarms = alarms
@@ -79,6 +99,8 @@ class Checkpointer:
         for subject, data in found:
             await self.publisher.publish(subject, data, msg_id=f"{subject}/{generation}")
         self.last_bytes = sum(len(data) for _, data in found)
+        self._covered.append((self.clock(), self.read_up_to().get("server", 0)))
+        await self.purge()
         log.debug(
             "cluster %s: checkpoint %s written (%d parts, %d bytes)",
             st.cluster,
@@ -86,6 +108,31 @@ class Checkpointer:
             len(found),
             self.last_bytes,
         )
+
+    def purgeable(self) -> int:
+        """The sequence below which the cluster's SERVER batches may go: one past what the
+        newest checkpoint written ``purge_after`` seconds ago or longer covers (0: none)."""
+        old_enough = self.clock() - self.purge_after
+        while len(self._covered) > 1 and self._covered[1][0] <= old_enough:
+            self._covered.popleft()
+        if not self._covered or self._covered[0][0] > old_enough:
+            return 0
+        return self._covered[0][1] + 1
+
+    async def purge(self) -> None:
+        """Purge the cluster's SERVER batches that a checkpoint covers (``purgeable``). A
+        failure only leaves them for the next write."""
+        below = self.purgeable()
+        if self.js is None or below <= self.purged_below + 1:
+            return
+        try:
+            await bus.purge_below(
+                self.js, bus.SERVER, batch_filter("server", self.state.cluster), below
+            )
+        except Exception as exc:  # noqa: BLE001 - kept for the next checkpoint to purge
+            log.warning("cluster %s: SERVER batches not purged: %s", self.state.cluster, exc)
+            return
+        self.purged_below = below - 1
 
     def restore(self, found: checkpoint.Checkpoint) -> None:
         """Start the rebuild from the cluster's checkpoint: its entries and what the facts left

@@ -23,12 +23,11 @@ from typing import Any
 
 from opentelemetry import trace
 
-from schemas.codec import WireError, decode
+from schemas.codec import WireError, decode, server_events
 from schemas.decision import DecisionAction
 from schemas.messages import (
     AppliedEvent,
     OutcomeEvent,
-    ServerEvent,
 )
 from schemas.subjects import SubjectError, parse_subject
 from services.clusters import registry
@@ -143,6 +142,8 @@ class Planner:
             alarms=self.alarms,
             read_up_to=self.inbox.read_up_to,
             interval=settings.checkpoint_interval,
+            js=js,
+            purge_after=settings.checkpoint_purge_after,
         )
         self.rollbacks = RollbackDesk(js=js, state=self.state)
 
@@ -345,15 +346,17 @@ class Planner:
             elif kind == "recheck":
                 await self.intake.recheck(msg)
             elif kind == "server":
-                ev = decode(msg.data, ServerEvent)
-                slot = (ev.cluster, ev.key)
-                if ev.deleted and not ev.retired:  # a retired one keeps how it ended
-                    details.drop_health(slot)
-                else:
-                    details.set_health(slot, ev.health, ev.health_message)
-                await self.folder.fold(slot, facts.observed(ev))
-                if self.state.live:
-                    await self.folder.prune_stray(slot)
+                # a batch (a list page, a burst of watch events) or one object's fact
+                for i, ev in enumerate(server_events(msg.subject, msg.data)):
+                    slot = (ev.cluster, ev.key)
+                    if ev.deleted and not ev.retired:  # a retired one keeps how it ended
+                        details.drop_health(slot)
+                    else:
+                        details.set_health(slot, ev.health, ev.health_message)
+                    await self.folder.fold(slot, facts.observed(ev))
+                    if self.state.live:
+                        await self.folder.prune_stray(slot)
+                    await pace(i)
             elif kind == "applied":
                 ap = decode(msg.data, AppliedEvent)
                 slot = (ap.cluster, ap.key)

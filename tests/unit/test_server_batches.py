@@ -1,0 +1,157 @@
+"""Server facts in batches (issue 44): how a watcher cuts them, how watch events become bursts,
+how every reader unpacks them, and when a planner lets SERVER forget them."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from schemas.codec import WireError, encode, server_events
+from schemas.messages import ServerEvent, ServerFacts
+from schemas.subjects import ObjectKey, batch_filter, batch_subject, object_subject
+from services.planner.shell.checkpointing import Checkpointer
+from services.watcher.bursts import batches, bursts
+
+
+@pytest.mark.parametrize(
+    ("sizes", "most", "max_bytes", "cut"),
+    [
+        ([], 3, 100, []),
+        ([10, 10, 10], 3, 100, [(0, 3)]),
+        ([10] * 7, 3, 100, [(0, 3), (3, 6), (6, 7)]),
+        ([40, 40, 40], 10, 100, [(0, 2), (2, 3)]),
+        ([150, 10, 10], 10, 100, [(0, 1), (1, 3)]),
+        ([10, 150, 10], 10, 100, [(0, 1), (1, 2), (2, 3)]),
+        ([10, 10], 1, 100, [(0, 1), (1, 2)]),
+    ],
+    ids=["none", "one", "by-count", "by-bytes", "big-first", "big-alone", "one-each"],
+)
+def test_batches_cut_by_count_and_bytes(
+    sizes: list[int], most: int, max_bytes: int, cut: list[tuple[int, int]]
+) -> None:
+    got = batches(sizes, most=most, max_bytes=max_bytes)
+    assert [(r.start, r.stop) for r in got] == cut
+    assert [i for r in got for i in r] == list(range(len(sizes)))  # every item, in order
+
+
+async def _events(
+    items: list[object], gaps: dict[int, float], error: Exception | None = None
+) -> AsyncIterator[object]:
+    for i, item in enumerate(items):
+        if i in gaps:
+            await asyncio.sleep(gaps[i])
+        yield item
+    if error is not None:
+        raise error
+
+
+async def _all(it: AsyncIterator[list[object]]) -> list[list[object]]:
+    return [b async for b in it]
+
+
+async def test_events_arriving_together_are_one_burst() -> None:
+    got = await _all(bursts(_events(list(range(5)), {}), linger=0.05))
+    assert got == [[0, 1, 2, 3, 4]]
+
+
+async def test_a_pause_longer_than_the_linger_ends_a_burst() -> None:
+    got = await _all(bursts(_events(list(range(4)), {2: 0.3}), linger=0.05))
+    assert got == [[0, 1], [2, 3]]
+
+
+async def test_a_burst_is_at_most_most_events() -> None:
+    got = await _all(bursts(_events(list(range(7)), {}), most=3, linger=0.05))
+    assert got == [[0, 1, 2], [3, 4, 5], [6]]
+
+
+async def test_an_error_of_the_stream_comes_after_the_events_before_it() -> None:
+    seen: list[list[object]] = []
+
+    async def take() -> None:
+        async for b in bursts(_events([1, 2], {}, RuntimeError("gone")), linger=0.05):
+            seen.append(b)
+
+    with pytest.raises(RuntimeError, match="gone"):
+        await take()
+    assert seen == [[1, 2]]
+
+
+def _fact(cluster: str, name: str, rv: str = "5") -> ServerEvent:
+    return ServerEvent(
+        cluster=cluster,
+        key=ObjectKey("", "ConfigMap", "ns", name),
+        resource_version=rv,
+        server_sha="0" * 64,
+    )
+
+
+def test_every_reader_unpacks_a_batch_and_a_single_fact_alike() -> None:
+    facts = [_fact("c", "a"), _fact("c", "b"), _fact("c", "a", "6")]
+    batch = encode(ServerFacts(cluster="c", events=facts))
+    assert server_events(batch_subject("server", "c", "x1"), batch) == facts
+    one = object_subject("server", "c", facts[0].key)
+    assert server_events(one, encode(facts[0])) == facts[:1]
+
+
+def test_a_fact_of_another_cluster_is_refused() -> None:
+    """A watcher may publish on its own cluster's subjects only; a fact naming another cluster
+    in its batch (or alone) must not reach that cluster's planner."""
+    batch = encode(ServerFacts(cluster="c", events=[_fact("c", "a"), _fact("other", "b")]))
+    with pytest.raises(WireError, match="other"):
+        server_events(batch_subject("server", "c", "x1"), batch)
+    with pytest.raises(WireError, match="other"):
+        server_events(
+            object_subject("server", "c", _fact("c", "a").key), encode(_fact("other", "a"))
+        )
+    with pytest.raises(WireError):
+        server_events(batch_subject("server", "c", "x1"), b"{}")
+
+
+def test_batch_subjects_are_outside_every_object_subject() -> None:
+    assert batch_filter("server", "c") == "driftbus.server.c.batch.*"
+    # an object key is four tokens: none matches batch.<id>, whatever its names
+    subject = object_subject("server", "c", ObjectKey("batch", "x", "y", "z"))
+    assert subject.count(".") == 6
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.parametrize(
+    ("writes", "at", "purgeable"),
+    [
+        ([], 0.0, 0),
+        ([(0.0, 10)], 59.0, 0),
+        ([(0.0, 10)], 60.0, 11),
+        ([(0.0, 10), (30.0, 20)], 70.0, 11),
+        ([(0.0, 10), (30.0, 20)], 90.0, 21),
+        ([(0.0, 10), (30.0, 20), (80.0, 35)], 95.0, 21),
+    ],
+    ids=["none", "too-young", "old-enough", "newest-old-enough", "next", "the-newest-waits"],
+)
+def test_server_batches_are_purged_below_a_checkpoint_a_minute_old(
+    writes: list[tuple[float, int]], at: float, purgeable: int
+) -> None:
+    """A reader that took the checkpoint before the newest still finds every fact after it:
+    SERVER forgets only what a checkpoint written ``purge_after`` seconds ago covers."""
+    clock = _Clock()
+    cp = Checkpointer(
+        state=None,  # type: ignore[arg-type]
+        publisher=None,  # type: ignore[arg-type]
+        alarms=None,  # type: ignore[arg-type]
+        read_up_to=dict,
+        interval=10.0,
+        purge_after=60.0,
+        clock=clock,
+    )
+    for when, seq in writes:
+        cp._covered.append((clock.now + when, seq))
+    clock.now += at
+    assert cp.purgeable() == purgeable
