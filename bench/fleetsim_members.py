@@ -234,7 +234,9 @@ class SimCluster:
             kube=self.kube,  # type: ignore[arg-type]
             publisher=pub,
         )
-        self.reporter = CountingReporter(publisher=pub, js=js, applier_id=f"{name}-applier")
+        self.reporter = CountingReporter(
+            publisher=pub, js=js, applier_id=f"{name}-applier", cluster=name
+        )
         self.applier.report = self.reporter
         self.handler_errors = 0
 

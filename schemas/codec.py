@@ -14,6 +14,7 @@ import msgspec
 from schemas.decision import DecisionRecord
 from schemas.messages import (
     AppliedEvent,
+    AppliedFacts,
     ApplyIntent,
     Bundle,
     BundleStatus,
@@ -60,18 +61,35 @@ def server_events(subject: str, data: bytes) -> list[ServerEvent]:
     ``batch_subject``) or one object's fact (the per-object subject watchers used before
     issue 44). WireError for bytes that are neither, and for a fact of another cluster than the
     subject's (a watcher may publish on its own cluster's subjects only)."""
+    return _facts(subject, data, ServerEvent, ServerFacts)
+
+
+def applied_events(subject: str, data: bytes) -> list[AppliedEvent]:
+    """The applied facts an APPLIED message carries, in order: a batch (``AppliedFacts``, one
+    applier's report) or one object's fact (appliers before issue 44); errors as
+    ``server_events``."""
+    return _facts(subject, data, AppliedEvent, AppliedFacts)
+
+
+Fact = TypeVar("Fact", ServerEvent, AppliedEvent)
+
+
+def _facts(
+    subject: str, data: bytes, one: type[Fact], many: type[ServerFacts | AppliedFacts]
+) -> list[Fact]:
     parts = subject.split(".", 4)
-    if parts[3:4] == [BATCH_TOKEN]:
-        events = decode(data, ServerFacts).events
-    else:
-        events = [decode(data, ServerEvent)]
+    events: list[Fact] = (
+        decode(data, many).events  # type: ignore[assignment]
+        if parts[3:4] == [BATCH_TOKEN]
+        else [decode(data, one)]
+    )
     try:
         cluster = decode_token(parts[2]) if len(parts) > 2 else ""
     except SubjectError:
         cluster = ""
     for ev in events:
         if ev.cluster != cluster:
-            raise WireError(f"a server fact of cluster {ev.cluster!r} on {subject}")
+            raise WireError(f"a fact of cluster {ev.cluster!r} on {subject}")
     return events
 
 
@@ -81,6 +99,7 @@ def _name(kind: object) -> str:
 
 __all__ = [
     "AppliedEvent",
+    "AppliedFacts",
     "ApplyIntent",
     "Bundle",
     "BundleStatus",
@@ -91,6 +110,7 @@ __all__ = [
     "ServerFacts",
     "SourceStatus",
     "WireError",
+    "applied_events",
     "decode",
     "encode",
     "server_events",

@@ -114,6 +114,17 @@ class AppliedEvent(_Message, frozen=True, tag=_tag("applied")):
     e.g. NATS restarted) that already has this fact is acked without a second apply."""
 
 
+class AppliedFacts(_Message, frozen=True, tag=_tag("applied-facts")):
+    """Applied facts of one cluster sent together (issue 44): one applier's report of the
+    intents it carried out within a few milliseconds of each other, on
+    ``driftbus.applied.<cluster>.batch.<id>``. Each event means exactly what it would alone; the
+    stream keeps every batch until a checkpoint of the cluster covers it."""
+
+    cluster: Name
+    events: list[AppliedEvent]
+    applier: str = ""
+
+
 # --- planner → driftbus.intent.<cluster>.<key> --------------------------------------------------
 
 
@@ -360,6 +371,7 @@ MESSAGE_TYPES: Final[dict[str, type[_Message]]] = {
     "server-event": ServerEvent,
     "server-facts": ServerFacts,
     "applied-event": AppliedEvent,
+    "applied-facts": AppliedFacts,
     "apply-intent": ApplyIntent,
     "delete-intent": DeleteIntent,
     "object-status": ObjectStatus,

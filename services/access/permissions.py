@@ -132,8 +132,6 @@ def applier(cluster: str) -> Permissions:
             f"{JS}.CONSUMER.MSG.NEXT.{intents}.{consumer}",
             f"$JS.ACK.{intents}.{consumer}.>",
             f"{JS}.DIRECT.GET.{intents}.{cluster_filter('intent', cluster)}",
-            # is a redelivered intent already carried out? (its applied fact says so)
-            f"{JS}.DIRECT.GET.{bus.APPLIED}.{cluster_filter('applied', cluster)}",
             # the planner claim on the cluster: its revision fences off deposed planners
             f"{JS}.DIRECT.GET.{bus.SHARDS_STREAM}.$KV.{bus.SHARDS_BUCKET}.{bus.claim_key(cluster)}",
         ),

@@ -5,5 +5,6 @@ flags are in ``settings``, which the command line reads without loading the serv
 together ``consumer`` (fetching, concurrency), ``fence`` (deposed planners), ``gate`` (objects
 wait for their namespace's apply), ``verbs`` (apply, replace, prune), ``decrypt`` (a SOPS
 Secret's key, by its bundle's tenant, and ``sops``), ``classify`` (errors → report / retry,
-pure) and ``report`` (facts and status).
+pure), ``report`` (facts and status) and ``reports`` (the applied facts of one moment as one
+message, issue 44).
 """

@@ -1,19 +1,17 @@
-"""What the applier says about an intent: the fact for the planner (applied, or the outcome)
-and the object's status row for users, published durably before the intent is acked."""
+"""What the applier says about an intent: the fact for the planner (applied, in a report with
+the others of the moment: ``reports``; or the outcome) and the object's status row for users,
+published durably before the intent is acked."""
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 from typing import Any
 
 import msgspec
 
-from schemas.codec import WireError, decode, encode
-from schemas.decision import DecisionReason
+from schemas.codec import encode
 from schemas.messages import (
-    AppliedEvent,
     ApplyIntent,
     DeleteIntent,
     ObjectPhase,
@@ -22,19 +20,30 @@ from schemas.messages import (
 )
 from schemas.subjects import SubjectError, object_status_subject, object_subject, parse_subject
 from services.applier.consumer import seq
+from services.applier.reports import MOST, AppliedReports
 from services.applier.verbs import DELETED_SHA, Outcome, now
 from services.common import bus
-from services.common.bus.newest import publish_newest
-from services.core.manifest import rv_int
 
 log = logging.getLogger("driftbus.applier")
 
 
 class Reporter:
-    def __init__(self, *, publisher: bus.Publisher, js: bus.JetStream, applier_id: str) -> None:
+    def __init__(
+        self,
+        *,
+        publisher: bus.Publisher,
+        js: bus.JetStream,
+        applier_id: str,
+        cluster: str,
+        report_facts: int = MOST,
+    ) -> None:
         self.pub = publisher
         self.js = js
         self.applier_id = applier_id
+        self.reports = AppliedReports(
+            publisher, cluster=cluster, applier_id=applier_id, most=report_facts
+        )
+        """Applied facts go out in reports (``reports``); outcomes and status rows alone."""
 
     async def outcome(
         self, intent: ApplyIntent | DeleteIntent, msg: bus.Message, phase: ObjectPhase, message: str
@@ -103,33 +112,18 @@ class Reporter:
             await bus.ack(msg)
             return
         fact = msgspec.structs.replace(o.applied, intent_seq=seq(msg))
-        # APPLIED keeps one fact per object: ours only if no applier landed a newer one since
-        facts: list[asyncio.Task[Any]] = [
-            asyncio.create_task(
-                publish_newest(
-                    self.pub,
-                    self.js,
-                    bus.APPLIED,
-                    object_subject("applied", intent.cluster, key),
-                    encode(fact),
-                    msg_id=f"applied:{seq(msg)}",
-                    supersedes=functools.partial(supersedes, fact),
-                    last_seq=expected_applied(intent),
-                    batched=True,
-                )
-            )
-        ]
-        facts.append(
-            await self.status_row(
-                intent,
-                msg,
-                o.phase,
-                o.message,
-                msg_id=f"status:{seq(msg)}",
-                apply_sha=o.applied.apply_sha,
-            )
+        # the fact goes in this applier's next report (durable when this returns); two
+        # appliers' facts of one object may land in either order: the planner keeps the newer
+        await self.reports.add(fact)
+        row = await self.status_row(
+            intent,
+            msg,
+            o.phase,
+            o.message,
+            msg_id=f"status:{seq(msg)}",
+            apply_sha=o.applied.apply_sha,
         )
-        await asyncio.gather(*facts)  # facts are durable before the intent is acked
+        await row  # the row is durable before the intent is acked, as the fact is
         await bus.ack(msg)
 
     async def refuse(self, msg: bus.Message, why: str) -> None:
@@ -152,28 +146,3 @@ class Reporter:
             )
             subject = object_status_subject(where.cluster, "?", where.key)
             await self.pub.publish(subject, encode(status), msg_id=f"refused:{msg.subject}")
-
-
-def expected_applied(intent: ApplyIntent | DeleteIntent) -> int | None:
-    """What the APPLIED subject is expected to hold before this intent's fact: for an object the
-    planner decided is new, nothing (0), so the fact is published without reading the subject
-    first; if something is there after all, JetStream refuses it and ``publish_newest`` reads
-    and compares as for any other (None)."""
-    if isinstance(intent, ApplyIntent) and intent.reason == DecisionReason.NEW:
-        return 0
-    return None
-
-
-def supersedes(fact: AppliedEvent, other: bytes) -> bool:
-    """Whether ``fact`` is at least as new as the APPLIED message ``other``. A delete without a
-    resourceVersion cannot be compared and lands, and so does anything after one; an apply at the
-    same resourceVersion (a no-op apply of an equivalent manifest) replaces the other, so the
-    planner learns which manifest it was."""
-    try:
-        last = decode(other, AppliedEvent)
-    except WireError:
-        return True
-    ours, theirs = rv_int(fact.resource_version), rv_int(last.resource_version)
-    if (fact.deleted or last.deleted) and not (ours and theirs):
-        return True  # a delete's resourceVersion may be unknown: it cannot be compared
-    return ours >= theirs

@@ -35,8 +35,8 @@ from opentelemetry import trace
 
 from schemas.codec import WireError, decode
 from schemas.decision import DecisionReason
-from schemas.messages import AppliedEvent, ApplyIntent, DeleteIntent, Intent
-from schemas.subjects import ObjectKey, object_subject, split_bundle
+from schemas.messages import ApplyIntent, DeleteIntent, Intent
+from schemas.subjects import ObjectKey, split_bundle
 from services.applier.classify import Report, Retry, Step, classify, schedule
 from services.applier.consumer import consume, keep_claimed, seq
 from services.applier.decrypt import Decryptor, Keys
@@ -83,7 +83,13 @@ class Applier:
         self.js = js
         self.kube = kube
         self.pub = publisher
-        self.report = Reporter(publisher=publisher, js=js, applier_id=settings.applier_id)
+        self.report = Reporter(
+            publisher=publisher,
+            js=js,
+            applier_id=settings.applier_id,
+            cluster=settings.cluster,
+            report_facts=settings.report_facts,
+        )
         self.stopping = asyncio.Event()
         self.applied = 0
         self.superseded = 0
@@ -290,16 +296,10 @@ class Applier:
         return last is None or last.seq != bus.stream_sequence(msg)
 
     async def _carried_out(self, intent: ApplyIntent | DeleteIntent, msg: bus.Message) -> bool:
-        """Whether this very intent was already applied: its fact names its stream sequence."""
-        last = await bus.last_message(
-            self.js, bus.APPLIED, object_subject("applied", intent.cluster, intent.key)
-        )
-        if last is None or not last.data:
-            return False
-        try:
-            return decode(last.data, AppliedEvent).intent_seq == seq(msg)
-        except WireError:
-            return False
+        """Whether this very intent was already applied by this applier (its ack was lost): its
+        report named the intent's stream sequence (``reports.carried_out``). Another applier's
+        redelivery applies again: the same manifest, a server-side apply that changes nothing."""
+        return self.report.reports.carried_out(seq(msg))
 
 
 def check_key_file(path: str, key_dir: str = "") -> None:

@@ -17,6 +17,11 @@ class ApplierSettings(ClusterSettings, telemetry.TelemetrySettings, bus.NatsSett
         "", "name of this replica in applied events (default: <hostname>-<pid>)"
     )
     concurrency: int = setting(16, "intents applied at the same time by this replica")
+    report_facts: int = setting(
+        256,
+        "most applied facts one report carries (those finished within 10 ms of each other go "
+        "together); 1 sends every fact alone, as before issue 44",
+    )
     max_backoff: float = setting(
         60.0,
         "longest delay in seconds between retries of a transient error (429, 5xx, timeout) or "

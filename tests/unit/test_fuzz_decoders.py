@@ -37,6 +37,7 @@ from schemas.fleet import FleetBundle, RolloutControl, RolloutEvent, RolloutPhas
 from schemas.messages import (
     MESSAGE_TYPES,
     AppliedEvent,
+    AppliedFacts,
     ApplyIntent,
     Bundle,
     BundleCounts,
@@ -87,6 +88,22 @@ VALID: list[msgspec.Struct] = [
         apply_sha=SHA,
         resource_version="8",
         applied_at=AT,
+    ),
+    AppliedFacts(
+        cluster="c",
+        events=[
+            AppliedEvent(
+                cluster="c",
+                key=KEY,
+                bundle="b",
+                revision="r",
+                manifest_sha=SHA,
+                apply_sha=SHA,
+                resource_version="8",
+                applied_at=AT,
+            ),
+        ],
+        applier="a1",
     ),
     ApplyIntent(
         cluster="c",

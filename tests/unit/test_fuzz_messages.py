@@ -29,9 +29,10 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from schemas.cli import ShardsDocument
-from schemas.codec import WireError, encode, server_events
+from schemas.codec import WireError, applied_events, encode, server_events
 from schemas.messages import (
     AppliedEvent,
+    AppliedFacts,
     MemberHeartbeat,
     ServerEvent,
     ServerFacts,
@@ -49,13 +50,13 @@ from schemas.subjects import (
     source_status_subject,
 )
 from schemas.tenants import Tenant, TenantPolicy
-from services.applier import report
 from services.cli.status import follow, shards
 from services.clusters import members
 from services.common.bus import SHARDS_BUCKET, ObjectError
 from services.common.bus.objects import parse_meta
 from services.core.lease import holder_of
 from services.core.manifest import bundle_kinds
+from services.planner.rule import facts as planner_facts
 from services.planner.rule import messages
 from services.planner.rule.decide import DELETE_INFLIGHT, Entry
 from services.revisions import publish as bundles
@@ -79,6 +80,7 @@ NOW = dt.datetime(2026, 11, 22, 12, tzinfo=dt.UTC)
 APPLIED = next(m for m in VALID if isinstance(m, AppliedEvent))
 SERVER = next(m for m in VALID if isinstance(m, ServerEvent))
 FACTS = next(m for m in VALID if isinstance(m, ServerFacts))
+REPORT = next(m for m in VALID if isinstance(m, AppliedFacts))
 STATUS = [m for m in VALID if type(m).__name__ in ("BundleStatus", "ObjectStatus", "SourceStatus")]
 SUBJECTS = [
     bundle_status_subject("c", "b"),
@@ -195,7 +197,8 @@ FOUND = [
         json.dumps(json.loads(encode(SERVER)) | {"resource_version": "9" * 5000}).encode(),
         "services/core/manifest.py: rv_int calls int() on any digit string; over 4300 digits it "
         "raises ValueError, out of the watcher's and applier's supersedes (inside newest.publish,"
-        " no except); count more than 20 digits as 0 like any other non-number",
+        " no except: since issue 44, out of every reader's choice of the newer fact); count "
+        "more than 20 digits as 0 like any other non-number",
     ),
     Found(
         "driftbus shards",
@@ -458,13 +461,14 @@ def test_member_heartbeat(data: bytes) -> None:
     member_heartbeat(data)
 
 
-# --- "is ours newer" (the watcher's and the applier's compare-and-publish) ------------------------
+# --- "which fact is newer" (every reader of SERVER and APPLIED, batches or not) ------------------
 
 
 def newer(data: bytes, rv: int, fact: AppliedEvent) -> None:
-    """The readers' "which fact is newer" (``serverfacts.fold`` over what ``server_events``
-    unpacks, in a batch or alone) and the applier's ``supersedes`` (inside ``newest.publish``,
-    which catches nothing): the facts read or the caller's WireError, whatever the message."""
+    """The readers' "which fact is newer": ``serverfacts.fold`` over what ``server_events``
+    unpacks and the planner's ``facts.fold`` over what ``applied_events`` unpacks, in a batch
+    or alone (the watcher's and the applier's compare-and-publish before issue 44): the facts
+    read or the caller's WireError, whatever the message."""
     for subject in (object_subject("server", "c", KEY), batch_subject("server", "c", "x")):
         try:
             events = server_events(subject, data)
@@ -475,13 +479,26 @@ def newer(data: bytes, rv: int, fact: AppliedEvent) -> None:
             serverfacts.fold(into, ev)
             serverfacts.fold(into, msgspec.structs.replace(ev, resource_version=str(rv)))
         assert set(into) == {ev.key for ev in events}
-    assert isinstance(report.supersedes(fact, data), bool)
+    for subject in (object_subject("applied", "c", KEY), batch_subject("applied", "c", "x")):
+        try:
+            applied = applied_events(subject, data)
+        except WireError:
+            continue
+        for ap in applied:
+            entry = planner_facts.fold(Entry(ap.key), fact)
+            entry = planner_facts.fold(entry, ap)
+            assert entry.key == ap.key
 
 
 @FUZZ
 @given(
     data=payloads(
-        [json.loads(encode(SERVER)), json.loads(encode(APPLIED)), json.loads(encode(FACTS))]
+        [
+            json.loads(encode(SERVER)),
+            json.loads(encode(APPLIED)),
+            json.loads(encode(FACTS)),
+            json.loads(encode(REPORT)),
+        ]
     ),
     rv=st.integers(0, 2**64),
     fact=st.sampled_from([APPLIED, msgspec.structs.replace(APPLIED, deleted=True)]),
@@ -575,7 +592,7 @@ def test_valid_inputs_are_read() -> None:
     assert (len(doc.planners), len(doc.clusters)) == (1, 1)
     assert member_heartbeat(encode(MEMBER)) == MEMBER
     assert server_events(object_subject("server", "c", KEY), encode(SERVER)) == [SERVER]
-    assert report.supersedes(APPLIED, encode(APPLIED)) is True
+    assert applied_events(object_subject("applied", "c", KEY), encode(APPLIED)) == [APPLIED]
     object_meta(orjson.dumps(META))
     assert parse_meta("B", "b", orjson.dumps(META)).size == 10
     assert stored_manifests(orjson.dumps(MANIFESTS)) == ["apps/v1/Deployment", "v1/ConfigMap"]

@@ -1,5 +1,6 @@
-"""Server facts in batches (issue 44): how a watcher cuts them, how watch events become bursts,
-how every reader unpacks them, and when a planner lets SERVER forget them."""
+"""Facts in batches (issue 44): how a watcher cuts them, how watch events become bursts, how
+every reader unpacks them (the watcher's and the appliers' alike), and when a planner lets
+SERVER and APPLIED forget them."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from schemas.codec import WireError, encode, server_events
-from schemas.messages import ServerEvent, ServerFacts
+from schemas.codec import WireError, applied_events, encode, server_events
+from schemas.messages import AppliedEvent, ServerEvent, ServerFacts
 from schemas.subjects import ObjectKey, batch_filter, batch_subject, object_subject
+from services.applier.reports import AppliedReports
 from services.planner.shell.checkpointing import Checkpointer
 from services.watcher.bursts import batches, bursts
 
@@ -127,8 +129,8 @@ class _Clock:
 @pytest.mark.parametrize(
     ("writes", "at", "purgeable"),
     [
-        ([], 0.0, 0),
-        ([(0.0, 10)], 59.0, 0),
+        ([], 0.0, None),
+        ([(0.0, 10)], 59.0, None),
         ([(0.0, 10)], 60.0, 11),
         ([(0.0, 10), (30.0, 20)], 70.0, 11),
         ([(0.0, 10), (30.0, 20)], 90.0, 21),
@@ -136,8 +138,8 @@ class _Clock:
     ],
     ids=["none", "too-young", "old-enough", "newest-old-enough", "next", "the-newest-waits"],
 )
-def test_server_batches_are_purged_below_a_checkpoint_a_minute_old(
-    writes: list[tuple[float, int]], at: float, purgeable: int
+def test_batches_are_purged_below_a_checkpoint_a_minute_old(
+    writes: list[tuple[float, int]], at: float, purgeable: int | None
 ) -> None:
     """A reader that took the checkpoint before the newest still finds every fact after it:
     SERVER forgets only what a checkpoint written ``purge_after`` seconds ago covers."""
@@ -152,6 +154,70 @@ def test_server_batches_are_purged_below_a_checkpoint_a_minute_old(
         clock=clock,
     )
     for when, seq in writes:
-        cp._covered.append((clock.now + when, seq))
+        # the applier's reports lag the watcher's facts by 5; outcomes are never batched
+        cp._covered.append((clock.now + when, {"server": seq, "applied": seq - 5, "outcome": 9}))
     clock.now += at
-    assert cp.purgeable() == purgeable
+    expected = {} if purgeable is None else {"server": purgeable, "applied": purgeable - 5}
+    assert cp.purgeable() == expected
+
+
+class _Publisher:
+    """What ``AppliedReports`` asks of ``bus.Publisher``: a publish whose task resolves to the
+    ack (or raises ``fail``)."""
+
+    def __init__(self, fail: Exception | None = None) -> None:
+        self.sent: list[tuple[str, bytes]] = []
+        self.fail = fail
+
+    async def publish(self, subject: str, data: bytes, *, msg_id: str) -> asyncio.Task[None]:
+        self.sent.append((subject, data))
+
+        async def ack() -> None:
+            if self.fail is not None:
+                raise self.fail
+
+        return asyncio.create_task(ack())
+
+
+def _applied(name: str, seq: int) -> AppliedEvent:
+    return AppliedEvent(
+        cluster="c",
+        key=ObjectKey("", "ConfigMap", "ns", name),
+        bundle="b",
+        revision="r1",
+        manifest_sha="0" * 64,
+        apply_sha="1" * 64,
+        resource_version=str(seq),
+        intent_seq=seq,
+    )
+
+
+async def test_facts_of_one_moment_are_one_report() -> None:
+    pub = _Publisher()
+    reports = AppliedReports(pub, cluster="c", applier_id="a1", linger=0.05)  # type: ignore[arg-type]
+    facts = [_applied(f"o{i}", i + 1) for i in range(5)]
+    await asyncio.gather(*(reports.add(f) for f in facts))
+    assert len(pub.sent) == 1
+    subject, data = pub.sent[0]
+    assert subject.startswith("driftbus.applied.c.batch.")
+    assert applied_events(subject, data) == facts  # in order, each as it would be alone
+    assert all(reports.carried_out(f.intent_seq) for f in facts)
+    assert not reports.carried_out(99)
+
+
+async def test_a_report_is_at_most_most_facts() -> None:
+    pub = _Publisher()
+    reports = AppliedReports(pub, cluster="c", applier_id="a1", linger=10.0, most=2)  # type: ignore[arg-type]
+    await asyncio.gather(*(reports.add(_applied(f"o{i}", i + 1)) for i in range(4)))
+    assert len(pub.sent) == 2  # never waited for the 10 s linger: each report was full
+
+
+async def test_a_report_that_did_not_land_fails_every_fact_in_it() -> None:
+    """Each intent of it stays unacked (redelivered), and none counts as carried out."""
+    pub = _Publisher(fail=TimeoutError("no ack"))
+    reports = AppliedReports(pub, cluster="c", applier_id="a1", linger=0.01)  # type: ignore[arg-type]
+    got = await asyncio.gather(
+        *(reports.add(_applied(f"o{i}", i + 1)) for i in range(3)), return_exceptions=True
+    )
+    assert all(isinstance(g, TimeoutError) for g in got)
+    assert not any(reports.carried_out(i + 1) for i in range(3))

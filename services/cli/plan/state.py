@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, cast
 
 from schemas.checkpoint import CheckpointError, CheckpointPart, decode_part
-from schemas.codec import WireError, decode, server_events
+from schemas.codec import WireError, applied_events, decode, server_events
 from schemas.messages import AppliedEvent, KindScope, MemberHeartbeat, OutcomeEvent, ServerEvent
 from schemas.subjects import (
     ObjectKey,
@@ -43,6 +43,12 @@ FACT_STREAMS = (
     (bus.OUTCOMES, "outcome", OutcomeEvent),
 )
 """The compacted streams a planner replays, in the order it folds them."""
+
+BATCHED: dict[str, Callable[[str, bytes], Sequence[ServerEvent | AppliedEvent]]] = {
+    "server": server_events,
+    "applied": applied_events,
+}
+"""The fact streams whose messages may be batches (issue 44), and how each is unpacked."""
 
 ClusterEntries = dict[str, dict[ObjectKey, Entry]]
 """Per cluster, per object, what the planner knows of it from the facts."""
@@ -164,15 +170,16 @@ async def _read(
         if cluster in covered and bus.stream_sequence(m) <= covered[cluster]:
             return
         with contextlib.suppress(WireError):
-            if family != "server":
+            unpack = BATCHED.get(family)
+            if unpack is None:
                 out[m.subject] = (cluster, cast(facts.Fact, decode(m.data, kind)))
                 return
             # a batch of facts (or one object's): each object's newest, as the planner folds
-            for ev in server_events(m.subject, m.data):
-                at = object_subject("server", cluster, ev.key)
+            for ev in unpack(m.subject, m.data):
+                at = object_subject(family, cluster, ev.key)
                 was = out.get(at)
                 if was is None or rv_int(ev.resource_version) >= rv_int(
-                    cast(ServerEvent, was[1]).resource_version
+                    cast(ServerEvent | AppliedEvent, was[1]).resource_version
                 ):
                     out[at] = (cluster, ev)
 

@@ -21,7 +21,6 @@ the callers still to move). This module re-exports its API.
 - ``durable`` — a durable pull consumer a service's replicas share (the notify service's).
 - ``follower`` — compacted replay, then live; a subject's last message.
 - ``objects`` — the Object Store: read chunk by chunk within a limit, and its bucket's limits.
-- ``newest`` — a fact published to a compacted stream only if newer than the one it keeps.
 """
 
 from services.common.bus.connection import (

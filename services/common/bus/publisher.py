@@ -104,7 +104,7 @@ class Publisher:
         self._slots.release()
         if not task.cancelled() and (exc := task.exception()) is not None:
             if isinstance(exc, APIError) and exc.err_code in COMPARE_REFUSED:
-                return  # a refused compare-and-publish: the caller compares again (newest.py)
+                return  # a refused compare-and-publish: the caller compares again
             self.errors += 1
             # Never silent: a lost publish is a lost fact (the caller may also await the task).
             log.error("publish failed: %s: %s", type(exc).__name__, exc)

@@ -8,8 +8,9 @@ A quiet cluster writes nothing: the alarm is set by a fact folded live, and ring
 rewritten whole, so one of 10 MB waits 100 s), once for every fact of the burst. Facts folded
 after it are on their streams above its sequences, where a reader finds them.
 
-A checkpoint is also what lets SERVER forget: the watchers' batches of facts (``ServerFacts``)
-stay on the stream until a checkpoint of their cluster covers them, and are purged then
+A checkpoint is also what lets SERVER and APPLIED forget: the watchers' and appliers' batches of
+facts (``ServerFacts``, ``AppliedFacts``) stay on their streams until a checkpoint of their
+cluster covers them, and are purged then
 (``purge``) — not at once, but below the newest checkpoint written at least ``purge_after``
 seconds before (``--checkpoint-purge-after``), so a reader that took an earlier checkpoint (the
 watcher's seed, ``driftbus plan``, a planner taking the cluster over) still finds every fact
@@ -33,6 +34,8 @@ from services.planner.shell.alarms import Alarms
 
 log = logging.getLogger("driftbus.planner")
 
+BATCHED = {"server": bus.SERVER, "applied": bus.APPLIED}
+"""The fact streams whose batches a checkpoint lets go, by the kind the planner reads them as."""
 BYTES_PER_SECOND = 100_000
 """How much checkpoint a cluster may write per second of delay (``delay``)."""
 
@@ -56,9 +59,10 @@ class Checkpointer:
         self.js = js
         """Where SERVER's covered batches are purged (None: never)."""
         self.clock = clock
-        self._covered: collections.deque[tuple[float, int]] = collections.deque()
-        """(when, the SERVER sequence it covers) of each checkpoint written, oldest first."""
-        self.purged_below = 0
+        self._covered: collections.deque[tuple[float, dict[str, int]]] = collections.deque()
+        """(when, the sequence it covers per fact kind) of each checkpoint written, oldest
+        first."""
+        self.purged_below: dict[str, int] = {}
         self.state = state
         self.publisher = publisher
         self.alarms = alarms
@@ -99,7 +103,7 @@ class Checkpointer:
         for subject, data in found:
             await self.publisher.publish(subject, data, msg_id=f"{subject}/{generation}")
         self.last_bytes = sum(len(data) for _, data in found)
-        self._covered.append((self.clock(), self.read_up_to().get("server", 0)))
+        self._covered.append((self.clock(), dict(self.read_up_to())))
         await self.purge()
         log.debug(
             "cluster %s: checkpoint %s written (%d parts, %d bytes)",
@@ -109,30 +113,34 @@ class Checkpointer:
             self.last_bytes,
         )
 
-    def purgeable(self) -> int:
-        """The sequence below which the cluster's SERVER batches may go: one past what the
-        newest checkpoint written ``purge_after`` seconds ago or longer covers (0: none)."""
+    def purgeable(self) -> dict[str, int]:
+        """Per batched fact kind (``BATCHED``), the sequence below which the cluster's batches
+        may go: one past what the newest checkpoint written ``purge_after`` seconds ago or
+        longer covers (none: nothing yet)."""
         old_enough = self.clock() - self.purge_after
         while len(self._covered) > 1 and self._covered[1][0] <= old_enough:
             self._covered.popleft()
         if not self._covered or self._covered[0][0] > old_enough:
-            return 0
-        return self._covered[0][1] + 1
+            return {}
+        covered = self._covered[0][1]
+        return {kind: covered[kind] + 1 for kind in BATCHED if covered.get(kind, 0) > 0}
 
     async def purge(self) -> None:
-        """Purge the cluster's SERVER batches that a checkpoint covers (``purgeable``). A
+        """Purge the cluster's batches of facts that a checkpoint covers (``purgeable``). A
         failure only leaves them for the next write."""
-        below = self.purgeable()
-        if self.js is None or below <= self.purged_below + 1:
+        if self.js is None:
             return
-        try:
-            await bus.purge_below(
-                self.js, bus.SERVER, batch_filter("server", self.state.cluster), below
-            )
-        except Exception as exc:  # noqa: BLE001 - kept for the next checkpoint to purge
-            log.warning("cluster %s: SERVER batches not purged: %s", self.state.cluster, exc)
-            return
-        self.purged_below = below - 1
+        for kind, below in self.purgeable().items():
+            if below - 1 <= self.purged_below.get(kind, 0):
+                continue
+            try:
+                await bus.purge_below(
+                    self.js, BATCHED[kind], batch_filter(kind, self.state.cluster), below
+                )
+            except Exception as exc:  # noqa: BLE001 - kept for the next checkpoint to purge
+                log.warning("cluster %s: %s batches not purged: %s", self.state.cluster, kind, exc)
+                continue
+            self.purged_below[kind] = below - 1
 
     def restore(self, found: checkpoint.Checkpoint) -> None:
         """Start the rebuild from the cluster's checkpoint: its entries and what the facts left

@@ -23,10 +23,9 @@ from typing import Any
 
 from opentelemetry import trace
 
-from schemas.codec import WireError, decode, server_events
+from schemas.codec import WireError, applied_events, decode, server_events
 from schemas.decision import DecisionAction
 from schemas.messages import (
-    AppliedEvent,
     OutcomeEvent,
 )
 from schemas.subjects import SubjectError, parse_subject
@@ -358,10 +357,12 @@ class Planner:
                         await self.folder.prune_stray(slot)
                     await pace(i)
             elif kind == "applied":
-                ap = decode(msg.data, AppliedEvent)
-                slot = (ap.cluster, ap.key)
-                details.drop_outcome(slot)
-                await self.folder.fold(slot, facts.applied(ap))
+                # an applier's report (or one object's fact, from an applier before issue 44)
+                for i, ap in enumerate(applied_events(msg.subject, msg.data)):
+                    slot = (ap.cluster, ap.key)
+                    details.drop_outcome(slot)
+                    await self.folder.fold(slot, facts.applied(ap))
+                    await pace(i)
             elif kind == "outcome":
                 await self._on_outcome(decode(msg.data, OutcomeEvent))
             elif kind == "policy":
