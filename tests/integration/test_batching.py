@@ -13,7 +13,6 @@ from nats.js import JetStreamContext
 from nats.js import api as js_api
 
 from services.common import bus
-from services.common.bus.newest import Survivor, publish_newest
 from services.common.bus.streams import stream_configs
 
 from ..conftest import unique_name
@@ -129,37 +128,6 @@ async def test_subscribers_see_each_message_once_in_publish_order_across_streams
     await asyncio.sleep(0.2)
     await sub.unsubscribe()
     assert seen == sent
-
-
-async def test_a_batched_compare_and_publish_lands_only_when_newest(js: JetStreamContext) -> None:
-    """The applier's applied fact goes in a batch expecting what it believes the subject holds:
-    refused (someone landed a fact meanwhile), it reads and compares again like any other."""
-    await bus.ensure_streams(js)
-    subject = f"driftbus.applied.{unique_name('cas')}.g.ConfigMap.ns.x"
-    pub = bus.Publisher(js)
-    await (await pub.publish(subject, b"9", msg_id=f"{subject}:9"))
-
-    async def offer(version: int) -> Survivor:
-        """Publish ``version`` batched, expecting (wrongly) an empty subject."""
-        return await publish_newest(
-            pub,
-            js,
-            bus.APPLIED,
-            subject,
-            str(version).encode(),
-            msg_id=f"{subject}:{version}",
-            supersedes=lambda other: version > int(other),
-            last_seq=0,
-            batched=True,
-        )
-
-    older = await offer(4)
-    assert (older.landed, older.data) == (False, b"9")
-    newest = await offer(12)
-    assert newest.landed
-    last = await bus.last_message(js, bus.APPLIED, subject)
-    assert last is not None
-    assert last.data == b"12"
 
 
 async def test_an_older_stream_configuration_is_brought_up_to_date_in_place(

@@ -9,9 +9,11 @@ real system holds, as the shells (``services/*/service.py``) handle it:
 * the bus: BUNDLES, SERVER, APPLIED and OUTCOMES as append-only streams the planner reads in
   order (compacted: a restarted planner sees only the last message of each), and the INTENTS
   work queue, which holds at most one intent per object (a newer one replaces it) and drops a
-  publish whose ``Nats-Msg-Id`` it has seen within the dedupe window. A SERVER or APPLIED fact
-  lands only if it is newer than the one its stream keeps (``services/common/bus/newest.py``: a
-  compare-and-publish on the subject's last sequence);
+  publish whose ``Nats-Msg-Id`` it has seen within the dedupe window. A restarted planner sees
+  each object's newest SERVER and APPLIED fact: modelled as streams that keep the newest per
+  object (before issue 44, a compare-and-publish on the subject's last sequence; since, every
+  batch of facts stays until a checkpoint covers it, and the checkpoint holds the facts folded,
+  the newest of each by resourceVersion);
 * two watchers: facts published in resourceVersion order, coalesced by a relist, and a lagging
   one that publishes an old state once its id has left the dedupe window;
 * appliers: take the queued intent, apply (or fail, or keep retrying: ``Working``) and report a
