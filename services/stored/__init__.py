@@ -10,4 +10,6 @@ checks, the rest is here — and the live objects' server facts.
 - ``serverfacts`` — the newest server fact of every object of some clusters: each cluster's
   checkpoint and the SERVER batches after it (the watcher's seed, ``driftbus status``, the
   status page).
+- ``checkpoints`` — the checkpoint parts of some clusters as CHECKPOINTS holds them, for
+  ``serverfacts`` and ``driftbus plan`` to assemble.
 """

@@ -12,39 +12,20 @@ order), as in the planner's rule.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Collection
 
-from schemas.checkpoint import (
-    CheckpointError,
-    CheckpointObject,
-    CheckpointPart,
-    decode_part,
-    inflate,
-    whole,
-)
+from schemas.checkpoint import CheckpointError, CheckpointObject, inflate, whole
 from schemas.codec import WireError, server_events
 from schemas.messages import Health, ServerEvent
-from schemas.subjects import ObjectKey, SubjectError, cluster_filter, decode_token, family_filter
+from schemas.subjects import ObjectKey
 from services.common import bus
 from services.core.manifest import rv_int
+from services.stored import checkpoints
 
 log = logging.getLogger("driftbus.facts")
 
 ServerFactsByCluster = dict[str, dict[ObjectKey, ServerEvent]]
-
-
-def _filter(family: str, clusters: Collection[str] | None) -> str:
-    if clusters is not None and len(clusters) == 1:
-        return cluster_filter(family, next(iter(clusters)))
-    return family_filter(family)
-
-
-def _cluster_of(subject: str) -> str:
-    with contextlib.suppress(IndexError, SubjectError):
-        return decode_token(subject.split(".", 3)[2])
-    return ""
 
 
 def as_event(cluster: str, o: CheckpointObject) -> ServerEvent | None:
@@ -80,20 +61,8 @@ async def checkpointed(
     the SERVER sequence each covers. A checkpoint that is not whole, or claims more than SERVER
     holds (the streams made anew), is not used."""
     wanted = None if clusters is None else set(clusters)
-    parts: list[CheckpointPart] = []
-
-    def take(m: bus.Message) -> None:
-        if wanted is None or _cluster_of(m.subject) in wanted:
-            with contextlib.suppress(CheckpointError):
-                parts.append(decode_part(m.data))
-
-    try:
-        await bus.Follower(js, bus.CHECKPOINTS, _filter("checkpoint", clusters)).each(take)
-    except bus.StreamMissing as exc:
-        if exc.err_code != bus.STREAM_NOT_FOUND:
-            raise
-        return {}, {}
-    wholes, unusable = whole(parts)
+    found = await checkpoints.parts(js, clusters)
+    wholes, unusable = whole(found)
     for cluster, why in unusable.items():
         log.info("cluster %s: checkpoint not used (%s); reading its facts", cluster, why)
     held = await bus.last_sequence(js, bus.SERVER) if wholes else 0
@@ -134,7 +103,7 @@ async def latest(
             out.setdefault(c, {})
 
     def take(m: bus.Message) -> None:
-        cluster = _cluster_of(m.subject)
+        cluster = checkpoints.cluster_in(m.subject)
         if (wanted is not None and cluster not in wanted) or bus.stream_sequence(m) <= covered.get(
             cluster, 0
         ):
@@ -149,9 +118,9 @@ async def latest(
             fold(mine, ev)
 
     follower = (
-        bus.Follower(js, bus.SERVER, _filter("server", clusters))
+        bus.Follower(js, bus.SERVER, checkpoints.subjects("server", clusters))
         if start <= 1
-        else bus.Follower(js, bus.SERVER, _filter("server", clusters), start_seq=start)
+        else bus.Follower(js, bus.SERVER, checkpoints.subjects("server", clusters), start_seq=start)
     )
     try:
         await follower.each(take)

@@ -64,6 +64,16 @@ SHA = "ab" * 32
 KEY = ObjectKey("apps", "Deployment", "shop", "web")
 AT = dt.datetime(2026, 11, 22, tzinfo=dt.UTC)
 
+APPLIED = AppliedEvent(
+    cluster="c",
+    key=KEY,
+    bundle="b",
+    revision="r",
+    manifest_sha=SHA,
+    apply_sha=SHA,
+    resource_version="8",
+    applied_at=AT,
+)
 VALID: list[msgspec.Struct] = [
     Bundle(cluster="c", bundle="b", revision="r", manifests=[{"kind": "ConfigMap"}]),
     BundleControl(cluster="c", bundle="b", suspended=True, reason="incident", at=AT),
@@ -79,32 +89,8 @@ VALID: list[msgspec.Struct] = [
         ],
         watcher="w1",
     ),
-    AppliedEvent(
-        cluster="c",
-        key=KEY,
-        bundle="b",
-        revision="r",
-        manifest_sha=SHA,
-        apply_sha=SHA,
-        resource_version="8",
-        applied_at=AT,
-    ),
-    AppliedFacts(
-        cluster="c",
-        events=[
-            AppliedEvent(
-                cluster="c",
-                key=KEY,
-                bundle="b",
-                revision="r",
-                manifest_sha=SHA,
-                apply_sha=SHA,
-                resource_version="8",
-                applied_at=AT,
-            ),
-        ],
-        applier="a1",
-    ),
+    APPLIED,
+    AppliedFacts(cluster="c", events=[APPLIED, msgspec.structs.replace(APPLIED, deleted=True)]),
     ApplyIntent(
         cluster="c",
         key=KEY,

@@ -18,14 +18,10 @@ import logging
 from collections.abc import Callable, Collection, Sequence
 from typing import Any, cast
 
-from schemas.checkpoint import CheckpointError, CheckpointPart, decode_part
 from schemas.codec import WireError, applied_events, decode, server_events
 from schemas.messages import AppliedEvent, KindScope, MemberHeartbeat, OutcomeEvent, ServerEvent
 from schemas.subjects import (
     ObjectKey,
-    SubjectError,
-    cluster_filter,
-    decode_token,
     family_filter,
     member_subject,
     object_subject,
@@ -34,6 +30,7 @@ from services.common import bus
 from services.core.manifest import rv_int
 from services.planner.rule import checkpoint, facts
 from services.planner.rule.entry import Entry
+from services.stored import checkpoints
 
 log = logging.getLogger("driftbus.cli")
 
@@ -54,28 +51,6 @@ ClusterEntries = dict[str, dict[ObjectKey, Entry]]
 """Per cluster, per object, what the planner knows of it from the facts."""
 
 
-def _filter(family: str, clusters: Collection[str]) -> str:
-    return (
-        cluster_filter(family, next(iter(clusters)))
-        if len(clusters) == 1
-        else (family_filter(family))
-    )
-
-
-def _cluster_of(subject: str, tokens: dict[str, str]) -> str:
-    """The cluster a per-cluster subject names (``driftbus.<family>.<cluster>.…``), decoded once
-    per distinct token; "" when it cannot be read."""
-    token = subject.split(".", 3)[2]
-    name = tokens.get(token)
-    if name is None:
-        try:
-            name = decode_token(token)
-        except SubjectError:
-            name = ""
-        tokens[token] = name
-    return name
-
-
 async def known(
     js: bus.JetStream, clusters: Collection[str], *, checkpoints: bool = True
 ) -> ClusterEntries:
@@ -84,11 +59,10 @@ async def known(
     published since folded in, or, for a cluster with none (``checkpoints=False``: for every
     cluster), replayed from the streams. A stream not made yet (no planner has run on this
     bus) holds nothing."""
-    tokens: dict[str, str] = {}
-    found = await read_checkpoints(js, clusters, tokens) if checkpoints else {}
+    found = await read_checkpoints(js, clusters) if checkpoints else {}
     got: dict[str, dict[ObjectKey, list[facts.Fact]]] = {c: {} for c in clusters}
     for s, family, kind in FACT_STREAMS:
-        last = await _read(js, s, family, kind, clusters, tokens, found)
+        last = await _read(js, s, family, kind, clusters, found)
         for cluster, fact in last.values():
             got[cluster].setdefault(fact.key, []).append(fact)
     out: ClusterEntries = {}
@@ -105,26 +79,13 @@ async def known(
 
 
 async def read_checkpoints(
-    js: bus.JetStream, clusters: Collection[str], tokens: dict[str, str] | None = None
+    js: bus.JetStream, clusters: Collection[str]
 ) -> dict[str, checkpoint.Checkpoint]:
     """The whole, current checkpoints of ``clusters`` (``rule.checkpoint.assemble``). One
     that claims more of a fact stream than the stream holds (the streams made anew, the
     checkpoints kept) is not used: facts after it would be missed."""
-    tokens = {} if tokens is None else tokens
     wanted = set(clusters)
-    parts: list[CheckpointPart] = []
-
-    def take(m: bus.Message) -> None:
-        if _cluster_of(m.subject, tokens) in wanted:
-            with contextlib.suppress(CheckpointError):
-                parts.append(decode_part(m.data))
-
-    try:
-        await bus.Follower(js, bus.CHECKPOINTS, _filter("checkpoint", clusters)).each(take)
-    except bus.StreamMissing as exc:
-        if exc.err_code != bus.STREAM_NOT_FOUND:
-            raise
-        return {}
+    parts = await checkpoints.parts(js, clusters)
     good, unusable = checkpoint.assemble(parts)
     for cluster, why in unusable.items():
         log.info("cluster %s: checkpoint not used (%s); reading its facts", cluster, why)
@@ -153,7 +114,6 @@ async def _read(
     family: str,
     kind: type[Any],
     clusters: Collection[str],
-    tokens: dict[str, str],
     found: dict[str, checkpoint.Checkpoint],
 ) -> dict[str, tuple[str, facts.Fact]]:
     """The last fact per subject of one stream for ``clusters`` (others' dropped before
@@ -164,7 +124,7 @@ async def _read(
     out: dict[str, tuple[str, facts.Fact]] = {}
 
     def take(m: bus.Message) -> None:
-        cluster = _cluster_of(m.subject, tokens)
+        cluster = checkpoints.cluster_in(m.subject)
         if cluster not in wanted:
             return
         if cluster in covered and bus.stream_sequence(m) <= covered[cluster]:
@@ -185,9 +145,9 @@ async def _read(
 
     wanted = set(clusters)
     follower = (
-        bus.Follower(js, stream, _filter(family, clusters))
+        bus.Follower(js, stream, checkpoints.subjects(family, clusters))
         if start <= 1
-        else bus.Follower(js, stream, _filter(family, clusters), start_seq=start)
+        else bus.Follower(js, stream, checkpoints.subjects(family, clusters), start_seq=start)
     )
     try:
         await follower.each(take)
@@ -209,10 +169,9 @@ async def learned_scopes(
         if len(clusters) == 1
         else family_filter("member")
     )
-    tokens: dict[str, str] = {}
     try:
         async for m in bus.Follower(js, bus.MEMBERS, subject).snapshot():
-            if not m.subject.endswith(".watcher") or _cluster_of(m.subject, tokens) not in out:
+            if not m.subject.endswith(".watcher") or checkpoints.cluster_in(m.subject) not in out:
                 continue
             with contextlib.suppress(WireError):
                 beat = decode(m.data, MemberHeartbeat)
