@@ -108,7 +108,7 @@ def watcher(cluster: str) -> Permissions:
             cluster_filter("server", cluster),
             member_subject(cluster, "watcher"),
             *STREAM_INFO,
-            # its seed: the cluster's checkpoint and the SERVER facts after it (serverfacts.py)
+            # its seed: the cluster's checkpoint and the SERVER facts after it (stored/facts.py)
             *grants.read_streams(bus.BUNDLES, bus.SERVER, bus.CHECKPOINTS),
             *grants.object_store_read(),
             *grants.registry_entry(cluster),

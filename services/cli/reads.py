@@ -44,7 +44,7 @@ from services.cli.objectref import ObjectRef
 from services.clusters import members
 from services.common import bus, settings
 from services.revisions.watch import StatusWatch
-from services.stored import serverfacts
+from services.stored import facts as stored_facts
 
 
 class BusUnreachable(RuntimeError):
@@ -204,7 +204,7 @@ async def object_rows(
         except WireError:
             continue
         statuses[st.key] = st
-    live = (await serverfacts.latest(js, [cluster])).get(cluster, {})
+    live = (await stored_facts.live(js, [cluster])).get(cluster, {})
     health = {key: ev for key, ev in live.items() if key in statuses}
     rows = []
     for key, st in sorted(statuses.items()):
@@ -231,7 +231,7 @@ async def object_rows(
 async def api_version(js: bus.JetStream, cluster: str, key: ObjectKey) -> str:
     """The object's apiVersion as the watcher last saw it ("" when never seen)."""
     with contextlib.suppress(bus.StreamMissing):
-        found = (await serverfacts.latest(js, [cluster])).get(cluster, {}).get(key)
+        found = (await stored_facts.live(js, [cluster])).get(cluster, {}).get(key)
         if found is not None:
             return found.api_version
     return ""

@@ -7,9 +7,9 @@ checks, the rest is here — and the live objects' server facts.
   stored versions.
 - ``bucket`` — ``Kept[T]``: a document in its KV bucket under a key; put, read, and followed
   live keeping the last good value (``Following``).
-- ``serverfacts`` — the newest server fact of every object of some clusters: each cluster's
-  checkpoint and the SERVER batches after it (the watcher's seed, ``driftbus status``, the
-  status page).
+- ``facts`` — the newest server or applied fact of every object of some clusters: each
+  cluster's checkpoint and the SERVER or APPLIED batches after it (the watcher's seed,
+  ``driftbus status``, the status page and its object detail).
 - ``checkpoints`` — the checkpoint parts of some clusters as CHECKPOINTS holds them, for
-  ``serverfacts`` and ``driftbus plan`` to assemble.
+  ``facts`` and ``driftbus plan`` to assemble.
 """

@@ -1,5 +1,5 @@
 """The checkpoint parts of some clusters, as CHECKPOINTS holds them now (the last of each part):
-what ``driftbus plan`` and ``serverfacts`` assemble (``schemas.checkpoint.whole``). A planner
+what ``driftbus plan`` and ``facts`` assemble (``schemas.checkpoint.whole``). A planner
 taking one cluster reads its parts by direct gets instead (``planner.shell.inbox``)."""
 
 from __future__ import annotations

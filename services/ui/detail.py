@@ -23,7 +23,7 @@ import msgspec
 
 from schemas.codec import WireError, decode
 from schemas.decision import DecisionRecord
-from schemas.messages import AppliedEvent, Bundle, OutcomeEvent
+from schemas.messages import Bundle, OutcomeEvent
 from schemas.subjects import ObjectKey, object_subject, split_bundle
 from services.common import bus
 from services.core.diff import Change, Withheld, diff, mask_sensitive, project
@@ -32,6 +32,7 @@ from services.core.manifest import owned
 from services.core.sha import prune
 from services.inputs import sops
 from services.revisions.publish import BundleError, load_manifests, revisions
+from services.stored import facts as stored_facts
 from services.ui import accepted
 
 log = logging.getLogger("driftbus.ui")
@@ -168,7 +169,8 @@ async def object_detail(
     oc = await _last(js, bus.OUTCOMES, object_subject("outcome", cluster, key), OutcomeEvent)
     if oc is not None and split_bundle(oc.bundle)[0] == tenant:
         error = {"phase": str(oc.phase), "message": oc.message, "at": msgspec.to_builtins(oc.at)}
-    applied = await _last(js, bus.APPLIED, object_subject("applied", cluster, key), AppliedEvent)
+    # the applied fact: from the cluster's checkpoint and the appliers' reports after it
+    applied = (await stored_facts.applied(js, [cluster])).get(cluster, {}).get(key)
     ev = accepted.evidence(bundle, records, applied, oc)
     chosen = accepted.in_force(await revisions(js, cluster, bundle), ev, str(key))
     desired = (

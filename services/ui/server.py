@@ -52,7 +52,7 @@ from schemas.windows import WindowsFile
 from services.access.permissions import UI_INBOX
 from services.common import bus
 from services.revisions.watch import decode_status
-from services.stored import serverfacts
+from services.stored import facts as stored_facts
 from services.stored.document import Good
 from services.ui import detail, fleet, guard
 from services.ui.live import HOUR, LiveState
@@ -188,7 +188,7 @@ class StatusPage:
 
         async def known() -> None:
             with contextlib.suppress(bus.StreamMissing):
-                for by_key in (await serverfacts.latest(self.js)).values():
+                for by_key in (await stored_facts.live(self.js)).values():
                     for ev in by_key.values():
                         if (ev.cluster, str(ev.key)) not in self.state.health:  # live is newer
                             self._on_fact(ev)

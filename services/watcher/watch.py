@@ -3,7 +3,7 @@
 One list+watch per GVK found in the cluster's bundles (plus configured extras), restricted by
 the ownership label. A server event is published only when an object's SHA or health changed
 against what the bus already holds — the cache is seeded from the cluster's checkpoint and the
-SERVER facts after it at start-up (``stored.serverfacts``), so a restarted watcher republishes
+SERVER facts after it at start-up (``stored.facts``), so a restarted watcher republishes
 nothing. Facts go out together, one message (``ServerFacts``) per list page and per burst of
 watch events (``bursts``): a cold apply of 1,000 objects is a few dozen messages, not 1,000.
 On ``410 Gone`` it relists and publishes tombstones for cached objects that vanished; on a
@@ -35,7 +35,7 @@ from services.core.scope import BUILTIN
 from services.core.sha import HashError
 from services.kube import Gone, KubeClient, KubeError, NotFound, Resource, WatchEvent
 from services.revisions.publish import BundleError, load_manifests
-from services.stored import serverfacts
+from services.stored import facts as stored_facts
 from services.watcher.bursts import batches, bursts
 from services.watcher.facts import Change, Seen, change, tombstone
 from services.watcher.settings import WatcherSettings
@@ -144,9 +144,9 @@ class Watcher:
 
     async def _seed(self) -> None:
         """Load what the bus already says of the cluster's objects (its checkpoint and the
-        SERVER facts after it: ``stored.serverfacts``), so only real changes are published,
+        SERVER facts after it: ``stored.facts``), so only real changes are published,
         and what vanished meanwhile is tombstoned by the first list."""
-        found = await serverfacts.latest(self.js, [self.s.cluster])
+        found = await stored_facts.live(self.js, [self.s.cluster])
         for ev in found.get(self.s.cluster, {}).values():
             try:
                 self.cache[ev.key] = Seen.of(ev, 0)

@@ -26,7 +26,7 @@ from schemas.decision import DecisionAction
 from schemas.subjects import ObjectKey
 from services.controlplane import servers
 from services.kube import KubeClient
-from services.stored import serverfacts
+from services.stored import facts as stored_facts
 
 from ..conftest import empty_namespace, kube_client, unique_name
 from .waits import until_object
@@ -169,7 +169,7 @@ async def _until_server_fact(js: Any, p: Pipeline, name: str, ns: str, rv: int) 
     key = ObjectKey("", "ConfigMap", ns, name)
 
     async def landed() -> bool:
-        last = (await serverfacts.latest(js, [p.cluster]))[p.cluster].get(key)
+        last = (await stored_facts.live(js, [p.cluster]))[p.cluster].get(key)
         return last is not None and int(last.resource_version) >= rv
 
     for _ in range(600):

@@ -61,7 +61,7 @@ from services.planner.rule import messages
 from services.planner.rule.decide import DELETE_INFLIGHT, Entry
 from services.revisions import publish as bundles
 from services.revisions.watch import decode_status
-from services.stored import serverfacts
+from services.stored import facts as stored_facts
 from services.tenancy import policy as tenancy
 from services.tenancy import store as policy
 from services.tenancy.policy import PolicyError
@@ -465,7 +465,7 @@ def test_member_heartbeat(data: bytes) -> None:
 
 
 def newer(data: bytes, rv: int, fact: AppliedEvent) -> None:
-    """The readers' "which fact is newer": ``serverfacts.fold`` over what ``server_events``
+    """The readers' "which fact is newer": ``stored.facts.fold`` over what ``server_events``
     unpacks and the planner's ``facts.fold`` over what ``applied_events`` unpacks, in a batch
     or alone (the watcher's and the applier's compare-and-publish before issue 44): the facts
     read or the caller's WireError, whatever the message."""
@@ -476,8 +476,8 @@ def newer(data: bytes, rv: int, fact: AppliedEvent) -> None:
             continue
         into: dict[ObjectKey, ServerEvent] = {}
         for ev in events:
-            serverfacts.fold(into, ev)
-            serverfacts.fold(into, msgspec.structs.replace(ev, resource_version=str(rv)))
+            stored_facts.fold(into, ev)
+            stored_facts.fold(into, msgspec.structs.replace(ev, resource_version=str(rv)))
         assert set(into) == {ev.key for ev in events}
     for subject in (object_subject("applied", "c", KEY), batch_subject("applied", "c", "x")):
         try:

@@ -10,10 +10,13 @@ from collections.abc import AsyncIterator
 import pytest
 
 from schemas.codec import WireError, applied_events, encode, server_events
-from schemas.messages import AppliedEvent, ServerEvent, ServerFacts
+from schemas.messages import AppliedEvent, Health, ServerEvent, ServerFacts
 from schemas.subjects import ObjectKey, batch_filter, batch_subject, object_subject
 from services.applier.reports import AppliedReports
+from services.planner.rule import checkpoint
+from services.planner.rule.entry import Entry
 from services.planner.shell.checkpointing import Checkpointer
+from services.stored import facts as stored_facts
 from services.watcher.bursts import batches, bursts
 
 
@@ -221,3 +224,51 @@ async def test_a_report_that_did_not_land_fails_every_fact_in_it() -> None:
     )
     assert all(isinstance(g, TimeoutError) for g in got)
     assert not any(reports.carried_out(i + 1) for i in range(3))
+
+
+def test_a_checkpoint_object_reads_back_as_the_facts_that_made_it() -> None:
+    """What a reader of a checkpoint takes for an object's newest server and applied fact is
+    what the planner folded from them (``stored.facts`` over ``rule.checkpoint.to_object``)."""
+    key = ObjectKey("apps", "Deployment", "ns", "web")
+    entry = Entry(
+        key,
+        applied_manifest_sha=bytes(32),
+        apply_sha=b"\x01" * 32,
+        applied_rv=7,
+        applied_bundle="t/web",
+        applied_revision="r2",
+        applied_at=1_700_000_000.0,
+        server_sha=b"\x01" * 32,
+        server_rv=9,
+        owner_bundle="t/web",
+        api_version="apps/v1",
+    )
+    o = checkpoint.to_object(key, entry, (Health.READY, "ready: 1/1", None))
+    live = stored_facts.as_event("c", o)
+    assert live is not None
+    assert (live.key, live.resource_version, live.server_sha, live.deleted) == (
+        key,
+        "9",
+        "01" * 32,
+        False,
+    )
+    assert (live.health, live.health_message, live.api_version, live.bundle) == (
+        Health.READY,
+        "ready: 1/1",
+        "apps/v1",
+        "t/web",
+    )
+    done = stored_facts.as_applied("c", o)
+    assert done is not None
+    assert (done.manifest_sha, done.apply_sha, done.resource_version, done.revision) == (
+        "00" * 32,
+        "01" * 32,
+        "7",
+        "r2",
+    )
+    assert done.applied_at is not None
+    assert done.applied_at.timestamp() == 1_700_000_000.0
+    # desired only (nothing applied, never seen live): neither fact
+    nothing = checkpoint.to_object(key, Entry(key))
+    assert stored_facts.as_event("c", nothing) is None
+    assert stored_facts.as_applied("c", nothing) is None

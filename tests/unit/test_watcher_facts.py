@@ -9,7 +9,7 @@ import pytest
 from schemas.messages import Health, ServerEvent
 from schemas.subjects import ObjectKey, batch_subject, parse_subject
 from services.core.sha import object_sha
-from services.stored import serverfacts
+from services.stored import facts as stored_facts
 from services.watcher.facts import Seen, change, tombstone
 
 
@@ -97,7 +97,7 @@ def test_a_reader_keeps_each_objects_newest_fact(held: str | None, then: str, ke
     """Active-active watchers publish batches out of order: the newer resourceVersion wins,
     as in the planner's rule (what ``newer_than`` decided before each publish)."""
     into = {} if held is None else {ObjectKey.of(_cm()): _fact(held)}
-    serverfacts.fold(into, _fact(then, deleted=True))
+    stored_facts.fold(into, _fact(then, deleted=True))
     assert into[ObjectKey.of(_cm())].resource_version == kept
 
 
