@@ -34,16 +34,24 @@ async def _main(objects: int, repetitions: int) -> list[Result]:
     peer_objs = labelled(objs)
     runs: dict[str, list[Run]] = {"driftbus-1": [], "driftbus-4": [], "kubectl": [], "raw": []}
     traffic: dict[str, list[dict[str, natstraffic.Traffic]]] = {"driftbus-1": [], "driftbus-4": []}
+    heads: dict[str, list[tuple[dict[str, int], dict[str, int]]]] = {
+        "driftbus-1": [],
+        "driftbus-4": [],
+    }
     async with BenchStack.start(objects) as b:
         directory = b.manifest_dir(peer_objs)
         for rep in range(repetitions):
             for appliers in (1, 4):
                 async with b.pipeline(appliers) as d:
                     before = natstraffic.by_role(d.p.nats)
+                    first = await natstraffic.stream_heads(d.js)
                     run = await b.measured(d.cold_apply(objs), d.pids())
                     runs[f"driftbus-{appliers}"].append(run)
                     after = natstraffic.by_role(d.p.nats)
                     traffic[f"driftbus-{appliers}"].append(natstraffic.delta(before, after))
+                    heads[f"driftbus-{appliers}"].append(
+                        (first, await natstraffic.stream_heads(d.js))
+                    )
                 await b.cleanup(namespaces_for(objects))
             runs["kubectl"].append(await b.measured(b.kubectl_apply(directory)))
             await b.cleanup(namespaces_for(objects))
@@ -66,6 +74,9 @@ async def _main(objects: int, repetitions: int) -> list[Result]:
         "driftbus_cpu_ms_per_object": cpu,
         "nats_messages_per_object": {
             k: natstraffic.per_object(v, objects) for k, v in traffic.items()
+        },
+        "stream_messages_per_object": {
+            k: natstraffic.per_stream(v, objects) for k, v in heads.items()
         },
         "mix": "35% ConfigMap, 15% Secret, 15% Service, 15% Deployment, 10% RBAC, 10% CR",
         "apiserver_cpu_share": {

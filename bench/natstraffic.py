@@ -69,3 +69,20 @@ def per_object(runs: list[dict[str, Traffic]], objects: int) -> dict[str, dict[s
         role: {k: round(statistics.median(v), 2) for k, v in row.items()}
         for role, row in rows.items()
     }
+
+
+STREAMS = ("SERVER", "APPLIED", "OUTCOMES", "INTENTS", "STATUS", "DECISIONS")
+"""The streams whose messages per object say what shares a message (issue 44)."""
+
+
+async def stream_heads(js: Any) -> dict[str, int]:
+    """The last sequence of each of ``STREAMS`` (what was published into it so far)."""
+    return {s: int((await js.stream_info(f"DRIFTBUS_{s}")).state.last_seq or 0) for s in STREAMS}
+
+
+def per_stream(runs: list[tuple[dict[str, int], dict[str, int]]], objects: int) -> dict[str, float]:
+    """Median messages published per object into each stream, from (before, after) heads."""
+    return {
+        s: round(statistics.median((after[s] - before[s]) / objects for before, after in runs), 2)
+        for s in STREAMS
+    }
