@@ -22,6 +22,7 @@ import orjson
 
 from bench.report import Result
 from bench.stack import BUNDLE, BenchStack, labelled, namespaces_for, rss_bytes
+from schemas.codec import server_events
 from services.common import bus
 from services.core.manifest import OWNER_LABEL
 
@@ -85,13 +86,19 @@ async def _main(objects: int, repetitions: int) -> list[Result]:
                 started = time.perf_counter()
                 proc = d.p.start("watcher", None, "--extra-kinds", "v1/ConfigMap")
                 first = done = 0.0
+                facts, seq = 0, 1
                 deadline = time.monotonic() + 900
                 while time.monotonic() < deadline:
-                    info = await d.js.stream_info(bus.SERVER)
+                    # facts come in batches (a list page each): count what they carry
+                    while (
+                        m := await bus.next_message(d.js, bus.SERVER, "driftbus.server.>", seq)
+                    ) is not None:
+                        facts += len(server_events(m.subject or "", m.data or b""))
+                        seq = (m.seq or seq) + 1
                     now = time.perf_counter()
-                    if info.state.messages and not first:
+                    if facts and not first:
                         first = now
-                    if info.state.messages >= objects:
+                    if facts >= objects:
                         done = now
                         break
                     await asyncio.sleep(0.05)

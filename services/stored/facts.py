@@ -69,9 +69,13 @@ def as_applied(cluster: str, o: CheckpointObject) -> AppliedEvent | None:
 
 
 def fold(into: dict[ObjectKey, F], ev: F) -> None:
-    """Keep ``ev`` unless ``into`` holds a newer fact of its object."""
+    """Keep ``ev`` unless ``into`` holds a newer fact of its object: the planner's rebuild rule
+    (``decide.restore``) — a newer or equal resourceVersion wins, and a prune whose object was
+    already gone (it reports none) ends the applied state whatever came before."""
     was = into.get(ev.key)
-    if was is None or rv_int(ev.resource_version) >= rv_int(was.resource_version):
+    rv = rv_int(ev.resource_version)
+    gone = isinstance(ev, AppliedEvent) and ev.deleted and not rv
+    if was is None or gone or rv >= rv_int(was.resource_version):
         into[ev.key] = ev
 
 

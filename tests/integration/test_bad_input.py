@@ -177,6 +177,10 @@ FACTS: list[tuple[str, str, bytes]] = [
     ("server-wrong-schema", f"driftbus.server.{{c}}.{KEY_TOKENS}", b'{"schema":"driftbus.server/v9"}'),
     ("applied-garbage", f"driftbus.applied.{{c}}.{KEY_TOKENS}", b"{}"),
     ("applied-bad-sha", f"driftbus.applied.{{c}}.{KEY_TOKENS}", b'{"schema":"driftbus.applied/v1","manifest_sha":"zz"}'),
+    # batches (issue 44): garbage, and a batch naming another cluster's object on ours
+    ("server-batch-garbage", "driftbus.server.{c}.batch.junk1", b'{"schema":"driftbus.server-facts/v1","events":[1]}'),
+    ("server-batch-foreign", "driftbus.server.{c}.batch.junk2", b'{"schema":"driftbus.server-facts/v1","cluster":"elsewhere","events":[{"schema":"driftbus.server/v1","cluster":"elsewhere","key":{"group":"","kind":"ConfigMap","namespace":"ns","name":"x"},"resource_version":"1","server_sha":null,"deleted":true}]}'),
+    ("applied-batch-garbage", "driftbus.applied.{c}.batch.junk3", b"\x00"),
     ("status-garbage", f"driftbus.status.{{c}}.=.b.object.{KEY_TOKENS}", b"[1,2,3]"),
     ("outcome-garbage", f"driftbus.outcome.{{c}}.{KEY_TOKENS}", b'{"schema":"driftbus.outcome/v1"}'),
     ("intent-garbage", f"driftbus.intent.{{c}}.{KEY_TOKENS}", b"\xff\xfe"),

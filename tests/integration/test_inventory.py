@@ -18,8 +18,9 @@ import pytest
 from nats.aio.client import Client as NATS
 
 from harness.pipeline import DecisionLog, Pipeline, StatusWatch, settle
+from schemas.codec import applied_events
 from schemas.messages import BundlePhase
-from schemas.subjects import ObjectKey, object_subject
+from schemas.subjects import ObjectKey, batch_filter, cluster_filter, object_subject
 from services.common import bus
 from services.kube import KubeClient
 
@@ -135,9 +136,10 @@ async def test_anothers_label_on_an_object_neither_deletes_it_nor_keeps_that_bun
 async def test_an_object_whose_inventory_was_lost_is_kept_not_pruned(
     pipeline: Pipeline, pnc: NATS, kube: KubeClient, namespace: str
 ) -> None:
-    """The inventory is the APPLIED stream (compacted, no age or size limit). Purged — by hand,
-    or a stream recreated — the planner no longer knows it applied the object: it keeps it and
-    says so, never deletes on the strength of the label alone."""
+    """The inventory is the APPLIED stream (the appliers' reports, until a checkpoint of the
+    cluster covers them) and the checkpoint. Lost — purged by hand, or the streams recreated —
+    the planner no longer knows it applied the object: it keeps it and says so, never deletes
+    on the strength of the label alone."""
     bundle = unique_name("lost")
     watch = await converged(pipeline, pnc, bundle, [cm(namespace, "a"), cm(namespace, "b")])
     js = pnc.jetstream()
@@ -146,6 +148,14 @@ async def test_an_object_whose_inventory_was_lost_is_kept_not_pruned(
     pipeline.kill("planner")
     key = ObjectKey("", "ConfigMap", namespace, "b")
     await js.purge_stream(bus.APPLIED, subject=object_subject("applied", pipeline.cluster, key))
+    # the reports naming b go whole (a's fact with them: a is desired still, and applied again)
+    reports, seq = batch_filter("applied", pipeline.cluster), 1
+    while (m := await bus.next_message(js, bus.APPLIED, reports, seq)) is not None:
+        if any(ap.key == key for ap in applied_events(m.subject or "", m.data or b"")):
+            await js.delete_msg(bus.APPLIED, m.seq)
+        seq = (m.seq or seq) + 1
+    # and the cluster's checkpoint, which holds the inventory too
+    await js.purge_stream(bus.CHECKPOINTS, subject=cluster_filter("checkpoint", pipeline.cluster))
     await pipeline.publish(js, bundle, [cm(namespace, "a")], revision="r2")
     pipeline.start("planner")
     await watch.until(lambda s: s.revision == "r2", 60, pipeline.logs)

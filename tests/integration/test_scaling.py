@@ -12,8 +12,7 @@ import pytest
 from nats.aio.client import Client as NATS
 
 from harness.pipeline import Pipeline, StatusWatch, until_planner_ready
-from schemas.codec import decode
-from schemas.messages import AppliedEvent
+from schemas.codec import applied_events, decode
 from schemas.subjects import encode_token
 from services.kube import KubeClient
 
@@ -38,7 +37,8 @@ async def applied_by(nc: NATS, cluster: str) -> collections.Counter[str]:
     counts: collections.Counter[str] = collections.Counter()
 
     async def on_msg(msg: Any) -> None:
-        counts[decode(msg.data, AppliedEvent).applier] += 1
+        for ap in applied_events(msg.subject, msg.data):  # an applier's report, or one fact
+            counts[ap.applier] += 1
 
     await nc.subscribe(f"driftbus.applied.{encode_token(cluster)}.>", cb=on_msg)
     return counts

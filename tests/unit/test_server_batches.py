@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
+import msgspec
 import pytest
 
 from schemas.codec import WireError, applied_events, encode, server_events
@@ -272,3 +273,25 @@ def test_a_checkpoint_object_reads_back_as_the_facts_that_made_it() -> None:
     nothing = checkpoint.to_object(key, Entry(key))
     assert stored_facts.as_event("c", nothing) is None
     assert stored_facts.as_applied("c", nothing) is None
+
+
+@pytest.mark.parametrize(
+    ("order", "kept"),
+    [
+        (["apply@7", "apply@9"], "apply@9"),
+        (["apply@9", "apply@7"], "apply@9"),  # two appliers finishing in reverse
+        (["apply@7", "prune@9"], "prune@9"),
+        (["apply@7", "prune@0"], "prune@0"),  # a prune that found it gone reports no rv
+        (["prune@0", "apply@7"], "apply@7"),  # created again since
+    ],
+)
+def test_a_reader_keeps_each_objects_newest_applied_fact(order: list[str], kept: str) -> None:
+    """What a reader of APPLIED batches keeps is what the planner's rebuild (``restore``)
+    makes the applied state: the newer resourceVersion, and a prune without one ends it."""
+    into: dict[ObjectKey, AppliedEvent] = {}
+    for what in order:
+        verb, rv = what.split("@")
+        fact = _applied("o", int(rv))
+        stored_facts.fold(into, msgspec.structs.replace(fact, deleted=verb == "prune"))
+    got = into[ObjectKey("", "ConfigMap", "ns", "o")]
+    assert f"{'prune' if got.deleted else 'apply'}@{got.resource_version}" == kept

@@ -27,7 +27,6 @@ from schemas.subjects import (
     object_subject,
 )
 from services.common import bus
-from services.core.manifest import rv_int
 from services.planner.rule import checkpoint, facts
 from services.planner.rule.entry import Entry
 from services.stored import checkpoints
@@ -63,8 +62,9 @@ async def known(
     got: dict[str, dict[ObjectKey, list[facts.Fact]]] = {c: {} for c in clusters}
     for s, family, kind in FACT_STREAMS:
         last = await _read(js, s, family, kind, clusters, found)
-        for cluster, fact in last.values():
-            got[cluster].setdefault(fact.key, []).append(fact)
+        for told in last.values():
+            for cluster, fact in told:
+                got[cluster].setdefault(fact.key, []).append(fact)
     out: ClusterEntries = {}
     for cluster, by_key in got.items():
         mine = found.get(cluster)
@@ -115,13 +115,14 @@ async def _read(
     kind: type[Any],
     clusters: Collection[str],
     found: dict[str, checkpoint.Checkpoint],
-) -> dict[str, tuple[str, facts.Fact]]:
-    """The last fact per subject of one stream for ``clusters`` (others' dropped before
-    decoding), above each cluster's checkpoint: every message from the lowest sequence a
-    checkpoint leaves out, or the compacted view when one of them has none."""
+) -> dict[str, list[tuple[str, facts.Fact]]]:
+    """The facts of one stream for ``clusters`` (others' dropped before decoding), above each
+    cluster's checkpoint: every message from the lowest sequence a checkpoint leaves out, or
+    the compacted view when one of them has none. Per object subject, the facts to fold in
+    order: the last one of a compacted subject, every one a batch carries (``BATCHED``)."""
     covered = {c: cp.read_up_to.get(family, 0) for c, cp in found.items()}
     start = checkpoint.tail_start(found, clusters, family)
-    out: dict[str, tuple[str, facts.Fact]] = {}
+    out: dict[str, list[tuple[str, facts.Fact]]] = {}
 
     def take(m: bus.Message) -> None:
         cluster = checkpoints.cluster_in(m.subject)
@@ -132,16 +133,12 @@ async def _read(
         with contextlib.suppress(WireError):
             unpack = BATCHED.get(family)
             if unpack is None:
-                out[m.subject] = (cluster, cast(facts.Fact, decode(m.data, kind)))
+                out[m.subject] = [(cluster, cast(facts.Fact, decode(m.data, kind)))]
                 return
-            # a batch of facts (or one object's): each object's newest, as the planner folds
+            # a batch of facts (or one object's): every one, in stream order, folded as the
+            # planner's rebuild folds them (a prune's fact after the apply it undoes)
             for ev in unpack(m.subject, m.data):
-                at = object_subject(family, cluster, ev.key)
-                was = out.get(at)
-                if was is None or rv_int(ev.resource_version) >= rv_int(
-                    cast(ServerEvent | AppliedEvent, was[1]).resource_version
-                ):
-                    out[at] = (cluster, ev)
+                out.setdefault(object_subject(family, cluster, ev.key), []).append((cluster, ev))
 
     wanted = set(clusters)
     follower = (

@@ -15,8 +15,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from schemas.codec import WireError, applied_events
 from schemas.messages import BundlePhase, KindScope, MemberHeartbeat
-from schemas.subjects import object_subject
+from schemas.subjects import batch_filter, object_subject
 from services.clusters import members
 from services.common import bus
 from services.planner.memory.cluster import ClusterState
@@ -30,6 +31,8 @@ from services.planner.shell.status_board import StatusBoard
 
 log = logging.getLogger("driftbus.planner")
 STATUS_REFRESH = 24 * 3600.0
+UNREAD_REPORTS = 64
+"""Appliers' reports the lost-intent check reads past what the planner folded (``_fact_unread``)."""
 """Every bundle's status is published again this often, changed or not (STATUS keeps 7 days)."""
 WINDOWS_IDLE = 3600.0
 """Seconds until the sync windows' clock looks again when no window names a bundle."""
@@ -159,7 +162,28 @@ class Duties:
             last = await bus.last_message(self.js, stream, object_subject(kind, *slot))
             if last is not None and (last.seq or 0) > self.state.read_up_to.get(stream, 0):
                 return True
-        return False
+        return await self._in_unread_report(slot)
+
+    async def _in_unread_report(self, slot: Slot) -> bool:
+        """Whether an applier's report this planner has not folded yet names the object (issue
+        44: applied facts travel in reports, not on the object's subject). The unread tail is
+        what the planner's follower is about to deliver: short, read by direct gets; past
+        ``UNREAD_REPORTS`` of them the fact is taken to be among them (asked again next round)."""
+        subjects = batch_filter("applied", slot[0])
+        seq = self.state.read_up_to.get(bus.APPLIED, 0) + 1
+        for _ in range(UNREAD_REPORTS):
+            got = await bus.next_message(self.js, bus.APPLIED, subjects, seq)
+            if got is None or got.seq is None:
+                return False
+            try:
+                if any(
+                    ap.key == slot[1] for ap in applied_events(got.subject or "", got.data or b"")
+                ):
+                    return True
+            except WireError:
+                pass  # the planner reports it when its follower delivers it
+            seq = got.seq + 1
+        return True
 
     # --- intents pending --------------------------------------------------------------------
 
