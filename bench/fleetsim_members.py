@@ -154,11 +154,18 @@ class SimKube:
         live = copy.deepcopy(dict(obj))
         key = ObjectKey.of(live)
         old = self.objects.get(key)
-        live["metadata"]["resourceVersion"] = str(next(self.rv))
         live["metadata"]["uid"] = old["metadata"]["uid"] if old else str(uuid.uuid4())
         if self.failing:
             cond = {"type": "Stalled", "status": "True", "message": "simulated failure"}
             live["status"] = {"conditions": [cond]}
+        if old is not None:
+            live["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+            if live == old:
+                # a server-side apply that changes nothing is no write: the API server keeps
+                # the resourceVersion and sends no watch event (an intent applied again, its
+                # first report's ack lost, must not look newer than the live object's fact)
+                return copy.deepcopy(old)
+        live["metadata"]["resourceVersion"] = str(next(self.rv))
         self.objects[key] = live
         self.applied[key] = manifest_sha(obj).hex()
         self.events.put_nowait(WatchEvent("MODIFIED" if old else "ADDED", copy.deepcopy(live)))
