@@ -9,11 +9,11 @@ each cluster is the real services' own code, unchanged:
   flight, ack wait 10 s, fence read every second) — its fence (the claim read at start and
   followed), its heartbeat, its intent consumer (``consumer.consume``: fetch up to the free
   slots, again once a quarter of them are free), the namespace gate, the supersession read only
-  for an intent that waited or was redelivered, the "already carried out" read only for a
-  redelivery, ``verbs.apply`` / ``verbs.delete`` against ``SimKube``, and ``report.Reporter``:
-  the applied fact by compare-and-publish in the APPLIED stream's fast batch (expecting an empty
-  subject for an object decided new), the status row in the STATUS fast batch, then ``ack``
-  without a round trip;
+  for an intent that waited or was redelivered, the "already carried out" check only for a
+  redelivery (the applier's own memory of its reports), ``verbs.apply`` / ``verbs.delete``
+  against ``SimKube``, and ``report.Reporter``: the applied fact in the applier's next report
+  (``reports.AppliedReports``: one ``AppliedFacts`` message for what finishes within 10 ms),
+  then the status row in the STATUS fast batch, then ``ack`` without a round trip;
 * **watcher**: registers the cluster in the registry (``clusters.registry.register``), heartbeats
   (``clusters.members.announce``, synced), follows the cluster's bundles (``bus.Follower`` on
   its BUNDLES subjects, an ordered consumer as the real watcher's) and, for each object

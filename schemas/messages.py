@@ -111,7 +111,8 @@ class AppliedEvent(_Message, frozen=True, tag=_tag("applied")):
     applier: str = ""
     intent_seq: int = 0
     """Stream sequence of the intent this carried out: a redelivered intent (its ack was lost,
-    e.g. NATS restarted) that already has this fact is acked without a second apply."""
+    e.g. NATS restarted) that the same applier already reported is acked without a second
+    apply (``applier.reports``)."""
 
 
 class AppliedFacts(_Message, frozen=True, tag=_tag("applied-facts")):
