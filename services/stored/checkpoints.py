@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
 from schemas.checkpoint import CheckpointError, CheckpointPart, decode_part
 from schemas.subjects import SubjectError, cluster_filter, decode_token, family_filter
@@ -32,6 +32,28 @@ def cluster_in(subject: str) -> str:
     """The cluster of a per-cluster subject (``driftbus.<family>.<cluster>.…``)."""
     parts = subject.split(".", 3)
     return cluster_of(parts[2]) if len(parts) > 2 else ""
+
+
+async def each_above(
+    js: bus.JetStream,
+    stream: str,
+    subjects: str,
+    start: int,
+    take: Callable[[bus.Message], None],
+) -> None:
+    """Hand ``take`` every message of ``stream`` on ``subjects`` from sequence ``start`` (the
+    compacted view, last per subject, when ``start`` is 1: nothing is covered); nothing before
+    the stream exists. What a reader of a checkpoint's tail reads."""
+    follower = (
+        bus.Follower(js, stream, subjects)
+        if start <= 1
+        else bus.Follower(js, stream, subjects, start_seq=start)
+    )
+    try:
+        await follower.each(take)
+    except bus.StreamMissing as exc:
+        if exc.err_code != bus.STREAM_NOT_FOUND:
+            raise
 
 
 async def parts(js: bus.JetStream, clusters: Collection[str] | None) -> list[CheckpointPart]:

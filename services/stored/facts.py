@@ -149,17 +149,7 @@ async def latest(
         for ev in events:
             fold(mine, ev)
 
-    subjects = checkpoints.subjects(family, clusters)
-    follower = (
-        bus.Follower(js, stream, subjects)
-        if start <= 1
-        else bus.Follower(js, stream, subjects, start_seq=start)
-    )
-    try:
-        await follower.each(take)
-    except bus.StreamMissing as exc:
-        if exc.err_code != bus.STREAM_NOT_FOUND:
-            raise
+    await checkpoints.each_above(js, stream, checkpoints.subjects(family, clusters), start, take)
     return out
 
 

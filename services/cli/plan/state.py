@@ -141,16 +141,7 @@ async def _read(
                 out.setdefault(object_subject(family, cluster, ev.key), []).append((cluster, ev))
 
     wanted = set(clusters)
-    follower = (
-        bus.Follower(js, stream, checkpoints.subjects(family, clusters))
-        if start <= 1
-        else bus.Follower(js, stream, checkpoints.subjects(family, clusters), start_seq=start)
-    )
-    try:
-        await follower.each(take)
-    except bus.StreamMissing as exc:
-        if exc.err_code != bus.STREAM_NOT_FOUND:
-            raise
+    await checkpoints.each_above(js, stream, checkpoints.subjects(family, clusters), start, take)
     return out
 
 
