@@ -92,10 +92,13 @@ async def install_crd(kube: KubeClient) -> str:
     for _ in range(300):
         got = await kube.get(crd_res, crd["metadata"]["name"])
         conds = (got.get("status") or {}).get("conditions") or []
-        if any(c["type"] == "Established" and c["status"] == "True" for c in conds):
+        established = any(c["type"] == "Established" and c["status"] == "True" for c in conds)
+        # Established comes before discovery serves the group-version (the discovery handler is
+        # added a moment later), so wait for the kind to be served, as kubectl's retry does.
+        if established and "Widget" in await kube.discovery.refresh(f"{group}/v1"):
             return group
         await asyncio.sleep(0.1)
-    raise AssertionError(f"CRD widgets.{group} never became Established")
+    raise AssertionError(f"CRD widgets.{group} never became Established and served")
 
 
 async def watched_object(
