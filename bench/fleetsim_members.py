@@ -59,6 +59,7 @@ import nats
 from schemas.codec import WireError, decode
 from schemas.messages import ApplyIntent, Bundle, DeleteIntent
 from schemas.subjects import ObjectKey, cluster_filter
+from services.applier.consumer import Claim
 from services.applier.report import Reporter
 from services.applier.service import Applier
 from services.applier.settings import ApplierSettings
@@ -211,8 +212,8 @@ class CountingReporter(Reporter):
         super().__init__(**kw)
         self.reported: dict[ObjectKey, str] = {}
 
-    async def final(self, intent: ApplyIntent | DeleteIntent, msg: bus.Message, o: Outcome) -> None:
-        await super().final(intent, msg, o)
+    async def final(self, intent: ApplyIntent | DeleteIntent, claim: Claim, o: Outcome) -> None:
+        await super().final(intent, claim, o)
         if o.applied is not None:
             if o.applied.deleted:
                 self.reported.pop(intent.key, None)

@@ -12,6 +12,7 @@ The messages:
   ``RolloutState`` and its ``RolloutEvent`` transitions.
 - ``decision`` — the planner's audit log: one ``DecisionRecord`` per decision, with its action
   and why, and the inputs the rule decided it from (``DecisionInputs``).
+- ``intents`` — the planner's apply and delete intents, alone or several in an ``IntentBatch``.
 - ``tenants`` — the tenants file (tenants, their identities and limits), also its stored form.
 - ``windows`` — the sync windows file (allow / deny, cron, duration, time zone, globs).
 - ``notify`` — the notifications file: providers, alerts, filters, secrets read from files.

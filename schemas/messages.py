@@ -8,19 +8,19 @@ from these Structs live in ``schemas/json/`` for non-Python publishers; a test k
 SHAs travel as lower-case hex; raw Kubernetes objects travel as JSON objects exactly as given.
 
 Some messages are defined in modules of their own (``schemas.bundle``, ``schemas.fleet``, the
-planner's audit log in ``schemas.decision``); ``MESSAGE_TYPES`` at the end names every one.
-The bundle's own types that were defined here before are still importable from here; the
-decision types are imported from ``schemas.decision``.
+intents in ``schemas.intents``, the planner's audit log in ``schemas.decision``);
+``MESSAGE_TYPES`` at the end names every one. The bundle's and the intents' types that were
+defined here before are still importable from here; the decision types are imported from
+``schemas.decision``.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import enum
-from typing import Annotated, Final, Literal
+from typing import Final, Literal
 
 import msgspec
-from msgspec import Meta
 
 from schemas.base import Count as Count
 from schemas.base import Message as _Message
@@ -42,6 +42,12 @@ from schemas.bundle import RollbackAnswer as RollbackAnswer
 from schemas.bundle import RollbackRequest as RollbackRequest
 from schemas.decision import DecisionRecord
 from schemas.fleet import FleetBundle, RolloutControl, RolloutEvent
+from schemas.intents import ApplyIntent as ApplyIntent
+from schemas.intents import DeleteIntent as DeleteIntent
+from schemas.intents import Impersonation as Impersonation
+from schemas.intents import Intent as Intent
+from schemas.intents import IntentBatch as IntentBatch
+from schemas.intents import Queued as Queued
 from schemas.subjects import ObjectKey
 from schemas.windows import BundleWindow
 
@@ -124,57 +130,6 @@ class AppliedFacts(_Message, frozen=True, tag=_tag("applied-facts")):
     cluster: Name
     events: list[AppliedEvent]
     applier: str = ""
-
-
-# --- planner → driftbus.intent.<cluster>.<key> --------------------------------------------------
-
-
-class Impersonation(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """The identity a tenant's writes are made as (``Impersonate-User``/``-Group``): its
-    ServiceAccount, so that the API server's RBAC is the final judge (docs/tenancy.md)."""
-
-    user: Annotated[str, Meta(min_length=1, max_length=512)]
-    groups: list[str] = []
-
-
-class ApplyIntent(_Message, frozen=True, tag=_tag("apply-intent")):
-    cluster: Name
-    key: ObjectKey
-    bundle: Name
-    revision: str
-    manifest_sha: Sha
-    """Desired manifestSHA; an applier drops the intent if it is no longer the desired one."""
-    manifest: RawObject
-    reason: str
-    force: bool = False
-    allow_replace: bool = False
-    issued_at: dt.datetime | None = None
-    planner: str = ""
-    fencing_token: int = 0
-    """Revision of the planner's claim on the cluster; appliers drop intents of deposed planners."""
-    impersonate: Impersonation | None = None
-    """Set for a tenant's bundle: every request of the apply is made as this identity."""
-
-
-class DeleteIntent(_Message, frozen=True, tag=_tag("delete-intent")):
-    cluster: Name
-    key: ObjectKey
-    api_version: Annotated[str, Meta(min_length=1)]
-    """The version to address the object with (as last seen by the watcher)."""
-    bundle: Name
-    """The bundle pruning it: the live object must still carry this bundle's label."""
-    revision: str
-    """The bundle revision that no longer contains the object."""
-    reason: str = "pruned"
-    propagation: Propagation = "Background"
-    issued_at: dt.datetime | None = None
-    planner: str = ""
-    fencing_token: int = 0
-    impersonate: Impersonation | None = None
-    """Set for a tenant's bundle: the prune is made as this identity."""
-
-
-Intent = ApplyIntent | DeleteIntent
 
 
 # --- applier/planner → driftbus.status.<cluster>.<bundle>.… ------------------------------------
@@ -375,6 +330,7 @@ MESSAGE_TYPES: Final[dict[str, type[_Message]]] = {
     "applied-facts": AppliedFacts,
     "apply-intent": ApplyIntent,
     "delete-intent": DeleteIntent,
+    "intent-batch": IntentBatch,
     "object-status": ObjectStatus,
     "bundle-status": BundleStatus,
     "bundle-control": BundleControl,

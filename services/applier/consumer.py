@@ -1,16 +1,20 @@
 """Taking intents off the cluster's shared durable consumer, at most ``concurrency`` at a time,
 and keeping each claimed while it is worked on.
 
-Any number of replicas bind the same pull consumer; JetStream hands each intent to one of them
+Any number of replicas bind the same pull consumer; JetStream hands each message to one of them
 and redelivers it if that replica dies before acking, so adding or killing replicas loses
-nothing. A replica fetches only as many intents as it can start at once: the rest stay in the
-stream for the other replicas.
+nothing. A message is one intent alone or a batch of them (``IntentBatch``, issue 44). A replica
+fetches only as many messages as it can start at once (one after a batch): the rest stay in the
+stream for the other replicas. A batch is acknowledged once each of its intents is done
+(``BatchRun``); an intent of it that must be retried is retried here, after its delay, not by a
+redelivery of the batch.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -18,7 +22,6 @@ from typing import Any
 from services.common import bus
 
 log = logging.getLogger("driftbus.applier")
-Handler = Callable[[bus.Message], Coroutine[Any, Any, None]]
 
 
 class InFlight:
@@ -39,11 +42,11 @@ class InFlight:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._freed.wait(), 1.0)
 
-    async def start(self, handle: Handler, msg: bus.Message) -> None:
-        """Start handling ``msg`` as soon as a slot is free."""
+    async def start(self, work: Coroutine[Any, Any, None], name: str) -> None:
+        """Start ``work`` as soon as a slot is free."""
         await self.at_least(1)
         self.free -= 1
-        task = asyncio.create_task(handle(msg), name=msg.subject)
+        task = asyncio.create_task(work, name=name)
         self.tasks.add(task)
         task.add_done_callback(self._done)
 
@@ -61,6 +64,10 @@ def fetch_size(concurrency: int) -> int:
     return max(1, concurrency // 4)
 
 
+Dispatch = Callable[[bus.Message, InFlight], Coroutine[Any, Any, bool]]
+"""Starts the intents of one message (waiting for slots); True when it was a batch."""
+
+
 async def consume(
     js: bus.JetStream,
     *,
@@ -68,34 +75,132 @@ async def consume(
     concurrency: int,
     ack_wait: float,
     max_deliver: int,
-    handle: Handler,
+    dispatch: Dispatch,
     stopping: asyncio.Event,
     bound: asyncio.Event,
+    runs: set[BatchRun],
 ) -> None:
-    """Bind the cluster's intent consumer and hand its intents to ``handle`` until ``stopping``
-    is set; then finish what was started (anything not started stays in the stream)."""
+    """Bind the cluster's intent consumer and hand its messages to ``dispatch`` until
+    ``stopping`` is set; then finish what was started (anything not started stays in the
+    stream, and a batch not done goes back to it)."""
     queue = await bus.bind_intents(
         js, cluster, bus.IntentConsumerSettings(ack_wait=ack_wait, max_deliver=max_deliver)
     )
     bound.set()
     inflight = InFlight(concurrency)
     wanted = fetch_size(concurrency)
+    batches = False
     while not stopping.is_set():
         await inflight.at_least(wanted, stopping)
         if stopping.is_set():
             break
-        try:  # fetch only what we can start now
-            msgs = await queue.fetch(max(1, inflight.free), timeout=1.0)
+        try:  # fetch only what we can start now: one batch, or as many lone intents
+            msgs = await queue.fetch(1 if batches else max(1, inflight.free), timeout=1.0)
         except Exception:  # a broken connection must not end the replica: log, retry
             log.exception("fetching intents failed; retrying")
             await asyncio.sleep(1.0)
             continue
         for msg in msgs:
-            await inflight.start(handle, msg)
+            batches = await dispatch(msg, inflight)
     # SIGTERM: finish what was started; anything not started stays in the stream.
     if inflight.tasks:
         await asyncio.wait(inflight.tasks, timeout=ack_wait / 2)
+    for run in list(runs):
+        await run.abandon()
     await queue.close()
+
+
+@dataclasses.dataclass(eq=False)
+class BatchRun:
+    """One batch message being carried out: acknowledged when each of its ``left`` intents is
+    done, kept claimed until then."""
+
+    msg: bus.Message
+    left: int
+    inflight: InFlight
+    runs: set[BatchRun]
+    ack_wait: float
+    _claim: asyncio.Task[None] | None = None
+    _timers: set[asyncio.TimerHandle] = dataclasses.field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.runs.add(self)
+        self._claim = asyncio.create_task(keep_claimed(self.msg, ack_wait=self.ack_wait))
+
+    async def one_done(self) -> None:
+        """One intent of the batch is done (its fact durable); the last one acks the batch."""
+        self.left -= 1
+        if self.left == 0:
+            self._end()
+            await bus.ack(self.msg)
+
+    def later(self, delay: float, work: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Start ``work`` again after ``delay`` seconds, in a free slot (a retry)."""
+        loop = asyncio.get_running_loop()
+
+        def restart() -> None:
+            self._timers.discard(timer)
+            task = asyncio.create_task(self.inflight.start(work(), self.msg.subject))
+            task.add_done_callback(_log_failure)
+
+        timer = loop.call_later(delay, restart)
+        self._timers.add(timer)
+
+    async def abandon(self) -> None:
+        """Stopping: the batch goes back to the stream at once; its intents done here are
+        recognised when it comes back to this replica, applied again (unchanged) elsewhere."""
+        self._end()
+        with contextlib.suppress(Exception):
+            await bus.nak(self.msg, delay=0)
+
+    def _end(self) -> None:
+        self.runs.discard(self)
+        for timer in self._timers:
+            timer.cancel()
+        self._timers.clear()
+        if self._claim is not None:
+            self._claim.cancel()
+
+
+@dataclasses.dataclass(eq=False)
+class Claim:
+    """One intent as this replica holds it: alone in its message, or item ``index`` of a batch."""
+
+    msg: bus.Message
+    index: int = -1
+    run: BatchRun | None = None
+    retries: int = 0
+    """Retries of a batch's intent here (a lone intent's are redeliveries)."""
+
+    @property
+    def seq(self) -> int:
+        """The stream sequence of its message (its batch's, for an intent in a batch)."""
+        return bus.stream_sequence(self.msg)
+
+    @property
+    def attempt(self) -> int:
+        return self.msg.metadata.num_delivered + self.retries
+
+    @property
+    def redelivered(self) -> bool:
+        return self.msg.metadata.num_delivered > 1
+
+    @property
+    def ident(self) -> tuple[int, int]:
+        """Its identity across redeliveries: (stream sequence, place in its batch)."""
+        return self.seq, self.index
+
+    @property
+    def stamp(self) -> str:
+        """Its identity as text, for message ids."""
+        return f"{self.seq}" if self.index < 0 else f"{self.seq}.{self.index}"
+
+    async def done(self) -> None:
+        """Its fact is durable: ack it (or count it done in its batch)."""
+        if self.run is None:
+            await bus.ack(self.msg)
+        else:
+            await self.run.one_done()
 
 
 async def keep_claimed(msg: bus.Message, *, ack_wait: float) -> None:
@@ -105,11 +210,6 @@ async def keep_claimed(msg: bus.Message, *, ack_wait: float) -> None:
         await asyncio.sleep(ack_wait / 3)
         with contextlib.suppress(Exception):  # a lost signal only risks a redelivery
             await bus.in_progress(msg)
-
-
-def seq(msg: bus.Message) -> int:
-    """The intent's stream sequence: its identity across redeliveries."""
-    return bus.stream_sequence(msg)
 
 
 def _log_failure(task: asyncio.Task[None]) -> None:

@@ -19,7 +19,7 @@ from schemas.messages import (
     OutcomeEvent,
 )
 from schemas.subjects import SubjectError, object_status_subject, object_subject, parse_subject
-from services.applier.consumer import seq
+from services.applier.consumer import Claim
 from services.applier.reports import MOST, AppliedReports
 from services.applier.verbs import DELETED_SHA, Outcome, now
 from services.common import bus
@@ -46,12 +46,12 @@ class Reporter:
         """Applied facts go out in reports (``reports``); outcomes and status rows alone."""
 
     async def outcome(
-        self, intent: ApplyIntent | DeleteIntent, msg: bus.Message, phase: ObjectPhase, message: str
+        self, intent: ApplyIntent | DeleteIntent, claim: Claim, phase: ObjectPhase, message: str
     ) -> list[asyncio.Task[Any]]:
         """An outcome fact (for the planner) and the object's status row (for users)."""
         manifest_sha = intent.manifest_sha if isinstance(intent, ApplyIntent) else DELETED_SHA
         at = now()
-        stamp = f"{seq(msg)}:{msg.metadata.num_delivered}"
+        stamp = f"{claim.stamp}:{claim.attempt}"
         fact = OutcomeEvent(
             cluster=intent.cluster,
             key=intent.key,
@@ -61,7 +61,7 @@ class Reporter:
             phase=phase,
             message=message,
             at=at,
-            intent_seq=seq(msg),
+            intent_seq=claim.seq,
             applier=self.applier_id,
         )
         return [
@@ -71,13 +71,13 @@ class Reporter:
                 encode(fact),
                 msg_id=f"outcome:{stamp}",
             ),
-            await self.status_row(intent, msg, phase, message, msg_id=f"status:{stamp}"),
+            await self.status_row(intent, claim, phase, message, msg_id=f"status:{stamp}"),
         ]
 
     async def status_row(
         self,
         intent: ApplyIntent | DeleteIntent,
-        msg: bus.Message,
+        claim: Claim,
         phase: ObjectPhase,
         message: str,
         *,
@@ -94,37 +94,37 @@ class Reporter:
             message=message,
             apply_sha=apply_sha,
             manifest_sha=intent.manifest_sha if isinstance(intent, ApplyIntent) else None,
-            attempts=msg.metadata.num_delivered,
+            attempts=claim.attempt,
             at=now(),
         )
         subject = object_status_subject(intent.cluster, intent.bundle or "?", intent.key)
         return await self.pub.publish_batched(bus.STATUS, subject, encode(status), msg_id=msg_id)
 
-    async def final(self, intent: ApplyIntent | DeleteIntent, msg: bus.Message, o: Outcome) -> None:
+    async def final(self, intent: ApplyIntent | DeleteIntent, claim: Claim, o: Outcome) -> None:
         """The final fact of an intent, durable before the intent is acked."""
         key = intent.key
         log.debug("%s: %s (%s)", key, o.phase, o.message)
         if o.applied is None:
             if o.phase is not ObjectPhase.KEPT:
                 log.warning("%s %s: %s", key, o.phase, o.message)
-            tasks = await self.outcome(intent, msg, o.phase, o.message)
+            tasks = await self.outcome(intent, claim, o.phase, o.message)
             await asyncio.gather(*tasks)
-            await bus.ack(msg)
+            await claim.done()
             return
-        fact = msgspec.structs.replace(o.applied, intent_seq=seq(msg))
+        fact = msgspec.structs.replace(o.applied, intent_seq=claim.seq)
         # the fact goes in this applier's next report (durable when this returns); two
         # appliers' facts of one object may land in either order: the planner keeps the newer
-        await self.reports.add(fact)
+        await self.reports.add(fact, claim.ident)
         row = await self.status_row(
             intent,
-            msg,
+            claim,
             o.phase,
             o.message,
-            msg_id=f"status:{seq(msg)}",
+            msg_id=f"status:{claim.stamp}",
             apply_sha=o.applied.apply_sha,
         )
         await row  # the row is durable before the intent is acked, as the fact is
-        await bus.ack(msg)
+        await claim.done()
 
     async def refuse(self, msg: bus.Message, why: str) -> None:
         """An intent we cannot read: terminate it (redelivery cannot fix it) and say so."""

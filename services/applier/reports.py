@@ -57,10 +57,11 @@ class AppliedReports:
         self._waiting: list[tuple[AppliedEvent, asyncio.Future[None]]] = []
         self._timer: asyncio.TimerHandle | None = None
         self._sending: set[asyncio.Task[None]] = set()
-        self._done: collections.OrderedDict[int, None] = collections.OrderedDict()
+        self._done: collections.OrderedDict[tuple[int, int], None] = collections.OrderedDict()
 
-    async def add(self, fact: AppliedEvent) -> None:
-        """Send ``fact`` in the next report; returns once the report is durable."""
+    async def add(self, fact: AppliedEvent, ident: tuple[int, int] = (0, -1)) -> None:
+        """Send ``fact`` in the next report; returns once the report is durable. ``ident``:
+        the intent it carried out (``Claim.ident``), remembered as carried out then."""
         loop = asyncio.get_running_loop()
         durable: asyncio.Future[None] = loop.create_future()
         self._waiting.append((fact, durable))
@@ -69,15 +70,15 @@ class AppliedReports:
         elif self._timer is None:
             self._timer = loop.call_later(self.linger, self._flush)
         await durable
-        self.remember(fact.intent_seq)
+        self.remember(ident)
 
-    def carried_out(self, intent_seq: int) -> bool:
-        """Whether this applier sent the applied fact of intent ``intent_seq``."""
-        return intent_seq in self._done
+    def carried_out(self, ident: tuple[int, int]) -> bool:
+        """Whether this applier sent the applied fact of intent ``ident`` (``Claim.ident``)."""
+        return ident in self._done
 
-    def remember(self, intent_seq: int) -> None:
-        if intent_seq:
-            self._done[intent_seq] = None
+    def remember(self, ident: tuple[int, int]) -> None:
+        if ident[0]:
+            self._done[ident] = None
             while len(self._done) > REMEMBERED:
                 self._done.popitem(last=False)
 

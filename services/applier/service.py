@@ -35,10 +35,10 @@ from opentelemetry import trace
 
 from schemas.codec import WireError, decode
 from schemas.decision import DecisionReason
-from schemas.messages import ApplyIntent, DeleteIntent, Intent
-from schemas.subjects import ObjectKey, split_bundle
+from schemas.messages import ApplyIntent, DeleteIntent, IntentBatch, Queued
+from schemas.subjects import ObjectKey, object_subject, split_bundle
 from services.applier.classify import Report, Retry, Step, classify, schedule
-from services.applier.consumer import consume, keep_claimed, seq
+from services.applier.consumer import BatchRun, Claim, InFlight, consume, keep_claimed
 from services.applier.decrypt import Decryptor, Keys
 from services.applier.fence import Fence, follow_claims, read_claim
 from services.applier.gate import NamespaceGate
@@ -99,6 +99,8 @@ class Applier:
         self.fence = Fence()
         self.gate = NamespaceGate()
         self.bound = asyncio.Event()
+        self.runs: set[BatchRun] = set()
+        """Batches being carried out (``consumer.BatchRun``)."""
         self.decryptor = Decryptor(
             Keys(
                 platform=settings.sops_age_key_file,
@@ -126,38 +128,64 @@ class Applier:
                 concurrency=self.s.concurrency,
                 ack_wait=self.s.ack_wait,
                 max_deliver=self.s.max_deliver,
-                handle=self._handle,
+                dispatch=self._dispatch,
                 stopping=self.stopping,
                 bound=self.bound,
+                runs=self.runs,
             )
         finally:
             claims.cancel()
             beats.cancel()
 
-    async def _handle(self, msg: bus.Message) -> None:
-        claim = asyncio.create_task(keep_claimed(msg, ack_wait=self.s.ack_wait))
+    async def _dispatch(self, msg: bus.Message, inflight: InFlight) -> bool:
+        """Start the intents of one message, each in a slot of its own; True for a batch."""
+        try:
+            queued: Queued = decode(msg.data, Queued)  # type: ignore[arg-type]
+        except WireError as exc:
+            self.failed += 1
+            await self.report.refuse(msg, str(exc))
+            return False
+        if not isinstance(queued, IntentBatch):
+            await inflight.start(self._handle(Claim(msg), queued, msg.headers), msg.subject)
+            return False
+        if not queued.intents:
+            await bus.ack(msg)
+            return True
+        run = BatchRun(msg, len(queued.intents), inflight, self.runs, self.s.ack_wait)
+        for i, intent in enumerate(queued.intents):
+            trace = queued.traces[i] if i < len(queued.traces) else None
+            await inflight.start(self._handle(Claim(msg, i, run), intent, trace), msg.subject)
+        return True
+
+    async def _handle(
+        self, claim: Claim, intent: ApplyIntent | DeleteIntent, headers: dict[str, str] | None
+    ) -> None:
+        # a batch is kept claimed as a whole (``BatchRun``)
+        keep = claim.run is None
+        kept = (
+            asyncio.create_task(keep_claimed(claim.msg, ack_wait=self.s.ack_wait)) if keep else None
+        )
         started = asyncio.get_running_loop().time()
         outcome = "error"
         try:
             with telemetry.tracer.start_as_current_span(
                 "apply",
-                context=telemetry.traced(msg.headers),
-                attributes={"cluster": self.s.cluster, "messaging.subject": msg.subject},
+                context=telemetry.traced(headers),
+                attributes={"cluster": self.s.cluster, "messaging.subject": claim.msg.subject},
             ) as span:
-                outcome = await self._handle_claimed(msg)
+                outcome = await self._handle_claimed(claim, intent)
                 span.set_attribute("outcome", outcome)
+        except Exception:
+            if claim.run is not None:  # the batch goes back to the stream (as a lone intent
+                await claim.run.abandon()  # whose handling crashed stays unacked)
+            raise
         finally:
-            claim.cancel()
+            if kept is not None:
+                kept.cancel()
             APPLY_SECONDS.record(asyncio.get_running_loop().time() - started, {"outcome": outcome})
 
-    async def _handle_claimed(self, msg: bus.Message) -> str:
+    async def _handle_claimed(self, claim: Claim, intent: ApplyIntent | DeleteIntent) -> str:
         """Carry out one intent; returns what became of it (the metrics' outcome label)."""
-        try:
-            intent: ApplyIntent | DeleteIntent = decode(msg.data, Intent)  # type: ignore[arg-type]
-        except WireError as exc:
-            self.failed += 1
-            await self.report.refuse(msg, str(exc))
-            return "refused"
         trace.get_current_span().set_attributes(
             {
                 "bundle": intent.bundle or "",
@@ -168,10 +196,10 @@ class Applier:
         )
         if not self.fence.admits(intent.fencing_token):
             log.warning(
-                "%s: dropping intent %d of planner %s: its claim (token %d) was superseded "
+                "%s: dropping intent %s of planner %s: its claim (token %d) was superseded "
                 "(token %d)",
                 intent.key,
-                seq(msg),
+                claim.stamp,
                 intent.planner or "?",
                 intent.fencing_token,
                 self.fence.token,
@@ -179,30 +207,35 @@ class Applier:
             )
             self.fenced += 1
             FENCED.add(1, {"cluster": intent.cluster})
-            await bus.ack(msg)
+            await claim.done()
             return "fenced"
         # An intent that waits here may be replaced meanwhile: it asks the stream afterwards.
         waits = self.gate.holds(intent)
         async with self.gate.turn(intent):  # entered before the first await: see ``gate``
-            return await self._carry_out(intent, msg, waited=waits)
+            return await self._carry_out(intent, claim, waited=waits)
 
     async def _carry_out(
-        self, intent: ApplyIntent | DeleteIntent, msg: bus.Message, *, waited: bool
+        self, intent: ApplyIntent | DeleteIntent, claim: Claim, *, waited: bool
     ) -> str:
-        redelivered = msg.metadata.num_delivered > 1
+        redelivered = claim.redelivered
         try:
             # INTENTS keeps one intent per object: a newer one removes a queued older one, so
             # a fresh delivery is the object's latest intent. Only one that waited (in the
-            # namespace gate, or for a redelivery) can have been replaced since: that one asks.
-            if (waited or redelivered) and await self._superseded(msg):
-                log.debug("%s: intent %d superseded", intent.key, seq(msg))
+            # namespace gate, for a retry or a redelivery) can have been replaced since: that
+            # one asks. A newer intent never joins a batch (``IntentBatch``): it is alone on
+            # the object's subject.
+            if (waited or redelivered or claim.retries) and await self._superseded(intent, claim):
+                log.debug("%s: intent %s superseded", intent.key, claim.stamp)
                 self.superseded += 1
-                await bus.ack(msg)
+                await claim.done()
                 return "superseded"
-            if redelivered and await self._carried_out(intent, msg):
-                log.debug("%s: intent %d already carried out; ack lost", intent.key, seq(msg))
+            if redelivered and self.report.reports.carried_out(claim.ident):
+                # this very intent was applied here and its ack was lost: its report named it
+                # (``reports.carried_out``); another applier's redelivery applies again — the
+                # same manifest, a server-side apply that changes nothing
+                log.debug("%s: intent %s already carried out; ack lost", intent.key, claim.stamp)
                 self.redelivered_done += 1
-                await bus.ack(msg)
+                await claim.done()
                 return "already-done"
             kube = self._as(intent)
             if isinstance(intent, ApplyIntent):
@@ -218,16 +251,16 @@ class Applier:
         except Exception as exc:
             match classify(exc, Step.INTENT, intent):
                 case Retry() as retry:
-                    return await self._again(intent, msg, retry)
+                    return await self._again(intent, claim, retry)
                 case Report(phase, message, internal):
                     if internal:
                         # where it failed, and the exception's text only scrubbed: a library's
                         # error may quote the manifest it was given, a Secret's values included
                         manifest = intent.manifest if isinstance(intent, ApplyIntent) else {}
                         log.error(
-                            "%s: handling intent %d failed: %s: %s\n%s",
+                            "%s: handling intent %s failed: %s: %s\n%s",
                             intent.key,
-                            seq(msg),
+                            claim.stamp,
                             message,
                             scrub_for(manifest, str(exc)),
                             "".join(traceback.format_tb(exc.__traceback__)),
@@ -235,7 +268,7 @@ class Applier:
                     outcome = Outcome(phase, message)
                 case _:  # Leave: the bus is away; unacked, the intent comes back when it is
                     raise
-        await self._finish(intent, msg, outcome)
+        await self._finish(intent, claim, outcome)
         if (
             outcome.applied is not None
             and isinstance(intent, ApplyIntent)
@@ -246,34 +279,34 @@ class Applier:
                 TIME_TO_CORRECT.record((now() - intent.issued_at).total_seconds())
         return str(outcome.phase).lower()
 
-    async def _again(
-        self, intent: ApplyIntent | DeleteIntent, msg: bus.Message, retry: Retry
-    ) -> str:
+    async def _again(self, intent: ApplyIntent | DeleteIntent, claim: Claim, retry: Retry) -> str:
         """Retry later (Waiting for a prerequisite, Retrying a transient error), saying so; a
-        configured delivery limit that is reached ends in Failed naming the cause."""
-        attempt = msg.metadata.num_delivered
+        configured delivery limit that is reached ends in Failed naming the cause. A lone
+        intent goes back to the stream with the delay; a batch's is retried here."""
         match schedule(
-            retry, attempt, max_deliver=self.s.max_deliver, max_backoff=self.s.max_backoff
+            retry, claim.attempt, max_deliver=self.s.max_deliver, max_backoff=self.s.max_backoff
         ):
             case Report(phase, message):
-                await self._finish(intent, msg, Outcome(phase, message))
+                await self._finish(intent, claim, Outcome(phase, message))
                 return "failed"
             case later:
                 log.info("%s %s: %s", intent.key, later.phase, later.message)
                 # informational, not awaited: the planner sees the intent still queued without it
-                await self.report.outcome(intent, msg, later.phase, later.message)
-                await bus.nak(msg, delay=later.delay)
+                await self.report.outcome(intent, claim, later.phase, later.message)
+                if claim.run is None:
+                    await bus.nak(claim.msg, delay=later.delay)
+                else:
+                    claim.retries += 1
+                    claim.run.later(later.delay, lambda: self._handle(claim, intent, None))
                 return str(later.phase).lower()
 
-    async def _finish(
-        self, intent: ApplyIntent | DeleteIntent, msg: bus.Message, o: Outcome
-    ) -> None:
+    async def _finish(self, intent: ApplyIntent | DeleteIntent, claim: Claim, o: Outcome) -> None:
         """Count the intent's final outcome and report it (acked once the facts are durable)."""
         if o.applied is None:
             self.failed += 1
         else:
             self.applied += 1
-        await self.report.final(intent, msg, o)
+        await self.report.final(intent, claim, o)
 
     def _as(self, intent: ApplyIntent | DeleteIntent) -> KubeClient:
         """The client an intent's requests go through: a tenant's are made as its ServiceAccount
@@ -290,16 +323,15 @@ class Applier:
             )
         return self.kube if who is None else self.kube.impersonating(who.user, who.groups)
 
-    async def _superseded(self, msg: bus.Message) -> bool:
-        """Whether a newer intent for the object replaced this one on the stream."""
-        last = await bus.last_message(self.js, bus.INTENTS, msg.subject)
-        return last is None or last.seq != bus.stream_sequence(msg)
-
-    async def _carried_out(self, intent: ApplyIntent | DeleteIntent, msg: bus.Message) -> bool:
-        """Whether this very intent was already applied by this applier (its ack was lost): its
-        report named the intent's stream sequence (``reports.carried_out``). Another applier's
-        redelivery applies again: the same manifest, a server-side apply that changes nothing."""
-        return self.report.reports.carried_out(seq(msg))
+    async def _superseded(self, intent: ApplyIntent | DeleteIntent, claim: Claim) -> bool:
+        """Whether a newer intent for the object replaced this one: on the stream, the lone
+        intent on the object's subject is another one (or none: acked meanwhile); for an
+        intent in a batch, a later one waits there."""
+        subject = object_subject("intent", intent.cluster, intent.key)
+        last = await bus.last_message(self.js, bus.INTENTS, subject)
+        if claim.run is None:
+            return last is None or last.seq != claim.seq
+        return last is not None and (last.seq or 0) > claim.seq
 
 
 def check_key_file(path: str, key_dir: str = "") -> None:

@@ -39,6 +39,11 @@ class PlannerSettings(telemetry.TelemetrySettings, bus.NatsSettings):
         "seconds between reads of the cluster's watcher/applier heartbeats (prune waits for the "
         "watcher's initial lists; a cluster nobody serves is named in the bundle status)",
     )
+    batch_intents: int = setting(
+        32,
+        "most apply intents one NATS message carries (those decided within 5 ms of each other, "
+        "for objects with nothing in flight); 1 sends every intent alone, as before issue 44",
+    )
     checkpoint_interval: float = setting(
         10.0,
         "seconds after the facts of a burst are folded before the cluster's checkpoint is "

@@ -21,11 +21,11 @@ async def test_waiting_for_free_slots_ends_when_enough_are_free_or_on_stop() -> 
     slots = InFlight(4)
     release = asyncio.Event()
 
-    async def busy(_: object) -> None:
+    async def busy() -> None:
         await release.wait()
 
     for i in range(4):
-        await slots.start(busy, type("M", (), {"subject": f"s{i}"})())
+        await slots.start(busy(), f"s{i}")
     assert slots.free == 0
     waiting = asyncio.create_task(slots.at_least(2))
     await asyncio.sleep(0.05)

@@ -45,11 +45,13 @@ from schemas.messages import (
     BundleStatus,
     DeleteIntent,
     Intent,
+    IntentBatch,
     KindScope,
     MemberHeartbeat,
     ObjectPhase,
     ObjectStatus,
     OutcomeEvent,
+    Queued,
     ServerEvent,
     ServerFacts,
     SourcePhase,
@@ -102,6 +104,22 @@ VALID: list[msgspec.Struct] = [
         impersonate={"user": "system:serviceaccount:t:sa", "groups": ["g"]},  # type: ignore[arg-type]
     ),
     DeleteIntent(cluster="c", key=KEY, api_version="apps/v1", bundle="b", revision="r"),
+    IntentBatch(
+        cluster="c",
+        intents=[
+            ApplyIntent(
+                cluster="c",
+                key=KEY,
+                bundle="b",
+                revision="r",
+                manifest_sha=SHA,
+                manifest={"apiVersion": "apps/v1", "kind": "Deployment"},
+                reason="new",
+            )
+        ],
+        traces=[{"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}],
+        planner="p1",
+    ),
     OutcomeEvent(
         cluster="c", key=KEY, bundle="b", revision="r", manifest_sha=SHA, phase=ObjectPhase.FAILED
     ),
@@ -160,7 +178,7 @@ VALID += [
     ),
     RolloutControl(bundle="t/web", action="promote", revision="r2", at=AT),
 ]
-DECODERS: list[Any] = [type(m) for m in VALID] + [Intent]
+DECODERS: list[Any] = [type(m) for m in VALID] + [Intent, Queued]
 
 
 def _named(kind: Any) -> str:

@@ -200,13 +200,15 @@ async def test_facts_of_one_moment_are_one_report() -> None:
     pub = _Publisher()
     reports = AppliedReports(pub, cluster="c", applier_id="a1", linger=0.05)  # type: ignore[arg-type]
     facts = [_applied(f"o{i}", i + 1) for i in range(5)]
-    await asyncio.gather(*(reports.add(f) for f in facts))
+    # five intents of one batch (stream sequence 7), items 0-4
+    await asyncio.gather(*(reports.add(f, (7, i)) for i, f in enumerate(facts)))
     assert len(pub.sent) == 1
     subject, data = pub.sent[0]
     assert subject.startswith("driftbus.applied.c.batch.")
     assert applied_events(subject, data) == facts  # in order, each as it would be alone
-    assert all(reports.carried_out(f.intent_seq) for f in facts)
-    assert not reports.carried_out(99)
+    assert all(reports.carried_out((7, i)) for i in range(5))
+    assert not reports.carried_out((7, 5))
+    assert not reports.carried_out((99, -1))
 
 
 async def test_a_report_is_at_most_most_facts() -> None:
@@ -221,10 +223,11 @@ async def test_a_report_that_did_not_land_fails_every_fact_in_it() -> None:
     pub = _Publisher(fail=TimeoutError("no ack"))
     reports = AppliedReports(pub, cluster="c", applier_id="a1", linger=0.01)  # type: ignore[arg-type]
     got = await asyncio.gather(
-        *(reports.add(_applied(f"o{i}", i + 1)) for i in range(3)), return_exceptions=True
+        *(reports.add(_applied(f"o{i}", i + 1), (i + 1, -1)) for i in range(3)),
+        return_exceptions=True,
     )
     assert all(isinstance(g, TimeoutError) for g in got)
-    assert not any(reports.carried_out(i + 1) for i in range(3))
+    assert not any(reports.carried_out((i + 1, -1)) for i in range(3))
 
 
 def test_a_checkpoint_object_reads_back_as_the_facts_that_made_it() -> None:

@@ -21,10 +21,11 @@ from schemas.messages import (
     DeleteIntent,
     Health,
     Impersonation,
-    Intent,
+    IntentBatch,
     ObjectPhase,
     ObjectStatus,
     OutcomeEvent,
+    Queued,
 )
 from schemas.subjects import key_tokens
 from services.core import hooks
@@ -201,12 +202,21 @@ def moot_failure(oc: OutcomeEvent | None, e: Entry) -> bool:
 
 
 def is_inflight(data: bytes | None, entry: Entry) -> bool:
-    """Whether a queued intent is the one ``entry`` waits for (not an older one still waiting
-    while the newer one was lost)."""
+    """Whether a queued intent (or a batch holding one) is the one ``entry`` waits for (not an
+    older one still waiting while the newer one was lost)."""
     try:
-        intent: ApplyIntent | DeleteIntent = decode(data or b"", Intent)  # type: ignore[arg-type]
+        queued: ApplyIntent | DeleteIntent | IntentBatch = decode(
+            data or b"",
+            Queued,  # type: ignore[arg-type]
+        )
     except WireError:
         return False
+    if isinstance(queued, IntentBatch):
+        return any(_awaited(i, entry) for i in queued.intents if i.key == entry.key)
+    return _awaited(queued, entry)
+
+
+def _awaited(intent: ApplyIntent | DeleteIntent, entry: Entry) -> bool:
     if entry.inflight == DELETE_INFLIGHT:
         return isinstance(intent, DeleteIntent)
     return (

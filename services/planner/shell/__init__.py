@@ -23,6 +23,8 @@
   replica, by reference, and shared by its clusters (a fleet revision placed on each).
 - ``sending`` — publishing one decision: status row, intent, decision record, under the fencing
   token.
+- ``intent_batches`` — apply intents of objects with nothing in flight, sent together (one
+  message per few milliseconds of decisions, at most ``--batch-intents``).
 - ``status_board`` — each changed bundle's status (``status.report``), published per tick when
   what a user reads of it changed.
 - ``periodic`` — the duties, run when their alarm rings: who serves the cluster, lost intents

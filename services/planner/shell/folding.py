@@ -69,6 +69,7 @@ class Folder:
         pruning = isinstance(event, Removed)
         hold, of_bundle = self.hold_of(slot, of or entry.owner_bundle, pruning=pruning)
         inputs = Inputs(entry, event, hold.reason if hold is not None else None)  # its record's
+        superseding = entry.inflight is not None  # its intent may still be queued or applied
         entry, decision = step(entry, event, now=time.time(), hold=inputs.hold)
         entries[slot] = entry
         if of_bundle and decision is not None and decision.action is DecisionAction.HOLD:
@@ -79,7 +80,9 @@ class Folder:
             self.board.mark((slot[0], bundle))
             self.board.continue_current_span((slot[0], bundle))
         if decision is not None:
-            await self.decisions.publish(slot, decision, removed_from=removed_from, inputs=inputs)
+            await self.decisions.publish(
+                slot, decision, removed_from=removed_from, inputs=inputs, superseding=superseding
+            )
         if entry.bundle and not isinstance(event, Removed):
             await self.advance(slot, entry.bundle)
 

@@ -48,6 +48,7 @@ from services.planner.shell.followed import Followed
 from services.planner.shell.hub import Hub
 from services.planner.shell.inbox import CAUGHT_UP, CHECKPOINT, Inbox
 from services.planner.shell.intake import BundleIntake
+from services.planner.shell.intent_batches import IntentBatches, any_queued
 from services.planner.shell.periodic import STATUS_REFRESH, Duties
 from services.planner.shell.rollback import RollbackDesk
 from services.planner.shell.sending import Decisions, pace
@@ -111,6 +112,7 @@ class Planner:
             fencing_token=fencing_token,
             owns=owns,
             sent=self._intent_sent,
+            batches=IntentBatches.configured(publisher, cluster, settings),
         )
         self.folder = Folder(state=self.state, board=self.board, decisions=self.decisions)
         self.intake = BundleIntake(
@@ -133,6 +135,7 @@ class Planner:
             fold=self.folder.fold,
             prune=self.folder.prune,
             release=self.intake.request_release,
+            batches=self.decisions.batches,
         )
         self.followed = Followed(state=self.state, intake=self.intake, duties=self.duties)
         self.checkpoints = Checkpointer(
@@ -271,11 +274,12 @@ class Planner:
             await pace(i)
             kept = inputs if decision is not None else None  # no record, nothing to keep
             by_bundle.setdefault(st.entries[slot].bundle, []).append((slot, decision, kept))
+        queued = await any_queued(self.js, st.cluster)  # if none, batched: none overtakes one
         for bundle, decided in by_bundle.items():
             ident = (self.cluster, bundle)
             ctx = self.board.trace(ident)
             if ctx is None or not any(d is not None and d.writes for _, d, _ in decided):
-                await self._publish_rebuilt(decided)
+                await self._publish_rebuilt(decided, queued)
                 continue
             with telemetry.tracer.start_as_current_span(
                 "plan bundle",
@@ -283,7 +287,7 @@ class Planner:
                 attributes={"cluster": self.cluster, "bundle": bundle, "after_rebuild": True},
             ) as span:
                 self.board.continue_trace(ident, trace.set_span_in_context(span))
-                await self._publish_rebuilt(decided)
+                await self._publish_rebuilt(decided, queued)
         for view in list(st.bundles.values()):
             await self.folder.prune(view)
             await self.folder.resume(view)  # hooks that ended while no planner watched
@@ -292,19 +296,17 @@ class Planner:
         self.alarms.set("refresh", STATUS_REFRESH)
         if st.gates.windows:  # the clock starts: when does a window next open or close?
             self.duties.windows_changed(new=True)
-        log.info(
-            "cluster %s: rebuilt %d objects in %d bundles; live",
-            self.cluster,
-            len(st.entries),
-            len(st.bundles),
-        )
+        n, bundles = len(st.entries), len(st.bundles)
+        log.info("cluster %s: rebuilt %d objects in %d bundles; live", self.cluster, n, bundles)
         self.ready.set()
 
     async def _publish_rebuilt(
-        self, decided: list[tuple[Slot, Decision | None, Inputs | None]]
+        self, decided: list[tuple[Slot, Decision | None, Inputs | None]], queued: bool
     ) -> None:
-        for i, (slot, decision, inputs) in enumerate(decided):
-            await self.decisions.publish(slot, decision, after_rebuild=True, inputs=inputs)
+        for i, (slot, d, inputs) in enumerate(decided):
+            await self.decisions.publish(
+                slot, d, after_rebuild=True, inputs=inputs, superseding=queued
+            )
             await pace(i)
 
     async def _handle(self, kind: str, msg: Any) -> None:

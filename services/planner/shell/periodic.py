@@ -27,6 +27,7 @@ from services.planner.rule.entry import Slot
 from services.planner.settings import PlannerSettings
 from services.planner.shell.alarms import Alarms
 from services.planner.shell.intake import BundleIntake, Fold, Prune
+from services.planner.shell.intent_batches import IntentBatches
 from services.planner.shell.status_board import StatusBoard
 
 log = logging.getLogger("driftbus.planner")
@@ -54,6 +55,7 @@ class Duties:
         fold: Fold,
         prune: Prune,
         release: Callable[[str], Awaitable[None]],
+        batches: IntentBatches | None = None,
     ) -> None:
         self.s = settings
         self.js = js
@@ -64,6 +66,7 @@ class Duties:
         self.fold = fold
         self.prune = prune
         self.release = release
+        self.batches = batches
         self.pending: int | None = None
         """Intents of this cluster queued or being applied (None until known)."""
         self._windows_new = False
@@ -118,6 +121,10 @@ class Duties:
         while anything is in flight."""
         timeout = self.s.intent_timeout
         entries = self.state.entries
+        if self.batches is not None:  # settled since: no batch to look up
+            queued_in = self.batches.queued_in
+            for slot in [s for s in queued_in if getattr(entries.get(s), "inflight", None) is None]:
+                self.batches.forget(slot)
         if self.state.live and backlog <= 100:
             now = time.time()
             for slot in list(entries.overdue(now - timeout)):
@@ -130,9 +137,10 @@ class Duties:
         entry = entries.get(slot)
         if entry is None or entry.inflight is None:
             return
-        try:
+        batch = self.batches.queued_in.get(slot) if self.batches is not None else None
+        try:  # the batch that carries its intent, or its own subject
             queued = await bus.last_message(
-                self.js, bus.INTENTS, object_subject("intent", slot[0], slot[1])
+                self.js, bus.INTENTS, batch or object_subject("intent", slot[0], slot[1])
             )
             unread = queued is None and await self._fact_unread(slot)
         except Exception as exc:  # noqa: BLE001 - NATS away: ask again next round
@@ -143,6 +151,8 @@ class Duties:
         if queued is not None and messages.is_inflight(queued.data, entry):
             await self.fold(slot, Working(entry.inflight, now))  # queued: not lost
             return
+        if batch is not None and self.batches is not None:
+            self.batches.forget(slot)  # carried out or lost: its own subject from now on
         if unread:
             return  # answered: the fact is on its way to us
         log.warning(

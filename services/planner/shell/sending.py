@@ -18,7 +18,7 @@ from opentelemetry import trace
 
 from schemas.codec import encode
 from schemas.decision import DecisionAction, DecisionReason
-from schemas.messages import Health, ObjectPhase
+from schemas.messages import ApplyIntent, DeleteIntent, Health, ObjectPhase
 from schemas.subjects import object_status_subject, object_subject, split_bundle
 from services.common import bus, telemetry
 from services.planner.memory.cluster import ClusterState
@@ -27,6 +27,7 @@ from services.planner.rule.decide import Decision
 from services.planner.rule.entry import Slot
 from services.planner.rule.replay import Inputs
 from services.planner.rule.revision import BundleView
+from services.planner.shell.intent_batches import IntentBatches
 
 log = logging.getLogger("driftbus.planner")
 DECISIONS = telemetry.meter.create_counter(
@@ -60,6 +61,7 @@ class Decisions:
         fencing_token: int,
         owns: Callable[[], bool],
         sent: Callable[[], None] = lambda: None,
+        batches: IntentBatches | None = None,
     ) -> None:
         self.state = state
         self.pub = publisher
@@ -69,6 +71,9 @@ class Decisions:
         self._sent = sent
         """Called after each intent: the planner's lost-intent check starts then, not by
         scanning every entry for one in flight."""
+        self.batches = batches
+        """Apply intents of objects with nothing in flight go in batches (``intent_batches``);
+        None: every intent alone on its object's subject."""
 
     async def publish(
         self,
@@ -78,14 +83,16 @@ class Decisions:
         after_rebuild: bool = False,
         removed_from: str = "",
         inputs: Inputs | None = None,
+        superseding: bool = True,
     ) -> None:
         """Send ``d`` (a hit only as its record); nothing for no decision. ``removed_from``:
         the bundle ``d`` prunes the object for (``ClusterState.view_of``); ``inputs``: what the
-        rule decided ``d`` from, for its record."""
+        rule decided ``d`` from, for its record; ``superseding``: an intent of the object may be
+        in flight (its intent then goes alone, on the object's subject)."""
         if d is None:
             return
         if not trace.get_current_span().get_span_context().is_valid:
-            await self._send(slot, d, after_rebuild, removed_from, inputs)
+            await self._send(slot, d, after_rebuild, removed_from, inputs, superseding)
             return
         e = self.state.entries[slot]
         view = self.state.view_of(slot, e, removed_from)
@@ -100,10 +107,16 @@ class Decisions:
                 "reason": str(d.reason),
             },
         ):
-            await self._send(slot, d, after_rebuild, removed_from, inputs)
+            await self._send(slot, d, after_rebuild, removed_from, inputs, superseding)
 
     async def _send(
-        self, slot: Slot, d: Decision, after_rebuild: bool, removed_from: str, inputs: Inputs | None
+        self,
+        slot: Slot,
+        d: Decision,
+        after_rebuild: bool,
+        removed_from: str,
+        inputs: Inputs | None,
+        superseding: bool,
     ) -> None:
         cluster, key = slot
         e = self.state.entries[slot]
@@ -159,12 +172,7 @@ class Decisions:
         elif d.reason is DecisionReason.HIT and view is not None:
             await self._clear_moot_failure(slot, view)
         if intent is not None:
-            await self.pub.publish_batched(
-                bus.INTENTS,
-                object_subject("intent", cluster, key),
-                encode(intent[0]),
-                msg_id=intent[1],
-            )
+            await self._intent(slot, *intent, superseding=superseding)
             self._sent()
         if after_rebuild and d.action is DecisionAction.HIT:
             # A restart's hit says nothing the object's last record did not (issue 43): at
@@ -186,6 +194,21 @@ class Decisions:
             object_subject("decision", cluster, key),
             encode(record),
             msg_id=f"decision:{self.planner_id}:{id(record)}:{messages.now()}",
+        )
+
+    async def _intent(
+        self, slot: Slot, intent: ApplyIntent | DeleteIntent, msg_id: str, *, superseding: bool
+    ) -> None:
+        """An apply intent of an object with nothing in flight goes in the next batch; any
+        other alone, on the object's subject (a batch's item cannot be replaced there)."""
+        data = encode(intent)
+        if self.batches is not None and isinstance(intent, ApplyIntent) and not superseding:
+            self.batches.add(slot, intent, len(data), telemetry.inject(None) or {})
+            return
+        if self.batches is not None:
+            self.batches.withdraw(slot)  # a batched one not sent yet must not follow this one
+        await self.pub.publish_batched(
+            bus.INTENTS, object_subject("intent", *slot), data, msg_id=msg_id
         )
 
     async def _clear_moot_failure(self, slot: Slot, view: BundleView) -> None:

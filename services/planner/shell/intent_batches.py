@@ -1,0 +1,154 @@
+"""A cluster's apply intents, sent together (issue 44: objects share messages).
+
+Alone, each intent was a message, its acknowledgement and a delivery to an applier. Here the
+apply intents the rule decides within ``LINGER`` seconds of the first are one ``IntentBatch`` on
+``driftbus.intent.<cluster>.batch.<id>``, in the order decided (apply order: Namespaces first).
+A batch holds at most ``MOST`` intents and ``MAX_BYTES``: small enough that a cold apply is many
+batches, so every applier has work (adding appliers still scales), big enough that the messages
+per object are a few hundredths.
+
+Only an intent for an object with nothing in flight goes in a batch (``sending`` decides): the
+stream cannot replace one item of a batch, so an intent that supersedes one in flight, and every
+delete, goes alone on the object's subject, where the stream keeps the newest. An applier that
+waited with a batch's intent asks that subject before acting (``applier.service``).
+
+The planner remembers which batch carries each object's intent (``queued_in``) until the
+lost-intent check asks: a batch still queued is not a lost intent. Publishing is not awaited
+here, as a single intent's was not: an intent whose batch never landed is found by that check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Final
+
+from schemas.codec import encode
+from schemas.messages import ApplyIntent, IntentBatch
+from schemas.subjects import batch_subject, cluster_filter
+from services.common import bus
+from services.planner.rule.entry import Slot
+from services.planner.settings import PlannerSettings
+
+log = logging.getLogger("driftbus.planner")
+
+LINGER: Final = 0.005
+"""Seconds a batch waits after its first intent for others (a burst of decisions is a few
+milliseconds of the planner's time per hundred objects)."""
+MOST: Final = 32
+"""The most intents one batch carries: a cold apply of 1,000 objects is about 32 batches, which
+four appliers of 16 slots each share evenly."""
+MAX_BYTES: Final = 512 * 1024
+"""The most bytes of intents one batch carries (NATS refuses a message above 1 MiB)."""
+
+
+async def any_queued(js: bus.JetStream, cluster: str) -> bool:
+    """Whether any intent of ``cluster`` is queued (True when NATS cannot say): after a rebuild,
+    an intent batched then could overtake an older one still queued for its object."""
+    try:
+        return (
+            await bus.next_message(js, bus.INTENTS, cluster_filter("intent", cluster), 1)
+            is not None
+        )
+    except Exception as exc:  # noqa: BLE001 - unknown: send each alone, as if queued
+        log.debug("cluster %s: intent queue not read: %s", cluster, exc)
+        return True
+
+
+class IntentBatches:
+    """Collects one cluster's apply intents into batches (module doc)."""
+
+    def __init__(
+        self,
+        publisher: bus.Publisher,
+        *,
+        cluster: str,
+        planner_id: str,
+        linger: float = LINGER,
+        most: int = MOST,
+        max_bytes: int = MAX_BYTES,
+    ) -> None:
+        self.pub = publisher
+        self.cluster = cluster
+        self.planner_id = planner_id
+        self.linger = linger
+        self.most = max(1, most)
+        self.max_bytes = max_bytes
+        self.sent = 0
+        """Batches published."""
+        self.queued_in: dict[Slot, str] = {}
+        """The subject of the batch that carries each object's latest batched intent."""
+        self._waiting: list[tuple[Slot, ApplyIntent, dict[str, str]]] = []
+        self._bytes = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._sending: set[asyncio.Task[None]] = set()
+
+    @classmethod
+    def configured(
+        cls, publisher: bus.Publisher, cluster: str, settings: PlannerSettings
+    ) -> IntentBatches | None:
+        """The cluster's batches as ``--batch-intents`` says (1: none, every intent alone)."""
+        if settings.batch_intents <= 1:
+            return None
+        return cls(
+            publisher, cluster=cluster, planner_id=settings.planner_id, most=settings.batch_intents
+        )
+
+    def add(self, slot: Slot, intent: ApplyIntent, size: int, trace: dict[str, str]) -> None:
+        """Send ``intent`` (about ``size`` bytes encoded) in the next batch."""
+        if self._waiting and self._bytes + size > self.max_bytes:
+            self.flush()
+        self._waiting.append((slot, intent, trace))
+        self._bytes += size
+        if len(self._waiting) >= self.most:
+            self.flush()
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self.linger, self.flush)
+
+    def withdraw(self, slot: Slot) -> None:
+        """Take the object's intent out of the batch not sent yet: a newer one replaces it."""
+        if any(s == slot for s, _, _ in self._waiting):
+            self._waiting = [w for w in self._waiting if w[0] != slot]
+        self.queued_in.pop(slot, None)
+
+    def forget(self, slot: Slot) -> None:
+        """The object's batched intent is settled (or superseded): nothing to look up."""
+        self.queued_in.pop(slot, None)
+
+    def flush(self) -> None:
+        """Publish what waits, now."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        batch, self._waiting, self._bytes = self._waiting, [], 0
+        if not batch:
+            return
+        subject = batch_subject("intent", self.cluster, bus.unique_id())
+        for slot, _, _ in batch:
+            self.queued_in[slot] = subject
+        message = IntentBatch(
+            cluster=self.cluster,
+            intents=[i for _, i, _ in batch],
+            traces=[t for _, _, t in batch] if any(t for _, _, t in batch) else [],
+            planner=self.planner_id,
+        )
+        task = asyncio.create_task(self._send(subject, encode(message)), name="intent batch")
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+
+    async def _send(self, subject: str, data: bytes) -> None:
+        try:
+            # a new subject per batch, and its Nats-Msg-Id: a retry across a reconnect lands once
+            await (await self.pub.publish(subject, data, msg_id=subject))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the lost-intent check sends its intents again
+            log.warning("cluster %s: an intent batch was not published: %s", self.cluster, exc)
+            return
+        self.sent += 1
+
+    async def drain(self) -> None:
+        """Publish what waits and wait for it (a planner stopping, a test)."""
+        self.flush()
+        if self._sending:
+            await asyncio.gather(*self._sending, return_exceptions=True)
