@@ -185,6 +185,9 @@ FACTS: list[tuple[str, str, bytes]] = [
     ("outcome-garbage", f"driftbus.outcome.{{c}}.{KEY_TOKENS}", b'{"schema":"driftbus.outcome/v1"}'),
     ("intent-garbage", f"driftbus.intent.{{c}}.{KEY_TOKENS}", b"\xff\xfe"),
     ("intent-wrong-schema", f"driftbus.intent.{{c}}.{KEY_TOKENS}", b'{"schema":"driftbus.apply-intent/v0"}'),
+    # intent batches (issue 44): garbage, and a batch whose one intent is not an intent
+    ("intent-batch-garbage", "driftbus.intent.{c}.batch.junk4", b"\x00\x01"),
+    ("intent-batch-bad-item", "driftbus.intent.{c}.batch.junk5", b'{"schema":"driftbus.intent-batch/v1","cluster":"c","intents":[{"schema":"driftbus.delete-intent/v1"}]}'),
     ("bundle-on-malformed-subject", "driftbus.bundle.{c}", b"{}"),
 ]  # fmt: skip
 
@@ -304,6 +307,9 @@ async def test_bad_input_corpus(
     assert "Traceback" not in logs, logs[-5000:]
     for kind in ("server", "applied", "outcome"):
         assert f"ignoring message on driftbus.{kind}." in logs, kind
+    for junk in ("junk4", "junk5"):  # a bad intent batch is refused by name, nothing applied
+        refused = f"refusing intent on driftbus.intent.{encode_token(c)}.batch.{junk}: not a valid"
+        assert refused in logs, logs[-5000:]
     # no cluster's planner follows a subject without a bundle token: the claim round, which
     # lists the bundle subjects every heartbeat interval, reports it
     deadline = time.monotonic() + 10

@@ -20,8 +20,8 @@ from nats.aio.client import Client as NATS
 
 from harness.fleet import Fleet
 from harness.pipeline import StatusWatch, settle, until_planner_ready, write_counts, writes_since
-from schemas.codec import decode
-from schemas.messages import ApplyIntent, DeleteIntent, Intent, ObjectPhase
+from schemas.codec import decode, encode
+from schemas.messages import ApplyIntent, DeleteIntent, Intent, IntentBatch, ObjectPhase, Queued
 from schemas.subjects import encode_token, object_subject
 from services.common.bus import Claim
 from services.controlplane import servers
@@ -309,7 +309,11 @@ async def test_a_deposed_planners_late_intents_are_rejected(
     sent: list[bytes] = []
 
     async def on_intent(msg: Any) -> None:
-        sent.append(msg.data)
+        queued = decode(msg.data, Queued)  # type: ignore[var-annotated,arg-type]
+        if isinstance(queued, IntentBatch):  # each intent of a batch, as it would be alone
+            sent.extend(encode(i) for i in queued.intents)
+        else:
+            sent.append(msg.data)
 
     await nc.subscribe(f"driftbus.intent.{encode_token(site.name)}.>", cb=on_intent)
     first = f.start_planner("planner-a")

@@ -36,8 +36,9 @@ def intent_consumer_name(cluster: str) -> str:
 
 
 async def intents_pending(js: JetStreamContext, cluster: str) -> int | None:
-    """Intents of ``cluster`` queued or being applied (the autoscaling signal); None while
-    there is no consumer yet (no applier has started) or NATS does not answer."""
+    """Messages of intents of ``cluster`` queued or being applied (a batch counts once: the
+    planner's ``driftbus_intents_pending`` counts intents); None while there is no consumer yet
+    (no applier has started) or NATS does not answer."""
     try:
         info = await js.consumer_info(INTENTS, intent_consumer_name(cluster))
     except (NotFoundError, ServiceUnavailableError, NatsTimeout, TimeoutError):
