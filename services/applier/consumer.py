@@ -27,9 +27,11 @@ log = logging.getLogger("driftbus.applier")
 class InFlight:
     """The intents being handled: at most ``size`` at once, and how many more could start now."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, stopping: asyncio.Event | None = None) -> None:
         if size < 0:
             raise ValueError(f"concurrency must be 0 or more, not {size}")
+        self.stopping = stopping
+        """Set: nothing more starts (``start`` returns False)."""
         self.free = size
         """Slots free right now: what the next fetch may ask for."""
         self.tasks: set[asyncio.Task[None]] = set()
@@ -42,13 +44,18 @@ class InFlight:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._freed.wait(), 1.0)
 
-    async def start(self, work: Coroutine[Any, Any, None], name: str) -> None:
-        """Start ``work`` as soon as a slot is free."""
-        await self.at_least(1)
+    async def start(self, work: Coroutine[Any, Any, None], name: str) -> bool:
+        """Start ``work`` as soon as a slot is free; False (and ``work`` dropped) if the
+        replica is stopping first."""
+        await self.at_least(1, self.stopping)
+        if self.stopping is not None and self.stopping.is_set():
+            work.close()
+            return False
         self.free -= 1
         task = asyncio.create_task(work, name=name)
         self.tasks.add(task)
         task.add_done_callback(self._done)
+        return True
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self.tasks.discard(task)
@@ -87,9 +94,9 @@ async def consume(
         js, cluster, bus.IntentConsumerSettings(ack_wait=ack_wait, max_deliver=max_deliver)
     )
     bound.set()
-    inflight = InFlight(concurrency)
+    inflight = InFlight(concurrency, stopping)
     wanted = fetch_size(concurrency)
-    batches = False
+    batches = True  # until a lone intent comes: one message may be 32 intents
     while not stopping.is_set():
         await inflight.at_least(wanted, stopping)
         if stopping.is_set():
@@ -100,8 +107,16 @@ async def consume(
             log.exception("fetching intents failed; retrying")
             await asyncio.sleep(1.0)
             continue
-        for msg in msgs:
-            batches = await dispatch(msg, inflight)
+        # each is kept claimed from now on: a batch fetched among lone intents may wait for
+        # slots longer than ack_wait (then its run, or the intent's handler, keeps it claimed)
+        waiting = [asyncio.create_task(keep_claimed(m, ack_wait=ack_wait)) for m in msgs]
+        for msg, claimed in zip(msgs, waiting, strict=True):
+            try:
+                batches = await dispatch(msg, inflight)
+            except Exception:
+                log.exception("starting the intents of %s failed", msg.subject)
+            finally:
+                claimed.cancel()
     # SIGTERM: finish what was started; anything not started stays in the stream.
     if inflight.tasks:
         await asyncio.wait(inflight.tasks, timeout=ack_wait / 2)
@@ -127,10 +142,15 @@ class BatchRun:
         self.runs.add(self)
         self._claim = asyncio.create_task(keep_claimed(self.msg, ack_wait=self.ack_wait))
 
+    @property
+    def running(self) -> bool:
+        """Not abandoned (it went back to the stream): its intents may still start."""
+        return self in self.runs
+
     async def one_done(self) -> None:
         """One intent of the batch is done (its fact durable); the last one acks the batch."""
         self.left -= 1
-        if self.left == 0 and self in self.runs:  # not abandoned: it went back to the stream
+        if self.left == 0 and self.running:  # abandoned: it went back to the stream
             self._end()
             await bus.ack(self.msg)
 
@@ -140,15 +160,19 @@ class BatchRun:
 
         def restart() -> None:
             self._timers.discard(timer)
-            task = asyncio.create_task(self.inflight.start(work(), self.msg.subject))
-            task.add_done_callback(_log_failure)
+            if self.running:
+                task = asyncio.create_task(self.inflight.start(work(), self.msg.subject))
+                task.add_done_callback(_log_failure)
 
         timer = loop.call_later(delay, restart)
         self._timers.add(timer)
 
     async def abandon(self) -> None:
-        """Stopping: the batch goes back to the stream at once; its intents done here are
-        recognised when it comes back to this replica, applied again (unchanged) elsewhere."""
+        """The batch goes back to the stream at once (the replica is stopping, or an intent of
+        it crashed); once only. Its intents done here are done again when it comes back: a
+        replica that reported one recognises it, another applies its manifest again."""
+        if not self.running:
+            return
         self._end()
         with contextlib.suppress(Exception):
             await bus.nak(self.msg, delay=0)
@@ -169,6 +193,8 @@ class Claim:
     msg: bus.Message
     index: int = -1
     run: BatchRun | None = None
+    trace: dict[str, str] | None = None
+    """The trace context it was decided in (a retry continues that trace)."""
     retries: int = 0
     """Retries of a batch's intent here (a lone intent's are redeliveries)."""
 
@@ -212,7 +238,7 @@ async def keep_claimed(msg: bus.Message, *, ack_wait: float) -> None:
             await bus.in_progress(msg)
 
 
-def _log_failure(task: asyncio.Task[None]) -> None:
+def _log_failure(task: asyncio.Task[Any]) -> None:
     """An intent whose handling crashed stays unacked (it is redelivered); never silent."""
     if not task.cancelled() and (exc := task.exception()) is not None:
         log.error("handling intent %s failed: %s: %s", task.get_name(), type(exc).__name__, exc)

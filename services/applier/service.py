@@ -146,20 +146,23 @@ class Applier:
             await self.report.refuse(msg, str(exc))
             return False
         if not isinstance(queued, IntentBatch):
-            await inflight.start(self._handle(Claim(msg), queued, msg.headers), msg.subject)
+            claim = Claim(msg, trace=msg.headers)
+            await inflight.start(self._handle(claim, queued), msg.subject)
             return False
         if not queued.intents:
             await bus.ack(msg)
             return True
         run = BatchRun(msg, len(queued.intents), inflight, self.runs, self.s.ack_wait)
         for i, intent in enumerate(queued.intents):
-            trace = queued.traces[i] if i < len(queued.traces) else None
-            await inflight.start(self._handle(Claim(msg, i, run), intent, trace), msg.subject)
+            claim = Claim(msg, i, run, queued.traces[i] if i < len(queued.traces) else None)
+            if not run.running or not await inflight.start(
+                self._handle(claim, intent), msg.subject
+            ):
+                await run.abandon()  # stopping, or an intent of it crashed: back to the stream
+                break
         return True
 
-    async def _handle(
-        self, claim: Claim, intent: ApplyIntent | DeleteIntent, headers: dict[str, str] | None
-    ) -> None:
+    async def _handle(self, claim: Claim, intent: ApplyIntent | DeleteIntent) -> None:
         # a batch is kept claimed as a whole (``BatchRun``)
         keep = claim.run is None
         kept = (
@@ -170,7 +173,7 @@ class Applier:
         try:
             with telemetry.tracer.start_as_current_span(
                 "apply",
-                context=telemetry.traced(headers),
+                context=telemetry.traced(claim.trace),
                 attributes={"cluster": self.s.cluster, "messaging.subject": claim.msg.subject},
             ) as span:
                 outcome = await self._handle_claimed(claim, intent)
@@ -222,8 +225,8 @@ class Applier:
             # INTENTS keeps one intent per object: a newer one removes a queued older one, so
             # a fresh delivery is the object's latest intent. Only one that waited (in the
             # namespace gate, for a retry or a redelivery) can have been replaced since: that
-            # one asks. A newer intent never joins a batch (``IntentBatch``): it is alone on
-            # the object's subject.
+            # one asks. Only a new object's first apply travels in a batch (``IntentBatch``);
+            # a newer intent of it goes alone, on the object's subject, where this looks.
             if (waited or redelivered or claim.retries) and await self._superseded(intent, claim):
                 log.debug("%s: intent %s superseded", intent.key, claim.stamp)
                 self.superseded += 1
@@ -297,7 +300,7 @@ class Applier:
                     await bus.nak(claim.msg, delay=later.delay)
                 else:
                     claim.retries += 1
-                    claim.run.later(later.delay, lambda: self._handle(claim, intent, None))
+                    claim.run.later(later.delay, lambda: self._handle(claim, intent))
                 return str(later.phase).lower()
 
     async def _finish(self, intent: ApplyIntent | DeleteIntent, claim: Claim, o: Outcome) -> None:

@@ -32,7 +32,7 @@ from services.planner.rule.entry import Slot
 from services.planner.rule.holds import Hold
 from services.planner.rule.replay import Inputs
 from services.planner.rule.revision import BundleView
-from services.planner.shell.sending import Decisions, pace
+from services.planner.shell.sending import Decisions, may_batch, pace
 from services.planner.shell.status_board import StatusBoard
 
 log = logging.getLogger("driftbus.planner")
@@ -69,7 +69,7 @@ class Folder:
         pruning = isinstance(event, Removed)
         hold, of_bundle = self.hold_of(slot, of or entry.owner_bundle, pruning=pruning)
         inputs = Inputs(entry, event, hold.reason if hold is not None else None)  # its record's
-        superseding = entry.inflight is not None  # its intent may still be queued or applied
+        batchable = may_batch(entry)  # as it was before this event
         entry, decision = step(entry, event, now=time.time(), hold=inputs.hold)
         entries[slot] = entry
         if of_bundle and decision is not None and decision.action is DecisionAction.HOLD:
@@ -81,7 +81,7 @@ class Folder:
             self.board.continue_current_span((slot[0], bundle))
         if decision is not None:
             await self.decisions.publish(
-                slot, decision, removed_from=removed_from, inputs=inputs, superseding=superseding
+                slot, decision, removed_from=removed_from, inputs=inputs, batchable=batchable
             )
         if entry.bundle and not isinstance(event, Removed):
             await self.advance(slot, entry.bundle)

@@ -7,10 +7,11 @@ A batch holds at most ``MOST`` intents and ``MAX_BYTES``: small enough that a co
 batches, so every applier has work (adding appliers still scales), big enough that the messages
 per object are a few hundredths.
 
-Only an intent for an object with nothing in flight goes in a batch (``sending`` decides): the
-stream cannot replace one item of a batch, so an intent that supersedes one in flight, and every
-delete, goes alone on the object's subject, where the stream keeps the newest. An applier that
-waited with a batch's intent asks that subject before acting (``applier.service``).
+Only an apply of an object driftbus never wrote nor saw, with nothing in flight, goes in a batch
+(``sending.may_batch``): the stream cannot replace one item of a batch, so every other intent —
+a delete, an update, one that supersedes an intent in flight — goes alone on the object's
+subject, where the stream keeps the newest and a newer intent replaces a queued older one. An
+applier that waited with a batch's intent asks that subject before acting (``applier.service``).
 
 The planner remembers which batch carries each object's intent (``queued_in``) until the
 lost-intent check asks: a batch still queued is not a lost intent. Publishing is not awaited
@@ -78,7 +79,7 @@ class IntentBatches:
         """Batches published."""
         self.queued_in: dict[Slot, str] = {}
         """The subject of the batch that carries each object's latest batched intent."""
-        self._waiting: list[tuple[Slot, ApplyIntent, dict[str, str]]] = []
+        self._waiting: list[tuple[Slot, ApplyIntent, dict[str, str], int]] = []
         self._bytes = 0
         self._timer: asyncio.TimerHandle | None = None
         self._sending: set[asyncio.Task[None]] = set()
@@ -98,7 +99,7 @@ class IntentBatches:
         """Send ``intent`` (about ``size`` bytes encoded) in the next batch."""
         if self._waiting and self._bytes + size > self.max_bytes:
             self.flush()
-        self._waiting.append((slot, intent, trace))
+        self._waiting.append((slot, intent, trace, size))
         self._bytes += size
         if len(self._waiting) >= self.most:
             self.flush()
@@ -107,8 +108,9 @@ class IntentBatches:
 
     def withdraw(self, slot: Slot) -> None:
         """Take the object's intent out of the batch not sent yet: a newer one replaces it."""
-        if any(s == slot for s, _, _ in self._waiting):
+        if any(w[0] == slot for w in self._waiting):
             self._waiting = [w for w in self._waiting if w[0] != slot]
+            self._bytes = sum(w[3] for w in self._waiting)
         self.queued_in.pop(slot, None)
 
     def forget(self, slot: Slot) -> None:
@@ -124,12 +126,12 @@ class IntentBatches:
         if not batch:
             return
         subject = batch_subject("intent", self.cluster, bus.unique_id())
-        for slot, _, _ in batch:
+        for slot, *_ in batch:
             self.queued_in[slot] = subject
         message = IntentBatch(
             cluster=self.cluster,
-            intents=[i for _, i, _ in batch],
-            traces=[t for _, _, t in batch] if any(t for _, _, t in batch) else [],
+            intents=[w[1] for w in batch],
+            traces=[w[2] for w in batch] if any(w[2] for w in batch) else [],
             planner=self.planner_id,
         )
         task = asyncio.create_task(self._send(subject, encode(message)), name="intent batch")

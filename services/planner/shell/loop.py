@@ -304,8 +304,10 @@ class Planner:
         self, decided: list[tuple[Slot, Decision | None, Inputs | None]], queued: bool
     ) -> None:
         for i, (slot, d, inputs) in enumerate(decided):
+            entry = self.state.entries[slot]  # restored: in flight now only by this decision
+            batchable = not queued and entry.applied_rv == 0 and entry.server_rv == 0
             await self.decisions.publish(
-                slot, d, after_rebuild=True, inputs=inputs, superseding=queued
+                slot, d, after_rebuild=True, inputs=inputs, batchable=batchable
             )
             await pace(i)
 

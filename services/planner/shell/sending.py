@@ -24,7 +24,7 @@ from services.common import bus, telemetry
 from services.planner.memory.cluster import ClusterState
 from services.planner.rule import messages
 from services.planner.rule.decide import Decision
-from services.planner.rule.entry import Slot
+from services.planner.rule.entry import Entry, Slot
 from services.planner.rule.replay import Inputs
 from services.planner.rule.revision import BundleView
 from services.planner.shell.intent_batches import IntentBatches
@@ -40,6 +40,14 @@ DRIFT_DETECTED = telemetry.meter.create_counter(
 YIELD_EVERY = 200
 """Decisions between two yields to the event loop in a burst (a big publish, the go-live):
 without them the heartbeat starves and the lease lapses mid-burst."""
+
+
+def may_batch(e: Entry) -> bool:
+    """Whether an apply of the object decided now may travel in a batch: driftbus never wrote
+    it, never saw it live and has no intent of it in flight, so no older intent of it (an
+    apply, a prune whose ack was lost) can be queued for a newer one to replace. An intent of
+    any other object goes alone on its subject, where the stream keeps only the newest."""
+    return e.inflight is None and e.applied_rv == 0 and e.server_rv == 0
 
 
 async def pace(i: int) -> None:
@@ -83,16 +91,16 @@ class Decisions:
         after_rebuild: bool = False,
         removed_from: str = "",
         inputs: Inputs | None = None,
-        superseding: bool = True,
+        batchable: bool = False,
     ) -> None:
         """Send ``d`` (a hit only as its record); nothing for no decision. ``removed_from``:
         the bundle ``d`` prunes the object for (``ClusterState.view_of``); ``inputs``: what the
-        rule decided ``d`` from, for its record; ``superseding``: an intent of the object may be
-        in flight (its intent then goes alone, on the object's subject)."""
+        rule decided ``d`` from, for its record; ``batchable``: no other intent of the object
+        can be queued (``may_batch``): an apply may go in a batch."""
         if d is None:
             return
         if not trace.get_current_span().get_span_context().is_valid:
-            await self._send(slot, d, after_rebuild, removed_from, inputs, superseding)
+            await self._send(slot, d, after_rebuild, removed_from, inputs, batchable)
             return
         e = self.state.entries[slot]
         view = self.state.view_of(slot, e, removed_from)
@@ -107,7 +115,7 @@ class Decisions:
                 "reason": str(d.reason),
             },
         ):
-            await self._send(slot, d, after_rebuild, removed_from, inputs, superseding)
+            await self._send(slot, d, after_rebuild, removed_from, inputs, batchable)
 
     async def _send(
         self,
@@ -116,7 +124,7 @@ class Decisions:
         after_rebuild: bool,
         removed_from: str,
         inputs: Inputs | None,
-        superseding: bool,
+        batchable: bool,
     ) -> None:
         cluster, key = slot
         e = self.state.entries[slot]
@@ -172,7 +180,7 @@ class Decisions:
         elif d.reason is DecisionReason.HIT and view is not None:
             await self._clear_moot_failure(slot, view)
         if intent is not None:
-            await self._intent(slot, *intent, superseding=superseding)
+            await self._intent(slot, *intent, batchable=batchable)
             self._sent()
         if after_rebuild and d.action is DecisionAction.HIT:
             # A restart's hit says nothing the object's last record did not (issue 43): at
@@ -197,12 +205,12 @@ class Decisions:
         )
 
     async def _intent(
-        self, slot: Slot, intent: ApplyIntent | DeleteIntent, msg_id: str, *, superseding: bool
+        self, slot: Slot, intent: ApplyIntent | DeleteIntent, msg_id: str, *, batchable: bool
     ) -> None:
-        """An apply intent of an object with nothing in flight goes in the next batch; any
-        other alone, on the object's subject (a batch's item cannot be replaced there)."""
+        """A batchable apply goes in the next batch; any other intent alone, on the object's
+        subject, where it replaces a queued older one (an item of a batch cannot be)."""
         data = encode(intent)
-        if self.batches is not None and isinstance(intent, ApplyIntent) and not superseding:
+        if self.batches is not None and isinstance(intent, ApplyIntent) and batchable:
             self.batches.add(slot, intent, len(data), telemetry.inject(None) or {})
             return
         if self.batches is not None:
