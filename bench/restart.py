@@ -35,8 +35,8 @@ from bench.fleetsim_members import configmaps
 from bench.plan import _intake
 from bench.report import Result
 from harness.pipeline import FAST_HEARTBEATS
-from schemas.codec import encode
-from schemas.messages import AppliedEvent, BundleOptions, Health, ServerEvent
+from schemas.codec import decode, encode
+from schemas.messages import AppliedEvent, BundleOptions, Health, IntentBatch, Queued, ServerEvent
 from schemas.subjects import object_subject
 from services.clusters import registry
 from services.common import bus
@@ -112,6 +112,23 @@ async def _answer(js: bus.JetStream, manifests: list[dict[str, Any]]) -> None:
     await pub.flush()
 
 
+class IntentCount:
+    """The intents sent so far, counted in the INTENTS stream by direct gets (a batch holds
+    up to 32: its sequence is not a count of intents; nothing consumes the stream here)."""
+
+    def __init__(self) -> None:
+        self.seen, self.intents = 0, 0
+
+    async def upto(self, js: bus.JetStream) -> int:
+        last = await bus.last_sequence(js, bus.INTENTS)
+        for seq in range(self.seen + 1, last + 1):
+            msg = await js.get_msg(bus.INTENTS, seq, direct=True)
+            queued = decode(msg.data or b"", Queued)  # type: ignore[var-annotated,arg-type]
+            self.intents += len(queued.intents) if isinstance(queued, IntentBatch) else 1
+        self.seen = max(self.seen, last)
+        return self.intents
+
+
 async def _checkpointed(js: bus.JetStream, objects: int) -> bool:
     from services.cli.plan.state import read_checkpoints
 
@@ -139,8 +156,10 @@ async def _main(workdir: Path, objects: int, repetitions: int) -> dict[str, Any]
         planner.start(checkpoints=True)
         await planner.ready(600)
 
+        counted = IntentCount()
+
         async def intents_sent() -> bool:
-            return await bus.last_sequence(js, bus.INTENTS) >= objects
+            return await counted.upto(js) >= objects
 
         await _until("the first life's intents", intents_sent, 900)
         print("  restart: answering every intent …", file=sys.stderr, flush=True)
@@ -154,7 +173,9 @@ async def _main(workdir: Path, objects: int, repetitions: int) -> dict[str, Any]
                 await planner.ready(600)
                 took = time.monotonic() - started
                 await asyncio.sleep(3)  # what it would send after going live
-                writes = await bus.last_sequence(js, bus.INTENTS) - sent
+                after = IntentCount()
+                after.seen = sent
+                writes = await after.upto(js)
                 log = planner.log()
                 from_checkpoint = "rebuilding from its checkpoint" in log
                 if from_checkpoint != (mode == "checkpoint"):
