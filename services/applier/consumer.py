@@ -150,7 +150,7 @@ class BatchRun:
     async def one_done(self) -> None:
         """One intent of the batch is done (its fact durable); the last one acks the batch."""
         self.left -= 1
-        if self.left == 0 and self.running:  # abandoned: it went back to the stream
+        if self.left == 0 and self.running:  # (an abandoned one went back to the stream)
             self._end()
             await bus.ack(self.msg)
 

@@ -19,10 +19,12 @@ from services.core import hooks
 from services.planner.memory.cluster import ClusterState
 from services.planner.rule import prune, waves
 from services.planner.rule.decide import (
+    Applied,
     Decision,
     Desired,
     Entry,
     Event,
+    Failed,
     Release,
     Removed,
     restore,
@@ -72,6 +74,8 @@ class Folder:
         batchable = may_batch(entry)  # as it was before this event
         entry, decision = step(entry, event, now=time.time(), hold=inputs.hold)
         entries[slot] = entry
+        if isinstance(event, Applied | Failed) and self.decisions.batches is not None:
+            self.decisions.batches.forget(slot)  # answered: no batch to look up for it
         if of_bundle and decision is not None and decision.action is DecisionAction.HOLD:
             self.state.gates.held.add(of or entry.owner_bundle)
         removed_from = event.bundle if isinstance(event, Removed) else ""
