@@ -51,7 +51,7 @@ from services.planner.shell.intake import BundleIntake
 from services.planner.shell.intent_batches import IntentBatches, any_queued
 from services.planner.shell.periodic import STATUS_REFRESH, Duties
 from services.planner.shell.rollback import RollbackDesk
-from services.planner.shell.sending import Decisions, pace
+from services.planner.shell.sending import Decisions, never_written, pace
 from services.planner.shell.status_board import StatusBoard
 
 log = logging.getLogger("driftbus.planner")
@@ -305,7 +305,7 @@ class Planner:
     ) -> None:
         for i, (slot, d, inputs) in enumerate(decided):
             entry = self.state.entries[slot]  # restored: in flight now only by this decision
-            batchable = not queued and entry.applied_rv == 0 and entry.server_rv == 0
+            batchable = not queued and never_written(entry)
             await self.decisions.publish(
                 slot, d, after_rebuild=True, inputs=inputs, batchable=batchable
             )

@@ -121,10 +121,6 @@ class Duties:
         while anything is in flight."""
         timeout = self.s.intent_timeout
         entries = self.state.entries
-        if self.batches is not None:  # settled since: no batch to look up
-            queued_in = self.batches.queued_in
-            for slot in [s for s in queued_in if getattr(entries.get(s), "inflight", None) is None]:
-                self.batches.forget(slot)
         if self.state.live and backlog <= 100:
             now = time.time()
             for slot in list(entries.overdue(now - timeout)):

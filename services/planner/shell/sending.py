@@ -37,9 +37,17 @@ DECISIONS = telemetry.meter.create_counter(
 DRIFT_DETECTED = telemetry.meter.create_counter(
     "driftbus_drift_detected", description="objects changed or deleted out of band, by cluster"
 )
+INTENT_ENVELOPE = 2048
+"""Bytes an intent adds to its manifest (its fields, an identity, a trace), counted generously:
+a batch's bound is on the estimate, far below what NATS refuses."""
 YIELD_EVERY = 200
 """Decisions between two yields to the event loop in a burst (a big publish, the go-live):
 without them the heartbeat starves and the lease lapses mid-burst."""
+
+
+def never_written(e: Entry) -> bool:
+    """driftbus never wrote the object and never saw it live."""
+    return e.applied_rv == 0 and e.server_rv == 0
 
 
 def may_batch(e: Entry) -> bool:
@@ -47,7 +55,7 @@ def may_batch(e: Entry) -> bool:
     it, never saw it live and has no intent of it in flight, so no older intent of it (an
     apply, a prune whose ack was lost) can be queued for a newer one to replace. An intent of
     any other object goes alone on its subject, where the stream keeps only the newest."""
-    return e.inflight is None and e.applied_rv == 0 and e.server_rv == 0
+    return e.inflight is None and never_written(e)
 
 
 async def pace(i: int) -> None:
@@ -145,6 +153,7 @@ class Decisions:
             log.error("%s: not written: bundle %s's tenant is not in the tenant policy", key, owner)
             self.state.entries[slot] = msgspec.structs.replace(e, inflight=None)
             return
+        manifest = self.state.details.manifest(slot) if d.writes else None
         intent = (
             messages.intent(
                 slot,
@@ -152,7 +161,7 @@ class Decisions:
                 d,
                 view,
                 revision,
-                manifest=self.state.details.manifest(slot),
+                manifest=manifest,
                 planner_id=self.planner_id,
                 fencing_token=self.fencing_token,
                 identity=identity,
@@ -180,7 +189,8 @@ class Decisions:
         elif d.reason is DecisionReason.HIT and view is not None:
             await self._clear_moot_failure(slot, view)
         if intent is not None:
-            await self._intent(slot, *intent, batchable=batchable)
+            size = len(manifest or b"") + INTENT_ENVELOPE
+            await self._intent(slot, *intent, batchable=batchable, size=size)
             self._sent()
         if after_rebuild and d.action is DecisionAction.HIT:
             # A restart's hit says nothing the object's last record did not (issue 43): at
@@ -205,18 +215,24 @@ class Decisions:
         )
 
     async def _intent(
-        self, slot: Slot, intent: ApplyIntent | DeleteIntent, msg_id: str, *, batchable: bool
+        self,
+        slot: Slot,
+        intent: ApplyIntent | DeleteIntent,
+        msg_id: str,
+        *,
+        batchable: bool,
+        size: int,
     ) -> None:
-        """A batchable apply goes in the next batch; any other intent alone, on the object's
-        subject, where it replaces a queued older one (an item of a batch cannot be)."""
-        data = encode(intent)
+        """A batchable apply goes in the next batch (``size``: about its encoded bytes; it is
+        encoded once, with its batch); any other intent alone, on the object's subject, where
+        it replaces a queued older one (an item of a batch cannot be)."""
         if self.batches is not None and isinstance(intent, ApplyIntent) and batchable:
-            self.batches.add(slot, intent, len(data), telemetry.inject(None) or {})
+            self.batches.add(slot, intent, size, telemetry.inject(None) or {})
             return
         if self.batches is not None:
             self.batches.withdraw(slot)  # a batched one not sent yet must not follow this one
         await self.pub.publish_batched(
-            bus.INTENTS, object_subject("intent", *slot), data, msg_id=msg_id
+            bus.INTENTS, object_subject("intent", *slot), encode(intent), msg_id=msg_id
         )
 
     async def _clear_moot_failure(self, slot: Slot, view: BundleView) -> None:
