@@ -31,8 +31,8 @@ from nats.aio.client import Client as NATS
 from bench.report import Result
 from bench.stack import BenchStack, DriftbusRun, labelled, manifests, object_path
 from harness.pipeline import write_counts, writes_since
-from schemas.codec import decode
-from schemas.decision import DecisionAction, DecisionRecord
+from schemas.codec import decision_records
+from schemas.decision import DecisionAction
 from schemas.subjects import family_filter
 from services.core.manifest import OWNER_LABEL
 from services.kube import KubeClient, Resource
@@ -49,7 +49,8 @@ class Decisions:
 
     async def start(self, nc: NATS) -> None:
         async def on_msg(msg: Any) -> None:
-            self.counts[str(decode(msg.data, DecisionRecord).action)] += 1
+            for record in decision_records(msg.subject, msg.data):
+                self.counts[str(record.action)] += 1
             self.changed.set()
 
         await nc.subscribe(family_filter("decision"), cb=on_msg)

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from schemas.codec import decode
+from schemas.codec import decision_records
 from schemas.decision import DecisionAction, DecisionRecord
 from schemas.messages import (
     BundleOptions,
@@ -313,7 +313,7 @@ class DecisionLog:
 
     async def start(self, nc: bus.Connection, cluster: str) -> None:
         async def on_msg(msg: Any) -> None:
-            self.records.append(decode(msg.data, DecisionRecord))
+            self.records.extend(decision_records(msg.subject, msg.data))
 
         await bus.subscribe(nc, cluster_filter("decision", cluster), on_msg)
 

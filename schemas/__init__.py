@@ -11,7 +11,8 @@ The messages:
 - ``fleet`` — fleets: the cluster registry's ``ClusterRecord``, the ``FleetBundle``, the
   ``RolloutState`` and its ``RolloutEvent`` transitions.
 - ``decision`` — the planner's audit log: one ``DecisionRecord`` per decision, with its action
-  and why, and the inputs the rule decided it from (``DecisionInputs``).
+  and why, and the inputs the rule decided it from (``DecisionInputs``); several of one shelf
+  in a ``DecisionRecords``.
 - ``intents`` — the planner's apply and delete intents, alone or several in an ``IntentBatch``.
 - ``tenants`` — the tenants file (tenants, their identities and limits), also its stored form.
 - ``windows`` — the sync windows file (allow / deny, cron, duration, time zone, globs).
@@ -24,8 +25,9 @@ The messages:
 
 Around them:
 
-- ``subjects`` — object keys, their one reversible encoding into subject tokens and KV keys, and
-  the subject layout.
+- ``tokens`` — object keys and their one reversible encoding into subject tokens and KV keys.
+- ``subjects`` — the subject layout: every subject built, and read back (``parse_subject``); the
+  shelf of a decision record (``decision_shelf``).
 - ``codec`` — encoding and decoding: the one place bytes become typed messages (``WireError``).
 - ``generate`` — ``python -m schemas.generate [--check]``: the committed JSON Schema files in
   ``schemas/json/``, rewritten or checked.

@@ -11,7 +11,7 @@ from typing import Any, Final, TypeVar
 
 import msgspec
 
-from schemas.decision import DecisionRecord
+from schemas.decision import DecisionRecord, DecisionRecords
 from schemas.messages import (
     AppliedEvent,
     AppliedFacts,
@@ -71,18 +71,30 @@ def applied_events(subject: str, data: bytes) -> list[AppliedEvent]:
     return _facts(subject, data, AppliedEvent, AppliedFacts)
 
 
-Fact = TypeVar("Fact", ServerEvent, AppliedEvent)
+def decision_records(subject: str, data: bytes) -> list[DecisionRecord]:
+    """The decision records a DECISIONS message carries, in order: a shelf's batch
+    (``DecisionRecords``) or one object's record (planners before issue 44); errors as
+    ``server_events``."""
+    return _facts(subject, data, DecisionRecord, DecisionRecords)
+
+
+Fact = TypeVar("Fact", ServerEvent, AppliedEvent, DecisionRecord)
 
 
 def _facts(
-    subject: str, data: bytes, one: type[Fact], many: type[ServerFacts | AppliedFacts]
+    subject: str,
+    data: bytes,
+    one: type[Fact],
+    many: type[ServerFacts | AppliedFacts | DecisionRecords],
 ) -> list[Fact]:
     parts = subject.split(".", 4)
-    events: list[Fact] = (
-        decode(data, many).events  # type: ignore[assignment]
-        if parts[3:4] == [BATCH_TOKEN]
-        else [decode(data, one)]
-    )
+    if parts[3:4] == [BATCH_TOKEN]:
+        batch = decode(data, many)
+        events: list[Fact] = (
+            batch.records if isinstance(batch, DecisionRecords) else batch.events  # type: ignore[assignment]
+        )
+    else:
+        events = [decode(data, one)]
     try:
         cluster = decode_token(parts[2]) if len(parts) > 2 else ""
     except SubjectError:
@@ -111,6 +123,7 @@ __all__ = [
     "SourceStatus",
     "WireError",
     "applied_events",
+    "decision_records",
     "decode",
     "encode",
     "server_events",

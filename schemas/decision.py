@@ -91,6 +91,17 @@ class DecisionRecord(Message, frozen=True, tag=tag("decision")):
     delete policy)."""
 
 
+class DecisionRecords(Message, frozen=True, tag=tag("decision-records")):
+    """Decision records of one cluster sent together (issue 44): those a planner made within a
+    moment of each other whose objects share a shelf (``schemas.subjects.decision_shelf``), on
+    ``driftbus.decision.<cluster>.batch.<shelf>.<id>``. Each record means exactly what it would
+    alone; ``driftbus why`` reads one shelf, not the whole log."""
+
+    cluster: Name
+    records: list[DecisionRecord]
+    planner: str = ""
+
+
 # The inputs of a decision: the planner's entry for the object before the fact, the fact, the
 # hold. Field names are those of ``services.planner.rule.entry`` (``Entry`` and each event), so
 # the planner converts them field by field. Defaults are left out on the wire, and a SHA equal

@@ -40,7 +40,7 @@ from schemas.bundle import Propagation as Propagation
 from schemas.bundle import PruneApproval as PruneApproval
 from schemas.bundle import RollbackAnswer as RollbackAnswer
 from schemas.bundle import RollbackRequest as RollbackRequest
-from schemas.decision import DecisionRecord
+from schemas.decision import DecisionRecord, DecisionRecords
 from schemas.fleet import FleetBundle, RolloutControl, RolloutEvent
 from schemas.intents import ApplyIntent as ApplyIntent
 from schemas.intents import DeleteIntent as DeleteIntent
@@ -177,6 +177,19 @@ class ObjectStatus(_Message, frozen=True, tag=_tag("object-status")):
     attempts: Count = 0
     at: dt.datetime | None = None
     trace_id: str = ""
+
+
+class ObjectRows(_Message, frozen=True, tag=_tag("object-rows")):
+    """Object status rows of one bundle sent together (issue 44): an applier's rows of the
+    intents it carried out within a few milliseconds of each other, on
+    ``driftbus.status.<cluster>.<tenant>.<name>.rows.<id>``, published with its applied report.
+    Each row means exactly what it would alone on the object's subject; the newest row of an
+    object (by stream sequence, wherever it is) is the object's status."""
+
+    cluster: Name
+    bundle: Name
+    rows: list[ObjectStatus]
+    applier: str = ""
 
 
 class BundlePhase(enum.StrEnum):
@@ -332,6 +345,7 @@ MESSAGE_TYPES: Final[dict[str, type[_Message]]] = {
     "delete-intent": DeleteIntent,
     "intent-batch": IntentBatch,
     "object-status": ObjectStatus,
+    "object-rows": ObjectRows,
     "bundle-status": BundleStatus,
     "bundle-control": BundleControl,
     "rollback-request": RollbackRequest,
@@ -339,6 +353,7 @@ MESSAGE_TYPES: Final[dict[str, type[_Message]]] = {
     "prune-approval": PruneApproval,
     "source-status": SourceStatus,
     "decision": DecisionRecord,
+    "decision-records": DecisionRecords,
     "outcome": OutcomeEvent,
     "member": MemberHeartbeat,
     "fleet-bundle": FleetBundle,

@@ -1,13 +1,6 @@
-"""Object keys and the one reversible encoding of them into NATS subject tokens and KV keys.
-
-A subject token may not contain ``.``, ``*``, ``>`` or whitespace, and a KV key may only contain
-``[-/_=.A-Za-z0-9]``. Kubernetes values break both: API groups are dotted, RBAC names contain
-``:`` (``system:aggregate-to-admin``), the core group and cluster-scoped namespaces are empty.
-
-Encoding, per value: ``A-Z a-z 0-9 - _`` pass through; every other byte of the UTF-8 form becomes
-``=XX`` (upper-case hex). An empty value is the single token ``=``, which no non-empty value can
-encode to (escapes always carry two hex digits). The mapping is injective, so distinct keys never
-collide, and ``decode_token(encode_token(v)) == v`` for every string.
+"""Every NATS subject driftbus uses: built here and nowhere else, and read back by
+``parse_subject``. Values become tokens by ``schemas.tokens`` (the one reversible encoding of
+object keys into subject tokens and KV keys).
 
 Subject layout (the contract; ``<key>`` is four tokens ``group.kind.namespace.name``,
 ``<bundle>`` two tokens ``tenant.name``):
@@ -18,8 +11,10 @@ Subject layout (the contract; ``<key>`` is four tokens ``group.kind.namespace.na
     driftbus.applied.<cluster>.<key>
     driftbus.intent.<cluster>.<key>
     driftbus.status.<cluster>.<bundle>.object.<key>
+    driftbus.status.<cluster>.<bundle>.rows.<id>  (``ObjectRows``: an applier's rows of a moment)
     driftbus.status.<cluster>.<bundle>.bundle
-    driftbus.decision.<cluster>.<key>
+    driftbus.decision.<cluster>.<key>         (per object: written by planners before issue 44)
+    driftbus.decision.<cluster>.batch.<shelf>.<id>  (``DecisionRecords``: ``decision_shelf``)
 
 A bundle's full name is ``tenant/name`` (``team-a/web``) or just ``name`` for a bundle of the
 platform team, whose tenant token is the empty one, ``=``. The tenant is a token of its own so
@@ -29,123 +24,22 @@ that what a tenant's publisher may touch is a plain NATS permission
 
 from __future__ import annotations
 
-import re
-import sys
+import hashlib
 from typing import Final
 
 import msgspec
+
+from schemas.tokens import ObjectKey as ObjectKey
+from schemas.tokens import SubjectError as SubjectError
+from schemas.tokens import decode_token as decode_token
+from schemas.tokens import encode_token as encode_token
+from schemas.tokens import key_tokens as key_tokens
+from schemas.tokens import parse_key_tokens as parse_key_tokens
 
 PREFIX: Final = "driftbus"
 # nats-server refuses a protocol line over max_control_line (4 KiB by default); HPUB lines carry
 # the subject plus a reply subject and sizes, so keep subjects well below it.
 MAX_SUBJECT_LEN: Final = 3072
-
-_SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
-_ESCAPE: Final = [chr(b) if b in _SAFE else f"={b:02X}" for b in range(256)]
-_EMPTY: Final = "="
-_TOKEN_RE: Final = re.compile(r"(?:[A-Za-z0-9_-]|=[0-9A-F]{2})+")
-
-
-class SubjectError(ValueError):
-    """A value or subject cannot be encoded or decoded; the message says which and why."""
-
-
-class ObjectKey(msgspec.Struct, frozen=True, order=True, forbid_unknown_fields=True):
-    """Identity of an object in a cluster. The API version is not part of it (DESIGN §2)."""
-
-    group: str
-    kind: str
-    namespace: str
-    name: str
-
-    def __str__(self) -> str:
-        # Kind/ns/name: how every message about an object starts (STYLE.md).
-        gk = f"{self.kind}.{self.group}" if self.group else self.kind
-        return f"{gk}/{self.namespace}/{self.name}" if self.namespace else f"{gk}/{self.name}"
-
-    @classmethod
-    def of(cls, obj: dict[str, object]) -> ObjectKey:
-        """Key of a raw object; raises SubjectError when apiVersion, kind or name is missing."""
-        api_version, kind = obj.get("apiVersion"), obj.get("kind")
-        meta = obj.get("metadata")
-        name = meta.get("name") if isinstance(meta, dict) else None
-        namespace = (meta.get("namespace") if isinstance(meta, dict) else None) or ""
-        if not isinstance(api_version, str) or not api_version:
-            raise SubjectError(f"{kind or '?'}/{name or '?'}: apiVersion is missing")
-        if not isinstance(kind, str) or not kind:
-            raise SubjectError(f"?/{name or '?'}: kind is missing")
-        if name is not None and not isinstance(name, str):
-            raise SubjectError(f"{kind}/?: metadata.name must be a string, not {_scalar(name)}")
-        if not isinstance(name, str) or not name:
-            raise SubjectError(f"{kind}/?: metadata.name is missing")
-        if not isinstance(namespace, str):
-            raise SubjectError(
-                f"{kind}/{name}: metadata.namespace must be a string, not {_scalar(namespace)}"
-            )
-        group = api_version.rpartition("/")[0]
-        # group, kind and namespace repeat across thousands of cached keys: share one copy
-        return cls(
-            group=sys.intern(group),
-            kind=sys.intern(kind),
-            namespace=sys.intern(namespace),
-            name=name,
-        )
-
-
-def _scalar(value: object) -> str:
-    """How a misread value is shown: YAML 1.1 reads unquoted ``y``, ``no``, ``on``, ``0755`` as
-    booleans and numbers, and the fix is to quote them."""
-    shown = {True: "true", False: "false"}.get(value, value) if isinstance(value, bool) else value
-    hint = (
-        " (YAML reads it unquoted as that; quote it)"
-        if isinstance(value, bool | int | float)
-        else ""
-    )
-    return f"{type(value).__name__} {shown}{hint}"
-
-
-def encode_token(value: str) -> str:
-    if not value:
-        return _EMPTY
-    return "".join([_ESCAPE[b] for b in value.encode("utf-8")])
-
-
-def decode_token(token: str) -> str:
-    if token == _EMPTY:
-        return ""
-    if not _TOKEN_RE.fullmatch(token):
-        raise SubjectError(f"not an encoded subject token: {token!r}")
-    out = bytearray()
-    i = 0
-    while i < len(token):
-        if token[i] == "=":
-            out.append(int(token[i + 1 : i + 3], 16))
-            i += 3
-        else:
-            out.append(ord(token[i]))
-            i += 1
-    try:
-        return out.decode("utf-8")
-    except UnicodeDecodeError:
-        raise SubjectError(f"encoded subject token is not UTF-8: {token!r}") from None
-
-
-def key_tokens(key: ObjectKey) -> str:
-    return ".".join(
-        (
-            encode_token(key.group),
-            encode_token(key.kind),
-            encode_token(key.namespace),
-            encode_token(key.name),
-        )
-    )
-
-
-def parse_key_tokens(tokens: list[str]) -> ObjectKey:
-    if len(tokens) != 4:
-        raise SubjectError(f"an object key is 4 tokens, got {len(tokens)}: {'.'.join(tokens)!r}")
-    group, kind, namespace, name = (decode_token(t) for t in tokens)
-    return ObjectKey(group=group, kind=kind, namespace=namespace, name=name)
 
 
 def _checked(subject: str) -> str:
@@ -234,6 +128,18 @@ def object_status_subject(cluster: str, bundle: str, key: ObjectKey) -> str:
     )
 
 
+ROWS_TOKEN: Final = "rows"  # noqa: S105 - a subject token
+
+
+def object_rows_subject(cluster: str, bundle: str, batch_id: str) -> str:
+    """``driftbus.status.<cluster>.<tenant>.<name>.rows.<id>``: object status rows of one
+    bundle sent together (``ObjectRows``); ``batch_id`` is unique per message."""
+    return _checked(
+        f"{PREFIX}.status.{encode_token(cluster)}.{bundle_tokens(bundle)}"
+        f".{ROWS_TOKEN}.{encode_token(batch_id)}"
+    )
+
+
 def bundle_status_subject(cluster: str, bundle: str) -> str:
     return _checked(f"{PREFIX}.status.{encode_token(cluster)}.{bundle_tokens(bundle)}.bundle")
 
@@ -293,6 +199,32 @@ def decisions_named_filter(cluster: str, namespace: str, name: str) -> str:
     )
 
 
+DECISION_SHELVES: Final = 16
+"""Shelves the decision records of a cluster are spread over (one hex digit)."""
+
+
+def decision_shelf(namespace: str, name: str) -> str:
+    """The shelf holding the decision records of every object called ``namespace/name``, of
+    any group and kind (``driftbus why`` may leave them out): the first hex digit of the
+    SHA-256 of ``namespace/name``. A lookup reads 1/16 of a cluster's records."""
+    return hashlib.sha256(f"{namespace}/{name}".encode()).hexdigest()[0]
+
+
+def decision_batch_subject(cluster: str, shelf: str, batch_id: str) -> str:
+    """``driftbus.decision.<cluster>.batch.<shelf>.<id>``: records of one shelf sent together
+    (``DecisionRecords``); ``batch_id`` is unique per message."""
+    if len(shelf) != 1 or shelf not in "0123456789abcdef":
+        raise SubjectError(f"no decision shelf {shelf!r}")
+    return _checked(
+        f"{PREFIX}.decision.{encode_token(cluster)}.{BATCH_TOKEN}.{shelf}.{encode_token(batch_id)}"
+    )
+
+
+def decision_shelf_filter(cluster: str, shelf: str) -> str:
+    """Every batch of decision records on one shelf of one cluster."""
+    return f"{PREFIX}.decision.{encode_token(cluster)}.{BATCH_TOKEN}.{shelf}.*"
+
+
 def member_filter(cluster: str) -> str:
     """The heartbeats of every watcher/applier role of one cluster."""
     return f"{PREFIX}.member.{encode_token(cluster)}.*"
@@ -332,6 +264,8 @@ def parse_subject(subject: str) -> ParsedSubject:
     rest = parts[3:]
     if family in ("bundle", "control", "rollback") and len(rest) == 2:
         return ParsedSubject(family, cluster, bundle=_bundle_of(*rest))
+    if family == "decision" and len(rest) == 3 and rest[0] == BATCH_TOKEN:
+        return ParsedSubject(family, cluster)  # a shelf's batch: its records name their objects
     if family in _OBJECT_STREAMS and len(rest) == 2 and rest[0] == BATCH_TOKEN:
         return ParsedSubject(family, cluster)  # a batch: its messages name their objects
     if family in _OBJECT_STREAMS:
@@ -342,6 +276,8 @@ def parse_subject(subject: str) -> ParsedSubject:
         return ParsedSubject("status.bundle", cluster, bundle=_bundle_of(*rest[:2]))
     if family == "status" and rest[2:] == ["source"]:
         return ParsedSubject("status.source", cluster, bundle=_bundle_of(*rest[:2]))
+    if family == "status" and len(rest) == 4 and rest[2] == ROWS_TOKEN:
+        return ParsedSubject("status.rows", cluster, bundle=_bundle_of(*rest[:2]))
     if family == "status" and len(rest) == 7 and rest[2] == "object":
         return ParsedSubject(
             "status.object", cluster, bundle=_bundle_of(*rest[:2]), key=parse_key_tokens(rest[3:])

@@ -1,12 +1,11 @@
 """What the applier says about an intent: the fact for the planner (applied, in a report with
-the others of the moment: ``reports``; or the outcome) and the object's status row for users,
-published durably before the intent is acked."""
+the others of the moment; or the outcome, alone) and the object's status row for users (in the
+report: ``reports``), durable before the intent is acked."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 import msgspec
 
@@ -47,10 +46,10 @@ class Reporter:
 
     async def outcome(
         self, intent: ApplyIntent | DeleteIntent, claim: Claim, phase: ObjectPhase, message: str
-    ) -> list[asyncio.Task[Any]]:
-        """An outcome fact (for the planner) and the object's status row (for users)."""
+    ) -> None:
+        """An outcome fact (for the planner: alone, on the object's compacted subject) and the
+        object's status row (for users: in the next report), both durable when this returns."""
         manifest_sha = intent.manifest_sha if isinstance(intent, ApplyIntent) else DELETED_SHA
-        at = now()
         stamp = f"{claim.stamp}:{claim.attempt}"
         fact = OutcomeEvent(
             cluster=intent.cluster,
@@ -60,70 +59,33 @@ class Reporter:
             manifest_sha=manifest_sha,
             phase=phase,
             message=message,
-            at=at,
+            at=now(),
             intent_seq=claim.seq,
             applier=self.applier_id,
         )
-        return [
-            await self.pub.publish_batched(
-                bus.OUTCOMES,
-                object_subject("outcome", intent.cluster, intent.key),
-                encode(fact),
-                msg_id=f"outcome:{stamp}",
-            ),
-            await self.status_row(intent, claim, phase, message, msg_id=f"status:{stamp}"),
-        ]
-
-    async def status_row(
-        self,
-        intent: ApplyIntent | DeleteIntent,
-        claim: Claim,
-        phase: ObjectPhase,
-        message: str,
-        *,
-        msg_id: str,
-        apply_sha: str | None = None,
-    ) -> asyncio.Task[Any]:
-        """The object's status row for users (the facts for the planner go elsewhere)."""
-        status = ObjectStatus(
-            cluster=intent.cluster,
-            bundle=intent.bundle or "?",
-            revision=intent.revision,
-            key=intent.key,
-            phase=phase,
-            message=message,
-            apply_sha=apply_sha,
-            manifest_sha=intent.manifest_sha if isinstance(intent, ApplyIntent) else None,
-            attempts=claim.attempt,
-            at=now(),
+        sent = await self.pub.publish_batched(
+            bus.OUTCOMES,
+            object_subject("outcome", intent.cluster, intent.key),
+            encode(fact),
+            msg_id=f"outcome:{stamp}",
         )
-        subject = object_status_subject(intent.cluster, intent.bundle or "?", intent.key)
-        return await self.pub.publish_batched(bus.STATUS, subject, encode(status), msg_id=msg_id)
+        await asyncio.gather(sent, self.reports.add(None, row(intent, claim, phase, message)))
 
     async def final(self, intent: ApplyIntent | DeleteIntent, claim: Claim, o: Outcome) -> None:
-        """The final fact of an intent, durable before the intent is acked."""
+        """The final fact of an intent and its row, durable before the intent is acked."""
         key = intent.key
         log.debug("%s: %s (%s)", key, o.phase, o.message)
         if o.applied is None:
             if o.phase is not ObjectPhase.KEPT:
                 log.warning("%s %s: %s", key, o.phase, o.message)
-            tasks = await self.outcome(intent, claim, o.phase, o.message)
-            await asyncio.gather(*tasks)
+            await self.outcome(intent, claim, o.phase, o.message)
             await claim.done()
             return
         fact = msgspec.structs.replace(o.applied, intent_seq=claim.seq)
-        # the fact goes in this applier's next report (durable when this returns); two
+        # fact and row go in this applier's next report (durable when this returns); two
         # appliers' facts of one object may land in either order: the planner keeps the newer
-        await self.reports.add(fact, claim.ident)
-        row = await self.status_row(
-            intent,
-            claim,
-            o.phase,
-            o.message,
-            msg_id=f"status:{claim.stamp}",
-            apply_sha=o.applied.apply_sha,
-        )
-        await row  # the row is durable before the intent is acked, as the fact is
+        said = row(intent, claim, o.phase, o.message, apply_sha=o.applied.apply_sha)
+        await self.reports.add(fact, said, claim.ident)
         await claim.done()
 
     async def refuse(self, msg: bus.Message, why: str) -> None:
@@ -146,3 +108,26 @@ class Reporter:
             )
             subject = object_status_subject(where.cluster, "?", where.key)
             await self.pub.publish(subject, encode(status), msg_id=f"refused:{msg.subject}")
+
+
+def row(
+    intent: ApplyIntent | DeleteIntent,
+    claim: Claim,
+    phase: ObjectPhase,
+    message: str,
+    *,
+    apply_sha: str | None = None,
+) -> ObjectStatus:
+    """The object's status row for users (the facts for the planner go elsewhere)."""
+    return ObjectStatus(
+        cluster=intent.cluster,
+        bundle=intent.bundle or "?",
+        revision=intent.revision,
+        key=intent.key,
+        phase=phase,
+        message=message,
+        apply_sha=apply_sha,
+        manifest_sha=intent.manifest_sha if isinstance(intent, ApplyIntent) else None,
+        attempts=claim.attempt,
+        at=now(),
+    )

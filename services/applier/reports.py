@@ -1,12 +1,16 @@
-"""An applier's applied facts, sent together (issue 44: objects share messages).
+"""An applier's applied facts and status rows, sent together (issue 44: objects share
+messages).
 
-Every intent carried out ends in an applied fact, durable before the intent is acked. Alone,
-each was a message, its acknowledgement, and a message delivered to the planner. Here the facts
-of the intents that finish within ``LINGER`` seconds of the first are one ``AppliedFacts``
-message on ``driftbus.applied.<cluster>.batch.<id>``: ``add`` returns once that message is
-acknowledged (or raises what publishing it raised, for each fact in it), so the caller's order —
-fact durable, then the status row, then the ack — is unchanged. The status rows of one report
-are published in the same instant, so the STATUS fast batch takes them together too.
+Every intent carried out ends in an applied fact (for the planner) and a status row (for
+users), both durable before the intent is acked; an intent that failed or waits ends in a row
+only (its outcome fact goes alone, on the object's compacted subject). Alone, each was a
+message, its acknowledgement, and a message delivered to every reader. Here what the intents
+that finish within ``LINGER`` seconds of the first say is one report: one ``AppliedFacts`` on
+``driftbus.applied.<cluster>.batch.<id>`` and, per bundle, one ``ObjectRows`` on
+``driftbus.status.<cluster>.<bundle>.rows.<id>`` (a tenant reads its bundles' status by
+subject, so rows of two bundles never share a message). ``add`` returns once every message of
+its report is acknowledged (or raises what publishing one raised, for each intent in it), so the
+caller's order — fact and row durable, then the ack — is unchanged.
 
 The applier remembers the intents whose facts it sent (``carried_out``, the last
 ``REMEMBERED``): an intent redelivered to it because its ack was lost (NATS restarted) is acked
@@ -21,8 +25,8 @@ import collections
 from typing import Final
 
 from schemas.codec import encode
-from schemas.messages import AppliedEvent, AppliedFacts
-from schemas.subjects import batch_subject
+from schemas.messages import AppliedEvent, AppliedFacts, ObjectRows, ObjectStatus
+from schemas.subjects import batch_subject, object_rows_subject
 from services.common import bus
 
 LINGER: Final = 0.01
@@ -30,13 +34,13 @@ LINGER: Final = 0.01
 this much later, and four appliers finishing an object every few milliseconds send a few
 reports a second each, not a message per object."""
 MOST: Final = 256
-"""The most facts one report carries (≈ 120 KB)."""
+"""The most intents one report speaks for (≈ 120 KB of facts, as much again of rows)."""
 REMEMBERED: Final = 100_000
 """Intents remembered as carried out (about 10 MB at most)."""
 
 
 class AppliedReports:
-    """Collects one applier's applied facts into reports (module doc)."""
+    """Collects one applier's applied facts and status rows into reports (module doc)."""
 
     def __init__(
         self,
@@ -54,23 +58,27 @@ class AppliedReports:
         self.most = most
         self.sent = 0
         """Reports published (each acknowledged)."""
-        self._waiting: list[tuple[AppliedEvent, asyncio.Future[None]]] = []
+        self._waiting: list[tuple[AppliedEvent | None, ObjectStatus, asyncio.Future[None]]] = []
         self._timer: asyncio.TimerHandle | None = None
         self._sending: set[asyncio.Task[None]] = set()
         self._done: collections.OrderedDict[tuple[int, int], None] = collections.OrderedDict()
 
-    async def add(self, fact: AppliedEvent, ident: tuple[int, int] = (0, -1)) -> None:
-        """Send ``fact`` in the next report; returns once the report is durable. ``ident``:
-        the intent it carried out (``Claim.ident``), remembered as carried out then."""
+    async def add(
+        self, fact: AppliedEvent | None, row: ObjectStatus, ident: tuple[int, int] = (0, -1)
+    ) -> None:
+        """Send ``fact`` (None: an intent that failed or waits) and ``row`` in the next report;
+        returns once the report is durable. ``ident``: the intent carried out (``Claim.ident``),
+        remembered as carried out then when it has a fact."""
         loop = asyncio.get_running_loop()
         durable: asyncio.Future[None] = loop.create_future()
-        self._waiting.append((fact, durable))
+        self._waiting.append((fact, row, durable))
         if len(self._waiting) >= self.most:
             self._flush()
         elif self._timer is None:
             self._timer = loop.call_later(self.linger, self._flush)
         await durable
-        self.remember(ident)
+        if fact is not None:
+            self.remember(ident)
 
     def carried_out(self, ident: tuple[int, int]) -> bool:
         """Whether this applier sent the applied fact of intent ``ident`` (``Claim.ident``)."""
@@ -92,22 +100,35 @@ class AppliedReports:
             self._sending.add(task)
             task.add_done_callback(self._sending.discard)
 
-    async def _send(self, batch: list[tuple[AppliedEvent, asyncio.Future[None]]]) -> None:
-        subject = batch_subject("applied", self.cluster, bus.unique_id())
-        report = AppliedFacts(
-            cluster=self.cluster, events=[f for f, _ in batch], applier=self.applier_id
-        )
+    async def _send(
+        self, batch: list[tuple[AppliedEvent | None, ObjectStatus, asyncio.Future[None]]]
+    ) -> None:
+        facts = [f for f, _, _ in batch if f is not None]
+        rows: dict[str, list[ObjectStatus]] = {}
+        for _, row, _ in batch:
+            rows.setdefault(row.bundle, []).append(row)
+        sends = []
+        if facts:
+            report = AppliedFacts(cluster=self.cluster, events=facts, applier=self.applier_id)
+            sends.append((batch_subject("applied", self.cluster, bus.unique_id()), encode(report)))
+        for bundle, of_bundle in rows.items():
+            together = ObjectRows(
+                cluster=self.cluster, bundle=bundle, rows=of_bundle, applier=self.applier_id
+            )
+            subject = object_rows_subject(self.cluster, bundle, bus.unique_id())
+            sends.append((subject, encode(together)))
         try:
-            # a new subject per report, and its Nats-Msg-Id: a retry across a reconnect lands once
-            await (await self.pub.publish(subject, encode(report), msg_id=subject))
+            # a new subject per message, and its Nats-Msg-Id: a retry across a reconnect lands once
+            acks = [await self.pub.publish(s, data, msg_id=s) for s, data in sends]
+            await asyncio.gather(*acks)
         except BaseException as exc:  # each waiting intent raises it (unacked: redelivered)
-            for _, durable in batch:
+            for _, _, durable in batch:
                 if not durable.done():
                     durable.set_exception(exc)
             if isinstance(exc, asyncio.CancelledError):
                 raise
             return
         self.sent += 1
-        for _, durable in batch:
+        for _, _, durable in batch:
             if not durable.done():
                 durable.set_result(None)

@@ -294,7 +294,8 @@ class Applier:
                 return "failed"
             case later:
                 log.info("%s %s: %s", intent.key, later.phase, later.message)
-                # informational, not awaited: the planner sees the intent still queued without it
+                # informational (the planner sees the intent still queued without it); in the
+                # next report, so durable a few milliseconds later
                 await self.report.outcome(intent, claim, later.phase, later.message)
                 if claim.run is None:
                     await bus.nak(claim.msg, delay=later.delay)

@@ -32,18 +32,17 @@ from schemas.messages import (
 from schemas.subjects import (
     ObjectKey,
     SubjectError,
+    bundle_status_filter,
     bundle_status_subject,
     bundle_statuses_filter,
-    decisions_named_filter,
-    object_status_filter,
-    object_subject,
     parse_subject,
     source_status_subject,
 )
 from services.cli.objectref import ObjectRef
 from services.clusters import members
 from services.common import bus, settings
-from services.revisions.watch import StatusWatch
+from services.revisions.watch import StatusWatch, decode_statuses
+from services.stored import decisions as stored_decisions
 from services.stored import facts as stored_facts
 
 
@@ -190,20 +189,29 @@ async def source_status(js: bus.JetStream, cluster: str, bundle: str) -> SourceS
     return None
 
 
+async def object_statuses(
+    js: bus.JetStream, cluster: str, bundle: str, *, seen: dict[str, bytes] | None = None
+) -> dict[ObjectKey, ObjectStatus]:
+    """Each object of ``bundle``: its newest status row, wherever it is (alone on the object's
+    subject, or in a batch of rows: the stream's order says which is newer)."""
+    statuses: dict[ObjectKey, ObjectStatus] = {}
+    for m in await snapshot(js, bus.STATUS, bundle_status_filter(cluster, bundle)):
+        with contextlib.suppress(SubjectError):
+            if parse_subject(m.subject).family not in ("status.object", "status.rows"):
+                continue
+        if seen is not None:
+            seen[m.subject] = m.data
+        for st in decode_statuses(m.subject, m.data):
+            if isinstance(st, ObjectStatus):
+                statuses[st.key] = st
+    return statuses
+
+
 async def object_rows(
     js: bus.JetStream, cluster: str, bundle: str, *, seen: dict[str, bytes] | None = None
 ) -> list[ObjectRow]:
     """Each object of ``bundle``: its last status, with live health from SERVER."""
-    statuses: dict[ObjectKey, ObjectStatus] = {}
-    subject = object_status_filter(cluster, bundle)
-    for m in await snapshot(js, bus.STATUS, subject):
-        if seen is not None:
-            seen[m.subject] = m.data
-        try:
-            st = decode(m.data, ObjectStatus)
-        except WireError:
-            continue
-        statuses[st.key] = st
+    statuses = await object_statuses(js, cluster, bundle, seen=seen)
     live = (await stored_facts.live(js, [cluster])).get(cluster, {})
     health = {key: ev for key, ev in live.items() if key in statuses}
     rows = []
@@ -239,28 +247,13 @@ async def api_version(js: bus.JetStream, cluster: str, key: ObjectKey) -> str:
 
 async def decided_keys(js: bus.JetStream, cluster: str, ref: ObjectRef) -> list[ObjectKey]:
     """Every object of ``cluster`` named ``ref.namespace``/``ref.name``, of any kind and group,
-    that has a decision on the bus (subjects only: one filtered read, no payloads)."""
-    subject = decisions_named_filter(cluster, ref.namespace, ref.name)
-    keys = []
-    follower = bus.Follower(js, bus.DECISIONS, subject, headers_only=True)
-    try:
-        async for m in follower.snapshot():
-            with contextlib.suppress(SubjectError):
-                if (key := parse_subject(m.subject).key) is not None:
-                    keys.append(key)
-    except bus.StreamMissing:
-        return []
-    return keys
+    that has a decision on the bus (``stored.decisions``: the name's shelf of the log)."""
+    return await stored_decisions.named(js, cluster, ref.namespace, ref.name)
 
 
 async def decisions(js: bus.JetStream, cluster: str, key: ObjectKey) -> list[DecisionRecord]:
     """Every decision about one object, oldest first (the DECISIONS stream keeps history)."""
-    subject = object_subject("decision", cluster, key)
-    out = []
-    async for m in bus.Follower(js, bus.DECISIONS, subject, history=True).snapshot():
-        with contextlib.suppress(WireError):
-            out.append(decode(m.data, DecisionRecord))
-    return out
+    return await stored_decisions.history(js, cluster, key)
 
 
 WAIT_ENDS = frozenset(

@@ -18,8 +18,7 @@ import sys
 import time
 from typing import IO, Any
 
-from schemas.codec import WireError, decode
-from schemas.decision import DecisionRecord
+from schemas.codec import WireError, decision_records
 from schemas.replay import NotReplayed, ReplayDifference, ReplayDocument
 from schemas.subjects import cluster_filter, family_filter
 from services.cli import exits, output, table
@@ -110,22 +109,26 @@ async def read(
     agreed: collections.Counter[str] = collections.Counter()
     skipped: collections.Counter[str] = collections.Counter()
     differences: list[ReplayDifference] = []
-    records = 0
+    records = read_messages = 0
     try:
         async for m in bus.Follower(js, bus.DECISIONS, subject, since=since).snapshot():
-            records += 1
-            shown.update(records, records + bus.num_pending(m))
+            read_messages += 1  # progress in messages: a message may hold many records
+            shown.update(read_messages, read_messages + bus.num_pending(m))
             try:
-                r = replay.replayed(decode(m.data, DecisionRecord))
+                batch = decision_records(m.subject, m.data)
             except WireError as exc:
+                records += 1
                 skipped[f"unreadable: {exc}"] += 1
                 continue
-            if r.skipped:
-                skipped[r.skipped] += 1
-            elif r.differs:
-                differences.append(difference(r))
-            else:
-                agreed[f"{r.record.action}:{r.record.reason}"] += 1
+            for record in batch:
+                records += 1
+                r = replay.replayed(record)
+                if r.skipped:
+                    skipped[r.skipped] += 1
+                elif r.differs:
+                    differences.append(difference(r))
+                else:
+                    agreed[f"{r.record.action}:{r.record.reason}"] += 1
     except bus.StreamMissing:
         pass  # nothing was ever decided on this bus
     finally:

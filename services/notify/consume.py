@@ -30,8 +30,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, Final
 
-from schemas.codec import WireError, decode
-from schemas.decision import DecisionRecord
+from schemas.codec import WireError, decision_records, decode
 from schemas.fleet import RolloutEvent
 from schemas.messages import BundleStatus
 from services.common import bus
@@ -45,23 +44,26 @@ VIEW_WAIT: Final = 60.0
 """Seconds a delivered message waits for the view to reach it before it is given back."""
 
 
-def event_of(stream: str, msg: bus.Message) -> events.Event | None:
-    """The event a message of ``stream`` is (None: none, or unreadable, logged)."""
+def events_of(stream: str, msg: bus.Message) -> list[events.Event]:
+    """The events a message of ``stream`` is, in order (a batch of decision records may be
+    several; none: nothing to notify, or unreadable, logged)."""
     try:
         if stream == bus.STATUS:
-            return events.from_bundle_status(decode(msg.data, BundleStatus))
-        if stream == bus.DECISIONS:
-            return events.from_decision(decode(msg.data, DecisionRecord))
-        return events.from_rollout(decode(msg.data, RolloutEvent))
+            found = [events.from_bundle_status(decode(msg.data, BundleStatus))]
+        elif stream == bus.DECISIONS:
+            found = [events.from_decision(r) for r in decision_records(msg.subject, msg.data)]
+        else:
+            found = [events.from_rollout(decode(msg.data, RolloutEvent))]
     except WireError as exc:
         log.warning("ignoring an unreadable message on %s: %s", msg.subject, exc)
-        return None
+        return []
+    return [e for e in found if e is not None]
 
 
 @dataclasses.dataclass(frozen=True)
 class Decided:
-    event: events.Event
-    sends: tuple[Send, ...]
+    sends: tuple[tuple[events.Event, tuple[Send, ...]], ...]
+    """Each event of the message that sends something, with what it sends."""
 
 
 class Decisions:
@@ -101,8 +103,7 @@ async def learn_phases(js: bus.JetStream, n: Notifier, labels: LabelCache, floor
     async for msg in bus.Follower(js, bus.STATUS, subject).snapshot():
         if bus.stream_sequence(msg) > floor:
             continue
-        event = event_of(bus.STATUS, msg)
-        if event is not None:
+        for event in events_of(bus.STATUS, msg):
             if n.needs_labels():
                 await labels.refresh(event.where)
             n.handle(event, live=False)
@@ -123,14 +124,15 @@ async def view(
     watching = asyncio.create_task(_set_when(follower.caught_up, following))
     try:
         async for msg in follower.messages():
-            event = event_of(stream, msg)
-            decided = None
-            if event is not None:
+            decided = []
+            for event in events_of(stream, msg):
                 if n.needs_labels():
                     await labels.refresh(event.where)
-                sends = n.decide(event, bus.published_at(msg).timestamp())
-                decided = Decided(event, tuple(sends)) if sends else None
-            await decisions.put(bus.stream_sequence(msg), decided)
+                if sends := n.decide(event, bus.published_at(msg).timestamp()):
+                    decided.append((event, tuple(sends)))
+            await decisions.put(
+                bus.stream_sequence(msg), Decided(tuple(decided)) if decided else None
+            )
     finally:
         watching.cancel()
 
@@ -191,12 +193,24 @@ class Worker:
         if age > self._max_age:
             log.warning(
                 "notification not sent: older than its age limit",
-                extra={"event": decided.event.title(), "age": round(age), "max_age": self._max_age},
+                extra={
+                    "event": decided.sends[0][0].title(),
+                    "age": round(age),
+                    "max_age": self._max_age,
+                },
             )
             await _ack(msg)
             return
         self.pending[seq] = msg
-        self._n.dispatch(decided.event, decided.sends, lambda: self._done(seq))
+        left = [len(decided.sends)]
+
+        def one_done() -> None:  # the message is acked once every event of it is sent
+            left[0] -= 1
+            if left[0] == 0:
+                self._done(seq)
+
+        for event, sends in decided.sends:
+            self._n.dispatch(event, sends, one_done)
 
     def _done(self, seq: int) -> None:
         msg = self.pending.pop(seq, None)

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import TypeVar
 
 from schemas.codec import WireError, decode
-from schemas.messages import BundleStatus, ObjectStatus, SourceStatus
+from schemas.messages import BundleStatus, ObjectRows, ObjectStatus, SourceStatus
 from schemas.subjects import (
     SubjectError,
     bundle_status_filter,
@@ -27,21 +27,33 @@ from services.common import bus
 
 E = TypeVar("E")
 StatusEvent = BundleStatus | ObjectStatus | SourceStatus
-_FAMILIES: dict[str, type[StatusEvent]] = {
+_FAMILIES: dict[str, type[StatusEvent] | type[ObjectRows]] = {
     "status.bundle": BundleStatus,
     "status.object": ObjectStatus,
+    "status.rows": ObjectRows,
     "status.source": SourceStatus,
 }
 
 
-def decode_status(subject: str, data: bytes) -> StatusEvent | None:
-    """The status a message on ``subject`` carries, chosen by the subject's family (never its
-    last token: an object may be named "bundle"); None for what this version cannot read."""
+def decode_statuses(subject: str, data: bytes) -> list[StatusEvent]:
+    """The statuses a message on ``subject`` carries, in order, chosen by the subject's family
+    (never its last token: an object may be named "bundle"): one, or each row of an
+    ``ObjectRows``. Empty for what this version cannot read, and for rows naming another
+    cluster or bundle than their subject (a row is read where its subject says it is)."""
     try:
-        kind = _FAMILIES.get(parse_subject(subject).family)
-        return decode(data, kind) if kind is not None else None
+        where = parse_subject(subject)
+        kind = _FAMILIES.get(where.family)
+        if kind is None:
+            return []
+        event = decode(data, kind)
     except (WireError, SubjectError):
-        return None
+        return []
+    if not isinstance(event, ObjectRows):
+        return [event]
+    rows = event.rows
+    if any(r.cluster != where.cluster or r.bundle != where.bundle for r in rows):
+        return []
+    return list(rows)
 
 
 class StatusWatch:
@@ -62,16 +74,16 @@ class StatusWatch:
         that is not a status this version can read is left out."""
 
         async def on_msg(msg: bus.Message) -> None:
-            event = decode_status(msg.subject, msg.data)
-            if isinstance(event, BundleStatus):
-                self.bundles.append(event)
-            elif isinstance(event, SourceStatus):
-                self.sources.append(event)
-            elif isinstance(event, ObjectStatus):
-                self.objects.append(event)
-            else:
-                return
-            self._changed.set()
+            events = decode_statuses(msg.subject, msg.data)
+            for event in events:
+                if isinstance(event, BundleStatus):
+                    self.bundles.append(event)
+                elif isinstance(event, SourceStatus):
+                    self.sources.append(event)
+                else:
+                    self.objects.append(event)
+            if events:
+                self._changed.set()
 
         subject = (
             bundle_status_filter(cluster, bundle)

@@ -14,7 +14,6 @@ shown by its type alone. Secret values and every ``env[].value`` are masked
 from __future__ import annotations
 
 import base64
-import contextlib
 import logging
 import os
 from typing import Any, TypeVar
@@ -22,7 +21,6 @@ from typing import Any, TypeVar
 import msgspec
 
 from schemas.codec import WireError, decode
-from schemas.decision import DecisionRecord
 from schemas.messages import Bundle, OutcomeEvent
 from schemas.subjects import ObjectKey, object_subject, split_bundle
 from services.common import bus
@@ -32,6 +30,7 @@ from services.core.manifest import owned
 from services.core.sha import prune
 from services.inputs import sops
 from services.revisions.publish import BundleError, load_manifests, revisions
+from services.stored import decisions as stored_decisions
 from services.stored import facts as stored_facts
 from services.ui import accepted
 
@@ -156,10 +155,7 @@ async def object_detail(
     # the object's history is keyed by the object alone: what another tenant's bundle did with
     # the same key (a Secret of its own namespace, asked for through this bundle) is not shown
     tenant = split_bundle(bundle)[0]
-    records: list[DecisionRecord] = []
-    for m in await _history(js, bus.DECISIONS, object_subject("decision", cluster, key)):
-        with contextlib.suppress(WireError):
-            records.append(decode(m.data, DecisionRecord))
+    records = await stored_decisions.history(js, cluster, key)
     decisions = [
         without_secret_shas(msgspec.to_builtins(r), key)
         for r in records

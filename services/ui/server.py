@@ -44,14 +44,13 @@ from typing import Any, TypeVar
 import orjson
 from aiohttp import web
 
-from schemas.codec import WireError, decode, server_events
-from schemas.decision import DecisionRecord
+from schemas.codec import WireError, decision_records, decode, server_events
 from schemas.messages import BundleStatus, ObjectStatus, ServerEvent
 from schemas.subjects import ObjectKey, family_filter, split_bundle
 from schemas.windows import WindowsFile
 from services.access.permissions import UI_INBOX
 from services.common import bus
-from services.revisions.watch import decode_status
+from services.revisions.watch import decode_statuses
 from services.stored import facts as stored_facts
 from services.stored.document import Good
 from services.ui import detail, fleet, guard
@@ -102,26 +101,31 @@ class StatusPage:
                 q.put_nowait(frame)
 
     def _on_status(self, msg: bus.Message) -> None:
-        event = decode_status(msg.subject, msg.data)
-        if isinstance(event, BundleStatus):
-            before = self.state.bundles.get((event.cluster, event.bundle), {}).get("windows")
-            doc = self.state.on_bundle(event)
-            self._send("bundle", doc, event.bundle)
-            if doc.get("windows") != before:  # how the windows stand for it, as its planner says
-                self._send_windows()
-        elif isinstance(event, ObjectStatus):
-            doc, corrected = self.state.on_object(event)
-            self._send("object", doc, event.bundle)
-            if corrected:
-                self._send("drift", corrected, event.bundle)
-        # a Git source's status is shown by `driftbus status`, not (yet) on the page
+        for event in decode_statuses(msg.subject, msg.data):
+            if isinstance(event, BundleStatus):
+                before = self.state.bundles.get((event.cluster, event.bundle), {}).get("windows")
+                doc = self.state.on_bundle(event)
+                self._send("bundle", doc, event.bundle)
+                if doc.get("windows") != before:  # how the windows stand, as its planner says
+                    self._send_windows()
+            elif isinstance(event, ObjectStatus):
+                doc, corrected = self.state.on_object(event)
+                self._send("object", doc, event.bundle)
+                if corrected:
+                    self._send("drift", corrected, event.bundle)
+            # a Git source's status is shown by `driftbus status`, not (yet) on the page
 
     def _on_decision(self, msg: bus.Message) -> None:
-        if (d := _decoded(msg, DecisionRecord)) is None:
+        try:
+            records = decision_records(msg.subject, msg.data)
+        except WireError as exc:  # bad input never stops the page
+            log.warning("ignoring decision records on %s: %s", msg.subject, exc)
             return
-        if event := self.state.on_decision(d):
-            self._send("drift", event, d.bundle)
-        self._send("stats", self.state.stats())
+        for d in records:
+            if event := self.state.on_decision(d):
+                self._send("drift", event, d.bundle)
+        if records:
+            self._send("stats", self.state.stats())
 
     def _on_windows(self, good: Good[WindowsFile]) -> None:
         """A new version of the sync windows; an unusable one leaves the last good ones shown

@@ -21,12 +21,12 @@ import pytest
 from nats.aio.client import Client as NATS
 
 from harness.pipeline import Pipeline, StatusWatch
-from schemas.codec import decode
 from schemas.messages import BundlePhase, BundleStatus, ObjectPhase, ObjectStatus
 from schemas.subjects import bundle_subject, encode_token
 from services.common import bus
 from services.kube import KubeClient, NotFound
 from services.revisions.publish import store_manifests
+from services.revisions.watch import decode_statuses
 
 from ..conftest import unique_name
 
@@ -202,11 +202,11 @@ async def test_bad_input_corpus(
     objects: list[ObjectStatus] = []
 
     async def on_status(msg: Any) -> None:
-        if msg.subject.endswith(".bundle"):
-            st = decode(msg.data, BundleStatus)
-            statuses.setdefault(st.bundle, []).append(st)
-        else:
-            objects.append(decode(msg.data, ObjectStatus))
+        for st in decode_statuses(msg.subject, msg.data):
+            if isinstance(st, BundleStatus):
+                statuses.setdefault(st.bundle, []).append(st)
+            elif isinstance(st, ObjectStatus):
+                objects.append(st)
 
     await pnc.subscribe(f"driftbus.status.{encode_token(c)}.>", cb=on_status)
     pipeline.start("watcher")

@@ -23,16 +23,16 @@ from nats.aio.client import Client as NATS
 from harness.pipeline import StatusWatch
 from schemas.codec import decode, encode
 from schemas.fleet import RolloutPhase, RolloutSpec
-from schemas.messages import BundleOptions, BundlePhase, BundleStatus, ObjectPhase, ObjectStatus
+from schemas.messages import BundleOptions, BundlePhase, BundleStatus, ObjectPhase
 from schemas.subjects import (
     ObjectKey,
     bundle_status_subject,
     bundle_subject,
     cluster_registry_key,
     fleet_subject,
-    object_status_subject,
     rollout_event_subject,
 )
+from services.cli import reads
 from services.clusters import registry
 from services.clusters.members import STALE_AFTER, heartbeats, serving
 from services.common import bus
@@ -359,11 +359,9 @@ async def test_a_rolled_back_object_does_not_keep_the_failure_of_the_revision_th
     await w.publish("r2", [typo], rollout=spec)
     await w.phase(RolloutPhase.ROLLED_BACK, "r2", within=150)
     key = ObjectKey("apps", "Deployment", w.ns, "web")
-    subject = object_status_subject(CANARY, w.bundle, key)
 
     async def row() -> Any:
-        msg = await bus.last_message(w.js, bus.STATUS, subject)
-        st = decode(msg.data, ObjectStatus) if msg is not None else None
+        st = (await reads.object_statuses(w.js, CANARY, w.bundle)).get(key)
         return st if st is not None and st.revision == "r1" else None
 
     st = await until("the canary's row back on r1", row, 60, w.fleet.logs)

@@ -18,9 +18,9 @@ import pytest
 from nats.aio.client import Client as NATS
 
 from harness.pipeline import Pipeline
-from schemas.codec import decode
 from schemas.messages import ObjectPhase, ObjectStatus
 from schemas.subjects import encode_token
+from services.revisions.watch import decode_statuses
 
 pytestmark = [pytest.mark.reliability, pytest.mark.timeout(300)]
 
@@ -54,9 +54,8 @@ async def test_a_failed_secret_apply_says_no_value(
 
     async def on_msg(msg: Any) -> None:
         texts.append(f"{msg.subject} {msg.data.decode(errors='replace')}")
-        if ".object." in msg.subject:
-            st = decode(msg.data, ObjectStatus)
-            if st.phase is ObjectPhase.FAILED:
+        for st in decode_statuses(msg.subject, msg.data):
+            if isinstance(st, ObjectStatus) and st.phase is ObjectPhase.FAILED:
                 failed[st.key.name] = st
 
     for family in ("status", "decision", "outcome"):

@@ -32,7 +32,7 @@ from schemas.bundle import (
     RollbackRequest,
 )
 from schemas.codec import WireError, decode, encode
-from schemas.decision import DecisionAction, DecisionReason, DecisionRecord
+from schemas.decision import DecisionAction, DecisionReason, DecisionRecord, DecisionRecords
 from schemas.fleet import FleetBundle, RolloutControl, RolloutEvent, RolloutPhase, RolloutSpec
 from schemas.messages import (
     MESSAGE_TYPES,
@@ -49,6 +49,7 @@ from schemas.messages import (
     KindScope,
     MemberHeartbeat,
     ObjectPhase,
+    ObjectRows,
     ObjectStatus,
     OutcomeEvent,
     Queued,
@@ -126,6 +127,14 @@ VALID: list[msgspec.Struct] = [
     ObjectStatus(
         cluster="c", bundle="b", revision="r", key=KEY, phase=ObjectPhase.APPLIED, message="ok"
     ),
+    ObjectRows(
+        cluster="c",
+        bundle="b",
+        rows=[
+            ObjectStatus(cluster="c", bundle="b", revision="r", key=KEY, phase=ObjectPhase.FAILED)
+        ],
+        applier="a1",
+    ),
     BundleStatus(
         cluster="c",
         bundle="b",
@@ -145,6 +154,20 @@ VALID: list[msgspec.Struct] = [
         revision="r",
         action=DecisionAction.HIT,
         reason=DecisionReason.HIT,
+    ),
+    DecisionRecords(
+        cluster="c",
+        records=[
+            DecisionRecord(
+                cluster="c",
+                key=KEY,
+                bundle="b",
+                revision="r",
+                action=DecisionAction.APPLY,
+                reason=DecisionReason.NEW,
+            )
+        ],
+        planner="p1",
     ),
     MemberHeartbeat(
         cluster="c",

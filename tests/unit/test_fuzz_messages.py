@@ -43,6 +43,8 @@ from schemas.subjects import (
     batch_subject,
     bundle_status_subject,
     control_subject,
+    decision_batch_subject,
+    object_rows_subject,
     object_status_subject,
     object_subject,
     parse_subject,
@@ -60,7 +62,7 @@ from services.planner.rule import facts as planner_facts
 from services.planner.rule import messages
 from services.planner.rule.decide import DELETE_INFLIGHT, Entry
 from services.revisions import publish as bundles
-from services.revisions.watch import decode_status
+from services.revisions.watch import decode_statuses
 from services.stored import facts as stored_facts
 from services.tenancy import policy as tenancy
 from services.tenancy import store as policy
@@ -81,15 +83,21 @@ APPLIED = next(m for m in VALID if isinstance(m, AppliedEvent))
 SERVER = next(m for m in VALID if isinstance(m, ServerEvent))
 FACTS = next(m for m in VALID if isinstance(m, ServerFacts))
 REPORT = next(m for m in VALID if isinstance(m, AppliedFacts))
-STATUS = [m for m in VALID if type(m).__name__ in ("BundleStatus", "ObjectStatus", "SourceStatus")]
+STATUS = [
+    m
+    for m in VALID
+    if type(m).__name__ in ("BundleStatus", "ObjectStatus", "ObjectRows", "SourceStatus")
+]
 SUBJECTS = [
     bundle_status_subject("c", "b"),
     bundle_status_subject("c", "t.b"),
     object_status_subject("c", "b", KEY),
+    object_rows_subject("c", "b", "x"),
     source_status_subject("c", "b"),
     control_subject("c", "t.b"),
     rollback_subject("c", "b"),
     object_subject("server", "c", KEY),
+    decision_batch_subject("c", "4", "x"),
 ]
 
 
@@ -288,13 +296,12 @@ def test_parse_subject(subject: str) -> None:
 
 
 def status_follow(subject: str, data: bytes) -> bool:
-    """``decode_status`` (statuswatch, the page, ``status -f``) returns None for what it cannot
-    read; ``status -f`` prints every one it can in each output (callers catch nothing)."""
-    event = decode_status(subject, data)
+    """``decode_statuses`` (statuswatch, the page, ``status -f``) returns nothing for what it
+    cannot read; ``status -f`` prints every one it can in each output (callers catch nothing)."""
+    events = decode_statuses(subject, data)
     for output in ("text", "json", "yaml"):
-        line = follow.status_line(subject, data, output)
-        assert (line is None) == (event is None)
-    return event is not None
+        assert len(follow.status_lines(subject, data, output)) == len(events)
+    return bool(events)
 
 
 @FUZZ
@@ -580,7 +587,7 @@ def test_object_meta(data: bytes) -> None:
 def test_valid_inputs_are_read() -> None:
     """Each target, given the valid message it mutates, gets past refusing it: the fuzz really
     reaches the code behind each decoder."""
-    assert all(status_follow(s, encode(m)) for m in STATUS for s in SUBJECTS[:4] if _fits(s, m))
+    assert all(status_follow(s, encode(m)) for m in STATUS for s in SUBJECTS[:5] if _fits(s, m))
     assert policy_entry(encode(POLICY)) == POLICY
     assert policy_entry(b"junk", "DEL") == TenantPolicy()
     assert tenants_file(yaml.safe_dump(STORED)) == POLICY
@@ -599,11 +606,16 @@ def test_valid_inputs_are_read() -> None:
     status_page("status", bundle_status_subject("c", "b"), encode(STATUS[-2]))
 
 
+_STATUS_OF = {
+    "status.bundle": "BundleStatus",
+    "status.object": "ObjectStatus",
+    "status.rows": "ObjectRows",
+    "status.source": "SourceStatus",
+}
+
+
 def _fits(subject: str, message: Any) -> bool:
-    family = parse_subject(subject)
-    return (family.key is not None) == hasattr(message, "key") and (
-        ("source" in subject) == (type(message).__name__ == "SourceStatus")
-    )
+    return _STATUS_OF.get(parse_subject(subject).family) == type(message).__name__
 
 
 TARGETS: dict[str, Any] = {

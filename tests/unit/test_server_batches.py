@@ -11,12 +11,20 @@ import msgspec
 import pytest
 
 from schemas.codec import WireError, applied_events, encode, server_events
-from schemas.messages import AppliedEvent, Health, ServerEvent, ServerFacts
+from schemas.messages import (
+    AppliedEvent,
+    Health,
+    ObjectPhase,
+    ObjectStatus,
+    ServerEvent,
+    ServerFacts,
+)
 from schemas.subjects import ObjectKey, batch_filter, batch_subject, object_subject
 from services.applier.reports import AppliedReports
 from services.planner.rule import checkpoint
 from services.planner.rule.entry import Entry
 from services.planner.shell.checkpointing import Checkpointer
+from services.revisions.watch import decode_statuses
 from services.stored import facts as stored_facts
 from services.watcher.bursts import batches, bursts
 
@@ -183,11 +191,11 @@ class _Publisher:
         return asyncio.create_task(ack())
 
 
-def _applied(name: str, seq: int) -> AppliedEvent:
+def _applied(name: str, seq: int, bundle: str = "b") -> AppliedEvent:
     return AppliedEvent(
         cluster="c",
         key=ObjectKey("", "ConfigMap", "ns", name),
-        bundle="b",
+        bundle=bundle,
         revision="r1",
         manifest_sha="0" * 64,
         apply_sha="1" * 64,
@@ -196,34 +204,63 @@ def _applied(name: str, seq: int) -> AppliedEvent:
     )
 
 
-async def test_facts_of_one_moment_are_one_report() -> None:
+def _row(fact: AppliedEvent, phase: ObjectPhase = ObjectPhase.APPLIED) -> ObjectStatus:
+    return ObjectStatus(
+        cluster=fact.cluster,
+        bundle=fact.bundle,
+        revision=fact.revision,
+        key=fact.key,
+        phase=phase,
+        apply_sha=fact.apply_sha if phase is ObjectPhase.APPLIED else None,
+    )
+
+
+async def test_facts_and_rows_of_one_moment_are_one_report() -> None:
+    """One AppliedFacts for the planner, one ObjectRows per bundle for users (a tenant reads
+    its bundles' rows by subject): here 5 intents of two bundles, one of them failed."""
     pub = _Publisher()
     reports = AppliedReports(pub, cluster="c", applier_id="a1", linger=0.05)  # type: ignore[arg-type]
-    facts = [_applied(f"o{i}", i + 1) for i in range(5)]
-    # five intents of one batch (stream sequence 7), items 0-4
-    await asyncio.gather(*(reports.add(f, (7, i)) for i, f in enumerate(facts)))
-    assert len(pub.sent) == 1
-    subject, data = pub.sent[0]
+    facts = [_applied(f"o{i}", i + 1, bundle="t/web" if i % 2 else "b") for i in range(5)]
+    failed = _row(_applied("bad", 9), ObjectPhase.FAILED)
+    # five intents of one batch (stream sequence 7), items 0-4, and a failed one (item 5)
+    await asyncio.gather(
+        *(reports.add(f, _row(f), (7, i)) for i, f in enumerate(facts)),
+        reports.add(None, failed, (7, 5)),
+    )
+    assert len(pub.sent) == 3
+    (subject, data), *rows = pub.sent
     assert subject.startswith("driftbus.applied.c.batch.")
     assert applied_events(subject, data) == facts  # in order, each as it would be alone
+    shown = {s.split(".")[3]: decode_statuses(s, d) for s, d in rows}
+    assert shown == {
+        "=": [_row(facts[0]), _row(facts[2]), _row(facts[4]), failed],
+        "t": [_row(facts[1]), _row(facts[3])],
+    }
+    assert all(
+        s.startswith(("driftbus.status.c.=.b.rows.", "driftbus.status.c.t.web.rows."))
+        for s, _ in rows
+    )
     assert all(reports.carried_out((7, i)) for i in range(5))
-    assert not reports.carried_out((7, 5))
+    assert not reports.carried_out((7, 5))  # failed: nothing carried out
     assert not reports.carried_out((99, -1))
 
 
-async def test_a_report_is_at_most_most_facts() -> None:
+async def test_a_report_is_at_most_most_intents() -> None:
     pub = _Publisher()
     reports = AppliedReports(pub, cluster="c", applier_id="a1", linger=10.0, most=2)  # type: ignore[arg-type]
-    await asyncio.gather(*(reports.add(_applied(f"o{i}", i + 1)) for i in range(4)))
-    assert len(pub.sent) == 2  # never waited for the 10 s linger: each report was full
+    facts = [_applied(f"o{i}", i + 1) for i in range(4)]
+    await asyncio.gather(*(reports.add(f, _row(f)) for f in facts))
+    assert len(pub.sent) == 4  # two reports of a fact message and a rows message each
+    # never waited for the 10 s linger: each report was full
 
 
-async def test_a_report_that_did_not_land_fails_every_fact_in_it() -> None:
+async def test_a_report_that_did_not_land_fails_every_intent_in_it() -> None:
     """Each intent of it stays unacked (redelivered), and none counts as carried out."""
     pub = _Publisher(fail=TimeoutError("no ack"))
     reports = AppliedReports(pub, cluster="c", applier_id="a1", linger=0.01)  # type: ignore[arg-type]
+    facts = [_applied(f"o{i}", i + 1) for i in range(3)]
     got = await asyncio.gather(
-        *(reports.add(_applied(f"o{i}", i + 1), (i + 1, -1)) for i in range(3)),
+        *(reports.add(f, _row(f), (i + 1, -1)) for i, f in enumerate(facts)),
         return_exceptions=True,
     )
     assert all(isinstance(g, TimeoutError) for g in got)

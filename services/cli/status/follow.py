@@ -9,7 +9,10 @@ import asyncio
 import signal
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from services.revisions.watch import StatusEvent
 
 
 async def subscribe_status(nc: Any, args: argparse.Namespace) -> asyncio.Queue[Any]:
@@ -34,16 +37,19 @@ async def subscribe_status(nc: Any, args: argparse.Namespace) -> asyncio.Queue[A
     return queue
 
 
-def status_line(subject: str, data: bytes, output: str) -> str | None:
-    """How ``status -f`` shows one status message (None: not a status it can read)."""
+def status_lines(subject: str, data: bytes, output: str) -> list[str]:
+    """How ``status -f`` shows one status message: a line per status it carries (a batch of
+    object rows is several); none for what it cannot read."""
+    from services.revisions.watch import decode_statuses
+
+    return [_line(event, output) for event in decode_statuses(subject, data)]
+
+
+def _line(event: StatusEvent, output: str) -> str:
     from schemas.codec import encode
     from schemas.messages import BundleStatus, ObjectStatus
     from services.cli.table import colour
-    from services.revisions.watch import decode_status
 
-    event = decode_status(subject, data)
-    if event is None:
-        return None
     if isinstance(event, BundleStatus):
         line = f"{event.bundle}@{event.revision}: {colour(str(event.phase))} {event.message}"
     elif isinstance(event, ObjectStatus):
@@ -165,7 +171,7 @@ async def follow(
     done = link.told
 
     def show(msg: Any) -> None:
-        if (line := status_line(msg.subject, msg.data, args.output)) is not None:
+        for line in status_lines(msg.subject, msg.data, args.output):
             print(line, flush=True)
 
     backlog = [queue.get_nowait() for _ in range(queue.qsize())]

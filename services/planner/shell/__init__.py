@@ -25,6 +25,8 @@
   token.
 - ``intent_batches`` — apply intents of objects with nothing in flight, sent together (one
   message per few milliseconds of decisions, at most ``--batch-intents``).
+- ``decision_batches`` — decision records sent together: a message per shelf of names per
+  moment, sent before each bundle status (so ``why`` explains what a status says).
 - ``status_board`` — each changed bundle's status (``status.report``), published per tick when
   what a user reads of it changed.
 - ``periodic`` — the duties, run when their alarm rings: who serves the cluster, lost intents

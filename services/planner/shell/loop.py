@@ -114,6 +114,7 @@ class Planner:
             sent=self._intent_sent,
             batches=IntentBatches.configured(publisher, cluster, settings),
         )
+        self.board.before_publish = self.decisions.records.flush  # records before a status
         self.folder = Folder(state=self.state, board=self.board, decisions=self.decisions)
         self.intake = BundleIntake(
             state=self.state,
@@ -214,15 +215,15 @@ class Planner:
                     await self._duty(kind)
                 else:
                     await self._handle(kind, msg)
-                # A queue with messages does not suspend ``get``: without this, a cluster with
-                # a burst would hold the loop until it drained it, and 500 such clusters would
-                # leave the replica's heartbeats and the hub unread for a minute at a time.
+                # ``get`` does not suspend while the queue has messages: without this a burst
+                # holds the loop (500 such clusters: heartbeats and hub unread for a minute).
                 await asyncio.sleep(0)
         finally:
             hub.detach(self)
             for t in tasks:
                 t.cancel()
             self.inbox.close()
+            await self.decisions.records.drain()  # what it decided is on the record
             # collected, so a replay that died with the connection is not reported at exit
             await asyncio.gather(*tasks, return_exceptions=True)
 

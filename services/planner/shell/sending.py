@@ -27,6 +27,7 @@ from services.planner.rule.decide import Decision
 from services.planner.rule.entry import Entry, Slot
 from services.planner.rule.replay import Inputs
 from services.planner.rule.revision import BundleView
+from services.planner.shell.decision_batches import DecisionBatches
 from services.planner.shell.intent_batches import IntentBatches
 
 log = logging.getLogger("driftbus.planner")
@@ -87,6 +88,8 @@ class Decisions:
         self._sent = sent
         """Called after each intent: the planner's lost-intent check starts then, not by
         scanning every entry for one in flight."""
+        self.records = DecisionBatches(publisher, cluster=state.cluster, planner_id=planner_id)
+        """Each decision's record, sent with the others of the moment (``decision_batches``)."""
         self.batches = batches
         """Apply intents of objects with nothing in flight go in batches (``intent_batches``);
         None: every intent alone on its object's subject."""
@@ -207,12 +210,7 @@ class Decisions:
             window=self.state.window_note(owner, d),
             inputs=inputs,
         )
-        await self.pub.publish_batched(
-            bus.DECISIONS,
-            object_subject("decision", cluster, key),
-            encode(record),
-            msg_id=f"decision:{self.planner_id}:{id(record)}:{messages.now()}",
-        )
+        self.records.add(record)
 
     async def _intent(
         self,

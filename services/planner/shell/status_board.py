@@ -49,6 +49,8 @@ class StatusBoard:
         self._dirty_since: dict[Ident, float] = {}
         self.on_mark: Callable[[], None] = lambda: None
         """Called by every mark: the planner sets its status alarm (``shell.alarms``)."""
+        self.before_publish: Callable[[], None] = lambda: None
+        """Called before statuses are published: the decision records waiting go first."""
         self._last: dict[Ident, tuple[Any, ...]] = {}
         self._trace: dict[Ident, Context] = {}
         """Per bundle, the span its latest traced event was handled in: status continues it."""
@@ -89,6 +91,8 @@ class StatusBoard:
     async def publish_changed(self) -> None:
         """Publish the status of every bundle marked since the last tick, if it changed."""
         dirty, self._dirty = self._dirty, set()
+        if dirty:
+            self.before_publish()
         now = time.monotonic()
         for ident in dirty:
             since = self._dirty_since.pop(ident, now)

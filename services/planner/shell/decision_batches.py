@@ -1,0 +1,115 @@
+"""A cluster's decision records, sent together (issue 44: objects share messages).
+
+Alone, each record was a message and its share of an acknowledgement: one per object decided,
+as many as the objects of a cold apply. Here the records made within ``LINGER`` seconds of the
+first are sent together, one ``DecisionRecords`` per shelf (``schemas.subjects.decision_shelf``:
+a hex digit of the object's namespace and name) on ``driftbus.decision.<c>.batch.<shelf>.<id>``,
+so ``driftbus why`` reads one shelf of the cluster's log, not all of it. Records are the audit
+log, not work: no one waits for them, so they may linger longer than intents do.
+
+Publishing is not awaited (the single record's fast-batch publish was not either); a message
+that did not land is logged with the number of records it held. ``drain`` sends what waits and
+waits for it, when the planner stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Final
+
+from schemas.codec import encode
+from schemas.decision import DecisionRecord, DecisionRecords
+from schemas.subjects import decision_batch_subject, decision_shelf
+from services.common import bus
+
+log = logging.getLogger("driftbus.planner")
+
+LINGER: Final = 0.2
+"""Seconds records wait after the first for others (no one waits for a record): a burst of
+decisions is a few milliseconds of the planner's time per hundred objects. A bundle status
+sends the records waiting before it (``StatusBoard.before_publish``): what a status says is
+explained by records on the bus already."""
+MOST: Final = 1024
+"""The most records waiting at once (≈ 1 KB each, spread over 16 shelves: a few tens of KB a
+message, far below NATS's 1 MiB)."""
+
+
+DRAIN: Final = 2.0
+"""Seconds a stopping cluster planner waits for its last records to land."""
+
+
+class DecisionBatches:
+    """Collects one cluster's decision records into a message per shelf (module doc)."""
+
+    def __init__(
+        self,
+        publisher: bus.Publisher,
+        *,
+        cluster: str,
+        planner_id: str,
+        linger: float = LINGER,
+        most: int = MOST,
+    ) -> None:
+        self.pub = publisher
+        self.cluster = cluster
+        self.planner_id = planner_id
+        self.linger = linger
+        self.most = max(1, most)
+        self.sent = 0
+        """Messages published."""
+        self._waiting: dict[str, list[DecisionRecord]] = {}
+        self._count = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._sending: set[asyncio.Task[None]] = set()
+
+    def add(self, record: DecisionRecord) -> None:
+        """Send ``record`` with the others of the moment on its object's shelf."""
+        shelf = decision_shelf(record.key.namespace, record.key.name)
+        self._waiting.setdefault(shelf, []).append(record)
+        self._count += 1
+        if self._count >= self.most:
+            self.flush()
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self.linger, self.flush)
+
+    def flush(self) -> None:
+        """Publish what waits, now: a message per shelf, records in the order made."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        waiting, self._waiting, self._count = self._waiting, {}, 0
+        for shelf, records in waiting.items():
+            subject = decision_batch_subject(self.cluster, shelf, bus.unique_id())
+            message = DecisionRecords(
+                cluster=self.cluster, records=records, planner=self.planner_id
+            )
+            task = asyncio.create_task(
+                self._send(subject, encode(message), len(records)), name="decision records"
+            )
+            self._sending.add(task)
+            task.add_done_callback(self._sending.discard)
+
+    async def _send(self, subject: str, data: bytes, count: int) -> None:
+        try:
+            # a new subject per message, and its Nats-Msg-Id: a retry across a reconnect lands once
+            await (await self.pub.publish(subject, data, msg_id=subject))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - an audit gap is logged; planning goes on
+            log.error(
+                "cluster %s: %d decision records were not published: %s", self.cluster, count, exc
+            )
+            return
+        self.sent += 1
+
+    async def drain(self, within: float = DRAIN) -> None:
+        """Publish what waits and wait for it, at most ``within`` seconds (a planner stopping,
+        a test)."""
+        self.flush()
+        if self._sending:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    asyncio.gather(*self._sending, return_exceptions=True), within
+                )
