@@ -12,8 +12,8 @@ each cluster is the real services' own code, unchanged:
   for an intent that waited or was redelivered, the "already carried out" check only for a
   redelivery (the applier's own memory of its reports), ``verbs.apply`` / ``verbs.delete``
   against ``SimKube``, and ``report.Reporter``: the applied fact in the applier's next report
-  (``reports.AppliedReports``: one ``AppliedFacts`` message for what finishes within 10 ms),
-  then the status row in the STATUS fast batch, then ``ack`` without a round trip;
+  (``reports.AppliedReports``: one ``AppliedFacts`` message and one ``ObjectRows`` per bundle
+  for what finishes within 10 ms), then ``ack`` without a round trip;
 * **watcher**: registers the cluster in the registry (``clusters.registry.register``), heartbeats
   (``clusters.members.announce``, synced), follows the cluster's bundles (``bus.Follower`` on
   its BUNDLES subjects, an ordered consumer as the real watcher's) and, for each object

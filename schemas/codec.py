@@ -87,8 +87,10 @@ def _facts(
     one: type[Fact],
     many: type[ServerFacts | AppliedFacts | DecisionRecords],
 ) -> list[Fact]:
-    parts = subject.split(".", 4)
-    if parts[3:4] == [BATCH_TOKEN]:
+    parts = subject.split(".")
+    # a batch's subject is <family>.<c>.batch.<id> (decisions: .batch.<shelf>.<id>); an
+    # object's has four key tokens, and a Job's begins with its group, "batch", too
+    if parts[3:4] == [BATCH_TOKEN] and len(parts) == (6 if many is DecisionRecords else 5):
         batch = decode(data, many)
         events: list[Fact] = (
             batch.records if isinstance(batch, DecisionRecords) else batch.events  # type: ignore[assignment]

@@ -42,7 +42,7 @@ class Reporter:
         self.reports = AppliedReports(
             publisher, cluster=cluster, applier_id=applier_id, most=report_facts
         )
-        """Applied facts go out in reports (``reports``); outcomes and status rows alone."""
+        """Applied facts and status rows go out in reports (``reports``); outcomes alone."""
 
     async def outcome(
         self, intent: ApplyIntent | DeleteIntent, claim: Claim, phase: ObjectPhase, message: str

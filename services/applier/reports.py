@@ -35,6 +35,11 @@ this much later, and four appliers finishing an object every few milliseconds se
 reports a second each, not a message per object."""
 MOST: Final = 256
 """The most intents one report speaks for (≈ 120 KB of facts, as much again of rows)."""
+MAX_BYTES: Final = 512 * 1024
+"""About the most bytes of rows one report carries (NATS refuses a message above 1 MiB): a
+row's message is an API server's error text, which may run to kilobytes."""
+ROW_ENVELOPE: Final = 1024
+"""Bytes of a fact and a row besides the row's message (keys, SHAs, names)."""
 REMEMBERED: Final = 100_000
 """Intents remembered as carried out (about 10 MB at most)."""
 
@@ -59,6 +64,7 @@ class AppliedReports:
         self.sent = 0
         """Reports published (each acknowledged)."""
         self._waiting: list[tuple[AppliedEvent | None, ObjectStatus, asyncio.Future[None]]] = []
+        self._bytes = 0
         self._timer: asyncio.TimerHandle | None = None
         self._sending: set[asyncio.Task[None]] = set()
         self._done: collections.OrderedDict[tuple[int, int], None] = collections.OrderedDict()
@@ -71,7 +77,11 @@ class AppliedReports:
         remembered as carried out then when it has a fact."""
         loop = asyncio.get_running_loop()
         durable: asyncio.Future[None] = loop.create_future()
+        size = len(row.message) + ROW_ENVELOPE
+        if self._waiting and self._bytes + size > MAX_BYTES:
+            self._flush()
         self._waiting.append((fact, row, durable))
+        self._bytes += size
         if len(self._waiting) >= self.most:
             self._flush()
         elif self._timer is None:
@@ -94,7 +104,7 @@ class AppliedReports:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        batch, self._waiting = self._waiting, []
+        batch, self._waiting, self._bytes = self._waiting, [], 0
         if batch:
             task = asyncio.create_task(self._send(batch), name="applied report")
             self._sending.add(task)

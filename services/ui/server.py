@@ -39,12 +39,12 @@ import contextlib
 import datetime as dt
 import logging
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import orjson
 from aiohttp import web
 
-from schemas.codec import WireError, decision_records, decode, server_events
+from schemas.codec import WireError, decision_records, server_events
 from schemas.messages import BundleStatus, ObjectStatus, ServerEvent
 from schemas.subjects import ObjectKey, family_filter, split_bundle
 from schemas.windows import WindowsFile
@@ -58,20 +58,9 @@ from services.ui.live import HOUR, LiveState
 from services.windows import store as windows_store
 
 log = logging.getLogger("driftbus.ui")
-T = TypeVar("T")
 STATIC = Path(__file__).parent / "static"
 WINDOWS_EVERY = 5.0
 """Seconds between two looks at whether a sync window opened or closed (sent when one did)."""
-
-
-def _decoded(msg: bus.Message, kind: type[T]) -> T | None:
-    """The message as ``kind``, or None after saying why it was skipped (bad input never stops
-    the page)."""
-    try:
-        return decode(msg.data, kind)
-    except WireError as exc:
-        log.warning("ignoring %s on %s: %s", kind.__name__, msg.subject, exc)
-        return None
 
 
 class StatusPage:

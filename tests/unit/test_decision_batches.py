@@ -8,10 +8,12 @@ import asyncio
 import collections
 import logging
 
+import msgspec
 import pytest
 
-from schemas.codec import WireError, decision_records, encode
+from schemas.codec import WireError, applied_events, decision_records, encode, server_events
 from schemas.decision import DecisionAction, DecisionReason, DecisionRecord, DecisionRecords
+from schemas.messages import AppliedEvent, Bundle, ServerEvent
 from schemas.subjects import (
     ObjectKey,
     SubjectError,
@@ -21,7 +23,10 @@ from schemas.subjects import (
     object_subject,
     parse_subject,
 )
+from services.planner.memory.cluster import ClusterState
+from services.planner.rule.revision import BundleView
 from services.planner.shell.decision_batches import DecisionBatches
+from services.planner.shell.status_board import StatusBoard
 
 
 def record(name: str, namespace: str = "ns", cluster: str = "c") -> DecisionRecord:
@@ -130,6 +135,28 @@ def test_a_message_reads_as_its_records() -> None:
     assert decision_records(subject, encode(many)) == [one, one]
 
 
+def test_a_job_alone_is_not_a_batch() -> None:
+    """A Job's key begins with its group, ``batch``: its per-object subject (written before
+    issue 44, still read) is not mistaken for a batch's, in any fact stream."""
+    job = ObjectKey("batch", "Job", "ns", "j")
+    rec = msgspec.structs.replace(record("j"), key=job)
+    assert decision_records(object_subject("decision", "c", job), encode(rec)) == [rec]
+    server = ServerEvent(
+        cluster="c", key=job, api_version="batch/v1", server_sha="0" * 64, resource_version="1"
+    )
+    assert server_events(object_subject("server", "c", job), encode(server)) == [server]
+    applied = AppliedEvent(
+        cluster="c",
+        key=job,
+        bundle="b",
+        revision="r1",
+        manifest_sha="0" * 64,
+        apply_sha="1" * 64,
+        resource_version="1",
+    )
+    assert applied_events(object_subject("applied", "c", job), encode(applied)) == [applied]
+
+
 @pytest.mark.parametrize(
     ("why", "subject", "data"),
     [
@@ -144,3 +171,51 @@ def test_a_message_reads_as_its_records() -> None:
 def test_what_a_message_cannot_be(why: str, subject: str, data: bytes) -> None:
     with pytest.raises(WireError):
         decision_records(subject, data)
+
+
+class _Wire:
+    """A publisher whose messages land (are acked) only when the test lets them: what reached
+    the bus, in order."""
+
+    def __init__(self) -> None:
+        self.landed: list[str] = []
+
+    async def publish(self, subject: str, data: bytes, **_: object) -> asyncio.Task[None]:
+        async def ack() -> None:
+            await asyncio.sleep(0.01)  # the round trip: a status queued meanwhile goes after
+            self.landed.append(subject)
+
+        return asyncio.create_task(ack())
+
+
+async def test_a_bundle_status_lands_after_the_records_that_explain_it() -> None:
+    """Found in review: ``flush`` only queued the records, and the status overtook them, so
+    ``why`` right after ``publish --wait`` could miss the decisions behind a Ready."""
+    wire = _Wire()
+    state = ClusterState("c")
+    view = BundleView.of(Bundle(cluster="c", bundle="web", revision="r1"), 1)
+    state.bundles[("c", "web")] = view
+    records = DecisionBatches(wire, cluster="c", planner_id="p1", linger=60.0)  # type: ignore[arg-type]
+    board = StatusBoard(state=state, publisher=wire)  # type: ignore[arg-type]
+    board.before_publish = records.send_waiting
+    records.add(record("a"))
+    board.mark(("c", "web"))
+    await board.publish_changed()
+    await asyncio.sleep(0.05)
+    assert wire.landed[0].startswith("driftbus.decision.c.batch.")
+    assert wire.landed[-1] == "driftbus.status.c.=.web.bundle"
+    assert len(wire.landed) == 2
+
+
+async def test_a_planner_stopping_says_which_records_did_not_land(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class Stuck:
+        async def publish(self, subject: str, data: bytes, **_: object) -> asyncio.Task[None]:
+            return asyncio.create_task(asyncio.sleep(3600))
+
+    records = DecisionBatches(Stuck(), cluster="c", planner_id="p1")  # type: ignore[arg-type]
+    records.add(record("a"))
+    with caplog.at_level(logging.ERROR, logger="driftbus.planner"):
+        await records.drain(within=0.05)
+    assert "cluster c: 1 messages of decision records not published before stopping" in caplog.text

@@ -254,6 +254,27 @@ async def test_a_report_is_at_most_most_intents() -> None:
     # never waited for the 10 s linger: each report was full
 
 
+async def test_a_report_stays_under_nats_max_payload() -> None:
+    """Rows carry the API server's error text, which may run to kilobytes: 256 of them in one
+    message would pass NATS's 1 MiB, be refused, and fail every intent of the report again and
+    again. Three rows of 300 KB are three reports."""
+    pub = _Publisher()
+    reports = AppliedReports(pub, cluster="c", applier_id="a1", linger=10.0)  # type: ignore[arg-type]
+    failed = [
+        msgspec.structs.replace(
+            _row(_applied(f"o{i}", i + 1), ObjectPhase.FAILED), message="x" * 300_000
+        )
+        for i in range(3)
+    ]
+    pending = [asyncio.create_task(reports.add(None, r)) for r in failed]
+    await asyncio.sleep(0.01)
+    assert len(pub.sent) == 2  # the first two went when the next would not fit
+    reports._flush()
+    await asyncio.gather(*pending)
+    assert len(pub.sent) == 3
+    assert all(len(data) < 1024 * 1024 for _, data in pub.sent)
+
+
 async def test_a_report_that_did_not_land_fails_every_intent_in_it() -> None:
     """Each intent of it stays unacked (redelivered), and none counts as carried out."""
     pub = _Publisher(fail=TimeoutError("no ack"))

@@ -15,7 +15,6 @@ waits for it, when the planner stops.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Final
 
@@ -91,6 +90,13 @@ class DecisionBatches:
             self._sending.add(task)
             task.add_done_callback(self._sending.discard)
 
+    async def send_waiting(self) -> None:
+        """Publish what waits and wait until it is durable (or failed, logged): before a
+        bundle status, before a drift correction's intent."""
+        self.flush()
+        if self._sending:
+            await asyncio.gather(*self._sending, return_exceptions=True)
+
     async def _send(self, subject: str, data: bytes, count: int) -> None:
         try:
             # a new subject per message, and its Nats-Msg-Id: a retry across a reconnect lands once
@@ -105,11 +111,17 @@ class DecisionBatches:
         self.sent += 1
 
     async def drain(self, within: float = DRAIN) -> None:
-        """Publish what waits and wait for it, at most ``within`` seconds (a planner stopping,
-        a test)."""
+        """Publish what waits and wait for it, at most ``within`` seconds (a planner stopping);
+        what did not land by then is logged."""
         self.flush()
-        if self._sending:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(
-                    asyncio.gather(*self._sending, return_exceptions=True), within
+        sending = list(self._sending)
+        if sending:
+            _, late = await asyncio.wait(sending, timeout=within)
+            for task in late:
+                task.cancel()
+            if late:
+                log.error(
+                    "cluster %s: %d messages of decision records not published before stopping",
+                    self.cluster,
+                    len(late),
                 )

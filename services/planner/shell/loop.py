@@ -114,7 +114,7 @@ class Planner:
             sent=self._intent_sent,
             batches=IntentBatches.configured(publisher, cluster, settings),
         )
-        self.board.before_publish = self.decisions.records.flush  # records before a status
+        self.board.before_publish = self.decisions.records.send_waiting  # records, then status
         self.folder = Folder(state=self.state, board=self.board, decisions=self.decisions)
         self.intake = BundleIntake(
             state=self.state,
@@ -223,9 +223,9 @@ class Planner:
             for t in tasks:
                 t.cancel()
             self.inbox.close()
-            await self.decisions.records.drain()  # what it decided is on the record
             # collected, so a replay that died with the connection is not reported at exit
             await asyncio.gather(*tasks, return_exceptions=True)
+            await self.decisions.records.drain()  # what it decided is on the record
 
     def _task_ended(self, task: asyncio.Task[None]) -> None:
         if task.cancelled() or (task.get_name() == "replay" and task.exception() is None):

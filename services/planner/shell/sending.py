@@ -59,6 +59,10 @@ def may_batch(e: Entry) -> bool:
     return e.inflight is None and never_written(e)
 
 
+DRIFT_REASONS = frozenset((DecisionReason.DRIFT, DecisionReason.DELETED))
+"""Decisions that correct an object changed or deleted by hand."""
+
+
 async def pace(i: int) -> None:
     """Yield to the event loop after every ``YIELD_EVERY``-th item ``i`` of a burst."""
     if i % YIELD_EVERY == YIELD_EVERY - 1:
@@ -142,7 +146,7 @@ class Decisions:
         view = self.state.view_of(slot, e, removed_from)
         self.state.counters[f"{d.action}:{d.reason}"] += 1
         DECISIONS.add(1, {"action": str(d.action), "reason": str(d.reason), "cluster": cluster})
-        if d.reason in (DecisionReason.DRIFT, DecisionReason.DELETED):
+        if d.reason in DRIFT_REASONS:
             DRIFT_DETECTED.add(1, {"cluster": cluster})
         log.debug(
             "%s: %s (%s)%s", key, d.action, d.reason, " after rebuild" if after_rebuild else ""
@@ -184,6 +188,25 @@ class Decisions:
             log.warning("%s: lease lapsed; holding %s until it is renewed", key, d.action)
             while not self._owns():  # noqa: ASYNC110 - a clock-based predicate, no event
                 await asyncio.sleep(0.05)
+        # A restart's hit says nothing the object's last record did not (issue 43): at 100,000
+        # unchanged objects it was 100,000 records. The cache counts it above.
+        if not (after_rebuild and d.action is DecisionAction.HIT):
+            record = messages.record(
+                slot,
+                e,
+                d,
+                revision,
+                self.planner_id,
+                identity if d.writes else None,
+                owner,
+                window=self.state.window_note(owner, d),
+                inputs=inputs,
+            )
+            self.records.add(record)
+            if intent is not None and d.reason in DRIFT_REASONS:
+                # a correction's record lands before its intent, so before the applier's row
+                # (the page shows the drift detected, then corrected): drift comes one by one
+                await self.records.send_waiting()
         row = messages.ROW_OF.get(d.reason)
         if row is not None and view is not None and (d.writes or not after_rebuild):
             # before the intent: the applier's row must not be overtaken by this one
@@ -195,22 +218,6 @@ class Decisions:
             size = len(manifest or b"") + INTENT_ENVELOPE
             await self._intent(slot, *intent, batchable=batchable, size=size)
             self._sent()
-        if after_rebuild and d.action is DecisionAction.HIT:
-            # A restart's hit says nothing the object's last record did not (issue 43): at
-            # 100,000 unchanged objects it was 100,000 records. The cache counts it above.
-            return
-        record = messages.record(
-            slot,
-            e,
-            d,
-            revision,
-            self.planner_id,
-            identity if d.writes else None,
-            owner,
-            window=self.state.window_note(owner, d),
-            inputs=inputs,
-        )
-        self.records.add(record)
 
     async def _intent(
         self,

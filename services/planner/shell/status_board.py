@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from opentelemetry import trace
@@ -49,8 +49,8 @@ class StatusBoard:
         self._dirty_since: dict[Ident, float] = {}
         self.on_mark: Callable[[], None] = lambda: None
         """Called by every mark: the planner sets its status alarm (``shell.alarms``)."""
-        self.before_publish: Callable[[], None] = lambda: None
-        """Called before statuses are published: the decision records waiting go first."""
+        self.before_publish: Callable[[], Awaitable[None]] = _nothing
+        """Awaited before statuses are published: the decision records waiting go first."""
         self._last: dict[Ident, tuple[Any, ...]] = {}
         self._trace: dict[Ident, Context] = {}
         """Per bundle, the span its latest traced event was handled in: status continues it."""
@@ -92,7 +92,7 @@ class StatusBoard:
         """Publish the status of every bundle marked since the last tick, if it changed."""
         dirty, self._dirty = self._dirty, set()
         if dirty:
-            self.before_publish()
+            await self.before_publish()
         now = time.monotonic()
         for ident in dirty:
             since = self._dirty_since.pop(ident, now)
@@ -129,3 +129,7 @@ class StatusBoard:
                     subject, encode(st), msg_id=f"{subject}:{hash(fingerprint)}:{messages.now()}"
                 )
             STATUS_LAG.record(time.monotonic() - since)
+
+
+async def _nothing() -> None:
+    return None
