@@ -89,6 +89,12 @@ def test_cold_apply_smoke() -> None:
     # Intents share messages too: at most 32 per batch, so 40 objects are a few batches
     # (0.05-0.1 per object); an intent per message is 1.0 (DRIFTBUS_BATCH_INTENTS=1).
     assert streams["INTENTS"] <= 0.3, streams
+    # And status rows and decision records (measured at 40 objects: STATUS 0.30-0.33, an
+    # applier's rows a message per report and bundle; DECISIONS 0.35, a message per shelf of
+    # 16 per burst of decisions). A row or a record per message is 1.0 per object and more.
+    assert streams["STATUS"] <= 0.8, streams
+    assert streams["DECISIONS"] <= 0.9, streams
+    assert per_role["planner"]["sent"] <= 1.4, per_role  # measured 0.75; a record each: 1.75
     cpu = got["cold-apply-4-appliers-cpu-per-object"].parameters["driftbus_cpu_ms_per_object"]
     assert set(cpu) == {"watcher", "planner", "applier", "all"}
     assert all(v > 0 for v in cpu.values()), cpu
