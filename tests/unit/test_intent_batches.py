@@ -8,10 +8,12 @@ import asyncio
 import pytest
 
 from schemas.codec import WireError, decode, encode
+from schemas.decision import DecisionAction, DecisionReason, DecisionRecord
 from schemas.messages import ApplyIntent, DeleteIntent, IntentBatch, Queued
 from schemas.subjects import ObjectKey
 from services.planner.rule.entry import Entry
 from services.planner.rule.messages import is_inflight
+from services.planner.shell.decision_batches import DecisionBatches
 from services.planner.shell.intent_batches import IntentBatches
 
 SHA = "ab" * 32
@@ -169,3 +171,31 @@ def test_the_lost_intent_check_finds_the_object_in_a_queued_batch(
 def test_a_batch_of_another_shape_is_refused_by_name() -> None:
     with pytest.raises(WireError, match=r"not a valid"):
         decode(b'{"schema": "driftbus.intent-batch/v1", "cluster": "c", "intents": [{}]}', Queued)
+
+
+async def test_a_batchs_records_are_published_before_it() -> None:
+    """Found by ``test_hooks``: a planner SIGKILLed just after a batch left lost the records
+    of its intents (they waited 200 ms for others), so ``why`` never explained those writes.
+    The records waiting go first, on the same publisher: publish order is wire order."""
+    pub = _Publisher()
+    records = DecisionBatches(pub, cluster="c", planner_id="p1", linger=60.0)  # type: ignore[arg-type]
+    b = _batches(pub, linger=60.0, most=2)
+    b.before_send = records.flush
+    for name in ("o1", "o2"):
+        records.add(
+            DecisionRecord(
+                cluster="c",
+                key=_key(name),
+                bundle="b",
+                revision="r1",
+                action=DecisionAction.APPLY,
+                reason=DecisionReason.NEW,
+            )
+        )
+        b.add(("c", _key(name)), _intent(name), 100, {})  # the second fills the batch
+    await b.drain()
+    await records.drain()
+    families = [subject.split(".")[1] for subject, _, _ in pub.sent]
+    assert families[-1] == "intent"
+    assert set(families[:-1]) == {"decision"}
+    assert len(families) >= 2

@@ -1,15 +1,20 @@
 """A cluster's decision records, sent together (issue 44: objects share messages).
 
 Alone, each record was a message and its share of an acknowledgement: one per object decided,
-as many as the objects of a cold apply. Here the records made within ``LINGER`` seconds of the
-first are sent together, one ``DecisionRecords`` per shelf (``schemas.subjects.decision_shelf``:
-a hex digit of the object's namespace and name) on ``driftbus.decision.<c>.batch.<shelf>.<id>``,
-so ``driftbus why`` reads one shelf of the cluster's log, not all of it. Records are the audit
-log, not work: no one waits for them, so they may linger longer than intents do.
+as many as the objects of a cold apply. Here records are sent together, one ``DecisionRecords``
+per shelf (``schemas.subjects.decision_shelf``: a hex digit of the object's namespace and name)
+on ``driftbus.decision.<c>.batch.<shelf>.<id>``, so ``driftbus why`` reads one shelf of the
+cluster's log, not all of it.
 
-Publishing is not awaited (the single record's fast-batch publish was not either); a message
-that did not land is logged with the number of records it held. ``drain`` sends what waits and
-waits for it, when the planner stops.
+A record is on the bus before what it explains: the records of a batch of intents are sent as
+the batch is (``IntentBatches.before_send``, published first), every record waiting is sent
+before a bundle status (and is durable before it: ``send_waiting``), and a record of a decision
+whose intent goes alone goes alone too, before it (``sending``). What writes nothing (a hit, a
+hold) waits at most ``LINGER`` for others.
+
+Publishing is not awaited otherwise (the single record's fast-batch publish was not either); a
+message that did not land is logged with the number of records it held. ``drain`` sends what
+waits when the planner stops.
 """
 
 from __future__ import annotations
@@ -26,10 +31,8 @@ from services.common import bus
 log = logging.getLogger("driftbus.planner")
 
 LINGER: Final = 0.2
-"""Seconds records wait after the first for others (no one waits for a record): a burst of
-decisions is a few milliseconds of the planner's time per hundred objects. A bundle status
-sends the records waiting before it (``StatusBoard.before_publish``): what a status says is
-explained by records on the bus already."""
+"""Seconds the records of decisions that write nothing wait for others (no one waits for
+them); a batch of intents or a bundle status sends them sooner."""
 MOST: Final = 1024
 """The most records waiting at once (≈ 1 KB each, spread over 16 shelves: a few tens of KB a
 message, far below NATS's 1 MiB)."""

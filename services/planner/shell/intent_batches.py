@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Final
 
 from schemas.codec import encode
@@ -83,6 +84,9 @@ class IntentBatches:
         self._bytes = 0
         self._timer: asyncio.TimerHandle | None = None
         self._sending: set[asyncio.Task[None]] = set()
+        self.before_send: Callable[[], None] = lambda: None
+        """Called as a batch is sent, before it is published: the decision records of its
+        intents go on the bus first (publish order is wire order)."""
 
     @classmethod
     def configured(
@@ -125,6 +129,7 @@ class IntentBatches:
         batch, self._waiting, self._bytes = self._waiting, [], 0
         if not batch:
             return
+        self.before_send()
         subject = batch_subject("intent", self.cluster, bus.unique_id())
         for slot, *_ in batch:
             self.queued_in[slot] = subject

@@ -17,7 +17,7 @@ import msgspec
 from opentelemetry import trace
 
 from schemas.codec import encode
-from schemas.decision import DecisionAction, DecisionReason
+from schemas.decision import DecisionAction, DecisionReason, DecisionRecord
 from schemas.messages import ApplyIntent, DeleteIntent, Health, ObjectPhase
 from schemas.subjects import object_status_subject, object_subject, split_bundle
 from services.common import bus, telemetry
@@ -95,6 +95,8 @@ class Decisions:
         self.records = DecisionBatches(publisher, cluster=state.cluster, planner_id=planner_id)
         """Each decision's record, sent with the others of the moment (``decision_batches``)."""
         self.batches = batches
+        if batches is not None:
+            batches.before_send = self.records.flush  # a batch's records go before it
         """Apply intents of objects with nothing in flight go in batches (``intent_batches``);
         None: every intent alone on its object's subject."""
 
@@ -202,11 +204,9 @@ class Decisions:
                 window=self.state.window_note(owner, d),
                 inputs=inputs,
             )
-            self.records.add(record)
-            if intent is not None and d.reason in DRIFT_REASONS:
-                # a correction's record lands before its intent, so before the applier's row
-                # (the page shows the drift detected, then corrected): drift comes one by one
-                await self.records.send_waiting()
+            await self._record(
+                record, alone=intent is not None and not self._batched(intent[0], batchable)
+            )
         row = messages.ROW_OF.get(d.reason)
         if row is not None and view is not None and (d.writes or not after_rebuild):
             # before the intent: the applier's row must not be overtaken by this one
@@ -238,6 +238,27 @@ class Decisions:
             self.batches.withdraw(slot)  # a batched one not sent yet must not follow this one
         await self.pub.publish_batched(
             bus.INTENTS, object_subject("intent", *slot), encode(intent), msg_id=msg_id
+        )
+
+    def _batched(self, intent: ApplyIntent | DeleteIntent, batchable: bool) -> bool:
+        """Whether ``_intent`` puts ``intent`` in a batch (its test, for the record's path)."""
+        return self.batches is not None and isinstance(intent, ApplyIntent) and batchable
+
+    async def _record(self, record: DecisionRecord, *, alone: bool) -> None:
+        """The decision's record, on the bus before its intent: a planner killed a moment
+        after sending an intent has recorded why. With a lone intent it goes alone too, on
+        the object's subject, in the fast batch the intent follows (one wire order); with a
+        batched one, with the records its batch sends first (``IntentBatches.before_send``);
+        a decision that writes nothing waits with the records of the moment."""
+        if not alone:
+            self.records.add(record)
+            return
+        subject = object_subject("decision", record.cluster, record.key)
+        await self.pub.publish_batched(
+            bus.DECISIONS,
+            subject,
+            encode(record),
+            msg_id=f"decision:{self.planner_id}:{id(record)}:{messages.now()}",
         )
 
     async def _clear_moot_failure(self, slot: Slot, view: BundleView) -> None:
