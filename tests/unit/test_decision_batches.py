@@ -45,7 +45,9 @@ class _Publisher:
         self.sent: list[tuple[str, bytes]] = []
         self.fail = fail
 
-    async def publish(self, subject: str, data: bytes, *, msg_id: str) -> asyncio.Task[None]:
+    async def publish_batched(
+        self, stream: str, subject: str, data: bytes, *, msg_id: str
+    ) -> asyncio.Task[None]:
         assert msg_id == subject  # a retry across a reconnect lands once
         self.sent.append((subject, data))
 
@@ -187,6 +189,11 @@ class _Wire:
 
         return asyncio.create_task(ack())
 
+    async def publish_batched(
+        self, stream: str, subject: str, data: bytes, **kw: object
+    ) -> asyncio.Task[None]:
+        return await self.publish(subject, data, **kw)
+
 
 async def test_a_bundle_status_lands_after_the_records_that_explain_it() -> None:
     """Found in review: ``flush`` only queued the records, and the status overtook them, so
@@ -211,7 +218,9 @@ async def test_a_planner_stopping_says_which_records_did_not_land(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     class Stuck:
-        async def publish(self, subject: str, data: bytes, **_: object) -> asyncio.Task[None]:
+        async def publish_batched(
+            self, stream: str, subject: str, data: bytes, **_: object
+        ) -> asyncio.Task[None]:
             return asyncio.create_task(asyncio.sleep(3600))
 
     records = DecisionBatches(Stuck(), cluster="c", planner_id="p1")  # type: ignore[arg-type]

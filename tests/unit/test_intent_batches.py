@@ -27,7 +27,9 @@ class _Publisher:
         self.sent: list[tuple[str, bytes, str]] = []
         self.fail = fail
 
-    async def publish(self, subject: str, data: bytes, *, msg_id: str) -> asyncio.Task[None]:
+    async def publish_batched(
+        self, stream: str, subject: str, data: bytes, *, msg_id: str
+    ) -> asyncio.Task[None]:
         self.sent.append((subject, data, msg_id))
 
         async def ack() -> None:

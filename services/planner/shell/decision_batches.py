@@ -12,8 +12,11 @@ before a bundle status (and is durable before it: ``send_waiting``), and a recor
 whose intent goes alone goes alone too, before it (``sending``). What writes nothing (a hit, a
 hold) waits at most ``LINGER`` for others.
 
-Publishing is not awaited otherwise (the single record's fast-batch publish was not either); a
-message that did not land is logged with the number of records it held. ``drain`` sends what
+The messages go in the DECISIONS fast batch (``bus.batching``: the shelves of a moment share
+one answer), and the fast batches keep publish order across streams, so a batch's records
+reach the server before the batch. Publishing is not awaited otherwise (the single record's
+publish was not either); a message that did not land is logged with the number of records it
+held. ``drain`` sends what
 waits when the planner stops.
 """
 
@@ -103,7 +106,7 @@ class DecisionBatches:
     async def _send(self, subject: str, data: bytes, count: int) -> None:
         try:
             # a new subject per message, and its Nats-Msg-Id: a retry across a reconnect lands once
-            await (await self.pub.publish(subject, data, msg_id=subject))
+            await (await self.pub.publish_batched(bus.DECISIONS, subject, data, msg_id=subject))
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - an audit gap is logged; planning goes on

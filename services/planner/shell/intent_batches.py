@@ -146,7 +146,8 @@ class IntentBatches:
     async def _send(self, subject: str, data: bytes) -> None:
         try:
             # a new subject per batch, and its Nats-Msg-Id: a retry across a reconnect lands once
-            await (await self.pub.publish(subject, data, msg_id=subject))
+            # in the INTENTS fast batch: after the records its ``before_send`` published
+            await (await self.pub.publish_batched(bus.INTENTS, subject, data, msg_id=subject))
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - the lost-intent check sends its intents again
