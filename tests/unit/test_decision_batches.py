@@ -196,8 +196,10 @@ class _Wire:
 
 
 async def test_a_bundle_status_lands_after_the_records_that_explain_it() -> None:
-    """Found in review: ``flush`` only queued the records, and the status overtook them, so
-    ``why`` right after ``publish --wait`` could miss the decisions behind a Ready."""
+    """Found in review: ``flush`` only scheduled the records' publishes, and the status was
+    published first, so ``why`` right after ``publish --wait`` could miss the decisions behind
+    a Ready. The records are now published (queued, in the fast batch) before the status;
+    this wire acknowledges in publish order."""
     wire = _Wire()
     state = ClusterState("c")
     view = BundleView.of(Bundle(cluster="c", bundle="web", revision="r1"), 1)

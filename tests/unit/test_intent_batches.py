@@ -182,7 +182,7 @@ async def test_a_batchs_records_are_published_before_it() -> None:
     pub = _Publisher()
     records = DecisionBatches(pub, cluster="c", planner_id="p1", linger=60.0)  # type: ignore[arg-type]
     b = _batches(pub, linger=60.0, most=2)
-    b.before_send = records.flush
+    b.before_send = records.send_waiting
     for name in ("o1", "o2"):
         records.add(
             DecisionRecord(

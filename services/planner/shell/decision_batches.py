@@ -6,11 +6,11 @@ per shelf (``schemas.subjects.decision_shelf``: a hex digit of the object's name
 on ``driftbus.decision.<c>.batch.<shelf>.<id>``, so ``driftbus why`` reads one shelf of the
 cluster's log, not all of it.
 
-A record is on the bus before what it explains: the records of a batch of intents are sent as
-the batch is (``IntentBatches.before_send``, published first), every record waiting is sent
-before a bundle status (and is durable before it: ``send_waiting``), and a record of a decision
-whose intent goes alone goes alone too, before it (``sending``). What writes nothing (a hit, a
-hold) waits at most ``LINGER`` for others.
+A record is on the bus before what it explains: the records waiting are published (queued in
+the DECISIONS fast batch: ``send_waiting``) before a batch of intents (``IntentBatches
+.before_send``) and before a bundle status, which the fast batches then put on the wire after
+them; a record of a decision whose intent goes alone goes alone too, before it (``sending``).
+What writes nothing (a hit, a hold) waits at most ``LINGER`` for others.
 
 The messages go in the DECISIONS fast batch (``bus.batching``: the shelves of a moment share
 one answer), and the fast batches keep publish order across streams, so a batch's records
@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Final
+from collections.abc import Coroutine
+from typing import Any, Final
 
 from schemas.codec import encode
 from schemas.decision import DecisionRecord, DecisionRecords
@@ -80,7 +81,14 @@ class DecisionBatches:
             self._timer = asyncio.get_running_loop().call_later(self.linger, self.flush)
 
     def flush(self) -> None:
-        """Publish what waits, now: a message per shelf, records in the order made."""
+        """Publish what waits, soon (the linger's end, a full batch)."""
+        self._spawn(self.send_waiting(), "decision records")
+
+    async def send_waiting(self) -> None:
+        """Publish what waits, now: a message per shelf, records in the order made. Returns
+        once each message is queued in the DECISIONS fast batch, so whatever is published
+        after this returns (a batch of intents, a bundle status) reaches the server after it;
+        its answer is awaited apart (a failure logged)."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -90,23 +98,20 @@ class DecisionBatches:
             message = DecisionRecords(
                 cluster=self.cluster, records=records, planner=self.planner_id
             )
-            task = asyncio.create_task(
-                self._send(subject, encode(message), len(records)), name="decision records"
-            )
-            self._sending.add(task)
-            task.add_done_callback(self._sending.discard)
-
-    async def send_waiting(self) -> None:
-        """Publish what waits and wait until it is durable (or failed, logged): before a
-        bundle status, before a drift correction's intent."""
-        self.flush()
-        if self._sending:
-            await asyncio.gather(*self._sending, return_exceptions=True)
-
-    async def _send(self, subject: str, data: bytes, count: int) -> None:
-        try:
             # a new subject per message, and its Nats-Msg-Id: a retry across a reconnect lands once
-            await (await self.pub.publish_batched(bus.DECISIONS, subject, data, msg_id=subject))
+            answer = await self.pub.publish_batched(
+                bus.DECISIONS, subject, encode(message), msg_id=subject
+            )
+            self._spawn(self._answered(answer, len(records)), "decision records answered")
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.create_task(coro, name=name)
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+
+    async def _answered(self, answer: asyncio.Task[Any], count: int) -> None:
+        try:
+            await answer
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - an audit gap is logged; planning goes on
@@ -119,7 +124,7 @@ class DecisionBatches:
     async def drain(self, within: float = DRAIN) -> None:
         """Publish what waits and wait for it, at most ``within`` seconds (a planner stopping);
         what did not land by then is logged."""
-        self.flush()
+        await self.send_waiting()
         sending = list(self._sending)
         if sending:
             _, late = await asyncio.wait(sending, timeout=within)

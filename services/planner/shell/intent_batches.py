@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Final
 
 from schemas.codec import encode
@@ -84,8 +84,8 @@ class IntentBatches:
         self._bytes = 0
         self._timer: asyncio.TimerHandle | None = None
         self._sending: set[asyncio.Task[None]] = set()
-        self.before_send: Callable[[], None] = lambda: None
-        """Called as a batch is sent, before it is published: the decision records of its
+        self.before_send: Callable[[], Awaitable[None]] = _nothing
+        """Awaited as a batch is sent, before it is published: the decision records of its
         intents go on the bus first (publish order is wire order)."""
 
     @classmethod
@@ -129,7 +129,6 @@ class IntentBatches:
         batch, self._waiting, self._bytes = self._waiting, [], 0
         if not batch:
             return
-        self.before_send()
         subject = batch_subject("intent", self.cluster, bus.unique_id())
         for slot, *_ in batch:
             self.queued_in[slot] = subject
@@ -144,6 +143,7 @@ class IntentBatches:
         task.add_done_callback(self._sending.discard)
 
     async def _send(self, subject: str, data: bytes) -> None:
+        await self.before_send()
         try:
             # a new subject per batch, and its Nats-Msg-Id: a retry across a reconnect lands once
             # in the INTENTS fast batch: after the records its ``before_send`` published
@@ -160,3 +160,7 @@ class IntentBatches:
         self.flush()
         if self._sending:
             await asyncio.gather(*self._sending, return_exceptions=True)
+
+
+async def _nothing() -> None:
+    return None

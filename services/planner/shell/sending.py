@@ -96,7 +96,7 @@ class Decisions:
         """Each decision's record, sent with the others of the moment (``decision_batches``)."""
         self.batches = batches
         if batches is not None:
-            batches.before_send = self.records.flush  # a batch's records go before it
+            batches.before_send = self.records.send_waiting  # a batch's records go first
         """Apply intents of objects with nothing in flight go in batches (``intent_batches``);
         None: every intent alone on its object's subject."""
 

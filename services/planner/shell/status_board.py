@@ -50,7 +50,8 @@ class StatusBoard:
         self.on_mark: Callable[[], None] = lambda: None
         """Called by every mark: the planner sets its status alarm (``shell.alarms``)."""
         self.before_publish: Callable[[], Awaitable[None]] = _nothing
-        """Awaited before statuses are published: the decision records waiting go first."""
+        """Awaited before statuses are published: the decision records waiting are queued
+        first (the fast batches keep that order on the wire)."""
         self._last: dict[Ident, tuple[Any, ...]] = {}
         self._trace: dict[Ident, Context] = {}
         """Per bundle, the span its latest traced event was handled in: status continues it."""
@@ -125,8 +126,12 @@ class StatusBoard:
                     "phase": str(st.phase),
                 },
             ):
-                await self.pub.publish(
-                    subject, encode(st), msg_id=f"{subject}:{hash(fingerprint)}:{messages.now()}"
+                # in the STATUS fast batch: after the records ``before_publish`` queued
+                await self.pub.publish_batched(
+                    bus.STATUS,
+                    subject,
+                    encode(st),
+                    msg_id=f"{subject}:{hash(fingerprint)}:{messages.now()}",
                 )
             STATUS_LAG.record(time.monotonic() - since)
 
