@@ -143,7 +143,8 @@ def markdown(paths: list[Path]) -> str:
                 f"| {r['name']} | {_num(r['driftbus_value'])} {r['unit']} | {r['peer_name']} "
                 f"| {_num(r['peer_value'])} {r['unit']} | **{r['ratio']:.3g}×** "
                 f"| {_num(d['min'])}–{_num(d['max'])} vs {_num(p['min'])}–{_num(p['max'])} "
-                f"| {r['target'] or '—'} | {doc['date'][:16].replace('T', ' ')}, "
+                # a row kept from an earlier run of a scenario (other sizes) keeps its own date
+                f"| {r['target'] or '—'} | {r.get('date', doc['date'])[:16].replace('T', ' ')}, "
                 f"{r['repetitions']}× |"
             )
     return "\n".join(rows)
