@@ -16,8 +16,7 @@ The messages go in the DECISIONS fast batch (``bus.batching``: the shelves of a 
 one answer), and the fast batches keep publish order across streams, so a batch's records
 reach the server before the batch. Publishing is not awaited otherwise (the single record's
 publish was not either); a message that did not land is logged with the number of records it
-held. ``drain`` sends what
-waits when the planner stops.
+held. ``drain`` sends what waits when the planner stops.
 """
 
 from __future__ import annotations
@@ -40,8 +39,6 @@ them); a batch of intents or a bundle status sends them sooner."""
 MOST: Final = 1024
 """The most records waiting at once (≈ 1 KB each, spread over 16 shelves: a few tens of KB a
 message, far below NATS's 1 MiB)."""
-
-
 DRAIN: Final = 2.0
 """Seconds a stopping cluster planner waits for its last records to land."""
 

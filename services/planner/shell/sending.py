@@ -95,10 +95,10 @@ class Decisions:
         self.records = DecisionBatches(publisher, cluster=state.cluster, planner_id=planner_id)
         """Each decision's record, sent with the others of the moment (``decision_batches``)."""
         self.batches = batches
-        if batches is not None:
-            batches.before_send = self.records.send_waiting  # a batch's records go first
         """Apply intents of objects with nothing in flight go in batches (``intent_batches``);
         None: every intent alone on its object's subject."""
+        if batches is not None:
+            batches.before_send = self.records.send_waiting  # a batch's records go first
 
     async def publish(
         self,
