@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from harness.warm import WarmProcess
 from schemas.codec import decision_records
 from schemas.decision import DecisionAction, DecisionRecord
 from schemas.messages import (
@@ -112,6 +113,10 @@ benchmarks, their smoke tests and ``up``)."""
 
 
 class Pipeline:
+    warm = False
+    """Services forked warm (``harness.warm``) instead of started cold: the test suite turns
+    it on (``tests/conftest.py``); benchmarks leave it off, since they measure starts too."""
+
     def __init__(
         self, *, stack: servers.Stack, nats: servers.NatsServer, cluster: str, workdir: Path
     ) -> None:
@@ -154,7 +159,8 @@ class Pipeline:
         env = self.env() | self.role_env.get(role, {})
         if role == "planner":
             env |= self.planner_env
-        proc = servers.Process(name, argv, self.workdir, env=env)
+        started = WarmProcess if self.warm else servers.Process
+        proc = started(name, argv, self.workdir, env=env)
         proc.start()
         self.procs[name] = proc
         return proc

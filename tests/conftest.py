@@ -87,6 +87,11 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["DRIFTBUS_UP_CONTEXT"] = str(
         Path(tempfile.mkdtemp(prefix="driftbus-context-")) / "context.json"
     )
+    # the services a test starts are forked warm, not started cold (harness/warm.py: most of
+    # the suite's CPU was interpreters starting and importing)
+    from harness.pipeline import Pipeline
+
+    Pipeline.warm = True
 
 
 _MEASURED = "driftbus-measured"

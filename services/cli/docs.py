@@ -15,7 +15,7 @@ from services.common.bus import NatsSettings
 from services.common.settings import document
 from services.notify.service import NotifySettings
 from services.planner.service import PlannerSettings
-from services.source.specs import SourceSettings
+from services.source.settings import SourceSettings
 from services.watcher.settings import WatcherSettings
 
 OUT = Path(__file__).resolve().parents[2] / "docs" / "settings.md"

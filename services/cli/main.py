@@ -46,8 +46,12 @@ Subcommands so far:
 from __future__ import annotations
 
 import argparse
+import atexit
+import contextlib
 import importlib
+import os
 import sys
+from typing import NoReturn
 
 FAMILIES: dict[str, tuple[str, ...]] = {
     # module of services/cli -> the commands it registers, in the order of `driftbus --help`
@@ -130,5 +134,30 @@ def closed_pipe() -> int:
     return 141
 
 
+def entry() -> NoReturn:
+    """The ``driftbus`` executable: ``main``, then ``exit_now`` with its code."""
+    exit_now(main())
+
+
+def exit_now(code: int) -> NoReturn:
+    """End the process with ``code`` once what an exit must do is done, without tearing the
+    interpreter down.
+
+    Python's finalisation frees every module and object one by one: about 0.2 s of CPU for a
+    process that imported nats, aiohttp and OpenTelemetry (a fifth of a short command, and of
+    every service's stop). What an exit must do still happens: the atexit handlers run
+    (logging's flush and close, OpenTelemetry's exporters, a caller's own), then the standard
+    streams are flushed. A command that raises does not get here: it ends as Python ends it.
+    """
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            # a reader gone, a stream closed: nothing is left to keep
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

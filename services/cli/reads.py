@@ -245,15 +245,13 @@ async def api_version(js: bus.JetStream, cluster: str, key: ObjectKey) -> str:
     return ""
 
 
-async def decided_keys(js: bus.JetStream, cluster: str, ref: ObjectRef) -> list[ObjectKey]:
+async def decided(
+    js: bus.JetStream, cluster: str, ref: ObjectRef
+) -> dict[ObjectKey, list[DecisionRecord]]:
     """Every object of ``cluster`` named ``ref.namespace``/``ref.name``, of any kind and group,
-    that has a decision on the bus (``stored.decisions``: the name's shelf of the log)."""
+    that has a decision on the bus, with its decisions oldest first (``stored.decisions``: the
+    name's shelf of the log, read once)."""
     return await stored_decisions.named(js, cluster, ref.namespace, ref.name)
-
-
-async def decisions(js: bus.JetStream, cluster: str, key: ObjectKey) -> list[DecisionRecord]:
-    """Every decision about one object, oldest first (the DECISIONS stream keeps history)."""
-    return await stored_decisions.history(js, cluster, key)
 
 
 WAIT_ENDS = frozenset(
@@ -366,7 +364,7 @@ __all__ = [
     "BundlePhase",
     "BundleWait",
     "bundle_statuses",
-    "decisions",
+    "decided",
     "object_rows",
     "quiet_members_denial",
     "reported",

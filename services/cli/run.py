@@ -26,7 +26,7 @@ import uvloop
 from services.applier.settings import ApplierSettings
 from services.common import logs, settings
 from services.planner.settings import PlannerSettings
-from services.source.specs import SourceSettings
+from services.source.settings import SourceSettings
 from services.watcher.settings import WatcherSettings
 
 

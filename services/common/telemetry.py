@@ -13,12 +13,15 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from aiohttp import web
 from opentelemetry import metrics, propagate, trace
 from opentelemetry.context import Context
 
 from services.common.settings import setting
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 log = logging.getLogger("driftbus.telemetry")
 
@@ -122,6 +125,9 @@ async def serve(port: int, health: Health) -> web.AppRunner | None:
     """Serve /metrics, /healthz and /readyz on ``port`` (nothing when 0)."""
     if not port:
         return None
+    # imported here: aiohttp's server side is ~30 ms of every process's start, and only a
+    # service given a port serves
+    from aiohttp import web
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
     async def metrics_handler(_: web.Request) -> web.Response:

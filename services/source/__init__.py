@@ -5,7 +5,8 @@ bundle.
   render it, publish when the objects differ.
 - ``origins`` — where revisions come from: a Git repository (commits) or an OCI repository
   (manifest digests); where the rule stands now, and what a revision renders.
-- ``specs`` — its settings, and the sources they describe (from the flags, or a YAML list).
+- ``settings`` — its settings (on their own: every service's command line declares them).
+- ``specs`` — the sources its settings describe (from the flags, or a YAML list).
 - ``refs`` — which commit a source stands at: a branch, a tag, or the newest tag in a semver
   range (pure).
 - ``webhook`` — the push webhook: ``POST /hook`` polls now, with a secret or from loopback.

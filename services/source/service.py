@@ -51,7 +51,8 @@ from services.inputs.limits import InputLimits
 from services.revisions.publish import publish_bundle
 from services.source.origins import Origin, origin_of, short
 from services.source.refs import RefError
-from services.source.specs import SourceSettings, SourceSpec, SpecError, specs
+from services.source.settings import SourceSettings
+from services.source.specs import SourceSpec, SpecError, specs
 from services.source.webhook import _proven as _proven
 from services.source.webhook import loopback, webhook_app
 

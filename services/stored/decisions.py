@@ -39,9 +39,13 @@ async def history(js: bus.JetStream, cluster: str, key: ObjectKey) -> list[Decis
     return [r for _, r in found]
 
 
-async def named(js: bus.JetStream, cluster: str, namespace: str, name: str) -> list[ObjectKey]:
+async def named(
+    js: bus.JetStream, cluster: str, namespace: str, name: str
+) -> dict[ObjectKey, list[DecisionRecord]]:
     """Every object of ``cluster`` called ``namespace/name``, of any group and kind, with a
-    decision on the bus, in the order first decided."""
+    decision on the bus, in the order first decided, each with its decisions oldest first: one
+    read of the name's shelf answers both questions ``why`` asks (which object, and what was
+    decided about it)."""
     found = await _read(
         js,
         cluster,
@@ -50,7 +54,10 @@ async def named(js: bus.JetStream, cluster: str, namespace: str, name: str) -> l
         name,
         lambda r: r.key.namespace == namespace and r.key.name == name,
     )
-    return list(dict.fromkeys(r.key for _, r in found))
+    by_key: dict[ObjectKey, list[DecisionRecord]] = {}
+    for _, r in found:
+        by_key.setdefault(r.key, []).append(r)
+    return by_key
 
 
 async def _read(

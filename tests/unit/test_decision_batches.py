@@ -116,6 +116,27 @@ async def test_most_records_flush_at_once() -> None:
     assert len(pub.sent) == 2
 
 
+async def test_a_shelf_too_big_for_one_message_is_split_in_order() -> None:
+    pub = _Publisher()
+    bound = 4096
+    batches = DecisionBatches(pub, cluster="c", planner_id="p1", linger=60.0, most_bytes=bound)  # type: ignore[arg-type]
+    # the same name of many kinds is one shelf; long windows make the shelf's message too big
+    made = [
+        msgspec.structs.replace(
+            record("same"), key=ObjectKey("", f"Kind{i}", "ns", "same"), window="w" * 500
+        )
+        for i in range(30)
+    ]
+    for r in made:
+        batches.add(r)
+    await batches.drain()
+    assert len(pub.sent) > 1
+    assert all(len(data) <= bound for _, data in pub.sent)
+    read = [r for subject, data in pub.sent for r in decision_records(subject, data)]
+    assert read == made  # every record, once, in the order made
+    assert batches.sent == len(pub.sent)
+
+
 async def test_records_that_did_not_land_are_logged_not_raised(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

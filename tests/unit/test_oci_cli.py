@@ -13,7 +13,8 @@ from services.cli.main import build_parser
 from services.inputs.documents import InputError
 from services.inputs.oci.reference import OciAccess, OciError
 from services.source.origins import OciOrigin, short
-from services.source.specs import SourceSettings, SpecError, specs
+from services.source.settings import SourceSettings
+from services.source.specs import SpecError, specs
 
 URL = "oci://127.0.0.1:1/apps/shop"
 

@@ -19,7 +19,8 @@ from services.fleet.rollout_flags import RolloutSettings
 from services.inputs.git import Repository, _in_repository, redacted
 from services.source.refs import RefError, RefRule, Resolved, resolve
 from services.source.service import Follower, _proven
-from services.source.specs import SourceSettings, SpecError, specs
+from services.source.settings import SourceSettings
+from services.source.specs import SpecError, specs
 from tests.gitrepo import git
 
 P = pytest.param

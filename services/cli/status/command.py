@@ -96,14 +96,15 @@ def cmd_why(args: argparse.Namespace) -> int:
     async def run() -> int:
         async with user.connected(args) as nc:
             js = nc.jetstream()
-            found = objectref.match(ref, await user.decided_keys(js, args.cluster, ref))
+            decided = await user.decided(js, args.cluster, ref)
+            found = objectref.match(ref, list(decided))
             if len(found) != 1:
                 print(
                     f"driftbus why: {objectref.explain(ref, found, args.cluster)}", file=sys.stderr
                 )
                 return 1
             (key,) = found
-            records = await user.decisions(js, args.cluster, key)
+            records = decided[key]
             api_version = await user.api_version(js, args.cluster, key)
         rows = [
             WhyRow(

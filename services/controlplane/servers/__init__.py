@@ -28,6 +28,7 @@ from services.controlplane.servers.process import (
     RUNNING,
     Process,
     ServerError,
+    die_with_parent,
     free_port,
     log_tail,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "ServerError",
     "Stack",
     "User",
+    "die_with_parent",
     "free_port",
     "log_tail",
     "orphans",

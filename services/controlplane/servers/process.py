@@ -79,7 +79,7 @@ def free_port() -> int:
         return chosen
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     # Linux: deliver SIGKILL to the child when the thread that spawned it exits, so a killed
     # test run or `driftbus up` cannot leave servers behind.
     with contextlib.suppress(OSError, AttributeError):
@@ -119,7 +119,7 @@ class Process:
                 stdin=subprocess.DEVNULL,
                 cwd=self.workdir,
                 env=self.env,
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
             )
         finally:
             log.close()

@@ -39,6 +39,9 @@ them); a batch of intents or a bundle status sends them sooner."""
 MOST: Final = 1024
 """The most records waiting at once (≈ 1 KB each, spread over 16 shelves: a few tens of KB a
 message, far below NATS's 1 MiB)."""
+MOST_BYTES: Final = 512 * 1024
+"""The most bytes of one message: a shelf's records that encode bigger (long error texts) are
+split in two until each part fits, far below NATS's 1 MiB payload limit."""
 DRAIN: Final = 2.0
 """Seconds a stopping cluster planner waits for its last records to land."""
 
@@ -54,12 +57,14 @@ class DecisionBatches:
         planner_id: str,
         linger: float = LINGER,
         most: int = MOST,
+        most_bytes: int = MOST_BYTES,
     ) -> None:
         self.pub = publisher
         self.cluster = cluster
         self.planner_id = planner_id
         self.linger = linger
         self.most = max(1, most)
+        self.most_bytes = most_bytes
         self.sent = 0
         """Messages published."""
         self._waiting: dict[str, list[DecisionRecord]] = {}
@@ -91,15 +96,25 @@ class DecisionBatches:
             self._timer = None
         waiting, self._waiting, self._count = self._waiting, {}, 0
         for shelf, records in waiting.items():
-            subject = decision_batch_subject(self.cluster, shelf, bus.unique_id())
-            message = DecisionRecords(
-                cluster=self.cluster, records=records, planner=self.planner_id
-            )
-            # a new subject per message, and its Nats-Msg-Id: a retry across a reconnect lands once
-            answer = await self.pub.publish_batched(
-                bus.DECISIONS, subject, encode(message), msg_id=subject
-            )
-            self._spawn(self._answered(answer, len(records)), "decision records answered")
+            for part, data in self._encoded(records):
+                subject = decision_batch_subject(self.cluster, shelf, bus.unique_id())
+                # a new subject per message, and its Nats-Msg-Id: a retry across a reconnect
+                # lands once
+                answer = await self.pub.publish_batched(
+                    bus.DECISIONS, subject, data, msg_id=subject
+                )
+                self._spawn(self._answered(answer, part), "decision records answered")
+
+    def _encoded(self, records: list[DecisionRecord]) -> list[tuple[int, bytes]]:
+        """``records`` as messages of at most ``MOST_BYTES`` each (a record bigger than that
+        alone goes alone: NATS refuses it, and the loss is logged), with their record counts."""
+        data = encode(
+            DecisionRecords(cluster=self.cluster, records=records, planner=self.planner_id)
+        )
+        if len(data) <= self.most_bytes or len(records) == 1:
+            return [(len(records), data)]
+        half = len(records) // 2
+        return self._encoded(records[:half]) + self._encoded(records[half:])
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         task = asyncio.create_task(coro, name=name)
