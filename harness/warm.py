@@ -22,6 +22,7 @@ it, and its children with it (``PR_SET_PDEATHSIG``), as cold ones die with their
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib
 import json
@@ -74,7 +75,9 @@ class Forked:
 
     def send_signal(self, sig: int) -> None:
         if self.returncode is None:
-            os.kill(self.pid, sig)
+            # ended, and reaped by the server, before its exit code reached us
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
 
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)

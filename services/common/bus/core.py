@@ -11,6 +11,7 @@ Bounded, deduplicated, retried publishing is ``Publisher``'s.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Awaitable, Callable
 
 from nats.aio.client import Client
@@ -88,6 +89,11 @@ async def last_sequence(js: JetStreamContext, stream: str) -> int:
 
 
 _IDS = NUID()
+# A process forked after this import (a pre-forking server, the test suite's warm starts)
+# would otherwise hand out the ids its parent and its siblings do: a batch subject is also the
+# message's Nats-Msg-Id, and JetStream drops a repeated one as a duplicate, so a second
+# applier's reports vanished as the first one's.
+os.register_at_fork(after_in_child=_IDS.randomize_prefix)
 
 
 def unique_id() -> str:
