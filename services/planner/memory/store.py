@@ -29,6 +29,7 @@ from schemas.subjects import ObjectKey
 from services.planner.rule.entry import DELETE_INFLIGHT, Entry, Sha, Slot
 
 _HEADER = struct.Struct("<HIIIIIqqdddI")
+_FLAGS_AND_BUNDLE = struct.Struct("<HI")  # the header's first two fields
 _SHA = 32
 
 # flag bits
@@ -219,6 +220,23 @@ class EntryStore:
             and (bool(flags & _SERVER_DELETED) or (flags >> _SERVER) & 3 != _SAME),
             retired=retired,
         )
+
+    def declaring(self, slot: Slot) -> str:
+        """The bundle whose revision desires the object ("" when none does); read from the
+        header alone: a revision taken in asks it of each of its objects (``rule.takeover``),
+        100,000 of them at a planner's restart."""
+        record = self._record(slot)
+        if record is None:
+            return ""
+        flags, bundle = _FLAGS_AND_BUNDLE.unpack_from(record)
+        return self._strings.by_id[bundle] if flags & _MANIFEST else ""
+
+    def desired_slots(self) -> Iterator[Slot]:
+        """Every slot with a desired manifest (header only)."""
+        for (cluster, group, kind, namespace), names in self._groups.items():
+            for name, record in names.items():
+                if _FLAGS_AND_BUNDLE.unpack_from(record)[0] & _MANIFEST:
+                    yield cluster, ObjectKey(group, kind, namespace, name)
 
     def stray_of(self, slot: Slot) -> str:
         """The bundle whose label the object carries if it is a stray of it (a prune candidate:

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Protocol
 
 from schemas.subjects import split_bundle
-from services.planner.rule.entry import Entry, Slot
+from services.planner.rule.entry import Slot
 from services.planner.rule.revision import BundleView
 
 Bundles = Mapping[tuple[str, str], BundleView]
@@ -24,16 +24,18 @@ Bundles = Mapping[tuple[str, str], BundleView]
 class Entries(Protocol):
     """What a take-over reads of the planner's entries (``memory.store.EntryStore``)."""
 
-    def get(self, slot: Slot) -> Entry | None: ...
+    def declaring(self, slot: Slot) -> str:
+        """The bundle whose revision desires the object ("" when none does)."""
+        ...
 
 
 def declared_by_other(slot: Slot, bundle: str, entries: Entries, bundles: Bundles) -> str | None:
     """The other bundle whose current revision declares this object, if any."""
-    entry = entries.get(slot)
-    if entry is None or entry.bundle in ("", bundle) or entry.manifest_sha is None:
+    other = entries.declaring(slot)
+    if other in ("", bundle):
         return None
-    view = bundles.get((slot[0], entry.bundle))
-    return entry.bundle if view is not None and slot[1] in view.keys else None
+    view = bundles.get((slot[0], other))
+    return other if view is not None and slot[1] in view.keys else None
 
 
 @dataclasses.dataclass

@@ -259,10 +259,7 @@ class Planner:
         with nothing changed adds nothing to old traces."""
         st = self.state
         st.live = True
-        slots = sorted(
-            (s for s, e in st.entries.items() if e.manifest_sha is not None),
-            key=lambda s: apply_order(s[1]),
-        )
+        slots = sorted(st.entries.desired_slots(), key=lambda s: apply_order(s[1]))
         by_bundle: dict[str, list[tuple[Slot, Decision | None, Inputs | None]]] = {}
         now = time.time()
         for i, slot in enumerate(slots):

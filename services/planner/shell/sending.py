@@ -265,8 +265,11 @@ class Decisions:
         """A hit on what was applied, after a failure of a manifest no longer desired: the
         object's row says Applied again (a rolled-back object must not show the failure of
         the revision that left)."""
-        details, e = self.state.details, self.state.entries[slot]
-        if not messages.moot_failure(details.outcome(slot), e):
+        details = self.state.details
+        outcome = details.outcome(slot)
+        # most objects have no failure: their entry is not unpacked for this (a rebuild asks it
+        # of every object)
+        if outcome is None or not messages.moot_failure(outcome, self.state.entries[slot]):
             return
         details.drop_outcome(slot)
         health, _ = details.health(slot)
