@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from typing import NamedTuple
 
 from schemas.subjects import ObjectKey
+from services.planner.memory.interned import Interned
 from services.planner.rule.entry import DELETE_INFLIGHT, Entry, Sha, Slot
 
 _HEADER = struct.Struct("<HIIIIIqqdddI")
@@ -46,37 +47,6 @@ _KEEP = 1 << 13
 _RETIRED = 1 << 14
 _WARN_ONLY = 1 << 15  # drift: warn
 _NONE, _SAME, _TAIL, _OTHER = 0, 1, 2, 3
-
-
-class _Strings:
-    """Interned strings as small ids; id 0 is the empty string."""
-
-    def __init__(self) -> None:
-        self.by_id: list[str] = [""]
-        self.ids: dict[str, int] = {"": 0}
-        self.free: list[int] = []
-
-    def id(self, s: str) -> int:
-        i = self.ids.get(s)
-        if i is None:
-            if self.free:
-                i = self.free.pop()
-                self.by_id[i] = s
-            else:
-                i = len(self.by_id)
-                self.by_id.append(s)
-            self.ids[s] = i
-        return i
-
-    def keep_only(self, used: set[int]) -> None:
-        for i, s in enumerate(self.by_id):
-            if i and i not in used and self.ids.get(s) == i:
-                del self.ids[s]
-                self.by_id[i] = ""
-                self.free.append(i)
-
-    def __len__(self) -> int:
-        return len(self.ids)
 
 
 def _sha_mode(value: Sha | None, same_as: Sha | None, tail: list[bytes]) -> int:
@@ -122,7 +92,7 @@ class EntryStore:
         # (cluster, group, kind, namespace) -> name -> record: the group tuple is shared by all
         # the objects of one kind in one namespace, so each object pays only for its name.
         self._groups: dict[tuple[str, str, str, str], dict[str, bytes]] = {}
-        self._strings = _Strings()
+        self._strings = Interned()
         self._count = 0
         self._last: tuple[Entry | None, bytes | None] = (None, None)
         """The entry ``get`` unpacked last and its record."""
