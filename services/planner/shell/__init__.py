@@ -31,6 +31,8 @@
   what a user reads of it changed.
 - ``periodic`` — the duties, run when their alarm rings: who serves the cluster, lost intents
   sent again, pending intents, the status tick, the sync windows' clock.
+- ``lost_intents`` — which overdue intents are lost: one look at the cluster's queue and its
+  unread facts decides for all of them.
 - ``checkpointing`` — the cluster's checkpoint written after a burst of facts (a quiet cluster
   writes none).
 - ``rollback`` — rollback requests answered by republishing a revision from the bus's history.

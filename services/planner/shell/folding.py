@@ -27,6 +27,7 @@ from services.planner.rule.decide import (
     Failed,
     Release,
     Removed,
+    Resend,
     restore,
     step,
 )
@@ -60,8 +61,15 @@ class Folder:
         self._hook_deletes: set[tuple[Slot, bytes | None]] = set()
         """hooks whose policy delete was sent (per manifest: once per revision)"""
 
-    async def fold(self, slot: Slot, event: Event) -> None:
-        """Fold one event into the object's entry; live, publish what it decides."""
+    async def send_again(self, slot: Slot, *, unqueued: bool) -> None:
+        """The object's intent is lost (``lost_intents``): decide again (``Resend``).
+        ``unqueued``: no intent of the object is queued at all, so the one sent again may
+        travel in a batch (thousands lost at once are a few messages, not thousands)."""
+        await self.fold(slot, Resend(), batch=unqueued)
+
+    async def fold(self, slot: Slot, event: Event, *, batch: bool = False) -> None:
+        """Fold one event into the object's entry; live, publish what it decides (``batch``:
+        an apply may travel in a batch even with an intent in flight)."""
         entries = self.state.entries
         entry = entries.get(slot) or Entry(slot[1])
         if not self.state.live:
@@ -71,7 +79,7 @@ class Folder:
         pruning = isinstance(event, Removed)
         hold, of_bundle = self.hold_of(slot, of or entry.owner_bundle, pruning=pruning)
         inputs = Inputs(entry, event, hold.reason if hold is not None else None)  # its record's
-        batchable = may_batch(entry)  # as it was before this event
+        batchable = batch or may_batch(entry)  # as it was before this event
         entry, decision = step(entry, event, now=time.time(), hold=inputs.hold)
         entries[slot] = entry
         if isinstance(event, Applied | Failed) and self.decisions.batches is not None:

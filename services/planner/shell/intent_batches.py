@@ -27,7 +27,7 @@ from typing import Final
 
 from schemas.codec import encode
 from schemas.messages import ApplyIntent, IntentBatch
-from schemas.subjects import batch_subject, cluster_filter
+from schemas.subjects import BATCH_TOKEN, batch_subject, cluster_filter, object_subject
 from services.common import bus
 from services.planner.rule.entry import Slot
 from services.planner.settings import PlannerSettings
@@ -44,17 +44,49 @@ MAX_BYTES: Final = 512 * 1024
 """The most bytes of intents one batch carries (NATS refuses a message above 1 MiB)."""
 
 
-async def any_queued(js: bus.JetStream, cluster: str) -> bool:
-    """Whether any intent of ``cluster`` is queued (True when NATS cannot say): after a rebuild,
-    an intent batched then could overtake an older one still queued for its object."""
+SUBJECTS_PAGE: Final = 100_000
+"""The most subjects nats-server lists in one stream info (``JSMaxSubjectDetails``): a list that
+long may be cut short, so it says nothing for sure."""
+
+
+async def queued_subjects(js: bus.JetStream, cluster: str) -> frozenset[str] | None:
+    """The subjects ``cluster``'s queued intents are on (batches' and single intents'), by one
+    request whatever their number; None when NATS cannot say (away, or more than a page)."""
     try:
-        return (
-            await bus.next_message(js, bus.INTENTS, cluster_filter("intent", cluster), 1)
-            is not None
-        )
-    except Exception as exc:  # noqa: BLE001 - unknown: send each alone, as if queued
+        subjects = await bus.stream_subjects(js, bus.INTENTS, cluster_filter("intent", cluster))
+    except Exception as exc:  # noqa: BLE001 - unknown: the caller assumes the worst
         log.debug("cluster %s: intent queue not read: %s", cluster, exc)
-        return True
+        return None
+    return None if len(subjects) >= SUBJECTS_PAGE else frozenset(subjects)
+
+
+Lone = frozenset[str] | None
+"""The subjects of a cluster's single intents queued (None: unknown)."""
+
+
+async def queued_alone(js: bus.JetStream, cluster: str) -> Lone:
+    """The subjects of ``cluster``'s single intents queued (None: unknown). Going live, an
+    apply batched must not overtake an older intent of its object queued alone (a newer single
+    one would replace it). Queued batches of an earlier claim do not count: their fencing
+    token is older, and appliers drop them."""
+    queued = await queued_subjects(js, cluster)
+    return None if queued is None else alone(queued)
+
+
+def none_alone(slot: Slot, lone: Lone) -> bool:
+    """Whether no single intent of the object is queued (``lone``: ``queued_alone``'s)."""
+    return lone is not None and not (lone and object_subject("intent", *slot) in lone)
+
+
+def alone(subjects: frozenset[str]) -> frozenset[str]:
+    """The subjects of single intents among ``subjects`` (an object's own, not a batch's)."""
+    return frozenset(s for s in subjects if not _is_batch(s.split(".")))
+
+
+def _is_batch(parts: list[str]) -> bool:
+    # <prefix>.intent.<c>.batch.<id>; an object's subject has four key tokens, and a Job's
+    # begins with its group, "batch", too
+    return len(parts) == 5 and parts[3] == BATCH_TOKEN
 
 
 class IntentBatches:
@@ -80,6 +112,8 @@ class IntentBatches:
         """Batches published."""
         self.queued_in: dict[Slot, str] = {}
         """The subject of the batch that carries each object's latest batched intent."""
+        self.landing: set[str] = set()
+        """Subjects of the batches sent and not yet durable: not on the queue, not lost."""
         self._waiting: list[tuple[Slot, ApplyIntent, dict[str, str], int]] = []
         self._bytes = 0
         self._timer: asyncio.TimerHandle | None = None
@@ -138,13 +172,14 @@ class IntentBatches:
             traces=[w[2] for w in batch] if any(w[2] for w in batch) else [],
             planner=self.planner_id,
         )
+        self.landing.add(subject)
         task = asyncio.create_task(self._send(subject, encode(message)), name="intent batch")
         self._sending.add(task)
         task.add_done_callback(self._sending.discard)
 
     async def _send(self, subject: str, data: bytes) -> None:
-        await self.before_send()
         try:
+            await self.before_send()
             # a new subject per batch, and its Nats-Msg-Id: a retry across a reconnect lands once
             # in the INTENTS fast batch: after the records its ``before_send`` published
             await (await self.pub.publish_batched(bus.INTENTS, subject, data, msg_id=subject))
@@ -153,6 +188,8 @@ class IntentBatches:
         except Exception as exc:  # noqa: BLE001 - the lost-intent check sends its intents again
             log.warning("cluster %s: an intent batch was not published: %s", self.cluster, exc)
             return
+        finally:
+            self.landing.discard(subject)
         self.sent += 1
 
     async def drain(self) -> None:

@@ -48,7 +48,7 @@ from services.planner.shell.followed import Followed
 from services.planner.shell.hub import Hub
 from services.planner.shell.inbox import CAUGHT_UP, CHECKPOINT, Inbox
 from services.planner.shell.intake import BundleIntake
-from services.planner.shell.intent_batches import IntentBatches, any_queued
+from services.planner.shell.intent_batches import IntentBatches, Lone, none_alone, queued_alone
 from services.planner.shell.periodic import STATUS_REFRESH, Duties
 from services.planner.shell.rollback import RollbackDesk
 from services.planner.shell.sending import Decisions, never_written, pace
@@ -134,6 +134,7 @@ class Planner:
             intake=self.intake,
             alarms=self.alarms,
             fold=self.folder.fold,
+            send_again=self.folder.send_again,
             prune=self.folder.prune,
             release=self.intake.request_release,
             batches=self.decisions.batches,
@@ -272,12 +273,12 @@ class Planner:
             await pace(i)
             kept = inputs if decision is not None else None  # no record, nothing to keep
             by_bundle.setdefault(st.entries[slot].bundle, []).append((slot, decision, kept))
-        queued = await any_queued(self.js, st.cluster)  # if none, batched: none overtakes one
+        lone = await queued_alone(self.js, st.cluster)  # batched, none may overtake one
         for bundle, decided in by_bundle.items():
             ident = (self.cluster, bundle)
             ctx = self.board.trace(ident)
             if ctx is None or not any(d is not None and d.writes for _, d, _ in decided):
-                await self._publish_rebuilt(decided, queued)
+                await self._publish_rebuilt(decided, lone)
                 continue
             with telemetry.tracer.start_as_current_span(
                 "plan bundle",
@@ -285,7 +286,7 @@ class Planner:
                 attributes={"cluster": self.cluster, "bundle": bundle, "after_rebuild": True},
             ) as span:
                 self.board.continue_trace(ident, trace.set_span_in_context(span))
-                await self._publish_rebuilt(decided, queued)
+                await self._publish_rebuilt(decided, lone)
         for view in list(st.bundles.values()):
             await self.folder.prune(view)
             await self.folder.resume(view)  # hooks that ended while no planner watched
@@ -299,11 +300,11 @@ class Planner:
         self.ready.set()
 
     async def _publish_rebuilt(
-        self, decided: list[tuple[Slot, Decision | None, Inputs | None]], queued: bool
+        self, decided: list[tuple[Slot, Decision | None, Inputs | None]], lone: Lone
     ) -> None:
         for i, (slot, d, inputs) in enumerate(decided):
             entry = self.state.entries[slot]  # restored: in flight now only by this decision
-            batchable = not queued and never_written(entry)
+            batchable = never_written(entry) and none_alone(slot, lone)
             await self.decisions.publish(
                 slot, d, after_rebuild=True, inputs=inputs, batchable=batchable
             )

@@ -13,27 +13,33 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
-from schemas.codec import WireError, applied_events
 from schemas.messages import BundlePhase, KindScope, MemberHeartbeat
-from schemas.subjects import batch_filter, object_subject
+from schemas.subjects import object_subject
 from services.clusters import members
 from services.common import bus
+from services.core.manifest import apply_order
 from services.planner.memory.cluster import ClusterState
 from services.planner.rule import messages
-from services.planner.rule.decide import Resend, Working
+from services.planner.rule.decide import Working
 from services.planner.rule.entry import Slot
 from services.planner.settings import PlannerSettings
+from services.planner.shell import lost_intents
 from services.planner.shell.alarms import Alarms
 from services.planner.shell.intake import BundleIntake, Fold, Prune
 from services.planner.shell.intent_batches import IntentBatches
+from services.planner.shell.sending import pace
 from services.planner.shell.status_board import StatusBoard
 
 log = logging.getLogger("driftbus.planner")
+
+
+class SendAgain(Protocol):
+    async def __call__(self, slot: Slot, *, unqueued: bool) -> None: ...
+
+
 STATUS_REFRESH = 24 * 3600.0
-UNREAD_REPORTS = 64
-"""Appliers' reports the lost-intent check reads past what the planner folded (``_fact_unread``)."""
 """Every bundle's status is published again this often, changed or not (STATUS keeps 7 days)."""
 WINDOWS_IDLE = 3600.0
 """Seconds until the sync windows' clock looks again when no window names a bundle."""
@@ -53,6 +59,7 @@ class Duties:
         intake: BundleIntake,
         alarms: Alarms,
         fold: Fold,
+        send_again: SendAgain,
         prune: Prune,
         release: Callable[[str], Awaitable[None]],
         batches: IntentBatches | None = None,
@@ -64,6 +71,7 @@ class Duties:
         self.intake = intake
         self.alarms = alarms
         self.fold = fold
+        self.send_again = send_again
         self.prune = prune
         self.release = release
         self.batches = batches
@@ -114,82 +122,69 @@ class Duties:
         return next(self.state.entries.overdue(math.inf), None) is not None
 
     async def resend(self, backlog: int) -> None:
-        """Send again what got no word for ``intent_timeout`` and is no longer queued: a lost
-        intent (its publish never landed, a dedup-window collision, a crash between ack and
-        fact) must not silence the object's healing for good. Checked only when the planner has
-        caught up with its input: a backlog of applied facts is not a lost intent. Rings again
-        while anything is in flight."""
+        """Send again what got no word for ``intent_timeout`` and is no longer queued
+        (``lost_intents``). Checked only when the planner has caught up with its input: a
+        backlog of applied facts is not a lost intent. Rings again while anything is in
+        flight."""
         timeout = self.s.intent_timeout
-        entries = self.state.entries
         if self.state.live and backlog <= 100:
             now = time.time()
-            for slot in list(entries.overdue(now - timeout)):
-                await self._resend(slot, now)
+            overdue = list(self.state.entries.overdue(now - timeout))
+            if overdue:
+                await self._resend(overdue, now)
         if self.inflight():
             self.alarms.set("resend", max(0.5, timeout / 4))
 
-    async def _resend(self, slot: Slot, now: float) -> None:
-        entries = self.state.entries
-        entry = entries.get(slot)
-        if entry is None or entry.inflight is None:
-            return
-        batch = self.batches.queued_in.get(slot) if self.batches is not None else None
-        try:  # the batch that carries its intent, or its own subject
-            queued = await bus.last_message(
-                self.js, bus.INTENTS, batch or object_subject("intent", slot[0], slot[1])
+    async def _resend(self, overdue: list[Slot], now: float) -> None:
+        st = self.state
+        queued_in = self.batches.queued_in if self.batches is not None else {}
+        landing = self.batches.landing if self.batches is not None else ()
+        seen = await lost_intents.look(self.js, st.cluster, st.read_up_to, landing)
+        if seen is None:
+            return  # NATS cannot say: ask again next round
+        # in apply order: a Namespace sent again goes before the objects that live in it
+        overdue.sort(key=lambda s: apply_order(s[1]))
+        for i, slot in enumerate(overdue):
+            await pace(i)
+            entry = st.entries.get(slot)
+            if entry is None or entry.inflight is None:
+                continue
+            own = object_subject("intent", *slot)
+            batch = queued_in.get(slot)
+            unqueued = True
+            match lost_intents.verdict(slot[1], batch, own, seen):
+                case lost_intents.Verdict.QUEUED:
+                    await self.fold(slot, Working(entry.inflight, now))
+                    continue
+                case lost_intents.Verdict.ASK:
+                    try:
+                        queued = await bus.last_message(self.js, bus.INTENTS, own)
+                    except Exception as exc:  # noqa: BLE001 - NATS away: ask again next round
+                        log.debug("%s: intent queue not read: %s", slot[1], exc)
+                        continue
+                    if queued is None or st.entries.get(slot) != entry:
+                        # it left the queue since the look, so its fact may be newer than the
+                        # unread tail read: ask again next round
+                        continue
+                    if messages.is_inflight(queued.data, entry):
+                        await self.fold(slot, Working(entry.inflight, now))
+                        continue
+                    if seen.unread is None or slot[1] in seen.unread:
+                        continue
+                    unqueued = False  # an older one waits on its subject: replace it
+                case lost_intents.Verdict.ANSWERED:
+                    if batch is not None and self.batches is not None:
+                        self.batches.forget(slot)  # carried out: its own subject from now on
+                    continue
+            if batch is not None and self.batches is not None:
+                self.batches.forget(slot)  # lost: its own subject from now on
+            log.warning(
+                "%s: no outcome of its intent for %.0fs and it is not queued: sending again",
+                slot[1],
+                now - entry.inflight_at,
             )
-            unread = queued is None and await self._fact_unread(slot)
-        except Exception as exc:  # noqa: BLE001 - NATS away: ask again next round
-            log.debug("%s: intent queue not read: %s", slot[1], exc)
-            return
-        if entries.get(slot) != entry:
-            return  # a fact was folded meanwhile: ask again next round if need be
-        if queued is not None and messages.is_inflight(queued.data, entry):
-            await self.fold(slot, Working(entry.inflight, now))  # queued: not lost
-            return
-        if batch is not None and self.batches is not None:
-            self.batches.forget(slot)  # carried out or lost: its own subject from now on
-        if unread:
-            return  # answered: the fact is on its way to us
-        log.warning(
-            "%s: no outcome of its intent for %.0fs and it is not queued: sending again",
-            slot[1],
-            now - entry.inflight_at,
-        )
-        self.state.counters["resent"] += 1
-        await self.fold(slot, Resend())
-
-    async def _fact_unread(self, slot: Slot) -> bool:
-        """Whether the object has a fact on the bus this planner has not folded yet. An applier
-        publishes its fact *before* it acks the intent, and the ack takes the intent off the
-        queue at once: an intent just carried out is no longer queued while its fact still
-        waits in our follower. Read after the queue, so such a fact is always seen here."""
-        for stream, kind in ((bus.APPLIED, "applied"), (bus.OUTCOMES, "outcome")):
-            last = await bus.last_message(self.js, stream, object_subject(kind, *slot))
-            if last is not None and (last.seq or 0) > self.state.read_up_to.get(stream, 0):
-                return True
-        return await self._in_unread_report(slot)
-
-    async def _in_unread_report(self, slot: Slot) -> bool:
-        """Whether an applier's report this planner has not folded yet names the object (issue
-        44: applied facts travel in reports, not on the object's subject). The unread tail is
-        what the planner's follower is about to deliver: short, read by direct gets; past
-        ``UNREAD_REPORTS`` of them the fact is taken to be among them (asked again next round)."""
-        subjects = batch_filter("applied", slot[0])
-        seq = self.state.read_up_to.get(bus.APPLIED, 0) + 1
-        for _ in range(UNREAD_REPORTS):
-            got = await bus.next_message(self.js, bus.APPLIED, subjects, seq)
-            if got is None or got.seq is None:
-                return False
-            try:
-                if any(
-                    ap.key == slot[1] for ap in applied_events(got.subject or "", got.data or b"")
-                ):
-                    return True
-            except WireError:
-                pass  # the planner reports it when its follower delivers it
-            seq = got.seq + 1
-        return True
+            st.counters["resent"] += 1
+            await self.send_again(slot, unqueued=unqueued)
 
     # --- intents pending --------------------------------------------------------------------
 
