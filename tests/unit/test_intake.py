@@ -9,7 +9,7 @@ import pytest
 from schemas.messages import Bundle, BundleOptions
 from services.core.manifest import ManifestError, bundle_kinds
 from services.core.scope import Scopes
-from services.planner.rule.revision import checked_revision
+from services.planner.rule.revision import CHECK_STEP, checked_revision, checking
 
 
 def _cm(name: str) -> dict[str, Any]:
@@ -67,3 +67,22 @@ def test_a_revision_whose_kinds_differ_from_its_manifests_is_refused(
             checked_revision(_bundle(manifests, kinds), manifests, Scopes())
     else:
         assert len(checked_revision(_bundle(manifests, kinds), manifests, Scopes())) == 2
+
+
+def test_a_revision_is_checked_in_steps_with_the_same_result() -> None:
+    """The planner lets its event loop run between steps (``checking``): 100,000 objects
+    checked at once held it past its heartbeat timeout."""
+    manifests = [_cm(f"c{i}") for i in range(2 * CHECK_STEP + 5)]
+    bundle = _bundle(manifests, ["v1/ConfigMap"])
+    steps = checking(bundle, manifests, Scopes())
+    paused = 0
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            value = done.value
+            break
+        paused += 1
+    assert paused == 2
+    assert value == checked_revision(bundle, manifests, Scopes())
+    assert len(value) == len(manifests)

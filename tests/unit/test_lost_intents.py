@@ -25,6 +25,7 @@ OTHER_BATCH = batch_subject("intent", "c", "b2")
         pytest.param(BATCH, {BATCH}, set(), Verdict.QUEUED, id="its-batch-is-queued"),
         pytest.param(BATCH, {BATCH, OWN}, set(), Verdict.QUEUED, id="batch-first"),
         pytest.param(None, {OWN}, set(), Verdict.ASK, id="alone-on-its-subject: read-it"),
+        pytest.param(None, {OWN}, set(), Verdict.QUEUED, id="alone-landed: queued-is-it"),
         pytest.param(BATCH, {OTHER_BATCH, OWN}, set(), Verdict.ASK, id="batch-gone-own-queued"),
         pytest.param(BATCH, {OTHER_BATCH}, {KEY}, Verdict.ANSWERED, id="its-fact-is-unread"),
         pytest.param(None, set(), None, Verdict.ANSWERED, id="followers-behind: wait"),
@@ -33,10 +34,37 @@ OTHER_BATCH = batch_subject("intent", "c", "b2")
     ],
 )
 def test_verdict(
-    batch: str | None, queued: set[str], unread: set[ObjectKey] | None, expected: Verdict
+    request: pytest.FixtureRequest,
+    batch: str | None,
+    queued: set[str],
+    unread: set[ObjectKey] | None,
+    expected: Verdict,
 ) -> None:
     look = Look(frozenset(queued), None if unread is None else frozenset(unread))
-    assert verdict(KEY, batch, OWN, look) is expected
+    doubtful = "landed" not in request.node.callspec.id
+    assert verdict(KEY, batch, OWN, look, doubtful=doubtful) is expected
+
+
+async def test_an_intent_sent_alone_is_doubtful_only_if_it_did_not_land() -> None:
+    """What waits on an object's subject is its latest intent unless that one failed to land
+    (then it may be an older one): only those are read, not 40,000 queued single intents."""
+    b = IntentBatches(_Publisher(), cluster="c", planner_id="p1")  # type: ignore[arg-type]
+    slot = ("c", KEY)
+
+    async def landed() -> None:
+        return None
+
+    async def failed() -> None:
+        raise TimeoutError("no ack")
+
+    for outcome, doubtful in ((failed, True), (landed, False), (failed, True)):
+        task = asyncio.ensure_future(outcome())
+        b.sent_alone(slot, task)
+        await asyncio.gather(task, return_exceptions=True)
+        await asyncio.sleep(0)
+        assert (slot in b.doubtful) is doubtful
+    b.forget(slot)  # its fact came: nothing to doubt
+    assert slot not in b.doubtful
 
 
 def test_alone_keeps_the_subjects_of_single_intents_only() -> None:

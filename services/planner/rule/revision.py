@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import re
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from typing import Any
 
 import msgspec
@@ -155,6 +155,24 @@ def checked_revision(
     bad one: a revision with one bad object is refused whole (applying the rest would prune
     the bad one's live object), and so is an empty one unless the publisher says so. ``plan``
     gets each object's stage and the hooks (hooks driftbus does not run are left out)."""
+    steps = checking(bundle, manifests, scopes, plan)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+
+CHECK_STEP = 256
+"""Objects ``checking`` checks between two pauses."""
+
+
+def checking(
+    bundle: Bundle, manifests: Sequence[Any], scopes: Scopes, plan: Plan | None = None
+) -> Generator[None, None, list[tuple[Slot, bytes, bytes]]]:
+    """``checked_revision`` in steps of ``CHECK_STEP`` objects: a planner lets its event loop
+    run between them (100,000 objects are seconds of work, and a loop held that long misses its
+    heartbeats and loses its claim). Its value is ``checked_revision``'s."""
     plan = plan if plan is not None else Plan()
     if bundle.delete and manifests:
         raise ManifestError("a deletion carries no manifests")
@@ -171,6 +189,8 @@ def checked_revision(
     scope_unknown = 0
     seen: dict[ObjectKey, int] = {}
     for i, raw in enumerate(manifests):
+        if i % CHECK_STEP == CHECK_STEP - 1:
+            yield
         where_i = f"manifests[{i}]"
         try:
             hook = hook_or_error(raw, where_i)

@@ -39,10 +39,10 @@ from services.planner.memory.codebook import Codebook
 from services.planner.rule import holds, limits, messages, takeover
 from services.planner.rule.decide import DELETE_INFLIGHT, Desired, Event, Release
 from services.planner.rule.entry import Slot
-from services.planner.rule.revision import BundleView, Plan, checked_revision, fenced
+from services.planner.rule.revision import BundleView, Plan, checking, fenced
 from services.planner.shell.fencing import PlacementFence
 from services.planner.shell.manifests import ManifestCache
-from services.planner.shell.sending import pace
+from services.planner.shell.sending import pace, stepped
 from services.planner.shell.status_board import StatusBoard
 from services.planner.status.report import refused_status
 from services.revisions.publish import BundleError
@@ -209,7 +209,7 @@ class BundleIntake:
             # CRD claiming a kind others use) changes nothing of what the planner believes
             scopes = self.state.scopes.for_revision(manifests)
             plan = Plan()
-            desired = checked_revision(bundle, manifests, scopes, plan)
+            desired = await stepped(checking(bundle, manifests, scopes, plan))
             keys = (slot[1] for slot, *_ in desired)
             limits.check(bundle, keys, scopes, self.state.tenancy.policy)
             self._check_dependencies(bundle)

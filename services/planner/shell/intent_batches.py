@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Final
+from typing import Any, Final
 
 from schemas.codec import encode
 from schemas.messages import ApplyIntent, IntentBatch
@@ -69,8 +69,11 @@ async def queued_alone(js: bus.JetStream, cluster: str) -> Lone:
     apply batched must not overtake an older intent of its object queued alone (a newer single
     one would replace it). Queued batches of an earlier claim do not count: their fencing
     token is older, and appliers drop them."""
-    queued = await queued_subjects(js, cluster)
-    return None if queued is None else alone(queued)
+    for attempt in range(3):  # unknown, every intent of the go-live goes alone: ask again
+        if (queued := await queued_subjects(js, cluster)) is not None:
+            return alone(queued)
+        await asyncio.sleep(attempt + 1)
+    return None
 
 
 def none_alone(slot: Slot, lone: Lone) -> bool:
@@ -114,6 +117,9 @@ class IntentBatches:
         """The subject of the batch that carries each object's latest batched intent."""
         self.landing: set[str] = set()
         """Subjects of the batches sent and not yet durable: not on the queue, not lost."""
+        self.doubtful: set[Slot] = set()
+        """Objects whose latest intent sent alone did not land: what is queued on their subject
+        may be an older one (the lost-intent check reads it). Any other's is its latest."""
         self._waiting: list[tuple[Slot, ApplyIntent, dict[str, str], int]] = []
         self._bytes = 0
         self._timer: asyncio.TimerHandle | None = None
@@ -154,6 +160,19 @@ class IntentBatches:
     def forget(self, slot: Slot) -> None:
         """The object's batched intent is settled (or superseded): nothing to look up."""
         self.queued_in.pop(slot, None)
+        self.doubtful.discard(slot)
+
+    def sent_alone(self, slot: Slot, durable: asyncio.Future[Any]) -> None:
+        """An intent of the object went alone on its subject; ``durable`` resolves once it
+        landed (or raises: then an older one may be what waits there)."""
+
+        def landed(task: asyncio.Future[Any]) -> None:
+            if task.cancelled() or task.exception() is not None:
+                self.doubtful.add(slot)
+            else:
+                self.doubtful.discard(slot)
+
+        durable.add_done_callback(landed)
 
     def flush(self) -> None:
         """Publish what waits, now."""

@@ -49,23 +49,27 @@ class Look:
 
 class Verdict(enum.Enum):
     QUEUED = "queued"
-    """Its batch is still queued: it is not lost; its clock starts again."""
+    """Still queued (its batch, or itself on its subject): not lost; its clock starts again."""
     ASK = "ask"
-    """An intent is queued on its own subject: read it to see whether it is this one."""
+    """An intent is queued on its own subject, maybe an older one: read it."""
     ANSWERED = "answered"
     """Not queued, but its fact waits in the planner's followers."""
     LOST = "lost"
     """Neither queued nor answered: send it again."""
 
 
-def verdict(key: ObjectKey, batch: str | None, own_subject: str, look: Look) -> Verdict:
+def verdict(
+    key: ObjectKey, batch: str | None, own_subject: str, look: Look, *, doubtful: bool = True
+) -> Verdict:
     """What became of an object's overdue intent: ``batch`` the subject of the batch that
-    carried it (None: sent alone, or not known since a rebuild), ``own_subject`` the object's
-    intent subject."""
+    carried it (None: sent alone), ``own_subject`` the object's intent subject; ``doubtful``:
+    what waits on that subject may be an older intent (its latest one sent alone did not
+    land, or nobody kept count): it is read. Otherwise the stream keeps the newest per
+    subject, and the newest is the planner's latest."""
     if batch is not None and batch in look.queued:
         return Verdict.QUEUED
     if own_subject in look.queued:
-        return Verdict.ASK
+        return Verdict.ASK if doubtful else Verdict.QUEUED
     if look.unread is None or key in look.unread:
         return Verdict.ANSWERED
     return Verdict.LOST

@@ -152,7 +152,8 @@ class Duties:
             own = object_subject("intent", *slot)
             batch = queued_in.get(slot)
             unqueued = True
-            match lost_intents.verdict(slot[1], batch, own, seen):
+            doubtful = self.batches is None or slot in self.batches.doubtful
+            match lost_intents.verdict(slot[1], batch, own, seen, doubtful=doubtful):
                 case lost_intents.Verdict.QUEUED:
                     await self.fold(slot, Working(entry.inflight, now))
                     continue

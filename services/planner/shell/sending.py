@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
+from typing import TypeVar
 
 import msgspec
 from opentelemetry import trace
@@ -48,6 +49,7 @@ heartbeat round needs a few turns of the loop (a timer, a request, its reply), a
 count let a slow machine starve it past the lease's timeout (the `memory` benchmark's planner
 lost its claim mid-burst; ``tests/integration/test_lapsed_claim.py``)."""
 _CHECK_EVERY = 16
+T = TypeVar("T")
 _yielded = time.monotonic()
 
 
@@ -74,6 +76,17 @@ async def pace(i: int) -> None:
     if i % _CHECK_EVERY == _CHECK_EVERY - 1 and time.monotonic() - _yielded >= SLICE:
         await asyncio.sleep(0)
         _yielded = time.monotonic()
+
+
+async def stepped(steps: Generator[None, None, T]) -> T:
+    """The value of a pure computation done in steps (``rule.revision.checking``), with the
+    event loop let run between them."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        await asyncio.sleep(0)
 
 
 class Decisions:
@@ -243,9 +256,11 @@ class Decisions:
             return
         if self.batches is not None:
             self.batches.withdraw(slot)  # a batched one not sent yet must not follow this one
-        await self.pub.publish_batched(
+        durable = await self.pub.publish_batched(
             bus.INTENTS, object_subject("intent", *slot), encode(intent), msg_id=msg_id
         )
+        if self.batches is not None:
+            self.batches.sent_alone(slot, durable)
 
     def _batched(self, intent: ApplyIntent | DeleteIntent, batchable: bool) -> bool:
         """Whether ``_intent`` puts ``intent`` in a batch (its test, for the record's path)."""
