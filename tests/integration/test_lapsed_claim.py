@@ -18,6 +18,8 @@ row, because intents of the earlier claim were queued).
 from __future__ import annotations
 
 import asyncio
+import collections
+import dataclasses
 import os
 import signal
 import time
@@ -31,6 +33,7 @@ from bench import natstraffic
 from harness.pipeline import Pipeline, StatusWatch, write_counts, writes_since
 from schemas.subjects import cluster_filter
 from services.common import bus
+from services.controlplane import servers
 
 from ..conftest import unique_name
 from .manifests import cm, namespace_of
@@ -67,11 +70,21 @@ async def _queued_settles(js: Any, least: int) -> int:
     raise AssertionError(f"INTENTS held {last} messages, waited for at least {least}")
 
 
-async def test_a_planner_that_lost_its_claim_with_intents_queued_serves_again_at_once(
-    pipeline: Pipeline, pnc: NATS, measured: Any
-) -> None:
-    ns = unique_name("lapsed")
-    bundle = unique_name("b")
+@dataclasses.dataclass
+class Queued:
+    """A planner that has queued the intents of ``OBJECTS`` ConfigMaps, no applier running."""
+
+    watch: StatusWatch
+    planner: servers.Process
+    js: Any
+    before: collections.Counter[Any]
+    """The API server's writes before the publish."""
+    messages: int
+    """Messages on INTENTS."""
+
+
+async def _intents_queued(pipeline: Pipeline, pnc: NATS, name: str) -> Queued:
+    ns, bundle = unique_name(name), unique_name("b")
     watch = StatusWatch()
     await watch.start(pnc, pipeline.cluster, bundle)
     pipeline.start("watcher")
@@ -81,7 +94,27 @@ async def test_a_planner_that_lost_its_claim_with_intents_queued_serves_again_at
     await pipeline.publish(
         js, bundle, [namespace_of(ns), *(cm(ns, f"c{i}") for i in range(OBJECTS))]
     )
-    queued = await _queued_settles(js, OBJECTS // 32)
+    return Queued(watch, planner, js, before, await _queued_settles(js, OBJECTS // 32))
+
+
+def _planner_messages(
+    pipeline: Pipeline, since: dict[str, natstraffic.Traffic], bound: float
+) -> float:
+    """The planner's NATS messages (both directions) per object since ``since``, asserted to be
+    at most ``bound``."""
+    t = natstraffic.delta(since, natstraffic.by_role(pipeline.nats))["planner"]
+    per_object = (t.sent + t.delivered) / OBJECTS
+    assert per_object <= bound, (
+        f"the planner's {t} NATS messages for {OBJECTS} objects are {per_object:.1f} per object"
+    )
+    return per_object
+
+
+async def test_a_planner_that_lost_its_claim_with_intents_queued_serves_again_at_once(
+    pipeline: Pipeline, pnc: NATS, measured: Any
+) -> None:
+    q = await _intents_queued(pipeline, pnc, "lapsed")
+    planner, js = q.planner, q.js
 
     os.kill(planner.pid, signal.SIGSTOP)  # a long pause: its claim lapses
     try:
@@ -93,21 +126,16 @@ async def test_a_planner_that_lost_its_claim_with_intents_queued_serves_again_at
     resumed = time.monotonic()
     traffic = natstraffic.by_role(pipeline.nats)
     pipeline.start("applier", "applier-0")
-    await watch.ready("r1", READY_WITHIN, pipeline.logs)
+    await q.watch.ready("r1", READY_WITHIN, pipeline.logs)
     took = time.monotonic() - resumed
-    planner_traffic = natstraffic.delta(traffic, natstraffic.by_role(pipeline.nats))["planner"]
+    per_object = _planner_messages(pipeline, traffic, PLANNER_MESSAGES_PER_OBJECT)
 
     log = planner.log_path.read_text(errors="replace")
     assert "deposed" in log, "the freeze did not cost the planner its claim"
-    wrote = writes_since(pipeline.api, before, {"configmaps"})
+    wrote = writes_since(pipeline.api, q.before, {"configmaps"})
     assert wrote == OBJECTS, f"{wrote} ConfigMap writes for {OBJECTS} ConfigMaps"
-    per_object = (planner_traffic.sent + planner_traffic.delivered) / OBJECTS
-    assert per_object <= PLANNER_MESSAGES_PER_OBJECT, (
-        f"the planner's recovery cost {planner_traffic} NATS messages for {OBJECTS} objects "
-        f"({per_object:.1f} per object)"
-    )
     measured(
-        f"planner frozen {FROZEN:.0f}s with {queued} intent messages queued for {OBJECTS} "
+        f"planner frozen {FROZEN:.0f}s with {q.messages} intent messages queued for {OBJECTS} "
         f"objects: claim lost and taken again, Ready {took:.1f}s after it resumed, "
         f"{wrote} writes, planner {per_object:.2f} NATS messages per object; the lease lapsed "
         f"{log.count('lease lapsed')} times (a decision held until it was renewed)"
@@ -122,37 +150,22 @@ async def test_thousands_of_lost_intents_are_sent_again_after_one_look_at_the_qu
     timeout, and finds out which are lost with a few requests for all of them, not per object
     (at 87,348 objects those requests took minutes per round and the round began again)."""
     pipeline.role_env["planner"] = {"DRIFTBUS_INTENT_TIMEOUT": "2"}
-    ns = unique_name("lost")
-    bundle = unique_name("b")
-    watch = StatusWatch()
-    await watch.start(pnc, pipeline.cluster, bundle)
-    pipeline.start("watcher")
-    planner = pipeline.start("planner")
-    js = pnc.jetstream()
-    before = write_counts(pipeline.api)
-    await pipeline.publish(
-        js, bundle, [namespace_of(ns), *(cm(ns, f"c{i}") for i in range(OBJECTS))]
-    )
-    await _queued_settles(js, OBJECTS // 32)
+    q = await _intents_queued(pipeline, pnc, "lost")
+    planner, js = q.planner, q.js
     traffic = natstraffic.by_role(pipeline.nats)
     await js.purge_stream(bus.INTENTS, subject=cluster_filter("intent", pipeline.cluster))
     started = time.monotonic()
     pipeline.start("applier", "applier-0")
-    await watch.ready("r1", READY_WITHIN, pipeline.logs)
+    await q.watch.ready("r1", READY_WITHIN, pipeline.logs)
     took = time.monotonic() - started
-    planner_traffic = natstraffic.delta(traffic, natstraffic.by_role(pipeline.nats))["planner"]
+    per_object = _planner_messages(pipeline, traffic, LOST_MESSAGES_PER_OBJECT)
 
     log = planner.log_path.read_text(errors="replace")
     resent = log.count("sending again")
-    wrote = writes_since(pipeline.api, before, {"configmaps"})
+    wrote = writes_since(pipeline.api, q.before, {"configmaps"})
     assert (wrote, resent) == (OBJECTS, OBJECTS + 1), (
         f"{wrote} ConfigMap writes for {OBJECTS} ConfigMaps; {resent} intents sent again "
         f"of {OBJECTS + 1} lost"
-    )
-    per_object = (planner_traffic.sent + planner_traffic.delivered) / OBJECTS
-    assert per_object <= LOST_MESSAGES_PER_OBJECT, (
-        f"sending {OBJECTS} lost intents again cost the planner {planner_traffic} NATS "
-        f"messages ({per_object:.1f} per object)"
     )
     measured(
         f"{OBJECTS + 1} queued intents lost: all sent again, Ready {took:.1f}s after the "
