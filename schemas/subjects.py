@@ -117,6 +117,13 @@ def batch_subject(kind: str, cluster: str, batch_id: str) -> str:
     )
 
 
+def is_batch_subject(subject: str) -> bool:
+    """Whether a per-object family's subject is a batch's (``batch_subject``) rather than an
+    object's: an object's has four key tokens, and a Job's begins with its group, "batch", too."""
+    parts = subject.split(".")
+    return len(parts) == 5 and parts[3] == BATCH_TOKEN
+
+
 def batch_filter(kind: str, cluster: str) -> str:
     """Every batch subject of one cluster's facts of a family."""
     return f"{PREFIX}.{kind}.{encode_token(cluster)}.{BATCH_TOKEN}.*"
@@ -266,7 +273,7 @@ def parse_subject(subject: str) -> ParsedSubject:
         return ParsedSubject(family, cluster, bundle=_bundle_of(*rest))
     if family == "decision" and len(rest) == 3 and rest[0] == BATCH_TOKEN:
         return ParsedSubject(family, cluster)  # a shelf's batch: its records name their objects
-    if family in _OBJECT_STREAMS and len(rest) == 2 and rest[0] == BATCH_TOKEN:
+    if family in _OBJECT_STREAMS and is_batch_subject(subject):
         return ParsedSubject(family, cluster)  # a batch: its messages name their objects
     if family in _OBJECT_STREAMS:
         return ParsedSubject(family, cluster, key=parse_key_tokens(rest))

@@ -27,7 +27,7 @@ from typing import Any, Final
 
 from schemas.codec import encode
 from schemas.messages import ApplyIntent, IntentBatch
-from schemas.subjects import BATCH_TOKEN, batch_subject, cluster_filter, object_subject
+from schemas.subjects import batch_subject, cluster_filter, is_batch_subject, object_subject
 from services.common import bus
 from services.planner.rule.entry import Slot
 from services.planner.settings import PlannerSettings
@@ -69,10 +69,11 @@ async def queued_alone(js: bus.JetStream, cluster: str) -> Lone:
     apply batched must not overtake an older intent of its object queued alone (a newer single
     one would replace it). Queued batches of an earlier claim do not count: their fencing
     token is older, and appliers drop them."""
-    for attempt in range(3):  # unknown, every intent of the go-live goes alone: ask again
+    for attempt in range(1, 4):  # unknown, every intent of the go-live goes alone: ask again
         if (queued := await queued_subjects(js, cluster)) is not None:
             return alone(queued)
-        await asyncio.sleep(attempt + 1)
+        if attempt < 3:
+            await asyncio.sleep(attempt)
     return None
 
 
@@ -83,13 +84,7 @@ def none_alone(slot: Slot, lone: Lone) -> bool:
 
 def alone(subjects: frozenset[str]) -> frozenset[str]:
     """The subjects of single intents among ``subjects`` (an object's own, not a batch's)."""
-    return frozenset(s for s in subjects if not _is_batch(s.split(".")))
-
-
-def _is_batch(parts: list[str]) -> bool:
-    # <prefix>.intent.<c>.batch.<id>; an object's subject has four key tokens, and a Job's
-    # begins with its group, "batch", too
-    return len(parts) == 5 and parts[3] == BATCH_TOKEN
+    return frozenset(s for s in subjects if not is_batch_subject(s))
 
 
 class IntentBatches:
