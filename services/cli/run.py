@@ -24,7 +24,7 @@ from typing import Any
 import uvloop
 
 from services.applier.settings import ApplierSettings
-from services.common import logs, settings
+from services.common import logs, settings, stalls
 from services.planner.settings import PlannerSettings
 from services.source.settings import SourceSettings
 from services.watcher.settings import WatcherSettings
@@ -120,6 +120,8 @@ async def _until_signal(service: Service, config: Any) -> int:
     stopping = asyncio.Event()
     kwargs = {"stopping": stopping} if service.drains else {}
     task = asyncio.create_task(service.run(config, **kwargs))
+    # where the loop is held, when DRIFTBUS_STALL_REPORT asks (``common.stalls``)
+    watches = [asyncio.create_task(watch.run()) for watch in stalls.watched()]
 
     signals = 0
 
@@ -144,6 +146,8 @@ async def _until_signal(service: Service, config: Any) -> int:
         loop.add_signal_handler(sig, stop)
     with contextlib.suppress(asyncio.CancelledError):
         await task
+    for watch in watches:
+        watch.cancel()
     return 0
 
 

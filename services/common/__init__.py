@@ -9,6 +9,8 @@ A process:
   variable, help and docs.
 - ``logs`` — structured logs: one JSON object per line on stderr.
 - ``telemetry`` — metrics, traces and the health endpoints.
+- ``stalls`` — where the event loop is held: a thread names the code holding it
+  (``DRIFTBUS_STALL_REPORT``).
 - ``heap`` — freed heap memory handed back to the system after a burst of allocations.
 - ``binaries`` — where the binaries driftbus runs are found (servers, kubectl, helm, sops).
 

@@ -166,3 +166,59 @@ def test_an_entry_written_back_unchanged_keeps_its_record_and_a_changed_one_is_p
     store[slot] = gone  # deleted since it was read: stored again, and counted
     assert store[slot] == gone
     assert len(store) == 1
+
+
+_OBJECTS = [ObjectKey("", "ConfigMap", ns, n) for ns in ("a", "b") for n in ("x", "y", "z")]
+_WRITES = st.lists(
+    st.tuples(st.sampled_from(_OBJECTS), st.one_of(st.none(), entries), st.floats(0, 3e9)),
+    max_size=40,
+)
+
+
+@given(_WRITES)
+def test_the_inflight_index_follows_every_write(
+    writes: list[tuple[ObjectKey, Entry | None, float]],
+) -> None:
+    """Whatever is written, deleted or kept in flight, the index says what a scan of every
+    record says: which objects are in flight, since when, and how many."""
+    store = EntryStore()
+    for key, entry, at in writes:
+        slot = ("c", key)
+        if entry is None:
+            if slot in store:
+                del store[slot]
+            continue
+        store[slot] = msgspec.structs.replace(entry, key=key)
+        before = store[slot]
+        kept = store.still_inflight(slot, at)
+        assert kept == (before.inflight is not None)
+        after = store[slot]
+        # only inflight_at moves, and only forward, as ``decide``'s Working does
+        assert after == msgspec.structs.replace(
+            before, inflight_at=max(before.inflight_at, at) if kept else before.inflight_at
+        )
+    scanned = {slot: e.inflight_at for slot, e in store.items() if e.inflight is not None}
+    assert store.inflight == len(scanned)
+    for cut in (0.0, 1e9, 4e9):
+        assert sorted(store.overdue(cut)) == sorted(s for s, at in scanned.items() if at < cut)
+
+
+def test_a_frozen_cluster_reads_as_it_was_while_the_store_changes_on() -> None:
+    """A checkpoint taken in steps reads the records as they were when it began: later writes,
+    deletions and a sweep that hands the old revision's string id to a new one change nothing
+    of it, and other clusters are not in it."""
+    store = EntryStore()
+    keys = [ObjectKey("", "ConfigMap", "ns", f"cm-{i}") for i in range(3)]
+    for k in keys:
+        store["c", k] = Entry(k, bundle="b", revision="r-old", manifest_sha=M)
+    store["other", keys[0]] = Entry(keys[0], bundle="b", revision="r-old")
+    before = {k: store["c", k] for k in keys}
+    frozen = store.frozen("c")
+    del store["c", keys[0]], store["other", keys[0]]
+    store["c", keys[2]] = msgspec.structs.replace(
+        before[keys[2]], revision="r-new", inflight=M, inflight_at=5.0
+    )
+    for i in range(2000):  # "r-old" is used by no record now: a sweep gives its id to another
+        store["c", keys[1]] = Entry(keys[1], bundle="b", revision=f"r-{i}", manifest_sha=A)
+    assert len(frozen) == 3
+    assert dict(frozen.items()) == before

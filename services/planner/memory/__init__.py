@@ -1,6 +1,8 @@
 """What the planner holds, and as little of it as it can (pure; by this folder).
 
 - ``store`` — the SHA cache, packed: one ``bytes`` record per object instead of an ``Entry``.
+- ``record`` — one object's packed record: its layout, and what is read from its header.
+- ``inflight`` — ``InflightIndex``: which objects have an intent in flight, and since when.
 - ``interned`` — the strings its records repeat (bundles, revisions) as small ids.
 - ``codebook`` — desired manifests deflated against a dictionary drawn from their revision.
 - ``manifests`` — ``Kept``: values by key within a byte budget, the least recently used dropped

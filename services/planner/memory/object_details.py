@@ -9,6 +9,7 @@ nothing left to say, so objects neither desired nor live nor failing cost nothin
 from __future__ import annotations
 
 from schemas.messages import Health, OutcomeEvent
+from schemas.subjects import ObjectKey
 from services.planner.memory.codebook import Codebook
 from services.planner.rule.entry import Slot
 
@@ -76,6 +77,15 @@ class Details:
         if d is None:
             return None, "", None
         return d.health, d.health_message, d.outcome
+
+    def kept(self, cluster: str) -> dict[ObjectKey, tuple[Health | None, str, OutcomeEvent | None]]:
+        """``from_facts`` of each object of ``cluster`` that has something, as it is now (a copy:
+        a checkpoint taken in steps reads it while the records change on)."""
+        return {
+            slot[1]: (d.health, d.health_message, d.outcome)
+            for slot, d in self._of.items()
+            if slot[0] == cluster and (d.health is not None or d.outcome is not None)
+        }
 
     # --- writing --------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ import contextlib
 import dataclasses
 import datetime as dt
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import msgspec
 
@@ -123,6 +123,17 @@ def said(e: Entry) -> Entry:
     return e
 
 
+def objects_of(
+    entries: Iterable[tuple[ObjectKey, Entry]], kept: Callable[[ObjectKey], Kept] | None = None
+) -> Iterator[CheckpointObject]:
+    """What a checkpoint keeps of each entry (and beside it, ``kept``): none of an object no fact
+    has spoken of yet."""
+    for k, e in entries:
+        o = to_object(k, e, kept(k) if kept else NOTHING_KEPT)
+        if msgspec.structs.astuple(o)[4:] != _NOTHING:
+            yield o
+
+
 def parts(
     cluster: str,
     entries: Iterable[tuple[ObjectKey, Entry]],
@@ -136,14 +147,26 @@ def parts(
     """The messages of one checkpoint, as (subject, payload), in the order to publish them:
     part 0 last, so that a reader who sees it sees the others of its generation too.
     ``kept``: what the facts left beside each object's entry (none when not given)."""
-    objects = [
-        o
-        for k, e in entries
-        if msgspec.structs.astuple(o := to_object(k, e, kept(k) if kept else NOTHING_KEPT))[4:]
-        != _NOTHING
-    ]
+    objects = list(objects_of(entries, kept))
+    return split(
+        cluster, objects, read_up_to, now=now, generation=generation, part_bytes=part_bytes
+    )
+
+
+def split(
+    cluster: str,
+    objects: list[CheckpointObject],
+    read_up_to: Mapping[str, int],
+    *,
+    now: dt.datetime,
+    generation: str | None = None,
+    part_bytes: int = PART_BYTES,
+    count: int = 1,
+) -> list[tuple[str, bytes]]:
+    """``parts`` of the ``objects`` already taken (``objects_of``); ``count``: the parts to
+    try first (the last checkpoint's: each try deflates everything)."""
     generation = generation or uuid.uuid4().hex
-    count = 1
+    count = max(1, count)
     while True:
         size = -(-len(objects) // count) if objects else 0
         chunks = [objects[i : i + size] for i in range(0, len(objects), size)] if size else [[]]

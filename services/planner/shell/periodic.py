@@ -4,13 +4,14 @@ intents sent again, the intents pending, the bundle status tick, and the sync wi
 
 Each duty runs once per call, in the cluster's run loop between two of its messages, when its
 alarm rings (``shell.alarms``: one ``call_at`` handle per duty, set only when there is work) or
-when the hub says the members' heartbeats changed. They change an entry only through ``fold``.
+when the hub says the members' heartbeats changed. They change an entry only through ``fold``,
+except an intent found still queued: its wait starts again in the store's header alone
+(``EntryStore.still_inflight``, what ``decide``'s ``Working`` does).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
@@ -22,7 +23,6 @@ from services.common import bus
 from services.core.manifest import apply_order
 from services.planner.memory.cluster import ClusterState
 from services.planner.rule import messages
-from services.planner.rule.decide import Working
 from services.planner.rule.entry import Slot
 from services.planner.settings import PlannerSettings
 from services.planner.shell import lost_intents
@@ -119,7 +119,7 @@ class Duties:
 
     def inflight(self) -> bool:
         """Whether an intent of the cluster is in flight (stops at the first one)."""
-        return next(self.state.entries.overdue(math.inf), None) is not None
+        return self.state.entries.inflight > 0
 
     async def resend(self, backlog: int) -> None:
         """Send again what got no word for ``intent_timeout`` and is no longer queued
@@ -129,7 +129,7 @@ class Duties:
         timeout = self.s.intent_timeout
         if self.state.live and backlog <= 100:
             now = time.time()
-            overdue = list(self.state.entries.overdue(now - timeout))
+            overdue = self.state.entries.overdue(now - timeout)
             if overdue:
                 await self._resend(overdue, now)
         if self.inflight():
@@ -146,17 +146,20 @@ class Duties:
         overdue.sort(key=lambda s: apply_order(s[1]))
         for i, slot in enumerate(overdue):
             await pace(i)
+            own = object_subject("intent", *slot)
+            batch = queued_in.get(slot)
+            doubtful = self.batches is None or slot in self.batches.doubtful
+            verdict = lost_intents.verdict(slot[1], batch, own, seen, doubtful=doubtful)
+            if verdict is lost_intents.Verdict.QUEUED:
+                # still on its way: waits another timeout, in the record's header alone (most
+                # of a queue being drained is this; a fold each was a quarter of the planner)
+                st.entries.still_inflight(slot, now)
+                continue
             entry = st.entries.get(slot)
             if entry is None or entry.inflight is None:
                 continue
-            own = object_subject("intent", *slot)
-            batch = queued_in.get(slot)
             unqueued = True
-            doubtful = self.batches is None or slot in self.batches.doubtful
-            match lost_intents.verdict(slot[1], batch, own, seen, doubtful=doubtful):
-                case lost_intents.Verdict.QUEUED:
-                    await self.fold(slot, Working(entry.inflight, now))
-                    continue
+            match verdict:
                 case lost_intents.Verdict.ASK:
                     try:
                         queued = await bus.last_message(self.js, bus.INTENTS, own)
@@ -168,7 +171,7 @@ class Duties:
                         # unread tail read: ask again next round
                         continue
                     if messages.is_inflight(queued.data, entry):
-                        await self.fold(slot, Working(entry.inflight, now))
+                        st.entries.still_inflight(slot, now)
                         continue
                     if seen.unread is None or slot[1] in seen.unread:
                         continue
@@ -197,7 +200,7 @@ class Duties:
             return
         # the objects with an intent in flight: exact however the intents travel (a batch of 32
         # is one message on the consumer, issue 44), and no request to NATS
-        self.pending = sum(1 for _ in self.state.entries.overdue(math.inf))
+        self.pending = self.state.entries.inflight
         if self.inflight() or self.pending:
             self.alarms.set("pending", self.s.stats_interval / 6)
 

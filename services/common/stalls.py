@@ -1,0 +1,119 @@
+"""Where a process's event loop is held: a thread that names the code holding it.
+
+A planner whose loop is held longer than its heartbeat timeout loses its lease (issue 44's
+``memory`` bench, 100,000 objects). asyncio's debug mode says which task step was slow, not
+where inside it, and a sampling profiler says where the time goes, not which of it came in one
+piece. This watch does the second half: a thread samples the loop thread's stack while the loop
+has not turned for ``threshold`` seconds, and when it turns again logs how long it was held and
+the code it was held in (the most frequent stacks of the samples, driftbus's own frames only).
+
+Off unless ``DRIFTBUS_STALL_REPORT`` is a number of seconds (the benches set it). Costs a thread
+waking every ``threshold / 4`` and a loop callback as often; nothing while the loop turns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from types import FrameType
+
+log = logging.getLogger("driftbus.stalls")
+
+ENV = "DRIFTBUS_STALL_REPORT"
+OURS = ("services", "schemas")
+"""Packages whose frames name a stall (the rest is the library or the interpreter under it)."""
+DEPTH = 6
+"""Frames kept of each sample, innermost first."""
+SHOWN = 3
+"""Stacks logged per stall."""
+
+
+def from_environment() -> float | None:
+    """The threshold ``DRIFTBUS_STALL_REPORT`` sets, or None (off, or not a positive number)."""
+    raw = os.environ.get(ENV, "")
+    try:
+        threshold = float(raw)
+    except ValueError:
+        return None
+    return threshold if threshold > 0 else None
+
+
+def our_frames(frame: FrameType | None, packages: tuple[str, ...] = OURS) -> tuple[str, ...]:
+    """The sample's frames in ``packages``, innermost first: ``module:function:line``."""
+    out: list[str] = []
+    while frame is not None and len(out) < DEPTH:
+        module = frame.f_globals.get("__name__", "")
+        if module.split(".", 1)[0] in packages:
+            out.append(f"{module}:{frame.f_code.co_name}:{frame.f_lineno}")
+        frame = frame.f_back
+    return tuple(out)
+
+
+def summary(samples: collections.Counter[tuple[str, ...]]) -> list[dict[str, object]]:
+    """The most frequent stacks of a stall, with their share of its samples."""
+    total = sum(samples.values()) or 1
+    return [
+        {"share": round(n / total, 2), "stack": list(stack)}
+        for stack, n in samples.most_common(SHOWN)
+    ]
+
+
+class StallWatch:
+    """Samples the loop thread while its loop is held; logs each stall when it ends."""
+
+    def __init__(self, threshold: float, packages: tuple[str, ...] = OURS) -> None:
+        self.threshold = threshold
+        self.packages = packages
+        self._beat = time.monotonic()
+        self._loop_thread = threading.get_ident()
+        self._stop = threading.Event()
+        self.stalls = 0
+
+    async def run(self) -> None:
+        """The loop's side: stamp the time on every turn of ``threshold / 4``."""
+        thread = threading.Thread(target=self._watch, name="stall-watch", daemon=True)
+        thread.start()
+        try:
+            while True:
+                self._beat = time.monotonic()
+                await asyncio.sleep(self.threshold / 4)
+        finally:
+            self._stop.set()
+
+    def _watch(self) -> None:
+        interval = min(0.02, self.threshold / 4)
+        samples: collections.Counter[tuple[str, ...]] = collections.Counter()
+        held_since: float | None = None
+        while not self._stop.wait(interval):
+            beat = self._beat
+            held = time.monotonic() - beat
+            if held > self.threshold:
+                held_since = beat
+                frame = sys._current_frames().get(self._loop_thread)
+                samples[our_frames(frame, self.packages)] += 1
+            elif held_since is not None:
+                # the beats around the stall are one sleep apart, plus the stall
+                self._report(beat - held_since - self.threshold / 4, samples)
+                samples = collections.Counter()
+                held_since = None
+
+    def _report(self, held: float, samples: collections.Counter[tuple[str, ...]]) -> None:
+        self.stalls += 1
+        log.warning(
+            "the event loop was held %.2fs",
+            held,
+            extra={"held_s": round(held, 3), "where": summary(samples)},
+        )
+
+
+def watched() -> Iterator[StallWatch]:
+    """A watch for this process if ``DRIFTBUS_STALL_REPORT`` asks for one."""
+    threshold = from_environment()
+    if threshold is not None:
+        yield StallWatch(threshold)

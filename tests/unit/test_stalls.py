@@ -1,0 +1,55 @@
+"""The stall watch names the code that holds the event loop, and says nothing while it turns."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+
+import pytest
+
+from services.common import stalls
+
+
+def _hold_the_loop(seconds: float) -> None:
+    time.sleep(seconds)  # a step that never yields
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"), [("", None), ("0", None), ("-1", None), ("x", None), ("0.2", 0.2)]
+)
+def test_threshold_from_environment(
+    monkeypatch: pytest.MonkeyPatch, raw: str, expected: float | None
+) -> None:
+    monkeypatch.setenv(stalls.ENV, raw)
+    assert stalls.from_environment() == expected
+    assert len(list(stalls.watched())) == (expected is not None)
+
+
+def test_summary_shares_most_frequent_first() -> None:
+    samples = collections.Counter({("a:f:1",): 3, ("b:g:2",): 1})
+    assert stalls.summary(samples) == [
+        {"share": 0.75, "stack": ["a:f:1"]},
+        {"share": 0.25, "stack": ["b:g:2"]},
+    ]
+
+
+def test_a_held_loop_is_reported_with_its_code(caplog: pytest.LogCaptureFixture) -> None:
+    watch = stalls.StallWatch(0.1, packages=(*stalls.OURS, "tests"))
+
+    async def main() -> None:
+        task = asyncio.create_task(watch.run())
+        await asyncio.sleep(0.3)  # turning: no stall
+        assert watch.stalls == 0
+        _hold_the_loop(0.5)
+        await asyncio.sleep(0.3)  # the watch sees it turn again
+        task.cancel()
+
+    with caplog.at_level(logging.WARNING, logger="driftbus.stalls"):
+        asyncio.run(main())
+    assert watch.stalls == 1
+    (record,) = caplog.records
+    assert 0.3 < record.held_s < 0.8  # type: ignore[attr-defined]
+    top = record.where[0]  # type: ignore[attr-defined]
+    assert top["stack"][0].startswith("tests.unit.test_stalls:_hold_the_loop:")
