@@ -16,6 +16,7 @@ from services.planner.memory.store import EntryStore
 from services.planner.rule.decide import DELETE_INFLIGHT, Entry
 from services.planner.rule.entry import Slot
 from services.planner.rule.revision import BundleView
+from services.planner.status import ledger as ledger_module
 from services.planner.status.ledger import Ledger
 from services.planner.status.report import bundle_status
 from services.planner.status.tally import Known, tally
@@ -110,6 +111,23 @@ def change(rng: random.Random, entries: EntryStore, details: Details, views: dic
         view.keys.discard(key)  # taken over by another bundle
 
 
+def object_change(rng: random.Random, entries: EntryStore, details: Details) -> None:
+    """A change of one object only: its entry, its health, the applier's word."""
+    key = rng.choice(KEYS)
+    slot: Slot = (C, key)
+    r = rng.random()
+    if r < 0.5:
+        entries[slot] = random_entry(rng, key)
+    elif r < 0.6 and slot in entries:
+        del entries[slot]
+    elif r < 0.75:
+        details.set_health(slot, rng.choice(list(Health)), rng.choice(["", "why"]))
+    elif r < 0.85:
+        details.drop_health(slot)
+    else:
+        details.set_outcome(slot, outcome(rng, key))
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_the_ledger_counts_what_a_count_from_scratch_counts(seed: int) -> None:
     rng = random.Random(seed)
@@ -150,3 +168,26 @@ def test_a_replaced_store_is_counted_anew() -> None:
     assert bundle_status(st, view, ledger).phase is BundlePhase.READY
     st.entries = EntryStore()  # e.g. a take-over of the cluster rebuilt from the streams
     assert bundle_status(st, view, ledger).counts.applied == 0
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_ledger_caught_up_in_steps_counts_what_a_count_from_scratch_counts(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The status board catches the ledger up in steps (``preparing``), and objects change
+    between the steps (another task folds, the hub marks): the tally after them is still the
+    count from scratch."""
+    monkeypatch.setattr(ledger_module, "STEP", 1)
+    rng = random.Random(seed)
+    entries, details = EntryStore(), Details()
+    views = {(C, name): random_view(rng, name) for name in BUNDLES}
+    ledger = Ledger()
+    known = Known(entries, details, [], True, lambda slot, view: "")
+    for _ in range(40):
+        for _ in range(rng.randrange(1, 12)):
+            change(rng, entries, details, views)
+        view = rng.choice(list(views.values()))
+        for _ in ledger.preparing(view, known, views):
+            if rng.random() < 0.5:  # objects change between two steps, the views do not
+                object_change(rng, entries, details)
+        assert ledger.tally(view, known, views) == tally(view, known), view.name

@@ -222,3 +222,20 @@ def test_a_frozen_cluster_reads_as_it_was_while_the_store_changes_on() -> None:
         store["c", keys[1]] = Entry(keys[1], bundle="b", revision=f"r-{i}", manifest_sha=A)
     assert len(frozen) == 3
     assert dict(frozen.items()) == before
+
+
+@given(st.lists(st.tuples(st.sampled_from(_OBJECTS), entries), max_size=20))
+def test_labelled_is_what_a_prune_may_take(writes: list[tuple[ObjectKey, Entry]]) -> None:
+    """The header's prune candidates of a bundle are exactly the live objects carrying its label
+    that no manifest desires: every object ``prune.strays_from`` may take is among them."""
+    store = EntryStore()
+    for key, entry in writes:
+        store["c", key] = msgspec.structs.replace(entry, key=key)
+        store["other", key] = msgspec.structs.replace(entry, key=key)
+    for bundle in ("", "b", "bundle-2", "never-seen"):
+        expected = {
+            slot
+            for slot, e in store.items(cluster="c")
+            if bundle and e.owner_bundle == bundle and e.live and e.manifest_sha is None
+        }
+        assert set(store.labelled("c", bundle)) == expected

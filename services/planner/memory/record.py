@@ -253,3 +253,10 @@ def declaring_id(record: bytes) -> int:
     """The id of the bundle whose revision desires the object (0: none)."""
     flags, bundle = _FLAGS_AND_BUNDLE.unpack_from(record)
     return int(bundle) if flags & _MANIFEST else 0
+
+
+def labelled(record: bytes, owner_id: int) -> bool:
+    """Live, desired by no manifest, carrying the label of the bundle ``owner_id``: what a prune
+    of that bundle looks at (``prune.strays_from`` reads the rest of the entry)."""
+    flags, _, _, owner, _, _, _, server_rv, *_ = _HEADER.unpack_from(record)
+    return owner == owner_id and not flags & (_MANIFEST | _SERVER_DELETED) and server_rv > 0

@@ -155,6 +155,20 @@ class EntryStore:
                 if owner_id := record.stray_of(held):
                     yield (c, ObjectKey(group, kind, namespace, name)), by_id[owner_id]
 
+    def labelled(self, cluster: str, bundle: str) -> list[Slot]:
+        """The live objects of ``cluster`` carrying ``bundle``'s label that no manifest desires
+        (``record.labelled``, header only): a prune unpacks these, not all 100,000."""
+        owner = self._strings.ids.get(bundle) if bundle else None
+        if not owner:
+            return []
+        return [
+            (c, ObjectKey(group, kind, namespace, name))
+            for (c, group, kind, namespace), names in self._groups.items()
+            if c == cluster
+            for name, held in names.items()
+            if record.labelled(held, owner)
+        ]
+
     def overdue(self, before: float) -> list[Slot]:
         """Slots with an intent in flight since before ``before`` (``inflight``: it costs what
         is in flight, not what is known)."""

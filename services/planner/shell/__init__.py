@@ -35,5 +35,7 @@
   unread facts decides for all of them.
 - ``checkpointing`` — the cluster's checkpoint written after a burst of facts (a quiet cluster
   writes none).
+- ``yielding`` — long work let run beside the rest of the event loop: bursts paced by time,
+  pure computations done in steps.
 - ``rollback`` — rollback requests answered by republishing a revision from the bus's history.
 """

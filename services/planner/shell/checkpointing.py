@@ -32,7 +32,7 @@ from services.planner.memory.cluster import ClusterState
 from services.planner.rule import checkpoint, messages
 from services.planner.rule.decide import Desired, restore
 from services.planner.shell.alarms import Alarms
-from services.planner.shell.sending import pace
+from services.planner.shell.yielding import pace
 
 log = logging.getLogger("driftbus.planner")
 

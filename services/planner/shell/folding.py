@@ -35,8 +35,9 @@ from services.planner.rule.entry import Slot
 from services.planner.rule.holds import Hold
 from services.planner.rule.replay import Inputs
 from services.planner.rule.revision import BundleView
-from services.planner.shell.sending import Decisions, may_batch, pace
+from services.planner.shell.sending import Decisions, may_batch
 from services.planner.shell.status_board import StatusBoard
+from services.planner.shell.yielding import pace
 
 log = logging.getLogger("driftbus.planner")
 
@@ -240,9 +241,13 @@ class Folder:
         self.weigh(view)
         if not self.state.may_prune():
             return
-        for i, (slot, entry) in enumerate(list(self.state.entries.items(cluster=view.cluster))):
+        entries = self.state.entries
+        # the candidates from the records' headers: unpacking every entry of a big cluster in
+        # one piece held the event loop for seconds
+        for i, slot in enumerate(entries.labelled(view.cluster, view.name)):
             await pace(i)
-            if prune.strays_from(entry, view):
+            entry = entries.get(slot)
+            if entry is not None and prune.strays_from(entry, view):
                 await self.fold(slot, self.state.removed(slot, view))
 
     async def prune_stray(self, slot: Slot) -> None:

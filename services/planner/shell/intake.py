@@ -42,8 +42,8 @@ from services.planner.rule.entry import Slot
 from services.planner.rule.revision import BundleView, Plan, checking, fenced
 from services.planner.shell.fencing import PlacementFence
 from services.planner.shell.manifests import ManifestCache
-from services.planner.shell.sending import pace, stepped
 from services.planner.shell.status_board import StatusBoard
+from services.planner.shell.yielding import pace, stepped
 from services.planner.status.report import refused_status
 from services.revisions.publish import BundleError
 from services.tenancy.rights import override_refusal

@@ -51,8 +51,9 @@ from services.planner.shell.intake import BundleIntake
 from services.planner.shell.intent_batches import IntentBatches, Lone, none_alone, queued_alone
 from services.planner.shell.periodic import STATUS_REFRESH, Duties
 from services.planner.shell.rollback import RollbackDesk
-from services.planner.shell.sending import Decisions, never_written, pace
+from services.planner.shell.sending import Decisions, never_written
 from services.planner.shell.status_board import StatusBoard
+from services.planner.shell.yielding import pace
 
 log = logging.getLogger("driftbus.planner")
 

@@ -29,8 +29,8 @@ from services.planner.shell import lost_intents
 from services.planner.shell.alarms import Alarms
 from services.planner.shell.intake import BundleIntake, Fold, Prune
 from services.planner.shell.intent_batches import IntentBatches
-from services.planner.shell.sending import pace
 from services.planner.shell.status_board import StatusBoard
+from services.planner.shell.yielding import pace
 
 log = logging.getLogger("driftbus.planner")
 

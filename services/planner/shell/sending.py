@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import Callable, Generator
-from typing import TypeVar
+from collections.abc import Callable
 
 import msgspec
 from opentelemetry import trace
@@ -43,17 +41,6 @@ DRIFT_DETECTED = telemetry.meter.create_counter(
 INTENT_ENVELOPE = 2048
 """Bytes an intent adds to its manifest (its fields, an identity, a trace), counted generously:
 a batch's bound is on the estimate, far below what NATS refuses."""
-SLICE = 0.05
-"""Seconds a burst (a big publish, the go-live) runs between two yields to the event loop: a
-heartbeat round needs a few turns of the loop (a timer, a request, its reply), and yielding by
-count let a slow machine starve it past the lease's timeout (the `memory` benchmark's planner
-lost its claim mid-burst; ``tests/integration/test_lapsed_claim.py``). Not much shorter: each
-yield lets the batches decided so far go, and their decision records with them, a message per
-shelf per moment (10 ms made 0.34 DECISIONS messages per object of a 200-object cold apply
-instead of 0.08)."""
-_CHECK_EVERY = 16
-T = TypeVar("T")
-_yielded = time.monotonic()
 
 
 def never_written(e: Entry) -> bool:
@@ -71,25 +58,6 @@ def may_batch(e: Entry) -> bool:
 
 DRIFT_REASONS = frozenset((DecisionReason.DRIFT, DecisionReason.DELETED))
 """Decisions that correct an object changed or deleted by hand."""
-
-
-async def pace(i: int) -> None:
-    """Yield to the event loop within a burst once it ran ``SLICE`` seconds (item ``i``)."""
-    global _yielded  # one event loop per process: one clock for its bursts
-    if i % _CHECK_EVERY == _CHECK_EVERY - 1 and time.monotonic() - _yielded >= SLICE:
-        await asyncio.sleep(0)
-        _yielded = time.monotonic()
-
-
-async def stepped(steps: Generator[None, None, T]) -> T:
-    """The value of a pure computation done in steps (``rule.revision.checking``), with the
-    event loop let run between them."""
-    while True:
-        try:
-            next(steps)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        await asyncio.sleep(0)
 
 
 class Decisions:

@@ -22,8 +22,9 @@ from schemas.subjects import bundle_status_subject
 from services.common import bus, telemetry
 from services.planner.memory.cluster import ClusterState
 from services.planner.rule import messages
+from services.planner.shell.yielding import stepped
 from services.planner.status.ledger import Ledger
-from services.planner.status.report import bundle_status
+from services.planner.status.report import bundle_status, known_of
 
 log = logging.getLogger("driftbus.planner")
 STATUS_LAG = telemetry.meter.create_histogram(
@@ -100,6 +101,8 @@ class StatusBoard:
             view = self.state.bundles.get(ident)
             if view is None:
                 continue
+            # the ledger caught up in steps first: the status itself then costs its lines
+            await stepped(self.ledger.preparing(view, known_of(self.state), self.state.bundles))
             st = bundle_status(self.state, view, self.ledger)
             self.state.gates.phases[view.name] = st.phase
             fingerprint = (

@@ -28,10 +28,15 @@ from services.planner.status.phase import Tally, bundle_phase, counts, listed
 from services.planner.status.tally import Known
 
 
+def known_of(state: ClusterState) -> Known:
+    """What the tally reads of ``state``."""
+    return Known(state.entries, state.details, state.unserved, state.watcher_synced, state.in_use)
+
+
 def bundle_status(state: ClusterState, view: BundleView, ledger: Ledger) -> BundleStatus:
     """``view``'s status now: counted from ``state`` through ``ledger`` (which must be the one
     that follows ``state``, kept across calls), with its hold and suspension."""
-    known = Known(state.entries, state.details, state.unserved, state.watcher_synced, state.in_use)
+    known = known_of(state)
     hold = state.hold(view.name)
     t = ledger.tally(view, known, state.bundles)
     t.hold = hold.message if hold is not None else ""
