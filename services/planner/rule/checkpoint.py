@@ -16,7 +16,7 @@ import contextlib
 import dataclasses
 import datetime as dt
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 
 import msgspec
 
@@ -205,6 +205,19 @@ def assemble(found: Iterable[CheckpointPart]) -> tuple[dict[str, Checkpoint], di
     """The whole checkpoints among ``found`` (every cluster's last part of each index), and
     per cluster whose checkpoint cannot be used, why (a part missing, parts of two writes, one
     that does not inflate): that cluster is read from the fact streams instead."""
+    steps = assembling(found)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+
+def assembling(
+    found: Iterable[CheckpointPart],
+) -> Generator[None, None, tuple[dict[str, Checkpoint], dict[str, str]]]:
+    """``assemble`` in steps of one part (a few thousand objects): a planner reading back
+    100,000 objects lets its event loop run between them."""
     wholes, unusable = whole(found)
     good: dict[str, Checkpoint] = {}
     for cluster, mine in wholes.items():
@@ -218,6 +231,7 @@ def assemble(found: Iterable[CheckpointPart]) -> tuple[dict[str, Checkpoint], di
                     entries[e.key] = e
                     if o.health or o.outcome:
                         kept[e.key] = kept_of(o)
+                yield
         except CheckpointError as exc:
             unusable[cluster] = str(exc)
             continue

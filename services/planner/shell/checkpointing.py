@@ -160,12 +160,13 @@ class Checkpointer:
                 continue
             self.purged_below[kind] = below - 1
 
-    def restore(self, found: checkpoint.Checkpoint) -> None:
+    async def restore(self, found: checkpoint.Checkpoint) -> None:
         """Start the rebuild from the cluster's checkpoint: its entries and what the facts left
         beside them, as if the facts up to its sequences had been replayed (the replay brings
         only those above them)."""
         st = self.state
-        for key, e in found.entries.items():
+        for i, (key, e) in enumerate(found.entries.items()):
+            await pace(i)  # 100,000 of them: heartbeats go on meanwhile
             slot = (st.cluster, key)
             known = st.entries.get(slot)  # none: the replay puts the checkpoint first
             if known is not None and known.manifest_sha is not None:  # keep what is desired
@@ -175,7 +176,8 @@ class Checkpointer:
                 )  # fmt: skip
                 e = restore(e, desired)
             st.entries[slot] = e
-        for key, (health, message, outcome) in found.kept.items():
+        for i, (key, (health, message, outcome)) in enumerate(found.kept.items()):
+            await pace(i)
             slot = (st.cluster, key)
             if health is not None:
                 st.details.set_health(slot, health, message)

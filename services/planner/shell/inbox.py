@@ -25,6 +25,7 @@ from services.planner.rule import checkpoint
 from services.planner.shell.alarms import Alarms
 from services.planner.shell.budget import Backlog, WorkBudget
 from services.planner.shell.hub import CLUSTER_STREAMS
+from services.planner.shell.yielding import stepped
 
 CAUGHT_UP = "caught up"
 """What the replay puts last: everything before it is the cluster as it was."""
@@ -207,7 +208,7 @@ class Inbox:
         except CheckpointError as exc:
             log.warning("cluster %s: checkpoint not used (%s); replaying its streams", cluster, exc)
             return None
-        good, unusable = checkpoint.assemble(parts)
+        good, unusable = await stepped(checkpoint.assembling(parts))
         found = good.get(cluster)
         if found is None:
             why = unusable.get(cluster, "it names another cluster")

@@ -212,7 +212,7 @@ class Planner:
                 if kind == CAUGHT_UP:
                     await self._go_live()
                 elif kind == CHECKPOINT:
-                    self.checkpoints.restore(msg)
+                    await self.checkpoints.restore(msg)
                 elif kind in DUTIES:
                     await self._duty(kind)
                 else:
