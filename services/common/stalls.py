@@ -5,7 +5,8 @@ A planner whose loop is held longer than its heartbeat timeout loses its lease (
 where inside it, and a sampling profiler says where the time goes, not which of it came in one
 piece. This watch does the second half: a thread samples the loop thread's stack while the loop
 has not turned for ``threshold`` seconds, and when it turns again logs how long it was held and
-the code it was held in (the most frequent stacks of the samples, driftbus's own frames only).
+the code it was held in (the most frequent stacks of the samples, driftbus's own frames only)
+and how much of it the cyclic garbage collector took (it stops the loop wherever it starts).
 
 Off unless ``DRIFTBUS_STALL_REPORT`` is a number of seconds (the benches set it). Costs a thread
 waking every ``threshold / 4`` and a loop callback as often; nothing while the loop turns.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import gc
 import logging
 import os
 import sys
@@ -74,41 +76,60 @@ class StallWatch:
         self._loop_thread = threading.get_ident()
         self._stop = threading.Event()
         self.stalls = 0
+        self._gc_started = 0.0
+        self.gc_seconds = 0.0
+        """Seconds spent in the cyclic garbage collector since start (any thread)."""
+
+    def _gc(self, phase: str, info: dict[str, int]) -> None:
+        # the collector stops every thread while it walks the heap: a stall may be its doing
+        if phase == "start":
+            self._gc_started = time.perf_counter()
+        else:
+            self.gc_seconds += time.perf_counter() - self._gc_started
 
     async def run(self) -> None:
         """The loop's side: stamp the time on every turn of ``threshold / 4``."""
         thread = threading.Thread(target=self._watch, name="stall-watch", daemon=True)
         thread.start()
+        gc.callbacks.append(self._gc)
         try:
             while True:
                 self._beat = time.monotonic()
                 await asyncio.sleep(self.threshold / 4)
         finally:
             self._stop.set()
+            gc.callbacks.remove(self._gc)
 
     def _watch(self) -> None:
         interval = min(0.02, self.threshold / 4)
         samples: collections.Counter[tuple[str, ...]] = collections.Counter()
         held_since: float | None = None
+        gc_before = 0.0
         while not self._stop.wait(interval):
             beat = self._beat
             held = time.monotonic() - beat
             if held > self.threshold:
+                if held_since is None:
+                    gc_before = self.gc_seconds
                 held_since = beat
                 frame = sys._current_frames().get(self._loop_thread)
                 samples[our_frames(frame, self.packages)] += 1
             elif held_since is not None:
                 # the beats around the stall are one sleep apart, plus the stall
-                self._report(beat - held_since - self.threshold / 4, samples)
+                in_gc = self.gc_seconds - gc_before
+                self._report(beat - held_since - self.threshold / 4, in_gc, samples)
                 samples = collections.Counter()
                 held_since = None
 
-    def _report(self, held: float, samples: collections.Counter[tuple[str, ...]]) -> None:
+    def _report(
+        self, held: float, in_gc: float, samples: collections.Counter[tuple[str, ...]]
+    ) -> None:
         self.stalls += 1
         log.warning(
-            "the event loop was held %.2fs",
+            "the event loop was held %.2fs (%.2fs of it collecting garbage)",
             held,
-            extra={"held_s": round(held, 3), "where": summary(samples)},
+            in_gc,
+            extra={"held_s": round(held, 3), "gc_s": round(in_gc, 3), "where": summary(samples)},
         )
 
 

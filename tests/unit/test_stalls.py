@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import gc
 import logging
 import time
 
@@ -53,3 +54,24 @@ def test_a_held_loop_is_reported_with_its_code(caplog: pytest.LogCaptureFixture)
     assert 0.3 < record.held_s < 0.8  # type: ignore[attr-defined]
     top = record.where[0]  # type: ignore[attr-defined]
     assert top["stack"][0].startswith("tests.unit.test_stalls:_hold_the_loop:")
+
+
+def test_a_stall_in_the_garbage_collector_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    watch = stalls.StallWatch(0.1, packages=(*stalls.OURS, "tests"))
+    heap = [[i] for i in range(2_000_000)]  # containers the collector walks
+
+    async def main() -> None:
+        task = asyncio.create_task(watch.run())
+        await asyncio.sleep(0.2)
+        started = time.monotonic()
+        while time.monotonic() - started < 0.3:
+            gc.collect()
+        await asyncio.sleep(0.3)
+        task.cancel()
+
+    with caplog.at_level(logging.WARNING, logger="driftbus.stalls"):
+        asyncio.run(main())
+    del heap
+    (record,) = caplog.records
+    assert record.gc_s > 0.2  # type: ignore[attr-defined]
+    assert record.gc_s <= record.held_s + 0.1  # type: ignore[attr-defined]

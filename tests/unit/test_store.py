@@ -225,7 +225,7 @@ def test_a_frozen_cluster_reads_as_it_was_while_the_store_changes_on() -> None:
 
 
 @given(st.lists(st.tuples(st.sampled_from(_OBJECTS), entries), max_size=20))
-def test_labelled_is_what_a_prune_may_take(writes: list[tuple[ObjectKey, Entry]]) -> None:
+def test_labelled_and_applied_live_are_what_a_prune_and_its_budget_read(writes: list[tuple[ObjectKey, Entry]]) -> None:
     """The header's prune candidates of a bundle are exactly the live objects carrying its label
     that no manifest desires: every object ``prune.strays_from`` may take is among them."""
     store = EntryStore()
@@ -239,3 +239,9 @@ def test_labelled_is_what_a_prune_may_take(writes: list[tuple[ObjectKey, Entry]]
             if bundle and e.owner_bundle == bundle and e.live and e.manifest_sha is None
         }
         assert set(store.labelled("c", bundle)) == expected
+        applied = {
+            slot
+            for slot, e in store.items(cluster="c")
+            if bundle and e.applied_bundle == bundle and e.live
+        }
+        assert set(store.applied_live("c", bundle)) == applied

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+from collections.abc import Generator
 from typing import Any
 
 from schemas.subjects import ObjectKey
@@ -28,6 +29,9 @@ from services.planner.rule.decide import Decision, Entry, Removed
 from services.planner.rule.entry import Slot
 from services.planner.rule.revision import BundleView
 from services.windows.verdict import Block
+
+WEIGH_STEP = 1024
+"""Objects weighed between two yields of ``weighing_prunes``."""
 
 
 @dataclasses.dataclass(eq=False)
@@ -119,9 +123,25 @@ class ClusterState:
     def weigh_prunes(self, view: BundleView) -> budget.PruneHeld | None:
         """Weigh ``view``'s deletions on this cluster against the prune budget now, and keep the
         verdict (``gates.prune_held``): what is held, or None when they may go."""
+        steps = self.weighing_prunes(view)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+
+    def weighing_prunes(self, view: BundleView) -> Generator[None, None, budget.PruneHeld | None]:
+        """``weigh_prunes`` in steps of ``WEIGH_STEP`` objects (the shell runs it with
+        ``stepped``): only the objects the bundle applied that are live can be kept or deleted
+        by its revision (``EntryStore.applied_live``, header only), and 100,000 of them
+        unpacked in one piece held the event loop for more than a second."""
         deleting: list[ObjectKey] = []
         kept = 0
-        for slot, e in self.entries.items(cluster=view.cluster):
+        for i, slot in enumerate(self.entries.applied_live(view.cluster, view.name)):
+            if i % WEIGH_STEP == WEIGH_STEP - 1:
+                yield
+            if (e := self.entries.get(slot)) is None:
+                continue  # gone between two steps
             if budget.predates(e, view):
                 kept += 1
             elif budget.leaving(e, view) and not (

@@ -260,3 +260,9 @@ def labelled(record: bytes, owner_id: int) -> bool:
     of that bundle looks at (``prune.strays_from`` reads the rest of the entry)."""
     flags, _, _, owner, _, _, _, server_rv, *_ = _HEADER.unpack_from(record)
     return owner == owner_id and not flags & (_MANIFEST | _SERVER_DELETED) and server_rv > 0
+
+
+def applied_live(record: bytes, bundle_id: int) -> bool:
+    """Live, and last applied for the bundle ``bundle_id``: what its prune budget weighs."""
+    flags, _, _, _, _, applied_bundle, _, server_rv, *_ = _HEADER.unpack_from(record)
+    return applied_bundle == bundle_id and not flags & _SERVER_DELETED and server_rv > 0

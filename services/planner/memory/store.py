@@ -169,6 +169,20 @@ class EntryStore:
             if record.labelled(held, owner)
         ]
 
+    def applied_live(self, cluster: str, bundle: str) -> list[Slot]:
+        """The live objects of ``cluster`` last applied for ``bundle`` (``record.applied_live``,
+        header only): what its prune budget weighs."""
+        applied = self._strings.ids.get(bundle) if bundle else None
+        if not applied:
+            return []
+        return [
+            (c, ObjectKey(group, kind, namespace, name))
+            for (c, group, kind, namespace), names in self._groups.items()
+            if c == cluster
+            for name, held in names.items()
+            if record.applied_live(held, applied)
+        ]
+
     def overdue(self, before: float) -> list[Slot]:
         """Slots with an intent in flight since before ``before`` (``inflight``: it costs what
         is in flight, not what is known)."""

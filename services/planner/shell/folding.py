@@ -37,7 +37,7 @@ from services.planner.rule.replay import Inputs
 from services.planner.rule.revision import BundleView
 from services.planner.shell.sending import Decisions, may_batch
 from services.planner.shell.status_board import StatusBoard
-from services.planner.shell.yielding import pace
+from services.planner.shell.yielding import pace, stepped
 
 log = logging.getLogger("driftbus.planner")
 
@@ -238,7 +238,7 @@ class Folder:
         back on: nothing relies on having seen the previous revision. The revision's deletions
         are weighed against the prune budget first: those it holds are decided ``hold``.
         """
-        self.weigh(view)
+        await self.weigh(view)
         if not self.state.may_prune():
             return
         entries = self.state.entries
@@ -267,11 +267,11 @@ class Folder:
         # not weighed yet: weighed with the bundle's other deletions, never alone
         await self.prune(view)
 
-    def weigh(self, view: BundleView) -> None:
+    async def weigh(self, view: BundleView) -> None:
         """Weigh ``view``'s deletions against the prune budget (``ClusterState.weigh_prunes``);
         its status is counted again when the verdict changed."""
         before = self.state.gates.prune_held.get(view.name)
-        after = self.state.weigh_prunes(view)
+        after = await stepped(self.state.weighing_prunes(view))
         if after != before:
             self.board.mark((view.cluster, view.name))
             if after is not None:

@@ -282,7 +282,8 @@ class BundleIntake:
         if st.live and left:
             # the prune budget weighs the deletions before an apply on its way is called back
             before = st.gates.prune_held.get(view.name)
-            if (held := st.weigh_prunes(view)) is not None and held != before:
+            held = await stepped(st.weighing_prunes(view))
+            if held is not None and held != before:
                 log.warning("bundle %s/%s: %s", cluster, name, held.message)
         for key in left:
             await self._release((cluster, key), view)
