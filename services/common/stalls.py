@@ -66,6 +66,13 @@ def summary(samples: collections.Counter[tuple[str, ...]]) -> list[dict[str, obj
     ]
 
 
+def census(top: int = 8) -> dict[str, int]:
+    """The objects the garbage collector tracks, by type: the most numerous ``top`` and the
+    total."""
+    counts = collections.Counter(type(o).__qualname__ for o in gc.get_objects())
+    return {"total": sum(counts.values()), **dict(counts.most_common(top))}
+
+
 class StallWatch:
     """Samples the loop thread while its loop is held; logs each stall when it ends."""
 
@@ -77,6 +84,7 @@ class StallWatch:
         self._stop = threading.Event()
         self.stalls = 0
         self._gc_started = 0.0
+        self._next_census = 0.0
         self.gc_seconds = 0.0
         """Seconds spent in the cyclic garbage collector since start (any thread)."""
 
@@ -124,13 +132,23 @@ class StallWatch:
     def _report(
         self, held: float, in_gc: float, samples: collections.Counter[tuple[str, ...]]
     ) -> None:
-        self.stalls += 1
+        extra: dict[str, object] = {}
+        if in_gc > held / 2 and time.monotonic() >= self._next_census:
+            # what the collector walks: at most once a minute, it walks the heap too
+            self._next_census = time.monotonic() + 60
+            extra["tracked"] = census()
         log.warning(
             "the event loop was held %.2fs (%.2fs of it collecting garbage)",
             held,
             in_gc,
-            extra={"held_s": round(held, 3), "gc_s": round(in_gc, 3), "where": summary(samples)},
+            extra={
+                "held_s": round(held, 3),
+                "gc_s": round(in_gc, 3),
+                "where": summary(samples),
+                **extra,
+            },
         )
+        self.stalls += 1
 
 
 def watched() -> Iterator[StallWatch]:

@@ -56,6 +56,12 @@ def test_a_held_loop_is_reported_with_its_code(caplog: pytest.LogCaptureFixture)
     assert top["stack"][0].startswith("tests.unit.test_stalls:_hold_the_loop:")
 
 
+def _until_reported(watch: stalls.StallWatch) -> None:
+    deadline = time.monotonic() + 10
+    while watch.stalls == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def test_a_stall_in_the_garbage_collector_says_so(caplog: pytest.LogCaptureFixture) -> None:
     watch = stalls.StallWatch(0.1, packages=(*stalls.OURS, "tests"))
     heap = [[i] for i in range(2_000_000)]  # containers the collector walks
@@ -66,7 +72,8 @@ def test_a_stall_in_the_garbage_collector_says_so(caplog: pytest.LogCaptureFixtu
         started = time.monotonic()
         while time.monotonic() - started < 0.3:
             gc.collect()
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # the loop turns: the watch reports (a census takes a while)
+        await asyncio.to_thread(_until_reported, watch)
         task.cancel()
 
     with caplog.at_level(logging.WARNING, logger="driftbus.stalls"):
@@ -75,3 +82,7 @@ def test_a_stall_in_the_garbage_collector_says_so(caplog: pytest.LogCaptureFixtu
     (record,) = caplog.records
     assert record.gc_s > 0.2  # type: ignore[attr-defined]
     assert record.gc_s <= record.held_s + 0.1  # type: ignore[attr-defined]
+    # what the collector walked: the test's two million lists first
+    tracked = record.tracked  # type: ignore[attr-defined]
+    assert tracked["total"] >= 2_000_000
+    assert next(k for k in tracked if k != "total") == "list"

@@ -225,7 +225,9 @@ def test_a_frozen_cluster_reads_as_it_was_while_the_store_changes_on() -> None:
 
 
 @given(st.lists(st.tuples(st.sampled_from(_OBJECTS), entries), max_size=20))
-def test_labelled_and_applied_live_are_what_a_prune_and_its_budget_read(writes: list[tuple[ObjectKey, Entry]]) -> None:
+def test_labelled_and_applied_live_are_what_a_prune_and_its_budget_read(
+    writes: list[tuple[ObjectKey, Entry]],
+) -> None:
     """The header's prune candidates of a bundle are exactly the live objects carrying its label
     that no manifest desires: every object ``prune.strays_from`` may take is among them."""
     store = EntryStore()

@@ -43,7 +43,7 @@ from services.planner.rule.revision import BundleView, Plan, checking, fenced
 from services.planner.shell.fencing import PlacementFence
 from services.planner.shell.manifests import ManifestCache
 from services.planner.shell.status_board import StatusBoard
-from services.planner.shell.yielding import pace, stepped
+from services.planner.shell.yielding import in_order, pace, stepped
 from services.planner.status.report import refused_status
 from services.revisions.publish import BundleError
 from services.tenancy.rights import override_refusal
@@ -250,7 +250,9 @@ class BundleIntake:
         view.stages, view.hooks = plan.stages, plan.hooks
         view.skipped_hooks = plan.skipped
         previous = st.bundles.get(ident)
-        taken = takeover.take(view, desired, st.entries, st.bundles, take_over=options.take_over)
+        taken = await stepped(
+            takeover.taking(view, desired, st.entries, st.bundles, take_over=options.take_over)
+        )
         for slot, other in taken.moved:
             log.warning("%s: taken over by bundle %s from bundle %s", slot[1], name, other)
             st.bundles[(cluster, other)].keys.discard(slot[1])
@@ -267,7 +269,7 @@ class BundleIntake:
             span.set_attributes({"cluster": cluster, "bundle": name, "revision": view.revision})
             self.board.continue_trace(ident, trace.set_span_in_context(span))
         self.board.answer(ident)
-        objects = sorted(taken.objects, key=lambda d: apply_order(d[0][1]))
+        objects = await in_order(taken.objects, lambda d: apply_order(d[0][1]))
         book = Codebook.of([encoded for _, encoded, _ in objects])
         for i, (slot, encoded, sha) in enumerate(objects):
             if st.details.manifest(slot) != encoded:  # a republish: no packing again
@@ -381,7 +383,7 @@ class BundleIntake:
         mine = [
             slot for slot, e in st.entries.items(cluster=self.state.cluster) if e.bundle == bundle
         ]
-        for i, slot in enumerate(sorted(mine, key=lambda s: apply_order(s[1]))):
+        for i, slot in enumerate(await in_order(mine, lambda s: apply_order(s[1]))):
             await self.fold(slot, Release())
             await pace(i)
         view = st.bundles.get((self.state.cluster, bundle))

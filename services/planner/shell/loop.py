@@ -53,7 +53,7 @@ from services.planner.shell.periodic import STATUS_REFRESH, Duties
 from services.planner.shell.rollback import RollbackDesk
 from services.planner.shell.sending import Decisions, never_written
 from services.planner.shell.status_board import StatusBoard
-from services.planner.shell.yielding import pace
+from services.planner.shell.yielding import in_order, pace
 
 log = logging.getLogger("driftbus.planner")
 
@@ -261,7 +261,7 @@ class Planner:
         with nothing changed adds nothing to old traces."""
         st = self.state
         st.live = True
-        slots = sorted(st.entries.desired_slots(), key=lambda s: apply_order(s[1]))
+        slots = await in_order(st.entries.desired_slots(), lambda s: apply_order(s[1]))
         by_bundle: dict[str, list[tuple[Slot, Decision | None, Inputs | None]]] = {}
         now = time.time()
         for i, slot in enumerate(slots):

@@ -30,7 +30,7 @@ from services.planner.shell.alarms import Alarms
 from services.planner.shell.intake import BundleIntake, Fold, Prune
 from services.planner.shell.intent_batches import IntentBatches
 from services.planner.shell.status_board import StatusBoard
-from services.planner.shell.yielding import pace
+from services.planner.shell.yielding import in_order, pace
 
 log = logging.getLogger("driftbus.planner")
 
@@ -143,7 +143,7 @@ class Duties:
         if seen is None:
             return  # NATS cannot say: ask again next round
         # in apply order: a Namespace sent again goes before the objects that live in it
-        overdue.sort(key=lambda s: apply_order(s[1]))
+        overdue = await in_order(overdue, lambda s: apply_order(s[1]))
         for i, slot in enumerate(overdue):
             await pace(i)
             own = object_subject("intent", *slot)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Generator
-from typing import TypeVar
+from collections.abc import Callable, Generator, Iterable
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -41,3 +41,15 @@ async def stepped(steps: Generator[None, None, T]) -> T:
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
         await asyncio.sleep(0)
+
+
+async def in_order(items: Iterable[T], key: Callable[[T], Any]) -> list[T]:
+    """``sorted(items, key=key)`` with the keys computed paced (``pace``); the sort itself, of
+    the keys alone, takes ~0.1 s for 100,000 (the keys of a big revision took seconds)."""
+    keyed: list[tuple[Any, int, T]] = []
+    # taken first: a generator over a store's dicts must not see them change between yields
+    for i, item in enumerate(list(items)):
+        keyed.append((key(item), i, item))  # i: equal keys keep their order, items never compared
+        await pace(i)
+    keyed.sort()  # by key, then position: two items are never compared themselves
+    return [item for _, _, item in keyed]
