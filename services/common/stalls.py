@@ -34,6 +34,8 @@ DEPTH = 6
 """Frames kept of each sample, innermost first."""
 SHOWN = 3
 """Stacks logged per stall."""
+SHOWN_COLLECTIONS = 5
+"""Long garbage collections logged with a stall (the last ones)."""
 
 
 def from_environment() -> float | None:
@@ -86,6 +88,8 @@ class StallWatch:
         self._gc_started = 0.0
         self._next_census = 0.0
         self.gc_seconds = 0.0
+        self.collections: list[tuple[int, float, int]] = []
+        """The last collections that took 10 ms or more: (generation, seconds, collected)."""
         """Seconds spent in the cyclic garbage collector since start (any thread)."""
 
     def _gc(self, phase: str, info: dict[str, int]) -> None:
@@ -93,7 +97,11 @@ class StallWatch:
         if phase == "start":
             self._gc_started = time.perf_counter()
         else:
-            self.gc_seconds += time.perf_counter() - self._gc_started
+            took = time.perf_counter() - self._gc_started
+            self.gc_seconds += took
+            if took >= 0.01:  # the long ones: which generation, and what it found
+                self.collections.append((info["generation"], round(took, 3), info["collected"]))
+                del self.collections[:-SHOWN_COLLECTIONS]
 
     async def run(self) -> None:
         """The loop's side: stamp the time on every turn of ``threshold / 4``."""
@@ -137,6 +145,8 @@ class StallWatch:
             # what the collector walks: at most once a minute, it walks the heap too
             self._next_census = time.monotonic() + 60
             extra["tracked"] = census()
+        if in_gc:
+            extra["collections"] = list(self.collections)
         log.warning(
             "the event loop was held %.2fs (%.2fs of it collecting garbage)",
             held,

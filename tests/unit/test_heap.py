@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import os
+import weakref
 
 from bench.stack import rss_bytes
 from services.common import heap
@@ -21,3 +23,23 @@ def test_a_freed_burst_of_manifest_sized_objects_is_handed_back() -> None:
     heap.release_freed()
     assert before - _rss() > 20 * 1024 * 1024, "under 20 MiB of the ~60 MiB freed came back"
     assert survivors[-1] == "99950"
+
+
+def test_what_lives_now_is_left_out_of_later_collections_and_still_freed() -> None:
+    gc.collect()
+    long_lived = [[i] for i in range(10_000)]
+    held = Holder()
+    ref = weakref.ref(held)
+    try:
+        heap.keep_long_lived()
+        assert gc.get_freeze_count() >= 10_000
+        assert len(gc.get_objects()) < 10_000  # a full collection no longer walks them
+        del held
+        assert ref() is None  # still freed when nothing refers to it
+    finally:
+        gc.unfreeze()
+    del long_lived
+
+
+class Holder:
+    pass

@@ -111,6 +111,7 @@ class BundleIntake:
         if len(checked[1]) >= RELEASE_AFTER:
             del checked  # every object's decoded and encoded copies are garbage now
             heap.release_freed()
+            heap.keep_long_lived()  # what the revision left: its keys, details, manifests
 
     async def recheck(self, msg: bus.Message) -> None:
         """A bundle queued again when a scope was learned or the policy changed, unless a later
