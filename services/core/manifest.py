@@ -194,3 +194,11 @@ def apply_order(key: ObjectKey) -> tuple[int, str, str, str, str]:
         key.kind,
         key.name,
     )
+
+
+def apply_order_text(key: ObjectKey) -> str:
+    """``apply_order`` as one string that sorts the same (stages are one digit; NUL, which no
+    name holds, parts the fields): a planner sorts 100,000 keys of these several times faster
+    than of tuples, and its event loop waits for the sort."""
+    stage = _STAGES.get((key.group, key.kind), _DEFAULT_STAGE)
+    return f"{stage}\0{key.namespace}\0{key.group}\0{key.kind}\0{key.name}"

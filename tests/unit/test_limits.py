@@ -100,9 +100,12 @@ def test_a_refusal_names_ten_objects_and_counts_the_rest() -> None:
 def test_an_unknown_kind_without_a_namespace_counts_as_cluster_scoped() -> None:
     scopes = Scopes()
     widget = ObjectKey("example.com", "Widget", "", "w")
-    assert limits.scoped([widget, cm("team-a")], scopes) == [(widget, False), (cm("team-a"), True)]
+    assert list(limits.scoped([widget, cm("team-a")], scopes)) == [
+        (widget, False),
+        (cm("team-a"), True),
+    ]
     scopes.learn("example.com", "Widget", True)
-    assert limits.scoped([widget], scopes) == [(widget, True)]
+    assert list(limits.scoped([widget], scopes)) == [(widget, True)]
 
 
 def test_what_a_policy_change_leaves_outside() -> None:

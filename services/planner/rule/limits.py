@@ -9,7 +9,7 @@ themselves are ``services.tenancy.policy``'s.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import msgspec
 
@@ -48,11 +48,12 @@ def with_tenant_defaults(bundle: Bundle, policy: TenantPolicy, labels: Labels = 
     return msgspec.structs.replace(bundle, options=options)
 
 
-def scoped(keys: Iterable[ObjectKey], scopes: Scopes) -> list[tuple[ObjectKey, bool]]:
+def scoped(keys: Iterable[ObjectKey], scopes: Scopes) -> Iterator[tuple[ObjectKey, bool]]:
     """Each key with whether its kind is namespaced: keys are normalised (a cluster-scoped
     object's stray namespace dropped), so a namespace means namespaced; without one, discovery
-    says (an unknown kind counts as cluster-scoped, the stricter reading)."""
-    return [(k, bool(k.namespace) or scopes.namespaced(k.group, k.kind) is True) for k in keys]
+    says (an unknown kind counts as cluster-scoped, the stricter reading). Lazy: a platform
+    bundle's objects are never looked at (100,000 of them were 0.2 s of a planner's loop)."""
+    return ((k, bool(k.namespace) or scopes.namespaced(k.group, k.kind) is True) for k in keys)
 
 
 def check(bundle: Bundle, keys: Iterable[ObjectKey], scopes: Scopes, policy: TenantPolicy) -> None:

@@ -32,7 +32,7 @@ from schemas.messages import (
 from schemas.subjects import SubjectError, bundle_status_subject, parse_subject
 from schemas.tenants import TenantPolicy
 from services.common import bus, heap
-from services.core.manifest import ManifestError, apply_order, check_bundle_name
+from services.core.manifest import ManifestError, apply_order_text, check_bundle_name
 from services.core.scope import UnknownScope
 from services.planner.memory.cluster import ClusterState
 from services.planner.memory.codebook import Codebook
@@ -270,7 +270,7 @@ class BundleIntake:
             span.set_attributes({"cluster": cluster, "bundle": name, "revision": view.revision})
             self.board.continue_trace(ident, trace.set_span_in_context(span))
         self.board.answer(ident)
-        objects = await in_order(taken.objects, lambda d: apply_order(d[0][1]))
+        objects = await in_order(taken.objects, lambda d: apply_order_text(d[0][1]))
         book = Codebook.of([encoded for _, encoded, _ in objects])
         for i, (slot, encoded, sha) in enumerate(objects):
             if st.details.manifest(slot) != encoded:  # a republish: no packing again
@@ -384,7 +384,7 @@ class BundleIntake:
         mine = [
             slot for slot, e in st.entries.items(cluster=self.state.cluster) if e.bundle == bundle
         ]
-        for i, slot in enumerate(await in_order(mine, lambda s: apply_order(s[1]))):
+        for i, slot in enumerate(await in_order(mine, lambda s: apply_order_text(s[1]))):
             await self.fold(slot, Release())
             await pace(i)
         view = st.bundles.get((self.state.cluster, bundle))

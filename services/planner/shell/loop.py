@@ -31,7 +31,7 @@ from schemas.messages import (
 from schemas.subjects import SubjectError, parse_subject
 from services.clusters import registry
 from services.common import bus, heap, telemetry
-from services.core.manifest import apply_order
+from services.core.manifest import apply_order_text
 from services.planner.memory.cluster import ClusterState
 from services.planner.rule import checkpoint, facts
 from services.planner.rule.budget import Budget
@@ -261,7 +261,7 @@ class Planner:
         with nothing changed adds nothing to old traces."""
         st = self.state
         st.live = True
-        slots = await in_order(st.entries.desired_slots(), lambda s: apply_order(s[1]))
+        slots = await in_order(st.entries.desired_slots(), lambda s: apply_order_text(s[1]))
         by_bundle: dict[str, list[tuple[Slot, Decision | None, Inputs | None]]] = {}
         now = time.time()
         for i, slot in enumerate(slots):

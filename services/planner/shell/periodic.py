@@ -20,7 +20,7 @@ from schemas.messages import BundlePhase, KindScope, MemberHeartbeat
 from schemas.subjects import object_subject
 from services.clusters import members
 from services.common import bus
-from services.core.manifest import apply_order
+from services.core.manifest import apply_order_text
 from services.planner.memory.cluster import ClusterState
 from services.planner.rule import messages
 from services.planner.rule.entry import Slot
@@ -143,7 +143,7 @@ class Duties:
         if seen is None:
             return  # NATS cannot say: ask again next round
         # in apply order: a Namespace sent again goes before the objects that live in it
-        overdue = await in_order(overdue, lambda s: apply_order(s[1]))
+        overdue = await in_order(overdue, lambda s: apply_order_text(s[1]))
         for i, slot in enumerate(overdue):
             await pace(i)
             own = object_subject("intent", *slot)
