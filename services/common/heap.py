@@ -33,13 +33,20 @@ def release_freed() -> None:
         trim(0)
 
 
-def keep_long_lived() -> None:
-    """The objects alive now are left out of every later garbage collection (``gc.freeze``).
+LONG_LIVED_AT = 5_000
+"""Objects (of a revision, of a cluster) from which what a burst leaves is kept long-lived."""
+
+
+def keep_long_lived(objects: int) -> None:
+    """After a burst about ``objects`` objects (a revision taken in, a cluster rebuilt), when
+    they are ``LONG_LIVED_AT`` or more: the objects alive now are left out of every later
+    garbage collection (``gc.freeze``).
 
     A planner holding a big cluster (every object's key, details and book entries) is a heap of
     long-lived containers; each full collection walked all of them, and held the event loop
     while it did: 0.25-0.35 s at 20,000 objects (``common.stalls``: the collector's share of
     each stall), over a second at 100,000, until the replica lost its claims. Frozen, they are
     still freed when nothing refers to them; only a reference cycle among them would stay, so
-    this is called after big intakes only, not per event."""
-    gc.freeze()
+    this is called after big bursts only, not per event."""
+    if objects >= LONG_LIVED_AT:
+        gc.freeze()

@@ -108,10 +108,10 @@ class BundleIntake:
         if checked is None:
             return
         await self._take(ident, *checked, seq=bus.stream_sequence(msg))
-        if len(checked[1]) >= RELEASE_AFTER:
+        if (n := len(checked[1])) >= RELEASE_AFTER:
             del checked  # every object's decoded and encoded copies are garbage now
             heap.release_freed()
-            heap.keep_long_lived()  # what the revision left: its keys, details, manifests
+            heap.keep_long_lived(n)  # what it left: its keys, details, manifests
 
     async def recheck(self, msg: bus.Message) -> None:
         """A bundle queued again when a scope was learned or the policy changed, unless a later

@@ -47,7 +47,7 @@ from services.planner.shell.folding import Folder
 from services.planner.shell.followed import Followed
 from services.planner.shell.hub import Hub
 from services.planner.shell.inbox import CAUGHT_UP, CHECKPOINT, Inbox
-from services.planner.shell.intake import RELEASE_AFTER, BundleIntake
+from services.planner.shell.intake import BundleIntake
 from services.planner.shell.intent_batches import IntentBatches, Lone, none_alone, queued_alone
 from services.planner.shell.periodic import STATUS_REFRESH, Duties
 from services.planner.shell.rollback import RollbackDesk
@@ -296,10 +296,8 @@ class Planner:
         self.alarms.set("refresh", STATUS_REFRESH)
         if st.gates.windows:  # the clock starts: when does a window next open or close?
             self.duties.windows_changed(new=True)
-        n, bundles = len(st.entries), len(st.bundles)
-        if n >= RELEASE_AFTER:
-            heap.keep_long_lived()  # the rebuilt cluster, out of the collector's walks
-        log.info("cluster %s: rebuilt %d objects in %d bundles; live", self.cluster, n, bundles)
+        heap.keep_long_lived(n := len(st.entries))  # the rebuilt cluster, when it is big
+        log.info("cluster %s: rebuilt %d objects, %d bundles; live", st.cluster, n, len(st.bundles))
         self.ready.set()
 
     async def _publish_rebuilt(
