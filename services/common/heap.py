@@ -46,7 +46,15 @@ def keep_long_lived(objects: int) -> None:
     long-lived containers; each full collection walked all of them, and held the event loop
     while it did: 0.25-0.35 s at 20,000 objects (``common.stalls``: the collector's share of
     each stall), over a second at 100,000, until the replica lost its claims. Frozen, they are
-    still freed when nothing refers to them; only a reference cycle among them would stay, so
-    this is called after big bursts only, not per event."""
+    still freed when nothing refers to them; a reference cycle among them stays until
+    ``forget_long_lived`` (a cluster's planner is one such cycle: called when one stops)."""
     if objects >= LONG_LIVED_AT:
         gc.freeze()
+
+
+def forget_long_lived() -> None:
+    """What ``keep_long_lived`` kept goes back to the garbage collector (``gc.unfreeze``): a
+    stopped cluster's planner, a cycle of its parts, is collected by the next full collection
+    (one walk of the whole heap, once), and the clusters still planned are kept long-lived again
+    after their next big burst."""
+    gc.unfreeze()

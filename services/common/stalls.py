@@ -85,19 +85,21 @@ class StallWatch:
         self._loop_thread = threading.get_ident()
         self._stop = threading.Event()
         self.stalls = 0
-        self._gc_started = 0.0
+        self._gc_started: float | None = None
         self._next_census = 0.0
         self.gc_seconds = 0.0
+        """Seconds spent in the cyclic garbage collector since start (any thread)."""
+        self._gc_at_beat = 0.0
         self.collections: list[tuple[int, float, int]] = []
         """The last collections that took 10 ms or more: (generation, seconds, collected)."""
-        """Seconds spent in the cyclic garbage collector since start (any thread)."""
 
     def _gc(self, phase: str, info: dict[str, int]) -> None:
         # the collector stops every thread while it walks the heap: a stall may be its doing
         if phase == "start":
             self._gc_started = time.perf_counter()
-        else:
+        elif self._gc_started is not None:  # not one that began before the watch did
             took = time.perf_counter() - self._gc_started
+            self._gc_started = None
             self.gc_seconds += took
             if took >= 0.01:  # the long ones: which generation, and what it found
                 self.collections.append((info["generation"], round(took, 3), info["collected"]))
@@ -110,7 +112,7 @@ class StallWatch:
         gc.callbacks.append(self._gc)
         try:
             while True:
-                self._beat = time.monotonic()
+                self._beat, self._gc_at_beat = time.monotonic(), self.gc_seconds
                 await asyncio.sleep(self.threshold / 4)
         finally:
             self._stop.set()
@@ -122,11 +124,11 @@ class StallWatch:
         held_since: float | None = None
         gc_before = 0.0
         while not self._stop.wait(interval):
-            beat = self._beat
+            beat, gc_at_beat = self._beat, self._gc_at_beat
             held = time.monotonic() - beat
             if held > self.threshold:
                 if held_since is None:
-                    gc_before = self.gc_seconds
+                    gc_before = gc_at_beat  # what the collector took since the last turn
                 held_since = beat
                 frame = sys._current_frames().get(self._loop_thread)
                 samples[our_frames(frame, self.packages)] += 1

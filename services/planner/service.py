@@ -22,7 +22,7 @@ from typing import Any
 
 from opentelemetry.metrics import Observation
 
-from services.common import bus, telemetry
+from services.common import bus, heap, telemetry
 from services.common.settings import replica_id
 from services.planner.settings import PlannerSettings
 from services.planner.sharding.claims import Coordinator, heartbeat_problem
@@ -106,6 +106,7 @@ class Replica:
         self._tasks.pop(cluster, None)
         self.planners.pop(cluster, None)
         self.shards.forget(cluster)
+        heap.forget_long_lived()  # its planner may have been kept out of collections
 
     async def stop_cluster(self, cluster: str) -> None:
         task = self._tasks.pop(cluster, None)
@@ -120,6 +121,7 @@ class Replica:
             elif not task.cancelled():
                 with contextlib.suppress(Exception):
                     task.result()
+        heap.forget_long_lived()  # its planner may have been kept out of collections
 
     async def run(self, beside: Sequence[Beside] = ()) -> None:
         """Plan the clusters our claims give us until cancelled, with the peer services

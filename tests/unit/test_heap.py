@@ -45,3 +45,22 @@ def test_what_lives_now_is_left_out_of_later_collections_and_still_freed() -> No
 
 class Holder:
     pass
+
+
+def test_a_cycle_kept_long_lived_is_collected_once_forgotten() -> None:
+    """A stopped cluster's planner is a reference cycle: kept long-lived it would stay forever;
+    forgotten, the next collection frees it."""
+    gc.collect()
+    cycle = Holder()
+    cycle.me = cycle  # type: ignore[attr-defined]
+    ref = weakref.ref(cycle)
+    try:
+        heap.keep_long_lived(heap.LONG_LIVED_AT)
+        del cycle
+        gc.collect()
+        assert ref() is not None  # frozen: the collector does not look at it
+        heap.forget_long_lived()
+        gc.collect()
+        assert ref() is None
+    finally:
+        gc.unfreeze()
