@@ -138,15 +138,18 @@ def owned(obj: Mapping[str, Any], bundle: str) -> dict[str, Any]:
 def bundle_kinds(manifests: Iterable[Any]) -> list[str]:
     """``Bundle.kinds`` of ``manifests``: each ``apiVersion/Kind`` once, sorted; entries without
     both are left out (the planner refuses them with the object's position)."""
-    return sorted(
-        {
-            f"{m['apiVersion']}/{m['kind']}"
-            for m in manifests
-            if isinstance(m, dict)
-            and isinstance(m.get("apiVersion"), str)
-            and isinstance(m.get("kind"), str)
-        }
-    )
+    return sorted({k for m in manifests if (k := kind_of(m)) is not None})
+
+
+def kind_of(m: Any) -> str | None:
+    """A manifest's ``apiVersion/Kind`` as ``bundle_kinds`` lists it; None without both."""
+    if (
+        isinstance(m, dict)
+        and isinstance(m.get("apiVersion"), str)
+        and isinstance(m.get("kind"), str)
+    ):
+        return f"{m['apiVersion']}/{m['kind']}"
+    return None
 
 
 def key_of(obj: Any, where: str) -> ObjectKey:

@@ -28,10 +28,10 @@ from services.core.ignore import (
 )
 from services.core.manifest import (
     ManifestError,
-    bundle_kinds,
     check_not_empty,
     check_size,
     key_of,
+    kind_of,
     owned,
 )
 from services.core.scope import Scopes, UnknownScope, normalise
@@ -179,18 +179,16 @@ def checking(
     check_not_empty(
         bundle.bundle, len(manifests), allow_empty=bundle.options.allow_empty, delete=bundle.delete
     )
-    if bundle.kinds and bundle.kinds != (kinds := bundle_kinds(manifests)):
-        # the watcher watches what the message names: a kind left out would never be seen
-        raise ManifestError(
-            f"the message names the kinds {bundle.kinds} but the manifests contain {kinds}"
-        )
     out: list[tuple[Slot, bytes, bytes]] = []
     errors: list[str] = []
     scope_unknown = 0
     seen: dict[ObjectKey, int] = {}
+    kinds: set[str] = set()  # what the manifests hold (``bundle_kinds``), read in the same pass
     for i, raw in enumerate(manifests):
         if i % CHECK_STEP == CHECK_STEP - 1:
             yield
+        if bundle.kinds and (kind := kind_of(raw)) is not None:
+            kinds.add(kind)
         where_i = f"manifests[{i}]"
         try:
             hook = hook_or_error(raw, where_i)
@@ -222,6 +220,11 @@ def checking(
         plan.stages[key] = stage
         if isinstance(hook, hooks.Hook):
             plan.hooks[key] = hook
+    if bundle.kinds and bundle.kinds != sorted(kinds):
+        # the watcher watches what the message names: a kind left out would never be seen
+        raise ManifestError(
+            f"the message names the kinds {bundle.kinds} but the manifests contain {sorted(kinds)}"
+        )
     if errors:
         shown = "; ".join(errors[:MAX_LISTED_FAILURES])
         # waiting on a scope only when nothing else is wrong: the rest needs a new revision

@@ -208,7 +208,7 @@ class BundleIntake:
             # keyed with what the cluster says; the revision's own CRDs only fill in kinds it
             # has not named yet, for this revision alone: a refused revision (or a tenant's
             # CRD claiming a kind others use) changes nothing of what the planner believes
-            scopes = self.state.scopes.for_revision(manifests)
+            scopes = await stepped(self.state.scopes.reading_revision(manifests))
             plan = Plan()
             desired = await stepped(checking(bundle, manifests, scopes, plan))
             keys = (slot[1] for slot, *_ in desired)
