@@ -18,6 +18,10 @@ Leases:
 - ``lease`` — the lease rule the planners' claims and the rollout driver's lease follow: who is
   live, whose entry may be taken, how long a holder may act, what a lease entry names.
 
+Work in steps:
+
+- ``steps`` — a long pure computation as a generator of steps, and its value taken at once.
+
 Reading as Kubernetes reads:
 
 - ``kyaml`` — YAML to JSON exactly as Kubernetes reads it.

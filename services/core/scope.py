@@ -27,6 +27,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from services.core.manifest import ManifestError
+from services.core.steps import finished
 
 # group → kinds, one table per scope. Review kinds (TokenReview, SubjectAccessReview, …) and
 # Binding are create-only, but they are served, so they are listed too: the table is exactly
@@ -152,12 +153,7 @@ class Scopes:
         has not named yet, what the revision's own CRDs say. Nothing is learned: this view is
         dropped with the revision (refused or taken), and the cluster's word wins over any
         manifest."""
-        steps = self.reading_revision(manifests)
-        while True:
-            try:
-                next(steps)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
+        return finished(self.reading_revision(manifests))
 
     def reading_revision(self, manifests: Iterable[Any]) -> Generator[None, None, Scopes]:
         """``for_revision`` in steps of ``READ_STEP`` manifests (a planner reading 100,000 lets

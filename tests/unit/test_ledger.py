@@ -88,27 +88,15 @@ def random_view(rng: random.Random, name: str) -> BundleView:
 def change(rng: random.Random, entries: EntryStore, details: Details, views: dict) -> None:
     """One change of the kind the planner makes: an entry written or dropped, a health or an
     applier's word set or dropped, a revision replaced, a key taken over by another bundle."""
-    key = rng.choice(KEYS)
-    slot: Slot = (C, key)
     r = rng.random()
-    if r < 0.45:
-        entries[slot] = random_entry(rng, key)
-    elif r < 0.5 and slot in entries:
-        del entries[slot]
-    elif r < 0.62:
-        details.set_health(slot, rng.choice(list(Health)), rng.choice(["", "why"]))
-    elif r < 0.68:
-        details.drop_health(slot)
-    elif r < 0.8:
-        details.set_outcome(slot, outcome(rng, key))
-    elif r < 0.85:
-        details.drop_outcome(slot)
+    if r < 0.85:
+        object_change(rng, entries, details)
     elif r < 0.92:
         name = rng.choice(BUNDLES)
         views[C, name] = random_view(rng, name)
     else:
         view = rng.choice(list(views.values()))
-        view.keys.discard(key)  # taken over by another bundle
+        view.keys.discard(rng.choice(KEYS))  # taken over by another bundle
 
 
 def object_change(rng: random.Random, entries: EntryStore, details: Details) -> None:
@@ -116,16 +104,18 @@ def object_change(rng: random.Random, entries: EntryStore, details: Details) -> 
     key = rng.choice(KEYS)
     slot: Slot = (C, key)
     r = rng.random()
-    if r < 0.5:
+    if r < 0.53:
         entries[slot] = random_entry(rng, key)
-    elif r < 0.6 and slot in entries:
+    elif r < 0.59 and slot in entries:
         del entries[slot]
-    elif r < 0.75:
+    elif r < 0.73:
         details.set_health(slot, rng.choice(list(Health)), rng.choice(["", "why"]))
-    elif r < 0.85:
+    elif r < 0.8:
         details.drop_health(slot)
-    else:
+    elif r < 0.94:
         details.set_outcome(slot, outcome(rng, key))
+    else:
+        details.drop_outcome(slot)
 
 
 @pytest.mark.parametrize("seed", range(40))

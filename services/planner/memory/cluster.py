@@ -20,6 +20,7 @@ from typing import Any
 from schemas.subjects import ObjectKey
 from schemas.windows import BundleWindow
 from services.core.scope import Scopes
+from services.core.steps import finished
 from services.planner.memory.gates import Gates
 from services.planner.memory.object_details import Details
 from services.planner.memory.store import EntryStore
@@ -123,12 +124,7 @@ class ClusterState:
     def weigh_prunes(self, view: BundleView) -> budget.PruneHeld | None:
         """Weigh ``view``'s deletions on this cluster against the prune budget now, and keep the
         verdict (``gates.prune_held``): what is held, or None when they may go."""
-        steps = self.weighing_prunes(view)
-        while True:
-            try:
-                next(steps)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
+        return finished(self.weighing_prunes(view))
 
     def weighing_prunes(self, view: BundleView) -> Generator[None, None, budget.PruneHeld | None]:
         """``weigh_prunes`` in steps of ``WEIGH_STEP`` objects (the shell runs it with

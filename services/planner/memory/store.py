@@ -13,7 +13,7 @@ the result is packed back. Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from schemas.subjects import ObjectKey
 from services.planner.memory import record
@@ -158,29 +158,26 @@ class EntryStore:
     def labelled(self, cluster: str, bundle: str) -> list[Slot]:
         """The live objects of ``cluster`` carrying ``bundle``'s label that no manifest desires
         (``record.labelled``, header only): a prune unpacks these, not all 100,000."""
-        owner = self._strings.ids.get(bundle) if bundle else None
-        if not owner:
-            return []
-        return [
-            (c, ObjectKey(group, kind, namespace, name))
-            for (c, group, kind, namespace), names in self._groups.items()
-            if c == cluster
-            for name, held in names.items()
-            if record.labelled(held, owner)
-        ]
+        return self._with_bundle(cluster, bundle, record.labelled)
 
     def applied_live(self, cluster: str, bundle: str) -> list[Slot]:
         """The live objects of ``cluster`` last applied for ``bundle`` (``record.applied_live``,
         header only): what its prune budget weighs."""
-        applied = self._strings.ids.get(bundle) if bundle else None
-        if not applied:
-            return []
+        return self._with_bundle(cluster, bundle, record.applied_live)
+
+    def _with_bundle(
+        self, cluster: str, bundle: str, test: Callable[[bytes, int], bool]
+    ) -> list[Slot]:
+        """The slots of ``cluster`` whose record passes ``test`` with ``bundle``'s string id."""
+        bundle_id = self._strings.ids.get(bundle) if bundle else None
+        if not bundle_id:
+            return []  # no record names it
         return [
             (c, ObjectKey(group, kind, namespace, name))
             for (c, group, kind, namespace), names in self._groups.items()
             if c == cluster
             for name, held in names.items()
-            if record.applied_live(held, applied)
+            if test(held, bundle_id)
         ]
 
     def overdue(self, before: float) -> list[Slot]:

@@ -34,6 +34,7 @@ from schemas.checkpoint import (
 from schemas.codec import WireError, decode, encode
 from schemas.messages import Health, OutcomeEvent
 from schemas.subjects import ObjectKey, checkpoint_subject
+from services.core.steps import finished
 from services.planner.rule.entry import Entry
 
 FACT_KINDS = ("applied", "server", "outcome")
@@ -205,12 +206,7 @@ def assemble(found: Iterable[CheckpointPart]) -> tuple[dict[str, Checkpoint], di
     """The whole checkpoints among ``found`` (every cluster's last part of each index), and
     per cluster whose checkpoint cannot be used, why (a part missing, parts of two writes, one
     that does not inflate): that cluster is read from the fact streams instead."""
-    steps = assembling(found)
-    while True:
-        try:
-            next(steps)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+    return finished(assembling(found))
 
 
 def assembling(

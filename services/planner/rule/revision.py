@@ -36,6 +36,7 @@ from services.core.manifest import (
 )
 from services.core.scope import Scopes, UnknownScope, normalise
 from services.core.sha import HashError, manifest_sha
+from services.core.steps import finished
 from services.planner.rule import holds
 from services.planner.rule.entry import Slot
 
@@ -155,12 +156,7 @@ def checked_revision(
     bad one: a revision with one bad object is refused whole (applying the rest would prune
     the bad one's live object), and so is an empty one unless the publisher says so. ``plan``
     gets each object's stage and the hooks (hooks driftbus does not run are left out)."""
-    steps = checking(bundle, manifests, scopes, plan)
-    while True:
-        try:
-            next(steps)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+    return finished(checking(bundle, manifests, scopes, plan))
 
 
 CHECK_STEP = 256

@@ -14,6 +14,7 @@ from collections.abc import Generator, Mapping
 from typing import Protocol
 
 from schemas.subjects import split_bundle
+from services.core.steps import finished
 from services.planner.rule.entry import Slot
 from services.planner.rule.revision import BundleView
 
@@ -64,12 +65,7 @@ def take(
     """Sort a checked revision's objects into taken, taken over and left out: ``view.keys`` gets
     every object taken, ``view.errors`` one line per object left out. The views of the bundles
     objects are taken from are the caller's to change (nothing here changes ``bundles``)."""
-    steps = taking(view, desired, entries, bundles, take_over=take_over)
-    while True:
-        try:
-            next(steps)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+    return finished(taking(view, desired, entries, bundles, take_over=take_over))
 
 
 STEP = 2048
