@@ -237,9 +237,13 @@ def _up(args: argparse.Namespace, wanted: list[upclusters.ClusterSpec]) -> int:
                 _say(f"cluster {spec.name}:")
             status, rows = asyncio.run(publish_example(operator, spec.name, args.timeout))
             print_example(status, rows, args.output)
-        state = workdir / "stack.json"
-        state.touch(mode=0o600)
-        state.write_text(json.dumps(info, indent=2))
+        # written whole, then renamed: a detached ``up`` reads it the moment it exists, and
+        # read between the file's creation and its write it was empty (a CI failure)
+        written = workdir / "stack.json.new"
+        written.unlink(missing_ok=True)
+        written.touch(mode=0o600)
+        written.write_text(json.dumps(info, indent=2))
+        os.replace(written, workdir / "stack.json")
         signal.signal(signal.SIGTERM, _stop)
         signal.signal(signal.SIGINT, _stop)
         print_info(info, args.output)
