@@ -85,6 +85,8 @@ class StallWatch:
         self._loop_thread = threading.get_ident()
         self._stop = threading.Event()
         self.stalls = 0
+        self.reported = threading.Event()
+        """Set once a stall was logged."""
         self._gc_started: float | None = None
         self._next_census = 0.0
         self.gc_seconds = 0.0
@@ -161,6 +163,7 @@ class StallWatch:
             },
         )
         self.stalls += 1
+        self.reported.set()
 
 
 def watched() -> Iterator[StallWatch]:

@@ -41,25 +41,24 @@ def test_a_held_loop_is_reported_with_its_code(caplog: pytest.LogCaptureFixture)
 
     async def main() -> None:
         task = asyncio.create_task(watch.run())
-        await asyncio.sleep(0.3)  # turning: no stall
-        assert watch.stalls == 0
+        await asyncio.sleep(0)
         _hold_the_loop(0.5)
-        await asyncio.sleep(0.3)  # the watch sees it turn again
+        await asyncio.to_thread(watch.reported.wait, 30)  # logged once the loop turns again
         task.cancel()
 
     with caplog.at_level(logging.WARNING, logger="driftbus.stalls"):
         asyncio.run(main())
-    assert watch.stalls == 1
-    (record,) = caplog.records
-    assert 0.3 < record.held_s < 0.8  # type: ignore[attr-defined]
-    top = record.where[0]  # type: ignore[attr-defined]
-    assert top["stack"][0].startswith("tests.unit.test_stalls:_hold_the_loop:")
+    # a loaded machine may stall the loop elsewhere too: the one the test made is among them
+    held = [r for r in caplog.records if r.where and r.where[0]["stack"]]  # type: ignore[attr-defined]
+    assert any(
+        r.where[0]["stack"][0].startswith("tests.unit.test_stalls:_hold_the_loop:")  # type: ignore[attr-defined]
+        and r.held_s >= watch.threshold  # type: ignore[attr-defined]
+        for r in held
+    )
 
 
-def _until_reported(watch: stalls.StallWatch) -> None:
-    deadline = time.monotonic() + 10
-    while watch.stalls == 0 and time.monotonic() < deadline:
-        time.sleep(0.05)
+COLLECTIONS = 3
+"""Full collections of the test's heap that hold the loop (each walks two million lists)."""
 
 
 def test_a_stall_in_the_garbage_collector_says_so(caplog: pytest.LogCaptureFixture) -> None:
@@ -68,20 +67,19 @@ def test_a_stall_in_the_garbage_collector_says_so(caplog: pytest.LogCaptureFixtu
 
     async def main() -> None:
         task = asyncio.create_task(watch.run())
-        await asyncio.sleep(0.2)
-        started = time.monotonic()
-        while time.monotonic() - started < 0.3:
+        await asyncio.sleep(0)
+        for _ in range(COLLECTIONS):
             gc.collect()
-        await asyncio.sleep(0.3)  # the loop turns: the watch reports (a census takes a while)
-        await asyncio.to_thread(_until_reported, watch)
+        await asyncio.to_thread(watch.reported.wait, 30)  # a census takes a while
         task.cancel()
 
     with caplog.at_level(logging.WARNING, logger="driftbus.stalls"):
         asyncio.run(main())
     del heap
-    (record,) = caplog.records
-    assert record.gc_s > 0.2  # type: ignore[attr-defined]
-    assert record.gc_s <= record.held_s + 0.1  # type: ignore[attr-defined]
+    record = max(caplog.records, key=lambda r: r.gc_s)  # type: ignore[attr-defined]
+    # the collector, not the code around it, held the loop: most of the stall is its
+    assert record.gc_s >= record.held_s / 2  # type: ignore[attr-defined]
+    assert len(record.collections) >= 1  # type: ignore[attr-defined]
     # what the collector walked: the test's two million lists first
     tracked = record.tracked  # type: ignore[attr-defined]
     assert tracked["total"] >= 2_000_000
