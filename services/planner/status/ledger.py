@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Generator
 
 from schemas.subjects import ObjectKey
+from services.core.steps import finished
 from services.planner.memory.store import EntryStore
 from services.planner.rule.entry import Slot
 from services.planner.rule.revision import BundleView
@@ -71,8 +72,7 @@ class Ledger:
         self._books[ident] = book
 
     def _follow(self, known: Known, views: dict[Ident, BundleView]) -> None:
-        for _ in self._following(known, views):
-            pass
+        finished(self._following(known, views))
 
     def _following(
         self, known: Known, views: dict[Ident, BundleView]
