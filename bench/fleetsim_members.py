@@ -224,7 +224,10 @@ class CountingReporter(Reporter):
 class SimCluster:
     """One cluster's watcher and applier, as the bus sees them."""
 
-    def __init__(self, js: bus.JetStream, pub: bus.Publisher, name: str, *, failing: bool):
+    def __init__(
+        self, nc: bus.Connection, js: bus.JetStream, pub: bus.Publisher, name: str, *,
+        failing: bool,
+    ) -> None:  # fmt: skip
         self.js = js
         self.pub = pub
         self.name = name
@@ -238,6 +241,7 @@ class SimCluster:
         self.kube = SimKube(self.watcher, failing=failing)
         self.applier = Applier(
             settings=ApplierSettings(cluster=name, applier_id=f"{name}-applier"),
+            nc=nc,
             js=js,
             kube=self.kube,  # type: ignore[arg-type]
             publisher=pub,
@@ -312,7 +316,7 @@ async def main(args: argparse.Namespace) -> None:
     beats_nc = await nats.connect(args.nats, max_reconnect_attempts=-1)
     _heartbeats_on(bus.Publisher(beats_nc.jetstream(), max_inflight=2048))
     names = [cluster_name(i) for i in range(args.first, args.first + args.count)]
-    sims = [SimCluster(js, pub, n, failing=fails(n, args.fail_share)) for n in names]
+    sims = [SimCluster(nc, js, pub, n, failing=fails(n, args.fail_share)) for n in names]
     for i, sim in enumerate(sims):
         labels = {"sim": "true", "zone": f"z{(args.first + i) % 3}"}
         await register(js, sim.name, labels=labels, kube_version="v1.36.3-sim", by="fleetsim")

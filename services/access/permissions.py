@@ -133,9 +133,10 @@ def applier(cluster: str) -> Permissions:
             f"$JS.ACK.{intents}.{consumer}.>",
             f"{JS}.DIRECT.GET.{intents}.{cluster_filter('intent', cluster)}",
             # the planner claim on the cluster: its revision fences off deposed planners
-            f"{JS}.DIRECT.GET.{bus.SHARDS_STREAM}.$KV.{bus.SHARDS_BUCKET}.{bus.claim_key(cluster)}",
+            f"{JS}.DIRECT.GET.{bus.SHARDS_STREAM}.{bus.claim_subject(cluster)}",
         ),
-        subscribe=(f"{bus.inbox_prefix('applier', cluster)}.>",),
+        # its inbox, and the claim's writes as they happen (they only say "read it again")
+        subscribe=(f"{bus.inbox_prefix('applier', cluster)}.>", bus.claim_subject(cluster)),
     )
 
 

@@ -5,7 +5,8 @@ as ``fencing_token``. Revisions only grow, so once anything newer is known — a
 release read from the bucket, or an intent carrying a higher token — an intent with a lower
 token comes from a deposed planner (paused, partitioned, or slow to notice) and must not reach
 the cluster. The planner that took over re-sends whatever was still in flight. The fence is read
-before the first intent is taken and then followed every ``fence_refresh`` seconds.
+before the first intent is taken, again as soon as the claim is written (a subscription on its
+subject), and every ``fence_refresh`` seconds for a write made while the connection was down.
 """
 
 from __future__ import annotations
@@ -53,10 +54,18 @@ async def read_claim(fence: Fence, js: bus.JetStream, cluster: str, *, max_backo
             delay = min(delay * 2, max_backoff)
 
 
-async def follow_claims(fence: Fence, js: bus.JetStream, cluster: str, *, every: float) -> None:
-    """Raise the fence to every newer claim (or release) of the cluster, read every ``every``
-    seconds, so a deposed planner's intents are dropped even before the new one's arrive."""
-    while True:
-        with contextlib.suppress(Exception):  # NATS away: the intents' own tokens still count
-            fence.raise_to(await bus.claim_revision(js, cluster))
-        await asyncio.sleep(every)
+async def follow_claims(
+    fence: Fence, js: bus.JetStream, nc: bus.Connection, cluster: str, *, every: float
+) -> None:
+    """Raise the fence to every newer claim (or release) of the cluster as it is written, so a
+    deposed planner's intents are dropped even before the new one's arrive. A quiet cluster
+    costs one read every ``every`` seconds: the safety net for a write this replica could not
+    see (its connection was down), not the way changes arrive."""
+    written = asyncio.Event()
+    async with bus.on_claim_change(nc, cluster, written.set):
+        while True:
+            written.clear()  # before the read: a write during it reads again
+            with contextlib.suppress(Exception):  # NATS away: the intents' own tokens count
+                fence.raise_to(await bus.claim_revision(js, cluster))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(written.wait(), every)

@@ -75,11 +75,13 @@ class Applier:
         self,
         *,
         settings: ApplierSettings,
+        nc: bus.Connection,
         js: bus.JetStream,
         kube: KubeClient,
         publisher: bus.Publisher,
     ) -> None:
         self.s = settings
+        self.nc = nc
         self.js = js
         self.kube = kube
         self.pub = publisher
@@ -112,7 +114,7 @@ class Applier:
     async def run(self) -> None:
         await read_claim(self.fence, self.js, self.s.cluster, max_backoff=self.s.max_backoff)
         claims = asyncio.create_task(
-            follow_claims(self.fence, self.js, self.s.cluster, every=self.s.fence_refresh),
+            follow_claims(self.fence, self.js, self.nc, self.s.cluster, every=self.s.fence_refresh),
             name="follow claims",
         )
         beats = asyncio.create_task(
@@ -355,7 +357,7 @@ async def run(settings: ApplierSettings, *, stopping: asyncio.Event | None = Non
     settings = dataclasses.replace(settings, applier_id=settings.applier_id or replica_id())
     check_key_file(settings.sops_age_key_file, settings.sops_key_dir)
     async with cluster_connections("applier", settings, settings, settings) as c:
-        applier = Applier(settings=settings, js=c.js, kube=c.kube, publisher=c.publisher)
+        applier = Applier(settings=settings, nc=c.nc, js=c.js, kube=c.kube, publisher=c.publisher)
         c.health.add("bound to the cluster's intent consumer", applier.bound.is_set)
         if stopping is not None:
             applier.stopping = stopping

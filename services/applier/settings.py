@@ -39,9 +39,11 @@ class ApplierSettings(ClusterSettings, telemetry.TelemetrySettings, bus.NatsSett
         "limit, transient causes are retried for as long as they last)",
     )
     fence_refresh: float = setting(
-        1.0,
-        "seconds between reads of the cluster's planner claim: how soon after a take-over the "
-        "intents of the deposed planner are dropped even before the new one's arrive",
+        30.0,
+        "seconds between reads of the cluster's planner claim besides those its writes trigger "
+        "(a take-over is seen as it is written): how soon a take-over made while this replica's "
+        "connection was down fences off the deposed planner's intents, if no intent of the new "
+        "one came first",
     )
     sops_age_key_file: str = setting(
         "",

@@ -214,6 +214,8 @@ async def test_locked_down_bus_works_and_refuses_every_forbidden_operation(
             await refused_subscribe(sec, f"watcher-{A}", "driftbus.>"),
             # an applier consumes only its own cluster's intents, publishes applied/status
             await refused_subscribe(sec, f"applier-{A}", f"driftbus.intent.{ta}.>"),
+            # it follows its own cluster's planner claim as it is written, not another's
+            await refused_subscribe(sec, f"applier-{A}", bus.claim_subject(B)),
             await refused_publish(
                 sec,
                 f"applier-{A}",

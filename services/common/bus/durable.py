@@ -91,7 +91,8 @@ async def durables_exist(js: JetStreamContext, consumers: dict[str, tuple[str, s
 
 async def bind_durable(js: JetStreamContext, stream: str, name: str) -> IntentQueue:
     """Bind the shared consumer (``ensure_durable`` made it)."""
-    return IntentQueue(await js.pull_subscribe_bind(name, stream=stream))
+    sub = await js.pull_subscribe_bind(name, stream=stream)
+    return IntentQueue(sub, js._nc)
 
 
 _V1_TOKENS = 9

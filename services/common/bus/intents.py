@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import logging
 
+from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js import JetStreamContext
@@ -21,6 +22,10 @@ from schemas.subjects import cluster_filter, encode_token
 from services.common.bus.streams import INTENTS, BusError
 
 log = logging.getLogger("driftbus.bus")
+
+_RECONNECT_CHECK = 2.0
+"""Seconds between looks, during a long wait for an intent, at whether the connection came
+back from a disconnection (a look at a counter: no request)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,8 +116,9 @@ async def ensure_intent_consumer(
 class IntentQueue:
     """A replica bound to its cluster's shared intent consumer."""
 
-    def __init__(self, sub: JetStreamContext.PullSubscription) -> None:
+    def __init__(self, sub: JetStreamContext.PullSubscription, nc: Client) -> None:
         self._sub = sub
+        self._nc = nc
 
     async def fetch(self, n: int, *, timeout: float) -> list[Msg]:  # noqa: ASYNC109
         """Up to ``n`` intents, waiting at most ``timeout`` seconds; none when none came."""
@@ -129,6 +135,32 @@ class IntentQueue:
                 await extra.nak()
         return msgs[:n]
 
+    async def wait(self, *, longest: float, stopping: asyncio.Event) -> list[Msg]:
+        """One intent, waiting up to ``longest`` seconds for it: a single pull request that
+        the server answers the moment one is queued, so a quiet cluster costs one request per
+        ``longest`` instead of one a second (nats.go's consumers wait 30 s the same way).
+        Given up early when ``stopping`` is set, or when the connection came back from a
+        disconnection: the server that held the request may have lost it. After an
+        unsubscribe the server drops a pending request unanswered (it checks for interest
+        before it delivers)."""
+        reconnects = self._nc.stats["reconnects"]
+        fetch = asyncio.ensure_future(self.fetch(1, timeout=longest))
+        stop = asyncio.ensure_future(stopping.wait())
+        try:
+            while not fetch.done():
+                await asyncio.wait({fetch, stop}, timeout=_RECONNECT_CHECK,
+                                   return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+                if stop.done() or self._nc.stats["reconnects"] != reconnects:
+                    break
+            if fetch.done():
+                return fetch.result()
+            fetch.cancel()  # a message it was handed stays buffered: the next fetch takes it
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await fetch
+            return []
+        finally:
+            stop.cancel()
+
     async def close(self) -> None:
         """nats-py's drain never completes for a pull subscription and waits out its whole
         drain timeout (30 s) on exit: unsubscribe instead (acks need no subscription)."""
@@ -141,7 +173,8 @@ async def bind_intents(
 ) -> IntentQueue:
     """Bind the cluster's intent consumer (made if missing), as every applier replica does."""
     consumer = await ensure_intent_consumer(js, cluster, s)
-    return IntentQueue(await js.pull_subscribe_bind(consumer, stream=INTENTS))
+    sub = await js.pull_subscribe_bind(consumer, stream=INTENTS)
+    return IntentQueue(sub, js._nc)  # nats-py's own connection of the context
 
 
 async def ack(msg: Msg) -> None:

@@ -8,8 +8,11 @@ and taken (``take``) here; who may take one, and for how long it holds, is the p
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections.abc import AsyncIterator, Callable
 
+from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 from nats.js.errors import ServiceUnavailableError
 from nats.js.kv import KeyValue
@@ -53,11 +56,37 @@ async def take(kv: KeyValue, key: str, value: bytes, *, last: int | None) -> int
     return await update_entry(kv, key, value, last=last)
 
 
+def claim_subject(cluster: str) -> str:
+    """The subject every write of the cluster's claim is published on (a KV put is a message)."""
+    return f"$KV.{SHARDS_BUCKET}.{claim_key(cluster)}"
+
+
+@contextlib.asynccontextmanager
+async def on_claim_change(
+    nc: NATS, cluster: str, changed: Callable[[], None]
+) -> AsyncIterator[None]:
+    """Call ``changed`` whenever the cluster's claim is written, while in the block: a plain
+    subscription on the claim's subject, which costs nothing while no planner claims or
+    releases the cluster (a read per second did, at every applier of every cluster). It carries
+    no revision: read it (``claim_revision``). A write made while the connection was down is
+    not seen."""
+
+    async def _seen(_msg: object) -> None:
+        changed()
+
+    sub = await nc.subscribe(claim_subject(cluster), cb=_seen)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(Exception):  # a closed connection has nothing to undo
+            await sub.unsubscribe()
+
+
 async def claim_revision(js: JetStreamContext, cluster: str) -> int | None:
     """The revision of the cluster's planner claim (the current fencing token), or None when
     no planner ever claimed it (or the bucket is not there yet)."""
     try:
-        last = await last_message(js, SHARDS_STREAM, f"$KV.{SHARDS_BUCKET}.{claim_key(cluster)}")
+        last = await last_message(js, SHARDS_STREAM, claim_subject(cluster))
     except ServiceUnavailableError:
         return None
     return None if last is None else int(last.seq or 0)
