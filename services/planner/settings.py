@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from services.clusters import members
 from services.common import bus, telemetry
 from services.common.settings import setting
 
@@ -35,9 +34,10 @@ class PlannerSettings(telemetry.TelemetrySettings, bus.NatsSettings):
         "longer queued before the planner sends it again: nothing stays lost",
     )
     members_interval: float = setting(
-        members.INTERVAL,
-        "seconds between reads of the cluster's watcher/applier heartbeats (prune waits for the "
-        "watcher's initial lists; a cluster nobody serves is named in the bundle status)",
+        5.0,
+        "seconds between looks at every cluster's watcher/applier heartbeats for those gone "
+        "stale (a new heartbeat is taken in as it comes; prune waits for the watcher's initial "
+        "lists; a cluster nobody serves is named in the bundle status)",
     )
     batch_intents: int = setting(
         32,

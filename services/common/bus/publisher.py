@@ -46,10 +46,18 @@ class Publisher:
         self.errors = 0
 
     async def publish(
-        self, subject: str, data: bytes, *, msg_id: str, headers: dict[str, str] | None = None
+        self,
+        subject: str,
+        data: bytes,
+        *,
+        msg_id: str | None,
+        headers: dict[str, str] | None = None,
     ) -> asyncio.Task[js_api.PubAck]:
         """Queue a publish; returns a task resolving to the ack (retried with the same id).
-        The current trace context travels along in the headers."""
+        The current trace context travels along in the headers. ``msg_id`` None: no dedupe
+        id, for a message whose repeat is harmless (a heartbeat: its stream keeps the last per
+        subject) — the server keeps no id for it, and a message with no header at all is the
+        cheapest for every reader to parse."""
         headers = telemetry.inject(headers)
         await self._slots.acquire()
         task = asyncio.create_task(self._publish(subject, data, msg_id, headers))
@@ -110,9 +118,9 @@ class Publisher:
             log.error("publish failed: %s: %s", type(exc).__name__, exc)
 
     async def _publish(
-        self, subject: str, data: bytes, msg_id: str, headers: dict[str, str] | None
+        self, subject: str, data: bytes, msg_id: str | None, headers: dict[str, str] | None
     ) -> js_api.PubAck:
-        hdrs = {"Nats-Msg-Id": msg_id, **(headers or {})}
+        hdrs = {"Nats-Msg-Id": msg_id, **(headers or {})} if msg_id else (headers or None)
         # Unknown outcome on a timeout: retrying with the same Nats-Msg-Id cannot duplicate it.
         return await self.retrying(
             f"publish to {subject}",
