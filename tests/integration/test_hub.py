@@ -122,7 +122,7 @@ async def test_a_tap_reset_before_its_first_message_does_not_replay_the_stream(
         await asyncio.wait_for(tap.caught_up.wait(), 10)
         for info in await jsm.consumers_info(stream):
             await jsm.delete_consumer(stream, info.name)
-        # the reset comes after missed idle heartbeats (2 s); then a new message
+        # the reset comes after missed idle heartbeats (2 × 5 s); then a new message
         deadline = time.monotonic() + 30
         while not await jsm.consumers_info(stream):
             assert time.monotonic() < deadline, "the tap never made its consumer again"

@@ -52,8 +52,8 @@ SERVING: list[tuple[str, dict[str, MemberHeartbeat | None], list[str]]] = [
     ),
     (
         "stale-watcher-is-named-with-its-age",
-        {"watcher": beat("watcher", 45), "applier": beat("applier", 2)},
-        ["no watcher for cluster c (last seen 45s ago)"],
+        {"watcher": beat("watcher", 75), "applier": beat("applier", 2)},
+        ["no watcher for cluster c (last seen 75s ago)"],
     ),
     (
         "stale-applier-is-named-with-its-age",
