@@ -272,7 +272,12 @@ class SimCluster:
     async def _follow_bundles(self) -> None:
         """The watcher's follower of the cluster's bundles (``Watcher.run``); a simulated
         cluster has no kinds to start watching, so it only reads them."""
-        follower = bus.Follower(self.js, bus.BUNDLES, cluster_filter("bundle", self.name))
+        follower = bus.Follower(
+            self.js,
+            bus.BUNDLES,
+            cluster_filter("bundle", self.name),
+            idle_heartbeat=bus.QUIET_HEARTBEAT,
+        )
         async for msg in follower.messages():
             try:
                 decode(msg.data, Bundle)

@@ -106,7 +106,12 @@ class Watcher:
         for spec in self.s.extra_kinds:
             api_version, _, kind = spec.rpartition("/")
             self._ensure_watch(api_version, kind)
-        follower = bus.Follower(self.js, bus.BUNDLES, cluster_filter("bundle", self.s.cluster))
+        follower = bus.Follower(
+            self.js,
+            bus.BUNDLES,
+            cluster_filter("bundle", self.s.cluster),
+            idle_heartbeat=bus.QUIET_HEARTBEAT,  # one per cluster: rare, on a quiet bus
+        )
         self.ready.set()
         async for msg in follower.messages():
             with telemetry.tracer.start_as_current_span(

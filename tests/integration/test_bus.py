@@ -10,6 +10,7 @@ from nats.js import JetStreamContext
 
 from schemas.subjects import object_status_filter
 from services.common import bus
+from services.common.bus.follower import IDLE_WAIT
 from services.controlplane import servers
 
 from ..conftest import unique_name
@@ -128,3 +129,50 @@ async def test_a_follower_started_while_nats_is_away_waits_for_it(tmp_path: Path
     finally:
         await nc.close()
         server.stop()
+
+
+async def test_a_quiet_follower_is_back_soon_after_a_server_restart(tmp_path: Path) -> None:
+    """A follower there is one of per cluster (a watcher's bundles) hears the server's idle
+    heartbeat only every 30 s, so nats-py would notice its consumer lost with a restarted
+    server only after a minute; the follower makes it again itself, within ``IDLE_WAIT`` of
+    quiet after the reconnection."""
+    server = servers.NatsServer(tmp_path / "nats")
+    server.start()
+    nc = await nats.connect(server.client_url, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
+    try:
+        js = nc.jetstream()
+        await bus.ensure_streams(js)
+        subject = f"driftbus.decision.{unique_name('quiet')}.a.b.c.d"
+        await (await bus.Publisher(js).publish(subject, b"before", msg_id="before"))
+        follower = bus.Follower(js, bus.DECISIONS, subject, idle_heartbeat=bus.QUIET_HEARTBEAT)
+        got: list[bytes] = []
+
+        async def follow() -> None:
+            async for msg in follower.messages():
+                got.append(msg.data)
+
+        task = asyncio.create_task(follow())
+        await asyncio.wait_for(follower.caught_up.wait(), 10)
+        server.kill()
+        server.start()
+        for _ in range(100):
+            if nc.is_connected:
+                break
+            await asyncio.sleep(0.1)
+        await (await bus.Publisher(js).publish(subject, b"after", msg_id="after"))
+        deadline = asyncio.get_running_loop().time() + follower_back_within()
+        while b"after" not in got:
+            assert asyncio.get_running_loop().time() < deadline, (
+                f"nothing delivered {follower_back_within():.0f}s after the restart: {got}"
+            )
+            await asyncio.sleep(0.1)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    finally:
+        await nc.close()
+        server.stop()
+
+
+def follower_back_within() -> float:
+    """Well under nats-py's own two missed heartbeats (60 s)."""
+    return 2 * IDLE_WAIT + 5

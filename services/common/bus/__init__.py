@@ -57,6 +57,7 @@ from services.common.bus.durable import (
     stream_sequence,
 )
 from services.common.bus.follower import (
+    QUIET_HEARTBEAT,
     Follower,
     last_message,
     message_at,
@@ -187,6 +188,7 @@ __all__ = [
     "NOTIFY_CONSUMERS",
     "OBJECT_STORE_BUCKET",
     "OUTCOMES",
+    "QUIET_HEARTBEAT",
     "ROLLOUTS",
     "ROLLOUTS_BUCKET",
     "ROLLOUTS_STREAM",
