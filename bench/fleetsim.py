@@ -145,6 +145,16 @@ async def _start_members(
     return procs
 
 
+async def _api_prompt(js: Any) -> bool:
+    """Three stream-info answers in a row, each within a second."""
+    for _ in range(3):
+        try:
+            await js.stream_info(bus.BUNDLES, timeout=1.0)
+        except Exception:  # noqa: BLE001 - not answering yet: asked again by ``until``
+            return False
+    return True
+
+
 async def one_run(
     workdir: Path, *, clusters: int, objects: int, planners: int, fail_share: float,
     idle: float, limit: float,
@@ -192,6 +202,10 @@ async def one_run(
         )
         members_up = time.monotonic() - started_members
         await asyncio.sleep(6.0)  # a round of heartbeats; the driver has read the registry
+        # thousands of members just made their consumers and registry entries: the rollout's
+        # clock starts once the JetStream API answers at once again (3,000 clusters: it did not
+        # for 30 s, and the publish gave up)
+        await until("a prompt JetStream API", lambda: _api_prompt(js), 300)
         pids = {n: p.pid for n, p in procs.items()} | {"nats-server": nats_server.process.pid}  # type: ignore[union-attr]
         pids |= {f"members-{i}": proc.pid for i, (proc, _) in enumerate(members)}
         meter = Meter(pids, nats_server)

@@ -234,12 +234,17 @@ async def wait_for_stream(js: JetStreamContext, name: str, deadline: float | Non
         try:
             await js.stream_info(name)
             return
-        except (NotFoundError, ServiceUnavailableError, NatsTimeout, TimeoutError):
-            pass  # not there yet, or a NATS cluster still electing its leaders
+        except (NotFoundError, ServiceUnavailableError, NatsTimeout, TimeoutError) as exc:
+            last = exc  # not there yet, or a NATS cluster still electing its leaders
         if deadline is not None and loop.time() > deadline:
-            raise BusError(
-                f"stream {name} does not exist; the planner creates the streams: is it "
-                "running against this NATS?"
+            if isinstance(last, NotFoundError):
+                raise BusError(
+                    f"stream {name} does not exist; the planner creates the streams: is it "
+                    "running against this NATS?"
+                )
+            raise BusError(  # saying "does not exist" here sent people looking the wrong way
+                f"stream {name}: NATS did not answer whether it exists ({type(last).__name__}): "
+                "its JetStream API is busy or unavailable"
             )
         if not waited:
             log.info("waiting for the planner to create the streams", extra={"stream": name})
