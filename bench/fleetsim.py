@@ -137,11 +137,13 @@ async def _start_members(
         )  # fmt: skip
         log.close()
         procs.append((proc, stats))
-    for proc, _ in procs:
+        # one process at a time: 3,000 clusters making their consumers and registry entries at
+        # once kept the JetStream API from answering (a member process gave up)
         assert proc.stdout is not None
         line = await asyncio.wait_for(proc.stdout.readline(), 300)
         if line.strip() != b"ready":
-            raise RuntimeError(f"fleet-sim: a member process did not start (see {workdir})")
+            tail = (workdir / f"members-{first}.log").read_text()[-2000:]
+            raise RuntimeError(f"fleet-sim: a member process did not start:\n{tail}")
     return procs
 
 

@@ -324,7 +324,16 @@ async def main(args: argparse.Namespace) -> None:
     sims = [SimCluster(nc, js, pub, n, failing=fails(n, args.fail_share)) for n in names]
     for i, sim in enumerate(sims):
         labels = {"sim": "true", "zone": f"z{(args.first + i) % 3}"}
-        await register(js, sim.name, labels=labels, kube_version="v1.36.3-sim", by="fleetsim")
+        for attempt in range(5):  # a JetStream API busy with thousands of members: ask again
+            try:
+                await register(
+                    js, sim.name, labels=labels, kube_version="v1.36.3-sim", by="fleetsim"
+                )
+                break
+            except (TimeoutError, nats.errors.TimeoutError):
+                if attempt == 4:
+                    raise
+                await asyncio.sleep(1.0)
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stopping.set)
