@@ -151,8 +151,8 @@ async def _api_prompt(js: Any) -> bool:
     """Three stream-info answers in a row, each within a second."""
     for _ in range(3):
         try:
-            await js.stream_info(bus.BUNDLES, timeout=1.0)
-        except Exception:  # noqa: BLE001 - not answering yet: asked again by ``until``
+            await asyncio.wait_for(js.stream_info(bus.BUNDLES), 1.0)
+        except (TimeoutError, nats.errors.Error):  # not answering yet: asked again by ``until``
             return False
     return True
 
