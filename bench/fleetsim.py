@@ -66,6 +66,14 @@ TARGET = {
 RSS ≤ 200 MiB per replica; all planners SIGKILLed → every cluster served again ≤ 60 s with 0
 writes; NATS consumers per replica a constant (reported); 3,000 × 30 reported (≤ 120 s,
 ≤ 0.2 core: ``--clusters 3000 --objects 30``)."""
+LARGE_TARGET = {**TARGET, "ready_s": 120.0, "idle_cores": 0.2}
+"""The 3,000 × 30 row's own targets (issue 43: "report (≤ 120 s, ≤ 0.2 core)")."""
+
+
+def targets(clusters: int) -> dict[str, float]:
+    return LARGE_TARGET if clusters >= 3000 else TARGET
+
+
 RESTART_SETTLE = 10.0
 """Seconds after the clusters are served again in which writes are still counted as the
 restart's (a resend or status timer that fires late)."""
@@ -548,21 +556,22 @@ def _results(
     idle_cores = col("idle_cores")
     params["idle_cpu_s_per_hour"] = round(statistics.median(idle_cores) * 3600, 1)
     tag = f"fleet-sim-{clusters}x{objects}"
+    goal = targets(clusters)
     return [
-        Result(f"{tag}-all-ready", "s", col("seconds"), "target", [TARGET["ready_s"]] * n,
+        Result(f"{tag}-all-ready", "s", col("seconds"), "target", [goal["ready_s"]] * n,
                params, higher_is_better=False,
                target="≤ 60 s: ratio ≤ 1 (Complete, bake excluded; 3,000 × 30: ≤ 120 s)"),
         Result(f"{tag}-objects-applied", "objects", col("objects_applied"), "clusters × objects",
                [float(clusters * objects)] * n, params, higher_is_better=True,
                target="ratio = 1 (counted by the simulated members; the run fails otherwise)"),
         Result(f"{tag}-idle-planners-nats-cores", "cores", idle_cores, "target",
-               [TARGET["idle_cores"]] * n, params, higher_is_better=False,
+               [goal["idle_cores"]] * n, params, higher_is_better=False,
                target="≤ 0.1 core: ratio ≤ 1 (3,000 × 30: ≤ 0.2 core)"),
         Result(f"{tag}-planner-rss", "MiB", col("planner_rss_mib"), "target",
-               [TARGET["planner_rss_mib"]] * n, params, higher_is_better=False,
+               [goal["planner_rss_mib"]] * n, params, higher_is_better=False,
                target="≤ 200 MiB: ratio ≤ 1 (largest replica)"),
         Result(f"{tag}-restart-served-again", "s", col("restart_s"), "target",
-               [TARGET["restart_s"]] * n, params, higher_is_better=False,
+               [goal["restart_s"]] * n, params, higher_is_better=False,
                target="≤ 60 s: ratio ≤ 1 (every planner SIGKILLed and restarted after idle: until "
                "each has heartbeated ready since, their cluster lists cover every claimed cluster, "
                "every claim names one of them and each planner's /readyz holds)"),
