@@ -62,7 +62,13 @@ async def follow_claims(
     costs one read every ``every`` seconds: the safety net for a write this replica could not
     see (its connection was down), not the way changes arrive."""
     written = asyncio.Event()
-    async with bus.on_claim_change(nc, cluster, written.set):
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            await stack.enter_async_context(bus.on_claim_change(nc, cluster, written.set))
+        except Exception as exc:  # noqa: BLE001 - the reads on the timer still fence
+            log.warning(
+                "following the planner claim of %s as it is written failed: %s", cluster, exc
+            )
         while True:
             written.clear()  # before the read: a write during it reads again
             with contextlib.suppress(Exception):  # NATS away: the intents' own tokens count

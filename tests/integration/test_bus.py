@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import nats
+from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
 from schemas.subjects import object_status_filter
@@ -94,16 +97,27 @@ async def test_follower_marks_the_end_of_the_view_then_delivers_live(js: JetStre
     assert seen[-1] == b"live"
 
 
-async def test_a_follower_started_while_nats_is_away_waits_for_it(tmp_path: Path) -> None:
-    """A NATS restart at the moment a service subscribes (CI: the watcher subscribing to
-    BUNDLES as the fault test killed nats-server) must not end the follower, and with it the
-    service: it subscribes again once NATS is back, and delivers the view and what comes."""
+@contextlib.asynccontextmanager
+async def own_server(tmp_path: Path) -> AsyncIterator[tuple[servers.NatsServer, NATS]]:
+    """A nats-server of the test's own (it is killed and restarted), the streams made, and a
+    connection that reconnects to it for ever."""
     server = servers.NatsServer(tmp_path / "nats")
     server.start()
     nc = await nats.connect(server.client_url, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
     try:
+        await bus.ensure_streams(nc.jetstream())
+        yield server, nc
+    finally:
+        await nc.close()
+        server.stop()
+
+
+async def test_a_follower_started_while_nats_is_away_waits_for_it(tmp_path: Path) -> None:
+    """A NATS restart at the moment a service subscribes (CI: the watcher subscribing to
+    BUNDLES as the fault test killed nats-server) must not end the follower, and with it the
+    service: it subscribes again once NATS is back, and delivers the view and what comes."""
+    async with own_server(tmp_path) as (server, nc):
         js = nc.jetstream()
-        await bus.ensure_streams(js)
         subject = f"driftbus.decision.{unique_name('away')}.a.b.c.d"
         await bus.Publisher(js).publish(subject, b"before", msg_id="before")
         server.kill()
@@ -126,9 +140,6 @@ async def test_a_follower_started_while_nats_is_away_waits_for_it(tmp_path: Path
         assert set(got) == {b"before", b"after"}
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-    finally:
-        await nc.close()
-        server.stop()
 
 
 async def test_a_quiet_follower_is_back_soon_after_a_server_restart(tmp_path: Path) -> None:
@@ -136,12 +147,8 @@ async def test_a_quiet_follower_is_back_soon_after_a_server_restart(tmp_path: Pa
     heartbeat only every 30 s, so nats-py would notice its consumer lost with a restarted
     server only after a minute; the follower makes it again itself, within ``IDLE_WAIT`` of
     quiet after the reconnection."""
-    server = servers.NatsServer(tmp_path / "nats")
-    server.start()
-    nc = await nats.connect(server.client_url, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
-    try:
+    async with own_server(tmp_path) as (server, nc):
         js = nc.jetstream()
-        await bus.ensure_streams(js)
         subject = f"driftbus.decision.{unique_name('quiet')}.a.b.c.d"
         await (await bus.Publisher(js).publish(subject, b"before", msg_id="before"))
         follower = bus.Follower(js, bus.DECISIONS, subject, idle_heartbeat=bus.QUIET_HEARTBEAT)
@@ -168,9 +175,6 @@ async def test_a_quiet_follower_is_back_soon_after_a_server_restart(tmp_path: Pa
             await asyncio.sleep(0.1)
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-    finally:
-        await nc.close()
-        server.stop()
 
 
 def follower_back_within() -> float:

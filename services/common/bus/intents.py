@@ -160,6 +160,8 @@ class IntentQueue:
             return []
         finally:
             stop.cancel()
+            if not fetch.done():  # this wait itself cancelled: no request left behind
+                fetch.cancel()
 
     async def close(self) -> None:
         """nats-py's drain never completes for a pull subscription and waits out its whole

@@ -43,6 +43,8 @@ class ShardView:
         self._listed_at: float | None = None
         """When the bundle stream's subjects were last listed (None: never, or a new cluster
         was noticed since)."""
+        self._noticed = 0
+        """New clusters noticed so far (one noticed during a listing lists again)."""
 
     def follow(self, *, caught_up: asyncio.Event, wake: asyncio.Event) -> list[asyncio.Task[None]]:
         """Start following the bucket (``caught_up`` once replayed) and the bundle stream
@@ -80,6 +82,7 @@ class ShardView:
                 known = False  # reported by the round
             if not known:
                 self._listed_at = None  # list them at the next round
+                self._noticed += 1
                 wake.set()  # a new cluster: claim it now, not at the next heartbeat
 
     def observe(self, msg: bus.Message) -> None:
@@ -116,7 +119,7 @@ class ShardView:
         now = self._clock()
         if self._listed_at is not None and now - self._listed_at < every:
             return
-        self._listed_at = now
+        noticed = self._noticed
         for subject in await bus.stream_subjects(self.js, bus.BUNDLES, family_filter("bundle")):
             try:
                 self.clusters.add(parse_subject(subject).cluster)
@@ -124,6 +127,8 @@ class ShardView:
                 if subject not in self._malformed:  # said once; no cluster's planner reads it
                     self._malformed.add(subject)
                     log.error("bundle on a malformed subject: %s", exc)
+        if self._noticed == noticed:  # once listed, and nothing new noticed meanwhile
+            self._listed_at = now
 
 
 async def _forever(follow: Callable[[], Awaitable[None]]) -> None:
