@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import copy
 import hashlib
 import itertools
 import json
@@ -55,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 import nats
+import orjson
 
 from schemas.codec import WireError, decode
 from schemas.messages import ApplyIntent, Bundle, DeleteIntent
@@ -74,6 +74,12 @@ from services.watcher.settings import WatcherSettings
 from services.watcher.watch import Watcher
 
 APP_LABEL = "fleetsim"
+
+
+def _copy(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """A deep copy of a JSON object: what the API server sends is its own bytes, decoded. Via
+    orjson, a sixth of ``copy.deepcopy``'s time (which was a tenth of a member process's CPU)."""
+    return dict(orjson.loads(orjson.dumps(obj)))
 
 
 def cluster_name(i: int) -> str:
@@ -152,7 +158,7 @@ class SimKube:
         self, obj: Mapping[str, Any], *, field_manager: str = "", force: bool = False,
         dry_run: bool = False, resource: Resource | None = None,
     ) -> dict[str, Any]:  # fmt: skip
-        live = copy.deepcopy(dict(obj))
+        live = _copy(obj)
         key = ObjectKey.of(live)
         old = self.objects.get(key)
         live["metadata"]["uid"] = old["metadata"]["uid"] if old else str(uuid.uuid4())
@@ -165,17 +171,17 @@ class SimKube:
                 # a server-side apply that changes nothing is no write: the API server keeps
                 # the resourceVersion and sends no watch event (an intent applied again, its
                 # first report's ack lost, must not look newer than the live object's fact)
-                return copy.deepcopy(old)
+                return _copy(old)
         live["metadata"]["resourceVersion"] = str(next(self.rv))
         self.objects[key] = live
         self.applied[key] = manifest_sha(obj).hex()
-        self.events.put_nowait(WatchEvent("MODIFIED" if old else "ADDED", copy.deepcopy(live)))
+        self.events.put_nowait(WatchEvent("MODIFIED" if old else "ADDED", _copy(live)))
         return live
 
     async def get(self, res: Resource, name: str, namespace: str = "") -> dict[str, Any]:
         for key, obj in self.objects.items():
             if (key.kind, key.namespace, key.name) == (res.kind, namespace, name):
-                return copy.deepcopy(obj)
+                return _copy(obj)
         raise NotFound(f"{res.kind}/{namespace}/{name}", 404, "NotFound", "not found")
 
     async def delete(
@@ -188,7 +194,7 @@ class SimKube:
         self.applied.pop(key, None)
         rv = str(next(self.rv))
         live["metadata"]["resourceVersion"] = rv
-        self.events.put_nowait(WatchEvent("DELETED", copy.deepcopy(live)))
+        self.events.put_nowait(WatchEvent("DELETED", _copy(live)))
         return live
 
     async def stream(self) -> AsyncIterator[WatchEvent]:

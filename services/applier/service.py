@@ -173,7 +173,7 @@ class Applier:
         started = asyncio.get_running_loop().time()
         outcome = "error"
         try:
-            with telemetry.tracer.start_as_current_span(
+            with telemetry.span(
                 "apply",
                 context=telemetry.traced(claim.trace),
                 attributes={"cluster": self.s.cluster, "messaging.subject": claim.msg.subject},
@@ -191,14 +191,15 @@ class Applier:
 
     async def _handle_claimed(self, claim: Claim, intent: ApplyIntent | DeleteIntent) -> str:
         """Carry out one intent; returns what became of it (the metrics' outcome label)."""
-        trace.get_current_span().set_attributes(
-            {
-                "bundle": intent.bundle or "",
-                "revision": intent.revision,
-                "object": str(intent.key),
-                "reason": getattr(intent, "reason", "prune"),
-            }
-        )
+        if (span := trace.get_current_span()).is_recording():
+            span.set_attributes(
+                {
+                    "bundle": intent.bundle or "",
+                    "revision": intent.revision,
+                    "object": str(intent.key),
+                    "reason": getattr(intent, "reason", "prune"),
+                }
+            )
         if not self.fence.admits(intent.fencing_token):
             log.warning(
                 "%s: dropping intent %s of planner %s: its claim (token %d) was superseded "

@@ -10,13 +10,17 @@ NATS connected, streams bound, initial rebuild or list finished).
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
 from opentelemetry import metrics, propagate, trace
 from opentelemetry.context import Context
+from opentelemetry.util.types import Attributes
 
 from services.common.settings import setting
 
@@ -44,8 +48,48 @@ class TelemetrySettings:
     )
 
 
+_recording = False
+"""Whether this process records spans (an OTLP endpoint is configured): ``span`` asks."""
+
+
+class Tally:
+    """A counter added to once per object on a hot path: a plain count per label values, which
+    OpenTelemetry reads only when ``/metrics`` is scraped (an observable counter). The SDK's
+    ``Counter.add`` hashes its attributes and takes a lock on every call — about 10 µs, a
+    planner deciding 100,000 objects spent a second of them. Same name, labels and meaning on
+    ``/metrics`` as a counter."""
+
+    def __init__(self, name: str, description: str, labels: tuple[str, ...]) -> None:
+        self.labels = labels
+        self.counts: collections.Counter[tuple[str, ...]] = collections.Counter()
+        meter.create_observable_counter(name, callbacks=[self._observe], description=description)
+
+    def add(self, n: int, *values: str) -> None:
+        """Count ``n`` under the label values, in the order of ``labels``."""
+        self.counts[values] += n
+
+    def _observe(self, _: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
+        counts = dict(self.counts)  # one C-level copy: a scrape never sees it change
+        return [
+            metrics.Observation(v, dict(zip(self.labels, k, strict=True)))
+            for k, v in counts.items()
+        ]
+
+
+def span(
+    name: str, *, context: Context | None, attributes: Attributes
+) -> AbstractContextManager[trace.Span]:
+    """A span for one object's work, or none when nothing would see it: this process records no
+    spans and the message that caused the work carried no trace (``context`` None). A no-op
+    span still costs ~8 µs (a context attached and detached), per intent and per decision."""
+    if context is None and not _recording:
+        return contextlib.nullcontext(trace.INVALID_SPAN)
+    return tracer.start_as_current_span(name, context=context, attributes=attributes)
+
+
 def setup(service: str, s: TelemetrySettings) -> None:
     """Install the providers for this process (once, at start-up)."""
+    global _recording  # set once, at start-up
     from opentelemetry.exporter.prometheus import PrometheusMetricReader
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
@@ -74,6 +118,7 @@ def setup(service: str, s: TelemetrySettings) -> None:
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     provider = TracerProvider(resource=resource)
+    _recording = True
     endpoint = s.otlp_endpoint.rstrip("/") + "/v1/traces"
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
     trace.set_tracer_provider(provider)

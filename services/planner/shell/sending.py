@@ -31,12 +31,13 @@ from services.planner.shell.decision_batches import DecisionBatches
 from services.planner.shell.intent_batches import IntentBatches
 
 log = logging.getLogger("driftbus.planner")
-DECISIONS = telemetry.meter.create_counter(
+DECISIONS = telemetry.Tally(
     "driftbus_decisions",
-    description="planner decisions by action and reason (action hit: a cache hit, nothing sent)",
+    "planner decisions by action and reason (action hit: a cache hit, nothing sent)",
+    ("action", "reason", "cluster"),
 )
-DRIFT_DETECTED = telemetry.meter.create_counter(
-    "driftbus_drift_detected", description="objects changed or deleted out of band, by cluster"
+DRIFT_DETECTED = telemetry.Tally(
+    "driftbus_drift_detected", "objects changed or deleted out of band, by cluster", ("cluster",)
 )
 INTENT_ENVELOPE = 2048
 """Bytes an intent adds to its manifest (its fields, an identity, a trace), counted generously:
@@ -138,9 +139,9 @@ class Decisions:
         e = self.state.entries[slot]
         view = self.state.view_of(slot, e, removed_from)
         self.state.counters[f"{d.action}:{d.reason}"] += 1
-        DECISIONS.add(1, {"action": str(d.action), "reason": str(d.reason), "cluster": cluster})
+        DECISIONS.add(1, d.action, d.reason, cluster)
         if d.reason in DRIFT_REASONS:
-            DRIFT_DETECTED.add(1, {"cluster": cluster})
+            DRIFT_DETECTED.add(1, cluster)
         log.debug(
             "%s: %s (%s)%s", key, d.action, d.reason, " after rebuild" if after_rebuild else ""
         )
