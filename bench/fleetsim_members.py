@@ -43,6 +43,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
+import gc
 import hashlib
 import itertools
 import json
@@ -320,6 +322,26 @@ def _heartbeats_on(beats: bus.Publisher) -> None:
     members.announce = on_own_connection  # type: ignore[assignment]
 
 
+FREEZE_EVERY = 2.0
+"""Seconds between two freezes of the simulator's heap (``_one_heap_of_many``)."""
+
+
+async def _one_heap_of_many(stopping: asyncio.Event) -> None:
+    """What this process holds is kept out of the garbage collector's full walks, every
+    ``FREEZE_EVERY`` seconds (after a young collection, so fresh cycles are not kept).
+
+    A real member's heap is one cluster's; this one is 500 clusters' (their simulated API
+    servers' objects, their appliers and watchers), so each full collection walked 500 members'
+    heaps at once: measured on 2026-11-30 with ``gc.callbacks``, collections took about as
+    long as the process's whole CPU time in a 1,000-cluster rollout (wall clock, on a
+    saturated machine) — the bench measured the simulator's collector, not driftbus."""
+    while not stopping.is_set():
+        gc.collect(1)
+        gc.freeze()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stopping.wait(), FREEZE_EVERY)
+
+
 async def main(args: argparse.Namespace) -> None:
     nc = await nats.connect(args.nats, max_reconnect_attempts=-1, pending_size=64 * 1024 * 1024)
     js = nc.jetstream()
@@ -346,6 +368,7 @@ async def main(args: argparse.Namespace) -> None:
     tasks = list(
         itertools.chain.from_iterable(await asyncio.gather(*(s.serve(stopping) for s in sims)))
     )
+    tasks.append(asyncio.create_task(_one_heap_of_many(stopping)))
     await asyncio.gather(*(s.applier.bound.wait() for s in sims))
     print("ready", flush=True)
     await stopping.wait()

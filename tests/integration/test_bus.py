@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import nats
 from nats.aio.client import Client as NATS
@@ -95,6 +96,44 @@ async def test_follower_marks_the_end_of_the_view_then_delivers_live(js: JetStre
     await asyncio.wait_for(task, timeout=10)
     assert caught_up_before == [False] * 20 + [True]
     assert seen[-1] == b"live"
+
+
+async def test_a_follower_takes_what_it_has_received_without_a_task_per_message(
+    nc: NATS, js: JetStreamContext
+) -> None:
+    """A busy service turns its event loop a few times a second; a follower that needs several
+    turns (a task and a timer) per message falls behind its stream. Messages already received
+    are taken at once: tasks made while reading a received backlog stay far below one each."""
+    await bus.ensure_streams(js)
+    n = 2_000
+    prefix = object_status_filter(unique_name("backlog"), "b").removesuffix(">") + "g.k.ns"
+    await _fill(js, prefix, subjects=n, per_subject=1)
+    follower = bus.Follower(js, bus.STATUS, f"{prefix}.>")
+    messages = follower.messages()
+    received = nc.stats["in_msgs"]
+    first = await anext(messages)
+    # the whole backlog in the client's buffer (a counter, no event to wait on)
+    while nc.stats["in_msgs"] - received < n:  # noqa: ASYNC110
+        await asyncio.sleep(0.05)
+    loop = asyncio.get_running_loop()
+    made = 0
+    default = loop.get_task_factory()
+
+    def counting(loop: asyncio.AbstractEventLoop, coro: Any, **kw: Any) -> asyncio.Future[Any]:
+        nonlocal made
+        made += 1
+        if default is not None:
+            return default(loop, coro, **kw)
+        return asyncio.Task(coro, loop=loop, **kw)
+
+    loop.set_task_factory(counting)
+    try:
+        rest = [await anext(messages) for _ in range(n - 1)]
+    finally:
+        loop.set_task_factory(default)
+        await messages.aclose()
+    assert [m.data for m in [first, *rest]] == [f"{i}:0".encode() for i in range(n)]
+    assert made < n // 20, f"{made} tasks made to read {n - 1} received messages"
 
 
 @contextlib.asynccontextmanager

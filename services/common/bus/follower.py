@@ -184,6 +184,7 @@ class Follower:
     async def messages(self) -> AsyncIterator[Msg]:
         """The current view, then live messages, forever; ``caught_up`` marks the boundary."""
         sub, empty = await self._start(None)
+        reader = _Reader(sub)
         reconnects = self._reconnects()
         try:
             if empty:
@@ -192,7 +193,7 @@ class Follower:
                 try:
                     # a long wait: each one is a task and a timer, and a service follows
                     # several subjects per cluster (a closed connection ends it sooner)
-                    msg = await sub.next_msg(timeout=IDLE_WAIT)
+                    msg = await reader.next(IDLE_WAIT)
                 except (NatsTimeout, TimeoutError):
                     if (now := self._reconnects()) != reconnects:
                         # quiet since a reconnection: the consumer may have gone with its
@@ -248,8 +249,9 @@ class Follower:
         sub, empty = await self._start(timeout)
         try:
             if not empty:
+                reader = _Reader(sub)
                 while True:
-                    msg = await sub.next_msg(timeout=timeout)
+                    msg = await reader.next(timeout)
                     yield msg
                     if num_pending(msg) == 0:
                         break
@@ -257,6 +259,56 @@ class Follower:
         finally:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
+
+
+TAKEN_IN_A_ROW = 64
+"""Messages a follower takes from its buffer before it lets the event loop turn once."""
+
+
+class _Reader:
+    """A subscription's next message: one it has already received is taken at once, and only
+    an empty buffer is waited on (``next_msg``).
+
+    nats-py's ``next_msg`` makes a task, a timer and a uuid for every message, and each message
+    then costs its reader several turns of the event loop. A planner busy with a fleet rollout
+    turns its loop a few times a second, so its followers fell behind: the members' heartbeats
+    reached it 40 s late, its clusters read as unserved and their Ready status came and went
+    (fleet-sim, 1,000 clusters, 2026-11-30). What ``next_msg`` does beside waiting is done here
+    too: the buffer's byte count, and the reply a JetStream push consumer owes for flow
+    control. A nats-py without these internals is waited on as before."""
+
+    def __init__(self, sub: Any) -> None:
+        self.sub = sub
+        self.inner = getattr(sub, "_sub", sub)  # a JetStream subscription wraps the core one
+        self.taken = 0
+        """Messages taken from the buffer since the loop last turned."""
+
+    async def next(self, timeout: float) -> Msg:  # noqa: ASYNC109 - nats-py's own timeout
+        inner = self.inner
+        queue = getattr(inner, "_pending_queue", None)
+        jsi = getattr(inner, "_jsi", None)
+        if self.taken >= TAKEN_IN_A_ROW:  # a long backlog does not hold the loop
+            self.taken = 0
+            await asyncio.sleep(0)
+        if (
+            queue is None
+            or queue.empty()
+            or not hasattr(inner, "_pending_size")
+            or (jsi is not None and not hasattr(jsi, "_fcr"))
+        ):
+            self.taken = 0
+            waited: Msg = await self.sub.next_msg(timeout=timeout)
+            return waited
+        self.taken += 1
+        msg: Msg = queue.get_nowait()
+        inner._pending_size -= len(msg.data)
+        queue.task_done()
+        if jsi is not None:
+            jsi._active = True
+            if jsi.get_js_delivered() >= jsi._fciseq and (reply := jsi._fcr):
+                await inner._conn.publish(reply)
+                jsi._fcr = None
+        return msg
 
 
 async def _resume(sub: Any) -> None:
