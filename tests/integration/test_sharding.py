@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import os
 import signal
 import time
@@ -22,11 +23,14 @@ from harness.fleet import Fleet
 from harness.pipeline import StatusWatch, settle, until_planner_ready, write_counts, writes_since
 from schemas.codec import decode, encode
 from schemas.messages import ApplyIntent, DeleteIntent, Intent, IntentBatch, ObjectPhase, Queued
-from schemas.subjects import encode_token, object_subject
+from schemas.subjects import bundle_subject, encode_token, object_subject
+from services.common import bus
 from services.common.bus import Claim
 from services.controlplane import servers
 from services.kube import KubeClient
 from services.kube.discovery import Resource
+from services.planner.sharding.bucket import ShardBucket
+from services.planner.sharding.claims import CLAIMS_AT_ONCE, Coordinator
 
 from ..conftest import unique_name
 from .test_cli import driftbus
@@ -466,3 +470,59 @@ async def test_both_planners_killed_at_once_serve_every_cluster_again(
     await publish_all(f, sites, nc, 3, "r1")
     for s in sites:
         await s.watch.ready("r1", 60, f.logs)
+
+
+async def test_a_replica_claims_many_clusters_with_several_claims_in_flight(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Claims one after the other were the time a fleet took to be claimed (a round trip each:
+    1,500 clusters a replica took two minutes in fleet-sim, after a restart as on a rollout).
+    A replica with 100 clusters to claim has several claims in flight at once, never more
+    than ``CLAIMS_AT_ONCE``, and claims every one of them."""
+    server = servers.NatsServer(tmp_path / "nats")  # its own: it claims every cluster it sees
+    server.start()
+    nc = await nats.connect(server.client_url)
+    in_flight = most = 0
+    real_claim = ShardBucket.claim
+
+    async def counted(self: ShardBucket, cluster: str, *, last: int | None) -> int | None:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        try:
+            return await real_claim(self, cluster, last=last)
+        finally:
+            in_flight -= 1
+
+    monkeypatch.setattr(ShardBucket, "claim", counted)
+    started: dict[str, int] = {}
+
+    async def start(cluster: str, token: int) -> None:
+        started[cluster] = token
+
+    async def stop(cluster: str) -> None:
+        pass  # the replica's own leaving, at the end
+
+    try:
+        js = nc.jetstream()
+        await bus.ensure_streams(js)
+        names = [f"many-{i:03d}" for i in range(100)]
+        for name in names:
+            await js.publish(bundle_subject(name, "app"), b"{}")
+        coordinator = Coordinator(
+            js=js, planner_id="p0", interval=INTERVAL, timeout=TIMEOUT, start=start, stop=stop
+        )
+        task = asyncio.create_task(coordinator.run())
+        try:
+            async with asyncio.timeout(60):
+                while len(started) < len(names):  # noqa: ASYNC110 - started by callbacks
+                    await asyncio.sleep(0.1)
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        assert sorted(started) == names
+        assert 1 < most <= CLAIMS_AT_ONCE, f"{most} claims in flight at most"
+    finally:
+        await nc.close()
+        server.stop()
