@@ -272,8 +272,9 @@ class _Reader:
     nats-py's ``next_msg`` makes a task, a timer and a uuid for every message, and each message
     then costs its reader several turns of the event loop. A planner busy with a fleet rollout
     turns its loop a few times a second, so its followers fell behind: the members' heartbeats
-    reached it 40 s late, its clusters read as unserved and their Ready status came and went
-    (fleet-sim, 1,000 clusters, 2026-11-30). What ``next_msg`` does beside waiting is done here
+    reached it over 40 s late (sent every 20 s, stale after 60 s, each cluster's watcher read
+    as gone between two of them), and the rollout's Ready count fell from 100 to 0 (fleet-sim,
+    1,000 clusters, 2026-11-30). What ``next_msg`` does beside waiting is done here
     too: the buffer's byte count, and the reply a JetStream push consumer owes for flow
     control. A nats-py without these internals is waited on as before."""
 

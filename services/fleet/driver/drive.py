@@ -32,6 +32,7 @@ import datetime as dt
 import logging
 import os
 import signal
+from collections.abc import Iterator, Sequence
 
 import msgspec
 
@@ -48,7 +49,7 @@ from services.fleet.driver.lease import Lease, LeaseLost
 from services.fleet.driver.placing import Placer
 from services.fleet.driver.recovery import missing
 from services.fleet.driver.views import FleetViews, Stored
-from services.fleet.rollout.steps import DEFAULT_LEAVE_BUDGET, LeaveBudget, Tick
+from services.fleet.rollout.steps import DEFAULT_LEAVE_BUDGET, LeaveBudget, Place, Remove, Tick
 from services.fleet.rollout.substitute import SubstitutionError
 from services.revisions.publish import BundleError
 
@@ -75,6 +76,22 @@ FINISHED_NEXT_TICK: tuple[type[BaseException], ...] = (
 """What a tick's actions may fail of and the next tick completes (logged, not raised)."""
 EXIT_FILE_HOOK = "DRIFTBUS_TEST_DRIVER_EXIT_FILE"
 """A test hook (see the module's docstring); never set outside tests."""
+
+
+def at_once(actions: Sequence[Place | Remove]) -> Iterator[list[Place | Remove]]:
+    """``actions`` in order, in groups published together: at most ``PLACEMENTS_AT_ONCE``, and
+    never two of one cluster (they go to the same subject, where their order is the order
+    they were made in)."""
+    group: list[Place | Remove] = []
+    clusters: set[str] = set()
+    for action in actions:
+        if len(group) >= PLACEMENTS_AT_ONCE or action.cluster in clusters:
+            yield group
+            group, clusters = [], set()
+        group.append(action)
+        clusters.add(action.cluster)
+    if group:
+        yield group
 
 
 class Driver:
@@ -224,14 +241,9 @@ class Driver:
     async def _act(self, bundle: str, tick: Tick) -> None:
         state = self.views.states[bundle].state
         try:
-            actions = tick.actions
-            for first in range(0, len(actions), PLACEMENTS_AT_ONCE):
+            for together in at_once(tick.actions):
                 done = await asyncio.gather(
-                    *(
-                        self.placer.perform(state, a)
-                        for a in actions[first : first + PLACEMENTS_AT_ONCE]
-                    ),
-                    return_exceptions=True,
+                    *(self.placer.perform(state, a) for a in together), return_exceptions=True
                 )
                 failed = [r for r in done if isinstance(r, BaseException)]
                 if failed:  # a lost lease first: it ends the driving, the rest is logged
