@@ -41,10 +41,8 @@ class ShardView:
         self.clusters: set[str] = set()
         self._malformed: set[str] = set()
         self._listed_at: float | None = None
-        """When the bundle stream's subjects were last listed (None: never, or a new cluster
-        was noticed since)."""
-        self._noticed = 0
-        """New clusters noticed so far (one noticed during a listing lists again)."""
+        """When the bundle stream's subjects were last listed (None: never, or a malformed
+        subject was seen since)."""
 
     def follow(self, *, caught_up: asyncio.Event, wake: asyncio.Event) -> list[asyncio.Task[None]]:
         """Start following the bucket (``caught_up`` once replayed) and the bundle stream
@@ -77,12 +75,14 @@ class ShardView:
         )
         async for msg in bundles.messages():
             try:
-                known = parse_subject(msg.subject).cluster in self.clusters
+                cluster = parse_subject(msg.subject).cluster
             except SubjectError:
-                known = False  # reported by the round
-            if not known:
-                self._listed_at = None  # list them at the next round
-                self._noticed += 1
+                self._listed_at = None  # the next round's listing reports it
+                continue
+            if cluster not in self.clusters:
+                # known from its subject: no listing of every (cluster, bundle) pair per new
+                # cluster (a rollout's step places thousands, 32 at a time)
+                self.clusters.add(cluster)
                 wake.set()  # a new cluster: claim it now, not at the next heartbeat
 
     def observe(self, msg: bus.Message) -> None:
@@ -112,14 +112,14 @@ class ShardView:
             self.claims[name] = Claim(holder or "", rev)
 
     async def discover(self, *, every: float = 30.0) -> None:
-        """Add the clusters that have bundles (the subjects of the bundle stream): when a new
-        one was noticed, and every ``every`` seconds in case the notice missed one (its
-        follower away). Every round, this was a listing of every (cluster, bundle) pair —
-        1,000 at 1,000 clusters, every 2 s, on a fleet that did nothing."""
+        """Add the clusters that have bundles (the subjects of the bundle stream): at the first
+        round, and every ``every`` seconds in case the follower of new bundles, which adds
+        each new cluster itself, missed one (it was away). Every round, this was a listing of
+        every (cluster, bundle) pair — 1,000 at 1,000 clusters, every 2 s, on a fleet that did
+        nothing."""
         now = self._clock()
         if self._listed_at is not None and now - self._listed_at < every:
             return
-        noticed = self._noticed
         for subject in await bus.stream_subjects(self.js, bus.BUNDLES, family_filter("bundle")):
             try:
                 self.clusters.add(parse_subject(subject).cluster)
@@ -127,8 +127,7 @@ class ShardView:
                 if subject not in self._malformed:  # said once; no cluster's planner reads it
                     self._malformed.add(subject)
                     log.error("bundle on a malformed subject: %s", exc)
-        if self._noticed == noticed:  # once listed, and nothing new noticed meanwhile
-            self._listed_at = now
+        self._listed_at = now
 
 
 async def _forever(follow: Callable[[], Awaitable[None]]) -> None:
