@@ -68,7 +68,7 @@ from services.applier.settings import ApplierSettings
 from services.applier.verbs import Outcome
 from services.clusters import members
 from services.clusters.registry import register
-from services.common import bus
+from services.common import bus, heap
 from services.core.sha import manifest_sha
 from services.kube import NotFound, Resource, WatchEvent
 from services.watcher.bursts import bursts
@@ -405,4 +405,5 @@ if __name__ == "__main__":
         uvloop.install()
     except ImportError:  # pragma: no cover
         pass
+    heap.collect_young_rarely()  # as the real watcher and applier do (``cli.run.start``)
     asyncio.run(main(parse(sys.argv[1:])))

@@ -24,7 +24,7 @@ from typing import Any
 import uvloop
 
 from services.applier.settings import ApplierSettings
-from services.common import logs, settings, stalls
+from services.common import heap, logs, settings, stalls
 from services.planner.settings import PlannerSettings
 from services.source.settings import SourceSettings
 from services.watcher.settings import WatcherSettings
@@ -109,6 +109,7 @@ def start(name: str, service: Service, args: argparse.Namespace) -> int:
         print(f"driftbus {name}: {exc}", file=sys.stderr)
         return 2
     logs.configure(name)
+    heap.collect_young_rarely()
     # uvloop: the services are I/O loops (a NATS message, an HTTPS request and a publish per
     # object); libuv's loop costs a fraction of the selector loop's CPU per event (bench/README)
     return uvloop.run(_until_signal(service, config))

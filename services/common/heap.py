@@ -1,5 +1,6 @@
-"""Handing freed heap memory back to the system after a burst of allocations, and keeping what
-a burst left alive out of the garbage collector's walks (``keep_long_lived``).
+"""Handing freed heap memory back to the system after a burst of allocations, keeping what
+a burst left alive out of the garbage collector's walks (``keep_long_lived``), and collecting
+young objects less often than CPython's default (``collect_young_rarely``).
 
 Taking in a big revision allocates and frees tens of megabytes of small objects (each manifest
 decoded, checked and encoded). glibc keeps freed chunks in the heap for reuse, so the process's
@@ -58,3 +59,27 @@ def forget_long_lived() -> None:
     (one walk of the whole heap, once), and the clusters still planned are kept long-lived again
     after their next big burst."""
     gc.unfreeze()
+
+
+YOUNG_EVERY = 10_000
+"""Container allocations (net of frees) between two young collections; CPython's default is
+700."""
+
+
+def collect_young_rarely() -> None:
+    """Collect the youngest generation every ``YOUNG_EVERY`` allocations, not every 700 (a
+    setting that is higher already stays).
+
+    A service's young objects are mostly messages, futures and tasks in flight: thousands of
+    them alive at any moment, walked by every young collection and again by every tenth. In a
+    1,000-cluster rollout (``python -m bench fleet-sim``, 2026-11-30, ``gc.callbacks``) the
+    simulated members' collections took 16-28 % of their CPU. With young collections every
+    10,000 allocations (four runs against two before), per CPU-second of nats-server (the same
+    messages in every run, while the machine's speed varied by a third between runs) the
+    planners spent ~15 % less CPU and the members ~20 % less. Reference counting still frees
+    everything acyclic at once; what waits longer is only garbage in cycles, at most
+    ``YOUNG_EVERY`` containers of it.
+    """
+    young, middle, old = gc.get_threshold()
+    if 0 < young < YOUNG_EVERY:  # 0: collection is off (a caller's choice)
+        gc.set_threshold(YOUNG_EVERY, middle, old)

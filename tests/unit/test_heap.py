@@ -64,3 +64,16 @@ def test_a_cycle_kept_long_lived_is_collected_once_forgotten() -> None:
         assert ref() is None
     finally:
         gc.unfreeze()
+
+
+def test_young_objects_are_collected_less_often_and_a_higher_setting_stays() -> None:
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)  # CPython's default
+        heap.collect_young_rarely()
+        assert gc.get_threshold() == (heap.YOUNG_EVERY, 10, 10)
+        gc.set_threshold(heap.YOUNG_EVERY * 5, 10, 10)
+        heap.collect_young_rarely()
+        assert gc.get_threshold()[0] == heap.YOUNG_EVERY * 5
+    finally:
+        gc.set_threshold(*before)
