@@ -158,14 +158,20 @@ class Scopes:
     def reading_revision(self, manifests: Iterable[Any]) -> Generator[None, None, Scopes]:
         """``for_revision`` in steps of ``READ_STEP`` manifests (a planner reading 100,000 lets
         its event loop run between them)."""
-        own: dict[tuple[str, str], bool] = {}
+        crds: list[tuple[str, str, bool]] = []
         for i, raw in enumerate(manifests):
             if i % READ_STEP == READ_STEP - 1:
                 yield
             if isinstance(raw, Mapping) and raw.get("kind") == "CustomResourceDefinition":
                 found = crd_scope(raw)
-                if found is not None and self.namespaced(found[0], found[1]) is None:
-                    own[(found[0], found[1])] = found[2]
+                if found is not None:
+                    crds.append(found)
+        return self.with_crds(crds)
+
+    def with_crds(self, crds: Iterable[tuple[str, str, bool]]) -> Scopes:
+        """These scopes, and for kinds they have not named, what ``crds`` (a revision's CRDs'
+        (group, kind, namespaced), in order: a later one of a kind wins) say."""
+        own = {(g, k): namespaced for g, k, namespaced in crds if self.namespaced(g, k) is None}
         return _RevisionScopes(self, own) if own else self
 
 

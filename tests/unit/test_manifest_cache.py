@@ -354,7 +354,34 @@ async def test_intakes_sharing_a_cache_read_once_and_check_each_for_its_cluster(
         assert [slot[1].namespace for slot, _, _ in desired] == ["apps"] * 3
 
 
+async def test_intakes_sharing_a_cache_check_a_fleet_revision_once() -> None:
+    """Issue 43, "fleet revisions checked once": 50 clusters taking one revision at once wait
+    on one read and one check; each gets what checking it alone gives it."""
+    cache = ManifestCache(read=Store().read)
+    clusters = [f"c{i:02}" for i in range(50)]
+    shared = await asyncio.gather(
+        *(_intake(c, cache)._checked(_message(_bundle(c)), (c, "web")) for c in clusters)
+    )
+    assert (cache.checked.counts.kept, cache.checked.counts.hits) == (1, 49)
+    for c, got in zip(clusters, shared, strict=True):
+        alone = await _intake(c, ManifestCache(read=Store().read))._checked(
+            _message(_bundle(c)), (c, "web")
+        )
+        assert got is not None
+        assert alone is not None
+        assert got[1] == alone[1]  # slots, manifests, SHAs
+        assert (got[2].stages, got[2].hooks) == (alone[2].stages, alone[2].hooks)
+
+
 async def test_an_intake_given_no_cache_keeps_nothing() -> None:
     intake = _intake("c1", None)
     assert intake.manifests.held == 0
     assert intake.manifests.budget == 0
+    assert len(intake.manifests.checked) == 0
+
+
+async def test_a_cache_keeping_no_revisions_keeps_no_checks() -> None:
+    cache = ManifestCache(0, read=Store().read)
+    for c in ("c1", "c2"):
+        assert await _intake(c, cache)._checked(_message(_bundle(c)), (c, "web")) is not None
+    assert (len(cache.checked), cache.checked.counts.hits) == (0, 0)

@@ -7,6 +7,8 @@
 - ``codebook`` — desired manifests deflated against a dictionary drawn from their revision.
 - ``manifests`` — ``Kept``: values by key within a byte budget, the least recently used dropped
   first (the stored manifests a replica's clusters share).
+- ``checked`` — ``CheckedRevisions``: what checking a fleet revision gave, kept for the next
+  cluster taking it, keyed by everything the check reads.
 - ``object_details`` — per object, what the packed entry does not hold: the desired manifest,
   the watcher's health, the applier's last word.
 - ``cluster`` — ``ClusterState``: one cluster's entries, details, bundles in force, its

@@ -6,8 +6,8 @@ placement with the same reference (bucket, object name, SHA-256, size): a replic
 clusters of the fleet would read and parse them 1,000 times. What was read for one cluster is
 kept here, by its reference, for the next (``shell.manifests`` reads, shares and counts).
 What is kept is only what is the same for every cluster: the bytes, checked against their
-SHA-256, split into the array's elements. Each cluster still decodes, keys, normalises
-(its own scopes), owns and hashes the objects itself.
+SHA-256, split into the array's elements. What checking them gave is kept apart, keyed by
+what the check reads (``checked``).
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ from services.planner.memory.codebook import Codebook
 from services.planner.rule import holds, limits, messages, takeover
 from services.planner.rule.decide import DELETE_INFLIGHT, Desired, Event, Release
 from services.planner.rule.entry import Slot
-from services.planner.rule.revision import BundleView, Plan, checking, fenced
+from services.planner.rule.revision import BundleView, Plan, fenced
 from services.planner.shell.fencing import PlacementFence
 from services.planner.shell.manifests import ManifestCache
 from services.planner.shell.status_board import StatusBoard
@@ -204,13 +204,9 @@ class BundleIntake:
             bundle = limits.with_tenant_defaults(
                 bundle, self.state.tenancy.policy, self.state.cluster_labels
             )
-            manifests = await self.manifests.load(self.js, bundle)
-            # keyed with what the cluster says; the revision's own CRDs only fill in kinds it
-            # has not named yet, for this revision alone: a refused revision (or a tenant's
-            # CRD claiming a kind others use) changes nothing of what the planner believes
-            scopes = await stepped(self.state.scopes.reading_revision(manifests))
-            plan = Plan()
-            desired = await stepped(checking(bundle, manifests, scopes, plan))
+            desired, plan, scopes = await self.manifests.checked_objects(
+                self.js, bundle, self.state.scopes
+            )
             keys = (slot[1] for slot, *_ in desired)
             limits.check(bundle, keys, scopes, self.state.tenancy.policy)
             self._check_dependencies(bundle)

@@ -22,11 +22,12 @@ What is not, because it may differ by cluster, and is done by each cluster as be
 
 - the inline manifests of a message (a substituted placement's are the cluster's own; they
   cost no read);
-- the check (``rule.revision.checked_revision``): keys and normal forms depend on the
-  cluster's scopes (``Scopes.for_revision``: the cluster's discovery, its CRDs) and the
-  bundle's options after the tenant's defaults (``limits.with_tenant_defaults``: the policy
-  and the cluster's labels), the slots name the cluster, and the tenant limits and the
-  dependency check read the cluster's state.
+- the tenant limits and the dependency check, which read the cluster's state.
+
+The check itself (``rule.revision.checking``: keys and normal forms, from the cluster's scopes
+and the bundle's options after the tenant's defaults) is kept beside the bytes
+(``checked``: ``memory.checked.CheckedRevisions``) keyed by everything it reads, so a cluster
+whose scopes or options differ checks the revision itself.
 
 Concurrent asks for one reference share one read (its future); a read that fails is kept by
 nobody: every asker waiting on it is told (as its own bundle's error), and the next ask reads
@@ -43,7 +44,12 @@ from typing import Any, Final
 
 from schemas.messages import Bundle, ObjectStoreRef
 from services.common import bus
+from services.core.scope import Scopes
+from services.planner.memory.checked import CheckedRevisions, revision_key
 from services.planner.memory.manifests import Kept
+from services.planner.rule.entry import Slot
+from services.planner.rule.revision import Plan, checking
+from services.planner.shell.yielding import stepped
 from services.revisions.publish import StoredManifests, load_manifests, read_stored
 
 KEPT_BYTES: Final = 64 * 1024 * 1024
@@ -53,6 +59,11 @@ revision at the default bundle limit (64 MiB, ``--bundle-max-bytes``) does not f
 per cluster as before (concurrent asks still share a read). Not a setting: a quarter to a third
 of the 200 MiB a replica at 1,000 clusters may hold (issue 43), and spent only on revisions
 that were read anyway; a kept revision is also memory no cluster holds while checking it."""
+
+CHECKED_BYTES: Final = 32 * 1024 * 1024
+"""Most bytes of checked fleet revisions a replica keeps (``memory.checked``): the manifests
+as checked (their bytes are the ones every cluster taking the revision then holds, shared, not
+a copy each), and ~200 bytes an object beside them."""
 
 ELEMENT_BYTES: Final = 64
 """What one element of a kept revision costs beside its bytes: a ``msgspec.Raw`` (56 bytes,
@@ -90,6 +101,9 @@ class ManifestCache:
         self._reading: dict[ObjectStoreRef, asyncio.Future[StoredManifests]] = {}
         self._read: Read = read if read is not None else _read_stored
         self.counts = Counts()
+        self.checked = CheckedRevisions(CHECKED_BYTES if budget else 0)
+        """What checking a fleet revision gave, for the next cluster taking it (kept only by a
+        cache that keeps revisions: an intake's own keeps nothing)."""
 
     async def load(self, js: bus.JetStream, bundle: Bundle) -> Sequence[Any]:
         """The manifests of ``bundle``, as ``load_manifests`` reads them (the same errors,
@@ -99,6 +113,30 @@ class ManifestCache:
             return await self.stored(js, ref)
 
         return await load_manifests(js, bundle, stored=stored)
+
+    async def checked_objects(
+        self, js: bus.JetStream, bundle: Bundle, cluster_scopes: Scopes
+    ) -> tuple[list[tuple[Slot, bytes, bytes]], Plan, Scopes]:
+        """``bundle``'s objects checked for its cluster (whose discovery knows
+        ``cluster_scopes``), its plan and the scopes they were keyed with: as another cluster's
+        check of the same fleet revision left them (``checked``), or checked now and kept."""
+        key = revision_key(bundle)
+        if key is not None and (kept := self.checked.get(key, cluster_scopes, bundle.cluster)):
+            return kept
+        manifests = await self.load(js, bundle)
+        # clusters taking a fleet revision at once wait on one read: the first to go on checks
+        # it, the others find its check kept
+        if key is not None and (kept := self.checked.get(key, cluster_scopes, bundle.cluster)):
+            return kept
+        # keyed with what the cluster says; the revision's own CRDs only fill in kinds it has
+        # not named yet, for this revision alone: a refused revision (or a tenant's CRD
+        # claiming a kind others use) changes nothing of what the planner believes
+        scopes = await stepped(cluster_scopes.reading_revision(manifests))
+        plan = Plan()
+        desired = await stepped(checking(bundle, manifests, scopes, plan))
+        if key is not None:
+            self.checked.keep(key, manifests, scopes, desired, plan)
+        return desired, plan, scopes
 
     async def stored(self, js: bus.JetStream, ref: ObjectStoreRef) -> StoredManifests:
         """The manifests ``ref`` names: kept, or being read for another ask, or read now;
