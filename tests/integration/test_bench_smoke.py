@@ -162,7 +162,17 @@ def test_fleet_smoke() -> None:
 def test_fleet_sim_smoke() -> None:
     """Five simulated clusters take a 3-object fleet bundle through its 1 % / 10 % / 100 % steps
     with real planners: the rollout completes and every cluster answered every intent once."""
-    got = _sane(fleetsim.run(clusters=5, objects=3, repetitions=1, idle=2.0, limit=120.0))
+    got = _sane(
+        fleetsim.run(
+            clusters=5,
+            objects=3,
+            repetitions=1,
+            idle=2.0,
+            limit=120.0,
+            calm_within=0.0,
+            draw=False,
+        )
+    )
     params = got["fleet-sim-5x3-all-ready"].parameters
     assert params["outcome"] == ["Complete 5/5"]
     assert params["member_counters"][0]["applied"] == 15

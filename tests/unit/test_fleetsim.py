@@ -4,9 +4,11 @@ with that manifest's SHA; a run whose count falls short says so."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from bench.fleetsim import shortfall
+from bench import fleetsim_plot
+from bench.fleetsim import calm, shortfall
 from bench.fleetsim_members import configmaps, objects_applied
 from schemas.subjects import ObjectKey
 from services.core.sha import manifest_sha
@@ -51,3 +53,15 @@ def test_a_run_fails_unless_clusters_times_objects_were_applied() -> None:
     assert "2990 of 3000" in why
     assert "'applied': 3000" in why
     assert shortfall({}, 1, 1) != ""
+
+
+async def test_a_repetition_waits_for_a_calm_machine_no_longer_than_it_may() -> None:
+    load = await calm(0.0)
+    assert len(load) == 3
+
+
+def test_the_rollouts_are_drawn(tmp_path: Path) -> None:
+    out = tmp_path / "fleet-sim.png"
+    curves = [[(0.0, 0, 0), (1.5, 10, 0), (3.0, 100, 10), (9.0, 1000, 1000)], []]
+    fleetsim_plot.plot(1000, 100, curves, 60.0, out)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
