@@ -61,10 +61,13 @@ seconds the driver rests t × (1 / share − 1) before the next (at most one tic
 woke it meanwhile taken in by that next tick. A tick walks every cluster of a rollout; at 1,000
 clusters every status change woke one, back to back, and the driver took a quarter of its
 planner's loop during a rollout (py-spy, 2026-11-30)."""
-PLACEMENTS_AT_ONCE = 32
+PLACEMENTS_AT_ONCE = 256
 """Placements of a tick published at once. Each is an acknowledged publish; one after the other,
 a step of 2,700 clusters took the driver about two minutes on a loaded NATS (fleet-sim, 3,000
 clusters, 2026-11-30), and the clusters' planners could not start before their placement came.
+32 at once it still took 25-45 s: each group waits for its slowest answer, read by the event
+loop of a planner busy taking in the placements just made (fleet-sim's curve: Ready flat at 300
+all that time, then 1,200 at once when the tick ended).
 Each still asks the lease first (``Placer.perform``), and each has its own message id, so a
 tick cut short is completed by the next, or by recovery after a take-over."""
 FINISHED_NEXT_TICK: tuple[type[BaseException], ...] = (
