@@ -28,7 +28,8 @@ The scenarios:
 - ``webhook`` — a cold apply where every write waits for an admission webhook.
 - ``fleet`` — 5 clusters × 1,000 objects planned by 3 sharded planners, against 1 planner.
 - ``fleetsim`` — ``fleet-sim``: one fleet rollout to 1,000 simulated clusters;
-  ``fleetsim_members`` simulates those clusters' watchers and appliers on the bus.
+  ``fleetsim_members`` simulates those clusters' watchers and appliers on the bus;
+  ``fleetsim_plot`` draws each rollout's clusters placed and Ready over time.
 - ``plan`` — ``driftbus plan`` from the bus: a fleet of 1,000 seeded clusters, and one cluster
   of 1,000 objects.
 - ``restart`` — a real planner SIGKILLed and started again on 100,000 objects: from its own
