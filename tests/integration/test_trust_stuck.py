@@ -114,11 +114,21 @@ async def test_planner_restart_with_bundles_in_flight_creates_every_object(
         bundles[f"b{b}"] = (ns, f"{ns}.driftbus.test")
     total = BUNDLES * (2 + WIDGETS + CONFIGMAPS)
 
-    # several bundles in flight: published, the planner SIGKILLed while it works on them
+    # several bundles in flight: published, the planner SIGKILLed while it works on them — at
+    # its first intent, when each bundle's Widgets still wait for their CRD to be served (a
+    # fixed 0.3 s was once that moment; a faster planner had sent everything by then, and the
+    # restarted one had nothing left to send)
+    started = asyncio.Event()
+
+    async def on_first(_: Msg) -> None:
+        started.set()
+
+    early = await pnc.subscribe(cluster_filter("intent", pipeline.cluster), cb=on_first)
     for name, (ns, group) in bundles.items():
         await pipeline.publish(js, name, bundle(ns, group))
-    await asyncio.sleep(0.3)
+    await asyncio.wait_for(started.wait(), 60)
     pipeline.kill("planner")
+    await early.unsubscribe()
 
     # every intent from now on is the restarted planner's (the old one is dead)
     intents = 0
