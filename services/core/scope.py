@@ -162,10 +162,8 @@ class Scopes:
         for i, raw in enumerate(manifests):
             if i % READ_STEP == READ_STEP - 1:
                 yield
-            if isinstance(raw, Mapping) and raw.get("kind") == "CustomResourceDefinition":
-                found = crd_scope(raw)
-                if found is not None:
-                    crds.append(found)
+            if (found := revision_crd(raw)) is not None:
+                crds.append(found)
         return self.with_crds(crds)
 
     def with_crds(self, crds: Iterable[tuple[str, str, bool]]) -> Scopes:
@@ -189,6 +187,14 @@ class _RevisionScopes(Scopes):
 
     def learn(self, group: str, kind: str, namespaced: bool) -> bool:
         raise TypeError("a revision's view of the scopes learns nothing: learn on the cluster's")
+
+
+def revision_crd(raw: Any) -> tuple[str, str, bool] | None:
+    """``crd_scope`` of one element of a revision's manifests (anything: a bad element is the
+    check's to refuse), its kind compared first: most elements are not CRDs."""
+    if isinstance(raw, Mapping) and raw.get("kind") == "CustomResourceDefinition":
+        return crd_scope(raw)
+    return None
 
 
 def crd_scope(manifest: Mapping[str, Any]) -> tuple[str, str, bool] | None:

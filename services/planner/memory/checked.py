@@ -34,7 +34,7 @@ from schemas.codec import encode
 from schemas.messages import Bundle
 from schemas.subjects import ObjectKey, encode_token
 from services.core import hooks
-from services.core.scope import Scopes, crd_scope, group_kind
+from services.core.scope import Scopes, group_kind, revision_crd
 from services.planner.memory.manifests import Kept
 from services.planner.rule.entry import Slot
 from services.planner.rule.revision import Plan
@@ -80,7 +80,7 @@ class Shape:
                 continue
             if (gk := group_kind(raw)) is not None:
                 kinds.add(gk)
-            if raw.get("kind") == "CustomResourceDefinition" and (found := crd_scope(raw)):
+            if (found := revision_crd(raw)) is not None:
                 crds.append(found)
         return cls(tuple(sorted(kinds)), tuple(crds))
 
