@@ -89,6 +89,18 @@ def test_kept_within_its_budget(
     assert len(lru) == len(kept)
 
 
+@pytest.mark.parametrize(
+    ("largest", "cost", "fits"),
+    [(4, 4, True), (4, 5, False), (None, 10, True), (None, 11, False), (20, 11, False)],
+    ids=["at-largest", "over-largest", "whole-budget", "over-budget", "largest-capped-by-budget"],
+)
+def test_kept_keeps_no_value_over_its_largest(largest: int | None, cost: int, fits: bool) -> None:
+    lru: Kept[str, str] = Kept(10, largest=largest)
+    assert lru.fits(cost) is fits
+    lru.keep("v", "V", cost)
+    assert lru.keys() == (["v"] if fits else [])
+
+
 def test_kept_refuses_negative_bytes() -> None:
     with pytest.raises(ValueError, match="a budget of -1 bytes"):
         Kept(-1)
@@ -209,13 +221,28 @@ async def test_inline_manifests_are_not_read_nor_kept() -> None:
 
 async def test_the_least_recently_used_revision_is_read_again() -> None:
     store = Store()
-    one, two = _ref(), _ref(DATA + b" ")
-    cache = ManifestCache(len(DATA) + 1 + 3 * ELEMENT_BYTES, read=store.read)  # room for one
-    await cache.load(JS, _bundle("c1", one))
-    await cache.load(JS, _bundle("c1", two))
-    await cache.load(JS, _bundle("c1", two))
-    await cache.load(JS, _bundle("c1", one))
-    assert store.reads == 3
+    refs = [_ref(DATA + b" " * i) for i in range(5)]
+    largest = len(DATA) + 4 + 3 * ELEMENT_BYTES
+    cache = ManifestCache(4 * largest, read=store.read)  # room for four
+    for ref in refs:
+        await cache.load(JS, _bundle("c1", ref))  # the fifth drops the first
+    await cache.load(JS, _bundle("c1", refs[4]))
+    await cache.load(JS, _bundle("c1", refs[0]))
+    assert store.reads == 6
+
+
+async def test_a_revision_over_a_quarter_of_the_budget_is_read_per_ask_not_kept() -> None:
+    """One cluster's big revision would hold its bytes for clusters that may never come."""
+    store = Store()
+    cost = len(DATA) + 3 * ELEMENT_BYTES
+    cache = ManifestCache(4 * cost - 1, read=store.read)
+    await cache.load(JS, _bundle("c1"))
+    await cache.load(JS, _bundle("c2"))
+    assert (store.reads, len(cache), cache.held) == (2, 0, 0)
+    cache = ManifestCache(4 * cost, read=store.read)
+    await cache.load(JS, _bundle("c1"))
+    await cache.load(JS, _bundle("c2"))
+    assert (store.reads, len(cache), cache.held) == (3, 1, cost)
 
 
 async def test_a_revision_costs_its_elements_as_read_not_as_declared() -> None:

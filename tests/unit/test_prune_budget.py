@@ -368,3 +368,41 @@ def test_clusters_pruned_recently_count_with_those_leaving_now() -> None:
     # past the window, one cluster leaving alone is within the budget again
     late = rollout.advance(t.state, {"canary": FLEET["canary"]}, {}, at(700))
     assert late.state.leave_held == ["prod-a"]  # still held: it waits to be approved
+
+
+def _weighed_whole(st: ClusterState, v: BundleView) -> tuple[tuple[ObjectKey, ...], int] | None:
+    """The verdict as the planner weighed it before it skipped the revision's own objects: every
+    live object the bundle applied unpacked, each a deletion or kept from before."""
+    deleting, kept = [], 0
+    for slot in st.entries.applied_live("c", "b"):
+        e = st.entries[slot]
+        if predates(e, v):
+            kept += 1
+        elif leaving(e, v):
+            deleting.append(e.key)
+    held = verdict(v, deleting, kept=kept, budget=st.prune_budget, cluster="c")
+    return None if held is None else (held.held, held.total)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_weighing_only_the_undeclared_first_gives_the_same_verdict(seed: int) -> None:
+    """What the revision keeps is counted only when something leaves (a restart's go-live has
+    nothing leaving and 100,000 objects declared); the verdict is the one counting everything."""
+    import random
+
+    rng = random.Random(seed)
+    st = ClusterState("c")
+    keys = cms(rng.randint(0, 30))
+    for k in keys:
+        st.entries["c", k] = entry(
+            k,
+            bundle=rng.choice(["b", "", "x"]),
+            applied_revision=rng.choice(["r1", "r2"]),
+            applied_bundle=rng.choice(["b", "b", "b", ""]),
+            keep=rng.random() < 0.1,
+        )
+    v = BundleView.of(Bundle(cluster="c", bundle="b", revision="r2", options=BundleOptions()), 2)
+    v.keys.update(rng.sample(keys, rng.randint(0, len(keys))) + rng.sample([NS, CRD], 1))
+    expected = _weighed_whole(st, v)
+    held = st.weigh_prunes(v)
+    assert (None if held is None else (held.held, held.total)) == expected

@@ -90,6 +90,11 @@ class Shape:
         return tuple(scopes.namespaced(*gk) for gk in self.kinds)
 
 
+def cost_of(objects: Iterable[tuple[Any, bytes, bytes]]) -> int:
+    """The bytes a checked revision's objects (``(slot or key, encoded, sha)``) cost kept."""
+    return sum(len(encoded) + OBJECT_BYTES for _, encoded, _ in objects)
+
+
 @dataclasses.dataclass(frozen=True)
 class Checked:
     """A revision's checked objects, without the cluster, and its plan."""
@@ -115,7 +120,7 @@ class Checked:
         return desired, Plan(dict(self.stages), dict(self.hooks), self.skipped)
 
     def cost(self) -> int:
-        return sum(len(encoded) + OBJECT_BYTES for _, encoded, _ in self.objects)
+        return cost_of(self.objects)
 
 
 @dataclasses.dataclass
@@ -159,7 +164,11 @@ class CheckedRevisions:
         desired: list[tuple[Slot, bytes, bytes]],
         plan: Plan,
     ) -> None:
-        """Keep what checking revision ``key`` (``manifests``) with ``scopes`` gave."""
+        """Keep what checking revision ``key`` (``manifests``) with ``scopes`` gave, unless it
+        is too big to keep: then nothing of it is computed (a cluster's own revision of 100,000
+        objects spent 0.4 s of a planner's restart on a shape and a copy it could not keep)."""
+        if not self._kept.fits(cost_of(desired)):
+            return
         shape = self._shapes.get(key)
         if shape is None:
             shape = Shape.of(manifests)

@@ -23,14 +23,17 @@ V = TypeVar("V")
 class Kept(Generic[K, V]):
     """Values by key, each with its cost in bytes, holding at most ``budget`` bytes in all:
     keeping one over the budget drops the least recently used (kept or got) first. A value
-    costing more than the whole budget is not kept (nor does it drop anything)."""
+    costing more than ``largest`` (the whole budget unless given) is not kept (nor does it
+    drop anything)."""
 
-    __slots__ = ("_costs", "_values", "budget", "held")
+    __slots__ = ("_costs", "_values", "budget", "held", "largest")
 
-    def __init__(self, budget: int) -> None:
+    def __init__(self, budget: int, *, largest: int | None = None) -> None:
         if budget < 0:
             raise ValueError(f"a budget of {budget} bytes")
         self.budget = budget
+        self.largest = budget if largest is None else min(largest, budget)
+        """The most one value may cost and be kept."""
         self.held = 0
         """Bytes of the values kept now."""
         self._values: OrderedDict[K, V] = OrderedDict()
@@ -45,10 +48,10 @@ class Kept(Generic[K, V]):
 
     def keep(self, key: K, value: V, cost: int) -> list[K]:
         """Keep ``value`` for ``key`` (replacing what was kept for it); the keys dropped to
-        make room, least recently used first. Not kept when ``cost`` exceeds the budget."""
+        make room, least recently used first. Not kept when ``cost`` exceeds ``largest``."""
         if cost < 0:
             raise ValueError(f"a cost of {cost} bytes")
-        if cost > self.budget:
+        if not self.fits(cost):
             return []
         self.drop(key)
         dropped: list[K] = []
@@ -60,6 +63,10 @@ class Kept(Generic[K, V]):
         self._costs[key] = cost
         self.held += cost
         return dropped
+
+    def fits(self, cost: int) -> bool:
+        """Whether a value of ``cost`` bytes would be kept (asked before making a costly one)."""
+        return cost <= self.largest
 
     def drop(self, key: K) -> None:
         if key in self._values:

@@ -5,6 +5,8 @@
   heartbeats followed once.
 - ``loop`` — ``Planner``: one cluster's run loop over BUNDLES, SERVER, APPLIED and OUTCOMES, one
   message at a time; the rebuild at start and going live.
+- ``going_live`` — the go-live after a rebuild: every desired object evaluated once, hits
+  counted where decided, the rest sent in apply order.
 - ``inbox`` — the cluster's one queue: the hub's messages (held back during the replay), the
   replay of its compacted streams, its duties' alarms; each stream message handled once.
 - ``budget`` — how much replaying a replica does at once, in messages, not clusters.

@@ -266,7 +266,11 @@ class BundleIntake:
             span.set_attributes({"cluster": cluster, "bundle": name, "revision": view.revision})
             self.board.continue_trace(ident, trace.set_span_in_context(span))
         self.board.answer(ident)
-        objects = await in_order(taken.objects, lambda d: apply_order_text(d[0][1]))
+        objects = (
+            await in_order(taken.objects, lambda d: apply_order_text(d[0][1]))
+            if st.live  # decided as they are folded: in apply order
+            else taken.objects  # rebuilding: folded without a decision, in any order
+        )
         book = Codebook.of([encoded for _, encoded, _ in objects])
         for i, (slot, encoded, sha) in enumerate(objects):
             if st.details.manifest(slot) != encoded:  # a republish: no packing again

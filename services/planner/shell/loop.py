@@ -17,43 +17,35 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
 from opentelemetry import trace
 
 from schemas.codec import WireError, applied_events, decode, server_events
-from schemas.decision import DecisionAction
 from schemas.messages import (
     OutcomeEvent,
 )
 from schemas.subjects import SubjectError, parse_subject
 from services.clusters import registry
 from services.common import bus, heap, telemetry
-from services.core.manifest import apply_order_text
 from services.planner.memory.cluster import ClusterState
 from services.planner.rule import checkpoint, facts
 from services.planner.rule.budget import Budget
-from services.planner.rule.decide import (
-    Decision,
-    reevaluate,
-)
-from services.planner.rule.entry import Slot
-from services.planner.rule.replay import Inputs
 from services.planner.settings import PlannerSettings
+from services.planner.shell import going_live
 from services.planner.shell.checkpointing import Checkpointer
 from services.planner.shell.folding import Folder
 from services.planner.shell.followed import Followed
 from services.planner.shell.hub import Hub
 from services.planner.shell.inbox import CAUGHT_UP, CHECKPOINT, Inbox
 from services.planner.shell.intake import BundleIntake
-from services.planner.shell.intent_batches import IntentBatches, Lone, none_alone, queued_alone
+from services.planner.shell.intent_batches import IntentBatches, queued_alone
 from services.planner.shell.periodic import STATUS_REFRESH, Duties
 from services.planner.shell.rollback import RollbackDesk
-from services.planner.shell.sending import Decisions, never_written
+from services.planner.shell.sending import Decisions
 from services.planner.shell.status_board import StatusBoard
-from services.planner.shell.yielding import in_order, pace
+from services.planner.shell.yielding import pace
 
 log = logging.getLogger("driftbus.planner")
 
@@ -261,25 +253,13 @@ class Planner:
         with nothing changed adds nothing to old traces."""
         st = self.state
         st.live = True
-        slots = await in_order(st.entries.desired_slots(), lambda s: apply_order_text(s[1]))
-        by_bundle: dict[str, list[tuple[Slot, Decision | None, Inputs | None]]] = {}
-        now = time.time()
-        for i, slot in enumerate(slots):
-            entry = st.entries[slot]
-            hold, of_bundle = self.folder.hold_of(slot, entry.bundle)
-            inputs = Inputs(entry, None, hold.reason if hold else None)  # its record's
-            st.entries[slot], decision = reevaluate(entry, now=now, hold=inputs.hold)
-            if of_bundle and decision is not None and decision.action is DecisionAction.HOLD:
-                st.gates.held.add(entry.bundle)
-            await pace(i)
-            kept = inputs if decision is not None else None  # no record, nothing to keep
-            by_bundle.setdefault(st.entries[slot].bundle, []).append((slot, decision, kept))
+        by_bundle = await going_live.deciding(st, self.folder, self.decisions)
         lone = await queued_alone(self.js, st.cluster)  # batched, none may overtake one
         for bundle, decided in by_bundle.items():
             ident = (self.cluster, bundle)
             ctx = self.board.trace(ident)
             if ctx is None or not any(d is not None and d.writes for _, d, _ in decided):
-                await self._publish_rebuilt(decided, lone)
+                await going_live.publishing(self.decisions, decided, lone)
                 continue
             with telemetry.tracer.start_as_current_span(
                 "plan bundle",
@@ -287,7 +267,7 @@ class Planner:
                 attributes={"cluster": self.cluster, "bundle": bundle, "after_rebuild": True},
             ) as span:
                 self.board.continue_trace(ident, trace.set_span_in_context(span))
-                await self._publish_rebuilt(decided, lone)
+                await going_live.publishing(self.decisions, decided, lone)
         for view in list(st.bundles.values()):
             await self.folder.prune(view)
             await self.folder.resume(view)  # hooks that ended while no planner watched
@@ -299,17 +279,6 @@ class Planner:
         heap.keep_long_lived(n := len(st.entries))  # the rebuilt cluster, when it is big
         log.info("cluster %s: rebuilt %d objects, %d bundles; live", st.cluster, n, len(st.bundles))
         self.ready.set()
-
-    async def _publish_rebuilt(
-        self, decided: list[tuple[Slot, Decision | None, Inputs | None]], lone: Lone
-    ) -> None:
-        for i, (slot, d, inputs) in enumerate(decided):
-            entry = self.state.entries[slot]  # restored: in flight now only by this decision
-            batchable = never_written(entry) and none_alone(slot, lone)
-            await self.decisions.publish(
-                slot, d, after_rebuild=True, inputs=inputs, batchable=batchable
-            )
-            await pace(i)
 
     async def _handle(self, kind: str, msg: Any) -> None:
         if kind == "wake":

@@ -126,6 +126,24 @@ class Decisions:
         ):
             await self._send(slot, d, after_rebuild, removed_from, inputs, batchable)
 
+    async def rebuilt_hit(self, slot: Slot, entry: Entry, d: Decision) -> None:
+        """A hit on ``entry`` at the go-live after a rebuild: what ``publish`` does with it
+        (counted, no record, no span, a moot failure cleared), without unpacking the entry
+        again — 100,000 of them at the restart of a big cluster."""
+        self._count(slot, d, True)
+        view = self.state.view_of(slot, entry)
+        if view is not None:
+            await self._clear_moot_failure(slot, view)
+
+    def _count(self, slot: Slot, d: Decision, after_rebuild: bool) -> None:
+        self.state.counters[f"{d.action}:{d.reason}"] += 1
+        DECISIONS.add(1, d.action, d.reason, slot[0])
+        if d.reason in DRIFT_REASONS:
+            DRIFT_DETECTED.add(1, slot[0])
+        log.debug(
+            "%s: %s (%s)%s", slot[1], d.action, d.reason, " after rebuild" if after_rebuild else ""
+        )
+
     async def _send(
         self,
         slot: Slot,
@@ -135,16 +153,10 @@ class Decisions:
         inputs: Inputs | None,
         batchable: bool,
     ) -> None:
-        cluster, key = slot
+        key = slot[1]
         e = self.state.entries[slot]
         view = self.state.view_of(slot, e, removed_from)
-        self.state.counters[f"{d.action}:{d.reason}"] += 1
-        DECISIONS.add(1, d.action, d.reason, cluster)
-        if d.reason in DRIFT_REASONS:
-            DRIFT_DETECTED.add(1, cluster)
-        log.debug(
-            "%s: %s (%s)%s", key, d.action, d.reason, " after rebuild" if after_rebuild else ""
-        )
+        self._count(slot, d, after_rebuild)
         revision = e.revision or (view.revision if view else "")
         owner = e.bundle or e.owner_bundle or (view.name if view else "")
         identity = self.state.tenancy.identity(owner)
