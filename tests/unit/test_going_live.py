@@ -57,11 +57,12 @@ class CountedEntries(EntryStore):
 
 def applied(key: ObjectKey, *, live: bytes = SHA, **fields: Any) -> Entry:
     """Desired by ``shop``, applied as desired, seen live with ``live``."""
-    return Entry(
-        key, bundle="shop", revision="r1", manifest_sha=SHA, applied_manifest_sha=SHA,
-        apply_sha=SHA, applied_rv=1, server_sha=live, server_rv=2, owner_bundle="shop",
-        applied_bundle="shop", applied_revision="r1", **fields,
-    )  # fmt: skip
+    base: dict[str, Any] = {
+        "bundle": "shop", "revision": "r1", "manifest_sha": SHA, "applied_manifest_sha": SHA,
+        "apply_sha": SHA, "applied_rv": 1, "server_sha": live, "server_rv": 2,
+        "owner_bundle": "shop", "applied_bundle": "shop", "applied_revision": "r1",
+    }  # fmt: skip
+    return Entry(key, **{**base, **fields})
 
 
 def new(key: ObjectKey, bundle: str = "shop") -> Entry:
@@ -133,3 +134,42 @@ async def test_a_held_bundle_is_held_and_its_writes_decided_hold() -> None:
     assert (slot, d and d.action) == (("c", cm("new")), DecisionAction.HOLD)
     assert "shop" in st.gates.held
     assert st.entries[slot].inflight is None  # nothing sent, nothing in flight
+
+
+async def test_the_hits_of_a_traced_bundle_stay_with_its_decisions() -> None:
+    """A bundle whose publish is traced sends its hits in its span (a ``decide`` span each, as
+    before the go-live counted hits apart); an untraced bundle's hits are counted at once."""
+    st = ClusterState(cluster="c")
+    for name in ("shop", "blog"):
+        view = BundleView.of(
+            Bundle(cluster="c", bundle=name, revision="r1", options=BundleOptions()), 1
+        )
+        st.bundles[("c", name)] = view
+        for k in (
+            ObjectKey("", "ConfigMap", name, "same"),
+            ObjectKey("", "ConfigMap", name, "new"),
+        ):
+            view.keys.add(k)
+            st.entries["c", k] = (
+                applied(k, bundle=name, owner_bundle=name, applied_bundle=name)
+                if k.name == "same"
+                else new(k, bundle=name)
+            )
+    decisions = Decisions(st)
+    folder = Folder(state=st, board=Board(), decisions=decisions)  # type: ignore[arg-type]
+
+    by_bundle = await going_live.deciding(
+        st,
+        folder,
+        decisions,  # type: ignore[arg-type]
+        traced=lambda bundle: bundle == "shop",
+    )
+
+    assert decisions.hits == [("c", ObjectKey("", "ConfigMap", "blog", "same"))]
+    assert [(s[1].name, d and d.action) for s, d, _ in by_bundle["shop"]] == [
+        ("new", DecisionAction.APPLY),
+        ("same", DecisionAction.HIT),
+    ]
+    assert [(s[1].name, d and d.action) for s, d, _ in by_bundle["blog"]] == [
+        ("new", DecisionAction.APPLY)
+    ]

@@ -4,12 +4,16 @@ that decides sent (pure decisions, sent by ``sending``).
 A restart with nothing changed is all hits: 100,000 of them at a big cluster. A hit sends
 nothing and changes nothing of its entry, so hits are counted where they are decided, in the
 store's order, and neither packed again nor sorted; only the decisions that send something are
-put in apply order (Namespaces first) and sent by bundle.
+put in apply order (Namespaces first) and sent by bundle, the bundles in the order of their
+first such decision. The hits of a bundle whose publish is traced stay with its other
+decisions: sent in its span when it writes (``loop.Planner._go_live``), each a ``decide`` span
+as before.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from schemas.decision import DecisionAction
 from services.core.manifest import apply_order_text
@@ -25,9 +29,15 @@ from services.planner.shell.yielding import in_order, pace
 Decided = list[tuple[Slot, Decision | None, Inputs | None]]
 
 
-async def deciding(state: ClusterState, folder: Folder, decisions: Decisions) -> dict[str, Decided]:
+async def deciding(
+    state: ClusterState,
+    folder: Folder,
+    decisions: Decisions,
+    traced: Callable[[str], bool] = lambda bundle: False,
+) -> dict[str, Decided]:
     """Evaluate every desired object of the restored ``state`` once (``reevaluate``): hits
-    counted at once (``Decisions.rebuilt_hit``), the rest by bundle, in apply order."""
+    counted at once (``Decisions.rebuilt_hit``), unless their bundle is ``traced``; the rest
+    by bundle, in apply order."""
     rest: list[tuple[Slot, Decision, Inputs]] = []
     now = time.time()
     for i, slot in enumerate(list(state.entries.desired_slots())):
@@ -42,7 +52,7 @@ async def deciding(state: ClusterState, folder: Folder, decisions: Decisions) ->
             continue
         if of_bundle and decision.action is DecisionAction.HOLD:
             state.gates.held.add(entry.bundle)
-        if decision.action is DecisionAction.HIT:
+        if decision.action is DecisionAction.HIT and not traced(entry.bundle):
             await decisions.rebuilt_hit(slot, entry, decision)
         else:
             rest.append((slot, decision, inputs))

@@ -253,7 +253,12 @@ class Planner:
         with nothing changed adds nothing to old traces."""
         st = self.state
         st.live = True
-        by_bundle = await going_live.deciding(st, self.folder, self.decisions)
+        by_bundle = await going_live.deciding(
+            st,
+            self.folder,
+            self.decisions,
+            traced=lambda bundle: self.board.trace((self.cluster, bundle)) is not None,
+        )
         lone = await queued_alone(self.js, st.cluster)  # batched, none may overtake one
         for bundle, decided in by_bundle.items():
             ident = (self.cluster, bundle)

@@ -127,9 +127,9 @@ class Decisions:
             await self._send(slot, d, after_rebuild, removed_from, inputs, batchable)
 
     async def rebuilt_hit(self, slot: Slot, entry: Entry, d: Decision) -> None:
-        """A hit on ``entry`` at the go-live after a rebuild: what ``publish`` does with it
-        (counted, no record, no span, a moot failure cleared), without unpacking the entry
-        again — 100,000 of them at the restart of a big cluster."""
+        """A hit on ``entry`` at the go-live after a rebuild, outside any span: what
+        ``publish`` does with it there (counted, no record, a moot failure cleared), without
+        unpacking the entry again — 100,000 of them at the restart of a big cluster."""
         self._count(slot, d, True)
         view = self.state.view_of(slot, entry)
         if view is not None:
