@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
-import sys
 import uuid
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 
@@ -86,9 +85,7 @@ def to_entry(o: CheckpointObject) -> Entry:
     superseded: ``said``)."""
     return said(
         Entry(
-            # group, kind and namespace repeat across the cluster: one copy each, not one per
-            # object (10 MiB of a 100,000-object restart), as ``ObjectKey.of`` keeps them
-            ObjectKey(sys.intern(o.group), sys.intern(o.kind), sys.intern(o.namespace), o.name),
+            ObjectKey.shared(o.group, o.kind, o.namespace, o.name),
             applied_manifest_sha=o.applied_manifest_sha,
             apply_sha=o.apply_sha,
             applied_rv=o.applied_rv,
